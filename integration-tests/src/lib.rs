@@ -1,0 +1,1 @@
+//! Cluster harness: starts real `sluice` processes on loopback ports.
