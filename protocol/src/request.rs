@@ -1,0 +1,182 @@
+//! Turning a frame body into a typed request, and a response into a frame.
+//!
+//! The `kafka-protocol` crate decodes message bodies; this module guards it. The crate's
+//! header decoder panics on short input and its body decoders fail on versions outside
+//! their range, so the fixed header prefix is checked here first and every failure becomes
+//! a [`RequestError`] that tells the connection what to do.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{decode_request_header_from_buffer, Encodable};
+
+use crate::apis::{RequestBody, ResponseBody};
+use crate::frame::SIZE_PREFIX_LEN;
+use crate::versions::supported_versions;
+
+/// api_key (i16) + api_version (i16) + correlation_id (i32): present in every header version.
+const FIXED_HEADER_LEN: usize = 8;
+
+/// A decoded request with the header fields the broker needs.
+#[derive(Debug)]
+pub struct Request {
+    pub api_key: ApiKey,
+    pub api_version: i16,
+    pub header: RequestHeader,
+    pub body: RequestBody,
+}
+
+/// Why a frame did not yield a request.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    /// An ApiVersions request newer than we speak: Kafka answers it with a v0 response
+    /// carrying UNSUPPORTED_VERSION so the client can retry at a version we list.
+    #[error("ApiVersions v{version} is newer than this broker supports")]
+    ApiVersionsTooNew { correlation_id: i32, version: i16 },
+    /// Anything else that cannot be decoded: the connection is closed, as Kafka does.
+    #[error("{0}; closing the connection")]
+    Malformed(String),
+}
+
+/// Decodes one frame body (without its size prefix).
+pub fn decode_request(mut frame: Bytes) -> Result<Request, RequestError> {
+    if frame.len() < FIXED_HEADER_LEN {
+        return Err(RequestError::Malformed(format!(
+            "request of {} bytes is shorter than a Kafka request header",
+            frame.len()
+        )));
+    }
+    let raw_key = i16::from_be_bytes([frame[0], frame[1]]);
+    let api_version = i16::from_be_bytes([frame[2], frame[3]]);
+    let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+    let api_key = ApiKey::try_from(raw_key)
+        .map_err(|_| RequestError::Malformed(format!("unknown API key {raw_key}")))?;
+    let Some(range) = supported_versions(api_key) else {
+        return Err(RequestError::Malformed(format!(
+            "API {api_key:?} (key {raw_key}) is not supported by this broker"
+        )));
+    };
+    if api_version > range.max && api_key == ApiKey::ApiVersions {
+        return Err(RequestError::ApiVersionsTooNew { correlation_id, version: api_version });
+    }
+    if api_version < range.min || api_version > range.max {
+        return Err(RequestError::Malformed(format!(
+            "{api_key:?} v{api_version} is outside the supported range {range}"
+        )));
+    }
+    let header = decode_request_header_from_buffer(&mut frame)
+        .map_err(|e| RequestError::Malformed(format!("bad {api_key:?} request header: {e}")))?;
+    let body = RequestBody::decode(api_key, &mut frame, api_version)
+        .map_err(|e| RequestError::Malformed(format!("bad {api_key:?} v{api_version} body: {e}")))?
+        .ok_or_else(|| RequestError::Malformed(format!("API {api_key:?} has no decoder")))?;
+    if frame.has_remaining() {
+        return Err(RequestError::Malformed(format!(
+            "{api_key:?} v{api_version} request has {} trailing bytes",
+            frame.remaining()
+        )));
+    }
+    Ok(Request { api_key, api_version, header, body })
+}
+
+/// Encodes a response frame (size prefix, header, body) for a request.
+pub fn encode_response(
+    api_version: i16,
+    correlation_id: i32,
+    body: &ResponseBody,
+) -> Result<BytesMut, EncodeError> {
+    let mut buf = BytesMut::with_capacity(256);
+    buf.put_i32(0);
+    let header = ResponseHeader::default().with_correlation_id(correlation_id);
+    let header_version = body.api_key().response_header_version(api_version);
+    header.encode(&mut buf, header_version).map_err(EncodeError::encode)?;
+    body.encode(&mut buf, api_version).map_err(EncodeError::encode)?;
+    patch_size_prefix(&mut buf)?;
+    Ok(buf)
+}
+
+/// The v0 ApiVersions reply to a too-new ApiVersions request (always header v0).
+pub fn encode_api_versions_too_new(correlation_id: i32, body: &ApiVersionsResponse) -> Result<BytesMut, EncodeError> {
+    encode_response(0, correlation_id, &ResponseBody::ApiVersions(body.clone()))
+}
+
+fn patch_size_prefix(buf: &mut BytesMut) -> Result<(), EncodeError> {
+    let size = i32::try_from(buf.len() - SIZE_PREFIX_LEN)
+        .map_err(|_| EncodeError::TooLarge(buf.len()))?;
+    buf[..SIZE_PREFIX_LEN].copy_from_slice(&size.to_be_bytes());
+    Ok(())
+}
+
+/// A response that could not be encoded: a broker bug, logged and answered by closing.
+#[derive(Debug, thiserror::Error)]
+pub enum EncodeError {
+    #[error("failed to encode response: {0}")]
+    Encode(String),
+    #[error("response of {0} bytes exceeds the 2 GiB frame limit")]
+    TooLarge(usize),
+}
+
+impl EncodeError {
+    fn encode(e: impl std::fmt::Display) -> Self {
+        EncodeError::Encode(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::MetadataRequest;
+    use kafka_protocol::protocol::{encode_request_header_into_buffer, StrBytes};
+
+    fn frame_for(key: ApiKey, version: i16, body: &MetadataRequest) -> Bytes {
+        let mut buf = BytesMut::new();
+        let header = RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(42)
+            .with_client_id(Some(StrBytes::from_static_str("test")));
+        encode_request_header_into_buffer(&mut buf, &header).unwrap();
+        body.encode(&mut buf, version).unwrap();
+        buf.freeze()
+    }
+
+    #[test]
+    fn metadata_request_round_trips() {
+        let body = MetadataRequest::default().with_topics(None);
+        let req = decode_request(frame_for(ApiKey::Metadata, 12, &body)).unwrap();
+        assert_eq!(req.api_key, ApiKey::Metadata);
+        assert_eq!(req.header.correlation_id, 42);
+        assert!(matches!(req.body, RequestBody::Metadata(_)));
+    }
+
+    #[test]
+    fn short_and_unknown_frames_are_malformed_not_panics() {
+        for bytes in [&[][..], &[0, 3][..], &[0, 3, 0, 1, 0, 0, 0][..], &[0x27, 0x0f, 0, 0, 0, 0, 0, 1][..]] {
+            assert!(matches!(
+                decode_request(Bytes::copy_from_slice(bytes)),
+                Err(RequestError::Malformed(_))
+            ));
+        }
+        // A valid header prefix followed by garbage.
+        let garbage = Bytes::from_static(&[0, 3, 0, 12, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0xff]);
+        assert!(matches!(decode_request(garbage), Err(RequestError::Malformed(_))));
+    }
+
+    #[test]
+    fn too_new_api_versions_is_answered_not_closed() {
+        let frame = Bytes::from_static(&[0, 18, 0, 99, 0, 0, 0, 7, 0xff, 0xff]);
+        match decode_request(frame) {
+            Err(RequestError::ApiVersionsTooNew { correlation_id, version }) => {
+                assert_eq!((correlation_id, version), (7, 99));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn response_frame_has_correct_size_prefix() {
+        let body = ResponseBody::ApiVersions(ApiVersionsResponse::default());
+        let frame = encode_response(3, 5, &body).unwrap();
+        let size = i32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]) as usize;
+        assert_eq!(size, frame.len() - 4);
+        assert_eq!(&frame[4..8], &5i32.to_be_bytes());
+    }
+}
