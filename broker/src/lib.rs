@@ -1,1 +1,13 @@
+//! Sluice broker: a Kafka-wire-compatible broker. See ARCHITECTURE.md for the map.
+
+pub mod api;
+pub mod broker;
+pub mod config;
+pub mod connection;
+pub mod controller;
 pub mod log;
+pub mod metadata;
+pub mod partition;
+pub mod replica_manager;
+pub mod server;
+pub mod topic_config;

@@ -1,1 +1,71 @@
-fn main() {}
+//! The `sluice` binary: parse flags, open the broker, serve until SIGINT/SIGTERM.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use sluice_broker::broker::Broker;
+use sluice_broker::config::{BrokerConfig, Cli};
+use sluice_broker::server;
+use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let config = match BrokerConfig::from_cli(&cli) {
+        Ok(config) => config,
+        Err(e) => {
+            tracing::error!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!("cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            tracing::error!("{message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(config: BrokerConfig) -> Result<(), String> {
+    let listen = config.listen;
+    let listener = TcpListener::bind(listen)
+        .await
+        .map_err(|e| format!("cannot listen on {listen}: {e}; is another broker running there? Use --listen to pick another address"))?;
+    let broker = Broker::open(config).map_err(|e| e.to_string())?;
+    tracing::info!(
+        node_id = broker.config.node_id,
+        %listen,
+        advertised = %format!("{}:{}", broker.config.advertised_host, broker.config.advertised_port),
+        data_dir = %broker.config.data_dir.display(),
+        cluster_id = %broker.metadata.image().cluster_id,
+        "sluice is ready"
+    );
+    let (stop, stopped) = watch::channel(false);
+    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| format!("cannot install the SIGTERM handler: {e}"))?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(|e| format!("cannot install the SIGINT handler: {e}"))?;
+    let serving = tokio::spawn(server::run(broker.clone(), listener, stopped));
+    tokio::select! {
+        _ = sigterm.recv() => tracing::info!("SIGTERM received; shutting down"),
+        _ = sigint.recv() => tracing::info!("SIGINT received; shutting down"),
+    }
+    let _ = stop.send(true);
+    let _ = serving.await;
+    broker.replicas.shutdown();
+    tracing::info!("shutdown complete");
+    Ok(())
+}

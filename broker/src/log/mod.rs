@@ -1,1 +1,37 @@
+//! The partition log: Kafka's `UnifiedLog`, `LogSegment`, `OffsetIndex` and `TimeIndex`.
+//!
+//! On disk, one directory per partition, laid out as Kafka lays it out:
+//!
+//! ```text
+//! <topic>-<partition>/
+//!     00000000000000000000.log        record batches, stored exactly as produced (offsets stamped)
+//!     00000000000000000000.index      sparse offset index: (relative offset u32, position u32)
+//!     00000000000000000000.timeindex  sparse time index: (timestamp i64, relative offset u32)
+//!     00000000000000012345.log        next segment, named after its base offset
+//!     ...
+//!     .clean_shutdown                 present only between a clean close and the next open
+//! ```
+//!
+//! Guarantees: offsets are assigned consecutively from the log end offset; fetches return whole
+//! stored batches; after a crash the active segment is scanned and truncated at the first torn or
+//! invalid batch (sealed segments are fsynced on roll, so the tail is all that can be torn).
+//! Durability between fsyncs comes from replication, as in Kafka (`flush.messages`/`flush.ms`
+//! opt into fsync). A `leader-epoch-checkpoint` file will join the directory with replication.
+//!
+//! Nothing here decodes records: batches are handled through their 61-byte headers
+//! (`sluice_protocol::batch`).
 
+mod config;
+mod error;
+mod index;
+mod partition_log;
+mod segment;
+
+#[cfg(test)]
+mod tests;
+
+pub use config::LogConfig;
+pub use error::LogError;
+pub use index::{OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset};
+pub use partition_log::{AppendInfo, PartitionLog, ReadResult, CLEAN_SHUTDOWN_FILE};
+pub use segment::{LogSegment, RecoveryOutcome};

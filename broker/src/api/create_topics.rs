@@ -1,0 +1,122 @@
+//! CreateTopics: one result per requested topic, with its effective configs (v5+).
+
+use std::collections::{BTreeMap, HashMap};
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
+use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
+use uuid::Uuid;
+
+use super::{commit_error, str_bytes};
+use crate::broker::Broker;
+use crate::controller::{self, ApiError, NewTopic};
+use crate::topic_config;
+
+pub fn handle(broker: &Broker, request: CreateTopicsRequest, _version: i16) -> CreateTopicsResponse {
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for topic in &request.topics {
+        *seen.entry(topic.name.0.to_string()).or_default() += 1;
+    }
+    let topics = request
+        .topics
+        .iter()
+        .map(|topic| {
+            let name = topic.name.0.to_string();
+            let result = CreatableTopicResult::default().with_name(topic.name.clone());
+            if seen[&name] > 1 {
+                return failed(result, ResponseError::InvalidRequest.code(), format!("topic {name:?} appears more than once in the request"));
+            }
+            let new_topic = match new_topic(broker, topic) {
+                Ok(t) => t,
+                Err(e) => return failed(result, e.code(), e.message),
+            };
+            let topic_id = Uuid::new_v4();
+            let outcome = broker.commit(|image| {
+                let records = controller::create_topic(image, &new_topic, topic_id)?;
+                Ok((if request.validate_only { Vec::new() } else { records }, ()))
+            });
+            match outcome {
+                Ok(_) => {
+                    if !request.validate_only {
+                        tracing::info!(topic = %name, partitions = new_topic.num_partitions, "created topic");
+                    }
+                    succeeded(broker, result, &new_topic, if request.validate_only { Uuid::nil() } else { topic_id })
+                }
+                Err(e) => {
+                    let (code, message) = commit_error(&e);
+                    failed(result, code, message)
+                }
+            }
+        })
+        .collect();
+    CreateTopicsResponse::default().with_topics(topics)
+}
+
+/// Fills in the defaults Kafka applies (-1 partitions or replication factor = broker default).
+fn new_topic(broker: &Broker, topic: &CreatableTopic) -> Result<NewTopic, ApiError> {
+    let mut configs = BTreeMap::new();
+    for config in &topic.configs {
+        let value = config.value.as_ref().ok_or_else(|| {
+            ApiError::new(ResponseError::InvalidConfig, format!("config {} has a null value", config.name.as_str()))
+        })?;
+        configs.insert(config.name.to_string(), value.to_string());
+    }
+    let assignments = if topic.assignments.is_empty() {
+        None
+    } else {
+        if topic.num_partitions != -1 || topic.replication_factor != -1 {
+            return Err(ApiError::new(
+                ResponseError::InvalidRequest,
+                "give either a replica assignment or numPartitions/replicationFactor, not both",
+            ));
+        }
+        let mut sorted: Vec<_> = topic.assignments.iter().collect();
+        sorted.sort_by_key(|a| a.partition_index);
+        if sorted.iter().enumerate().any(|(i, a)| a.partition_index != i as i32) {
+            return Err(ApiError::new(ResponseError::InvalidReplicaAssignment, "partition indexes must be 0..n without gaps"));
+        }
+        Some(sorted.iter().map(|a| a.broker_ids.iter().map(|b| b.0).collect()).collect::<Vec<Vec<i32>>>())
+    };
+    Ok(NewTopic {
+        name: topic.name.0.to_string(),
+        num_partitions: match (topic.num_partitions, &assignments) {
+            (_, Some(a)) => a.len() as i32,
+            (-1, None) => broker.config.num_partitions,
+            (n, None) => n,
+        },
+        replication_factor: match (topic.replication_factor, &assignments) {
+            (_, Some(a)) => a.first().map_or(1, Vec::len) as i16,
+            (-1, None) => broker.config.default_replication_factor,
+            (n, None) => n,
+        },
+        assignments,
+        configs,
+    })
+}
+
+fn succeeded(broker: &Broker, result: CreatableTopicResult, topic: &NewTopic, topic_id: Uuid) -> CreatableTopicResult {
+    let configs = topic_config::describe(&topic.configs, &broker.config)
+        .into_iter()
+        .map(|(def, value, source)| {
+            CreatableTopicConfigs::default()
+                .with_name(str_bytes(def.name))
+                .with_value(Some(str_bytes(value)))
+                .with_config_source(source as i8)
+        })
+        .collect();
+    result
+        .with_topic_id(topic_id)
+        .with_num_partitions(topic.num_partitions)
+        .with_replication_factor(topic.replication_factor)
+        .with_configs(Some(configs))
+}
+
+fn failed(result: CreatableTopicResult, code: i16, message: String) -> CreatableTopicResult {
+    result
+        .with_error_code(code)
+        .with_error_message(Some(str_bytes(message)))
+        .with_num_partitions(-1)
+        .with_replication_factor(-1)
+        .with_configs(None)
+}

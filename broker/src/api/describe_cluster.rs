@@ -1,0 +1,41 @@
+//! DescribeCluster: cluster id, controller and brokers (the Admin client's describeCluster).
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::{DescribeClusterRequest, DescribeClusterResponse};
+
+use super::str_bytes;
+use crate::broker::Broker;
+
+/// Kafka's endpoint types: 1 = brokers, 2 = controllers.
+const ENDPOINT_TYPE_BROKERS: i8 = 1;
+
+pub fn handle(broker: &Broker, request: DescribeClusterRequest) -> DescribeClusterResponse {
+    let image = broker.metadata.image();
+    let response = DescribeClusterResponse::default()
+        .with_endpoint_type(request.endpoint_type)
+        .with_cluster_id(str_bytes(image.cluster_id.clone()))
+        .with_controller_id(broker.config.node_id.into());
+    if request.endpoint_type != ENDPOINT_TYPE_BROKERS {
+        return response
+            .with_error_code(ResponseError::UnsupportedEndpointType.code())
+            .with_error_message(Some(str_bytes("only broker endpoints (type 1) are served")));
+    }
+    let brokers = image
+        .brokers
+        .values()
+        .filter(|b| request.include_fenced_brokers || !b.fenced)
+        .filter_map(|b| {
+            let endpoint = b.endpoints.first()?;
+            Some(
+                DescribeClusterBroker::default()
+                    .with_broker_id(b.broker_id.into())
+                    .with_host(str_bytes(endpoint.host.clone()))
+                    .with_port(endpoint.port)
+                    .with_rack(b.rack.clone().map(str_bytes))
+                    .with_is_fenced(b.fenced),
+            )
+        })
+        .collect();
+    response.with_brokers(brokers)
+}

@@ -1,0 +1,129 @@
+//! Produce: validate each partition's record batches, stamp offsets, append them as received.
+//! No record is decoded; the only copy is from the request buffer into the batch we patch.
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use sluice_protocol::batch::validate_batches;
+use sluice_protocol::ResponseBody;
+
+use super::{str_bytes, Reply};
+use crate::broker::{now_ms, Broker};
+use crate::metadata::image::{MetadataImage, TopicImage};
+use crate::topic_config;
+
+/// Produce v13 names topics by id; earlier versions by name.
+const FIRST_VERSION_WITH_TOPIC_IDS: i16 = 13;
+
+pub fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> Reply {
+    let image = broker.metadata.image();
+    let now = now_ms();
+    let acks = request.acks;
+    let responses = request
+        .topic_data
+        .into_iter()
+        .map(|topic_data| {
+            let topic = if version >= FIRST_VERSION_WITH_TOPIC_IDS {
+                image.topic_by_id(&topic_data.topic_id)
+            } else {
+                image.topic(&topic_data.name.0)
+            };
+            let partition_responses = topic_data
+                .partition_data
+                .into_iter()
+                .map(|data| {
+                    let result = match topic {
+                        None if version >= FIRST_VERSION_WITH_TOPIC_IDS => {
+                            Err((ResponseError::UnknownTopicId, "unknown topic id".to_string()))
+                        }
+                        None => Err((ResponseError::UnknownTopicOrPartition, "unknown topic".to_string())),
+                        Some(_) if !matches!(acks, -1 | 0 | 1) => {
+                            Err((ResponseError::InvalidRequiredAcks, format!("acks={acks} is invalid; use 0, 1 or -1 (all)")))
+                        }
+                        Some(topic) => append(broker, &image, topic, data.index, data.records, acks, now),
+                    };
+                    partition_response(data.index, result)
+                })
+                .collect();
+            TopicProduceResponse::default()
+                .with_name(topic_data.name)
+                .with_topic_id(topic_data.topic_id)
+                .with_partition_responses(partition_responses)
+        })
+        .collect();
+    if acks == 0 {
+        return Reply::None;
+    }
+    Reply::Now(ResponseBody::Produce(ProduceResponse::default().with_responses(responses)))
+}
+
+/// Offsets assigned by a successful append.
+struct Appended {
+    base_offset: i64,
+    log_append_time_ms: i64,
+    log_start_offset: i64,
+}
+
+fn append(
+    broker: &Broker,
+    image: &MetadataImage,
+    topic: &TopicImage,
+    index: i32,
+    records: Option<Bytes>,
+    acks: i16,
+    now: i64,
+) -> Result<Appended, (ResponseError, String)> {
+    let Some(registration) = topic.partitions.get(index as usize) else {
+        return Err((ResponseError::UnknownTopicOrPartition, format!("{} has no partition {index}", topic.name)));
+    };
+    let partition = match broker.replicas.get(topic.topic_id, index) {
+        Some(p) if registration.leader == broker.config.node_id => p,
+        _ => return Err((ResponseError::NotLeaderOrFollower, "this broker is not the partition leader".to_string())),
+    };
+    if acks == -1 {
+        let min_isr = topic_config::effective_value("min.insync.replicas", &topic.configs, &broker.config)
+            .parse::<usize>()
+            .unwrap_or(1);
+        let live_isr = registration.isr.iter().filter(|id| image.live_brokers().any(|b| b.broker_id == **id)).count();
+        if live_isr < min_isr {
+            return Err((
+                ResponseError::NotEnoughReplicas,
+                format!("{live_isr} in-sync replica(s), fewer than min.insync.replicas={min_isr}"),
+            ));
+        }
+    }
+    let records = records.filter(|r| !r.is_empty()).ok_or_else(|| {
+        (ResponseError::CorruptMessage, "the produce request carries no record batch".to_string())
+    })?;
+    validate_batches(&records).map_err(|e| (ResponseError::try_from_code(e.kafka_error_code()).unwrap_or(ResponseError::CorruptMessage), e.to_string()))?;
+    let mut batches = BytesMut::from(&records[..]);
+    let info = partition.append_as_leader(&mut batches, now).map_err(|e| {
+        let error = ResponseError::try_from_code(e.kafka_error_code()).unwrap_or(ResponseError::KafkaStorageError);
+        if error == ResponseError::KafkaStorageError {
+            tracing::error!(topic = %topic.name, partition = index, error = %e, "append failed");
+        }
+        (error, e.to_string())
+    })?;
+    Ok(Appended {
+        base_offset: info.base_offset,
+        log_append_time_ms: info.log_append_time_ms,
+        log_start_offset: info.log_start_offset,
+    })
+}
+
+fn partition_response(index: i32, result: Result<Appended, (ResponseError, String)>) -> PartitionProduceResponse {
+    let response = PartitionProduceResponse::default().with_index(index);
+    match result {
+        Ok(a) => response
+            .with_base_offset(a.base_offset)
+            .with_log_append_time_ms(a.log_append_time_ms)
+            .with_log_start_offset(a.log_start_offset),
+        Err((error, message)) => response
+            .with_error_code(error.code())
+            .with_base_offset(-1)
+            .with_log_append_time_ms(-1)
+            .with_log_start_offset(-1)
+            .with_error_message(Some(str_bytes(message))),
+    }
+}

@@ -1,0 +1,263 @@
+//! Broker configuration: command-line flags plus `--set key=value` using Kafka's own
+//! property names, resolved once at start-up into typed settings.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Parser;
+
+use crate::topic_config::{self, ConfigType};
+
+/// Command-line interface of the `sluice` binary.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "sluice",
+    version,
+    about = "Sluice: a Kafka-wire-compatible message broker.\n\nWith no arguments it runs a single-node cluster on 127.0.0.1:9092 with its data in ./data."
+)]
+pub struct Cli {
+    /// This node's id: the broker id clients see in Metadata, and its id in the metadata quorum.
+    #[arg(long, default_value_t = 1)]
+    pub node_id: i32,
+
+    /// Directory holding the partition logs and the metadata log. Created if missing.
+    #[arg(long, default_value = "./data")]
+    pub data_dir: PathBuf,
+
+    /// Address the Kafka listener binds to.
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    pub listen: SocketAddr,
+
+    /// host:port advertised to clients in Metadata (defaults to --listen). Set it when clients
+    /// reach this node through another name or address.
+    #[arg(long)]
+    pub advertise: Option<String>,
+
+    /// Address the metadata-quorum (controller) listener binds to. Used once the node joins a
+    /// multi-node quorum; a single node keeps its quorum in-process.
+    #[arg(long)]
+    pub controller_listen: Option<SocketAddr>,
+
+    /// The metadata quorum's voters as `id@host:port,...`. Empty: this node is the only voter.
+    #[arg(long, value_delimiter = ',')]
+    pub voters: Vec<String>,
+
+    /// Any broker setting by its Kafka property name, e.g. `--set num.partitions=3`.
+    /// Repeat for several. Unknown names are refused so that typos do not go unnoticed.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub settings: Vec<String>,
+}
+
+/// A configuration problem found at start-up; the message says what to change.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("--set expects KEY=VALUE, got {0:?}")]
+    NotKeyValue(String),
+    #[error("unknown setting {0:?}; use a Kafka broker property name (see `sluice --help`)")]
+    UnknownKey(String),
+    #[error("setting {key}={value:?} is invalid: {reason}")]
+    InvalidValue { key: String, value: String, reason: String },
+    #[error("--advertise {0:?} must be host:port")]
+    BadAdvertise(String),
+    #[error("--node-id must be >= 0, got {0}")]
+    BadNodeId(i32),
+}
+
+/// Broker-level settings that are not topic-config defaults.
+const BROKER_KEYS: &[(&str, &str, ConfigType)] = &[
+    ("num.partitions", "1", ConfigType::Int),
+    ("default.replication.factor", "1", ConfigType::Short),
+    ("auto.create.topics.enable", "true", ConfigType::Boolean),
+    ("socket.request.max.bytes", "104857600", ConfigType::Int),
+    ("queued.max.request.bytes", "536870912", ConfigType::Long),
+    ("max.in.flight.requests.per.connection", "64", ConfigType::Int),
+    ("log.retention.check.interval.ms", "300000", ConfigType::Long),
+    ("log.retention.hours", "168", ConfigType::Int),
+    ("log.retention.minutes", "", ConfigType::Int),
+    ("log.roll.hours", "168", ConfigType::Int),
+    ("delete.topic.enable", "true", ConfigType::Boolean),
+    ("broker.rack", "", ConfigType::String),
+];
+
+/// Resolved configuration of one broker.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    pub node_id: i32,
+    pub data_dir: PathBuf,
+    pub listen: SocketAddr,
+    pub advertised_host: String,
+    pub advertised_port: i32,
+    pub num_partitions: i32,
+    pub default_replication_factor: i16,
+    pub auto_create_topics_enable: bool,
+    pub delete_topic_enable: bool,
+    pub socket_request_max_bytes: usize,
+    pub queued_max_request_bytes: usize,
+    pub max_in_flight_requests_per_connection: usize,
+    pub log_retention_check_interval_ms: u64,
+    pub rack: Option<String>,
+    /// Every `--set` value, by Kafka name: broker-level defaults for topic configs live here.
+    pub overrides: BTreeMap<String, String>,
+}
+
+impl BrokerConfig {
+    pub fn from_cli(cli: &Cli) -> Result<BrokerConfig, ConfigError> {
+        if cli.node_id < 0 {
+            return Err(ConfigError::BadNodeId(cli.node_id));
+        }
+        let overrides = parse_settings(&cli.settings)?;
+        let (advertised_host, advertised_port) = match &cli.advertise {
+            Some(addr) => split_host_port(addr)?,
+            None => (cli.listen.ip().to_string(), i32::from(cli.listen.port())),
+        };
+        let get = |key: &str| broker_value(&overrides, key);
+        Ok(BrokerConfig {
+            node_id: cli.node_id,
+            data_dir: cli.data_dir.clone(),
+            listen: cli.listen,
+            advertised_host,
+            advertised_port,
+            num_partitions: parse_num("num.partitions", &get("num.partitions"))?,
+            default_replication_factor: parse_num("default.replication.factor", &get("default.replication.factor"))?,
+            auto_create_topics_enable: get("auto.create.topics.enable") == "true",
+            delete_topic_enable: get("delete.topic.enable") == "true",
+            socket_request_max_bytes: parse_num("socket.request.max.bytes", &get("socket.request.max.bytes"))?,
+            queued_max_request_bytes: parse_num("queued.max.request.bytes", &get("queued.max.request.bytes"))?,
+            max_in_flight_requests_per_connection: parse_num(
+                "max.in.flight.requests.per.connection",
+                &get("max.in.flight.requests.per.connection"),
+            )?,
+            log_retention_check_interval_ms: parse_num(
+                "log.retention.check.interval.ms",
+                &get("log.retention.check.interval.ms"),
+            )?,
+            rack: Some(get("broker.rack")).filter(|r| !r.is_empty()),
+            overrides,
+        })
+    }
+
+    /// The broker-wide value of a topic config's broker synonym, if set with `--set`.
+    pub fn static_override(&self, broker_key: &str) -> Option<&str> {
+        self.overrides.get(broker_key).map(String::as_str)
+    }
+
+    /// Every broker-level setting with its value and whether it was set explicitly:
+    /// what DescribeConfigs shows for the broker resource.
+    pub fn describe(&self) -> Vec<(String, String, bool)> {
+        let mut out = vec![
+            ("node.id".to_string(), self.node_id.to_string(), true),
+            ("broker.id".to_string(), self.node_id.to_string(), true),
+            ("log.dirs".to_string(), self.data_dir.display().to_string(), true),
+            ("listeners".to_string(), format!("PLAINTEXT://{}", self.listen), true),
+            (
+                "advertised.listeners".to_string(),
+                format!("PLAINTEXT://{}:{}", self.advertised_host, self.advertised_port),
+                true,
+            ),
+        ];
+        for (key, default, _) in BROKER_KEYS {
+            match self.overrides.get(*key) {
+                Some(v) => out.push((key.to_string(), v.clone(), true)),
+                None => out.push((key.to_string(), default.to_string(), false)),
+            }
+        }
+        for def in topic_config::DEFS {
+            let Some(broker_key) = def.broker_synonym else { continue };
+            match self.overrides.get(broker_key) {
+                Some(v) => out.push((broker_key.to_string(), v.clone(), true)),
+                None => out.push((broker_key.to_string(), def.default.to_string(), false)),
+            }
+        }
+        out
+    }
+}
+
+fn broker_value(overrides: &BTreeMap<String, String>, key: &str) -> String {
+    overrides.get(key).cloned().unwrap_or_else(|| {
+        BROKER_KEYS.iter().find(|(k, _, _)| *k == key).map(|(_, d, _)| d.to_string()).unwrap_or_default()
+    })
+}
+
+fn parse_settings(settings: &[String]) -> Result<BTreeMap<String, String>, ConfigError> {
+    let mut out = BTreeMap::new();
+    for setting in settings {
+        let (key, value) = setting
+            .split_once('=')
+            .ok_or_else(|| ConfigError::NotKeyValue(setting.clone()))?;
+        let (key, value) = (key.trim(), value.trim());
+        let ty = BROKER_KEYS
+            .iter()
+            .find(|(k, _, _)| *k == key)
+            .map(|(_, _, t)| *t)
+            .or_else(|| topic_config::by_broker_synonym(key).map(|d| d.ty))
+            .ok_or_else(|| ConfigError::UnknownKey(key.to_string()))?;
+        ty.validate(value).map_err(|reason| ConfigError::InvalidValue {
+            key: key.to_string(),
+            value: value.to_string(),
+            reason,
+        })?;
+        out.insert(key.to_string(), value.to_string());
+    }
+    Ok(out)
+}
+
+fn parse_num<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, ConfigError> {
+    value.parse().map_err(|_| ConfigError::InvalidValue {
+        key: key.to_string(),
+        value: value.to_string(),
+        reason: "not a number in range".to_string(),
+    })
+}
+
+fn split_host_port(addr: &str) -> Result<(String, i32), ConfigError> {
+    let (host, port) = addr.rsplit_once(':').ok_or_else(|| ConfigError::BadAdvertise(addr.to_string()))?;
+    let port: u16 = port.parse().map_err(|_| ConfigError::BadAdvertise(addr.to_string()))?;
+    if host.is_empty() {
+        return Err(ConfigError::BadAdvertise(addr.to_string()));
+    }
+    Ok((host.trim_matches(['[', ']']).to_string(), i32::from(port)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cli(args: &[&str]) -> Cli {
+        Cli::parse_from(std::iter::once("sluice").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn defaults_match_the_readme() {
+        let config = BrokerConfig::from_cli(&cli(&[])).unwrap();
+        assert_eq!(config.node_id, 1);
+        assert_eq!(config.listen.to_string(), "127.0.0.1:9092");
+        assert_eq!((config.advertised_host.as_str(), config.advertised_port), ("127.0.0.1", 9092));
+        assert_eq!(config.num_partitions, 1);
+        assert!(config.auto_create_topics_enable);
+        assert_eq!(config.socket_request_max_bytes, 104_857_600);
+    }
+
+    #[test]
+    fn set_uses_kafka_names_and_rejects_typos_and_bad_values() {
+        let config = BrokerConfig::from_cli(&cli(&["--set", "num.partitions=3", "--set", "log.retention.ms=1000"])).unwrap();
+        assert_eq!(config.num_partitions, 3);
+        assert_eq!(config.static_override("log.retention.ms"), Some("1000"));
+        assert!(matches!(
+            BrokerConfig::from_cli(&cli(&["--set", "num.partitons=3"])),
+            Err(ConfigError::UnknownKey(_))
+        ));
+        assert!(matches!(
+            BrokerConfig::from_cli(&cli(&["--set", "num.partitions=lots"])),
+            Err(ConfigError::InvalidValue { .. })
+        ));
+        assert!(matches!(BrokerConfig::from_cli(&cli(&["--set", "oops"])), Err(ConfigError::NotKeyValue(_))));
+    }
+
+    #[test]
+    fn advertise_overrides_listen() {
+        let config = BrokerConfig::from_cli(&cli(&["--advertise", "broker1.example:19092"])).unwrap();
+        assert_eq!((config.advertised_host.as_str(), config.advertised_port), ("broker1.example", 19092));
+        assert!(BrokerConfig::from_cli(&cli(&["--advertise", "nohost"])).is_err());
+    }
+}

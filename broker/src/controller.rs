@@ -1,0 +1,388 @@
+//! Controller decisions: validating admin requests against the metadata image and turning
+//! them into metadata records. Pure functions of (image, request): no I/O, no clock, no
+//! randomness (ids are passed in), so every decision is unit-tested and replayable.
+
+use std::collections::BTreeMap;
+
+use kafka_protocol::error::ResponseError;
+use uuid::Uuid;
+
+use crate::metadata::image::{MetadataImage, TopicImage};
+use crate::metadata::records::{ConfigResource, MetadataRecord};
+use crate::topic_config;
+
+/// A refused request: the Kafka error for the client and a sentence for a human.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub error: ResponseError,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(error: ResponseError, message: impl Into<String>) -> Self {
+        ApiError { error, message: message.into() }
+    }
+
+    pub fn code(&self) -> i16 {
+        self.error.code()
+    }
+}
+
+/// Longest legal topic name, as in Kafka.
+pub const MAX_TOPIC_NAME_LEN: usize = 249;
+
+/// Kafka's topic-name rule: 1..=249 chars of `[a-zA-Z0-9._-]`, and not `.` or `..`.
+pub fn validate_topic_name(name: &str) -> Result<(), ApiError> {
+    let invalid = |why: &str| {
+        Err(ApiError::new(ResponseError::InvalidTopicException, format!("topic name {name:?} is invalid: {why}")))
+    };
+    if name.is_empty() {
+        return invalid("it is empty");
+    }
+    if name == "." || name == ".." {
+        return invalid("'.' and '..' are reserved");
+    }
+    if name.len() > MAX_TOPIC_NAME_LEN {
+        return invalid("it is longer than 249 characters");
+    }
+    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')) {
+        return invalid("only ASCII letters, digits, '.', '_' and '-' are allowed");
+    }
+    Ok(())
+}
+
+/// A topic to create, with defaults already filled in.
+#[derive(Debug, Clone)]
+pub struct NewTopic {
+    pub name: String,
+    pub num_partitions: i32,
+    pub replication_factor: i16,
+    /// Explicit replica lists per partition, or `None` to let the controller place them.
+    pub assignments: Option<Vec<Vec<i32>>>,
+    pub configs: BTreeMap<String, String>,
+}
+
+/// Upper bound on partitions per request, so one request cannot exhaust file handles.
+pub const MAX_PARTITIONS_PER_TOPIC: i32 = 10_000;
+
+/// Validates a topic creation and returns the records that perform it.
+pub fn create_topic(image: &MetadataImage, topic: &NewTopic, topic_id: Uuid) -> Result<Vec<MetadataRecord>, ApiError> {
+    validate_topic_name(&topic.name)?;
+    if image.topic(&topic.name).is_some() {
+        return Err(ApiError::new(
+            ResponseError::TopicAlreadyExists,
+            format!("topic {:?} already exists", topic.name),
+        ));
+    }
+    for (name, value) in &topic.configs {
+        topic_config::validate(name, value).map_err(|e| ApiError::new(ResponseError::InvalidConfig, e.to_string()))?;
+    }
+    let assignments = match &topic.assignments {
+        Some(a) => validate_assignments(image, a, None)?,
+        None => {
+            check_partition_count(topic.num_partitions)?;
+            place_replicas(image, 0, topic.num_partitions, topic.replication_factor)?
+        }
+    };
+    let mut records = vec![MetadataRecord::Topic { name: topic.name.clone(), topic_id }];
+    records.extend(partition_records(topic_id, 0, assignments));
+    records.extend(topic.configs.iter().map(|(name, value)| MetadataRecord::Config {
+        resource: ConfigResource::Topic(topic.name.clone()),
+        name: name.clone(),
+        value: Some(value.clone()),
+    }));
+    Ok(records)
+}
+
+/// Grows a topic to `count` partitions.
+pub fn create_partitions(
+    image: &MetadataImage,
+    name: &str,
+    count: i32,
+    assignments: Option<&[Vec<i32>]>,
+) -> Result<Vec<MetadataRecord>, ApiError> {
+    let topic = existing_topic(image, name)?;
+    let current = topic.partitions.len() as i32;
+    if count <= current {
+        return Err(ApiError::new(
+            ResponseError::InvalidPartitions,
+            format!("topic {name:?} has {current} partitions; the new count must be larger, not {count}"),
+        ));
+    }
+    check_partition_count(count)?;
+    let new_assignments = match assignments {
+        Some(a) => {
+            if a.len() as i32 != count - current {
+                return Err(ApiError::new(
+                    ResponseError::InvalidReplicaAssignment,
+                    format!("{} assignments given for {} new partitions", a.len(), count - current),
+                ));
+            }
+            validate_assignments(image, a, Some(topic.partitions[0].replicas.len()))?
+        }
+        None => {
+            let rf = topic.partitions.first().map_or(1, |p| p.replicas.len()) as i16;
+            place_replicas(image, current, count - current, rf)?
+        }
+    };
+    Ok(partition_records(topic.topic_id, current, new_assignments).collect())
+}
+
+pub fn delete_topic(topic: &TopicImage) -> Vec<MetadataRecord> {
+    vec![MetadataRecord::RemoveTopic { topic_id: topic.topic_id }]
+}
+
+/// One IncrementalAlterConfigs operation, in Kafka's codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlterOp {
+    Set,
+    Delete,
+    Append,
+    Subtract,
+}
+
+impl AlterOp {
+    pub fn from_code(code: i8) -> Option<AlterOp> {
+        Some(match code {
+            0 => AlterOp::Set,
+            1 => AlterOp::Delete,
+            2 => AlterOp::Append,
+            3 => AlterOp::Subtract,
+            _ => return None,
+        })
+    }
+}
+
+/// Validates config changes to a topic and returns the records that apply them.
+pub fn alter_topic_configs(
+    image: &MetadataImage,
+    name: &str,
+    ops: &[(String, AlterOp, Option<String>)],
+    effective: impl Fn(&str) -> String,
+) -> Result<Vec<MetadataRecord>, ApiError> {
+    let topic = existing_topic(image, name)?;
+    let invalid = |msg: String| ApiError::new(ResponseError::InvalidConfig, msg);
+    let mut records = Vec::with_capacity(ops.len());
+    for (key, op, value) in ops {
+        let def = topic_config::def(key).ok_or_else(|| invalid(format!("unknown topic config {key:?}")))?;
+        let new_value = match op {
+            AlterOp::Delete => None,
+            AlterOp::Set => Some(value.clone().ok_or_else(|| invalid(format!("SET of {key} needs a value")))?),
+            AlterOp::Append | AlterOp::Subtract => {
+                if def.ty != topic_config::ConfigType::List {
+                    return Err(invalid(format!("{key} is not a list; APPEND and SUBTRACT apply only to lists")));
+                }
+                let current = topic.configs.get(key.as_str()).cloned().unwrap_or_else(|| effective(key));
+                let mut items: Vec<String> =
+                    current.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
+                let given: Vec<String> = value
+                    .as_deref()
+                    .unwrap_or("")
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(String::from)
+                    .collect();
+                if *op == AlterOp::Append {
+                    for item in given {
+                        if !items.contains(&item) {
+                            items.push(item);
+                        }
+                    }
+                } else {
+                    items.retain(|i| !given.contains(i));
+                }
+                Some(items.join(","))
+            }
+        };
+        if let Some(v) = &new_value {
+            topic_config::validate(key, v).map_err(|e| invalid(e.to_string()))?;
+        }
+        records.push(MetadataRecord::Config {
+            resource: ConfigResource::Topic(name.to_string()),
+            name: key.clone(),
+            value: new_value,
+        });
+    }
+    Ok(records)
+}
+
+fn existing_topic<'a>(image: &'a MetadataImage, name: &str) -> Result<&'a TopicImage, ApiError> {
+    image.topic(name).ok_or_else(|| {
+        ApiError::new(ResponseError::UnknownTopicOrPartition, format!("topic {name:?} does not exist"))
+    })
+}
+
+fn check_partition_count(count: i32) -> Result<(), ApiError> {
+    if count <= 0 || count > MAX_PARTITIONS_PER_TOPIC {
+        return Err(ApiError::new(
+            ResponseError::InvalidPartitions,
+            format!("number of partitions must be between 1 and {MAX_PARTITIONS_PER_TOPIC}, got {count}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Spreads replicas round-robin over live brokers, starting each partition one broker
+/// further on so that leaders (the first replica) are balanced too.
+fn place_replicas(image: &MetadataImage, first: i32, count: i32, rf: i16) -> Result<Vec<Vec<i32>>, ApiError> {
+    let brokers: Vec<i32> = image.live_brokers().map(|b| b.broker_id).collect();
+    if rf <= 0 || rf as usize > brokers.len() {
+        return Err(ApiError::new(
+            ResponseError::InvalidReplicationFactor,
+            format!("replication factor {rf} is invalid with {} available broker(s)", brokers.len()),
+        ));
+    }
+    Ok((first..first + count)
+        .map(|p| (0..rf as usize).map(|r| brokers[(p as usize + r) % brokers.len()]).collect())
+        .collect())
+}
+
+fn validate_assignments(
+    image: &MetadataImage,
+    assignments: &[Vec<i32>],
+    expected_rf: Option<usize>,
+) -> Result<Vec<Vec<i32>>, ApiError> {
+    let bad = |msg: String| ApiError::new(ResponseError::InvalidReplicaAssignment, msg);
+    check_partition_count(assignments.len() as i32)?;
+    for replicas in assignments {
+        if replicas.is_empty() {
+            return Err(bad("a partition's replica list is empty".to_string()));
+        }
+        if expected_rf.is_some_and(|rf| rf != replicas.len()) {
+            return Err(bad(format!("replica list {replicas:?} does not match the topic's replication factor")));
+        }
+        let mut seen = replicas.clone();
+        seen.sort_unstable();
+        seen.dedup();
+        if seen.len() != replicas.len() {
+            return Err(bad(format!("replica list {replicas:?} names a broker twice")));
+        }
+        if let Some(unknown) = replicas.iter().find(|id| !image.brokers.contains_key(id)) {
+            return Err(bad(format!("broker {unknown} in replica list {replicas:?} is not registered")));
+        }
+    }
+    Ok(assignments.to_vec())
+}
+
+fn partition_records(topic_id: Uuid, first: i32, assignments: Vec<Vec<i32>>) -> impl Iterator<Item = MetadataRecord> {
+    assignments.into_iter().enumerate().map(move |(i, replicas)| MetadataRecord::Partition {
+        topic_id,
+        partition: first + i as i32,
+        leader: replicas[0],
+        isr: replicas.clone(),
+        replicas,
+        leader_epoch: 0,
+        partition_epoch: 0,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metadata::records::Endpoint;
+
+    fn image_with_brokers(ids: &[i32]) -> MetadataImage {
+        let mut image = MetadataImage::new("test".into());
+        for id in ids {
+            image.apply(&MetadataRecord::RegisterBroker {
+                broker_id: *id,
+                incarnation_id: Uuid::nil(),
+                endpoints: vec![Endpoint { host: "127.0.0.1".into(), port: 9092 + id }],
+                rack: None,
+            });
+        }
+        image
+    }
+
+    fn new_topic(name: &str, partitions: i32, rf: i16) -> NewTopic {
+        NewTopic {
+            name: name.into(),
+            num_partitions: partitions,
+            replication_factor: rf,
+            assignments: None,
+            configs: BTreeMap::new(),
+        }
+    }
+
+    fn apply_all(image: &mut MetadataImage, records: &[MetadataRecord]) {
+        records.iter().for_each(|r| image.apply(r));
+    }
+
+    #[test]
+    fn topic_names_follow_kafka_rules() {
+        assert!(validate_topic_name("orders.v1_2-x").is_ok());
+        for bad in ["", ".", "..", "bad topic", "ümlaut", &"x".repeat(250)] {
+            assert_eq!(validate_topic_name(bad).unwrap_err().error, ResponseError::InvalidTopicException);
+        }
+    }
+
+    #[test]
+    fn leaders_are_spread_over_brokers() {
+        let mut image = image_with_brokers(&[1, 2, 3]);
+        let records = create_topic(&image, &new_topic("t", 6, 3), Uuid::from_u128(7)).unwrap();
+        apply_all(&mut image, &records);
+        let topic = image.topic("t").unwrap();
+        let mut leaders: Vec<i32> = topic.partitions.iter().map(|p| p.leader).collect();
+        leaders.sort();
+        assert_eq!(leaders, vec![1, 1, 2, 2, 3, 3]);
+        assert!(topic.partitions.iter().all(|p| p.replicas.len() == 3 && p.isr == p.replicas));
+    }
+
+    #[test]
+    fn too_high_replication_factor_and_duplicates_are_refused() {
+        let mut image = image_with_brokers(&[1]);
+        let err = create_topic(&image, &new_topic("t", 1, 3), Uuid::from_u128(1)).unwrap_err();
+        assert_eq!(err.error, ResponseError::InvalidReplicationFactor);
+        apply_all(&mut image, &create_topic(&image, &new_topic("t", 1, 1), Uuid::from_u128(1)).unwrap());
+        let err = create_topic(&image, &new_topic("t", 1, 1), Uuid::from_u128(2)).unwrap_err();
+        assert_eq!(err.error, ResponseError::TopicAlreadyExists);
+        let err = create_topic(&image, &new_topic("u", 0, 1), Uuid::from_u128(3)).unwrap_err();
+        assert_eq!(err.error, ResponseError::InvalidPartitions);
+    }
+
+    #[test]
+    fn invalid_configs_are_refused_at_creation() {
+        let image = image_with_brokers(&[1]);
+        let mut topic = new_topic("t", 1, 1);
+        topic.configs.insert("retention.ms".into(), "forever".into());
+        assert_eq!(create_topic(&image, &topic, Uuid::from_u128(1)).unwrap_err().error, ResponseError::InvalidConfig);
+    }
+
+    #[test]
+    fn partitions_only_grow() {
+        let mut image = image_with_brokers(&[1]);
+        apply_all(&mut image, &create_topic(&image, &new_topic("t", 3, 1), Uuid::from_u128(1)).unwrap());
+        assert_eq!(create_partitions(&image, "t", 3, None).unwrap_err().error, ResponseError::InvalidPartitions);
+        let records = create_partitions(&image, "t", 6, None).unwrap();
+        apply_all(&mut image, &records);
+        assert_eq!(image.topic("t").unwrap().partitions.len(), 6);
+        assert_eq!(
+            create_partitions(&image, "nope", 6, None).unwrap_err().error,
+            ResponseError::UnknownTopicOrPartition
+        );
+    }
+
+    #[test]
+    fn incremental_alter_supports_set_delete_append_subtract() {
+        let mut image = image_with_brokers(&[1]);
+        apply_all(&mut image, &create_topic(&image, &new_topic("t", 1, 1), Uuid::from_u128(1)).unwrap());
+        let default = |_: &str| "delete".to_string();
+        let ops = vec![
+            ("retention.ms".to_string(), AlterOp::Set, Some("1000".to_string())),
+            ("cleanup.policy".to_string(), AlterOp::Append, Some("compact".to_string())),
+        ];
+        apply_all(&mut image, &alter_topic_configs(&image, "t", &ops, default).unwrap());
+        assert_eq!(image.topic("t").unwrap().configs["cleanup.policy"], "delete,compact");
+        let ops = vec![
+            ("retention.ms".to_string(), AlterOp::Delete, None),
+            ("cleanup.policy".to_string(), AlterOp::Subtract, Some("delete".to_string())),
+        ];
+        apply_all(&mut image, &alter_topic_configs(&image, "t", &ops, default).unwrap());
+        let configs = &image.topic("t").unwrap().configs;
+        assert!(!configs.contains_key("retention.ms"));
+        assert_eq!(configs["cleanup.policy"], "compact");
+        let ops = vec![("retention.ms".to_string(), AlterOp::Append, Some("1".to_string()))];
+        assert_eq!(alter_topic_configs(&image, "t", &ops, default).unwrap_err().error, ResponseError::InvalidConfig);
+    }
+}

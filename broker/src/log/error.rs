@@ -1,0 +1,69 @@
+//! Errors of the partition log and the Kafka error codes they become.
+
+use sluice_protocol::batch::BatchError;
+
+const UNKNOWN_SERVER_ERROR: i16 = -1;
+const OFFSET_OUT_OF_RANGE: i16 = 1;
+const CORRUPT_MESSAGE: i16 = 2;
+const MESSAGE_TOO_LARGE: i16 = 10;
+const RECORD_BATCH_TOO_LARGE: i16 = 18;
+const KAFKA_STORAGE_ERROR: i16 = 56;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    /// The disk failed us. Like Kafka, treat the log as offline afterwards: in-memory state may be
+    /// ahead of what reached the disk.
+    #[error(
+        "partition log I/O failed: {0}; check the data directory's disk, permissions and free \
+         space, then restart the broker to recover the log"
+    )]
+    Io(#[from] std::io::Error),
+    #[error("offset {offset} is out of range: the log holds offsets {log_start} up to {log_end} (exclusive)")]
+    OffsetOutOfRange {
+        offset: i64,
+        log_start: i64,
+        log_end: i64,
+    },
+    #[error(
+        "record batch of {batch_bytes} bytes exceeds max.message.bytes ({max}); raise the topic's \
+         max.message.bytes or lower the producer's batch.size"
+    )]
+    MessageTooLarge { batch_bytes: usize, max: u32 },
+    #[error(
+        "record batch of {batch_bytes} bytes is larger than segment.bytes ({segment_bytes}); \
+         raise the topic's segment.bytes"
+    )]
+    RecordBatchTooLarge {
+        batch_bytes: usize,
+        segment_bytes: u64,
+    },
+    #[error("invalid record batch: {0}")]
+    InvalidBatch(#[from] BatchError),
+    #[error(
+        "follower append starts at offset {first_offset} but the log end offset is {log_end}; \
+         the replica must truncate or catch up first"
+    )]
+    UnexpectedAppendOffset { first_offset: i64, log_end: i64 },
+    #[error(
+        "log data is corrupt: {0}; restart the broker to recover the log, or delete the \
+         partition directory and let it re-replicate"
+    )]
+    Corrupt(String),
+}
+
+impl LogError {
+    /// The Kafka error code for a client: storage failures are `KAFKA_STORAGE_ERROR`, batch
+    /// problems keep their own code (`CORRUPT_MESSAGE` or `UNSUPPORTED_FOR_MESSAGE_FORMAT`).
+    /// `UnexpectedAppendOffset` only happens on the replication path and is never sent to a client.
+    pub fn kafka_error_code(&self) -> i16 {
+        match self {
+            LogError::Io(_) => KAFKA_STORAGE_ERROR,
+            LogError::OffsetOutOfRange { .. } => OFFSET_OUT_OF_RANGE,
+            LogError::MessageTooLarge { .. } => MESSAGE_TOO_LARGE,
+            LogError::RecordBatchTooLarge { .. } => RECORD_BATCH_TOO_LARGE,
+            LogError::InvalidBatch(e) => e.kafka_error_code(),
+            LogError::UnexpectedAppendOffset { .. } => UNKNOWN_SERVER_ERROR,
+            LogError::Corrupt(_) => CORRUPT_MESSAGE,
+        }
+    }
+}

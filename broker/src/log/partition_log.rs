@@ -1,0 +1,752 @@
+//! `PartitionLog` (Kafka's `UnifiedLog`): the segments of one partition, with the log start
+//! offset, the log end offset, rolling, retention, flushing and crash recovery.
+
+use std::collections::VecDeque;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use sluice_protocol::batch::{self, BatchError, BatchHeader, BatchIter, BatchesInfo, NO_TIMESTAMP};
+
+use super::index::remove_if_exists;
+use super::segment::{
+    segment_file_name, LogSegment, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
+};
+use super::{LogConfig, LogError};
+
+/// Written by [`PartitionLog::close`]; its presence at open means the tail needs no scan.
+pub const CLEAN_SHUTDOWN_FILE: &str = ".clean_shutdown";
+
+/// What an append did, for the produce response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    /// The broker time stamped on the batches, -1 under CreateTime.
+    pub log_append_time_ms: i64,
+    pub log_start_offset: i64,
+    /// Largest batch timestamp appended and the last offset of its batch.
+    pub max_timestamp: i64,
+    pub offset_of_max_timestamp: i64,
+}
+
+/// Stored batches for a fetch, in one buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadResult {
+    /// Whole batches, exactly as stored; empty when nothing qualified.
+    pub records: Bytes,
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+}
+
+/// One partition's log: a directory `<topic>-<partition>/` of segments. Appends go to the last
+/// (active) segment; older segments are sealed and only read or deleted.
+///
+/// Reads take `&self` and use positional I/O only, so callers may serve concurrent fetches under
+/// a read lock while appends take the write lock.
+#[derive(Debug)]
+pub struct PartitionLog {
+    dir: PathBuf,
+    /// `<topic>-<partition>`, for the operator's log lines.
+    name: String,
+    config: LogConfig,
+    /// Sealed segments, oldest first.
+    inactive: VecDeque<LogSegment>,
+    active: LogSegment,
+    log_start_offset: i64,
+    log_end_offset: i64,
+    unflushed_records: u64,
+    last_flush_ms: i64,
+    /// Latest broker clock reading passed in, for segments created by calls that take no clock.
+    clock_ms: i64,
+}
+
+impl PartitionLog {
+    /// Opens or creates the log in `dir`. Without the clean-shutdown marker, the active segment
+    /// is recovered: every batch is validated and the file truncated at the first torn or invalid
+    /// one. Sealed segments were fsynced when rolled; their indexes are sanity-checked and
+    /// rebuilt if damaged.
+    pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<PartitionLog, LogError> {
+        fs::create_dir_all(dir)?;
+        let name = dir.file_name().map_or_else(
+            || dir.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        let marker = dir.join(CLEAN_SHUTDOWN_FILE);
+        let clean_shutdown = marker.exists();
+
+        let base_offsets = list_segments(dir)?;
+        let mut inactive = VecDeque::with_capacity(base_offsets.len());
+        let active = match base_offsets.split_last() {
+            None => LogSegment::create(dir, 0, now_ms)?,
+            Some((&last, older)) => {
+                for &base_offset in older {
+                    inactive.push_back(LogSegment::open(dir, base_offset, false, now_ms)?);
+                }
+                LogSegment::open(dir, last, true, now_ms)?
+            }
+        };
+        let log_start_offset = inactive.front().unwrap_or(&active).base_offset();
+        let mut log = PartitionLog {
+            dir: dir.to_path_buf(),
+            name,
+            config,
+            inactive,
+            active,
+            log_start_offset,
+            log_end_offset: log_start_offset,
+            unflushed_records: 0,
+            last_flush_ms: now_ms,
+            clock_ms: now_ms,
+        };
+        log.check_sealed_segments()?;
+        log.log_end_offset = log.load_active_segment(clean_shutdown)?;
+
+        // From here on a crash is unclean: the marker must be gone from disk before any append.
+        remove_if_exists(&marker)?;
+        sync_dir(dir)?;
+        Ok(log)
+    }
+
+    /// Appends a produce request's batches (validated by `validate_batches`), keeping the leader
+    /// epoch the producer wrote. See [`PartitionLog::append_as_leader`].
+    pub fn append(&mut self, records: &mut [u8], now_ms: i64) -> Result<AppendInfo, LogError> {
+        self.append_stamped(records, None, now_ms)
+    }
+
+    /// Kafka's `appendAsLeader`: assigns offsets from the log end offset by patching each batch's
+    /// base offset, stamps `leader_epoch`, applies LogAppendTime if configured, rolls if needed,
+    /// and writes the bytes as received. Each batch must fit `max.message.bytes`.
+    pub fn append_as_leader(
+        &mut self,
+        records: &mut [u8],
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
+        self.append_stamped(records, Some(leader_epoch), now_ms)
+    }
+
+    /// Kafka's `appendAsFollower`: batches that already carry offsets, from the leader. Validates
+    /// them fully (they crossed the network), and requires them to continue the log: the first
+    /// offset must not be below the log end offset (gaps are legal, as after compaction) and
+    /// offsets must increase.
+    pub fn append_as_follower(
+        &mut self,
+        records: &[u8],
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
+        self.clock_ms = now_ms;
+        let info = batch::validate_batches(records)?;
+        let append = self.check_follower_offsets(records)?;
+        let records_len = records.len() as u64;
+        self.maybe_roll_for(
+            records_len,
+            append.base_offset,
+            append.last_offset,
+            append.max_timestamp,
+            now_ms,
+        )?;
+        self.active
+            .append(records, self.config.index_interval_bytes)?;
+        self.log_end_offset = append.last_offset + 1;
+        self.maybe_flush_after(info.record_count, now_ms)?;
+        Ok(append)
+    }
+
+    /// Reads stored batches from the one holding `offset` (a fetch offset inside a batch gets
+    /// the whole batch), continuing across segments, up to `max_bytes` of whole batches and
+    /// never a batch whose base offset is `max_offset` (the high watermark) or beyond. The first
+    /// batch is returned whole even when larger than `max_bytes` if `min_one_message`, as Kafka
+    /// does so that a consumer can always make progress.
+    pub fn read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+        min_one_message: bool,
+    ) -> Result<ReadResult, LogError> {
+        if offset < self.log_start_offset || offset > self.log_end_offset {
+            return Err(self.out_of_range(offset));
+        }
+        let mut records = Vec::new();
+        if offset < self.log_end_offset {
+            self.read_into(
+                offset,
+                max_bytes as u64,
+                max_offset,
+                min_one_message,
+                &mut records,
+            )?;
+        }
+        Ok(ReadResult {
+            records: Bytes::from(records),
+            log_start_offset: self.log_start_offset,
+            log_end_offset: self.log_end_offset,
+        })
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start_offset
+    }
+
+    pub fn log_end_offset(&self) -> i64 {
+        self.log_end_offset
+    }
+
+    /// ListOffsets by timestamp: the first batch whose max timestamp is at least `timestamp`, as
+    /// (its base offset, its max timestamp). Records are not decoded, so the offset is that of
+    /// the batch's first record: a consumer seeking there may see a few older records, never
+    /// miss a newer one.
+    pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<(i64, i64)>, LogError> {
+        for segment in self.segments() {
+            if let Some(found) = segment.find_offset_by_timestamp(timestamp)? {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
+    }
+
+    /// ListOffsets MAX_TIMESTAMP (-3): (offset, timestamp) of the largest timestamp in the log,
+    /// the offset being the last offset of its batch (Kafka's shallow answer); the earliest such
+    /// batch on ties.
+    pub fn max_timestamp_offset(&self) -> Option<(i64, i64)> {
+        let mut best: Option<(i64, i64)> = None;
+        for max in self.segments().filter_map(LogSegment::max_timestamp) {
+            if best.is_none_or(|(_, timestamp)| max.timestamp > timestamp) {
+                best = Some((max.offset, max.timestamp));
+            }
+        }
+        best
+    }
+
+    /// Retention: deletes the oldest sealed segments whose newest timestamp is older than
+    /// `retention.ms`, then more while the log exceeds `retention.bytes`, and advances the log
+    /// start offset. The active segment is never deleted. Returns how many segments went.
+    pub fn delete_retained_segments(&mut self, now_ms: i64) -> Result<usize, LogError> {
+        let mut deleted = 0;
+        if self.config.retention_ms >= 0 {
+            while let Some(oldest) = self.inactive.front() {
+                if now_ms.saturating_sub(oldest.largest_timestamp_ms()?) <= self.config.retention_ms
+                {
+                    break;
+                }
+                self.delete_oldest_segment()?;
+                deleted += 1;
+            }
+        }
+        if self.config.retention_bytes >= 0 {
+            let mut excess = self.size_bytes() as i64 - self.config.retention_bytes;
+            while let Some(oldest) = self.inactive.front() {
+                let size = oldest.size_bytes() as i64;
+                if excess < size {
+                    break;
+                }
+                excess -= size;
+                self.delete_oldest_segment()?;
+                deleted += 1;
+            }
+        }
+        if deleted > 0 {
+            tracing::info!(
+                partition = %self.name,
+                deleted_segments = deleted,
+                log_start_offset = self.log_start_offset,
+                "deleted segments past retention"
+            );
+        }
+        Ok(deleted)
+    }
+
+    /// Rolls the active segment once it is older than `segment.ms`, even without appends, so
+    /// retention can delete idle data.
+    pub fn maybe_roll(&mut self, now_ms: i64) -> Result<(), LogError> {
+        self.clock_ms = now_ms;
+        let active = &self.active;
+        if !active.is_empty()
+            && active.time_waited_for_roll_ms(now_ms, now_ms) > self.config.segment_ms
+        {
+            self.roll(self.log_end_offset, now_ms)?;
+        }
+        Ok(())
+    }
+
+    /// `flush.ms`: fsyncs when the last fsync is older than the interval. For the periodic task.
+    pub fn maybe_flush(&mut self, now_ms: i64) -> Result<(), LogError> {
+        if now_ms.saturating_sub(self.last_flush_ms) >= self.config.flush_interval_ms {
+            self.last_flush_ms = now_ms;
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// fsyncs the active segment and its indexes (sealed segments were fsynced when rolled).
+    pub fn flush(&mut self) -> Result<(), LogError> {
+        self.active.flush()?;
+        self.unflushed_records = 0;
+        Ok(())
+    }
+
+    /// Drops the batch holding `offset` and everything after it (replica truncation). If
+    /// `offset` falls inside a batch the whole batch goes, so the log end offset becomes that
+    /// batch's base offset. At or below the log start offset, the log restarts empty at `offset`.
+    pub fn truncate_to(&mut self, offset: i64) -> Result<(), LogError> {
+        if offset >= self.log_end_offset {
+            return Ok(());
+        }
+        if offset <= self.log_start_offset {
+            return self.truncate_fully_and_start_at(offset);
+        }
+        while self.active.base_offset() >= offset {
+            let Some(previous) = self.inactive.pop_back() else {
+                break;
+            };
+            std::mem::replace(&mut self.active, previous).delete()?;
+            self.active.on_become_active()?;
+        }
+        let (truncated_bytes, next_offset) = self.active.truncate_to(offset)?;
+        tracing::info!(partition = %self.name, offset, truncated_bytes, "truncated log");
+        self.log_end_offset = next_offset;
+        debug_assert!(
+            self.log_end_offset <= offset && self.log_end_offset >= self.log_start_offset
+        );
+        Ok(())
+    }
+
+    /// New settings take effect from the next append, roll or retention pass.
+    pub fn update_config(&mut self, config: LogConfig) {
+        self.config = config;
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    /// Clean shutdown: seals the active segment's time index, fsyncs, and writes the marker that
+    /// lets the next open skip recovery.
+    pub fn close(mut self) -> Result<(), LogError> {
+        self.active.append_final_time_index_entry()?;
+        self.flush()?;
+        let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);
+        fs::File::create(&marker)?.sync_all()?;
+        sync_dir(&self.dir)?;
+        Ok(())
+    }
+
+    /// Removes the partition directory (topic deletion).
+    pub fn delete(self) -> Result<(), LogError> {
+        let dir = self.dir.clone();
+        drop(self);
+        fs::remove_dir_all(&dir)?;
+        Ok(())
+    }
+
+    /// Bytes stored in all segments.
+    pub fn size_bytes(&self) -> u64 {
+        self.segments().map(LogSegment::size_bytes).sum()
+    }
+
+    pub fn segment_count(&self) -> usize {
+        self.inactive.len() + 1
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn append_stamped(
+        &mut self,
+        records: &mut [u8],
+        leader_epoch: Option<i32>,
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
+        self.clock_ms = now_ms;
+        let info = self.check_leader_append(records)?;
+        let first_offset = self.log_end_offset;
+        let last_offset = first_offset + info.record_count - 1;
+        debug_assert!(
+            last_offset >= first_offset,
+            "every v2 batch spans at least one offset"
+        );
+        let log_append_time_ms = if self.config.message_timestamp_log_append {
+            now_ms
+        } else {
+            NO_TIMESTAMP
+        };
+        let max_timestamp = if log_append_time_ms == NO_TIMESTAMP {
+            info.max_timestamp
+        } else {
+            now_ms
+        };
+        self.maybe_roll_for(
+            records.len() as u64,
+            first_offset,
+            last_offset,
+            max_timestamp,
+            now_ms,
+        )?;
+        stamp_batches(records, first_offset, leader_epoch, log_append_time_ms)?;
+        self.active
+            .append(records, self.config.index_interval_bytes)?;
+        self.log_end_offset = last_offset + 1;
+        self.maybe_flush_after(info.record_count, now_ms)?;
+        // Under LogAppendTime every batch has the max timestamp: the first one holds it.
+        let offset_of_max_timestamp = match log_append_time_ms {
+            NO_TIMESTAMP => first_offset + info.offset_delta_of_max_timestamp,
+            _ => BatchHeader::parse(records)?.last_offset(),
+        };
+        Ok(AppendInfo {
+            base_offset: first_offset,
+            last_offset,
+            log_append_time_ms,
+            log_start_offset: self.log_start_offset,
+            max_timestamp,
+            offset_of_max_timestamp,
+        })
+    }
+
+    /// The header checks an append needs without a second CRC pass: whole batches, sane fields,
+    /// each batch within `max.message.bytes` and `segment.bytes` (Kafka checks per batch).
+    fn check_leader_append(&self, records: &[u8]) -> Result<BatchesInfo, LogError> {
+        let info = batch::inspect_batches(records)?;
+        let batch_bytes = info.max_batch_bytes;
+        if batch_bytes > self.config.max_message_bytes as usize {
+            return Err(LogError::MessageTooLarge {
+                batch_bytes,
+                max: self.config.max_message_bytes,
+            });
+        }
+        let segment_bytes = self.config.effective_segment_bytes();
+        if batch_bytes as u64 > segment_bytes {
+            return Err(LogError::RecordBatchTooLarge {
+                batch_bytes,
+                segment_bytes,
+            });
+        }
+        Ok(info)
+    }
+
+    /// Checks that a follower append continues the log with increasing offsets, and describes it.
+    fn check_follower_offsets(&self, records: &[u8]) -> Result<AppendInfo, LogError> {
+        let mut batches = BatchIter::new(records);
+        let Some((first, _)) = batches.next() else {
+            return Err(BatchError::NoBatches.into());
+        };
+        if first.base_offset < self.log_end_offset {
+            return Err(LogError::UnexpectedAppendOffset {
+                first_offset: first.base_offset,
+                log_end: self.log_end_offset,
+            });
+        }
+        // Keeps `last_offset + 1` (the next log end offset) from overflowing on hostile input.
+        let too_large = |header: &BatchHeader| header.last_offset() == i64::MAX;
+        if too_large(&first) {
+            return Err(LogError::Corrupt(format!(
+                "follower append reaches offset {}",
+                i64::MAX
+            )));
+        }
+        let mut append = AppendInfo {
+            base_offset: first.base_offset,
+            last_offset: first.last_offset(),
+            log_append_time_ms: NO_TIMESTAMP,
+            log_start_offset: self.log_start_offset,
+            max_timestamp: first.max_timestamp,
+            offset_of_max_timestamp: first.last_offset(),
+        };
+        for (header, _) in batches {
+            if header.base_offset <= append.last_offset || too_large(&header) {
+                return Err(LogError::Corrupt(format!(
+                    "follower append has batch base offset {} after offset {}",
+                    header.base_offset, append.last_offset
+                )));
+            }
+            if header.max_timestamp > append.max_timestamp {
+                append.max_timestamp = header.max_timestamp;
+                append.offset_of_max_timestamp = header.last_offset();
+            }
+            append.last_offset = header.last_offset();
+        }
+        Ok(append)
+    }
+
+    /// Kafka's `maybeRoll`: a new segment when this append would push the active one past
+    /// `segment.bytes`, when it is older than `segment.ms`, or when the offsets would not fit the
+    /// indexes' relative u32 offsets.
+    fn maybe_roll_for(
+        &mut self,
+        append_bytes: u64,
+        first_offset: i64,
+        last_offset: i64,
+        max_timestamp_ms: i64,
+        now_ms: i64,
+    ) -> Result<(), LogError> {
+        let active = &self.active;
+        let offsets_overflow = last_offset - active.base_offset() > i64::from(i32::MAX);
+        let full = active.size_bytes() + append_bytes > self.config.effective_segment_bytes();
+        let old = active.time_waited_for_roll_ms(now_ms, max_timestamp_ms) > self.config.segment_ms;
+        if offsets_overflow || (!active.is_empty() && (full || old)) {
+            self.roll(first_offset, now_ms)?;
+        }
+        Ok(())
+    }
+
+    /// Seals the active segment (fsynced before its successor exists, so recovery after a crash
+    /// only ever needs to scan the last segment) and starts a new one at `base_offset`. An empty
+    /// active segment is replaced instead.
+    fn roll(&mut self, base_offset: i64, now_ms: i64) -> Result<(), LogError> {
+        if self.active.is_empty() && self.active.base_offset() == base_offset {
+            return Ok(());
+        }
+        if !self.active.is_empty() {
+            self.active.on_become_inactive()?;
+        }
+        let new_segment = LogSegment::create(&self.dir, base_offset, now_ms)?;
+        sync_dir(&self.dir)?;
+        let previous = std::mem::replace(&mut self.active, new_segment);
+        if previous.is_empty() {
+            previous.delete()?;
+            if self.inactive.is_empty() {
+                self.log_start_offset = base_offset;
+            }
+        } else {
+            self.inactive.push_back(previous);
+        }
+        tracing::info!(partition = %self.name, base_offset, "rolled new log segment");
+        Ok(())
+    }
+
+    fn maybe_flush_after(&mut self, records: i64, now_ms: i64) -> Result<(), LogError> {
+        self.unflushed_records = self.unflushed_records.saturating_add(records.max(0) as u64);
+        if self.unflushed_records >= self.config.flush_interval_messages {
+            self.last_flush_ms = now_ms;
+            return self.flush();
+        }
+        self.maybe_flush(now_ms)
+    }
+
+    fn read_into(
+        &self,
+        offset: i64,
+        max_bytes: u64,
+        max_offset: i64,
+        min_one_message: bool,
+        out: &mut Vec<u8>,
+    ) -> Result<(), LogError> {
+        let Some((segment_index, first, position)) = self.find_batch(offset)? else {
+            return Ok(());
+        };
+        let first_len = first.total_len() as u64;
+        if first.base_offset >= max_offset || (first_len > max_bytes && !min_one_message) {
+            return Ok(());
+        }
+        let budget = max_bytes.max(first_len);
+        out.reserve_exact(budget.min(self.bytes_from(segment_index, position)) as usize);
+        let mut position = position;
+        for segment in self.segments_from(segment_index) {
+            let want = (budget - out.len() as u64).min(segment.size_bytes() - position);
+            let start = out.len();
+            segment.read_into(position, want, out)?;
+            let complete = complete_batches_below(&out[start..], max_offset);
+            out.truncate(start + complete);
+            let consumed_segment =
+                complete as u64 == want && position + want == segment.size_bytes();
+            if !consumed_segment || out.len() as u64 >= budget {
+                break;
+            }
+            position = 0;
+        }
+        Ok(())
+    }
+
+    /// The segment (by index in oldest-first order) and position of the batch holding `offset`.
+    fn find_batch(&self, offset: i64) -> Result<Option<(usize, BatchHeader, u64)>, LogError> {
+        let first = self.floor_segment_index(offset);
+        for (i, segment) in self.segments_from(first).enumerate() {
+            if let Some((header, position)) = segment.translate_offset(offset)? {
+                return Ok(Some((first + i, header, position)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Index of the last segment whose base offset is at most `offset` (0 if none is).
+    fn floor_segment_index(&self, offset: i64) -> usize {
+        let sealed_at_or_below = self.inactive.partition_point(|s| s.base_offset() <= offset);
+        if sealed_at_or_below == self.inactive.len() && self.active.base_offset() <= offset {
+            return self.inactive.len();
+        }
+        sealed_at_or_below.saturating_sub(1)
+    }
+
+    fn bytes_from(&self, segment_index: usize, position: u64) -> u64 {
+        let total: u64 = self
+            .segments_from(segment_index)
+            .map(LogSegment::size_bytes)
+            .sum();
+        total.saturating_sub(position)
+    }
+
+    fn segments(&self) -> impl Iterator<Item = &LogSegment> {
+        self.segments_from(0)
+    }
+
+    fn segments_from(&self, index: usize) -> impl Iterator<Item = &LogSegment> {
+        let sealed = self.inactive.range(index.min(self.inactive.len())..);
+        sealed.chain(std::iter::once(&self.active))
+    }
+
+    fn delete_oldest_segment(&mut self) -> Result<(), LogError> {
+        if let Some(oldest) = self.inactive.pop_front() {
+            self.log_start_offset = self.inactive.front().unwrap_or(&self.active).base_offset();
+            oldest.delete()?;
+        }
+        Ok(())
+    }
+
+    fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LogError> {
+        let new_segment = LogSegment::create(&self.dir, offset, self.clock_ms)?;
+        let old_active = std::mem::replace(&mut self.active, new_segment);
+        if old_active.base_offset() != offset {
+            old_active.delete()?;
+        }
+        for segment in self.inactive.drain(..) {
+            if segment.base_offset() != offset {
+                segment.delete()?;
+            }
+        }
+        sync_dir(&self.dir)?;
+        self.log_start_offset = offset;
+        self.log_end_offset = offset;
+        tracing::info!(partition = %self.name, offset, "truncated log fully");
+        Ok(())
+    }
+
+    /// Rebuilds indexes of sealed segments that fail the sanity check.
+    fn check_sealed_segments(&mut self) -> Result<(), LogError> {
+        let interval = self.config.index_interval_bytes;
+        for segment in self.inactive.iter_mut().filter(|s| !s.is_sane()) {
+            let outcome = segment.recover(interval)?;
+            segment.on_become_inactive()?;
+            tracing::warn!(
+                partition = %self.name,
+                segment_base_offset = segment.base_offset(),
+                truncated_bytes = outcome.truncated_bytes,
+                reason = outcome.reason.as_deref().unwrap_or("damaged index"),
+                "rebuilt indexes of a sealed log segment"
+            );
+        }
+        Ok(())
+    }
+
+    /// Finds the log end offset: a header scan of the tail after a clean shutdown, full recovery
+    /// of the active segment otherwise (or when the quick path finds damage).
+    fn load_active_segment(&mut self, clean_shutdown: bool) -> Result<i64, LogError> {
+        if clean_shutdown && self.active.is_sane() {
+            match self.active.load_tail() {
+                Ok(next_offset) => return Ok(next_offset),
+                Err(LogError::Corrupt(e)) => {
+                    tracing::warn!(partition = %self.name, error = %e, "damaged log tail despite clean shutdown")
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let outcome = self.active.recover(self.config.index_interval_bytes)?;
+        if outcome.truncated_bytes > 0 {
+            tracing::warn!(
+                partition = %self.name,
+                offset = outcome.next_offset,
+                truncated_bytes = outcome.truncated_bytes,
+                segment_base_offset = self.active.base_offset(),
+                reason = outcome.reason.as_deref().unwrap_or("unknown"),
+                "recovered partition log after an unclean shutdown: truncated a torn or invalid tail at this offset"
+            );
+        }
+        Ok(outcome.next_offset)
+    }
+
+    fn out_of_range(&self, offset: i64) -> LogError {
+        LogError::OffsetOutOfRange {
+            offset,
+            log_start: self.log_start_offset,
+            log_end: self.log_end_offset,
+        }
+    }
+}
+
+/// Patches each batch in place: consecutive offsets from `first_offset`, the leader epoch if
+/// given, LogAppendTime if `log_append_time_ms` is set. Only LogAppendTime rewrites the CRC.
+fn stamp_batches(
+    records: &mut [u8],
+    first_offset: i64,
+    leader_epoch: Option<i32>,
+    log_append_time_ms: i64,
+) -> Result<(), BatchError> {
+    let mut next_offset = first_offset;
+    let mut rest = records;
+    while !rest.is_empty() {
+        let header = BatchHeader::parse(rest)?;
+        let len = header.total_len().min(rest.len());
+        let (batch, tail) = rest.split_at_mut(len);
+        batch::set_base_offset(batch, next_offset)?;
+        if let Some(epoch) = leader_epoch {
+            batch::set_partition_leader_epoch(batch, epoch)?;
+        }
+        if log_append_time_ms != NO_TIMESTAMP {
+            batch::set_log_append_time(batch, log_append_time_ms)?;
+        }
+        next_offset += header.offset_count();
+        rest = tail;
+    }
+    Ok(())
+}
+
+/// Length of the leading whole batches of `buf` whose base offset is below `max_offset`.
+fn complete_batches_below(buf: &[u8], max_offset: i64) -> usize {
+    BatchIter::new(buf)
+        .take_while(|(header, _)| header.base_offset < max_offset)
+        .last()
+        .map_or(0, |(_, range)| range.end)
+}
+
+/// Base offsets of the segments in `dir`, ascending. Index files without a `.log` are leftovers
+/// of an interrupted deletion and are removed, as Kafka does.
+fn list_segments(dir: &Path) -> Result<Vec<i64>, LogError> {
+    let mut log_bases = Vec::new();
+    let mut index_files = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let file_name = entry.file_name();
+        let Some(name) = file_name.to_str() else {
+            continue;
+        };
+        if let Some(base) = parse_segment_file_name(name, LOG_FILE_SUFFIX) {
+            log_bases.push(base);
+        } else if let Some(base) = parse_segment_file_name(name, INDEX_FILE_SUFFIX)
+            .or_else(|| parse_segment_file_name(name, TIME_INDEX_FILE_SUFFIX))
+        {
+            index_files.push((base, entry.path()));
+        }
+    }
+    log_bases.sort_unstable();
+    for (base, path) in index_files {
+        if log_bases.binary_search(&base).is_err() {
+            remove_if_exists(&path)?;
+        }
+    }
+    Ok(log_bases)
+}
+
+fn parse_segment_file_name(name: &str, suffix: &str) -> Option<i64> {
+    let stem = name.strip_suffix(suffix)?;
+    if stem.len() != 20 || !stem.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let base = stem.parse().ok()?;
+    (segment_file_name(base, suffix) == name).then_some(base)
+}
+
+/// Makes file creations and deletions in `dir` durable.
+fn sync_dir(dir: &Path) -> Result<(), LogError> {
+    fs::File::open(dir)?.sync_all()?;
+    Ok(())
+}

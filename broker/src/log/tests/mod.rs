@@ -1,0 +1,64 @@
+//! Tests of the partition log on real files.
+
+mod append_read;
+mod recovery;
+mod retention;
+mod timestamps;
+
+use std::path::{Path, PathBuf};
+
+use sluice_protocol::batch::test_support::encode_simple_batch;
+use sluice_protocol::batch::{BatchHeader, BatchIter};
+
+use super::{LogConfig, PartitionLog};
+
+/// A clock far from zero, so timestamp arithmetic looks like production.
+const T0: i64 = 1_700_000_000_000;
+
+fn partition_dir(root: &Path) -> PathBuf {
+    root.join("orders-0")
+}
+
+fn open(root: &Path, config: LogConfig) -> PartitionLog {
+    PartitionLog::open(&partition_dir(root), config, T0).unwrap()
+}
+
+/// Appends a batch of `records` records with `value_len`-byte values timestamped from `ts`.
+/// Returns its base offset.
+fn append(log: &mut PartitionLog, records: usize, value_len: usize, ts: i64) -> i64 {
+    let mut batch = encode_simple_batch(records, value_len, ts);
+    log.append(&mut batch, ts).unwrap().base_offset
+}
+
+/// (base offset, last offset) of every batch in a read.
+fn batch_offsets(bytes: &[u8]) -> Vec<(i64, i64)> {
+    let mut iter = BatchIter::new(bytes);
+    let offsets = iter
+        .by_ref()
+        .map(|(h, _)| (h.base_offset, h.last_offset()))
+        .collect();
+    assert!(iter.at_end(), "read returned a partial batch");
+    offsets
+}
+
+fn first_header(bytes: &[u8]) -> BatchHeader {
+    BatchHeader::parse(bytes).unwrap()
+}
+
+/// Names of the files in the partition directory, sorted.
+fn files(root: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(partition_dir(root))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+fn small_segments() -> LogConfig {
+    LogConfig {
+        segment_bytes: 1_000,
+        index_interval_bytes: 100,
+        ..LogConfig::default()
+    }
+}

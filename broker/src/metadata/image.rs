@@ -1,0 +1,196 @@
+//! The applied metadata: brokers, topics, partitions and configs as of the last record.
+//! Brokers serve Metadata from it and react to its changes; it is rebuilt by replaying
+//! the metadata log, so applying must be deterministic.
+
+use std::collections::{BTreeMap, HashMap};
+
+use uuid::Uuid;
+
+use super::records::{ConfigResource, Endpoint, MetadataRecord};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerRegistration {
+    pub broker_id: i32,
+    pub incarnation_id: Uuid,
+    pub endpoints: Vec<Endpoint>,
+    pub rack: Option<String>,
+    pub fenced: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionRegistration {
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicImage {
+    pub name: String,
+    pub topic_id: Uuid,
+    /// Indexed by partition id; partitions are always 0..n without gaps.
+    pub partitions: Vec<PartitionRegistration>,
+    pub configs: BTreeMap<String, String>,
+}
+
+/// Cluster metadata as of `last_offset`, the number of records applied.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MetadataImage {
+    pub cluster_id: String,
+    pub last_offset: u64,
+    pub brokers: BTreeMap<i32, BrokerRegistration>,
+    pub topics: BTreeMap<String, TopicImage>,
+    pub topic_names: HashMap<Uuid, String>,
+    pub broker_configs: BTreeMap<i32, BTreeMap<String, String>>,
+}
+
+impl MetadataImage {
+    pub fn new(cluster_id: String) -> Self {
+        MetadataImage { cluster_id, ..Default::default() }
+    }
+
+    pub fn topic(&self, name: &str) -> Option<&TopicImage> {
+        self.topics.get(name)
+    }
+
+    pub fn topic_by_id(&self, id: &Uuid) -> Option<&TopicImage> {
+        self.topic_names.get(id).and_then(|name| self.topics.get(name))
+    }
+
+    /// Brokers clients can be sent to.
+    pub fn live_brokers(&self) -> impl Iterator<Item = &BrokerRegistration> {
+        self.brokers.values().filter(|b| !b.fenced)
+    }
+
+    /// Applies one record. Records that refer to something unknown (a partition of a
+    /// deleted topic, say) are ignored: the log is the truth and replay must not fail.
+    pub fn apply(&mut self, record: &MetadataRecord) {
+        self.last_offset += 1;
+        match record {
+            MetadataRecord::RegisterBroker { broker_id, incarnation_id, endpoints, rack } => {
+                self.brokers.insert(
+                    *broker_id,
+                    BrokerRegistration {
+                        broker_id: *broker_id,
+                        incarnation_id: *incarnation_id,
+                        endpoints: endpoints.clone(),
+                        rack: rack.clone(),
+                        fenced: false,
+                    },
+                );
+            }
+            MetadataRecord::Topic { name, topic_id } => {
+                self.topic_names.insert(*topic_id, name.clone());
+                self.topics.insert(
+                    name.clone(),
+                    TopicImage {
+                        name: name.clone(),
+                        topic_id: *topic_id,
+                        partitions: Vec::new(),
+                        configs: BTreeMap::new(),
+                    },
+                );
+            }
+            MetadataRecord::Partition { topic_id, partition, replicas, isr, leader, leader_epoch, partition_epoch } => {
+                let Some(topic) = self.topic_names.get(topic_id).and_then(|n| self.topics.get_mut(n)) else {
+                    return;
+                };
+                let registration = PartitionRegistration {
+                    replicas: replicas.clone(),
+                    isr: isr.clone(),
+                    leader: *leader,
+                    leader_epoch: *leader_epoch,
+                    partition_epoch: *partition_epoch,
+                };
+                let index = *partition as usize;
+                if index < topic.partitions.len() {
+                    topic.partitions[index] = registration;
+                } else if index == topic.partitions.len() {
+                    topic.partitions.push(registration);
+                }
+            }
+            MetadataRecord::Config { resource, name, value } => {
+                let configs = match resource {
+                    ConfigResource::Topic(topic) => match self.topics.get_mut(topic) {
+                        Some(t) => &mut t.configs,
+                        None => return,
+                    },
+                    ConfigResource::Broker(id) => self.broker_configs.entry(*id).or_default(),
+                };
+                match value {
+                    Some(v) => configs.insert(name.clone(), v.clone()),
+                    None => configs.remove(name),
+                };
+            }
+            MetadataRecord::RemoveTopic { topic_id } => {
+                if let Some(name) = self.topic_names.remove(topic_id) {
+                    self.topics.remove(&name);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn topic_records(name: &str, id: Uuid, partitions: i32) -> Vec<MetadataRecord> {
+        let mut out = vec![MetadataRecord::Topic { name: name.to_string(), topic_id: id }];
+        out.extend((0..partitions).map(|p| MetadataRecord::Partition {
+            topic_id: id,
+            partition: p,
+            replicas: vec![1],
+            isr: vec![1],
+            leader: 1,
+            leader_epoch: 0,
+            partition_epoch: 0,
+        }));
+        out
+    }
+
+    #[test]
+    fn topic_partitions_and_configs_apply_in_order() {
+        let id = Uuid::new_v4();
+        let mut image = MetadataImage::new("c".into());
+        for r in topic_records("orders", id, 3) {
+            image.apply(&r);
+        }
+        image.apply(&MetadataRecord::Config {
+            resource: ConfigResource::Topic("orders".into()),
+            name: "retention.ms".into(),
+            value: Some("1000".into()),
+        });
+        let topic = image.topic("orders").unwrap();
+        assert_eq!(topic.partitions.len(), 3);
+        assert_eq!(topic.configs.get("retention.ms").map(String::as_str), Some("1000"));
+        assert_eq!(image.topic_by_id(&id).unwrap().name, "orders");
+        assert_eq!(image.last_offset, 5);
+    }
+
+    #[test]
+    fn remove_topic_forgets_it_and_later_records_for_it_are_ignored() {
+        let id = Uuid::new_v4();
+        let mut image = MetadataImage::new("c".into());
+        for r in topic_records("t", id, 1) {
+            image.apply(&r);
+        }
+        image.apply(&MetadataRecord::RemoveTopic { topic_id: id });
+        image.apply(&topic_records("t", id, 2)[1]);
+        assert!(image.topic("t").is_none());
+        assert!(image.topic_by_id(&id).is_none());
+    }
+
+    #[test]
+    fn replay_is_deterministic() {
+        let id = Uuid::new_v4();
+        let records = topic_records("a", id, 2);
+        let mut one = MetadataImage::new("c".into());
+        let mut two = MetadataImage::new("c".into());
+        records.iter().for_each(|r| one.apply(r));
+        records.iter().for_each(|r| two.apply(r));
+        assert_eq!(one, two);
+    }
+}

@@ -1,0 +1,126 @@
+//! One partition replica hosted by this broker (Kafka's `Partition`): its log plus the
+//! offsets clients are served by, and the signal that wakes long-polling fetches.
+//!
+//! The log sits behind a mutex that is never held across an await: appends and reads are
+//! short synchronous page-cache operations. The high watermark is published through a
+//! `watch` channel so a waiting fetch is woken by new data rather than by polling.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicI32, AtomicI64, Ordering};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use crate::log::{AppendInfo, LogConfig, LogError, PartitionLog};
+
+pub struct Partition {
+    pub topic: String,
+    pub topic_id: Uuid,
+    pub index: i32,
+    log: Mutex<PartitionLog>,
+    /// Offsets below this are visible to consumers. A single replica's HW is its log end.
+    high_watermark: watch::Sender<i64>,
+    log_start_offset: AtomicI64,
+    leader_epoch: AtomicI32,
+}
+
+/// What a read returned, with the offsets the fetch response reports beside it.
+pub struct ReadOutcome {
+    pub records: Bytes,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+}
+
+impl Partition {
+    pub fn open(dir: &Path, topic: &str, topic_id: Uuid, index: i32, config: LogConfig, leader_epoch: i32, now_ms: i64) -> Result<Partition, LogError> {
+        let log = PartitionLog::open(dir, config, now_ms)?;
+        let (high_watermark, _) = watch::channel(log.log_end_offset());
+        Ok(Partition {
+            topic: topic.to_string(),
+            topic_id,
+            index,
+            log_start_offset: AtomicI64::new(log.log_start_offset()),
+            log: Mutex::new(log),
+            high_watermark,
+            leader_epoch: AtomicI32::new(leader_epoch),
+        })
+    }
+
+    /// Appends validated batches as leader and advances the high watermark.
+    pub fn append_as_leader(&self, records: &mut [u8], now_ms: i64) -> Result<AppendInfo, LogError> {
+        let info = {
+            let mut log = self.log.lock();
+            let info = log.append(records, now_ms)?;
+            self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
+            info
+        };
+        self.high_watermark.send_replace(info.last_offset + 1);
+        Ok(info)
+    }
+
+    /// Reads up to `max_bytes` from `offset`, bounded by the high watermark.
+    pub fn read(&self, offset: i64, max_bytes: usize, min_one_message: bool) -> Result<ReadOutcome, LogError> {
+        let high_watermark = self.high_watermark();
+        let log = self.log.lock();
+        let result = log.read(offset, max_bytes, high_watermark, min_one_message)?;
+        Ok(ReadOutcome { records: result.records, high_watermark, log_start_offset: log.log_start_offset() })
+    }
+
+    pub fn high_watermark(&self) -> i64 {
+        *self.high_watermark.borrow()
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start_offset.load(Ordering::Acquire)
+    }
+
+    pub fn leader_epoch(&self) -> i32 {
+        self.leader_epoch.load(Ordering::Acquire)
+    }
+
+    pub fn set_leader_epoch(&self, epoch: i32) {
+        self.leader_epoch.store(epoch, Ordering::Release);
+    }
+
+    /// A receiver that changes whenever the high watermark moves (fetch long-poll wake-up).
+    pub fn watch_high_watermark(&self) -> watch::Receiver<i64> {
+        self.high_watermark.subscribe()
+    }
+
+    pub fn offset_for_timestamp(&self, timestamp_ms: i64) -> Result<Option<(i64, i64)>, LogError> {
+        self.log.lock().offset_for_timestamp(timestamp_ms)
+    }
+
+    pub fn max_timestamp_offset(&self) -> Option<(i64, i64)> {
+        self.log.lock().max_timestamp_offset()
+    }
+
+    pub fn update_config(&self, config: LogConfig) {
+        self.log.lock().update_config(config);
+    }
+
+    /// Periodic housekeeping: time-based roll and retention.
+    pub fn run_retention(&self, now_ms: i64) -> Result<usize, LogError> {
+        let mut log = self.log.lock();
+        log.maybe_roll(now_ms)?;
+        let deleted = log.delete_retained_segments(now_ms)?;
+        self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
+        Ok(deleted)
+    }
+
+    pub fn flush(&self) -> Result<(), LogError> {
+        self.log.lock().flush()
+    }
+
+    /// Consumes the partition, closing (`delete == false`) or removing its log.
+    pub fn shutdown(self, delete: bool) -> Result<(), LogError> {
+        let log = self.log.into_inner();
+        if delete {
+            log.delete()
+        } else {
+            log.close()
+        }
+    }
+}

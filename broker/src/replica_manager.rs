@@ -1,0 +1,168 @@
+//! The partitions this broker hosts (Kafka's `ReplicaManager`), kept in step with the
+//! metadata image: logs are opened for new assignments, reconfigured on config changes and
+//! removed when their topic is deleted.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use uuid::Uuid;
+
+use crate::config::BrokerConfig;
+use crate::log::LogError;
+use crate::metadata::image::MetadataImage;
+use crate::metadata::METADATA_LOG_DIR;
+use crate::partition::Partition;
+use crate::topic_config;
+
+type PartitionKey = (Uuid, i32);
+
+pub struct ReplicaManager {
+    config: Arc<BrokerConfig>,
+    partitions: RwLock<HashMap<PartitionKey, Arc<Partition>>>,
+    /// Topic configs each hosted topic was last opened/updated with, to spot changes.
+    applied_configs: RwLock<HashMap<Uuid, std::collections::BTreeMap<String, String>>>,
+}
+
+impl ReplicaManager {
+    pub fn new(config: Arc<BrokerConfig>) -> Self {
+        ReplicaManager { config, partitions: RwLock::default(), applied_configs: RwLock::default() }
+    }
+
+    pub fn get(&self, topic_id: Uuid, index: i32) -> Option<Arc<Partition>> {
+        self.partitions.read().get(&(topic_id, index)).cloned()
+    }
+
+    pub fn all(&self) -> Vec<Arc<Partition>> {
+        self.partitions.read().values().cloned().collect()
+    }
+
+    fn partition_dir(&self, topic: &str, index: i32) -> PathBuf {
+        partition_dir(&self.config.data_dir, topic, index)
+    }
+
+    /// Brings hosted partitions in line with `image`. Errors opening one log are logged and
+    /// that partition stays offline; the others carry on.
+    pub fn reconcile(&self, image: &MetadataImage, now_ms: i64) {
+        let node = self.config.node_id;
+        let mut wanted = std::collections::HashSet::new();
+        for topic in image.topics.values() {
+            let config_changed = self.applied_configs.read().get(&topic.topic_id) != Some(&topic.configs);
+            let log_config = topic_config::log_config(&topic.configs, &self.config);
+            for (index, registration) in topic.partitions.iter().enumerate() {
+                if !registration.replicas.contains(&node) {
+                    continue;
+                }
+                let key = (topic.topic_id, index as i32);
+                wanted.insert(key);
+                if let Some(existing) = self.get(key.0, key.1) {
+                    existing.set_leader_epoch(registration.leader_epoch);
+                    if config_changed {
+                        existing.update_config(log_config.clone());
+                    }
+                    continue;
+                }
+                let dir = self.partition_dir(&topic.name, key.1);
+                match Partition::open(&dir, &topic.name, topic.topic_id, key.1, log_config.clone(), registration.leader_epoch, now_ms) {
+                    Ok(partition) => {
+                        self.partitions.write().insert(key, Arc::new(partition));
+                    }
+                    Err(e) => tracing::error!(
+                        topic = %topic.name, partition = key.1, error = %e,
+                        "failed to open the partition log; it stays offline until the disk problem is fixed and the broker restarted"
+                    ),
+                }
+            }
+            if config_changed {
+                self.applied_configs.write().insert(topic.topic_id, topic.configs.clone());
+            }
+        }
+        let removed: Vec<Arc<Partition>> = {
+            let mut partitions = self.partitions.write();
+            let gone: Vec<PartitionKey> = partitions.keys().filter(|k| !wanted.contains(k)).copied().collect();
+            gone.iter().filter_map(|k| partitions.remove(k)).collect()
+        };
+        for partition in removed {
+            self.applied_configs.write().remove(&partition.topic_id);
+            let dir = self.partition_dir(&partition.topic, partition.index);
+            tracing::info!(topic = %partition.topic, partition = partition.index, "deleting partition log");
+            let result = match Arc::try_unwrap(partition) {
+                Ok(p) => p.shutdown(true),
+                // A request still holds it: remove the files; the open handles die with it.
+                Err(_) => std::fs::remove_dir_all(&dir).map_err(LogError::from),
+            };
+            if let Err(e) = result {
+                tracing::warn!(dir = %dir.display(), error = %e, "could not delete a removed partition's directory; delete it by hand");
+            }
+        }
+    }
+
+    /// Deletes partition directories whose topic no longer exists (deleted while the broker
+    /// was down, or a crash between the metadata change and the deletion).
+    pub fn remove_orphan_dirs(&self, image: &MetadataImage) {
+        let Ok(entries) = std::fs::read_dir(&self.config.data_dir) else { return };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if !path.is_dir() {
+                continue;
+            }
+            let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
+            if name == METADATA_LOG_DIR {
+                continue;
+            }
+            let Some((topic, index)) = parse_partition_dir(name) else { continue };
+            let hosted = image
+                .topic(topic)
+                .and_then(|t| t.partitions.get(index as usize))
+                .is_some_and(|p| p.replicas.contains(&self.config.node_id));
+            if !hosted {
+                tracing::info!(dir = %path.display(), "removing the log of a partition that no longer exists");
+                if let Err(e) = std::fs::remove_dir_all(&path) {
+                    tracing::warn!(dir = %path.display(), error = %e, "could not remove an orphaned partition directory");
+                }
+            }
+        }
+    }
+
+    /// Closes every log cleanly (flush + clean-shutdown marker) so the next start skips recovery.
+    pub fn shutdown(&self) {
+        let partitions: Vec<Arc<Partition>> = self.partitions.write().drain().map(|(_, p)| p).collect();
+        for partition in partitions {
+            let (topic, index) = (partition.topic.clone(), partition.index);
+            let result = match Arc::try_unwrap(partition) {
+                Ok(p) => p.shutdown(false),
+                Err(p) => p.flush(),
+            };
+            if let Err(e) = result {
+                tracing::warn!(%topic, partition = index, error = %e, "failed to close the partition log; it will be recovered on the next start");
+            }
+        }
+    }
+}
+
+/// Splits `<topic>-<partition>` at the last dash.
+fn parse_partition_dir(name: &str) -> Option<(&str, i32)> {
+    let (topic, index) = name.rsplit_once('-')?;
+    let index: i32 = index.parse().ok()?;
+    (!topic.is_empty() && index >= 0).then_some((topic, index))
+}
+
+/// The directory a partition's log lives in, named as Kafka names it.
+pub fn partition_dir(data_dir: &Path, topic: &str, index: i32) -> PathBuf {
+    data_dir.join(format!("{topic}-{index}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_partition_dir;
+
+    #[test]
+    fn partition_dirs_split_at_the_last_dash() {
+        assert_eq!(parse_partition_dir("my-topic-12"), Some(("my-topic", 12)));
+        assert_eq!(parse_partition_dir("orders-0"), Some(("orders", 0)));
+        assert_eq!(parse_partition_dir("orders"), None);
+        assert_eq!(parse_partition_dir("-3"), None);
+        assert_eq!(parse_partition_dir("x-y"), None);
+    }
+}

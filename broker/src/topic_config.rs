@@ -1,0 +1,249 @@
+//! Topic-level configuration: the keys Kafka defines, their defaults, their broker-level
+//! synonyms (`retention.ms` ← `log.retention.ms`), validation, and resolution into the
+//! [`LogConfig`] a partition log runs with.
+//!
+//! Resolution order is Kafka's: a topic override, else the broker's `--set` value of the
+//! synonym, else the built-in default. DescribeConfigs reports which one applied.
+
+use std::collections::BTreeMap;
+
+use crate::config::BrokerConfig;
+use crate::log::LogConfig;
+
+/// Value types, with Kafka's DescribeConfigs `config_type` codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigType {
+    Boolean = 1,
+    String = 2,
+    Int = 3,
+    Short = 4,
+    Long = 5,
+    Double = 6,
+    List = 7,
+}
+
+impl ConfigType {
+    /// Checks that `value` parses as this type; the error is a phrase for a sentence.
+    pub fn validate(self, value: &str) -> Result<(), String> {
+        let ok = match self {
+            ConfigType::Boolean => matches!(value, "true" | "false"),
+            ConfigType::String | ConfigType::List => true,
+            ConfigType::Int => value.parse::<i32>().is_ok(),
+            ConfigType::Short => value.parse::<i16>().is_ok(),
+            ConfigType::Long => value.parse::<i64>().is_ok(),
+            ConfigType::Double => value.parse::<f64>().is_ok(),
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(format!("expected a value of type {self:?}"))
+        }
+    }
+}
+
+/// Where a config value came from (DescribeConfigs `config_source`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigSource {
+    DynamicTopic = 1,
+    StaticBroker = 4,
+    Default = 5,
+}
+
+/// One topic config key.
+#[derive(Debug)]
+pub struct ConfigDef {
+    pub name: &'static str,
+    pub default: &'static str,
+    pub ty: ConfigType,
+    pub broker_synonym: Option<&'static str>,
+    /// Allowed values for enumerated string configs.
+    pub one_of: &'static [&'static str],
+    pub doc: &'static str,
+}
+
+const LONG_MAX: &str = "9223372036854775807";
+
+macro_rules! defs {
+    ($( $name:literal, $default:expr, $ty:ident, $syn:expr, [$($v:literal),*], $doc:literal; )*) => {
+        /// Every topic config Sluice accepts, in Kafka's names.
+        pub const DEFS: &[ConfigDef] = &[$(ConfigDef {
+            name: $name, default: $default, ty: ConfigType::$ty, broker_synonym: $syn,
+            one_of: &[$($v),*], doc: $doc,
+        },)*];
+    };
+}
+
+defs! {
+    "cleanup.policy", "delete", List, Some("log.cleanup.policy"), [], "delete and/or compact: how old segments are discarded.";
+    "compression.type", "producer", String, Some("compression.type"), ["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"], "Compression of stored batches; producer keeps the producer's.";
+    "delete.retention.ms", "86400000", Long, Some("log.cleaner.delete.retention.ms"), [], "How long delete tombstones are kept on compacted topics.";
+    "file.delete.delay.ms", "60000", Long, Some("log.segment.delete.delay.ms"), [], "Delay before a deleted segment's files are removed.";
+    "flush.messages", LONG_MAX, Long, Some("log.flush.interval.messages"), [], "fsync after this many messages (durability normally comes from replication).";
+    "flush.ms", LONG_MAX, Long, Some("log.flush.interval.ms"), [], "fsync after this many milliseconds.";
+    "index.interval.bytes", "4096", Int, Some("log.index.interval.bytes"), [], "Bytes between offset-index entries.";
+    "max.compaction.lag.ms", LONG_MAX, Long, Some("log.cleaner.max.compaction.lag.ms"), [], "Longest time a record stays uncompacted.";
+    "max.message.bytes", "1048588", Int, Some("message.max.bytes"), [], "Largest record batch accepted.";
+    "message.timestamp.after.max.ms", "3600000", Long, Some("log.message.timestamp.after.max.ms"), [], "Largest allowed future skew of a CreateTime timestamp.";
+    "message.timestamp.before.max.ms", LONG_MAX, Long, Some("log.message.timestamp.before.max.ms"), [], "Largest allowed past skew of a CreateTime timestamp.";
+    "message.timestamp.type", "CreateTime", String, Some("log.message.timestamp.type"), ["CreateTime", "LogAppendTime"], "CreateTime keeps the producer's timestamp; LogAppendTime stamps the broker's.";
+    "min.cleanable.dirty.ratio", "0.5", Double, Some("log.cleaner.min.cleanable.ratio"), [], "Dirty ratio that triggers compaction.";
+    "min.compaction.lag.ms", "0", Long, Some("log.cleaner.min.compaction.lag.ms"), [], "Shortest time a record stays uncompacted.";
+    "min.insync.replicas", "1", Int, Some("min.insync.replicas"), [], "In-sync replicas needed to acknowledge an acks=all write.";
+    "preallocate", "false", Boolean, Some("log.preallocate"), [], "Preallocate segment files.";
+    "retention.bytes", "-1", Long, Some("log.retention.bytes"), [], "Largest size of a partition before old segments are deleted; -1 for no limit.";
+    "retention.ms", "604800000", Long, Some("log.retention.ms"), [], "How long records are kept; -1 for ever.";
+    "segment.bytes", "1073741824", Int, Some("log.segment.bytes"), [], "Size at which a segment is rolled.";
+    "segment.index.bytes", "10485760", Int, Some("log.index.size.max.bytes"), [], "Largest size of an offset index.";
+    "segment.jitter.ms", "0", Long, Some("log.roll.jitter.ms"), [], "Random jitter subtracted from segment.ms.";
+    "segment.ms", "604800000", Long, Some("log.roll.ms"), [], "Age at which a segment is rolled.";
+    "unclean.leader.election.enable", "false", Boolean, Some("unclean.leader.election.enable"), [], "Allow an out-of-sync replica to become leader (may lose data).";
+}
+
+/// The definition of topic config `name`, if Kafka has one by that name.
+pub fn def(name: &str) -> Option<&'static ConfigDef> {
+    DEFS.iter().find(|d| d.name == name)
+}
+
+/// The topic config whose broker-level synonym is `broker_key`.
+pub fn by_broker_synonym(broker_key: &str) -> Option<&'static ConfigDef> {
+    DEFS.iter().find(|d| d.broker_synonym == Some(broker_key))
+}
+
+/// Why a topic config value was refused (Kafka's INVALID_CONFIG).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TopicConfigError {
+    #[error("unknown topic config {0:?}")]
+    Unknown(String),
+    #[error("invalid value {value:?} for topic config {name}: {reason}")]
+    Invalid { name: String, value: String, reason: String },
+}
+
+/// Validates one topic config override.
+pub fn validate(name: &str, value: &str) -> Result<(), TopicConfigError> {
+    let def = def(name).ok_or_else(|| TopicConfigError::Unknown(name.to_string()))?;
+    let invalid = |reason: String| TopicConfigError::Invalid {
+        name: name.to_string(),
+        value: value.to_string(),
+        reason,
+    };
+    def.ty.validate(value).map_err(invalid)?;
+    if !def.one_of.is_empty() && !def.one_of.contains(&value) {
+        return Err(invalid(format!("must be one of {}", def.one_of.join(", "))));
+    }
+    if name == "cleanup.policy" && value.split(',').any(|p| !matches!(p.trim(), "delete" | "compact")) {
+        return Err(invalid("must be a list of delete and compact".to_string()));
+    }
+    if matches!(name, "max.message.bytes" | "segment.bytes") && value.parse::<i64>().map_or(true, |v| v <= 0) {
+        return Err(invalid("must be positive".to_string()));
+    }
+    Ok(())
+}
+
+/// The broker-level value that applies to `def` when the topic has no override.
+fn broker_default(def: &ConfigDef, broker: &BrokerConfig) -> (String, ConfigSource) {
+    if let Some(v) = def.broker_synonym.and_then(|k| broker.static_override(k)) {
+        return (v.to_string(), ConfigSource::StaticBroker);
+    }
+    // Kafka derives the ms settings from their coarser-grained siblings.
+    let derived = match def.name {
+        "retention.ms" => broker
+            .static_override("log.retention.minutes")
+            .and_then(|m| m.parse::<i64>().ok().map(|m| m * 60_000))
+            .or_else(|| broker.static_override("log.retention.hours").and_then(|h| h.parse::<i64>().ok().map(|h| h * 3_600_000))),
+        "segment.ms" => broker
+            .static_override("log.roll.hours")
+            .and_then(|h| h.parse::<i64>().ok().map(|h| h * 3_600_000)),
+        _ => None,
+    };
+    match derived {
+        Some(v) => (v.to_string(), ConfigSource::StaticBroker),
+        None => (def.default.to_string(), ConfigSource::Default),
+    }
+}
+
+/// Effective value and source of every topic config for a topic with `overrides`.
+pub fn describe(
+    overrides: &BTreeMap<String, String>,
+    broker: &BrokerConfig,
+) -> Vec<(&'static ConfigDef, String, ConfigSource)> {
+    DEFS.iter()
+        .map(|def| match overrides.get(def.name) {
+            Some(v) => (def, v.clone(), ConfigSource::DynamicTopic),
+            None => {
+                let (v, source) = broker_default(def, broker);
+                (def, v, source)
+            }
+        })
+        .collect()
+}
+
+/// The effective value of one topic config (empty for a name Kafka does not define).
+pub fn effective_value(name: &str, overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -> String {
+    match (overrides.get(name), def(name)) {
+        (Some(v), _) => v.clone(),
+        (None, Some(d)) => broker_default(d, broker).0,
+        (None, None) => String::new(),
+    }
+}
+
+/// The partition-log settings for a topic with `overrides`.
+pub fn log_config(overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -> LogConfig {
+    let value = |name: &str| effective_value(name, overrides, broker);
+    let long = |name: &str, fallback: i64| value(name).parse::<i64>().unwrap_or(fallback);
+    let defaults = LogConfig::default();
+    LogConfig {
+        segment_bytes: long("segment.bytes", defaults.segment_bytes as i64).max(1) as u64,
+        segment_ms: long("segment.ms", defaults.segment_ms),
+        retention_ms: long("retention.ms", defaults.retention_ms),
+        retention_bytes: long("retention.bytes", defaults.retention_bytes),
+        index_interval_bytes: long("index.interval.bytes", i64::from(defaults.index_interval_bytes)).clamp(1, i64::from(u32::MAX)) as u32,
+        max_message_bytes: long("max.message.bytes", i64::from(defaults.max_message_bytes)).clamp(1, i64::from(u32::MAX)) as u32,
+        message_timestamp_log_append: value("message.timestamp.type") == "LogAppendTime",
+        flush_interval_messages: long("flush.messages", i64::MAX).max(1) as u64,
+        flush_interval_ms: long("flush.ms", i64::MAX),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Cli;
+    use clap::Parser;
+
+    fn broker(args: &[&str]) -> BrokerConfig {
+        BrokerConfig::from_cli(&Cli::parse_from(std::iter::once("sluice").chain(args.iter().copied()))).unwrap()
+    }
+
+    #[test]
+    fn override_beats_broker_setting_beats_default() {
+        let b = broker(&["--set", "log.retention.ms=5000"]);
+        let mut overrides = BTreeMap::new();
+        let find = |rows: &[(&ConfigDef, String, ConfigSource)], n: &str| {
+            rows.iter().find(|(d, _, _)| d.name == n).map(|(_, v, s)| (v.clone(), *s)).unwrap()
+        };
+        let rows = describe(&overrides, &b);
+        assert_eq!(find(&rows, "retention.ms"), ("5000".to_string(), ConfigSource::StaticBroker));
+        assert_eq!(find(&rows, "segment.bytes"), ("1073741824".to_string(), ConfigSource::Default));
+        overrides.insert("retention.ms".to_string(), "42".to_string());
+        let rows = describe(&overrides, &b);
+        assert_eq!(find(&rows, "retention.ms"), ("42".to_string(), ConfigSource::DynamicTopic));
+        assert_eq!(log_config(&overrides, &b).retention_ms, 42);
+    }
+
+    #[test]
+    fn retention_hours_derives_retention_ms() {
+        let b = broker(&["--set", "log.retention.hours=1"]);
+        assert_eq!(log_config(&BTreeMap::new(), &b).retention_ms, 3_600_000);
+    }
+
+    #[test]
+    fn validation_rejects_unknown_keys_and_bad_values() {
+        assert!(validate("retention.ms", "100").is_ok());
+        assert!(matches!(validate("retention.msx", "1"), Err(TopicConfigError::Unknown(_))));
+        assert!(validate("retention.ms", "soon").is_err());
+        assert!(validate("message.timestamp.type", "Whenever").is_err());
+        assert!(validate("cleanup.policy", "compact,delete").is_ok());
+        assert!(validate("cleanup.policy", "shred").is_err());
+        assert!(validate("max.message.bytes", "0").is_err());
+    }
+}
