@@ -36,7 +36,7 @@ impl Broker {
         let config = Arc::new(config);
         let metadata = MetadataStore::open(&config.data_dir, config.node_id)?;
         let replicas = ReplicaManager::new(config.clone());
-        let permits = config.queued_max_request_bytes.min(Semaphore::MAX_PERMITS);
+        let permits = config.queued_max_request_bytes.clamp(1, (u32::MAX as usize).min(Semaphore::MAX_PERMITS));
         let broker = Arc::new(Broker {
             request_memory: Arc::new(Semaphore::new(permits)),
             config,

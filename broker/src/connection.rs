@@ -58,7 +58,9 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, mut
             }
             Err(e) => break Some(e.to_string()),
         };
-        let permit = match broker.request_memory.clone().acquire_many_owned(frame.len().max(1) as u32).await {
+        // A frame larger than the whole budget takes all of it rather than waiting for ever.
+        let wanted = frame.len().clamp(1, broker.config.queued_max_request_bytes.clamp(1, u32::MAX as usize));
+        let permit = match broker.request_memory.clone().acquire_many_owned(wanted as u32).await {
             Ok(permit) => permit,
             Err(_) => break None,
         };

@@ -334,7 +334,8 @@ mod tests {
         let mut image = image_with_brokers(&[1]);
         let err = create_topic(&image, &new_topic("t", 1, 3), Uuid::from_u128(1)).unwrap_err();
         assert_eq!(err.error, ResponseError::InvalidReplicationFactor);
-        apply_all(&mut image, &create_topic(&image, &new_topic("t", 1, 1), Uuid::from_u128(1)).unwrap());
+        let records = create_topic(&image, &new_topic("t", 1, 1), Uuid::from_u128(1)).unwrap();
+        apply_all(&mut image, &records);
         let err = create_topic(&image, &new_topic("t", 1, 1), Uuid::from_u128(2)).unwrap_err();
         assert_eq!(err.error, ResponseError::TopicAlreadyExists);
         let err = create_topic(&image, &new_topic("u", 0, 1), Uuid::from_u128(3)).unwrap_err();
@@ -352,7 +353,8 @@ mod tests {
     #[test]
     fn partitions_only_grow() {
         let mut image = image_with_brokers(&[1]);
-        apply_all(&mut image, &create_topic(&image, &new_topic("t", 3, 1), Uuid::from_u128(1)).unwrap());
+        let records = create_topic(&image, &new_topic("t", 3, 1), Uuid::from_u128(1)).unwrap();
+        apply_all(&mut image, &records);
         assert_eq!(create_partitions(&image, "t", 3, None).unwrap_err().error, ResponseError::InvalidPartitions);
         let records = create_partitions(&image, "t", 6, None).unwrap();
         apply_all(&mut image, &records);
@@ -366,19 +368,22 @@ mod tests {
     #[test]
     fn incremental_alter_supports_set_delete_append_subtract() {
         let mut image = image_with_brokers(&[1]);
-        apply_all(&mut image, &create_topic(&image, &new_topic("t", 1, 1), Uuid::from_u128(1)).unwrap());
+        let records = create_topic(&image, &new_topic("t", 1, 1), Uuid::from_u128(1)).unwrap();
+        apply_all(&mut image, &records);
         let default = |_: &str| "delete".to_string();
         let ops = vec![
             ("retention.ms".to_string(), AlterOp::Set, Some("1000".to_string())),
             ("cleanup.policy".to_string(), AlterOp::Append, Some("compact".to_string())),
         ];
-        apply_all(&mut image, &alter_topic_configs(&image, "t", &ops, default).unwrap());
+        let records = alter_topic_configs(&image, "t", &ops, default).unwrap();
+        apply_all(&mut image, &records);
         assert_eq!(image.topic("t").unwrap().configs["cleanup.policy"], "delete,compact");
         let ops = vec![
             ("retention.ms".to_string(), AlterOp::Delete, None),
             ("cleanup.policy".to_string(), AlterOp::Subtract, Some("delete".to_string())),
         ];
-        apply_all(&mut image, &alter_topic_configs(&image, "t", &ops, default).unwrap());
+        let records = alter_topic_configs(&image, "t", &ops, default).unwrap();
+        apply_all(&mut image, &records);
         let configs = &image.topic("t").unwrap().configs;
         assert!(!configs.contains_key("retention.ms"));
         assert_eq!(configs["cleanup.policy"], "compact");

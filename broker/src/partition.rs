@@ -52,7 +52,7 @@ impl Partition {
     pub fn append_as_leader(&self, records: &mut [u8], now_ms: i64) -> Result<AppendInfo, LogError> {
         let info = {
             let mut log = self.log.lock();
-            let info = log.append(records, now_ms)?;
+            let info = log.append_as_leader(records, self.leader_epoch(), now_ms)?;
             self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
             info
         };
