@@ -5,7 +5,7 @@ use bytes::{Bytes, BytesMut};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
-use sluice_protocol::batch::validate_batches;
+use sluice_protocol::batch::{validate_batches, BatchIter};
 use sluice_protocol::ResponseBody;
 
 use super::{str_bytes, Reply};
@@ -96,7 +96,12 @@ fn append(
     let records = records.filter(|r| !r.is_empty()).ok_or_else(|| {
         (ResponseError::CorruptMessage, "the produce request carries no record batch".to_string())
     })?;
-    validate_batches(&records).map_err(|e| (ResponseError::try_from_code(e.kafka_error_code()).unwrap_or(ResponseError::CorruptMessage), e.to_string()))?;
+    validate_batches(&records).map_err(|e| {
+        (ResponseError::try_from_code(e.kafka_error_code()).unwrap_or(ResponseError::CorruptMessage), e.to_string())
+    })?;
+    if BatchIter::new(&records).any(|(header, _)| header.is_control()) {
+        return Err((ResponseError::InvalidRecord, "clients may not produce control batches".to_string()));
+    }
     let mut batches = BytesMut::from(&records[..]);
     let info = partition.append_as_leader(&mut batches, now).map_err(|e| {
         let error = ResponseError::try_from_code(e.kafka_error_code()).unwrap_or(ResponseError::KafkaStorageError);
