@@ -9,6 +9,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicI32, AtomicI64, Ordering};
 
 use bytes::Bytes;
+use kafka_protocol::error::ResponseError;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 use uuid::Uuid;
@@ -78,6 +79,17 @@ impl Partition {
 
     pub fn leader_epoch(&self) -> i32 {
         self.leader_epoch.load(Ordering::Acquire)
+    }
+
+    /// Kafka's check of a client's `current_leader_epoch` (-1 = not checked): an older epoch
+    /// is fenced, a newer one means this broker has not caught up with the metadata yet.
+    pub fn check_leader_epoch(&self, requested: i32) -> Result<(), ResponseError> {
+        let epoch = self.leader_epoch();
+        match requested {
+            r if r < 0 || r == epoch => Ok(()),
+            r if r < epoch => Err(ResponseError::FencedLeaderEpoch),
+            _ => Err(ResponseError::UnknownLeaderEpoch),
+        }
     }
 
     pub fn set_leader_epoch(&self, epoch: i32) {

@@ -174,13 +174,7 @@ fn read_partition(target: &Target, remaining: usize, min_one_message: bool, read
         Ok(p) => p,
         Err(error) => return failed(*error, -1, -1),
     };
-    let epoch = partition.leader_epoch();
-    if target.current_leader_epoch >= 0 && target.current_leader_epoch != epoch {
-        let error = if target.current_leader_epoch < epoch {
-            ResponseError::FencedLeaderEpoch
-        } else {
-            ResponseError::UnknownLeaderEpoch
-        };
+    if let Err(error) = partition.check_leader_epoch(target.current_leader_epoch) {
         return failed(error, partition.high_watermark(), partition.log_start_offset());
     }
     let max_bytes = target.partition_max_bytes.min(remaining);
