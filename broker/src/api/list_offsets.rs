@@ -38,17 +38,12 @@ pub fn handle(broker: &Broker, request: ListOffsetsRequest, version: i16) -> Lis
                         Some((leader, Some(partition))) if leader == broker.config.node_id => partition,
                         Some(_) => return response.with_error_code(ResponseError::NotLeaderOrFollower.code()),
                     };
-                    let epoch = partition.leader_epoch();
-                    // The field exists from v4; the codec refuses a non-default value before.
-                    let reported_epoch = if version >= FIRST_VERSION_WITH_LEADER_EPOCH { epoch } else { -1 };
-                    if p.current_leader_epoch >= 0 && p.current_leader_epoch != epoch {
-                        let error = if p.current_leader_epoch < epoch {
-                            ResponseError::FencedLeaderEpoch
-                        } else {
-                            ResponseError::UnknownLeaderEpoch
-                        };
+                    if let Err(error) = partition.check_leader_epoch(p.current_leader_epoch) {
                         return response.with_error_code(error.code());
                     }
+                    // The field exists from v4; the codec refuses a non-default value before.
+                    let epoch = partition.leader_epoch();
+                    let reported_epoch = if version >= FIRST_VERSION_WITH_LEADER_EPOCH { epoch } else { -1 };
                     let found = match p.timestamp {
                         // No transactions yet, so the last stable offset is the high watermark.
                         LATEST | LATEST_TIERED => Ok(Some((-1, partition.high_watermark()))),
