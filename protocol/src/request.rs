@@ -5,7 +5,7 @@
 //! their range, so the fixed header prefix is checked here first and every failure becomes
 //! a [`RequestError`] that tells the connection what to do.
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{decode_request_header_from_buffer, Encodable};
 
@@ -68,12 +68,8 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, RequestError> {
     let body = RequestBody::decode(api_key, &mut frame, api_version)
         .map_err(|e| RequestError::Malformed(format!("bad {api_key:?} v{api_version} body: {e}")))?
         .ok_or_else(|| RequestError::Malformed(format!("API {api_key:?} has no decoder")))?;
-    if frame.has_remaining() {
-        return Err(RequestError::Malformed(format!(
-            "{api_key:?} v{api_version} request has {} trailing bytes",
-            frame.remaining()
-        )));
-    }
+    // Trailing bytes are ignored, as Kafka ignores them: librdkafka 2.x sends three extra
+    // bytes after an all-topics Metadata v12+ body, and rejecting them breaks every such client.
     Ok(Request { api_key, api_version, header, body })
 }
 
@@ -145,6 +141,19 @@ mod tests {
         assert_eq!(req.api_key, ApiKey::Metadata);
         assert_eq!(req.header.correlation_id, 42);
         assert!(matches!(req.body, RequestBody::Metadata(_)));
+    }
+
+    #[test]
+    fn trailing_bytes_after_a_body_are_ignored_as_kafka_does() {
+        // librdkafka 2.16's all-topics Metadata v13, byte for byte.
+        let frame = Bytes::from_static(&[
+            0, 3, 0, 13, 0, 0, 0, 3, 0, 7, b'r', b'd', b'k', b'a', b'f', b'k', b'a', 0, 0, 0, 0, 0, 1, 0, 0,
+        ]);
+        let req = decode_request(frame).unwrap();
+        match req.body {
+            RequestBody::Metadata(m) => assert!(m.topics.is_none()),
+            other => panic!("unexpected {other:?}"),
+        }
     }
 
     #[test]
