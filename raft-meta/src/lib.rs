@@ -1,0 +1,389 @@
+#![forbid(unsafe_code)]
+// raft-rs's protobuf types are built field by field (as in raft-rs's own examples), which keeps
+// the code independent of the codec's struct layout.
+#![allow(clippy::field_reassign_with_default)]
+//! Sluice's metadata quorum: a replicated, durable log on tikv's raft-rs, like Kafka's KRaft.
+//!
+//! The broker embeds a [`Quorum`] and supplies the [`StateMachine`] (its metadata image). The
+//! quorum orders proposals into a log every member stores (`storage.rs`), ships it over TCP
+//! (`transport.rs`), and applies committed entries to the state machine in log order on every
+//! member (`node.rs` is the driver owning the Raft state).
+//!
+//! * The nodes in [`QuorumConfig::voters`] form a static voter set (every node gets the same
+//!   list, like KRaft's static quorum). Other nodes start as learners and wait for the leader to
+//!   add them with [`Quorum::add_learner`]; they then receive a snapshot and the log.
+//! * [`Quorum::propose`] works on any member (followers forward to the leader) and returns once
+//!   the entry is applied locally, so the caller can read its own write.
+//! * A single voter is a one-member quorum that elects itself: the same code path as a cluster.
+
+mod logger;
+mod node;
+mod storage;
+mod transport;
+
+use std::collections::BTreeMap;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use raft::eraftpb::ConfState;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::node::{Command, Driver, DriverStatus};
+use crate::storage::{Bootstrap, DiskStorage};
+
+/// Largest payload [`Quorum::propose`] accepts. Metadata records are small; this keeps one
+/// entry far below the transport's frame limit.
+pub const MAX_PROPOSAL_BYTES: usize = 1 << 20;
+/// Commands (proposals, learner additions) queued for the driver before `Busy`.
+const COMMAND_QUEUE_DEPTH: usize = 1024;
+
+/// What the quorum replicates into. Implemented by the broker (its metadata image).
+pub trait StateMachine: Send + 'static {
+    /// Apply one committed entry's payload, in log order. Must be deterministic.
+    fn apply(&mut self, index: u64, data: &[u8]);
+    /// Serialize the whole applied state (for raft snapshots / log compaction).
+    fn snapshot(&self) -> Vec<u8>;
+    /// Replace the state with a snapshot's: on a member that fell behind the leader's log start,
+    /// and on restart before replaying the log after the snapshot. `data` is always something
+    /// [`StateMachine::snapshot`] produced (possibly on another member).
+    fn restore(&mut self, data: &[u8]);
+}
+
+/// How to run one quorum member.
+#[derive(Debug, Clone)]
+pub struct QuorumConfig {
+    /// This node's id (non-zero, unique in the cluster).
+    pub node_id: u64,
+    /// The voters and the `host:port` of their controller listeners. Identical on every node.
+    pub voters: BTreeMap<u64, String>,
+    /// This node's controller listener (the Raft transport).
+    pub listen: SocketAddr,
+    /// E.g. `<data-dir>/__cluster_metadata-0`; the quorum owns its contents.
+    pub data_dir: PathBuf,
+    /// Length of one Raft tick, e.g. 100.
+    pub tick_ms: u64,
+    /// Ticks without a leader before a follower campaigns, e.g. 10 (1 s at 100 ms ticks).
+    pub election_tick: usize,
+    /// Ticks between leader heartbeats, 1..=3; must be below `election_tick`.
+    pub heartbeat_tick: usize,
+    /// Snapshot the state machine and compact the log after this many applied entries.
+    pub snapshot_every_entries: u64,
+    /// Persisted on first start; a data directory from another cluster is refused.
+    pub cluster_id: String,
+}
+
+/// A member's Raft role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Leader,
+    Follower,
+    /// Campaigning (including Raft's pre-vote phase).
+    Candidate,
+    /// Not a voter: replicates the log but never votes or leads.
+    Learner,
+}
+
+/// Replication state of one member, as seen from this node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaState {
+    pub id: u64,
+    /// Highest log index known to be stored on the replica. Only the leader knows (`None` elsewhere).
+    pub match_index: Option<u64>,
+    /// Time since the leader last heard from the replica. Only the leader knows (`None` elsewhere).
+    pub last_contact_ms_ago: Option<u64>,
+}
+
+/// This member's view of the quorum, for DescribeQuorum and the broker's controller role.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuorumStatus {
+    pub node_id: u64,
+    pub leader_id: Option<u64>,
+    /// Raft term (Kafka's leader epoch of the metadata log).
+    pub term: u64,
+    pub commit_index: u64,
+    pub applied_index: u64,
+    /// Index of the latest snapshot; the log holds only the entries after it (its log start).
+    pub snapshot_index: u64,
+    pub role: Role,
+    pub voters: Vec<ReplicaState>,
+    pub learners: Vec<ReplicaState>,
+}
+
+/// Why a quorum member cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum QuorumError {
+    #[error("invalid metadata quorum configuration: {0}")]
+    InvalidConfig(String),
+    #[error("cannot {op} {path}: {source}. Check that the metadata directory is writable and its disk is not full")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path} is corrupt ({detail}). It cannot be repaired automatically: restore the directory from a backup, or, if a majority of the other voters is healthy, move it aside so this node starts empty and catches up from the leader")]
+    Corrupt { path: PathBuf, detail: String },
+    #[error("a record for {path} is {bytes} bytes, more than the {max}-byte limit; the metadata state has outgrown what one quorum snapshot can carry")]
+    RecordTooLarge {
+        path: PathBuf,
+        bytes: usize,
+        max: usize,
+    },
+    #[error("{dir} uses on-disk format version {found} but this build reads version {expected}; run the Sluice version that wrote it")]
+    FormatVersion {
+        dir: PathBuf,
+        found: u32,
+        expected: u32,
+    },
+    #[error("{dir} belongs to cluster {found:?}, not {expected:?}; point the data directory at this cluster's metadata, or remove it if this node should join cluster {expected:?} fresh")]
+    ClusterIdMismatch {
+        dir: PathBuf,
+        found: String,
+        expected: String,
+    },
+    #[error("{dir} belongs to node {found}, not node {expected}; start with --node-id {found} or give this node its own data directory")]
+    NodeIdMismatch {
+        dir: PathBuf,
+        found: u64,
+        expected: u64,
+    },
+    #[error("--voters {configured} disagrees with the quorum's voters {recorded} recorded in {dir}; start every node with the voter set the quorum was created with")]
+    VotersMismatch {
+        dir: PathBuf,
+        configured: String,
+        recorded: String,
+    },
+    #[error("cannot listen for controller connections on {addr}: {source}. Choose a free --controller-listen address")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+    #[error("raft-rs refused to start: {0}")]
+    Raft(#[from] raft::Error),
+    #[error("the metadata quorum stopped while starting; see the preceding log lines")]
+    Stopped,
+}
+
+/// Why a proposal did not complete.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProposeError {
+    #[error("the metadata quorum has no leader right now (election in progress or no majority reachable); retry shortly")]
+    NoLeader,
+    #[error("the proposal was not applied within {0:?}; it may still commit later, so retry idempotently")]
+    Timeout(Duration),
+    #[error("too many proposals are pending on this node; retry shortly")]
+    Busy,
+    #[error("the metadata quorum member is shut down")]
+    Stopped,
+    #[error("the proposal is {bytes} bytes, more than the {max}-byte limit; split it into smaller records")]
+    TooLarge { bytes: usize, max: usize },
+    #[error("cannot add node {id} as a learner: {reason}")]
+    InvalidLearner { id: u64, reason: String },
+}
+
+/// Cloneable handle to a running quorum member. The member stops on [`Quorum::shutdown`], or
+/// once every handle is dropped.
+#[derive(Clone)]
+pub struct Quorum {
+    commands: mpsc::Sender<Command>,
+    status: watch::Receiver<DriverStatus>,
+    leader: watch::Receiver<Option<u64>>,
+    stopped: watch::Receiver<bool>,
+}
+
+impl Quorum {
+    /// Starts (or restarts from disk) this member: opens storage, restores the latest snapshot
+    /// into `sm` and replays committed entries after it, binds the transport on `config.listen`,
+    /// and spawns the driver task on the current tokio runtime. Returns once the replay is done,
+    /// so `sm` reflects everything this node had committed before.
+    pub async fn start(config: QuorumConfig, sm: impl StateMachine) -> Result<Quorum, QuorumError> {
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| QuorumError::Bind {
+                    addr: config.listen,
+                    source,
+                })?;
+        Self::start_with_listener(config, listener, sm).await
+    }
+
+    /// Like [`Quorum::start`], on an already bound listener (`config.listen` is then unused).
+    /// Lets a caller reserve the port before starting, e.g. to learn an ephemeral port.
+    pub async fn start_with_listener(
+        config: QuorumConfig,
+        listener: TcpListener,
+        mut sm: impl StateMachine,
+    ) -> Result<Quorum, QuorumError> {
+        validate(&config)?;
+        let is_voter = config.voters.contains_key(&config.node_id);
+        let initial_data = || node::encode_snapshot_data(&BTreeMap::new(), &sm.snapshot());
+        let bootstrap = if is_voter {
+            let mut conf_state = ConfState::default();
+            conf_state.voters = config.voters.keys().copied().collect();
+            Bootstrap::Voter {
+                conf_state,
+                initial_data: &initial_data,
+            }
+        } else {
+            Bootstrap::Learner
+        };
+        let dir = config.data_dir.clone();
+        // Blocking file I/O on a small directory, once per start.
+        let storage = DiskStorage::open(&dir, &config.cluster_id, config.node_id, bootstrap)?;
+        check_voters(&config, &storage)?;
+        let learner_addrs = node::restore_state_machine(&storage, &mut sm)?;
+
+        let (commands_tx, commands_rx) = mpsc::channel(COMMAND_QUEUE_DEPTH);
+        let (replayed_tx, replayed_rx) = oneshot::channel();
+        let parts = Driver::prepare(config, storage, sm, learner_addrs, listener, replayed_tx)?;
+        let handle = Quorum {
+            commands: commands_tx,
+            status: parts.status.clone(),
+            leader: parts.leader.clone(),
+            stopped: parts.stopped.clone(),
+        };
+        tokio::spawn(parts.driver.run(commands_rx));
+        match replayed_rx.await {
+            Ok(Ok(())) => Ok(handle),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(QuorumError::Stopped),
+        }
+    }
+
+    /// Proposes `data`; resolves once the entry is committed AND applied to this node's state
+    /// machine, with the entry's index. Works on any member: a follower forwards to the leader.
+    ///
+    /// `Timeout` does not mean the entry was discarded: it may still commit and apply later.
+    /// Make payloads safe to apply twice (or check state first) before retrying.
+    pub async fn propose(&self, data: Vec<u8>, timeout: Duration) -> Result<u64, ProposeError> {
+        if data.len() > MAX_PROPOSAL_BYTES {
+            return Err(ProposeError::TooLarge {
+                bytes: data.len(),
+                max: MAX_PROPOSAL_BYTES,
+            });
+        }
+        let (reply, rx) = oneshot::channel();
+        self.submit(Command::Propose { data, reply }, rx, timeout)
+            .await
+    }
+
+    /// Adds a non-voting learner (a broker not in the voter set) that will receive the log;
+    /// resolves once the configuration change is applied on this node. Idempotent; calling it
+    /// again with a new address updates the address. Works on any member (forwarded to the
+    /// leader, like `propose`).
+    pub async fn add_learner(
+        &self,
+        id: u64,
+        addr: String,
+        timeout: Duration,
+    ) -> Result<(), ProposeError> {
+        let (reply, rx) = oneshot::channel();
+        self.submit(Command::AddLearner { id, addr, reply }, rx, timeout)
+            .await
+    }
+
+    async fn submit<T>(
+        &self,
+        command: Command,
+        rx: oneshot::Receiver<Result<T, ProposeError>>,
+        timeout: Duration,
+    ) -> Result<T, ProposeError> {
+        match self.commands.try_send(command) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => return Err(ProposeError::Busy),
+            Err(mpsc::error::TrySendError::Closed(_)) => return Err(ProposeError::Stopped),
+        }
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(result)) => result,
+            // The driver dropped the reply: it stopped.
+            Ok(Err(_)) => Err(ProposeError::Stopped),
+            Err(_) => Err(ProposeError::Timeout(timeout)),
+        }
+    }
+
+    /// Current view for DescribeQuorum and for the broker's controller role.
+    pub fn status(&self) -> QuorumStatus {
+        self.status.borrow().to_public(tokio::time::Instant::now())
+    }
+
+    /// Changes whenever this node's idea of the leader changes.
+    pub fn leader_watch(&self) -> watch::Receiver<Option<u64>> {
+        self.leader.clone()
+    }
+
+    /// Whether the driver is still running (it stops on shutdown or on a storage failure).
+    pub fn is_running(&self) -> bool {
+        !*self.stopped.borrow()
+    }
+
+    /// Stops the driver and transport; returns when storage is closed and the listener released.
+    pub async fn shutdown(self) {
+        let _ = self.commands.send(Command::Shutdown).await;
+        let mut stopped = self.stopped;
+        // Err means the driver is gone already.
+        let _ = stopped.wait_for(|s| *s).await;
+    }
+}
+
+fn validate(config: &QuorumConfig) -> Result<(), QuorumError> {
+    let bad = |msg: String| Err(QuorumError::InvalidConfig(msg));
+    if config.node_id == 0 {
+        return bad("node id 0 is reserved; use a positive --node-id".into());
+    }
+    if config.voters.is_empty() {
+        return bad("--voters is empty; name at least one voter as id@host:port".into());
+    }
+    if config.voters.contains_key(&0) {
+        return bad("--voters contains node id 0, which is reserved".into());
+    }
+    if config.tick_ms == 0 {
+        return bad("tick_ms must be positive".into());
+    }
+    if config.heartbeat_tick == 0 || config.election_tick <= config.heartbeat_tick {
+        return bad(format!(
+            "election_tick ({}) must exceed heartbeat_tick ({}), which must be positive",
+            config.election_tick, config.heartbeat_tick
+        ));
+    }
+    if config.snapshot_every_entries == 0 {
+        return bad("snapshot_every_entries must be positive".into());
+    }
+    let id = &config.cluster_id;
+    if id.is_empty() || id.len() > 255 || id.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return bad(format!(
+            "cluster id {id:?} must be 1-255 characters without whitespace"
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses to start when `--voters` differs from the voter set the quorum was created with:
+/// changing it by editing flags would let two disjoint majorities elect two leaders.
+fn check_voters(config: &QuorumConfig, storage: &DiskStorage) -> Result<(), QuorumError> {
+    let recorded = &storage
+        .latest_snapshot()
+        .get_metadata()
+        .get_conf_state()
+        .voters;
+    if recorded.is_empty() {
+        return Ok(()); // a learner that has not been added yet
+    }
+    let mut recorded = recorded.clone();
+    recorded.sort_unstable();
+    let configured: Vec<u64> = config.voters.keys().copied().collect();
+    if recorded != configured {
+        return Err(QuorumError::VotersMismatch {
+            dir: config.data_dir.clone(),
+            configured: format!("{configured:?}"),
+            recorded: format!("{recorded:?}"),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
