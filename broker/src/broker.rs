@@ -1,16 +1,17 @@
-//! The broker's shared state, handed to every connection and request handler.
+//! The broker's shared state, handed to every connection and request handler, and the
+//! background work that keeps it in step with the cluster.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Semaphore};
 use uuid::Uuid;
 
 use crate::config::BrokerConfig;
-use crate::controller::ApiError;
+use crate::controller::{self, Outcome};
 use crate::metadata::image::MetadataImage;
-use crate::metadata::records::{Endpoint, MetadataRecord};
-use crate::metadata::{CommitError, MetadataError, MetadataStore};
+use crate::metadata::records::{Endpoint, MetadataCommand};
+use crate::metadata::{node_id_of, CommitError, MetadataError, MetadataStore};
 use crate::replica_manager::ReplicaManager;
 
 pub struct Broker {
@@ -21,7 +22,7 @@ pub struct Broker {
     /// (`queued.max.request.bytes`): a flood of large requests waits instead of exhausting memory.
     pub request_memory: Arc<Semaphore>,
     /// Serialises reconciliation so partitions always follow the newest image, never an older
-    /// one applied late by a slower thread.
+    /// one applied late by a slower task.
     reconcile_lock: parking_lot::Mutex<()>,
 }
 
@@ -31,10 +32,11 @@ pub fn now_ms() -> i64 {
 }
 
 impl Broker {
-    /// Opens the data dir, replays metadata, registers this broker and opens its partitions.
-    pub fn open(config: BrokerConfig) -> Result<Arc<Broker>, MetadataError> {
+    /// Opens the data dir, joins the metadata quorum (replaying the local metadata log) and
+    /// opens the partitions the replayed image assigns to this broker.
+    pub async fn open(config: BrokerConfig) -> Result<Arc<Broker>, MetadataError> {
         let config = Arc::new(config);
-        let metadata = MetadataStore::open(&config.data_dir, config.node_id)?;
+        let metadata = MetadataStore::open(&config).await?;
         let replicas = ReplicaManager::new(config.clone());
         let permits = config.queued_max_request_bytes.clamp(1, (u32::MAX as usize).min(Semaphore::MAX_PERMITS));
         let broker = Arc::new(Broker {
@@ -44,42 +46,115 @@ impl Broker {
             replicas,
             reconcile_lock: parking_lot::Mutex::new(()),
         });
-        broker.register().map_err(|e| match e {
-            CommitError::Storage(j) => MetadataError::Journal(j),
-            CommitError::Refused(e) => MetadataError::BadProperties {
-                path: broker.config.data_dir.clone(),
-                reason: e.message,
-            },
-        })?;
         broker.replicas.remove_orphan_dirs(&broker.metadata.image());
         broker.reconcile();
         Ok(broker)
     }
 
-    /// Records this broker's endpoints (a new incarnation on every start).
-    fn register(&self) -> Result<(), CommitError> {
-        let record = MetadataRecord::RegisterBroker {
-            broker_id: self.config.node_id,
-            incarnation_id: Uuid::new_v4(),
-            endpoints: vec![Endpoint { host: self.config.advertised_host.clone(), port: self.config.advertised_port }],
-            rack: self.config.rack.clone(),
-        };
-        self.metadata.commit(|_| Ok((vec![record], ()))).map(|_| ())
+    /// Starts the background tasks: registration, following metadata changes, and (while
+    /// this node leads the quorum) the controller's liveness checks.
+    pub fn spawn_background(self: &Arc<Self>, shutdown: watch::Receiver<bool>) -> Vec<tokio::task::JoinHandle<()>> {
+        vec![
+            tokio::spawn(register(self.clone(), shutdown.clone())),
+            tokio::spawn(follow_metadata(self.clone(), shutdown.clone())),
+            tokio::spawn(run_controller(self.clone(), shutdown)),
+        ]
     }
 
-    /// Commits a metadata change and applies it to the hosted partitions before returning,
-    /// so a client that was told "created" can produce at once.
-    pub fn commit<T>(
-        &self,
-        decide: impl FnOnce(&MetadataImage) -> Result<(Vec<MetadataRecord>, T), ApiError>,
-    ) -> Result<(Arc<MetadataImage>, T), CommitError> {
-        let (image, value) = self.metadata.commit(decide)?;
+    /// Commits a metadata change through the quorum and applies it to the hosted partitions
+    /// before returning, so a client that was told "created" can produce at once.
+    pub async fn commit(&self, command: MetadataCommand) -> Result<(Arc<MetadataImage>, Outcome), CommitError> {
+        let result = self.metadata.commit(command).await?;
         self.reconcile();
-        Ok((image, value))
+        Ok(result)
     }
 
     fn reconcile(&self) {
         let _serial = self.reconcile_lock.lock();
         self.replicas.reconcile(&self.metadata.image(), now_ms());
+    }
+}
+
+/// Announces this broker (a new incarnation on every start), retrying until the quorum takes it.
+async fn register(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+    let command = MetadataCommand::RegisterBroker {
+        broker_id: broker.config.node_id,
+        incarnation_id: Uuid::new_v4(),
+        endpoints: vec![Endpoint { host: broker.config.advertised_host.clone(), port: broker.config.advertised_port }],
+        rack: broker.config.rack.clone(),
+    };
+    let mut attempt = 0u32;
+    loop {
+        match broker.commit(command.clone()).await {
+            Ok(_) => {
+                tracing::info!(node_id = broker.config.node_id, "registered with the metadata quorum");
+                return;
+            }
+            Err(e) => {
+                attempt += 1;
+                if attempt % 10 == 1 {
+                    tracing::warn!(error = %e, attempt, "broker registration is waiting for the metadata quorum");
+                }
+            }
+        }
+        tokio::select! {
+            _ = shutdown.changed() => return,
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+    }
+}
+
+/// Applies metadata changes made elsewhere in the cluster to the hosted partitions.
+async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+    let mut images = broker.metadata.subscribe();
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => return,
+            changed = images.changed() => if changed.is_err() { return },
+        }
+        broker.reconcile();
+    }
+}
+
+/// The active controller's timer-driven duty: fence brokers it has not heard from for
+/// `broker.session.timeout.ms` and unfence them when they are back. The quorum's own traffic
+/// is the heartbeat: every broker is a quorum member the leader hears from several times a second.
+async fn run_controller(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+    let period = Duration::from_millis(broker.config.broker_heartbeat_interval_ms.clamp(100, 2000) / 2);
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut leading_since: Option<tokio::time::Instant> = None;
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => return,
+            _ = ticker.tick() => {}
+        }
+        let status = broker.metadata.quorum_status();
+        if status.role != sluice_raft_meta::Role::Leader {
+            leading_since = None;
+            continue;
+        }
+        let since = *leading_since.get_or_insert_with(tokio::time::Instant::now);
+        let contacts: Vec<(i32, Option<u64>)> = status
+            .voters
+            .iter()
+            .chain(status.learners.iter())
+            .map(|r| {
+                let ms = if r.id == status.node_id { Some(0) } else { r.last_contact_ms_ago };
+                (node_id_of(r.id), ms)
+            })
+            .collect();
+        let commands = controller::liveness_changes(
+            &broker.metadata.image(),
+            &contacts,
+            since.elapsed().as_millis() as u64,
+            broker.config.broker_session_timeout_ms,
+        );
+        for command in commands {
+            tracing::info!(?command, "controller: broker liveness changed");
+            if let Err(e) = broker.commit(command).await {
+                tracing::warn!(error = %e, "controller could not record a liveness change; will retry");
+            }
+        }
     }
 }

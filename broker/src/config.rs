@@ -34,14 +34,20 @@ pub struct Cli {
     #[arg(long)]
     pub advertise: Option<String>,
 
-    /// Address the metadata-quorum (controller) listener binds to. Used once the node joins a
-    /// multi-node quorum; a single node keeps its quorum in-process.
+    /// Address the metadata-quorum (controller) listener binds to. Defaults to this node's
+    /// entry in --voters; a single node with no --voters uses an ephemeral loopback port.
     #[arg(long)]
     pub controller_listen: Option<SocketAddr>,
 
-    /// The metadata quorum's voters as `id@host:port,...`. Empty: this node is the only voter.
+    /// The metadata quorum's voters as `id@host:port,...` (their controller listeners),
+    /// identical on every node. Empty: this node is the only voter.
     #[arg(long, value_delimiter = ',')]
     pub voters: Vec<String>,
+
+    /// The cluster's id. Defaults to one derived from --voters (so nodes started with the same
+    /// voters agree), or a random one for a single node. Stored in meta.properties on first start.
+    #[arg(long)]
+    pub cluster_id: Option<String>,
 
     /// Any broker setting by its Kafka property name, e.g. `--set num.partitions=3`.
     /// Repeat for several. Unknown names are refused so that typos do not go unnoticed.
@@ -62,6 +68,12 @@ pub enum ConfigError {
     BadAdvertise(String),
     #[error("--node-id must be >= 0, got {0}")]
     BadNodeId(i32),
+    #[error("--voters entry {0:?} must be id@host:port")]
+    BadVoter(String),
+    #[error("node {0} is not in --voters; every node must currently be a voter (add it to --voters on all nodes)")]
+    NotAVoter(i32),
+    #[error("controller address {0:?} for this node cannot be resolved; give --controller-listen as ip:port")]
+    BadControllerListen(String),
 }
 
 /// Broker-level settings that are not topic-config defaults.
@@ -78,6 +90,8 @@ const BROKER_KEYS: &[(&str, &str, ConfigType)] = &[
     ("log.roll.hours", "168", ConfigType::Int),
     ("delete.topic.enable", "true", ConfigType::Boolean),
     ("broker.rack", "", ConfigType::String),
+    ("broker.session.timeout.ms", "9000", ConfigType::Int),
+    ("broker.heartbeat.interval.ms", "2000", ConfigType::Int),
 ];
 
 /// Resolved configuration of one broker.
@@ -97,6 +111,14 @@ pub struct BrokerConfig {
     pub max_in_flight_requests_per_connection: usize,
     pub log_retention_check_interval_ms: u64,
     pub rack: Option<String>,
+    /// Metadata quorum voters by node id, with their controller listener addresses.
+    pub voters: BTreeMap<i32, String>,
+    pub controller_listen: SocketAddr,
+    /// Explicit or derived cluster id; `None` lets a single node pick a random one.
+    pub cluster_id: Option<String>,
+    /// A broker the controller has not heard from for this long is fenced.
+    pub broker_session_timeout_ms: u64,
+    pub broker_heartbeat_interval_ms: u64,
     /// Every `--set` value, by Kafka name: broker-level defaults for topic configs live here.
     pub overrides: BTreeMap<String, String>,
 }
@@ -112,7 +134,17 @@ impl BrokerConfig {
             None => (cli.listen.ip().to_string(), i32::from(cli.listen.port())),
         };
         let get = |key: &str| broker_value(&overrides, key);
+        let (voters, controller_listen) = quorum_membership(cli)?;
+        let cluster_id = cli
+            .cluster_id
+            .clone()
+            .or_else(|| (!cli.voters.is_empty()).then(|| crate::metadata::cluster_id_for_voters(&voters)));
         Ok(BrokerConfig {
+            voters,
+            controller_listen,
+            cluster_id,
+            broker_session_timeout_ms: parse_num("broker.session.timeout.ms", &get("broker.session.timeout.ms"))?,
+            broker_heartbeat_interval_ms: parse_num("broker.heartbeat.interval.ms", &get("broker.heartbeat.interval.ms"))?,
             node_id: cli.node_id,
             data_dir: cli.data_dir.clone(),
             listen: cli.listen,
@@ -171,6 +203,32 @@ impl BrokerConfig {
         }
         out
     }
+}
+
+/// The voter set and this node's controller listener. A node alone (no --voters) is a
+/// one-voter quorum on an ephemeral loopback port nobody else needs to reach.
+fn quorum_membership(cli: &Cli) -> Result<(BTreeMap<i32, String>, SocketAddr), ConfigError> {
+    let mut voters = BTreeMap::new();
+    for entry in cli.voters.iter().filter(|v| !v.trim().is_empty()) {
+        let (id, addr) = entry.trim().split_once('@').ok_or_else(|| ConfigError::BadVoter(entry.clone()))?;
+        let id: i32 = id.parse().map_err(|_| ConfigError::BadVoter(entry.clone()))?;
+        split_host_port(addr).map_err(|_| ConfigError::BadVoter(entry.clone()))?;
+        voters.insert(id, addr.to_string());
+    }
+    if voters.is_empty() {
+        let listen = cli.controller_listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+        voters.insert(cli.node_id, listen.to_string());
+        return Ok((voters, listen));
+    }
+    let own = voters.get(&cli.node_id).ok_or(ConfigError::NotAVoter(cli.node_id))?;
+    let listen = match cli.controller_listen {
+        Some(listen) => listen,
+        None => std::net::ToSocketAddrs::to_socket_addrs(own.as_str())
+            .ok()
+            .and_then(|mut addrs| addrs.next())
+            .ok_or_else(|| ConfigError::BadControllerListen(own.clone()))?,
+    };
+    Ok((voters, listen))
 }
 
 fn broker_value(overrides: &BTreeMap<String, String>, key: &str) -> String {
@@ -252,6 +310,31 @@ mod tests {
             Err(ConfigError::InvalidValue { .. })
         ));
         assert!(matches!(BrokerConfig::from_cli(&cli(&["--set", "oops"])), Err(ConfigError::NotKeyValue(_))));
+    }
+
+    #[test]
+    fn voters_give_the_controller_listener_and_a_shared_cluster_id() {
+        let voters = "1@127.0.0.1:9093,2@127.0.0.1:9193,3@127.0.0.1:9293";
+        let one = BrokerConfig::from_cli(&cli(&["--node-id", "1", "--voters", voters])).unwrap();
+        let two = BrokerConfig::from_cli(&cli(&["--node-id", "2", "--voters", voters])).unwrap();
+        assert_eq!(one.controller_listen.to_string(), "127.0.0.1:9093");
+        assert_eq!(two.controller_listen.to_string(), "127.0.0.1:9193");
+        assert_eq!(one.voters.len(), 3);
+        assert!(one.cluster_id.is_some());
+        assert_eq!(one.cluster_id, two.cluster_id);
+        assert!(matches!(
+            BrokerConfig::from_cli(&cli(&["--node-id", "4", "--voters", voters])),
+            Err(ConfigError::NotAVoter(4))
+        ));
+        assert!(matches!(BrokerConfig::from_cli(&cli(&["--voters", "1-127.0.0.1:9093"])), Err(ConfigError::BadVoter(_))));
+    }
+
+    #[test]
+    fn a_single_node_is_its_own_voter() {
+        let config = BrokerConfig::from_cli(&cli(&[])).unwrap();
+        assert_eq!(config.voters.keys().copied().collect::<Vec<_>>(), vec![1]);
+        assert_eq!(config.controller_listen.port(), 0);
+        assert!(config.cluster_id.is_none());
     }
 
     #[test]

@@ -8,7 +8,7 @@ use kafka_protocol::error::ResponseError;
 use uuid::Uuid;
 
 use crate::metadata::image::{MetadataImage, TopicImage};
-use crate::metadata::records::{ConfigResource, MetadataRecord};
+use crate::metadata::records::{ConfigResource, MetadataCommand, MetadataRecord};
 use crate::topic_config;
 
 /// A refused request: the Kafka error for the client and a sentence for a human.
@@ -52,7 +52,7 @@ pub fn validate_topic_name(name: &str) -> Result<(), ApiError> {
 }
 
 /// A topic to create, with defaults already filled in.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct NewTopic {
     pub name: String,
     pub num_partitions: i32,
@@ -133,7 +133,7 @@ pub fn delete_topic(topic: &TopicImage) -> Vec<MetadataRecord> {
 }
 
 /// One IncrementalAlterConfigs operation, in Kafka's codes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum AlterOp {
     Set,
     Delete,
@@ -158,7 +158,7 @@ pub fn alter_topic_configs(
     image: &MetadataImage,
     name: &str,
     ops: &[(String, AlterOp, Option<String>)],
-    effective: impl Fn(&str) -> String,
+    list_bases: &BTreeMap<String, String>,
 ) -> Result<Vec<MetadataRecord>, ApiError> {
     let topic = existing_topic(image, name)?;
     let invalid = |msg: String| ApiError::new(ResponseError::InvalidConfig, msg);
@@ -172,7 +172,12 @@ pub fn alter_topic_configs(
                 if def.ty != topic_config::ConfigType::List {
                     return Err(invalid(format!("{key} is not a list; APPEND and SUBTRACT apply only to lists")));
                 }
-                let current = topic.configs.get(key.as_str()).cloned().unwrap_or_else(|| effective(key));
+                let current = topic
+                    .configs
+                    .get(key.as_str())
+                    .or_else(|| list_bases.get(key.as_str()))
+                    .cloned()
+                    .unwrap_or_else(|| def.default.to_string());
                 let mut items: Vec<String> =
                     current.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
                 let given: Vec<String> = value
@@ -205,6 +210,144 @@ pub fn alter_topic_configs(
         });
     }
     Ok(records)
+}
+
+/// What a decided command reports back to the client that proposed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Done,
+    /// A topic was deleted: its name and id (the request may have named only one).
+    TopicDeleted { name: String, topic_id: Uuid },
+}
+
+/// Decides a proposed command against the image: the records that carry it out, or why not.
+/// Runs when the command is applied, in log order, identically on every node.
+pub fn decide(image: &MetadataImage, command: &MetadataCommand) -> Result<(Vec<MetadataRecord>, Outcome), ApiError> {
+    let done = |records| Ok((records, Outcome::Done));
+    match command {
+        MetadataCommand::RegisterBroker { broker_id, incarnation_id, endpoints, rack } => {
+            let mut records = vec![MetadataRecord::RegisterBroker {
+                broker_id: *broker_id,
+                incarnation_id: *incarnation_id,
+                endpoints: endpoints.clone(),
+                rack: rack.clone(),
+            }];
+            records.extend(elect_leaders_for_returning(image, *broker_id));
+            done(records)
+        }
+        MetadataCommand::FenceBroker { broker_id } => done(fence_broker(image, *broker_id)),
+        MetadataCommand::UnfenceBroker { broker_id } => {
+            if image.brokers.get(broker_id).is_none_or(|b| !b.fenced) {
+                return done(Vec::new());
+            }
+            let mut records = vec![MetadataRecord::UnfenceBroker { broker_id: *broker_id }];
+            records.extend(elect_leaders_for_returning(image, *broker_id));
+            done(records)
+        }
+        MetadataCommand::CreateTopic { topic, topic_id } => done(create_topic(image, topic, *topic_id)?),
+        MetadataCommand::DeleteTopic { name, topic_id } => {
+            let topic = match name {
+                Some(n) => existing_topic(image, n)?,
+                None => image
+                    .topic_by_id(topic_id)
+                    .ok_or_else(|| ApiError::new(ResponseError::UnknownTopicId, format!("no topic has id {topic_id}")))?,
+            };
+            let outcome = Outcome::TopicDeleted { name: topic.name.clone(), topic_id: topic.topic_id };
+            Ok((delete_topic(topic), outcome))
+        }
+        MetadataCommand::CreatePartitions { name, count, assignments } => {
+            done(create_partitions(image, name, *count, assignments.as_deref())?)
+        }
+        MetadataCommand::AlterTopicConfigs { name, ops, list_bases } => done(alter_topic_configs(image, name, ops, list_bases)?),
+    }
+}
+
+/// Fences a broker: it leaves every ISR it is in (unless it is the last member), and the
+/// partitions it led move to another live in-sync replica, or to none (-1, offline) when no
+/// other is left. Each change bumps the leader and partition epochs.
+pub fn fence_broker(image: &MetadataImage, broker_id: i32) -> Vec<MetadataRecord> {
+    if !image.is_live(broker_id) {
+        return Vec::new();
+    }
+    let mut records = vec![MetadataRecord::FenceBroker { broker_id }];
+    for topic in image.topics.values() {
+        for (index, p) in topic.partitions.iter().enumerate() {
+            if p.leader != broker_id && !p.isr.contains(&broker_id) {
+                continue;
+            }
+            let leader = if p.leader == broker_id {
+                p.isr.iter().copied().find(|id| *id != broker_id && image.is_live(*id)).unwrap_or(-1)
+            } else {
+                p.leader
+            };
+            // Kafka keeps the last in-sync replica in the ISR so it can lead again when it returns.
+            let remaining: Vec<i32> = p.isr.iter().copied().filter(|id| *id != broker_id).collect();
+            let isr = if remaining.is_empty() { p.isr.clone() } else { remaining };
+            records.push(partition_change(topic.topic_id, index, &p.replicas, isr, leader, p));
+        }
+    }
+    records
+}
+
+/// Fence/unfence decisions of the active controller. `contacts` holds, per quorum member, how
+/// long ago the leader last heard from it (`None`: not yet known); `leading_for_ms` gives a new
+/// leader a full session before it fences anyone it has not heard from.
+pub fn liveness_changes(
+    image: &MetadataImage,
+    contacts: &[(i32, Option<u64>)],
+    leading_for_ms: u64,
+    session_timeout_ms: u64,
+) -> Vec<MetadataCommand> {
+    image
+        .brokers
+        .values()
+        .filter_map(|b| {
+            let contact = contacts.iter().find(|(id, _)| *id == b.broker_id).and_then(|(_, ms)| *ms);
+            let alive = match contact {
+                Some(ms) => ms < session_timeout_ms,
+                None => leading_for_ms < session_timeout_ms,
+            };
+            match (b.fenced, alive) {
+                (false, false) => Some(MetadataCommand::FenceBroker { broker_id: b.broker_id }),
+                (true, true) if contact.is_some() => Some(MetadataCommand::UnfenceBroker { broker_id: b.broker_id }),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Partitions left without a leader get one back when an in-sync replica returns.
+fn elect_leaders_for_returning(image: &MetadataImage, broker_id: i32) -> Vec<MetadataRecord> {
+    let mut records = Vec::new();
+    for topic in image.topics.values() {
+        for (index, p) in topic.partitions.iter().enumerate() {
+            if p.leader == -1 && p.isr.contains(&broker_id) {
+                records.push(partition_change(topic.topic_id, index, &p.replicas, p.isr.clone(), broker_id, p));
+            }
+        }
+    }
+    records
+}
+
+fn partition_change(
+    topic_id: Uuid,
+    index: usize,
+    replicas: &[i32],
+    isr: Vec<i32>,
+    leader: i32,
+    previous: &crate::metadata::image::PartitionRegistration,
+) -> MetadataRecord {
+    MetadataRecord::Partition {
+        topic_id,
+        partition: index as i32,
+        replicas: replicas.to_vec(),
+        isr,
+        leader,
+        // Kafka bumps the leader epoch only when leadership moves; every change bumps the
+        // partition epoch (the compare-and-set version of the registration).
+        leader_epoch: previous.leader_epoch + i32::from(leader != previous.leader),
+        partition_epoch: previous.partition_epoch + 1,
+    }
 }
 
 fn existing_topic<'a>(image: &'a MetadataImage, name: &str) -> Result<&'a TopicImage, ApiError> {
@@ -366,28 +509,84 @@ mod tests {
     }
 
     #[test]
+    fn fencing_moves_leadership_to_a_live_isr_member_or_takes_the_partition_offline() {
+        let mut image = image_with_brokers(&[1, 2, 3]);
+        let records = create_topic(&image, &new_topic("rf3", 3, 3), Uuid::from_u128(1)).unwrap();
+        apply_all(&mut image, &records);
+        let records = create_topic(&image, &new_topic("rf1", 3, 1), Uuid::from_u128(2)).unwrap();
+        apply_all(&mut image, &records);
+        let led_by_1: Vec<usize> =
+            image.topic("rf1").unwrap().partitions.iter().enumerate().filter(|(_, p)| p.leader == 1).map(|(i, _)| i).collect();
+        let records = fence_broker(&image, 1);
+        apply_all(&mut image, &records);
+        assert!(!image.is_live(1));
+        for p in &image.topic("rf3").unwrap().partitions {
+            assert_ne!(p.leader, 1);
+            assert!(!p.isr.contains(&1));
+        }
+        for i in &led_by_1 {
+            let p = &image.topic("rf1").unwrap().partitions[*i];
+            assert_eq!((p.leader, p.leader_epoch), (-1, 1));
+        }
+        // Fencing twice changes nothing; unfencing brings the offline partitions back.
+        assert!(fence_broker(&image, 1).is_empty());
+        let (records, _) = decide(&image, &MetadataCommand::UnfenceBroker { broker_id: 1 }).unwrap();
+        apply_all(&mut image, &records);
+        for i in &led_by_1 {
+            let p = &image.topic("rf1").unwrap().partitions[*i];
+            assert_eq!((p.leader, p.leader_epoch), (1, 2));
+        }
+    }
+
+    #[test]
+    fn silent_brokers_are_fenced_after_the_session_timeout_and_unfenced_when_heard_again() {
+        let mut image = image_with_brokers(&[1, 2, 3]);
+        let contacts = [(1, Some(0)), (2, Some(200)), (3, Some(9_500))];
+        assert_eq!(liveness_changes(&image, &contacts, 60_000, 9_000), vec![MetadataCommand::FenceBroker { broker_id: 3 }]);
+        // A new leader that has heard nothing yet waits a full session before fencing.
+        let unknown = [(1, Some(0)), (2, None), (3, None)];
+        assert!(liveness_changes(&image, &unknown, 1_000, 9_000).is_empty());
+        assert_eq!(liveness_changes(&image, &unknown, 9_000, 9_000).len(), 2);
+        let records = fence_broker(&image, 3);
+        apply_all(&mut image, &records);
+        let back = [(1, Some(0)), (2, Some(0)), (3, Some(100))];
+        assert_eq!(liveness_changes(&image, &back, 60_000, 9_000), vec![MetadataCommand::UnfenceBroker { broker_id: 3 }]);
+    }
+
+    #[test]
+    fn racing_creations_of_one_topic_decide_in_log_order() {
+        let mut image = image_with_brokers(&[1]);
+        let first = MetadataCommand::CreateTopic { topic: new_topic("t", 1, 1), topic_id: Uuid::from_u128(1) };
+        let second = MetadataCommand::CreateTopic { topic: new_topic("t", 2, 1), topic_id: Uuid::from_u128(2) };
+        let (records, _) = decide(&image, &first).unwrap();
+        apply_all(&mut image, &records);
+        assert_eq!(decide(&image, &second).unwrap_err().error, ResponseError::TopicAlreadyExists);
+        assert_eq!(image.topic("t").unwrap().topic_id, Uuid::from_u128(1));
+    }
+
+    #[test]
     fn incremental_alter_supports_set_delete_append_subtract() {
         let mut image = image_with_brokers(&[1]);
         let records = create_topic(&image, &new_topic("t", 1, 1), Uuid::from_u128(1)).unwrap();
         apply_all(&mut image, &records);
-        let default = |_: &str| "delete".to_string();
+        let default = BTreeMap::from([("cleanup.policy".to_string(), "delete".to_string())]);
         let ops = vec![
             ("retention.ms".to_string(), AlterOp::Set, Some("1000".to_string())),
             ("cleanup.policy".to_string(), AlterOp::Append, Some("compact".to_string())),
         ];
-        let records = alter_topic_configs(&image, "t", &ops, default).unwrap();
+        let records = alter_topic_configs(&image, "t", &ops, &default).unwrap();
         apply_all(&mut image, &records);
         assert_eq!(image.topic("t").unwrap().configs["cleanup.policy"], "delete,compact");
         let ops = vec![
             ("retention.ms".to_string(), AlterOp::Delete, None),
             ("cleanup.policy".to_string(), AlterOp::Subtract, Some("delete".to_string())),
         ];
-        let records = alter_topic_configs(&image, "t", &ops, default).unwrap();
+        let records = alter_topic_configs(&image, "t", &ops, &default).unwrap();
         apply_all(&mut image, &records);
         let configs = &image.topic("t").unwrap().configs;
         assert!(!configs.contains_key("retention.ms"));
         assert_eq!(configs["cleanup.policy"], "compact");
         let ops = vec![("retention.ms".to_string(), AlterOp::Append, Some("1".to_string()))];
-        assert_eq!(alter_topic_configs(&image, "t", &ops, default).unwrap_err().error, ResponseError::InvalidConfig);
+        assert_eq!(alter_topic_configs(&image, "t", &ops, &default).unwrap_err().error, ResponseError::InvalidConfig);
     }
 }

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,raft=warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -46,18 +46,20 @@ async fn run(config: BrokerConfig) -> Result<(), String> {
     let listener = TcpListener::bind(listen)
         .await
         .map_err(|e| format!("cannot listen on {listen}: {e}; is another broker running there? Use --listen to pick another address"))?;
-    let broker = Broker::open(config).map_err(|e| e.to_string())?;
+    let broker = Broker::open(config).await.map_err(|e| e.to_string())?;
     tracing::info!(
         node_id = broker.config.node_id,
         %listen,
         advertised = %format!("{}:{}", broker.config.advertised_host, broker.config.advertised_port),
         data_dir = %broker.config.data_dir.display(),
         cluster_id = %broker.metadata.image().cluster_id,
+        controller_listen = %broker.config.controller_listen,
         "sluice is ready"
     );
     let (stop, stopped) = watch::channel(false);
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| format!("cannot install the SIGTERM handler: {e}"))?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| format!("cannot install the SIGINT handler: {e}"))?;
+    let background = broker.spawn_background(stopped.clone());
     let serving = tokio::spawn(server::run(broker.clone(), listener, stopped));
     tokio::select! {
         _ = sigterm.recv() => tracing::info!("SIGTERM received; shutting down"),
@@ -65,7 +67,14 @@ async fn run(config: BrokerConfig) -> Result<(), String> {
     }
     let _ = stop.send(true);
     let _ = serving.await;
+    for task in background {
+        let _ = task.await;
+    }
     broker.replicas.shutdown();
+    match std::sync::Arc::try_unwrap(broker) {
+        Ok(broker) => broker.metadata.shutdown().await,
+        Err(_) => tracing::warn!("requests still hold the broker; the metadata quorum stops with the process"),
+    }
     tracing::info!("shutdown complete");
     Ok(())
 }

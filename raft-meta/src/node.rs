@@ -226,7 +226,12 @@ impl<S: StateMachine> Driver<S> {
             max_committed_size_per_ready: MAX_COMMITTED_BYTES_PER_READY,
             ..Default::default()
         };
-        let raw = RawNode::new(&raft_config, storage, &crate::logger::raft_logger())?;
+        let mut raw = RawNode::new(&raft_config, storage, &crate::logger::raft_logger())?;
+        // A lone voter needs nobody's vote: lead at once instead of after an election timeout,
+        // so a single node serves metadata changes as soon as it starts.
+        if config.voters.len() == 1 && config.voters.contains_key(&node_id) {
+            raw.campaign()?;
+        }
 
         let (inbound_tx, inbound) = mpsc::channel(INBOUND_QUEUE_MESSAGES);
         let (events_tx, events) = mpsc::channel(EVENT_QUEUE_DEPTH);

@@ -1,6 +1,7 @@
 //! CreateTopics: one result per requested topic, with its effective configs (v5+).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
@@ -11,46 +12,50 @@ use uuid::Uuid;
 use super::{commit_error, str_bytes};
 use crate::broker::Broker;
 use crate::controller::{self, ApiError, NewTopic};
+use crate::metadata::records::MetadataCommand;
 use crate::topic_config;
 
-pub fn handle(broker: &Broker, request: CreateTopicsRequest, _version: i16) -> CreateTopicsResponse {
+pub async fn handle(broker: Arc<Broker>, request: CreateTopicsRequest) -> CreateTopicsResponse {
     let mut seen: HashMap<String, usize> = HashMap::new();
     for topic in &request.topics {
         *seen.entry(topic.name.0.to_string()).or_default() += 1;
     }
-    let topics = request
-        .topics
-        .iter()
-        .map(|topic| {
-            let name = topic.name.0.to_string();
-            let result = CreatableTopicResult::default().with_name(topic.name.clone());
-            if seen[&name] > 1 {
-                return failed(result, ResponseError::InvalidRequest.code(), format!("topic {name:?} appears more than once in the request"));
-            }
-            let new_topic = match new_topic(broker, topic) {
-                Ok(t) => t,
-                Err(e) => return failed(result, e.code(), e.message),
-            };
-            let topic_id = Uuid::new_v4();
-            let outcome = broker.commit(|image| {
-                let records = controller::create_topic(image, &new_topic, topic_id)?;
-                Ok((if request.validate_only { Vec::new() } else { records }, ()))
-            });
-            match outcome {
-                Ok(_) => {
-                    if !request.validate_only {
-                        tracing::info!(topic = %name, partitions = new_topic.num_partitions, "created topic");
-                    }
-                    succeeded(broker, result, &new_topic, if request.validate_only { Uuid::nil() } else { topic_id })
-                }
-                Err(e) => {
-                    let (code, message) = commit_error(&e);
-                    failed(result, code, message)
-                }
-            }
-        })
-        .collect();
+    let mut topics = Vec::with_capacity(request.topics.len());
+    for topic in &request.topics {
+        let name = topic.name.0.to_string();
+        let result = CreatableTopicResult::default().with_name(topic.name.clone());
+        if seen[&name] > 1 {
+            let message = format!("topic {name:?} appears more than once in the request");
+            topics.push(failed(result, ResponseError::InvalidRequest.code(), message));
+            continue;
+        }
+        topics.push(create_one(&broker, topic, result, request.validate_only).await);
+    }
     CreateTopicsResponse::default().with_topics(topics)
+}
+
+async fn create_one(broker: &Broker, topic: &CreatableTopic, result: CreatableTopicResult, validate_only: bool) -> CreatableTopicResult {
+    let new_topic = match new_topic(broker, topic) {
+        Ok(t) => t,
+        Err(e) => return failed(result, e.code(), e.message),
+    };
+    let topic_id = Uuid::new_v4();
+    if validate_only {
+        return match controller::create_topic(&broker.metadata.image(), &new_topic, topic_id) {
+            Ok(_) => succeeded(broker, result, &new_topic, Uuid::nil()),
+            Err(e) => failed(result, e.code(), e.message),
+        };
+    }
+    match broker.commit(MetadataCommand::CreateTopic { topic: new_topic.clone(), topic_id }).await {
+        Ok(_) => {
+            tracing::info!(topic = %new_topic.name, partitions = new_topic.num_partitions, "created topic");
+            succeeded(broker, result, &new_topic, topic_id)
+        }
+        Err(e) => {
+            let (code, message) = commit_error(&e);
+            failed(result, code, message)
+        }
+    }
 }
 
 /// Fills in the defaults Kafka applies (-1 partitions or replication factor = broker default).

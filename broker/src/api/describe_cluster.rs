@@ -15,7 +15,7 @@ pub fn handle(broker: &Broker, request: DescribeClusterRequest) -> DescribeClust
     let response = DescribeClusterResponse::default()
         .with_endpoint_type(request.endpoint_type)
         .with_cluster_id(str_bytes(image.cluster_id.clone()))
-        .with_controller_id(broker.config.node_id.into());
+        .with_controller_id(broker.metadata.controller_id().into());
     if request.endpoint_type != ENDPOINT_TYPE_BROKERS {
         return response
             .with_error_code(ResponseError::UnsupportedEndpointType.code())

@@ -2,7 +2,10 @@
 //! Unknown topics are auto-created when both the client and `auto.create.topics.enable`
 //! allow it, with `num.partitions` partitions.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use futures::FutureExt;
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::metadata_response::{
@@ -11,13 +14,51 @@ use kafka_protocol::messages::metadata_response::{
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
 use uuid::Uuid;
 
-use super::str_bytes;
+use sluice_protocol::ResponseBody;
+
+use super::{str_bytes, Reply};
 use crate::broker::Broker;
 use crate::controller::{self, NewTopic};
+use crate::metadata::records::MetadataCommand;
+use crate::metadata::CommitError;
 use crate::metadata::image::{MetadataImage, TopicImage};
 
-pub fn handle(broker: &Broker, request: MetadataRequest, version: i16) -> MetadataResponse {
-    let mut image = broker.metadata.image();
+/// Answers at once unless unknown topics are to be auto-created: then after their creation
+/// is committed, so the client gets real leaders rather than an error to retry on.
+pub fn handle(broker: &Arc<Broker>, request: MetadataRequest, version: i16) -> Reply {
+    let image = broker.metadata.image();
+    let to_create: Vec<String> = if request.allow_auto_topic_creation && broker.config.auto_create_topics_enable {
+        request
+            .topics
+            .iter()
+            .flatten()
+            .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))
+            .filter(|name| image.topic(name).is_none() && controller::validate_topic_name(name).is_ok())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    if to_create.is_empty() {
+        return Reply::Now(ResponseBody::Metadata(respond(broker, &request, version, &HashMap::new())));
+    }
+    let broker = broker.clone();
+    Reply::Later(
+        async move {
+            let mut failures = HashMap::new();
+            for name in to_create {
+                if let Err(error) = auto_create(&broker, &name).await {
+                    failures.insert(name, error);
+                }
+            }
+            ResponseBody::Metadata(respond(&broker, &request, version, &failures))
+        }
+        .boxed(),
+    )
+}
+
+/// Builds the response from the current image; `failures` are auto-creations that failed.
+fn respond(broker: &Broker, request: &MetadataRequest, version: i16, failures: &HashMap<String, ResponseError>) -> MetadataResponse {
+    let image = broker.metadata.image();
     // v0 has no null: an empty list means every topic.
     let all_topics = request.topics.is_none() || (version == 0 && request.topics.as_ref().is_some_and(Vec::is_empty));
     let mut topics = Vec::new();
@@ -32,22 +73,11 @@ pub fn handle(broker: &Broker, request: MetadataRequest, version: i16) -> Metada
             };
             let entry = match (found, by_name) {
                 (Some(topic), _) => topic_metadata(&image, &topic),
-                (None, Some(name)) if request.allow_auto_topic_creation && broker.config.auto_create_topics_enable => {
-                    match auto_create(broker, &name) {
-                        Ok(next) => {
-                            image = next;
-                            match image.topic(&name) {
-                                Some(topic) => topic_metadata(&image, topic),
-                                None => error_topic(Some(name), Uuid::nil(), ResponseError::LeaderNotAvailable),
-                            }
-                        }
-                        Err(error) => error_topic(Some(name), Uuid::nil(), error),
-                    }
-                }
                 (None, Some(name)) => {
-                    let error = match controller::validate_topic_name(&name) {
-                        Ok(()) => ResponseError::UnknownTopicOrPartition,
-                        Err(e) => e.error,
+                    let error = match (failures.get(&name), controller::validate_topic_name(&name)) {
+                        (Some(error), _) => *error,
+                        (None, Err(e)) => e.error,
+                        (None, Ok(())) => ResponseError::UnknownTopicOrPartition,
                     };
                     error_topic(Some(name), Uuid::nil(), error)
                 }
@@ -59,33 +89,29 @@ pub fn handle(broker: &Broker, request: MetadataRequest, version: i16) -> Metada
     MetadataResponse::default()
         .with_brokers(brokers(&image))
         .with_cluster_id(Some(str_bytes(image.cluster_id.clone())))
-        .with_controller_id(BrokerId(broker.config.node_id))
+        .with_controller_id(BrokerId(broker.metadata.controller_id()))
         .with_topics(topics)
 }
 
-fn auto_create(broker: &Broker, name: &str) -> Result<std::sync::Arc<MetadataImage>, ResponseError> {
-    let new_topic = NewTopic {
+async fn auto_create(broker: &Broker, name: &str) -> Result<(), ResponseError> {
+    let topic = NewTopic {
         name: name.to_string(),
         num_partitions: broker.config.num_partitions,
         replication_factor: broker.config.default_replication_factor,
         assignments: None,
         configs: BTreeMap::new(),
     };
-    let created = broker.commit(|image| {
-        if image.topic(name).is_some() {
-            return Ok((Vec::new(), ())); // created meanwhile by another request
+    match broker.commit(MetadataCommand::CreateTopic { topic, topic_id: Uuid::new_v4() }).await {
+        Ok(_) => {
+            tracing::info!(topic = name, partitions = broker.config.num_partitions, "auto-created topic on a metadata request");
+            Ok(())
         }
-        Ok((controller::create_topic(image, &new_topic, Uuid::new_v4())?, ()))
-    });
-    match created {
-        Ok((image, ())) => {
-            tracing::info!(topic = name, partitions = new_topic.num_partitions, "auto-created topic on a metadata request");
-            Ok(image)
-        }
-        Err(crate::metadata::CommitError::Refused(e)) => Err(e.error),
+        // Created meanwhile by another client: not a failure.
+        Err(CommitError::Refused(e)) if e.error == ResponseError::TopicAlreadyExists => Ok(()),
+        Err(CommitError::Refused(e)) => Err(e.error),
         Err(e) => {
-            tracing::error!(topic = name, error = %e, "auto-creating a topic failed");
-            Err(ResponseError::KafkaStorageError)
+            tracing::warn!(topic = name, error = %e, "auto-creating a topic failed; the client will retry");
+            Err(ResponseError::LeaderNotAvailable)
         }
     }
 }

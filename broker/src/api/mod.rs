@@ -17,6 +17,7 @@ pub mod produce;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use futures::FutureExt;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::protocol::StrBytes;
 use sluice_protocol::request::Request;
@@ -36,21 +37,26 @@ pub enum Reply {
 pub fn handle(broker: &Arc<Broker>, request: Request) -> Reply {
     let version = request.api_version;
     let now = |body| Reply::Now(body);
+    let b = broker.clone();
     match request.body {
         RequestBody::Produce(r) => produce::handle(broker, r, version),
         RequestBody::Fetch(r) => fetch::handle(broker, r, version),
         RequestBody::ListOffsets(r) => now(ResponseBody::ListOffsets(list_offsets::handle(broker, r, version))),
-        RequestBody::Metadata(r) => now(ResponseBody::Metadata(metadata::handle(broker, r, version))),
+        RequestBody::Metadata(r) => metadata::handle(broker, r, version),
         RequestBody::ApiVersions(_) => now(ResponseBody::ApiVersions(api_versions::handle())),
-        RequestBody::CreateTopics(r) => now(ResponseBody::CreateTopics(create_topics::handle(broker, r, version))),
-        RequestBody::DeleteTopics(r) => now(ResponseBody::DeleteTopics(delete_topics::handle(broker, r, version))),
+        RequestBody::CreateTopics(r) => later(create_topics::handle(b, r).map(ResponseBody::CreateTopics)),
+        RequestBody::DeleteTopics(r) => later(delete_topics::handle(b, r, version).map(ResponseBody::DeleteTopics)),
         RequestBody::DescribeConfigs(r) => now(ResponseBody::DescribeConfigs(describe_configs::handle(broker, r, version))),
-        RequestBody::CreatePartitions(r) => now(ResponseBody::CreatePartitions(create_partitions::handle(broker, r))),
+        RequestBody::CreatePartitions(r) => later(create_partitions::handle(b, r).map(ResponseBody::CreatePartitions)),
         RequestBody::IncrementalAlterConfigs(r) => {
-            now(ResponseBody::IncrementalAlterConfigs(incremental_alter_configs::handle(broker, r)))
+            later(incremental_alter_configs::handle(b, r).map(ResponseBody::IncrementalAlterConfigs))
         }
         RequestBody::DescribeCluster(r) => now(ResponseBody::DescribeCluster(describe_cluster::handle(broker, r))),
     }
+}
+
+fn later(future: impl std::future::Future<Output = ResponseBody> + Send + 'static) -> Reply {
+    Reply::Later(future.boxed())
 }
 
 /// A `StrBytes` from any string (response fields).
@@ -58,13 +64,16 @@ pub(crate) fn str_bytes(s: impl Into<String>) -> StrBytes {
     StrBytes::from_string(s.into())
 }
 
-/// Kafka error code and message for a failed metadata change.
+/// Kafka error code and message for a failed metadata change. Quorum trouble maps to the
+/// retriable errors Kafka clients already handle by refreshing metadata and retrying.
 pub(crate) fn commit_error(e: &CommitError) -> (i16, String) {
-    match e {
-        CommitError::Refused(api) => (api.code(), api.message.clone()),
-        CommitError::Storage(_) => {
-            tracing::error!(error = %e, "metadata change failed");
-            (ResponseError::KafkaStorageError.code(), e.to_string())
-        }
-    }
+    use sluice_raft_meta::ProposeError;
+    let code = match e {
+        CommitError::Refused(api) => return (api.code(), api.message.clone()),
+        CommitError::Quorum(ProposeError::NoLeader | ProposeError::Stopped) => ResponseError::NotController,
+        CommitError::Quorum(ProposeError::Timeout(_) | ProposeError::Busy) => ResponseError::RequestTimedOut,
+        CommitError::Quorum(ProposeError::TooLarge { .. } | ProposeError::InvalidLearner { .. }) => ResponseError::InvalidRequest,
+    };
+    tracing::warn!(error = %e, "metadata change failed");
+    (code.code(), e.to_string())
 }

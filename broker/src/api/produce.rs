@@ -38,7 +38,7 @@ pub fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> Reply {
                             Err((ResponseError::UnknownTopicId, "unknown topic id".to_string()))
                         }
                         None => Err((ResponseError::UnknownTopicOrPartition, "unknown topic".to_string())),
-                        Some(_) if !matches!(acks, -1 | 0 | 1) => {
+                        Some(_) if !(-1..=1).contains(&acks) => {
                             Err((ResponseError::InvalidRequiredAcks, format!("acks={acks} is invalid; use 0, 1 or -1 (all)")))
                         }
                         Some(topic) => append(broker, &image, topic, data.index, data.records, acks, now),

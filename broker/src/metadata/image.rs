@@ -4,11 +4,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use serde::{Deserialize, Serialize};
+
 use uuid::Uuid;
 
 use super::records::{ConfigResource, Endpoint, MetadataRecord};
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BrokerRegistration {
     pub broker_id: i32,
     pub incarnation_id: Uuid,
@@ -17,7 +19,7 @@ pub struct BrokerRegistration {
     pub fenced: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionRegistration {
     pub replicas: Vec<i32>,
     pub isr: Vec<i32>,
@@ -26,7 +28,7 @@ pub struct PartitionRegistration {
     pub partition_epoch: i32,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicImage {
     pub name: String,
     pub topic_id: Uuid,
@@ -35,8 +37,9 @@ pub struct TopicImage {
     pub configs: BTreeMap<String, String>,
 }
 
-/// Cluster metadata as of `last_offset`, the number of records applied.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Cluster metadata as of `last_offset`, the number of records applied. It is also the
+/// quorum's snapshot: serialized whole, restored whole.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MetadataImage {
     pub cluster_id: String,
     pub last_offset: u64,
@@ -62,6 +65,10 @@ impl MetadataImage {
     /// Brokers clients can be sent to.
     pub fn live_brokers(&self) -> impl Iterator<Item = &BrokerRegistration> {
         self.brokers.values().filter(|b| !b.fenced)
+    }
+
+    pub fn is_live(&self, broker_id: i32) -> bool {
+        self.brokers.get(&broker_id).is_some_and(|b| !b.fenced)
     }
 
     /// Applies one record. Records that refer to something unknown (a partition of a
@@ -127,6 +134,11 @@ impl MetadataImage {
             MetadataRecord::RemoveTopic { topic_id } => {
                 if let Some(name) = self.topic_names.remove(topic_id) {
                     self.topics.remove(&name);
+                }
+            }
+            MetadataRecord::FenceBroker { broker_id } | MetadataRecord::UnfenceBroker { broker_id } => {
+                if let Some(broker) = self.brokers.get_mut(broker_id) {
+                    broker.fenced = matches!(record, MetadataRecord::FenceBroker { .. });
                 }
             }
         }

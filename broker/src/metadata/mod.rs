@@ -1,43 +1,54 @@
-//! Cluster metadata: records, the applied image, and the store that makes changes durable
-//! and publishes each new image.
+//! Cluster metadata: records, the applied image, and the store that replicates changes through
+//! the Raft quorum (`sluice-raft-meta`) and publishes each new image.
 //!
-//! Every change goes through [`MetadataStore::commit`], which decides (against the current
-//! image), appends the resulting records durably, applies them and publishes the new image,
-//! all under one lock so that decisions never race. On a single node the records go to a
-//! local journal; the Raft quorum replaces the journal without changing this interface.
+//! A change is proposed as a [`MetadataCommand`] by any broker; the quorum orders it into the
+//! metadata log, and every node applies it by running the controller's decision
+//! ([`controller::decide`]) against its image, so every node reaches the same image and two
+//! racing requests are decided in log order. The proposer gets the decision's outcome back
+//! once the entry is applied locally, so a client is answered only after the change is
+//! committed and visible on the broker it asked.
 
 pub mod image;
-pub mod journal;
 pub mod records;
 
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
+use sluice_raft_meta::{ProposeError, Quorum, QuorumConfig, QuorumError, QuorumStatus, StateMachine};
 use tokio::sync::watch;
+use uuid::Uuid;
 
-use crate::controller::ApiError;
+use crate::config::BrokerConfig;
+use crate::controller::{self, ApiError, Outcome};
 use image::MetadataImage;
-use journal::{JournalError, MetadataJournal};
-use records::MetadataRecord;
+use records::{MetadataCommand, Proposal};
 
 /// Directory of the metadata log inside the data dir (KRaft's name for it).
 pub const METADATA_LOG_DIR: &str = "__cluster_metadata-0";
 /// On-disk format version of the data dir; bumped when the layout changes incompatibly.
-pub const DATA_DIR_VERSION: u32 = 1;
+pub const DATA_DIR_VERSION: u32 = 2;
+/// How long a metadata change may wait for the quorum before the client gets REQUEST_TIMED_OUT.
+const PROPOSE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Outcomes kept for proposals whose waiter gave up, before they are dropped.
+const MAX_UNCLAIMED_OUTCOMES: usize = 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MetadataError {
-    #[error(transparent)]
-    Journal(#[from] JournalError),
     #[error("{path}: {source}; check that the data directory exists and is writable")]
     Io { path: PathBuf, source: std::io::Error },
     #[error("data directory {path} belongs to node {found}, not node {expected}; pass --node-id {found} or use another --data-dir")]
     NodeIdMismatch { path: PathBuf, found: i32, expected: i32 },
+    #[error("data directory {path} belongs to cluster {found}, not {expected}; use this cluster's --cluster-id/--voters or a fresh --data-dir")]
+    ClusterIdMismatch { path: PathBuf, found: String, expected: String },
     #[error("data directory {path} has format version {found}; this build reads version {DATA_DIR_VERSION}. Use a matching sluice build or a fresh --data-dir")]
     VersionMismatch { path: PathBuf, found: u32 },
     #[error("{path} is unreadable ({reason}); restore it or start with a fresh --data-dir")]
     BadProperties { path: PathBuf, reason: String },
+    #[error("the metadata quorum could not start: {0}")]
+    Quorum(#[from] QuorumError),
 }
 
 /// Why a change was not committed.
@@ -45,33 +56,62 @@ pub enum MetadataError {
 pub enum CommitError {
     #[error("{}", .0.message)]
     Refused(ApiError),
-    #[error("the metadata change could not be made durable: {0}")]
-    Storage(#[from] JournalError),
+    #[error("{0}")]
+    Quorum(#[from] ProposeError),
 }
 
-struct Inner {
-    journal: MetadataJournal,
-    image: Arc<MetadataImage>,
-}
+type Outcomes = Arc<Mutex<HashMap<u64, Result<Outcome, ApiError>>>>;
 
 pub struct MetadataStore {
-    inner: Mutex<Inner>,
-    published: watch::Sender<Arc<MetadataImage>>,
+    quorum: Quorum,
+    published: watch::Receiver<Arc<MetadataImage>>,
+    outcomes: Outcomes,
+    node_id: i32,
+    incarnation: Uuid,
+}
+
+/// Raft ids must be non-zero while Kafka node ids start at 0: the quorum sees `node_id + 1`.
+pub fn raft_id(node_id: i32) -> u64 {
+    node_id as u64 + 1
+}
+
+pub fn node_id_of(raft_id: u64) -> i32 {
+    raft_id as i32 - 1
 }
 
 impl MetadataStore {
-    /// Opens the data dir's identity (`meta.properties`) and replays the metadata log.
-    pub fn open(data_dir: &Path, node_id: i32) -> Result<MetadataStore, MetadataError> {
-        let cluster_id = load_or_create_identity(data_dir, node_id)?;
-        let (journal, replayed) = MetadataJournal::open(&data_dir.join(METADATA_LOG_DIR))?;
-        let mut image = MetadataImage::new(cluster_id);
-        for record in &replayed {
-            image.apply(record);
-        }
-        tracing::info!(records = replayed.len(), topics = image.topics.len(), "metadata log replayed");
-        let image = Arc::new(image);
-        let (published, _) = watch::channel(image.clone());
-        Ok(MetadataStore { inner: Mutex::new(Inner { journal, image }), published })
+    /// Checks the data dir's identity (`meta.properties`), starts this node's quorum member
+    /// (which restores the snapshot and replays the metadata log) and returns once the local
+    /// image reflects everything this node had committed.
+    pub async fn open(config: &BrokerConfig) -> Result<MetadataStore, MetadataError> {
+        let cluster_id = load_or_create_identity(&config.data_dir, config.node_id, config.cluster_id.as_deref())?;
+        let incarnation = Uuid::new_v4();
+        let (sender, published) = watch::channel(Arc::new(MetadataImage::new(cluster_id.clone())));
+        let outcomes = Outcomes::default();
+        let state_machine = MetadataStateMachine {
+            image: MetadataImage::new(cluster_id.clone()),
+            published: sender,
+            outcomes: outcomes.clone(),
+            node_id: config.node_id,
+            incarnation,
+        };
+        let voters: BTreeMap<u64, String> =
+            config.voters.iter().map(|(id, addr)| (raft_id(*id), addr.clone())).collect();
+        let quorum_config = QuorumConfig {
+            node_id: raft_id(config.node_id),
+            voters,
+            listen: config.controller_listen,
+            data_dir: config.data_dir.join(METADATA_LOG_DIR),
+            tick_ms: 100,
+            election_tick: 10,
+            heartbeat_tick: 2,
+            snapshot_every_entries: 1000,
+            cluster_id,
+        };
+        let quorum = Quorum::start(quorum_config, state_machine).await?;
+        let image = published.borrow().clone();
+        tracing::info!(topics = image.topics.len(), brokers = image.brokers.len(), "metadata replayed");
+        Ok(MetadataStore { quorum, published, outcomes, node_id: config.node_id, incarnation })
     }
 
     /// The current image; cheap (an `Arc` clone).
@@ -80,35 +120,106 @@ impl MetadataStore {
     }
 
     pub fn subscribe(&self) -> watch::Receiver<Arc<MetadataImage>> {
-        self.published.subscribe()
+        self.published.clone()
     }
 
-    /// Decides a change against the current image and, unless refused, makes it durable and
-    /// publishes the new image. `decide` returns the records plus a value for the caller.
-    pub fn commit<T>(
-        &self,
-        decide: impl FnOnce(&MetadataImage) -> Result<(Vec<MetadataRecord>, T), ApiError>,
-    ) -> Result<(Arc<MetadataImage>, T), CommitError> {
-        let mut inner = self.inner.lock();
-        let (records, value) = decide(&inner.image).map_err(CommitError::Refused)?;
-        if records.is_empty() {
-            return Ok((inner.image.clone(), value));
+    pub fn quorum_status(&self) -> QuorumStatus {
+        self.quorum.status()
+    }
+
+    /// The active controller's node id (the Raft leader), or -1 while there is none.
+    pub fn controller_id(&self) -> i32 {
+        self.quorum.status().leader_id.map_or(-1, node_id_of)
+    }
+
+    /// Proposes a command and waits until it is decided and applied on this node.
+    pub async fn commit(&self, command: MetadataCommand) -> Result<(Arc<MetadataImage>, Outcome), CommitError> {
+        let proposal = Proposal { proposer: self.node_id, incarnation: self.incarnation, command };
+        let data = serde_json::to_vec(&proposal).map_err(|e| {
+            CommitError::Refused(ApiError::new(
+                kafka_protocol::error::ResponseError::UnknownServerError,
+                format!("metadata command could not be encoded: {e}"),
+            ))
+        })?;
+        let index = self.quorum.propose(data, PROPOSE_TIMEOUT).await?;
+        let outcome = self.outcomes.lock().remove(&index);
+        match outcome {
+            Some(Ok(outcome)) => Ok((self.image(), outcome)),
+            Some(Err(refused)) => Err(CommitError::Refused(refused)),
+            // Applied, but by a restore that skipped our entry: it did happen; report success.
+            None => Ok((self.image(), Outcome::Done)),
         }
-        inner.journal.append(&records)?;
-        let mut next = MetadataImage::clone(&inner.image);
-        for record in &records {
-            next.apply(record);
-        }
-        let next = Arc::new(next);
-        inner.image = next.clone();
-        self.published.send_replace(next.clone());
-        Ok((next, value))
+    }
+
+    pub async fn shutdown(self) {
+        self.quorum.shutdown().await;
     }
 }
 
-/// Reads `meta.properties` (Kafka's file of the same name), or writes a new one with a fresh
-/// cluster id. Returns the cluster id.
-fn load_or_create_identity(data_dir: &Path, node_id: i32) -> Result<String, MetadataError> {
+/// The broker's side of the quorum: applies each committed proposal to the image.
+struct MetadataStateMachine {
+    image: MetadataImage,
+    published: watch::Sender<Arc<MetadataImage>>,
+    outcomes: Outcomes,
+    node_id: i32,
+    incarnation: Uuid,
+}
+
+impl StateMachine for MetadataStateMachine {
+    fn apply(&mut self, index: u64, data: &[u8]) {
+        let proposal: Proposal = match serde_json::from_slice(data) {
+            Ok(p) => p,
+            Err(e) => {
+                // Every node skips the same undecodable entry, so images stay identical.
+                tracing::error!(index, error = %e, "skipping an undecodable metadata log entry");
+                return;
+            }
+        };
+        let decision = controller::decide(&self.image, &proposal.command);
+        let result = match decision {
+            Ok((records, outcome)) => {
+                for record in &records {
+                    self.image.apply(record);
+                }
+                if !records.is_empty() {
+                    self.published.send_replace(Arc::new(self.image.clone()));
+                }
+                Ok(outcome)
+            }
+            Err(refused) => Err(refused),
+        };
+        if proposal.proposer == self.node_id && proposal.incarnation == self.incarnation {
+            let mut outcomes = self.outcomes.lock();
+            if outcomes.len() >= MAX_UNCLAIMED_OUTCOMES {
+                let oldest = outcomes.keys().min().copied();
+                oldest.map(|k| outcomes.remove(&k));
+            }
+            outcomes.insert(index, result);
+        }
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        // Serializing plain maps of strings and numbers cannot fail.
+        serde_json::to_vec(&self.image).unwrap_or_default()
+    }
+
+    fn restore(&mut self, data: &[u8]) {
+        if data.is_empty() {
+            return; // the bootstrap snapshot: no metadata yet
+        }
+        match serde_json::from_slice::<MetadataImage>(data) {
+            Ok(image) => {
+                self.image = image;
+                self.published.send_replace(Arc::new(self.image.clone()));
+            }
+            Err(e) => tracing::error!(error = %e, "metadata snapshot is unreadable; keeping the current image"),
+        }
+    }
+}
+
+/// Reads `meta.properties` (Kafka's file of the same name), or writes a new one. Returns the
+/// cluster id: the stored one, which must match `wanted` when that is given.
+fn load_or_create_identity(data_dir: &Path, node_id: i32, wanted: Option<&str>) -> Result<String, MetadataError> {
     let path = data_dir.join("meta.properties");
     let io = |source| MetadataError::Io { path: path.clone(), source };
     std::fs::create_dir_all(data_dir).map_err(|source| MetadataError::Io { path: data_dir.to_path_buf(), source })?;
@@ -129,10 +240,16 @@ fn load_or_create_identity(data_dir: &Path, node_id: i32) -> Result<String, Meta
             if found != node_id {
                 return Err(MetadataError::NodeIdMismatch { path, found, expected: node_id });
             }
-            get("cluster.id").filter(|c| !c.is_empty()).ok_or_else(|| bad("no cluster.id"))
+            let cluster_id = get("cluster.id").filter(|c| !c.is_empty()).ok_or_else(|| bad("no cluster.id"))?;
+            match wanted {
+                Some(w) if w != cluster_id => {
+                    Err(MetadataError::ClusterIdMismatch { path, found: cluster_id, expected: w.to_string() })
+                }
+                _ => Ok(cluster_id),
+            }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let cluster_id = new_cluster_id();
+            let cluster_id = wanted.map_or_else(new_cluster_id, str::to_string);
             let text = format!(
                 "# Written by sluice; identifies this data directory.\nversion={DATA_DIR_VERSION}\nnode.id={node_id}\ncluster.id={cluster_id}\n"
             );
@@ -145,53 +262,55 @@ fn load_or_create_identity(data_dir: &Path, node_id: i32) -> Result<String, Meta
     }
 }
 
-/// A Kafka-style cluster id: a random UUID in URL-safe base64 without padding (22 chars).
+/// A Kafka-style cluster id: 128 random bits in URL-safe base64 (22 chars).
 fn new_cluster_id() -> String {
+    cluster_id_from(Uuid::new_v4().as_u128())
+}
+
+/// A cluster id derived from the voter set, so that nodes started with the same `--voters`
+/// agree on it without a separate formatting step.
+pub fn cluster_id_for_voters(voters: &BTreeMap<i32, String>) -> String {
+    let text: String = voters.iter().map(|(id, addr)| format!("{id}@{addr},")).collect();
+    let low = u128::from(crc32c::crc32c(text.as_bytes()));
+    let high = u128::from(crc32c::crc32c_append(0x5100_1ce5, text.as_bytes()));
+    cluster_id_from(high << 96 | low << 64 | u128::from(text.len() as u64))
+}
+
+fn cluster_id_from(value: u128) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let value = uuid::Uuid::new_v4().as_u128();
     (0..22).map(|i| ALPHABET[((value >> (6 * i)) & 63) as usize] as char).collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::ApiError;
-    use kafka_protocol::error::ResponseError;
 
-    fn topic(name: &str) -> MetadataRecord {
-        MetadataRecord::Topic { name: name.into(), topic_id: uuid::Uuid::new_v4() }
+    #[test]
+    fn identity_is_created_then_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let cluster = load_or_create_identity(dir.path(), 1, None).unwrap();
+        assert_eq!(cluster.len(), 22);
+        assert_eq!(load_or_create_identity(dir.path(), 1, None).unwrap(), cluster);
+        assert_eq!(load_or_create_identity(dir.path(), 1, Some(&cluster)).unwrap(), cluster);
+        let err = load_or_create_identity(dir.path(), 2, None).unwrap_err();
+        assert!(err.to_string().contains("--node-id 1"), "{err}");
+        assert!(matches!(
+            load_or_create_identity(dir.path(), 1, Some("other")),
+            Err(MetadataError::ClusterIdMismatch { .. })
+        ));
     }
 
     #[test]
-    fn committed_changes_survive_reopen_with_the_same_cluster_id() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = MetadataStore::open(dir.path(), 1).unwrap();
-        let cluster_id = store.image().cluster_id.clone();
-        assert_eq!(cluster_id.len(), 22);
-        store.commit(|_| Ok((vec![topic("a")], ()))).unwrap();
-        drop(store);
-        let store = MetadataStore::open(dir.path(), 1).unwrap();
-        assert_eq!(store.image().cluster_id, cluster_id);
-        assert!(store.image().topic("a").is_some());
+    fn voters_determine_the_cluster_id() {
+        let a = BTreeMap::from([(1, "h:1".to_string()), (2, "h:2".to_string())]);
+        let b = BTreeMap::from([(1, "h:1".to_string()), (2, "h:3".to_string())]);
+        assert_eq!(cluster_id_for_voters(&a), cluster_id_for_voters(&a.clone()));
+        assert_ne!(cluster_id_for_voters(&a), cluster_id_for_voters(&b));
     }
 
     #[test]
-    fn refused_changes_write_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = MetadataStore::open(dir.path(), 1).unwrap();
-        let err = store
-            .commit::<()>(|_| Err(ApiError::new(ResponseError::InvalidConfig, "no")))
-            .unwrap_err();
-        assert!(matches!(err, CommitError::Refused(_)));
-        assert_eq!(store.image().last_offset, 0);
-    }
-
-    #[test]
-    fn data_dir_of_another_node_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        drop(MetadataStore::open(dir.path(), 1).unwrap());
-        let err = MetadataStore::open(dir.path(), 2).err().unwrap();
-        assert!(matches!(err, MetadataError::NodeIdMismatch { found: 1, expected: 2, .. }));
-        assert!(err.to_string().contains("--node-id 1"));
+    fn raft_ids_are_non_zero() {
+        assert_eq!(raft_id(0), 1);
+        assert_eq!(node_id_of(raft_id(7)), 7);
     }
 }

@@ -45,4 +45,39 @@ pub enum MetadataRecord {
     Config { resource: ConfigResource, name: String, value: Option<String> },
     /// A topic and all its partitions were deleted.
     RemoveTopic { topic_id: Uuid },
+    /// The controller stopped hearing from a broker: clients are no longer sent to it.
+    FenceBroker { broker_id: i32 },
+    /// A fenced broker is reachable again.
+    UnfenceBroker { broker_id: i32 },
+}
+
+/// A request to change metadata, proposed to the quorum by any broker and decided when it is
+/// applied, identically on every node (see `controller::decide`). Deciding at apply time, in
+/// log order, means two brokers racing to create one topic cannot both succeed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MetadataCommand {
+    RegisterBroker { broker_id: i32, incarnation_id: Uuid, endpoints: Vec<Endpoint>, rack: Option<String> },
+    FenceBroker { broker_id: i32 },
+    UnfenceBroker { broker_id: i32 },
+    CreateTopic { topic: crate::controller::NewTopic, topic_id: Uuid },
+    /// By name, or by id when `name` is `None`.
+    DeleteTopic { name: Option<String>, topic_id: Uuid },
+    CreatePartitions { name: String, count: i32, assignments: Option<Vec<Vec<i32>>> },
+    /// `list_bases` holds the proposer's effective value of each list config that an APPEND or
+    /// SUBTRACT starts from when the topic has no override (broker defaults differ per node,
+    /// so they travel with the command to keep apply deterministic).
+    AlterTopicConfigs {
+        name: String,
+        ops: Vec<(String, crate::controller::AlterOp, Option<String>)>,
+        list_bases: std::collections::BTreeMap<String, String>,
+    },
+}
+
+/// One entry of the metadata log: a command and who proposed it, so that only the proposing
+/// process keeps the decision's outcome for its waiting client.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Proposal {
+    pub proposer: i32,
+    pub incarnation: Uuid,
+    pub command: MetadataCommand,
 }
