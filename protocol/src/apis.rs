@@ -55,5 +55,6 @@ implemented_apis! {
     DescribeConfigs: DescribeConfigsRequest => DescribeConfigsResponse;
     CreatePartitions: CreatePartitionsRequest => CreatePartitionsResponse;
     IncrementalAlterConfigs: IncrementalAlterConfigsRequest => IncrementalAlterConfigsResponse;
+    DescribeQuorum: DescribeQuorumRequest => DescribeQuorumResponse;
     DescribeCluster: DescribeClusterRequest => DescribeClusterResponse;
 }

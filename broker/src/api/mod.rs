@@ -8,6 +8,7 @@ pub mod create_topics;
 pub mod delete_topics;
 pub mod describe_cluster;
 pub mod describe_configs;
+pub mod describe_quorum;
 pub mod fetch;
 pub mod incremental_alter_configs;
 pub mod list_offsets;
@@ -52,6 +53,7 @@ pub fn handle(broker: &Arc<Broker>, request: Request) -> Reply {
             later(incremental_alter_configs::handle(b, r).map(ResponseBody::IncrementalAlterConfigs))
         }
         RequestBody::DescribeCluster(r) => now(ResponseBody::DescribeCluster(describe_cluster::handle(broker, r))),
+        RequestBody::DescribeQuorum(r) => now(ResponseBody::DescribeQuorum(describe_quorum::handle(broker, r, version))),
     }
 }
 

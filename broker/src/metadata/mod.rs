@@ -26,7 +26,9 @@ use crate::controller::{self, ApiError, Outcome};
 use image::MetadataImage;
 use records::{MetadataCommand, Proposal};
 
-/// Directory of the metadata log inside the data dir (KRaft's name for it).
+/// The metadata log's topic name, as KRaft names it (DescribeQuorum asks for it).
+pub const METADATA_TOPIC: &str = "__cluster_metadata";
+/// Directory of the metadata log inside the data dir.
 pub const METADATA_LOG_DIR: &str = "__cluster_metadata-0";
 /// On-disk format version of the data dir; bumped when the layout changes incompatibly.
 pub const DATA_DIR_VERSION: u32 = 2;

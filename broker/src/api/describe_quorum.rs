@@ -1,0 +1,67 @@
+//! DescribeQuorum: the metadata quorum's leader, epoch, high watermark and replicas, as
+//! `kafka-metadata-quorum describe --status` shows them.
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::describe_quorum_response::{Listener, Node, PartitionData, ReplicaState, TopicData};
+use kafka_protocol::messages::{BrokerId, DescribeQuorumRequest, DescribeQuorumResponse};
+
+use super::str_bytes;
+use crate::broker::{now_ms, Broker};
+use crate::metadata::{node_id_of, METADATA_TOPIC};
+
+/// The `nodes` field (controller endpoints) exists from v2.
+const FIRST_VERSION_WITH_NODES: i16 = 2;
+
+pub fn handle(broker: &Broker, request: DescribeQuorumRequest, version: i16) -> DescribeQuorumResponse {
+    let status = broker.metadata.quorum_status();
+    let now = now_ms();
+    let replica = |r: &sluice_raft_meta::ReplicaState| {
+        // Only the leader tracks replicas' progress; elsewhere Kafka reports -1 too.
+        let last_contact = r.last_contact_ms_ago.map_or(-1, |ms| now - ms as i64);
+        ReplicaState::default()
+            .with_replica_id(BrokerId(node_id_of(r.id)))
+            .with_log_end_offset(r.match_index.map_or(-1, |i| i as i64))
+            .with_last_fetch_timestamp(last_contact)
+            .with_last_caught_up_timestamp(last_contact)
+    };
+    let topics = request
+        .topics
+        .iter()
+        .map(|topic| {
+            let partitions = topic
+                .partitions
+                .iter()
+                .map(|p| {
+                    let data = PartitionData::default().with_partition_index(p.partition_index);
+                    if topic.topic_name.0.as_str() != METADATA_TOPIC || p.partition_index != 0 {
+                        return data.with_error_code(ResponseError::UnknownTopicOrPartition.code());
+                    }
+                    data.with_leader_id(BrokerId(status.leader_id.map_or(-1, node_id_of)))
+                        .with_leader_epoch(status.term as i32)
+                        .with_high_watermark(status.commit_index as i64)
+                        .with_current_voters(status.voters.iter().map(replica).collect())
+                        .with_observers(status.learners.iter().map(replica).collect())
+                })
+                .collect();
+            TopicData::default().with_topic_name(topic.topic_name.clone()).with_partitions(partitions)
+        })
+        .collect();
+    let response = DescribeQuorumResponse::default().with_topics(topics);
+    if version < FIRST_VERSION_WITH_NODES {
+        return response;
+    }
+    let nodes = broker
+        .config
+        .voters
+        .iter()
+        .filter_map(|(id, addr)| {
+            let (host, port) = addr.rsplit_once(':')?;
+            let listener = Listener::default()
+                .with_name(str_bytes("CONTROLLER"))
+                .with_host(str_bytes(host))
+                .with_port(port.parse().ok()?);
+            Some(Node::default().with_node_id(BrokerId(*id)).with_listeners(vec![listener]))
+        })
+        .collect();
+    response.with_nodes(nodes)
+}
