@@ -273,9 +273,10 @@ fn new_cluster_id() -> String {
 /// agree on it without a separate formatting step.
 pub fn cluster_id_for_voters(voters: &BTreeMap<i32, String>) -> String {
     let text: String = voters.iter().map(|(id, addr)| format!("{id}@{addr},")).collect();
-    let low = u128::from(crc32c::crc32c(text.as_bytes()));
-    let high = u128::from(crc32c::crc32c_append(0x5100_1ce5, text.as_bytes()));
-    cluster_id_from(high << 96 | low << 64 | u128::from(text.len() as u64))
+    let value = [0u32, 0x5100_1ce5, 0x0b5e_55ed, 0x7a11_0c8d]
+        .iter()
+        .fold(0u128, |acc, seed| acc << 32 | u128::from(crc32c::crc32c_append(*seed, text.as_bytes())));
+    cluster_id_from(value)
 }
 
 fn cluster_id_from(value: u128) -> String {
