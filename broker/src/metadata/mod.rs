@@ -311,6 +311,61 @@ mod tests {
         assert_ne!(cluster_id_for_voters(&a), cluster_id_for_voters(&b));
     }
 
+    fn state_machine(node_id: i32, incarnation: Uuid) -> (MetadataStateMachine, watch::Receiver<Arc<MetadataImage>>) {
+        let (published, rx) = watch::channel(Arc::new(MetadataImage::new("c".into())));
+        let sm = MetadataStateMachine {
+            image: MetadataImage::new("c".into()),
+            published,
+            outcomes: Outcomes::default(),
+            node_id,
+            incarnation,
+        };
+        (sm, rx)
+    }
+
+    fn entry(proposer: i32, incarnation: Uuid, command: MetadataCommand) -> Vec<u8> {
+        serde_json::to_vec(&Proposal { proposer, incarnation, command }).unwrap()
+    }
+
+    fn create(name: &str, id: u128) -> MetadataCommand {
+        MetadataCommand::CreateTopic {
+            topic: controller::NewTopic {
+                name: name.into(),
+                num_partitions: 2,
+                replication_factor: 1,
+                assignments: None,
+                configs: BTreeMap::new(),
+            },
+            topic_id: Uuid::from_u128(id),
+        }
+    }
+
+    #[test]
+    fn state_machine_applies_snapshots_and_restores_to_the_same_image() {
+        let me = Uuid::new_v4();
+        let (mut sm, published) = state_machine(1, me);
+        let register = MetadataCommand::RegisterBroker {
+            broker_id: 1,
+            incarnation_id: Uuid::nil(),
+            endpoints: vec![records::Endpoint { host: "h".into(), port: 1 }],
+            rack: None,
+        };
+        sm.apply(1, &entry(1, me, register));
+        sm.apply(2, &entry(2, Uuid::nil(), create("a", 1)));
+        sm.apply(3, &entry(1, me, create("a", 2)));
+        sm.apply(4, b"not json");
+        assert_eq!(published.borrow().topic("a").unwrap().topic_id, Uuid::from_u128(1));
+        // Only this process's own proposals keep an outcome: the racing creation lost.
+        let outcomes = sm.outcomes.lock().clone();
+        assert_eq!(outcomes.len(), 2);
+        assert!(matches!(&outcomes[&3], Err(e) if e.error == kafka_protocol::error::ResponseError::TopicAlreadyExists));
+
+        let (mut restored, restored_published) = state_machine(2, Uuid::new_v4());
+        restored.restore(&sm.snapshot());
+        assert_eq!(restored.image, sm.image);
+        assert_eq!(**restored_published.borrow(), sm.image);
+    }
+
     #[test]
     fn raft_ids_are_non_zero() {
         assert_eq!(raft_id(0), 1);
