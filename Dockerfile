@@ -1,0 +1,11 @@
+# Builds the `sluice` binary and a small runtime image.
+FROM rust:1-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN cargo build --release -p sluice-broker --bin sluice
+
+FROM debian:bookworm-slim
+COPY --from=build /src/target/release/sluice /usr/local/bin/sluice
+VOLUME /var/lib/sluice
+EXPOSE 9092 9093
+ENTRYPOINT ["sluice", "--data-dir", "/var/lib/sluice"]
