@@ -1,1 +1,17 @@
-//! Cluster harness: starts real `sluice` processes on loopback ports.
+//! Test harness for Sluice: starts real `sluice` broker processes on loopback ports and gives
+//! tests ready-made rdkafka clients and raw wire-protocol helpers.
+//!
+//! - [`SluiceNode`]: one broker process (free port, temporary data dir, captured log, readiness
+//!   awaited by a real ApiVersions + Metadata round-trip, SIGKILL/SIGTERM/restart).
+//! - [`clients`]: rdkafka configurations (manual assignment, idempotence off) and helpers.
+//! - [`wire`]: hand-encoded requests for tests that send hostile or exact bytes.
+//!
+//! The binary comes from `$SLUICE_BIN`, else `<workspace>/target/release/sluice`, else
+//! `<workspace>/target/debug/sluice`.
+
+pub mod clients;
+pub mod node;
+pub mod procstat;
+pub mod wire;
+
+pub use node::{free_loopback_port, sluice_binary, workspace_root, NodeOptions, SluiceNode};

@@ -1,0 +1,439 @@
+//! One real `sluice` broker process on a loopback port.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use tempfile::TempDir;
+
+use crate::wire;
+
+/// How to start a node. `Default` gives node 1 on a fresh temporary data dir and a free port.
+#[derive(Debug, Clone)]
+pub struct NodeOptions {
+    pub node_id: i32,
+    /// Data directory to use; `None` creates one inside the node's temporary work dir.
+    pub data_dir: Option<PathBuf>,
+    /// Port to listen on; `None` picks a free loopback port.
+    pub port: Option<u16>,
+    /// Extra `--set key=value` broker settings (Kafka property names).
+    pub settings: Vec<(String, String)>,
+    /// Any further command-line arguments (e.g. `--voters` for a cluster, later).
+    pub extra_args: Vec<String>,
+    /// How long to wait for the broker to answer ApiVersions and Metadata after spawning.
+    pub ready_timeout: Duration,
+    /// On drop, save the broker log and print its tail (captured by libtest, so shown only for
+    /// failing tests). Off for non-test users such as the benchmark.
+    pub report_on_drop: bool,
+}
+
+impl Default for NodeOptions {
+    fn default() -> Self {
+        Self {
+            node_id: 1,
+            data_dir: None,
+            port: None,
+            settings: Vec::new(),
+            extra_args: Vec::new(),
+            ready_timeout: Duration::from_secs(20),
+            report_on_drop: true,
+        }
+    }
+}
+
+impl NodeOptions {
+    /// Adds a `--set key=value` broker setting.
+    pub fn set(mut self, key: &str, value: impl ToString) -> Self {
+        self.settings.push((key.to_string(), value.to_string()));
+        self
+    }
+    pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.data_dir = Some(dir.into());
+        self
+    }
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = Some(port);
+        self
+    }
+}
+
+/// A running (or stopped) broker process. Dropping it kills the process; if the thread is
+/// panicking (a failed test), the work dir is kept and the tail of the broker log is printed.
+/// `SLUICE_IT_KEEP=1` keeps every work dir (data and `sluice.log`) for inspection.
+pub struct SluiceNode {
+    opts: NodeOptions,
+    binary: PathBuf,
+    work_dir: Option<TempDir>,
+    work_path: PathBuf,
+    data_dir: PathBuf,
+    log_path: PathBuf,
+    addr: SocketAddr,
+    child: Option<Child>,
+}
+
+/// Attempts to start on a freshly picked port, in case another process takes the port between
+/// our probe and the broker's bind.
+const PORT_ATTEMPTS: usize = 3;
+
+impl SluiceNode {
+    /// Spawns the broker and waits until it answers ApiVersions and Metadata.
+    pub fn start(opts: NodeOptions) -> Result<Self> {
+        let binary = sluice_binary()?;
+        let work_dir = tempfile::Builder::new().prefix("sluice-it-").tempdir()?;
+        let work_path = work_dir.path().to_path_buf();
+        let data_dir = opts
+            .data_dir
+            .clone()
+            .unwrap_or_else(|| work_path.join("data"));
+        let log_path = work_path.join("sluice.log");
+        let mut node = Self {
+            opts,
+            binary,
+            work_dir: Some(work_dir),
+            work_path,
+            data_dir,
+            log_path,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            child: None,
+        };
+        let fixed_port = node.opts.port;
+        let mut last_err = None;
+        for _ in 0..PORT_ATTEMPTS {
+            let port = match fixed_port {
+                Some(p) => p,
+                None => free_loopback_port()?,
+            };
+            node.addr = SocketAddr::from(([127, 0, 0, 1], port));
+            match node.spawn_and_await_ready() {
+                Ok(()) => return Ok(node),
+                Err(e) => {
+                    // Only an early exit can be a lost race for the port; a broker that runs but
+                    // never becomes ready would not do better on another port.
+                    let exited = node
+                        .child
+                        .as_mut()
+                        .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))));
+                    node.kill_quietly();
+                    if fixed_port.is_some() || !exited {
+                        return Err(e.context(node.failure_context()));
+                    }
+                    last_err = Some(e);
+                }
+            }
+        }
+        let e = last_err.expect("at least one attempt");
+        Err(e.context(node.failure_context()))
+    }
+
+    /// `host:port` for client `bootstrap.servers`.
+    pub fn bootstrap(&self) -> String {
+        self.addr.to_string()
+    }
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+    pub fn node_id(&self) -> i32 {
+        self.opts.node_id
+    }
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// Whether the process is still running (reaps it if it has exited).
+    pub fn is_running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// Fails with the log tail if the broker process has exited.
+    pub fn assert_running(&mut self) -> Result<()> {
+        if let Some(c) = self.child.as_mut() {
+            if let Some(status) = c.try_wait()? {
+                bail!("broker exited with {status}\n{}", self.failure_context());
+            }
+            return Ok(());
+        }
+        bail!("broker is not started")
+    }
+
+    /// SIGKILL: the process gets no chance to flush or clean up. Waits until it is reaped.
+    pub fn kill(&mut self) -> Result<()> {
+        if let Some(mut c) = self.child.take() {
+            c.kill().or_else(|e| {
+                if c.try_wait()?.is_some() {
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            })?;
+            c.wait()?;
+            self.note("SIGKILL sent, process reaped")?;
+        }
+        Ok(())
+    }
+
+    /// SIGTERM, then waits up to `timeout` for a graceful exit. If the broker is still running at
+    /// the deadline it is killed and an error is returned.
+    pub fn terminate(&mut self, timeout: Duration) -> Result<ExitStatus> {
+        let Some(mut c) = self.child.take() else {
+            bail!("broker is not running")
+        };
+        // SAFETY: plain kill(2) on a pid we spawned and have not reaped yet.
+        let rc = unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
+        if rc != 0 {
+            bail!("kill(SIGTERM): {}", std::io::Error::last_os_error());
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = c.try_wait()? {
+                self.note(&format!("exited after SIGTERM with {status}"))?;
+                return Ok(status);
+            }
+            if Instant::now() >= deadline {
+                let _ = c.kill();
+                let _ = c.wait();
+                bail!(
+                    "broker did not exit within {timeout:?} of SIGTERM\n{}",
+                    self.failure_context()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts the broker again on the same data dir and port (killing it first if it still runs).
+    pub fn restart(&mut self) -> Result<()> {
+        self.kill()?;
+        self.spawn_and_await_ready().map_err(|e| {
+            self.kill_quietly();
+            e.context(self.failure_context())
+        })
+    }
+
+    /// The last `lines` lines of the broker's captured stdout/stderr.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let mut text = String::new();
+        if let Ok(mut f) = File::open(&self.log_path) {
+            let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+            let _ = f.seek(SeekFrom::Start(len.saturating_sub(256 * 1024)));
+            let _ = f.read_to_string(&mut text);
+        }
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    fn failure_context(&self) -> String {
+        format!(
+            "sluice node {} at {} (binary {}, log {}):\n--- last broker log lines ---\n{}\n---",
+            self.opts.node_id,
+            self.addr,
+            self.binary.display(),
+            self.log_path.display(),
+            self.log_tail(40)
+        )
+    }
+
+    fn note(&self, line: &str) -> Result<()> {
+        let mut f = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)?;
+        writeln!(f, "=== harness: {line} ===")?;
+        Ok(())
+    }
+
+    fn spawn_and_await_ready(&mut self) -> Result<()> {
+        std::fs::create_dir_all(&self.data_dir)?;
+        let mut cmd = Command::new(&self.binary);
+        cmd.arg("--node-id")
+            .arg(self.opts.node_id.to_string())
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .arg("--listen")
+            .arg(self.addr.to_string())
+            .arg("--advertise")
+            .arg(self.addr.to_string());
+        for (k, v) in &self.opts.settings {
+            cmd.arg("--set").arg(format!("{k}={v}"));
+        }
+        cmd.args(&self.opts.extra_args);
+        if std::env::var_os("RUST_LOG").is_none() {
+            cmd.env("RUST_LOG", "info");
+        }
+        cmd.env("NO_COLOR", "1"); // plain text in the captured log
+        self.note(&format!("starting {cmd:?}"))?;
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)?;
+        cmd.stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("spawn {}", self.binary.display()))?;
+        self.child = Some(child);
+        self.await_ready()
+    }
+
+    /// Ready = the process is alive, accepts TCP, answers ApiVersions v0 without error, and lists
+    /// itself at the expected port in a Metadata response. The probe is hand-encoded on purpose:
+    /// readiness must not depend on one client library's quirks, so a client incompatibility
+    /// fails the tests that use that client, with that client's error.
+    fn await_ready(&mut self) -> Result<()> {
+        let deadline = Instant::now() + self.opts.ready_timeout;
+        let mut last = String::from("not attempted");
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.as_mut().expect("spawned").try_wait()? {
+                bail!("broker exited during start-up with {status} (last probe: {last})");
+            }
+            match self.probe_once() {
+                Ok(()) => return Ok(()),
+                Err(e) => last = format!("{e:#}"),
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        bail!(
+            "broker not ready within {:?}: {last}",
+            self.opts.ready_timeout
+        )
+    }
+
+    fn probe_once(&self) -> Result<()> {
+        let mut stream = wire::connect(self.addr, Duration::from_secs(2))?;
+        let versions = wire::api_versions_v0(&mut stream, 1)?;
+        if versions.error_code != wire::ERROR_NONE {
+            bail!("ApiVersions v0 error code {}", versions.error_code);
+        }
+        let range = versions
+            .range(wire::API_KEY_METADATA)
+            .context("Metadata not advertised")?;
+        let version = range.min_version.max(1);
+        if version > range.max_version.min(8) {
+            bail!(
+                "no non-flexible Metadata version in {}..={}",
+                range.min_version,
+                range.max_version
+            );
+        }
+        let brokers = wire::metadata_brokers(&mut stream, version, 2)?;
+        match brokers.iter().find(|b| b.node_id == self.opts.node_id) {
+            Some(b) if b.port == i32::from(self.addr.port()) => Ok(()),
+            Some(b) => bail!(
+                "Metadata advertises {}:{}, expected {}",
+                b.host,
+                b.port,
+                self.addr
+            ),
+            None => bail!(
+                "Metadata does not list broker {}: {brokers:?}",
+                self.opts.node_id
+            ),
+        }
+    }
+
+    fn kill_quietly(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for SluiceNode {
+    fn drop(&mut self) {
+        self.kill_quietly();
+        let keep_requested = std::env::var_os("SLUICE_IT_KEEP").is_some_and(|v| v == "1");
+        if keep_requested || std::thread::panicking() {
+            if let Some(dir) = self.work_dir.take() {
+                let kept = dir.keep();
+                eprintln!(
+                    "\n[sluice harness] kept work dir {} (data {}, log {})\n{}",
+                    kept.display(),
+                    self.data_dir.display(),
+                    self.log_path.display(),
+                    self.failure_context()
+                );
+            }
+        } else if self.opts.report_on_drop {
+            // A test that fails by returning Err drops its node without panicking, so there is
+            // no way to tell failure from success here. Save the log and print its tail anyway:
+            // libtest shows a test's captured output only when the test fails.
+            let saved = self.save_log_copy();
+            eprintln!(
+                "\n[sluice harness] node {} at {} (binary {}) stopped; full broker log: {}\n\
+                 --- last broker log lines ---\n{}\n---",
+                self.opts.node_id,
+                self.addr,
+                self.binary.display(),
+                saved.as_deref().unwrap_or(&self.log_path).display(),
+                self.log_tail(40)
+            );
+        }
+        let _ = &self.work_path;
+    }
+}
+
+impl SluiceNode {
+    /// Copies the broker log to `$TMPDIR/sluice-it-logs/<test name>-node<id>.log` (one file per
+    /// test and node, overwritten by the next run) so it outlives the work dir.
+    fn save_log_copy(&self) -> Option<PathBuf> {
+        let thread = std::thread::current();
+        let test = thread.name().unwrap_or("unnamed").replace("::", "-");
+        let dir = std::env::temp_dir().join("sluice-it-logs");
+        let dest = dir.join(format!("{test}-node{}.log", self.opts.node_id));
+        std::fs::create_dir_all(&dir).ok()?;
+        std::fs::copy(&self.log_path, &dest).ok()?;
+        Some(dest)
+    }
+}
+
+/// Picks a loopback port that is free right now (bind to port 0, read it, release it).
+pub fn free_loopback_port() -> Result<u16> {
+    let l = TcpListener::bind(("127.0.0.1", 0))?;
+    Ok(l.local_addr()?.port())
+}
+
+/// The broker binary: `$SLUICE_BIN`, else `<workspace>/target/release/sluice`, else
+/// `<workspace>/target/debug/sluice`.
+pub fn sluice_binary() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("SLUICE_BIN") {
+        let p = PathBuf::from(p);
+        if !p.is_file() {
+            bail!("SLUICE_BIN={} does not exist", p.display());
+        }
+        return Ok(p);
+    }
+    let workspace = workspace_root();
+    let candidates = [
+        workspace.join("target/release/sluice"),
+        workspace.join("target/debug/sluice"),
+    ];
+    for c in &candidates {
+        if c.is_file() {
+            return Ok(c.clone());
+        }
+    }
+    bail!(
+        "no sluice binary: set SLUICE_BIN or run `cargo build --release -p sluice-broker` (looked at {:?})",
+        candidates
+    )
+}
+
+/// The cargo workspace root (the parent of this crate's directory).
+pub fn workspace_root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(Path::to_path_buf).unwrap_or(manifest)
+}

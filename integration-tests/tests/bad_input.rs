@@ -1,0 +1,597 @@
+//! Hostile or invalid input: malformed frames close only their own connection while other
+//! clients keep working; request-level problems come back as the Kafka error codes clients
+//! expect.
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::Duration;
+
+use anyhow::{bail, ensure, Context, Result};
+use rdkafka::admin::{NewTopic, TopicReplication};
+use rdkafka::consumer::StreamConsumer;
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::Offset;
+use sluice_integration_tests::wire::{self, RawRecord};
+use sluice_integration_tests::{clients, NodeOptions, SluiceNode};
+
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A producer and an assigned consumer on their own connections: `check` proves the broker
+/// still serves other clients (produce with acks=all, then read that record back).
+struct Canary {
+    producer: FutureProducer,
+    consumer: StreamConsumer,
+    next_offset: i64,
+}
+
+impl Canary {
+    const TOPIC: &'static str = "canary";
+
+    async fn new(node: &SluiceNode) -> Result<Self> {
+        let admin = clients::admin_client(&node.bootstrap())?;
+        clients::create_topic(&admin, Self::TOPIC, 1, &[]).await?;
+        let consumer = clients::stream_consumer(&node.bootstrap())?;
+        clients::assign(&consumer, Self::TOPIC, &[0], Offset::Offset(0))?;
+        let mut c = Self {
+            producer: clients::future_producer(&node.bootstrap())?,
+            consumer,
+            next_offset: 0,
+        };
+        c.check("initial").await?;
+        Ok(c)
+    }
+
+    async fn check(&mut self, label: &str) -> Result<()> {
+        let d = self
+            .producer
+            .send(
+                FutureRecord::<str, str>::to(Self::TOPIC)
+                    .partition(0)
+                    .payload(label),
+                Duration::from_secs(5),
+            )
+            .await
+            .map_err(|(e, _)| anyhow::anyhow!("canary produce ({label}) failed: {e}"))?;
+        ensure!(
+            d.offset == self.next_offset,
+            "canary ({label}) got offset {}, expected {}",
+            d.offset,
+            self.next_offset
+        );
+        let m = tokio::time::timeout(Duration::from_secs(20), self.consumer.recv())
+            .await
+            .with_context(|| format!("canary ({label}): record not consumed within 20 s"))??;
+        ensure!(
+            m.offset() == d.offset && m.payload() == Some(label.as_bytes()),
+            "canary ({label}): consumed offset {} payload {:?}",
+            m.offset(),
+            m.payload().map(String::from_utf8_lossy)
+        );
+        self.next_offset += 1;
+        Ok(())
+    }
+}
+
+/// Sends `bytes` on a fresh connection and requires the broker to close it; any bytes it sends
+/// first must be whole response frames (never a partial frame followed by silence).
+fn send_and_expect_close(node: &SluiceNode, what: &str, bytes: &[u8]) -> Result<wire::Closed> {
+    let mut s = wire::connect(node.addr(), IO_TIMEOUT)?;
+    wire::write_tolerating_close(&mut s, bytes)?;
+    let closed =
+        wire::await_close_by_broker(&mut s, CLOSE_TIMEOUT).with_context(|| what.to_string())?;
+    Ok(closed)
+}
+
+async fn start_with_canary() -> Result<(SluiceNode, Canary)> {
+    let node = SluiceNode::start(NodeOptions::default())?;
+    let canary = Canary::new(&node).await?;
+    Ok((node, canary))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_garbage_closes_only_that_connection() -> Result<()> {
+    let (mut node, mut canary) = start_with_canary().await?;
+
+    // Raw garbage whose first four bytes read as a negative frame length.
+    let mut garbage = wire::pseudo_random_bytes(0x5eed_0001, 4096);
+    garbage[0] |= 0x80;
+    send_and_expect_close(&node, "garbage with a negative length prefix", &garbage)?;
+    canary.check("after negative-length garbage").await?;
+
+    // A well-sized frame of garbage with an API key no broker knows (>= 16384).
+    let mut payload = wire::pseudo_random_bytes(0x5eed_0002, 1000);
+    payload[0] = (payload[0] & 0x7f) | 0x40;
+    send_and_expect_close(
+        &node,
+        "framed garbage with a garbage header",
+        &wire::length_prefixed(&payload),
+    )?;
+    canary.check("after framed garbage").await?;
+
+    // A valid Produce v9 header followed by a garbage body: decoding must fail cleanly, without
+    // trusting the garbage array lengths.
+    for seed in 3..8u64 {
+        let body = wire::pseudo_random_bytes(0x5eed_0000 + seed, 512);
+        let frame = wire::request_frame(wire::API_KEY_PRODUCE, 9, 42, Some("garbage"), true, &body);
+        send_and_expect_close(
+            &node,
+            &format!("Produce v9 with garbage body (seed {seed})"),
+            &frame,
+        )?;
+    }
+    canary.check("after garbage Produce bodies").await?;
+    node.assert_running()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn length_prefix_above_socket_request_max_bytes_closes_connection() -> Result<()> {
+    let (mut node, mut canary) = start_with_canary().await?;
+    // socket.request.max.bytes defaults to 104857600: one byte more must be refused up front,
+    // without the broker trying to read (or allocate) 100 MiB.
+    for len in [104_857_601i32, i32::MAX] {
+        let mut bytes = len.to_be_bytes().to_vec();
+        bytes.extend_from_slice(&[0u8; 1024]);
+        send_and_expect_close(&node, &format!("length prefix {len}"), &bytes)?;
+        canary.check(&format!("after length prefix {len}")).await?;
+    }
+    node.assert_running()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn truncated_frame_neither_stalls_other_clients_nor_harms_broker_when_abandoned() -> Result<()>
+{
+    let (mut node, mut canary) = start_with_canary().await?;
+    // Announce 100 bytes, send 20 (a partial ApiVersions header and body), and keep waiting.
+    let mut s = wire::connect(node.addr(), IO_TIMEOUT)?;
+    let full = wire::request_frame(
+        wire::API_KEY_API_VERSIONS,
+        0,
+        5,
+        Some("truncated-client-id-padding"),
+        false,
+        &[0u8; 60],
+    );
+    let mut partial = (100i32).to_be_bytes().to_vec();
+    partial.extend_from_slice(&full[4..24]);
+    s.write_all(&partial)?;
+    canary.check("while a truncated frame is pending").await?;
+    drop(s); // close mid-frame
+    canary
+        .check("after the truncated connection closed")
+        .await?;
+
+    // Same with a frame cut inside the length prefix itself.
+    let mut s = TcpStream::connect(node.addr())?;
+    s.write_all(&[0, 0])?;
+    drop(s);
+    canary
+        .check("after a connection closed inside the length prefix")
+        .await?;
+    node.assert_running()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frames_too_short_for_a_request_header_close_connection() -> Result<()> {
+    let (mut node, mut canary) = start_with_canary().await?;
+    // A request header needs at least api key, version and correlation id (8 bytes).
+    let cases: [(&str, Vec<u8>); 4] = [
+        ("length 0", wire::length_prefixed(&[])),
+        ("length 2 with 2 bytes", wire::length_prefixed(&[0, 18])),
+        (
+            "length 4 (api key + version only)",
+            wire::length_prefixed(&[0, 18, 0, 0]),
+        ),
+        ("length 6", wire::length_prefixed(&[0, 18, 0, 0, 0, 1])),
+    ];
+    for (what, bytes) in cases {
+        send_and_expect_close(&node, what, &bytes)?;
+        canary.check(&format!("after {what}")).await?;
+    }
+    node.assert_running()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_api_key_9999_closes_connection_after_at_most_an_error_response() -> Result<()> {
+    let (mut node, mut canary) = start_with_canary().await?;
+    let frame = wire::request_frame(9999, 0, 77, Some("it"), false, &[]);
+    let closed = send_and_expect_close(&node, "api key 9999", &frame)?;
+    if !closed.received.is_empty() {
+        // An error response is acceptable; it must be a whole frame for correlation id 77.
+        let mut d = wire::Decoder::new(&closed.received);
+        let len = d.i32()?;
+        ensure!(
+            len as usize == closed.received.len() - 4,
+            "partial or extra response bytes: {:02x?}",
+            closed.received
+        );
+        let corr = d.i32()?;
+        ensure!(
+            corr == 77,
+            "response to api key 9999 carries correlation id {corr}"
+        );
+    }
+    canary.check("after api key 9999").await?;
+    node.assert_running()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_versions_v99_gets_v0_unsupported_version_reply_and_connection_stays_usable(
+) -> Result<()> {
+    let mut node = SluiceNode::start(NodeOptions::default())?;
+    let mut s = wire::connect(node.addr(), IO_TIMEOUT)?;
+    // A client newer than the broker: ApiVersions v99 with a flexible (v2) header and v3 body.
+    let req = wire::request_frame(
+        wire::API_KEY_API_VERSIONS,
+        99,
+        0x1234_5678,
+        Some("future-client"),
+        true,
+        &wire::api_versions_v3_body(),
+    );
+    s.write_all(&req)?;
+    let frame = wire::read_frame(&mut s)?;
+    let resp = wire::parse_api_versions_v0(&frame)
+        .context("reply to v99 must be ApiVersions v0 with header v0")?;
+    ensure!(
+        resp.correlation_id == 0x1234_5678,
+        "correlation id {:#x}",
+        resp.correlation_id
+    );
+    ensure!(
+        resp.error_code == wire::ERROR_UNSUPPORTED_VERSION,
+        "error code {} (want 35 UNSUPPORTED_VERSION)",
+        resp.error_code
+    );
+    ensure!(
+        !resp.apis.is_empty(),
+        "UNSUPPORTED_VERSION reply lists no APIs"
+    );
+    let av = resp
+        .range(wire::API_KEY_API_VERSIONS)
+        .context("reply does not list ApiVersions itself")?;
+    ensure!(
+        av.min_version == 0 && av.max_version >= 3,
+        "ApiVersions range {}..={}",
+        av.min_version,
+        av.max_version
+    );
+
+    // The client then retries with a version the broker supports, on the same connection.
+    let ok = wire::api_versions_v0(&mut s, 2)?;
+    ensure!(
+        ok.error_code == wire::ERROR_NONE,
+        "ApiVersions v0 retry: error code {}",
+        ok.error_code
+    );
+    for (key, name) in [
+        (0, "Produce"),
+        (1, "Fetch"),
+        (2, "ListOffsets"),
+        (3, "Metadata"),
+        (18, "ApiVersions"),
+    ] {
+        let r = ok
+            .range(key)
+            .with_context(|| format!("{name} missing from ApiVersions"))?;
+        ensure!(
+            r.min_version <= r.max_version,
+            "{name} range {}..={}",
+            r.min_version,
+            r.max_version
+        );
+    }
+    node.assert_running()
+}
+
+/// Picks a Produce version in 3..=8 (one shared non-flexible layout) that the broker supports.
+fn produce_version(s: &mut TcpStream) -> Result<i16> {
+    let r = wire::api_versions_v0(s, 1)?
+        .range(wire::API_KEY_PRODUCE)
+        .context("Produce not advertised")?;
+    let v = r.max_version.min(8);
+    ensure!(
+        v >= r.min_version && v >= 3,
+        "no Produce version in 3..=8 (broker: {}..={})",
+        r.min_version,
+        r.max_version
+    );
+    Ok(v)
+}
+
+fn raw_produce(
+    s: &mut TcpStream,
+    version: i16,
+    corr: i32,
+    topic: &str,
+    partition: i32,
+    batch: &[u8],
+) -> Result<(i16, i64)> {
+    let body = wire::produce_body_v3(-1, 5000, topic, partition, batch);
+    s.write_all(&wire::request_frame(
+        wire::API_KEY_PRODUCE,
+        version,
+        corr,
+        Some("raw"),
+        false,
+        &body,
+    ))?;
+    let (c, t, p, err, base) = wire::parse_produce_response_first_partition(&wire::read_frame(s)?)?;
+    ensure!(
+        c == corr && t == topic && p == partition,
+        "response for ({c}, {t}, {p}), sent ({corr}, {topic}, {partition})"
+    );
+    Ok((err, base))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn produce_to_nonexistent_partition_is_rejected_unknown_topic_or_partition() -> Result<()> {
+    let mut node = SluiceNode::start(NodeOptions::default())?;
+    let admin = clients::admin_client(&node.bootstrap())?;
+    clients::create_topic(&admin, "one-partition", 1, &[]).await?;
+    let ts = clients::now_ms();
+
+    // Raw: the broker itself must answer UNKNOWN_TOPIC_OR_PARTITION for partition 7.
+    let mut s = wire::connect(node.addr(), IO_TIMEOUT)?;
+    let v = produce_version(&mut s)?;
+    let batch = wire::record_batch_v2(
+        ts,
+        &[RawRecord {
+            key: Some(b"k"),
+            value: Some(b"hand-encoded"),
+        }],
+    );
+    let (err, base) = raw_produce(&mut s, v, 10, "one-partition", 0, &batch)?;
+    ensure!(
+        err == wire::ERROR_NONE && base == 0,
+        "control: valid raw produce to partition 0 got error {err}, base offset {base}"
+    );
+    let (err, _) = raw_produce(&mut s, v, 11, "one-partition", 7, &batch)?;
+    ensure!(
+        err == wire::ERROR_UNKNOWN_TOPIC_OR_PARTITION,
+        "produce to partition 7: error code {err}, want 3"
+    );
+
+    // rdkafka: knows the partition count from Metadata and fails the record as UnknownPartition.
+    let producer = clients::future_producer(&node.bootstrap())?;
+    let r = producer
+        .send(
+            FutureRecord::<str, str>::to("one-partition")
+                .partition(7)
+                .payload("x"),
+            Duration::from_secs(5),
+        )
+        .await;
+    match r {
+        Err((
+            KafkaError::MessageProduction(
+                RDKafkaErrorCode::UnknownPartition | RDKafkaErrorCode::UnknownTopicOrPartition,
+            ),
+            _,
+        )) => {}
+        other => bail!("rdkafka produce to partition 7: {other:?}"),
+    }
+
+    // The hand-encoded record is readable by a real client, byte for byte.
+    let consumer = clients::stream_consumer(&node.bootstrap())?;
+    clients::assign(&consumer, "one-partition", &[0], Offset::Offset(0))?;
+    let m = tokio::time::timeout(Duration::from_secs(20), consumer.recv())
+        .await
+        .context("consume raw record")??;
+    ensure!(
+        m.offset() == 0 && m.key() == Some(b"k") && m.payload() == Some(b"hand-encoded"),
+        "raw record read back as {m:?}"
+    );
+    node.assert_running()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_with_bad_crc_is_rejected_corrupt_message_and_not_appended() -> Result<()> {
+    let mut node = SluiceNode::start(NodeOptions::default())?;
+    let admin = clients::admin_client(&node.bootstrap())?;
+    clients::create_topic(&admin, "crc", 1, &[]).await?;
+    let mut s = wire::connect(node.addr(), IO_TIMEOUT)?;
+    let v = produce_version(&mut s)?;
+    let ts = clients::now_ms();
+
+    let mut corrupt = wire::record_batch_v2(
+        ts,
+        &[RawRecord {
+            key: None,
+            value: Some(b"flipped-byte"),
+        }],
+    );
+    let last = corrupt.len() - 3;
+    corrupt[last] ^= 0x01; // inside the record value, covered by the CRC
+    let (err, _) = raw_produce(&mut s, v, 20, "crc", 0, &corrupt)?;
+    ensure!(
+        err == wire::ERROR_CORRUPT_MESSAGE,
+        "batch with bad CRC: error code {err}, want 2 CORRUPT_MESSAGE"
+    );
+
+    let good = wire::record_batch_v2(
+        ts,
+        &[RawRecord {
+            key: None,
+            value: Some(b"good"),
+        }],
+    );
+    let (err, base) = raw_produce(&mut s, v, 21, "crc", 0, &good)?;
+    ensure!(err == wire::ERROR_NONE && base == 0, "valid batch after a corrupt one: error {err}, base offset {base} (want 0: nothing appended before it)");
+
+    let consumer = clients::stream_consumer(&node.bootstrap())?;
+    clients::assign(&consumer, "crc", &[0], Offset::Offset(0))?;
+    let m = tokio::time::timeout(Duration::from_secs(20), consumer.recv())
+        .await
+        .context("consume")??;
+    ensure!(
+        m.offset() == 0 && m.payload() == Some(b"good"),
+        "read back {m:?}"
+    );
+    node.assert_running()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_topics_with_invalid_names_fails_invalid_topic_per_topic() -> Result<()> {
+    let node = SluiceNode::start(NodeOptions::default())?;
+    let admin = clients::admin_client(&node.bootstrap())?;
+    let long = "x".repeat(250);
+    let invalid = ["bad topic!", "..", ".", "slash/name", long.as_str()];
+    let mut topics: Vec<NewTopic<'_>> = invalid
+        .iter()
+        .map(|n| NewTopic::new(n, 1, TopicReplication::Fixed(1)))
+        .collect();
+    topics.push(NewTopic::new(
+        "valid-alongside",
+        1,
+        TopicReplication::Fixed(1),
+    ));
+    let results = admin
+        .create_topics(topics.iter(), &clients::admin_options())
+        .await?;
+    ensure!(
+        results.len() == invalid.len() + 1,
+        "{} results for {} topics",
+        results.len(),
+        invalid.len() + 1
+    );
+    for r in &results {
+        match r {
+            Ok(name) if name == "valid-alongside" => {}
+            Err((name, RDKafkaErrorCode::InvalidTopic)) if invalid.contains(&name.as_str()) => {}
+            other => bail!("unexpected CreateTopics result {other:?}"),
+        }
+    }
+    let consumer = clients::base_consumer(&node.bootstrap())?;
+    ensure!(
+        clients::partition_count(&consumer, "valid-alongside")? == Some(1),
+        "valid topic not created"
+    );
+    for n in invalid {
+        ensure!(
+            clients::partition_count(&consumer, n)?.is_none(),
+            "invalid topic {n:?} was created"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn record_over_topic_max_message_bytes_is_rejected_message_size_too_large() -> Result<()> {
+    let node = SluiceNode::start(NodeOptions::default())?;
+    let admin = clients::admin_client(&node.bootstrap())?;
+    clients::create_topic(
+        &admin,
+        "small-messages",
+        1,
+        &[("max.message.bytes", "10000")],
+    )
+    .await?;
+    let mut cfg = clients::producer_config(&node.bootstrap());
+    // The client must not refuse locally: its own limit stays far above the topic's.
+    cfg.set("message.max.bytes", "1000000")
+        .set("compression.type", "none")
+        .set("linger.ms", "0");
+    let producer: FutureProducer = cfg.create()?;
+    let send = |len: usize| {
+        let payload = vec![b'z'; len];
+        let producer = producer.clone();
+        async move {
+            producer
+                .send(
+                    FutureRecord::<str, [u8]>::to("small-messages")
+                        .partition(0)
+                        .payload(&payload),
+                    Duration::from_secs(5),
+                )
+                .await
+        }
+    };
+    let small = send(5_000).await;
+    ensure!(
+        small.is_ok(),
+        "5 KB record under a 10000-byte limit was rejected: {:?}",
+        small.err().map(|e| e.0)
+    );
+    match send(20_000).await {
+        Err((KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge), _)) => Ok(()),
+        other => bail!(
+            "20 KB record over max.message.bytes=10000: {:?}",
+            other.map_err(|e| e.0)
+        ),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_beyond_log_end_surfaces_offset_out_of_range() -> Result<()> {
+    let node = SluiceNode::start(NodeOptions::default())?;
+    let admin = clients::admin_client(&node.bootstrap())?;
+    clients::create_topic(&admin, "short", 1, &[]).await?;
+    let producer = clients::future_producer(&node.bootstrap())?;
+    for i in 0..5 {
+        producer
+            .send(
+                FutureRecord::<str, str>::to("short")
+                    .partition(0)
+                    .payload(&format!("r{i}")),
+                Duration::from_secs(5),
+            )
+            .await
+            .map_err(|(e, _)| anyhow::anyhow!("produce: {e}"))?;
+    }
+    // consumer_config sets auto.offset.reset=error, so the broker's OFFSET_OUT_OF_RANGE surfaces.
+    let consumer = clients::stream_consumer(&node.bootstrap())?;
+    clients::assign(&consumer, "short", &[0], Offset::Offset(1000))?;
+    let r = tokio::time::timeout(Duration::from_secs(20), consumer.recv())
+        .await
+        .context("no error within 20 s")?;
+    match r {
+        Err(KafkaError::MessageConsumption(
+            RDKafkaErrorCode::AutoOffsetReset | RDKafkaErrorCode::OffsetOutOfRange,
+        )) => Ok(()),
+        other => bail!(
+            "fetch at offset 1000 of a 5-record log: {:?}",
+            other.map(|m| m.offset())
+        ),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyless_record_on_compacted_topic_is_rejected_invalid_record() -> Result<()> {
+    let node = SluiceNode::start(NodeOptions::default())?;
+    let admin = clients::admin_client(&node.bootstrap())?;
+    clients::create_topic(&admin, "compacted", 1, &[("cleanup.policy", "compact")]).await?;
+    let producer = clients::future_producer(&node.bootstrap())?;
+    let keyed = producer
+        .send(
+            FutureRecord::<str, str>::to("compacted")
+                .partition(0)
+                .key("k")
+                .payload("v"),
+            Duration::from_secs(5),
+        )
+        .await;
+    ensure!(
+        keyed.is_ok(),
+        "keyed record on a compacted topic was rejected: {:?}",
+        keyed.err().map(|e| e.0)
+    );
+    match producer
+        .send(
+            FutureRecord::<str, str>::to("compacted")
+                .partition(0)
+                .payload("no key"),
+            Duration::from_secs(5),
+        )
+        .await
+    {
+        Err((KafkaError::MessageProduction(RDKafkaErrorCode::InvalidRecord), _)) => Ok(()),
+        other => bail!(
+            "keyless record on a compacted topic: {:?}",
+            other.map_err(|e| e.0)
+        ),
+    }
+}

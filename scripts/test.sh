@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Sluice's test command: unit tests, Rust integration tests with rdkafka, and Python/kcat client
+# tests, all against a real release build of the broker on 127.0.0.1.
+#
+# Works on a fresh Debian bookworm machine with Rust, Python 3.11 and a C toolchain; installs
+# what is missing with apt-get (as root, or via sudo) only when something is missing:
+#   kcat                  CLI client tests (Debian's kcat uses librdkafka 2.0.2, on purpose)
+#   cmake, g++, make      rdkafka's bundled librdkafka build (feature cmake-build)
+#   pkg-config,zlib1g-dev gzip codec in that build
+#   libcurl4-openssl-dev  header only: librdkafka 2.12's rdkafka_conf.c includes <curl/curl.h>
+#                         under `#ifdef WITH_OAUTHBEARER_OIDC`, which its CMake config always
+#                         defines (to 0) - SSL/SASL/curl themselves stay disabled and unlinked
+#   python3-venv          only if `python3 -m venv` cannot bootstrap pip
+#
+# Environment: CARGO_TARGET_DIR is honoured; SLUICE_SKIP_APT=1 skips the package step;
+# PYTEST_ARGS / CARGO_TEST_ARGS pass extra arguments through.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+declare -a SUMMARY=()
+FAILED=0
+START_ALL=$SECONDS
+
+step() { # step <name> <command...>: runs it, records PASS/FAIL and duration, never exits
+    local name=$1; shift
+    local t0=$SECONDS
+    echo
+    echo "==> $name"
+    if "$@"; then
+        SUMMARY+=("PASS  $(printf '%-42s' "$name") $((SECONDS - t0))s")
+    else
+        local rc=$?
+        SUMMARY+=("FAIL  $(printf '%-42s' "$name") $((SECONDS - t0))s (exit $rc)")
+        FAILED=1
+        return $rc
+    fi
+}
+
+skip() { SUMMARY+=("SKIP  $(printf '%-42s' "$1") ($2)"); FAILED=1; }
+
+summary() {
+    echo
+    echo "================ sluice test summary ================"
+    printf '%s\n' "${SUMMARY[@]}"
+    echo "total $((SECONDS - START_ALL))s"
+    if [ "$FAILED" -eq 0 ]; then echo "RESULT: PASS"; else echo "RESULT: FAIL"; fi
+}
+trap summary EXIT
+
+install_system_packages() {
+    local -a missing=()
+    command -v kcat >/dev/null 2>&1 || missing+=(kcat)
+    command -v cmake >/dev/null 2>&1 || missing+=(cmake)
+    command -v g++ >/dev/null 2>&1 || missing+=(g++)
+    command -v make >/dev/null 2>&1 || missing+=(make)
+    command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+    [ -e /usr/include/zlib.h ] || missing+=(zlib1g-dev)
+    if [ ! -e /usr/include/curl/curl.h ] && [ ! -e "/usr/include/$(gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)/curl/curl.h" ]; then
+        missing+=(libcurl4-openssl-dev)
+    fi
+    # Debian's own python3 needs python3-venv for ensurepip; pyenv/upstream builds have it.
+    python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
+    if [ ${#missing[@]} -eq 0 ]; then
+        echo "all system packages present"
+        return 0
+    fi
+    if [ "${SLUICE_SKIP_APT:-0}" = 1 ]; then
+        echo "missing packages ${missing[*]} but SLUICE_SKIP_APT=1" >&2
+        return 1
+    fi
+    local sudo=""
+    if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+    echo "installing: ${missing[*]}"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+python_env() {
+    if ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
+        python3 -m venv --clear .venv
+    fi
+    .venv/bin/python -m pip install -q --disable-pip-version-check -r integration-tests/python/requirements.txt
+}
+
+# Where cargo puts binaries (honours CARGO_TARGET_DIR and build.target-dir in cargo config).
+TARGET_DIR=$(cargo metadata --no-deps --format-version 1 2>/dev/null \
+    | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])' 2>/dev/null) \
+    || TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+# Short anyhow errors from failing tests (panics keep RUST_BACKTRACE behaviour).
+export RUST_LIB_BACKTRACE=${RUST_LIB_BACKTRACE:-0}
+export SLUICE_BIN="$TARGET_DIR/release/sluice"
+
+step "system packages" install_system_packages || true
+step "python venv (.venv) + pinned deps" python_env || true
+if step "cargo build --release -p sluice-broker" cargo build --release -p sluice-broker; then
+    echo "broker binary: $SLUICE_BIN"
+    # shellcheck disable=SC2086
+    step "cargo test --workspace --release --no-fail-fast" cargo test --workspace --release --no-fail-fast ${CARGO_TEST_ARGS:-} || true
+    if [ -x .venv/bin/python ]; then
+        # shellcheck disable=SC2086
+        step "pytest integration-tests/python" .venv/bin/python -m pytest -q integration-tests/python ${PYTEST_ARGS:-} || true
+    else
+        skip "pytest integration-tests/python" "no .venv"
+    fi
+else
+    skip "cargo test --workspace --release" "broker build failed"
+    skip "pytest integration-tests/python" "broker build failed"
+fi
+
+[ "$FAILED" -eq 0 ]
