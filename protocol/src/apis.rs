@@ -49,6 +49,7 @@ implemented_apis! {
     Fetch: FetchRequest => FetchResponse;
     ListOffsets: ListOffsetsRequest => ListOffsetsResponse;
     Metadata: MetadataRequest => MetadataResponse;
+    FindCoordinator: FindCoordinatorRequest => FindCoordinatorResponse;
     ApiVersions: ApiVersionsRequest => ApiVersionsResponse;
     CreateTopics: CreateTopicsRequest => CreateTopicsResponse;
     DeleteTopics: DeleteTopicsRequest => DeleteTopicsResponse;

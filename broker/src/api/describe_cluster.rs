@@ -37,5 +37,10 @@ pub fn handle(broker: &Broker, request: DescribeClusterRequest) -> DescribeClust
             )
         })
         .collect();
-    response.with_brokers(brokers)
+    let response = response.with_brokers(brokers);
+    if request.include_cluster_authorized_operations {
+        response.with_cluster_authorized_operations(super::metadata::CLUSTER_OPERATIONS)
+    } else {
+        response
+    }
 }

@@ -86,11 +86,37 @@ fn respond(broker: &Broker, request: &MetadataRequest, version: i16, failures: &
             topics.push(entry);
         }
     }
-    MetadataResponse::default()
+    if request.include_topic_authorized_operations && version >= 8 {
+        for topic in topics.iter_mut().filter(|t| t.error_code == 0) {
+            topic.topic_authorized_operations = TOPIC_OPERATIONS;
+        }
+    }
+    let response = MetadataResponse::default()
         .with_brokers(brokers(&image))
         .with_cluster_id(Some(str_bytes(image.cluster_id.clone())))
         .with_controller_id(BrokerId(broker.metadata.controller_id()))
-        .with_topics(topics)
+        .with_topics(topics);
+    // Without an authorizer every operation is allowed, and Kafka says so when asked.
+    if request.include_cluster_authorized_operations && (8..=10).contains(&version) {
+        response.with_cluster_authorized_operations(CLUSTER_OPERATIONS)
+    } else {
+        response
+    }
+}
+
+/// ACL operation bits (Kafka's `AclOperation` codes) allowed on a topic / the cluster when no
+/// authorizer is configured: what kafka-python and the Admin clients decode.
+pub const TOPIC_OPERATIONS: i32 = bits(&[3, 4, 5, 6, 7, 8, 10, 11]);
+pub const CLUSTER_OPERATIONS: i32 = bits(&[5, 7, 8, 9, 10, 11, 12]);
+
+const fn bits(operations: &[u32]) -> i32 {
+    let mut value = 0;
+    let mut i = 0;
+    while i < operations.len() {
+        value |= 1 << operations[i];
+        i += 1;
+    }
+    value
 }
 
 async fn auto_create(broker: &Broker, name: &str) -> Result<(), ResponseError> {

@@ -10,6 +10,7 @@ pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_quorum;
 pub mod fetch;
+pub mod find_coordinator;
 pub mod incremental_alter_configs;
 pub mod list_offsets;
 pub mod metadata;
@@ -52,6 +53,7 @@ pub fn handle(broker: &Arc<Broker>, request: Request) -> Reply {
         RequestBody::IncrementalAlterConfigs(r) => {
             later(incremental_alter_configs::handle(b, r).map(ResponseBody::IncrementalAlterConfigs))
         }
+        RequestBody::FindCoordinator(r) => now(ResponseBody::FindCoordinator(find_coordinator::handle(r, version))),
         RequestBody::DescribeCluster(r) => now(ResponseBody::DescribeCluster(describe_cluster::handle(broker, r))),
         RequestBody::DescribeQuorum(r) => now(ResponseBody::DescribeQuorum(describe_quorum::handle(broker, r, version))),
     }

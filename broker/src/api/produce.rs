@@ -5,6 +5,7 @@ use bytes::{Bytes, BytesMut};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use kafka_protocol::records::RecordBatchDecoder;
 use sluice_protocol::batch::{validate_batches, BatchIter};
 use sluice_protocol::ResponseBody;
 
@@ -102,6 +103,11 @@ fn append(
     if BatchIter::new(&records).any(|(header, _)| header.is_control()) {
         return Err((ResponseError::InvalidRecord, "clients may not produce control batches".to_string()));
     }
+    let cleanup_policy = topic_config::effective_value("cleanup.policy", &topic.configs, &broker.config);
+    if cleanup_policy.split(',').any(|p| p.trim() == "compact") {
+        reject_keyless_records(&records)
+            .map_err(|message| (ResponseError::InvalidRecord, format!("{message} (topic {} is compacted)", topic.name)))?;
+    }
     let mut batches = BytesMut::from(&records[..]);
     let info = partition.append_as_leader(&mut batches, now).map_err(|e| {
         let error = ResponseError::try_from_code(e.kafka_error_code()).unwrap_or(ResponseError::KafkaStorageError);
@@ -131,4 +137,16 @@ fn partition_response(index: i32, result: Result<Appended, (ResponseError, Strin
             .with_log_start_offset(-1)
             .with_error_message(Some(str_bytes(message))),
     }
+}
+
+/// Compaction keeps the latest record per key, so a compacted topic refuses records without
+/// one, as Kafka does. This is the one produce path that decodes records (decompressing if
+/// needed); topics that are not compacted never pay for it.
+fn reject_keyless_records(records: &Bytes) -> Result<(), String> {
+    let sets = RecordBatchDecoder::decode_all(&mut records.clone())
+        .map_err(|e| format!("records could not be decoded to check their keys: {e}"))?;
+    if sets.iter().flat_map(|s| s.records.iter()).any(|r| r.key.is_none()) {
+        return Err("a record has no key; compacted topics only accept keyed records".to_string());
+    }
+    Ok(())
 }
