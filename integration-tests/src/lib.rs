@@ -5,13 +5,18 @@
 //!   awaited by a real ApiVersions + Metadata round-trip, SIGKILL/SIGTERM/restart).
 //! - [`clients`]: rdkafka configurations (manual assignment, idempotence off) and helpers.
 //! - [`wire`]: hand-encoded requests for tests that send hostile or exact bytes.
+//! - [`Cluster`]: several nodes forming one cluster (`--voters`), started together.
+//! - [`kafka_client`]: typed requests for fields client libraries hide (controller id, quorum).
 //!
 //! The binary comes from `$SLUICE_BIN`, else `<workspace>/target/release/sluice`, else
 //! `<workspace>/target/debug/sluice`.
 
 pub mod clients;
+pub mod cluster;
+pub mod kafka_client;
 pub mod node;
 pub mod procstat;
 pub mod wire;
 
+pub use cluster::Cluster;
 pub use node::{free_loopback_port, sluice_binary, workspace_root, NodeOptions, SluiceNode};

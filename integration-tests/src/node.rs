@@ -129,6 +129,41 @@ impl SluiceNode {
         Err(e.context(node.failure_context()))
     }
 
+    /// Spawns the broker on `opts.port` without waiting for it to be ready: members of a
+    /// cluster become ready only together, once a quorum of them runs. Pair with [`Self::wait_ready`].
+    pub fn spawn(opts: NodeOptions) -> Result<Self> {
+        let port = opts.port.context("spawn needs a fixed port (NodeOptions::port)")?;
+        let binary = sluice_binary()?;
+        let work_dir = tempfile::Builder::new().prefix("sluice-it-").tempdir()?;
+        let work_path = work_dir.path().to_path_buf();
+        let data_dir = opts.data_dir.clone().unwrap_or_else(|| work_path.join("data"));
+        let log_path = work_path.join("sluice.log");
+        let mut node = Self {
+            opts,
+            binary,
+            work_dir: Some(work_dir),
+            work_path,
+            data_dir,
+            log_path,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            child: None,
+        };
+        node.spawn_process()?;
+        Ok(node)
+    }
+
+    /// Waits until a spawned broker answers ApiVersions and lists itself in Metadata.
+    pub fn wait_ready(&mut self) -> Result<()> {
+        self.await_ready().map_err(|e| e.context(self.failure_context()))
+    }
+
+    /// Starts a killed or terminated broker again on the same port and data dir, without
+    /// waiting (a cluster member may need its peers to become ready).
+    pub fn respawn(&mut self) -> Result<()> {
+        self.kill()?;
+        self.spawn_process()
+    }
+
     /// `host:port` for client `bootstrap.servers`.
     pub fn bootstrap(&self) -> String {
         self.addr.to_string()
@@ -255,6 +290,11 @@ impl SluiceNode {
     }
 
     fn spawn_and_await_ready(&mut self) -> Result<()> {
+        self.spawn_process()?;
+        self.await_ready()
+    }
+
+    fn spawn_process(&mut self) -> Result<()> {
         std::fs::create_dir_all(&self.data_dir)?;
         let mut cmd = Command::new(&self.binary);
         cmd.arg("--node-id")
@@ -285,7 +325,7 @@ impl SluiceNode {
             .spawn()
             .with_context(|| format!("spawn {}", self.binary.display()))?;
         self.child = Some(child);
-        self.await_ready()
+        Ok(())
     }
 
     /// Ready = the process is alive, accepts TCP, answers ApiVersions v0 without error, and lists
