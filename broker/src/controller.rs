@@ -367,9 +367,10 @@ fn check_partition_count(count: i32) -> Result<(), ApiError> {
 }
 
 /// Spreads replicas round-robin over live brokers, starting each partition one broker
-/// further on so that leaders (the first replica) are balanced too.
+/// further on so that leaders (the first replica) are balanced too. With racks, brokers are
+/// ordered alternating between racks, so consecutive replicas land on different racks.
 fn place_replicas(image: &MetadataImage, first: i32, count: i32, rf: i16) -> Result<Vec<Vec<i32>>, ApiError> {
-    let brokers: Vec<i32> = image.live_brokers().map(|b| b.broker_id).collect();
+    let brokers = rack_alternating_brokers(image);
     if rf <= 0 || rf as usize > brokers.len() {
         return Err(ApiError::new(
             ResponseError::InvalidReplicationFactor,
@@ -379,6 +380,17 @@ fn place_replicas(image: &MetadataImage, first: i32, count: i32, rf: i16) -> Res
     Ok((first..first + count)
         .map(|p| (0..rf as usize).map(|r| brokers[(p as usize + r) % brokers.len()]).collect())
         .collect())
+}
+
+/// Live broker ids, interleaved across racks (rack a's first, rack b's first, ..., rack a's
+/// second, ...). Without racks this is simply ascending id order.
+fn rack_alternating_brokers(image: &MetadataImage) -> Vec<i32> {
+    let mut by_rack: BTreeMap<Option<&str>, Vec<i32>> = BTreeMap::new();
+    for broker in image.live_brokers() {
+        by_rack.entry(broker.rack.as_deref()).or_default().push(broker.broker_id);
+    }
+    let longest = by_rack.values().map(Vec::len).max().unwrap_or(0);
+    (0..longest).flat_map(|i| by_rack.values().filter_map(move |ids| ids.get(i).copied())).collect()
 }
 
 fn validate_assignments(
@@ -470,6 +482,32 @@ mod tests {
         leaders.sort();
         assert_eq!(leaders, vec![1, 1, 2, 2, 3, 3]);
         assert!(topic.partitions.iter().all(|p| p.replicas.len() == 3 && p.isr == p.replicas));
+    }
+
+    #[test]
+    fn replicas_of_a_partition_land_on_different_racks() {
+        let mut image = MetadataImage::new("test".into());
+        for (id, rack) in [(1, "a"), (2, "a"), (3, "b"), (4, "b"), (5, "c"), (6, "c")] {
+            image.apply(&MetadataRecord::RegisterBroker {
+                broker_id: id,
+                incarnation_id: Uuid::nil(),
+                endpoints: vec![],
+                rack: Some(rack.to_string()),
+            });
+        }
+        let rack = |id: i32| image.brokers[&id].rack.clone();
+        let records = create_topic(&image, &new_topic("t", 12, 3), Uuid::from_u128(1)).unwrap();
+        let mut leaders = std::collections::BTreeMap::new();
+        for record in &records {
+            if let MetadataRecord::Partition { replicas, leader, .. } = record {
+                let mut racks: Vec<_> = replicas.iter().map(|id| rack(*id)).collect();
+                racks.sort();
+                racks.dedup();
+                assert_eq!(racks.len(), 3, "replicas {replicas:?} share a rack");
+                *leaders.entry(*leader).or_insert(0) += 1;
+            }
+        }
+        assert!(leaders.values().all(|n| *n == 2), "leaders per broker: {leaders:?}");
     }
 
     #[test]
