@@ -24,6 +24,8 @@ pub struct Broker {
     /// Serialises reconciliation so partitions always follow the newest image, never an older
     /// one applied late by a slower task.
     reconcile_lock: parking_lot::Mutex<()>,
+    /// Unused producer ids of this broker's current block: `next..end`.
+    producer_ids: parking_lot::Mutex<(i64, i64)>,
 }
 
 /// Milliseconds since the Unix epoch: Kafka's timestamp unit.
@@ -45,6 +47,7 @@ impl Broker {
             metadata,
             replicas,
             reconcile_lock: parking_lot::Mutex::new(()),
+            producer_ids: parking_lot::Mutex::new((0, 0)),
         });
         broker.replicas.remove_orphan_dirs(&broker.metadata.image());
         broker.reconcile();
@@ -67,6 +70,27 @@ impl Broker {
         let result = self.metadata.commit(command).await?;
         self.reconcile();
         Ok(result)
+    }
+
+    /// A producer id never handed out before, taking a new block from the quorum when the
+    /// current one is used up.
+    pub async fn next_producer_id(&self) -> Result<i64, CommitError> {
+        loop {
+            {
+                let mut ids = self.producer_ids.lock();
+                if ids.0 < ids.1 {
+                    ids.0 += 1;
+                    return Ok(ids.0 - 1);
+                }
+            }
+            let command = MetadataCommand::AllocateProducerIds { broker_id: self.config.node_id };
+            if let (_, Outcome::ProducerIdBlock { first, size }) = self.commit(command).await? {
+                let mut ids = self.producer_ids.lock();
+                if ids.0 >= ids.1 {
+                    *ids = (first, first + size);
+                }
+            }
+        }
     }
 
     fn reconcile(&self) {

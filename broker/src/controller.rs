@@ -218,7 +218,12 @@ pub enum Outcome {
     Done,
     /// A topic was deleted: its name and id (the request may have named only one).
     TopicDeleted { name: String, topic_id: Uuid },
+    /// Producer ids `first..first + size` now belong to the proposing broker.
+    ProducerIdBlock { first: i64, size: i64 },
 }
+
+/// Producer ids handed to a broker at a time (Kafka's block size).
+pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
 
 /// Decides a proposed command against the image: the records that carry it out, or why not.
 /// Runs when the command is applied, in log order, identically on every node.
@@ -245,6 +250,11 @@ pub fn decide(image: &MetadataImage, command: &MetadataCommand) -> Result<(Vec<M
             done(records)
         }
         MetadataCommand::CreateTopic { topic, topic_id } => done(create_topic(image, topic, *topic_id)?),
+        MetadataCommand::AllocateProducerIds { broker_id } => {
+            let first = image.next_producer_id;
+            let record = MetadataRecord::ProducerIds { broker_id: *broker_id, next_block_start: first + PRODUCER_ID_BLOCK_SIZE };
+            Ok((vec![record], Outcome::ProducerIdBlock { first, size: PRODUCER_ID_BLOCK_SIZE }))
+        }
         MetadataCommand::DeleteTopic { name, topic_id } => {
             let topic = match name {
                 Some(n) => existing_topic(image, n)?,
@@ -589,6 +599,25 @@ mod tests {
         apply_all(&mut image, &records);
         let back = [(1, Some(0)), (2, Some(0)), (3, Some(100))];
         assert_eq!(liveness_changes(&image, &back, 60_000, 9_000), vec![MetadataCommand::UnfenceBroker { broker_id: 3 }]);
+    }
+
+    #[test]
+    fn producer_id_blocks_never_overlap() {
+        let mut image = image_with_brokers(&[1, 2]);
+        let mut blocks = Vec::new();
+        for broker_id in [1, 2, 1] {
+            let (records, outcome) = decide(&image, &MetadataCommand::AllocateProducerIds { broker_id }).unwrap();
+            apply_all(&mut image, &records);
+            blocks.push(outcome);
+        }
+        assert_eq!(
+            blocks,
+            vec![
+                Outcome::ProducerIdBlock { first: 0, size: 1000 },
+                Outcome::ProducerIdBlock { first: 1000, size: 1000 },
+                Outcome::ProducerIdBlock { first: 2000, size: 1000 },
+            ]
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod controller;
 pub mod log;
 pub mod metadata;
 pub mod partition;
+pub mod producer_state;
 pub mod replica_manager;
 pub mod server;
 pub mod topic_config;

@@ -53,6 +53,7 @@ implemented_apis! {
     ApiVersions: ApiVersionsRequest => ApiVersionsResponse;
     CreateTopics: CreateTopicsRequest => CreateTopicsResponse;
     DeleteTopics: DeleteTopicsRequest => DeleteTopicsResponse;
+    InitProducerId: InitProducerIdRequest => InitProducerIdResponse;
     DescribeConfigs: DescribeConfigsRequest => DescribeConfigsResponse;
     CreatePartitions: CreatePartitionsRequest => CreatePartitionsResponse;
     IncrementalAlterConfigs: IncrementalAlterConfigsRequest => IncrementalAlterConfigsResponse;

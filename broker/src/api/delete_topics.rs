@@ -32,7 +32,7 @@ pub async fn handle(broker: Arc<Broker>, request: DeleteTopicsRequest, version: 
                 tracing::info!(topic = %name, "deleted topic");
                 result.with_name(Some(TopicName(str_bytes(name)))).with_topic_id(topic_id)
             }
-            Ok((_, Outcome::Done)) => result,
+            Ok(_) => result,
             Err(e) => {
                 let (code, message) = commit_error(&e);
                 failed(result, code, message)

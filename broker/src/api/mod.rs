@@ -12,6 +12,7 @@ pub mod describe_quorum;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod incremental_alter_configs;
+pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
@@ -53,6 +54,7 @@ pub fn handle(broker: &Arc<Broker>, request: Request) -> Reply {
         RequestBody::IncrementalAlterConfigs(r) => {
             later(incremental_alter_configs::handle(b, r).map(ResponseBody::IncrementalAlterConfigs))
         }
+        RequestBody::InitProducerId(r) => later(init_producer_id::handle(b, r).map(ResponseBody::InitProducerId)),
         RequestBody::FindCoordinator(r) => now(ResponseBody::FindCoordinator(find_coordinator::handle(r, version))),
         RequestBody::DescribeCluster(r) => now(ResponseBody::DescribeCluster(describe_cluster::handle(broker, r))),
         RequestBody::DescribeQuorum(r) => now(ResponseBody::DescribeQuorum(describe_quorum::handle(broker, r, version))),

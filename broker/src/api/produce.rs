@@ -12,6 +12,7 @@ use sluice_protocol::ResponseBody;
 use super::{str_bytes, Reply};
 use crate::broker::{now_ms, Broker};
 use crate::metadata::image::{MetadataImage, TopicImage};
+use crate::partition::AppendOutcome;
 use crate::topic_config;
 
 /// Produce v13 names topics by id; earlier versions by name.
@@ -109,17 +110,15 @@ fn append(
             .map_err(|message| (ResponseError::InvalidRecord, format!("{message} (topic {} is compacted)", topic.name)))?;
     }
     let mut batches = BytesMut::from(&records[..]);
-    let info = partition.append_as_leader(&mut batches, now).map_err(|e| {
-        let error = ResponseError::try_from_code(e.kafka_error_code()).unwrap_or(ResponseError::KafkaStorageError);
-        if error == ResponseError::KafkaStorageError {
-            tracing::error!(topic = %topic.name, partition = index, error = %e, "append failed");
+    Ok(match partition.append_as_leader(&mut batches, now)? {
+        AppendOutcome::Appended(info) => Appended {
+            base_offset: info.base_offset,
+            log_append_time_ms: info.log_append_time_ms,
+            log_start_offset: info.log_start_offset,
+        },
+        AppendOutcome::Duplicate { base_offset } => {
+            Appended { base_offset, log_append_time_ms: -1, log_start_offset: partition.log_start_offset() }
         }
-        (error, e.to_string())
-    })?;
-    Ok(Appended {
-        base_offset: info.base_offset,
-        log_append_time_ms: info.log_append_time_ms,
-        log_start_offset: info.log_start_offset,
     })
 }
 

@@ -47,6 +47,9 @@ pub struct MetadataImage {
     pub topics: BTreeMap<String, TopicImage>,
     pub topic_names: HashMap<Uuid, String>,
     pub broker_configs: BTreeMap<i32, BTreeMap<String, String>>,
+    /// First producer id of the next block to hand out (ids are never reused).
+    #[serde(default)]
+    pub next_producer_id: i64,
 }
 
 impl MetadataImage {
@@ -135,6 +138,9 @@ impl MetadataImage {
                 if let Some(name) = self.topic_names.remove(topic_id) {
                     self.topics.remove(&name);
                 }
+            }
+            MetadataRecord::ProducerIds { next_block_start, .. } => {
+                self.next_producer_id = self.next_producer_id.max(*next_block_start);
             }
             MetadataRecord::FenceBroker { broker_id } | MetadataRecord::UnfenceBroker { broker_id } => {
                 if let Some(broker) = self.brokers.get_mut(broker_id) {

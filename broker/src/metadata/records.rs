@@ -49,6 +49,8 @@ pub enum MetadataRecord {
     FenceBroker { broker_id: i32 },
     /// A fenced broker is reachable again.
     UnfenceBroker { broker_id: i32 },
+    /// A block of producer ids was handed to a broker; the next block starts here.
+    ProducerIds { broker_id: i32, next_block_start: i64 },
 }
 
 /// A request to change metadata, proposed to the quorum by any broker and decided when it is
@@ -60,6 +62,8 @@ pub enum MetadataCommand {
     FenceBroker { broker_id: i32 },
     UnfenceBroker { broker_id: i32 },
     CreateTopic { topic: crate::controller::NewTopic, topic_id: Uuid },
+    /// A block of producer ids for a broker's InitProducerId answers.
+    AllocateProducerIds { broker_id: i32 },
     /// By name, or by id when `name` is `None`.
     DeleteTopic { name: Option<String>, topic_id: Uuid },
     CreatePartitions { name: String, count: i32, assignments: Option<Vec<Vec<i32>>> },
