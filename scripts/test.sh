@@ -83,6 +83,21 @@ python_env() {
     .venv/bin/python -m pip install -q --disable-pip-version-check -r integration-tests/python/requirements.txt
 }
 
+# Apache Kafka's CLI tools and Java client from Maven Central, for the Java compatibility tests.
+java_classpath() {
+    if ! command -v mvn >/dev/null 2>&1 || ! command -v java >/dev/null 2>&1; then
+        echo "mvn and java are needed for the Java client tests" >&2
+        return 1
+    fi
+    if [ ! -f .java-lib/.complete ]; then
+        rm -rf .java-lib
+        mvn -q -B -f integration-tests/java/pom.xml dependency:copy-dependencies -DoutputDirectory="$ROOT/.java-lib"
+        touch .java-lib/.complete
+    fi
+    echo "$(ls .java-lib/*.jar | wc -l) jars in .java-lib"
+}
+export SLUICE_JAVA_LIB="$ROOT/.java-lib"
+
 # Where cargo puts binaries (honours CARGO_TARGET_DIR and build.target-dir in cargo config).
 TARGET_DIR=$(cargo metadata --no-deps --format-version 1 2>/dev/null \
     | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])' 2>/dev/null) \
@@ -93,6 +108,7 @@ export SLUICE_BIN="$TARGET_DIR/release/sluice"
 
 step "system packages" install_system_packages || true
 step "python venv (.venv) + pinned deps" python_env || true
+step "Kafka Java client + CLI tools (Maven)" java_classpath || true
 if step "cargo build --release -p sluice-broker" cargo build --release -p sluice-broker; then
     echo "broker binary: $SLUICE_BIN"
     # shellcheck disable=SC2086
