@@ -82,24 +82,7 @@ const PORT_ATTEMPTS: usize = 3;
 impl SluiceNode {
     /// Spawns the broker and waits until it answers ApiVersions and Metadata.
     pub fn start(opts: NodeOptions) -> Result<Self> {
-        let binary = sluice_binary()?;
-        let work_dir = tempfile::Builder::new().prefix("sluice-it-").tempdir()?;
-        let work_path = work_dir.path().to_path_buf();
-        let data_dir = opts
-            .data_dir
-            .clone()
-            .unwrap_or_else(|| work_path.join("data"));
-        let log_path = work_path.join("sluice.log");
-        let mut node = Self {
-            opts,
-            binary,
-            work_dir: Some(work_dir),
-            work_path,
-            data_dir,
-            log_path,
-            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-            child: None,
-        };
+        let mut node = Self::unstarted(opts, 0)?;
         let fixed_port = node.opts.port;
         let mut last_err = None;
         for _ in 0..PORT_ATTEMPTS {
@@ -133,12 +116,19 @@ impl SluiceNode {
     /// cluster become ready only together, once a quorum of them runs. Pair with [`Self::wait_ready`].
     pub fn spawn(opts: NodeOptions) -> Result<Self> {
         let port = opts.port.context("spawn needs a fixed port (NodeOptions::port)")?;
+        let mut node = Self::unstarted(opts, port)?;
+        node.spawn_process()?;
+        Ok(node)
+    }
+
+    /// A node with its work dir and paths laid out, not yet running.
+    fn unstarted(opts: NodeOptions, port: u16) -> Result<Self> {
         let binary = sluice_binary()?;
         let work_dir = tempfile::Builder::new().prefix("sluice-it-").tempdir()?;
         let work_path = work_dir.path().to_path_buf();
         let data_dir = opts.data_dir.clone().unwrap_or_else(|| work_path.join("data"));
         let log_path = work_path.join("sluice.log");
-        let mut node = Self {
+        Ok(Self {
             opts,
             binary,
             work_dir: Some(work_dir),
@@ -147,9 +137,7 @@ impl SluiceNode {
             log_path,
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
             child: None,
-        };
-        node.spawn_process()?;
-        Ok(node)
+        })
     }
 
     /// Waits until a spawned broker answers ApiVersions and lists itself in Metadata.
