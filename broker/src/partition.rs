@@ -147,6 +147,12 @@ impl Partition {
         self.log.lock().offset_for_timestamp(timestamp_ms)
     }
 
+    /// Kafka's OffsetForLeaderEpoch answer: the largest epoch <= `epoch` in this log and the
+    /// offset where it ends.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
+        self.log.lock().end_offset_for_epoch(epoch)
+    }
+
     pub fn max_timestamp_offset(&self) -> Option<(i64, i64)> {
         self.log.lock().max_timestamp_offset()
     }

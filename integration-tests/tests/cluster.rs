@@ -147,8 +147,13 @@ fn without_a_quorum_metadata_changes_fail_with_a_retriable_error_and_recover() -
 #[test]
 fn describe_quorum_reports_the_leader_and_three_voters() -> Result<()> {
     let cluster = Cluster::start(3, &[])?;
-    let controller = cluster.controller(1, Duration::from_secs(10))?;
-    let response = kafka_client::describe_quorum(cluster.addr(controller))?;
+    // Under load an election may move leadership between the two calls: ask the controller
+    // until it is still the leader when it answers.
+    let (controller, response) = wait_until(Duration::from_secs(20), "the controller to describe itself as leader", || {
+        let controller = cluster.controller(1, Duration::from_secs(10)).ok()?;
+        let response = kafka_client::describe_quorum(cluster.addr(controller)).ok()?;
+        (response.topics[0].partitions[0].leader_id.0 == controller).then_some((controller, response))
+    })?;
     let partition = &response.topics[0].partitions[0];
     ensure!(partition.error_code == 0, "error {}", partition.error_code);
     ensure!(partition.leader_id.0 == controller, "leader {} != controller {controller}", partition.leader_id.0);

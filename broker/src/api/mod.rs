@@ -15,6 +15,7 @@ pub mod incremental_alter_configs;
 pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offset_for_leader_epoch;
 pub mod produce;
 
 use std::sync::Arc;
@@ -53,6 +54,9 @@ pub fn handle(broker: &Arc<Broker>, request: Request) -> Reply {
         RequestBody::CreatePartitions(r) => later(create_partitions::handle(b, r).map(ResponseBody::CreatePartitions)),
         RequestBody::IncrementalAlterConfigs(r) => {
             later(incremental_alter_configs::handle(b, r).map(ResponseBody::IncrementalAlterConfigs))
+        }
+        RequestBody::OffsetForLeaderEpoch(r) => {
+            now(ResponseBody::OffsetForLeaderEpoch(offset_for_leader_epoch::handle(broker, r)))
         }
         RequestBody::InitProducerId(r) => later(init_producer_id::handle(b, r).map(ResponseBody::InitProducerId)),
         RequestBody::FindCoordinator(r) => now(ResponseBody::FindCoordinator(find_coordinator::handle(r, version))),

@@ -5,6 +5,7 @@ use sluice_protocol::batch::BatchError;
 const UNKNOWN_SERVER_ERROR: i16 = -1;
 const OFFSET_OUT_OF_RANGE: i16 = 1;
 const CORRUPT_MESSAGE: i16 = 2;
+const NOT_LEADER_OR_FOLLOWER: i16 = 6;
 const MESSAGE_TOO_LARGE: i16 = 10;
 const RECORD_BATCH_TOO_LARGE: i16 = 18;
 const KAFKA_STORAGE_ERROR: i16 = 56;
@@ -44,6 +45,20 @@ pub enum LogError {
          the replica must truncate or catch up first"
     )]
     UnexpectedAppendOffset { first_offset: i64, log_end: i64 },
+    /// An append whose batch carries a leader epoch below the log's latest: Kafka's leader epochs
+    /// never go backwards in a log. On the follower path the replica diverged from the leader
+    /// and must truncate (OffsetForLeaderEpoch) first; on the leader path this broker's epoch is
+    /// stale. Refused before anything is written.
+    #[error(
+        "record batch at offset {base_offset} has leader epoch {epoch}, below the log's latest \
+         leader epoch {latest_epoch}; a follower must truncate to the leader's epoch end offset \
+         before fetching, a leader must refresh its partition state"
+    )]
+    LeaderEpochRegression {
+        base_offset: i64,
+        epoch: i32,
+        latest_epoch: i32,
+    },
     #[error(
         "log data is corrupt: {0}; restart the broker to recover the log, or delete the \
          partition directory and let it re-replicate"
@@ -54,7 +69,9 @@ pub enum LogError {
 impl LogError {
     /// The Kafka error code for a client: storage failures are `KAFKA_STORAGE_ERROR`, batch
     /// problems keep their own code (`CORRUPT_MESSAGE` or `UNSUPPORTED_FOR_MESSAGE_FORMAT`).
-    /// `UnexpectedAppendOffset` only happens on the replication path and is never sent to a client.
+    /// `UnexpectedAppendOffset` only happens on the replication path and is never sent to a client;
+    /// `LeaderEpochRegression` reaches a client only if the leader's epoch is stale, and
+    /// `NOT_LEADER_OR_FOLLOWER` sends it to refresh metadata and retry.
     pub fn kafka_error_code(&self) -> i16 {
         match self {
             LogError::Io(_) => KAFKA_STORAGE_ERROR,
@@ -63,6 +80,7 @@ impl LogError {
             LogError::RecordBatchTooLarge { .. } => RECORD_BATCH_TOO_LARGE,
             LogError::InvalidBatch(e) => e.kafka_error_code(),
             LogError::UnexpectedAppendOffset { .. } => UNKNOWN_SERVER_ERROR,
+            LogError::LeaderEpochRegression { .. } => NOT_LEADER_OR_FOLLOWER,
             LogError::Corrupt(_) => CORRUPT_MESSAGE,
         }
     }

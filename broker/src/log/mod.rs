@@ -9,6 +9,7 @@
 //!     00000000000000000000.timeindex  sparse time index: (timestamp i64, relative offset u32)
 //!     00000000000000012345.log        next segment, named after its base offset
 //!     ...
+//!     leader-epoch-checkpoint         leader epoch -> first offset (Kafka's text checkpoint)
 //!     .clean_shutdown                 present only between a clean close and the next open
 //! ```
 //!
@@ -16,7 +17,9 @@
 //! stored batches; after a crash the active segment is scanned and truncated at the first torn or
 //! invalid batch (sealed segments are fsynced on roll, so the tail is all that can be torn).
 //! Durability between fsyncs comes from replication, as in Kafka (`flush.messages`/`flush.ms`
-//! opt into fsync). A `leader-epoch-checkpoint` file will join the directory with replication.
+//! opt into fsync). The leader-epoch cache answers OffsetForLeaderEpoch so that a follower can
+//! truncate to the leader's history before fetching; it is rebuilt from batch headers when its
+//! checkpoint is missing or corrupt.
 //!
 //! Nothing here decodes records: batches are handled through their 61-byte headers
 //! (`sluice_protocol::batch`).
@@ -24,6 +27,7 @@
 mod config;
 mod error;
 mod index;
+mod leader_epoch;
 mod partition_log;
 mod segment;
 
@@ -33,5 +37,6 @@ mod tests;
 pub use config::LogConfig;
 pub use error::LogError;
 pub use index::{OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset};
+pub use leader_epoch::{LEADER_EPOCH_CHECKPOINT_FILE, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET};
 pub use partition_log::{AppendInfo, PartitionLog, ReadResult, CLEAN_SHUTDOWN_FILE};
 pub use segment::{LogSegment, RecoveryOutcome};

@@ -1,5 +1,6 @@
 //! `PartitionLog` (Kafka's `UnifiedLog`): the segments of one partition, with the log start
-//! offset, the log end offset, rolling, retention, flushing and crash recovery.
+//! offset, the log end offset, the leader-epoch cache, rolling, retention, flushing and crash
+//! recovery.
 
 use std::collections::VecDeque;
 use std::fs;
@@ -9,6 +10,7 @@ use bytes::Bytes;
 use sluice_protocol::batch::{self, BatchError, BatchHeader, BatchIter, BatchesInfo, NO_TIMESTAMP};
 
 use super::index::remove_if_exists;
+use super::leader_epoch::{EpochScan, LeaderEpochCache};
 use super::segment::{
     segment_file_name, LogSegment, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
 };
@@ -59,6 +61,8 @@ pub struct PartitionLog {
     last_flush_ms: i64,
     /// Latest broker clock reading passed in, for segments created by calls that take no clock.
     clock_ms: i64,
+    /// Epoch -> first offset, kept in step with the batches' `partitionLeaderEpoch` fields.
+    leader_epoch_cache: LeaderEpochCache,
 }
 
 impl PartitionLog {
@@ -98,9 +102,11 @@ impl PartitionLog {
             unflushed_records: 0,
             last_flush_ms: now_ms,
             clock_ms: now_ms,
+            leader_epoch_cache: LeaderEpochCache::empty(dir),
         };
         log.check_sealed_segments()?;
         log.log_end_offset = log.load_active_segment(clean_shutdown)?;
+        log.leader_epoch_cache = log.load_leader_epoch_cache()?;
 
         // From here on a crash is unclean: the marker must be gone from disk before any append.
         remove_if_exists(&marker)?;
@@ -109,14 +115,18 @@ impl PartitionLog {
     }
 
     /// Appends a produce request's batches (validated by `validate_batches`), keeping the leader
-    /// epoch the producer wrote. See [`PartitionLog::append_as_leader`].
+    /// epoch the producer wrote (recorded in the epoch cache like a follower's, if >= 0). See
+    /// [`PartitionLog::append_as_leader`].
     pub fn append(&mut self, records: &mut [u8], now_ms: i64) -> Result<AppendInfo, LogError> {
         self.append_stamped(records, None, now_ms)
     }
 
     /// Kafka's `appendAsLeader`: assigns offsets from the log end offset by patching each batch's
     /// base offset, stamps `leader_epoch`, applies LogAppendTime if configured, rolls if needed,
-    /// and writes the bytes as received. Each batch must fit `max.message.bytes`.
+    /// and writes the bytes as received. Each batch must fit `max.message.bytes`. A new epoch is
+    /// recorded (and checkpointed) at the first offset it writes; an epoch below the log's latest
+    /// is a bug in the caller's leadership tracking: it asserts in debug builds and is refused
+    /// with `LeaderEpochRegression` in release builds.
     pub fn append_as_leader(
         &mut self,
         records: &mut [u8],
@@ -129,7 +139,9 @@ impl PartitionLog {
     /// Kafka's `appendAsFollower`: batches that already carry offsets, from the leader. Validates
     /// them fully (they crossed the network), and requires them to continue the log: the first
     /// offset must not be below the log end offset (gaps are legal, as after compaction) and
-    /// offsets must increase.
+    /// offsets must increase. Each batch keeps the leader's `partitionLeaderEpoch`, and epochs it
+    /// has not seen are recorded; an epoch going backwards means this replica diverged from the
+    /// leader, and the append is refused with `LeaderEpochRegression` before anything is written.
     pub fn append_as_follower(
         &mut self,
         records: &[u8],
@@ -138,6 +150,9 @@ impl PartitionLog {
         self.clock_ms = now_ms;
         let info = batch::validate_batches(records)?;
         let append = self.check_follower_offsets(records)?;
+        let new_epochs = self
+            .leader_epoch_cache
+            .new_entries(stored_epochs(records))?;
         let records_len = records.len() as u64;
         self.maybe_roll_for(
             records_len,
@@ -146,6 +161,7 @@ impl PartitionLog {
             append.max_timestamp,
             now_ms,
         )?;
+        self.leader_epoch_cache.assign(&new_epochs)?;
         self.active
             .append(records, self.config.index_interval_bytes)?;
         self.log_end_offset = append.last_offset + 1;
@@ -191,6 +207,28 @@ impl PartitionLog {
 
     pub fn log_end_offset(&self) -> i64 {
         self.log_end_offset
+    }
+
+    /// Kafka's `latestEpoch`: the leader epoch of the newest batch that carried one; a follower
+    /// sends it as `lastFetchedEpoch` and asks the leader where it ends.
+    pub fn latest_epoch(&self) -> Option<i32> {
+        self.leader_epoch_cache.latest_epoch()
+    }
+
+    /// OffsetForLeaderEpoch (Kafka's `endOffsetForEpoch`): `(epoch, end offset)` where epoch is
+    /// the largest this log knows that is <= `requested_epoch` and end offset is where the next
+    /// epoch starts (the log end offset for the latest epoch). `requested_epoch` below every
+    /// known epoch gives `(requested_epoch, start of the first one)`; an unknown answer is
+    /// `(UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)`. A follower truncates to the end offset.
+    pub fn end_offset_for_epoch(&self, requested_epoch: i32) -> (i32, i64) {
+        self.leader_epoch_cache
+            .end_offset_for(requested_epoch, self.log_end_offset)
+    }
+
+    /// The epoch cache's entries, oldest first.
+    #[cfg(test)]
+    pub(super) fn epoch_entries(&self) -> &[super::leader_epoch::EpochEntry] {
+        self.leader_epoch_cache.entries()
     }
 
     /// ListOffsets by timestamp: the first batch whose max timestamp is at least `timestamp`, as
@@ -289,6 +327,7 @@ impl PartitionLog {
     /// Drops the batch holding `offset` and everything after it (replica truncation). If
     /// `offset` falls inside a batch the whole batch goes, so the log end offset becomes that
     /// batch's base offset. At or below the log start offset, the log restarts empty at `offset`.
+    /// Epochs starting at or after the new log end offset leave the epoch cache.
     pub fn truncate_to(&mut self, offset: i64) -> Result<(), LogError> {
         if offset >= self.log_end_offset {
             return Ok(());
@@ -309,7 +348,9 @@ impl PartitionLog {
         debug_assert!(
             self.log_end_offset <= offset && self.log_end_offset >= self.log_start_offset
         );
-        Ok(())
+        // The new end, not `offset`: a batch straddling `offset` went whole, epoch and all.
+        self.leader_epoch_cache
+            .truncate_from_end(self.log_end_offset)
     }
 
     /// New settings take effect from the next append, roll or retention pass.
@@ -377,6 +418,16 @@ impl PartitionLog {
         } else {
             now_ms
         };
+        stamp_batches(records, first_offset, leader_epoch, log_append_time_ms)?;
+        let new_epochs = match leader_epoch {
+            Some(epoch) => self.leader_epoch_cache.new_entries([(epoch, first_offset)]),
+            None => self.leader_epoch_cache.new_entries(stored_epochs(records)),
+        };
+        debug_assert!(
+            leader_epoch.is_none() || new_epochs.is_ok(),
+            "leader append with an epoch below the log's latest: {new_epochs:?}"
+        );
+        let new_epochs = new_epochs?;
         self.maybe_roll_for(
             records.len() as u64,
             first_offset,
@@ -384,7 +435,7 @@ impl PartitionLog {
             max_timestamp,
             now_ms,
         )?;
-        stamp_batches(records, first_offset, leader_epoch, log_append_time_ms)?;
+        self.leader_epoch_cache.assign(&new_epochs)?;
         self.active
             .append(records, self.config.index_interval_bytes)?;
         self.log_end_offset = last_offset + 1;
@@ -507,6 +558,7 @@ impl PartitionLog {
             previous.delete()?;
             if self.inactive.is_empty() {
                 self.log_start_offset = base_offset;
+                self.leader_epoch_cache.truncate_from_start(base_offset)?;
             }
         } else {
             self.inactive.push_back(previous);
@@ -599,6 +651,8 @@ impl PartitionLog {
         if let Some(oldest) = self.inactive.pop_front() {
             self.log_start_offset = self.inactive.front().unwrap_or(&self.active).base_offset();
             oldest.delete()?;
+            self.leader_epoch_cache
+                .truncate_from_start(self.log_start_offset)?;
         }
         Ok(())
     }
@@ -617,6 +671,7 @@ impl PartitionLog {
         sync_dir(&self.dir)?;
         self.log_start_offset = offset;
         self.log_end_offset = offset;
+        self.leader_epoch_cache.clear()?;
         tracing::info!(partition = %self.name, offset, "truncated log fully");
         Ok(())
     }
@@ -664,6 +719,42 @@ impl PartitionLog {
         Ok(outcome.next_offset)
     }
 
+    /// Kafka's load of the epoch cache: the checkpoint trimmed to the log (entries past a tail
+    /// lost in a crash, or before the log start, go), or, when the checkpoint is missing under a
+    /// non-empty log or corrupt, a cache rebuilt from the batch headers.
+    fn load_leader_epoch_cache(&self) -> Result<LeaderEpochCache, LogError> {
+        match LeaderEpochCache::read(&self.dir) {
+            Ok(Some(mut cache)) => {
+                cache.truncate_from_end(self.log_end_offset)?;
+                cache.truncate_from_start(self.log_start_offset)?;
+                return Ok(cache);
+            }
+            Ok(None) if self.log_end_offset == self.log_start_offset => {
+                return Ok(LeaderEpochCache::empty(&self.dir));
+            }
+            Ok(None) => {}
+            Err(LogError::Corrupt(e)) => tracing::warn!(
+                partition = %self.name,
+                error = %e,
+                "corrupt leader-epoch-checkpoint; rebuilding it from the log's batch headers"
+            ),
+            Err(e) => return Err(e),
+        }
+        let mut scan = EpochScan::default();
+        for segment in self.segments() {
+            segment.for_each_batch_header(|header| {
+                scan.observe(header.partition_leader_epoch, header.base_offset);
+            })?;
+        }
+        let cache = LeaderEpochCache::rebuild(&self.dir, scan)?;
+        tracing::info!(
+            partition = %self.name,
+            epochs = cache.entries().len(),
+            "rebuilt the leader epoch cache from batch headers"
+        );
+        Ok(cache)
+    }
+
     fn out_of_range(&self, offset: i64) -> LogError {
         LogError::OffsetOutOfRange {
             offset,
@@ -698,6 +789,11 @@ fn stamp_batches(
         rest = tail;
     }
     Ok(())
+}
+
+/// `(partitionLeaderEpoch, baseOffset)` of each batch, for the epoch cache.
+fn stored_epochs(records: &[u8]) -> impl Iterator<Item = (i32, i64)> + '_ {
+    BatchIter::new(records).map(|(header, _)| (header.partition_leader_epoch, header.base_offset))
 }
 
 /// Length of the leading whole batches of `buf` whose base offset is below `max_offset`.
@@ -746,7 +842,7 @@ fn parse_segment_file_name(name: &str, suffix: &str) -> Option<i64> {
 }
 
 /// Makes file creations and deletions in `dir` durable.
-fn sync_dir(dir: &Path) -> Result<(), LogError> {
+pub(super) fn sync_dir(dir: &Path) -> Result<(), LogError> {
     fs::File::open(dir)?.sync_all()?;
     Ok(())
 }

@@ -274,6 +274,19 @@ impl LogSegment {
         Ok(None)
     }
 
+    /// Calls `f` with every batch header in order, reading headers only (a few KB per syscall,
+    /// batch bodies skipped): for rebuilding state kept in headers, like the leader epochs.
+    pub(super) fn for_each_batch_header(
+        &self,
+        mut f: impl FnMut(&BatchHeader),
+    ) -> Result<(), LogError> {
+        let mut scanner = self.scanner(0);
+        while let Some((header, _)) = scanner.next()? {
+            f(&header);
+        }
+        Ok(())
+    }
+
     /// Appends up to `len` bytes starting at `position` to `out`.
     pub fn read_into(&self, position: u64, len: u64, out: &mut Vec<u8>) -> Result<(), LogError> {
         let len = len.min(self.size_bytes.saturating_sub(position));
