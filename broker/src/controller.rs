@@ -65,6 +65,20 @@ pub struct NewTopic {
 /// Upper bound on partitions per request, so one request cannot exhaust file handles.
 pub const MAX_PARTITIONS_PER_TOPIC: i32 = 10_000;
 
+/// Partition data is not replicated yet: a topic with more than one replica would report an
+/// ISR whose followers hold nothing, and `acks=all` would promise durability it does not have.
+/// Such topics are refused until replication lands.
+pub fn check_replication_supported(topic: &NewTopic) -> Result<(), ApiError> {
+    let rf = topic.assignments.as_ref().and_then(|a| a.first()).map_or(topic.replication_factor as usize, Vec::len);
+    if rf > 1 {
+        return Err(ApiError::new(
+            ResponseError::InvalidReplicationFactor,
+            format!("replication factor {rf} is not supported yet: this build does not replicate partition data; use 1"),
+        ));
+    }
+    Ok(())
+}
+
 /// Validates a topic creation and returns the records that perform it.
 pub fn create_topic(image: &MetadataImage, topic: &NewTopic, topic_id: Uuid) -> Result<Vec<MetadataRecord>, ApiError> {
     validate_topic_name(&topic.name)?;
@@ -249,7 +263,10 @@ pub fn decide(image: &MetadataImage, command: &MetadataCommand) -> Result<(Vec<M
             records.extend(elect_leaders_for_returning(image, *broker_id));
             done(records)
         }
-        MetadataCommand::CreateTopic { topic, topic_id } => done(create_topic(image, topic, *topic_id)?),
+        MetadataCommand::CreateTopic { topic, topic_id } => {
+            check_replication_supported(topic)?;
+            done(create_topic(image, topic, *topic_id)?)
+        }
         MetadataCommand::AllocateProducerIds { broker_id } => {
             let first = image.next_producer_id;
             let record = MetadataRecord::ProducerIds { broker_id: *broker_id, next_block_start: first + PRODUCER_ID_BLOCK_SIZE };
@@ -618,6 +635,15 @@ mod tests {
                 Outcome::ProducerIdBlock { first: 2000, size: 1000 },
             ]
         );
+    }
+
+    #[test]
+    fn topics_with_more_than_one_replica_are_refused_until_replication_exists() {
+        let image = image_with_brokers(&[1, 2, 3]);
+        let command = MetadataCommand::CreateTopic { topic: new_topic("t", 1, 3), topic_id: Uuid::from_u128(1) };
+        let err = decide(&image, &command).unwrap_err();
+        assert_eq!(err.error, ResponseError::InvalidReplicationFactor);
+        assert!(err.message.contains("use 1"), "{}", err.message);
     }
 
     #[test]

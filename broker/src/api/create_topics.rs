@@ -41,7 +41,9 @@ async fn create_one(broker: &Broker, topic: &CreatableTopic, result: CreatableTo
     };
     let topic_id = Uuid::new_v4();
     if validate_only {
-        return match controller::create_topic(&broker.metadata.image(), &new_topic, topic_id) {
+        let checked = controller::check_replication_supported(&new_topic)
+            .and_then(|()| controller::create_topic(&broker.metadata.image(), &new_topic, topic_id));
+        return match checked {
             Ok(_) => succeeded(broker, result, &new_topic, Uuid::nil()),
             Err(e) => failed(result, e.code(), e.message),
         };
