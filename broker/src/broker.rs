@@ -30,7 +30,9 @@ pub struct Broker {
 
 /// Milliseconds since the Unix epoch: Kafka's timestamp unit.
 pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 impl Broker {
@@ -40,7 +42,9 @@ impl Broker {
         let config = Arc::new(config);
         let metadata = MetadataStore::open(&config).await?;
         let replicas = ReplicaManager::new(config.clone());
-        let permits = config.queued_max_request_bytes.clamp(1, (u32::MAX as usize).min(Semaphore::MAX_PERMITS));
+        let permits = config
+            .queued_max_request_bytes
+            .clamp(1, (u32::MAX as usize).min(Semaphore::MAX_PERMITS));
         let broker = Arc::new(Broker {
             request_memory: Arc::new(Semaphore::new(permits)),
             config,
@@ -83,7 +87,9 @@ impl Broker {
                     return Ok(ids.0 - 1);
                 }
             }
-            let command = MetadataCommand::AllocateProducerIds { broker_id: self.config.node_id };
+            let command = MetadataCommand::AllocateProducerIds {
+                broker_id: self.config.node_id,
+            };
             if let (_, Outcome::ProducerIdBlock { first, size }) = self.commit(command).await? {
                 let mut ids = self.producer_ids.lock();
                 if ids.0 >= ids.1 {
@@ -104,7 +110,10 @@ async fn register(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
     let command = MetadataCommand::RegisterBroker {
         broker_id: broker.config.node_id,
         incarnation_id: Uuid::new_v4(),
-        endpoints: vec![Endpoint { host: broker.config.advertised_host.clone(), port: broker.config.advertised_port }],
+        endpoints: vec![Endpoint {
+            host: broker.config.advertised_host.clone(),
+            port: broker.config.advertised_port,
+        }],
         rack: broker.config.rack.clone(),
     };
     let mut attempt = 0u32;
@@ -164,7 +173,11 @@ async fn run_controller(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>
             .iter()
             .chain(status.learners.iter())
             .map(|r| {
-                let ms = if r.id == status.node_id { Some(0) } else { r.last_contact_ms_ago };
+                let ms = if r.id == status.node_id {
+                    Some(0)
+                } else {
+                    r.last_contact_ms_ago
+                };
                 (node_id_of(r.id), ms)
             })
             .collect();

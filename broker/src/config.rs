@@ -144,7 +144,10 @@ impl BrokerConfig {
             controller_listen,
             cluster_id,
             broker_session_timeout_ms: parse_num("broker.session.timeout.ms", &get("broker.session.timeout.ms"))?,
-            broker_heartbeat_interval_ms: parse_num("broker.heartbeat.interval.ms", &get("broker.heartbeat.interval.ms"))?,
+            broker_heartbeat_interval_ms: parse_num(
+                "broker.heartbeat.interval.ms",
+                &get("broker.heartbeat.interval.ms"),
+            )?,
             node_id: cli.node_id,
             data_dir: cli.data_dir.clone(),
             listen: cli.listen,
@@ -210,13 +213,18 @@ impl BrokerConfig {
 fn quorum_membership(cli: &Cli) -> Result<(BTreeMap<i32, String>, SocketAddr), ConfigError> {
     let mut voters = BTreeMap::new();
     for entry in cli.voters.iter().filter(|v| !v.trim().is_empty()) {
-        let (id, addr) = entry.trim().split_once('@').ok_or_else(|| ConfigError::BadVoter(entry.clone()))?;
+        let (id, addr) = entry
+            .trim()
+            .split_once('@')
+            .ok_or_else(|| ConfigError::BadVoter(entry.clone()))?;
         let id: i32 = id.parse().map_err(|_| ConfigError::BadVoter(entry.clone()))?;
         split_host_port(addr).map_err(|_| ConfigError::BadVoter(entry.clone()))?;
         voters.insert(id, addr.to_string());
     }
     if voters.is_empty() {
-        let listen = cli.controller_listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+        let listen = cli
+            .controller_listen
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
         voters.insert(cli.node_id, listen.to_string());
         return Ok((voters, listen));
     }
@@ -233,7 +241,11 @@ fn quorum_membership(cli: &Cli) -> Result<(BTreeMap<i32, String>, SocketAddr), C
 
 fn broker_value(overrides: &BTreeMap<String, String>, key: &str) -> String {
     overrides.get(key).cloned().unwrap_or_else(|| {
-        BROKER_KEYS.iter().find(|(k, _, _)| *k == key).map(|(_, d, _)| d.to_string()).unwrap_or_default()
+        BROKER_KEYS
+            .iter()
+            .find(|(k, _, _)| *k == key)
+            .map(|(_, d, _)| d.to_string())
+            .unwrap_or_default()
     })
 }
 
@@ -269,7 +281,9 @@ fn parse_num<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, ConfigEr
 }
 
 fn split_host_port(addr: &str) -> Result<(String, i32), ConfigError> {
-    let (host, port) = addr.rsplit_once(':').ok_or_else(|| ConfigError::BadAdvertise(addr.to_string()))?;
+    let (host, port) = addr
+        .rsplit_once(':')
+        .ok_or_else(|| ConfigError::BadAdvertise(addr.to_string()))?;
     let port: u16 = port.parse().map_err(|_| ConfigError::BadAdvertise(addr.to_string()))?;
     if host.is_empty() {
         return Err(ConfigError::BadAdvertise(addr.to_string()));
@@ -290,7 +304,10 @@ mod tests {
         let config = BrokerConfig::from_cli(&cli(&[])).unwrap();
         assert_eq!(config.node_id, 1);
         assert_eq!(config.listen.to_string(), "127.0.0.1:9092");
-        assert_eq!((config.advertised_host.as_str(), config.advertised_port), ("127.0.0.1", 9092));
+        assert_eq!(
+            (config.advertised_host.as_str(), config.advertised_port),
+            ("127.0.0.1", 9092)
+        );
         assert_eq!(config.num_partitions, 1);
         assert!(config.auto_create_topics_enable);
         assert_eq!(config.socket_request_max_bytes, 104_857_600);
@@ -298,7 +315,8 @@ mod tests {
 
     #[test]
     fn set_uses_kafka_names_and_rejects_typos_and_bad_values() {
-        let config = BrokerConfig::from_cli(&cli(&["--set", "num.partitions=3", "--set", "log.retention.ms=1000"])).unwrap();
+        let config =
+            BrokerConfig::from_cli(&cli(&["--set", "num.partitions=3", "--set", "log.retention.ms=1000"])).unwrap();
         assert_eq!(config.num_partitions, 3);
         assert_eq!(config.static_override("log.retention.ms"), Some("1000"));
         assert!(matches!(
@@ -309,7 +327,10 @@ mod tests {
             BrokerConfig::from_cli(&cli(&["--set", "num.partitions=lots"])),
             Err(ConfigError::InvalidValue { .. })
         ));
-        assert!(matches!(BrokerConfig::from_cli(&cli(&["--set", "oops"])), Err(ConfigError::NotKeyValue(_))));
+        assert!(matches!(
+            BrokerConfig::from_cli(&cli(&["--set", "oops"])),
+            Err(ConfigError::NotKeyValue(_))
+        ));
     }
 
     #[test]
@@ -326,7 +347,10 @@ mod tests {
             BrokerConfig::from_cli(&cli(&["--node-id", "4", "--voters", voters])),
             Err(ConfigError::NotAVoter(4))
         ));
-        assert!(matches!(BrokerConfig::from_cli(&cli(&["--voters", "1-127.0.0.1:9093"])), Err(ConfigError::BadVoter(_))));
+        assert!(matches!(
+            BrokerConfig::from_cli(&cli(&["--voters", "1-127.0.0.1:9093"])),
+            Err(ConfigError::BadVoter(_))
+        ));
     }
 
     #[test]
@@ -340,7 +364,10 @@ mod tests {
     #[test]
     fn advertise_overrides_listen() {
         let config = BrokerConfig::from_cli(&cli(&["--advertise", "broker1.example:19092"])).unwrap();
-        assert_eq!((config.advertised_host.as_str(), config.advertised_port), ("broker1.example", 19092));
+        assert_eq!(
+            (config.advertised_host.as_str(), config.advertised_port),
+            ("broker1.example", 19092)
+        );
         assert!(BrokerConfig::from_cli(&cli(&["--advertise", "nohost"])).is_err());
     }
 }

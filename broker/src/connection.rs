@@ -59,7 +59,9 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, mut
             Err(e) => break Some(e.to_string()),
         };
         // A frame larger than the whole budget takes all of it rather than waiting for ever.
-        let wanted = frame.len().clamp(1, broker.config.queued_max_request_bytes.clamp(1, u32::MAX as usize));
+        let wanted = frame
+            .len()
+            .clamp(1, broker.config.queued_max_request_bytes.clamp(1, u32::MAX as usize));
         let permit = match broker.request_memory.clone().acquire_many_owned(wanted as u32).await {
             Ok(permit) => permit,
             Err(_) => break None,
@@ -86,7 +88,10 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, mut
                     ),
                 }
             }
-            Err(RequestError::ApiVersionsTooNew { correlation_id, version }) => {
+            Err(RequestError::ApiVersionsTooNew {
+                correlation_id,
+                version,
+            }) => {
                 tracing::debug!(%peer, version, "answering a too-new ApiVersions with v0 UNSUPPORTED_VERSION");
                 match encode_api_versions_too_new(correlation_id, &api::api_versions::unsupported_version_reply()) {
                     Ok(bytes) => Outgoing::Ready(bytes),

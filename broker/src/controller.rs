@@ -20,7 +20,10 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(error: ResponseError, message: impl Into<String>) -> Self {
-        ApiError { error, message: message.into() }
+        ApiError {
+            error,
+            message: message.into(),
+        }
     }
 
     pub fn code(&self) -> i16 {
@@ -34,7 +37,10 @@ pub const MAX_TOPIC_NAME_LEN: usize = 249;
 /// Kafka's topic-name rule: 1..=249 chars of `[a-zA-Z0-9._-]`, and not `.` or `..`.
 pub fn validate_topic_name(name: &str) -> Result<(), ApiError> {
     let invalid = |why: &str| {
-        Err(ApiError::new(ResponseError::InvalidTopicException, format!("topic name {name:?} is invalid: {why}")))
+        Err(ApiError::new(
+            ResponseError::InvalidTopicException,
+            format!("topic name {name:?} is invalid: {why}"),
+        ))
     };
     if name.is_empty() {
         return invalid("it is empty");
@@ -45,7 +51,10 @@ pub fn validate_topic_name(name: &str) -> Result<(), ApiError> {
     if name.len() > MAX_TOPIC_NAME_LEN {
         return invalid("it is longer than 249 characters");
     }
-    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')) {
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
         return invalid("only ASCII letters, digits, '.', '_' and '-' are allowed");
     }
     Ok(())
@@ -69,11 +78,17 @@ pub const MAX_PARTITIONS_PER_TOPIC: i32 = 10_000;
 /// ISR whose followers hold nothing, and `acks=all` would promise durability it does not have.
 /// Such topics are refused until replication lands.
 pub fn check_replication_supported(topic: &NewTopic) -> Result<(), ApiError> {
-    let rf = topic.assignments.as_ref().and_then(|a| a.first()).map_or(topic.replication_factor as usize, Vec::len);
+    let rf = topic
+        .assignments
+        .as_ref()
+        .and_then(|a| a.first())
+        .map_or(topic.replication_factor as usize, Vec::len);
     if rf > 1 {
         return Err(ApiError::new(
             ResponseError::InvalidReplicationFactor,
-            format!("replication factor {rf} is not supported yet: this build does not replicate partition data; use 1"),
+            format!(
+                "replication factor {rf} is not supported yet: this build does not replicate partition data; use 1"
+            ),
         ));
     }
     Ok(())
@@ -98,7 +113,10 @@ pub fn create_topic(image: &MetadataImage, topic: &NewTopic, topic_id: Uuid) -> 
             place_replicas(image, 0, topic.num_partitions, topic.replication_factor)?
         }
     };
-    let mut records = vec![MetadataRecord::Topic { name: topic.name.clone(), topic_id }];
+    let mut records = vec![MetadataRecord::Topic {
+        name: topic.name.clone(),
+        topic_id,
+    }];
     records.extend(partition_records(topic_id, 0, assignments));
     records.extend(topic.configs.iter().map(|(name, value)| MetadataRecord::Config {
         resource: ConfigResource::Topic(topic.name.clone()),
@@ -143,7 +161,9 @@ pub fn create_partitions(
 }
 
 pub fn delete_topic(topic: &TopicImage) -> Vec<MetadataRecord> {
-    vec![MetadataRecord::RemoveTopic { topic_id: topic.topic_id }]
+    vec![MetadataRecord::RemoveTopic {
+        topic_id: topic.topic_id,
+    }]
 }
 
 /// One IncrementalAlterConfigs operation, in Kafka's codes.
@@ -181,10 +201,16 @@ pub fn alter_topic_configs(
         let def = topic_config::def(key).ok_or_else(|| invalid(format!("unknown topic config {key:?}")))?;
         let new_value = match op {
             AlterOp::Delete => None,
-            AlterOp::Set => Some(value.clone().ok_or_else(|| invalid(format!("SET of {key} needs a value")))?),
+            AlterOp::Set => Some(
+                value
+                    .clone()
+                    .ok_or_else(|| invalid(format!("SET of {key} needs a value")))?,
+            ),
             AlterOp::Append | AlterOp::Subtract => {
                 if def.ty != topic_config::ConfigType::List {
-                    return Err(invalid(format!("{key} is not a list; APPEND and SUBTRACT apply only to lists")));
+                    return Err(invalid(format!(
+                        "{key} is not a list; APPEND and SUBTRACT apply only to lists"
+                    )));
                 }
                 let current = topic
                     .configs
@@ -192,8 +218,12 @@ pub fn alter_topic_configs(
                     .or_else(|| list_bases.get(key.as_str()))
                     .cloned()
                     .unwrap_or_else(|| def.default.to_string());
-                let mut items: Vec<String> =
-                    current.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
+                let mut items: Vec<String> = current
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(String::from)
+                    .collect();
                 let given: Vec<String> = value
                     .as_deref()
                     .unwrap_or("")
@@ -231,9 +261,15 @@ pub fn alter_topic_configs(
 pub enum Outcome {
     Done,
     /// A topic was deleted: its name and id (the request may have named only one).
-    TopicDeleted { name: String, topic_id: Uuid },
+    TopicDeleted {
+        name: String,
+        topic_id: Uuid,
+    },
     /// Producer ids `first..first + size` now belong to the proposing broker.
-    ProducerIdBlock { first: i64, size: i64 },
+    ProducerIdBlock {
+        first: i64,
+        size: i64,
+    },
 }
 
 /// Producer ids handed to a broker at a time (Kafka's block size).
@@ -244,7 +280,12 @@ pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
 pub fn decide(image: &MetadataImage, command: &MetadataCommand) -> Result<(Vec<MetadataRecord>, Outcome), ApiError> {
     let done = |records| Ok((records, Outcome::Done));
     match command {
-        MetadataCommand::RegisterBroker { broker_id, incarnation_id, endpoints, rack } => {
+        MetadataCommand::RegisterBroker {
+            broker_id,
+            incarnation_id,
+            endpoints,
+            rack,
+        } => {
             let mut records = vec![MetadataRecord::RegisterBroker {
                 broker_id: *broker_id,
                 incarnation_id: *incarnation_id,
@@ -269,23 +310,39 @@ pub fn decide(image: &MetadataImage, command: &MetadataCommand) -> Result<(Vec<M
         }
         MetadataCommand::AllocateProducerIds { broker_id } => {
             let first = image.next_producer_id;
-            let record = MetadataRecord::ProducerIds { broker_id: *broker_id, next_block_start: first + PRODUCER_ID_BLOCK_SIZE };
-            Ok((vec![record], Outcome::ProducerIdBlock { first, size: PRODUCER_ID_BLOCK_SIZE }))
+            let record = MetadataRecord::ProducerIds {
+                broker_id: *broker_id,
+                next_block_start: first + PRODUCER_ID_BLOCK_SIZE,
+            };
+            Ok((
+                vec![record],
+                Outcome::ProducerIdBlock {
+                    first,
+                    size: PRODUCER_ID_BLOCK_SIZE,
+                },
+            ))
         }
         MetadataCommand::DeleteTopic { name, topic_id } => {
             let topic = match name {
                 Some(n) => existing_topic(image, n)?,
-                None => image
-                    .topic_by_id(topic_id)
-                    .ok_or_else(|| ApiError::new(ResponseError::UnknownTopicId, format!("no topic has id {topic_id}")))?,
+                None => image.topic_by_id(topic_id).ok_or_else(|| {
+                    ApiError::new(ResponseError::UnknownTopicId, format!("no topic has id {topic_id}"))
+                })?,
             };
-            let outcome = Outcome::TopicDeleted { name: topic.name.clone(), topic_id: topic.topic_id };
+            let outcome = Outcome::TopicDeleted {
+                name: topic.name.clone(),
+                topic_id: topic.topic_id,
+            };
             Ok((delete_topic(topic), outcome))
         }
-        MetadataCommand::CreatePartitions { name, count, assignments } => {
-            done(create_partitions(image, name, *count, assignments.as_deref())?)
+        MetadataCommand::CreatePartitions {
+            name,
+            count,
+            assignments,
+        } => done(create_partitions(image, name, *count, assignments.as_deref())?),
+        MetadataCommand::AlterTopicConfigs { name, ops, list_bases } => {
+            done(alter_topic_configs(image, name, ops, list_bases)?)
         }
-        MetadataCommand::AlterTopicConfigs { name, ops, list_bases } => done(alter_topic_configs(image, name, ops, list_bases)?),
     }
 }
 
@@ -303,7 +360,11 @@ pub fn fence_broker(image: &MetadataImage, broker_id: i32) -> Vec<MetadataRecord
                 continue;
             }
             let leader = if p.leader == broker_id {
-                p.isr.iter().copied().find(|id| *id != broker_id && image.is_live(*id)).unwrap_or(-1)
+                p.isr
+                    .iter()
+                    .copied()
+                    .find(|id| *id != broker_id && image.is_live(*id))
+                    .unwrap_or(-1)
             } else {
                 p.leader
             };
@@ -329,7 +390,10 @@ pub fn liveness_changes(
         .brokers
         .values()
         .filter_map(|b| {
-            let contact = contacts.iter().find(|(id, _)| *id == b.broker_id).and_then(|(_, ms)| *ms);
+            let contact = contacts
+                .iter()
+                .find(|(id, _)| *id == b.broker_id)
+                .and_then(|(_, ms)| *ms);
             let alive = match contact {
                 Some(ms) => ms < session_timeout_ms,
                 None => leading_for_ms < session_timeout_ms,
@@ -349,7 +413,14 @@ fn elect_leaders_for_returning(image: &MetadataImage, broker_id: i32) -> Vec<Met
     for topic in image.topics.values() {
         for (index, p) in topic.partitions.iter().enumerate() {
             if p.leader == -1 && p.isr.contains(&broker_id) {
-                records.push(partition_change(topic.topic_id, index, &p.replicas, p.isr.clone(), broker_id, p));
+                records.push(partition_change(
+                    topic.topic_id,
+                    index,
+                    &p.replicas,
+                    p.isr.clone(),
+                    broker_id,
+                    p,
+                ));
             }
         }
     }
@@ -379,7 +450,10 @@ fn partition_change(
 
 fn existing_topic<'a>(image: &'a MetadataImage, name: &str) -> Result<&'a TopicImage, ApiError> {
     image.topic(name).ok_or_else(|| {
-        ApiError::new(ResponseError::UnknownTopicOrPartition, format!("topic {name:?} does not exist"))
+        ApiError::new(
+            ResponseError::UnknownTopicOrPartition,
+            format!("topic {name:?} does not exist"),
+        )
     })
 }
 
@@ -401,11 +475,18 @@ fn place_replicas(image: &MetadataImage, first: i32, count: i32, rf: i16) -> Res
     if rf <= 0 || rf as usize > brokers.len() {
         return Err(ApiError::new(
             ResponseError::InvalidReplicationFactor,
-            format!("replication factor {rf} is invalid with {} available broker(s)", brokers.len()),
+            format!(
+                "replication factor {rf} is invalid with {} available broker(s)",
+                brokers.len()
+            ),
         ));
     }
     Ok((first..first + count)
-        .map(|p| (0..rf as usize).map(|r| brokers[(p as usize + r) % brokers.len()]).collect())
+        .map(|p| {
+            (0..rf as usize)
+                .map(|r| brokers[(p as usize + r) % brokers.len()])
+                .collect()
+        })
         .collect())
 }
 
@@ -414,10 +495,15 @@ fn place_replicas(image: &MetadataImage, first: i32, count: i32, rf: i16) -> Res
 fn rack_alternating_brokers(image: &MetadataImage) -> Vec<i32> {
     let mut by_rack: BTreeMap<Option<&str>, Vec<i32>> = BTreeMap::new();
     for broker in image.live_brokers() {
-        by_rack.entry(broker.rack.as_deref()).or_default().push(broker.broker_id);
+        by_rack
+            .entry(broker.rack.as_deref())
+            .or_default()
+            .push(broker.broker_id);
     }
     let longest = by_rack.values().map(Vec::len).max().unwrap_or(0);
-    (0..longest).flat_map(|i| by_rack.values().filter_map(move |ids| ids.get(i).copied())).collect()
+    (0..longest)
+        .flat_map(|i| by_rack.values().filter_map(move |ids| ids.get(i).copied()))
+        .collect()
 }
 
 fn validate_assignments(
@@ -432,7 +518,9 @@ fn validate_assignments(
             return Err(bad("a partition's replica list is empty".to_string()));
         }
         if expected_rf.is_some_and(|rf| rf != replicas.len()) {
-            return Err(bad(format!("replica list {replicas:?} does not match the topic's replication factor")));
+            return Err(bad(format!(
+                "replica list {replicas:?} does not match the topic's replication factor"
+            )));
         }
         let mut seen = replicas.clone();
         seen.sort_unstable();
@@ -441,22 +529,27 @@ fn validate_assignments(
             return Err(bad(format!("replica list {replicas:?} names a broker twice")));
         }
         if let Some(unknown) = replicas.iter().find(|id| !image.brokers.contains_key(id)) {
-            return Err(bad(format!("broker {unknown} in replica list {replicas:?} is not registered")));
+            return Err(bad(format!(
+                "broker {unknown} in replica list {replicas:?} is not registered"
+            )));
         }
     }
     Ok(assignments.to_vec())
 }
 
 fn partition_records(topic_id: Uuid, first: i32, assignments: Vec<Vec<i32>>) -> impl Iterator<Item = MetadataRecord> {
-    assignments.into_iter().enumerate().map(move |(i, replicas)| MetadataRecord::Partition {
-        topic_id,
-        partition: first + i as i32,
-        leader: replicas[0],
-        isr: replicas.clone(),
-        replicas,
-        leader_epoch: 0,
-        partition_epoch: 0,
-    })
+    assignments
+        .into_iter()
+        .enumerate()
+        .map(move |(i, replicas)| MetadataRecord::Partition {
+            topic_id,
+            partition: first + i as i32,
+            leader: replicas[0],
+            isr: replicas.clone(),
+            replicas,
+            leader_epoch: 0,
+            partition_epoch: 0,
+        })
 }
 
 #[cfg(test)]
@@ -470,7 +563,10 @@ mod tests {
             image.apply(&MetadataRecord::RegisterBroker {
                 broker_id: *id,
                 incarnation_id: Uuid::nil(),
-                endpoints: vec![Endpoint { host: "127.0.0.1".into(), port: 9092 + id }],
+                endpoints: vec![Endpoint {
+                    host: "127.0.0.1".into(),
+                    port: 9092 + id,
+                }],
                 rack: None,
             });
         }
@@ -495,7 +591,10 @@ mod tests {
     fn topic_names_follow_kafka_rules() {
         assert!(validate_topic_name("orders.v1_2-x").is_ok());
         for bad in ["", ".", "..", "bad topic", "ümlaut", &"x".repeat(250)] {
-            assert_eq!(validate_topic_name(bad).unwrap_err().error, ResponseError::InvalidTopicException);
+            assert_eq!(
+                validate_topic_name(bad).unwrap_err().error,
+                ResponseError::InvalidTopicException
+            );
         }
     }
 
@@ -508,7 +607,10 @@ mod tests {
         let mut leaders: Vec<i32> = topic.partitions.iter().map(|p| p.leader).collect();
         leaders.sort();
         assert_eq!(leaders, vec![1, 1, 2, 2, 3, 3]);
-        assert!(topic.partitions.iter().all(|p| p.replicas.len() == 3 && p.isr == p.replicas));
+        assert!(topic
+            .partitions
+            .iter()
+            .all(|p| p.replicas.len() == 3 && p.isr == p.replicas));
     }
 
     #[test]
@@ -555,7 +657,10 @@ mod tests {
         let image = image_with_brokers(&[1]);
         let mut topic = new_topic("t", 1, 1);
         topic.configs.insert("retention.ms".into(), "forever".into());
-        assert_eq!(create_topic(&image, &topic, Uuid::from_u128(1)).unwrap_err().error, ResponseError::InvalidConfig);
+        assert_eq!(
+            create_topic(&image, &topic, Uuid::from_u128(1)).unwrap_err().error,
+            ResponseError::InvalidConfig
+        );
     }
 
     #[test]
@@ -563,7 +668,10 @@ mod tests {
         let mut image = image_with_brokers(&[1]);
         let records = create_topic(&image, &new_topic("t", 3, 1), Uuid::from_u128(1)).unwrap();
         apply_all(&mut image, &records);
-        assert_eq!(create_partitions(&image, "t", 3, None).unwrap_err().error, ResponseError::InvalidPartitions);
+        assert_eq!(
+            create_partitions(&image, "t", 3, None).unwrap_err().error,
+            ResponseError::InvalidPartitions
+        );
         let records = create_partitions(&image, "t", 6, None).unwrap();
         apply_all(&mut image, &records);
         assert_eq!(image.topic("t").unwrap().partitions.len(), 6);
@@ -580,8 +688,15 @@ mod tests {
         apply_all(&mut image, &records);
         let records = create_topic(&image, &new_topic("rf1", 3, 1), Uuid::from_u128(2)).unwrap();
         apply_all(&mut image, &records);
-        let led_by_1: Vec<usize> =
-            image.topic("rf1").unwrap().partitions.iter().enumerate().filter(|(_, p)| p.leader == 1).map(|(i, _)| i).collect();
+        let led_by_1: Vec<usize> = image
+            .topic("rf1")
+            .unwrap()
+            .partitions
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.leader == 1)
+            .map(|(i, _)| i)
+            .collect();
         let records = fence_broker(&image, 1);
         apply_all(&mut image, &records);
         assert!(!image.is_live(1));
@@ -607,7 +722,10 @@ mod tests {
     fn silent_brokers_are_fenced_after_the_session_timeout_and_unfenced_when_heard_again() {
         let mut image = image_with_brokers(&[1, 2, 3]);
         let contacts = [(1, Some(0)), (2, Some(200)), (3, Some(9_500))];
-        assert_eq!(liveness_changes(&image, &contacts, 60_000, 9_000), vec![MetadataCommand::FenceBroker { broker_id: 3 }]);
+        assert_eq!(
+            liveness_changes(&image, &contacts, 60_000, 9_000),
+            vec![MetadataCommand::FenceBroker { broker_id: 3 }]
+        );
         // A new leader that has heard nothing yet waits a full session before fencing.
         let unknown = [(1, Some(0)), (2, None), (3, None)];
         assert!(liveness_changes(&image, &unknown, 1_000, 9_000).is_empty());
@@ -615,7 +733,10 @@ mod tests {
         let records = fence_broker(&image, 3);
         apply_all(&mut image, &records);
         let back = [(1, Some(0)), (2, Some(0)), (3, Some(100))];
-        assert_eq!(liveness_changes(&image, &back, 60_000, 9_000), vec![MetadataCommand::UnfenceBroker { broker_id: 3 }]);
+        assert_eq!(
+            liveness_changes(&image, &back, 60_000, 9_000),
+            vec![MetadataCommand::UnfenceBroker { broker_id: 3 }]
+        );
     }
 
     #[test]
@@ -631,8 +752,14 @@ mod tests {
             blocks,
             vec![
                 Outcome::ProducerIdBlock { first: 0, size: 1000 },
-                Outcome::ProducerIdBlock { first: 1000, size: 1000 },
-                Outcome::ProducerIdBlock { first: 2000, size: 1000 },
+                Outcome::ProducerIdBlock {
+                    first: 1000,
+                    size: 1000
+                },
+                Outcome::ProducerIdBlock {
+                    first: 2000,
+                    size: 1000
+                },
             ]
         );
     }
@@ -640,7 +767,10 @@ mod tests {
     #[test]
     fn topics_with_more_than_one_replica_are_refused_until_replication_exists() {
         let image = image_with_brokers(&[1, 2, 3]);
-        let command = MetadataCommand::CreateTopic { topic: new_topic("t", 1, 3), topic_id: Uuid::from_u128(1) };
+        let command = MetadataCommand::CreateTopic {
+            topic: new_topic("t", 1, 3),
+            topic_id: Uuid::from_u128(1),
+        };
         let err = decide(&image, &command).unwrap_err();
         assert_eq!(err.error, ResponseError::InvalidReplicationFactor);
         assert!(err.message.contains("use 1"), "{}", err.message);
@@ -649,11 +779,20 @@ mod tests {
     #[test]
     fn racing_creations_of_one_topic_decide_in_log_order() {
         let mut image = image_with_brokers(&[1]);
-        let first = MetadataCommand::CreateTopic { topic: new_topic("t", 1, 1), topic_id: Uuid::from_u128(1) };
-        let second = MetadataCommand::CreateTopic { topic: new_topic("t", 2, 1), topic_id: Uuid::from_u128(2) };
+        let first = MetadataCommand::CreateTopic {
+            topic: new_topic("t", 1, 1),
+            topic_id: Uuid::from_u128(1),
+        };
+        let second = MetadataCommand::CreateTopic {
+            topic: new_topic("t", 2, 1),
+            topic_id: Uuid::from_u128(2),
+        };
         let (records, _) = decide(&image, &first).unwrap();
         apply_all(&mut image, &records);
-        assert_eq!(decide(&image, &second).unwrap_err().error, ResponseError::TopicAlreadyExists);
+        assert_eq!(
+            decide(&image, &second).unwrap_err().error,
+            ResponseError::TopicAlreadyExists
+        );
         assert_eq!(image.topic("t").unwrap().topic_id, Uuid::from_u128(1));
     }
 
@@ -665,14 +804,22 @@ mod tests {
         let default = BTreeMap::from([("cleanup.policy".to_string(), "delete".to_string())]);
         let ops = vec![
             ("retention.ms".to_string(), AlterOp::Set, Some("1000".to_string())),
-            ("cleanup.policy".to_string(), AlterOp::Append, Some("compact".to_string())),
+            (
+                "cleanup.policy".to_string(),
+                AlterOp::Append,
+                Some("compact".to_string()),
+            ),
         ];
         let records = alter_topic_configs(&image, "t", &ops, &default).unwrap();
         apply_all(&mut image, &records);
         assert_eq!(image.topic("t").unwrap().configs["cleanup.policy"], "delete,compact");
         let ops = vec![
             ("retention.ms".to_string(), AlterOp::Delete, None),
-            ("cleanup.policy".to_string(), AlterOp::Subtract, Some("delete".to_string())),
+            (
+                "cleanup.policy".to_string(),
+                AlterOp::Subtract,
+                Some("delete".to_string()),
+            ),
         ];
         let records = alter_topic_configs(&image, "t", &ops, &default).unwrap();
         apply_all(&mut image, &records);
@@ -680,6 +827,9 @@ mod tests {
         assert!(!configs.contains_key("retention.ms"));
         assert_eq!(configs["cleanup.policy"], "compact");
         let ops = vec![("retention.ms".to_string(), AlterOp::Append, Some("1".to_string()))];
-        assert_eq!(alter_topic_configs(&image, "t", &ops, &default).unwrap_err().error, ResponseError::InvalidConfig);
+        assert_eq!(
+            alter_topic_configs(&image, "t", &ops, &default).unwrap_err().error,
+            ResponseError::InvalidConfig
+        );
     }
 }

@@ -43,9 +43,9 @@ fn main() -> ExitCode {
 
 async fn run(config: BrokerConfig) -> Result<(), String> {
     let listen = config.listen;
-    let listener = TcpListener::bind(listen)
-        .await
-        .map_err(|e| format!("cannot listen on {listen}: {e}; is another broker running there? Use --listen to pick another address"))?;
+    let listener = TcpListener::bind(listen).await.map_err(|e| {
+        format!("cannot listen on {listen}: {e}; is another broker running there? Use --listen to pick another address")
+    })?;
     let broker = Broker::open(config).await.map_err(|e| e.to_string())?;
     tracing::info!(
         node_id = broker.config.node_id,
@@ -57,7 +57,8 @@ async fn run(config: BrokerConfig) -> Result<(), String> {
         "sluice is ready"
     );
     let (stop, stopped) = watch::channel(false);
-    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| format!("cannot install the SIGTERM handler: {e}"))?;
+    let mut sigterm =
+        signal(SignalKind::terminate()).map_err(|e| format!("cannot install the SIGTERM handler: {e}"))?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| format!("cannot install the SIGINT handler: {e}"))?;
     let background = broker.spawn_background(stopped.clone());
     let serving = tokio::spawn(server::run(broker.clone(), listener, stopped));

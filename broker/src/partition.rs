@@ -42,7 +42,9 @@ pub struct Partition {
 pub enum AppendOutcome {
     Appended(AppendInfo),
     /// An idempotent producer's retry of batches already in the log at this offset.
-    Duplicate { base_offset: i64 },
+    Duplicate {
+        base_offset: i64,
+    },
 }
 
 /// A refused append: the Kafka error for the client and a sentence for the log.
@@ -56,7 +58,15 @@ pub struct ReadOutcome {
 }
 
 impl Partition {
-    pub fn open(dir: &Path, topic: &str, topic_id: Uuid, index: i32, config: LogConfig, leader_epoch: i32, now_ms: i64) -> Result<Partition, LogError> {
+    pub fn open(
+        dir: &Path,
+        topic: &str,
+        topic_id: Uuid,
+        index: i32,
+        config: LogConfig,
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<Partition, LogError> {
         let log = PartitionLog::open(dir, config, now_ms)?;
         let producers = rebuild_producer_state(&log)?;
         let (high_watermark, _) = watch::channel(log.log_end_offset());
@@ -83,7 +93,10 @@ impl Partition {
             for (header, _) in BatchIter::new(records) {
                 match producers.check(&header)? {
                     SequenceCheck::Append if duplicate.is_some() => {
-                        return Err((ResponseError::OutOfOrderSequenceNumber, "a request mixed retried and new batches".into()))
+                        return Err((
+                            ResponseError::OutOfOrderSequenceNumber,
+                            "a request mixed retried and new batches".into(),
+                        ))
                     }
                     SequenceCheck::Append => {}
                     SequenceCheck::Duplicate { base_offset } => duplicate = duplicate.or(Some(base_offset)),
@@ -92,7 +105,9 @@ impl Partition {
             if let Some(base_offset) = duplicate {
                 return Ok(AppendOutcome::Duplicate { base_offset });
             }
-            let info = log.append_as_leader(records, self.leader_epoch(), now_ms).map_err(|e| log_error(&e))?;
+            let info = log
+                .append_as_leader(records, self.leader_epoch(), now_ms)
+                .map_err(|e| log_error(&e))?;
             for (header, _) in BatchIter::new(records) {
                 producers.record(&header);
             }
@@ -108,7 +123,11 @@ impl Partition {
         let high_watermark = self.high_watermark();
         let log = self.log.lock();
         let result = log.read(offset, max_bytes, high_watermark, min_one_message)?;
-        Ok(ReadOutcome { records: result.records, high_watermark, log_start_offset: log.log_start_offset() })
+        Ok(ReadOutcome {
+            records: result.records,
+            high_watermark,
+            log_start_offset: log.log_start_offset(),
+        })
     }
 
     pub fn high_watermark(&self) -> i64 {

@@ -71,7 +71,10 @@ impl ProducerStateManager {
         if header.producer_epoch < entry.epoch {
             return Err((
                 ResponseError::InvalidProducerEpoch,
-                format!("producer {} epoch {} is older than the current epoch {}", header.producer_id, header.producer_epoch, entry.epoch),
+                format!(
+                    "producer {} epoch {} is older than the current epoch {}",
+                    header.producer_id, header.producer_epoch, entry.epoch
+                ),
             ));
         }
         if header.producer_epoch > entry.epoch {
@@ -80,13 +83,22 @@ impl ProducerStateManager {
             } else {
                 Err((
                     ResponseError::OutOfOrderSequenceNumber,
-                    format!("a new epoch of producer {} must start at sequence 0, not {}", header.producer_id, header.base_sequence),
+                    format!(
+                        "a new epoch of producer {} must start at sequence 0, not {}",
+                        header.producer_id, header.base_sequence
+                    ),
                 ))
             };
         }
         let last = last_seq(header);
-        if let Some(dup) = entry.batches.iter().find(|b| b.first_seq == header.base_sequence && b.last_seq == last) {
-            return Ok(SequenceCheck::Duplicate { base_offset: dup.base_offset });
+        if let Some(dup) = entry
+            .batches
+            .iter()
+            .find(|b| b.first_seq == header.base_sequence && b.last_seq == last)
+        {
+            return Ok(SequenceCheck::Duplicate {
+                base_offset: dup.base_offset,
+            });
         }
         match entry.batches.back() {
             Some(prev) if next_seq(prev.last_seq) != header.base_sequence => Err((
@@ -129,7 +141,12 @@ impl ProducerStateManager {
     }
 
     fn evict_oldest(&mut self) {
-        if let Some(oldest) = self.producers.iter().min_by_key(|(_, e)| e.last_write).map(|(id, _)| *id) {
+        if let Some(oldest) = self
+            .producers
+            .iter()
+            .min_by_key(|(_, e)| e.last_write)
+            .map(|(id, _)| *id)
+        {
             self.producers.remove(&oldest);
         }
     }
@@ -172,17 +189,32 @@ mod tests {
         state.record(&batch(7, 0, 0, 10, 100));
         assert_eq!(state.check(&batch(7, 0, 10, 5, 0)), Ok(SequenceCheck::Append));
         state.record(&batch(7, 0, 10, 5, 110));
-        assert_eq!(state.check(&batch(7, 0, 0, 10, 0)), Ok(SequenceCheck::Duplicate { base_offset: 100 }));
-        assert_eq!(state.check(&batch(7, 0, 10, 5, 0)), Ok(SequenceCheck::Duplicate { base_offset: 110 }));
+        assert_eq!(
+            state.check(&batch(7, 0, 0, 10, 0)),
+            Ok(SequenceCheck::Duplicate { base_offset: 100 })
+        );
+        assert_eq!(
+            state.check(&batch(7, 0, 10, 5, 0)),
+            Ok(SequenceCheck::Duplicate { base_offset: 110 })
+        );
     }
 
     #[test]
     fn gaps_old_epochs_and_bad_new_epochs_are_refused() {
         let mut state = ProducerStateManager::default();
         state.record(&batch(7, 3, 0, 10, 0));
-        assert_eq!(state.check(&batch(7, 3, 20, 1, 0)).unwrap_err().0, ResponseError::OutOfOrderSequenceNumber);
-        assert_eq!(state.check(&batch(7, 2, 10, 1, 0)).unwrap_err().0, ResponseError::InvalidProducerEpoch);
-        assert_eq!(state.check(&batch(7, 4, 5, 1, 0)).unwrap_err().0, ResponseError::OutOfOrderSequenceNumber);
+        assert_eq!(
+            state.check(&batch(7, 3, 20, 1, 0)).unwrap_err().0,
+            ResponseError::OutOfOrderSequenceNumber
+        );
+        assert_eq!(
+            state.check(&batch(7, 2, 10, 1, 0)).unwrap_err().0,
+            ResponseError::InvalidProducerEpoch
+        );
+        assert_eq!(
+            state.check(&batch(7, 4, 5, 1, 0)).unwrap_err().0,
+            ResponseError::OutOfOrderSequenceNumber
+        );
         assert_eq!(state.check(&batch(7, 4, 0, 1, 0)), Ok(SequenceCheck::Append));
     }
 
@@ -199,8 +231,14 @@ mod tests {
         for i in 0..7 {
             state.record(&batch(1, 0, i, 1, i64::from(i)));
         }
-        assert_eq!(state.check(&batch(1, 0, 6, 1, 0)), Ok(SequenceCheck::Duplicate { base_offset: 6 }));
-        assert!(state.check(&batch(1, 0, 0, 1, 0)).is_err(), "evicted batch is out of order, not a duplicate");
+        assert_eq!(
+            state.check(&batch(1, 0, 6, 1, 0)),
+            Ok(SequenceCheck::Duplicate { base_offset: 6 })
+        );
+        assert!(
+            state.check(&batch(1, 0, 0, 1, 0)).is_err(),
+            "evicted batch is out of order, not a duplicate"
+        );
         let mut wrap = ProducerStateManager::default();
         wrap.record(&batch(2, 0, i32::MAX, 1, 0));
         assert_eq!(wrap.check(&batch(2, 0, 0, 1, 0)), Ok(SequenceCheck::Append));

@@ -27,7 +27,11 @@ pub struct ReplicaManager {
 
 impl ReplicaManager {
     pub fn new(config: Arc<BrokerConfig>) -> Self {
-        ReplicaManager { config, partitions: RwLock::default(), applied_configs: RwLock::default() }
+        ReplicaManager {
+            config,
+            partitions: RwLock::default(),
+            applied_configs: RwLock::default(),
+        }
     }
 
     pub fn get(&self, topic_id: Uuid, index: i32) -> Option<Arc<Partition>> {
@@ -64,7 +68,15 @@ impl ReplicaManager {
                     continue;
                 }
                 let dir = self.partition_dir(&topic.name, key.1);
-                match Partition::open(&dir, &topic.name, topic.topic_id, key.1, log_config.clone(), registration.leader_epoch, now_ms) {
+                match Partition::open(
+                    &dir,
+                    &topic.name,
+                    topic.topic_id,
+                    key.1,
+                    log_config.clone(),
+                    registration.leader_epoch,
+                    now_ms,
+                ) {
                     Ok(partition) => {
                         self.partitions.write().insert(key, Arc::new(partition));
                     }
@@ -75,7 +87,9 @@ impl ReplicaManager {
                 }
             }
             if config_changed {
-                self.applied_configs.write().insert(topic.topic_id, topic.configs.clone());
+                self.applied_configs
+                    .write()
+                    .insert(topic.topic_id, topic.configs.clone());
             }
         }
         let removed: Vec<Arc<Partition>> = {
@@ -101,17 +115,23 @@ impl ReplicaManager {
     /// Deletes partition directories whose topic no longer exists (deleted while the broker
     /// was down, or a crash between the metadata change and the deletion).
     pub fn remove_orphan_dirs(&self, image: &MetadataImage) {
-        let Ok(entries) = std::fs::read_dir(&self.config.data_dir) else { return };
+        let Ok(entries) = std::fs::read_dir(&self.config.data_dir) else {
+            return;
+        };
         for entry in entries.flatten() {
             let path = entry.path();
             if !path.is_dir() {
                 continue;
             }
-            let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
+            let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
             if name == METADATA_LOG_DIR {
                 continue;
             }
-            let Some((topic, index)) = parse_partition_dir(name) else { continue };
+            let Some((topic, index)) = parse_partition_dir(name) else {
+                continue;
+            };
             let hosted = image
                 .topic(topic)
                 .and_then(|t| t.partitions.get(index as usize))

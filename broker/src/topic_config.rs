@@ -115,7 +115,11 @@ pub enum TopicConfigError {
     #[error("unknown topic config {0:?}")]
     Unknown(String),
     #[error("invalid value {value:?} for topic config {name}: {reason}")]
-    Invalid { name: String, value: String, reason: String },
+    Invalid {
+        name: String,
+        value: String,
+        reason: String,
+    },
 }
 
 /// Validates one topic config override.
@@ -149,7 +153,11 @@ fn broker_default(def: &ConfigDef, broker: &BrokerConfig) -> (String, ConfigSour
         "retention.ms" => broker
             .static_override("log.retention.minutes")
             .and_then(|m| m.parse::<i64>().ok().map(|m| m * 60_000))
-            .or_else(|| broker.static_override("log.retention.hours").and_then(|h| h.parse::<i64>().ok().map(|h| h * 3_600_000))),
+            .or_else(|| {
+                broker
+                    .static_override("log.retention.hours")
+                    .and_then(|h| h.parse::<i64>().ok().map(|h| h * 3_600_000))
+            }),
         "segment.ms" => broker
             .static_override("log.roll.hours")
             .and_then(|h| h.parse::<i64>().ok().map(|h| h * 3_600_000)),
@@ -196,8 +204,10 @@ pub fn log_config(overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -
         segment_ms: long("segment.ms", defaults.segment_ms),
         retention_ms: long("retention.ms", defaults.retention_ms),
         retention_bytes: long("retention.bytes", defaults.retention_bytes),
-        index_interval_bytes: long("index.interval.bytes", i64::from(defaults.index_interval_bytes)).clamp(1, i64::from(u32::MAX)) as u32,
-        max_message_bytes: long("max.message.bytes", i64::from(defaults.max_message_bytes)).clamp(1, i64::from(u32::MAX)) as u32,
+        index_interval_bytes: long("index.interval.bytes", i64::from(defaults.index_interval_bytes))
+            .clamp(1, i64::from(u32::MAX)) as u32,
+        max_message_bytes: long("max.message.bytes", i64::from(defaults.max_message_bytes))
+            .clamp(1, i64::from(u32::MAX)) as u32,
         message_timestamp_log_append: value("message.timestamp.type") == "LogAppendTime",
         flush_interval_messages: long("flush.messages", i64::MAX).max(1) as u64,
         flush_interval_ms: long("flush.ms", i64::MAX),
@@ -219,14 +229,26 @@ mod tests {
         let b = broker(&["--set", "log.retention.ms=5000"]);
         let mut overrides = BTreeMap::new();
         let find = |rows: &[(&ConfigDef, String, ConfigSource)], n: &str| {
-            rows.iter().find(|(d, _, _)| d.name == n).map(|(_, v, s)| (v.clone(), *s)).unwrap()
+            rows.iter()
+                .find(|(d, _, _)| d.name == n)
+                .map(|(_, v, s)| (v.clone(), *s))
+                .unwrap()
         };
         let rows = describe(&overrides, &b);
-        assert_eq!(find(&rows, "retention.ms"), ("5000".to_string(), ConfigSource::StaticBroker));
-        assert_eq!(find(&rows, "segment.bytes"), ("1073741824".to_string(), ConfigSource::Default));
+        assert_eq!(
+            find(&rows, "retention.ms"),
+            ("5000".to_string(), ConfigSource::StaticBroker)
+        );
+        assert_eq!(
+            find(&rows, "segment.bytes"),
+            ("1073741824".to_string(), ConfigSource::Default)
+        );
         overrides.insert("retention.ms".to_string(), "42".to_string());
         let rows = describe(&overrides, &b);
-        assert_eq!(find(&rows, "retention.ms"), ("42".to_string(), ConfigSource::DynamicTopic));
+        assert_eq!(
+            find(&rows, "retention.ms"),
+            ("42".to_string(), ConfigSource::DynamicTopic)
+        );
         assert_eq!(log_config(&overrides, &b).retention_ms, 42);
     }
 
@@ -239,7 +261,10 @@ mod tests {
     #[test]
     fn validation_rejects_unknown_keys_and_bad_values() {
         assert!(validate("retention.ms", "100").is_ok());
-        assert!(matches!(validate("retention.msx", "1"), Err(TopicConfigError::Unknown(_))));
+        assert!(matches!(
+            validate("retention.msx", "1"),
+            Err(TopicConfigError::Unknown(_))
+        ));
         assert!(validate("retention.ms", "soon").is_err());
         assert!(validate("message.timestamp.type", "Whenever").is_err());
         assert!(validate("cleanup.policy", "compact,delete").is_ok());

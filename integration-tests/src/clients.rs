@@ -91,12 +91,7 @@ pub async fn create_topic(
 }
 
 /// Assigns `consumer` to `partitions` of `topic`, each starting at `offset`.
-pub fn assign<C: Consumer>(
-    consumer: &C,
-    topic: &str,
-    partitions: &[i32],
-    offset: Offset,
-) -> Result<()> {
+pub fn assign<C: Consumer>(consumer: &C, topic: &str, partitions: &[i32], offset: Offset) -> Result<()> {
     let mut tpl = TopicPartitionList::new();
     for &p in partitions {
         tpl.add_partition_offset(topic, p, offset)?;
@@ -181,12 +176,10 @@ pub async fn consume_exact(
     let mut got: HashMap<i32, Vec<Consumed>> = HashMap::new();
     let mut n = 0;
     while n < total {
-        let msg = tokio::time::timeout_at(deadline, consumer.recv())
-            .await
-            .map_err(|_| {
-                let counts: HashMap<i32, usize> = got.iter().map(|(p, v)| (*p, v.len())).collect();
-                anyhow::anyhow!("timed out after {timeout:?}: consumed {counts:?} of {expected:?}")
-            })??;
+        let msg = tokio::time::timeout_at(deadline, consumer.recv()).await.map_err(|_| {
+            let counts: HashMap<i32, usize> = got.iter().map(|(p, v)| (*p, v.len())).collect();
+            anyhow::anyhow!("timed out after {timeout:?}: consumed {counts:?} of {expected:?}")
+        })??;
         let c = Consumed::from_message(&msg);
         let list = got.entry(c.partition).or_default();
         if list.len() >= *expected.get(&c.partition).unwrap_or(&0) {

@@ -17,14 +17,22 @@ impl Cluster {
     /// Starts `size` nodes (ids 1..=size) with `settings` on each, and waits until every one
     /// is registered and lists itself in Metadata.
     pub fn start(size: usize, settings: &[(&str, &str)]) -> Result<Cluster> {
-        let ports: Vec<(u16, u16)> =
-            (0..size).map(|_| Ok((free_loopback_port()?, free_loopback_port()?))).collect::<Result<_>>()?;
-        let voters: Vec<String> =
-            ports.iter().enumerate().map(|(i, (_, controller))| format!("{}@127.0.0.1:{controller}", i + 1)).collect();
+        let ports: Vec<(u16, u16)> = (0..size)
+            .map(|_| Ok((free_loopback_port()?, free_loopback_port()?)))
+            .collect::<Result<_>>()?;
+        let voters: Vec<String> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, controller))| format!("{}@127.0.0.1:{controller}", i + 1))
+            .collect();
         let voters = voters.join(",");
         let mut nodes = Vec::with_capacity(size);
         for (i, (port, _)) in ports.iter().enumerate() {
-            let mut opts = NodeOptions { node_id: i as i32 + 1, ..NodeOptions::default() }.port(*port);
+            let mut opts = NodeOptions {
+                node_id: i as i32 + 1,
+                ..NodeOptions::default()
+            }
+            .port(*port);
             opts.extra_args = vec!["--voters".into(), voters.clone()];
             opts.ready_timeout = Duration::from_secs(30);
             for (k, v) in settings {
@@ -40,7 +48,11 @@ impl Cluster {
 
     /// Every node's address, for `bootstrap.servers`.
     pub fn bootstrap(&self) -> String {
-        self.nodes.iter().map(SluiceNode::bootstrap).collect::<Vec<_>>().join(",")
+        self.nodes
+            .iter()
+            .map(SluiceNode::bootstrap)
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     /// The node with Kafka node id `id` (1-based).
@@ -59,7 +71,10 @@ impl Cluster {
     /// The active controller as node `asking` reports it, waiting until one is known.
     pub fn controller(&self, asking: i32, timeout: Duration) -> Result<i32> {
         crate::clients::wait_until(timeout, "a known controller", || {
-            kafka_client::metadata(self.addr(asking)).ok().map(|m| m.controller_id.0).filter(|id| *id > 0)
+            kafka_client::metadata(self.addr(asking))
+                .ok()
+                .map(|m| m.controller_id.0)
+                .filter(|id| *id > 0)
         })
     }
 
@@ -75,18 +90,27 @@ impl Cluster {
                 .iter()
                 .map(|t| {
                     let name = t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default();
-                    let leaders: Vec<(i32, i32, i32)> =
-                        t.partitions.iter().map(|p| (p.partition_index, p.leader_id.0, p.leader_epoch)).collect();
+                    let leaders: Vec<(i32, i32, i32)> = t
+                        .partitions
+                        .iter()
+                        .map(|p| (p.partition_index, p.leader_id.0, p.leader_epoch))
+                        .collect();
                     format!("{name} {} {leaders:?}", t.topic_id)
                 })
                 .collect();
             topics.sort();
-            Ok(format!("controller {} brokers {brokers:?} topics {topics:?}", m.controller_id.0))
+            Ok(format!(
+                "controller {} brokers {brokers:?} topics {topics:?}",
+                m.controller_id.0
+            ))
         };
         let deadline = std::time::Instant::now() + timeout;
         let mut last = Vec::new();
         while std::time::Instant::now() < deadline {
-            last = among.iter().map(|id| view(*id).unwrap_or_else(|e| format!("error: {e:#}"))).collect::<Vec<_>>();
+            last = among
+                .iter()
+                .map(|id| view(*id).unwrap_or_else(|e| format!("error: {e:#}")))
+                .collect::<Vec<_>>();
             if last.iter().all(|v| v == &last[0] && !v.starts_with("error")) {
                 return Ok(last.swap_remove(0));
             }

@@ -8,16 +8,17 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
 use kafka_protocol::messages::{
     ApiKey, CreateTopicsRequest, DescribeQuorumRequest, MetadataRequest, RequestHeader, ResponseHeader, TopicName,
 };
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
-use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 
 /// Sends one request at `version` and decodes its response.
 pub fn call<R: Request>(addr: SocketAddr, request: &R, version: i16, timeout: Duration) -> Result<R::Response> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).with_context(|| format!("connect {addr}"))?;
+    let mut stream =
+        TcpStream::connect_timeout(&addr, Duration::from_secs(5)).with_context(|| format!("connect {addr}"))?;
     stream.set_read_timeout(Some(timeout))?;
     let header = RequestHeader::default()
         .with_request_api_key(R::KEY)
@@ -39,13 +40,21 @@ pub fn call<R: Request>(addr: SocketAddr, request: &R, version: i16, timeout: Du
     let response_header = ResponseHeader::decode(&mut body, R::Response::header_version(version))?;
     ensure!(response_header.correlation_id == 1, "correlation id mismatch");
     let response = R::Response::decode(&mut body, version)?;
-    ensure!(!body.has_remaining() || ApiKey::try_from(R::KEY).is_ok(), "trailing bytes");
+    ensure!(
+        !body.has_remaining() || ApiKey::try_from(R::KEY).is_ok(),
+        "trailing bytes"
+    );
     Ok(response)
 }
 
 /// All-topics Metadata v12 (controller id, brokers, topics with leaders).
 pub fn metadata(addr: SocketAddr) -> Result<kafka_protocol::messages::MetadataResponse> {
-    call(addr, &MetadataRequest::default().with_topics(None), 12, Duration::from_secs(10))
+    call(
+        addr,
+        &MetadataRequest::default().with_topics(None),
+        12,
+        Duration::from_secs(10),
+    )
 }
 
 /// CreateTopics v7 for one topic; returns the per-topic error code.
@@ -54,7 +63,9 @@ pub fn create_topic(addr: SocketAddr, name: &str, partitions: i32, timeout: Dura
         .with_name(TopicName(StrBytes::from_string(name.to_string())))
         .with_num_partitions(partitions)
         .with_replication_factor(1);
-    let request = CreateTopicsRequest::default().with_topics(vec![topic]).with_timeout_ms(30_000);
+    let request = CreateTopicsRequest::default()
+        .with_topics(vec![topic])
+        .with_timeout_ms(30_000);
     let response = call(addr, &request, 7, timeout)?;
     let result = response.topics.first().context("no topic result")?;
     Ok(result.error_code)
@@ -65,5 +76,10 @@ pub fn describe_quorum(addr: SocketAddr) -> Result<kafka_protocol::messages::Des
     let topic = TopicData::default()
         .with_topic_name(TopicName(StrBytes::from_static_str("__cluster_metadata")))
         .with_partitions(vec![PartitionData::default()]);
-    call(addr, &DescribeQuorumRequest::default().with_topics(vec![topic]), 2, Duration::from_secs(10))
+    call(
+        addr,
+        &DescribeQuorumRequest::default().with_topics(vec![topic]),
+        2,
+        Duration::from_secs(10),
+    )
 }

@@ -96,10 +96,7 @@ impl SluiceNode {
                 Err(e) => {
                     // Only an early exit can be a lost race for the port; a broker that runs but
                     // never becomes ready would not do better on another port.
-                    let exited = node
-                        .child
-                        .as_mut()
-                        .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))));
+                    let exited = node.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))));
                     node.kill_quietly();
                     if fixed_port.is_some() || !exited {
                         return Err(e.context(node.failure_context()));
@@ -194,13 +191,8 @@ impl SluiceNode {
     /// SIGKILL: the process gets no chance to flush or clean up. Waits until it is reaped.
     pub fn kill(&mut self) -> Result<()> {
         if let Some(mut c) = self.child.take() {
-            c.kill().or_else(|e| {
-                if c.try_wait()?.is_some() {
-                    Ok(())
-                } else {
-                    Err(e)
-                }
-            })?;
+            c.kill()
+                .or_else(|e| if c.try_wait()?.is_some() { Ok(()) } else { Err(e) })?;
             c.wait()?;
             self.note("SIGKILL sent, process reaped")?;
         }
@@ -269,10 +261,7 @@ impl SluiceNode {
     }
 
     fn note(&self, line: &str) -> Result<()> {
-        let mut f = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log_path)?;
+        let mut f = OpenOptions::new().create(true).append(true).open(&self.log_path)?;
         writeln!(f, "=== harness: {line} ===")?;
         Ok(())
     }
@@ -302,13 +291,8 @@ impl SluiceNode {
         }
         cmd.env("NO_COLOR", "1"); // plain text in the captured log
         self.note(&format!("starting {cmd:?}"))?;
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log_path)?;
-        cmd.stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log);
+        let log = OpenOptions::new().create(true).append(true).open(&self.log_path)?;
+        cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
         let child = cmd
             .spawn()
             .with_context(|| format!("spawn {}", self.binary.display()))?;
@@ -333,10 +317,7 @@ impl SluiceNode {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        bail!(
-            "broker not ready within {:?}: {last}",
-            self.opts.ready_timeout
-        )
+        bail!("broker not ready within {:?}: {last}", self.opts.ready_timeout)
     }
 
     fn probe_once(&self) -> Result<()> {
@@ -359,16 +340,8 @@ impl SluiceNode {
         let brokers = wire::metadata_brokers(&mut stream, version, 2)?;
         match brokers.iter().find(|b| b.node_id == self.opts.node_id) {
             Some(b) if b.port == i32::from(self.addr.port()) => Ok(()),
-            Some(b) => bail!(
-                "Metadata advertises {}:{}, expected {}",
-                b.host,
-                b.port,
-                self.addr
-            ),
-            None => bail!(
-                "Metadata does not list broker {}: {brokers:?}",
-                self.opts.node_id
-            ),
+            Some(b) => bail!("Metadata advertises {}:{}, expected {}", b.host, b.port, self.addr),
+            None => bail!("Metadata does not list broker {}: {brokers:?}", self.opts.node_id),
         }
     }
 

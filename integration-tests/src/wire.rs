@@ -158,8 +158,7 @@ pub fn length_prefixed(payload: &[u8]) -> Vec<u8> {
 
 /// Connects to the broker with read/write timeouts so that no test can block forever.
 pub fn connect(addr: SocketAddr, io_timeout: Duration) -> Result<TcpStream> {
-    let stream = TcpStream::connect_timeout(&addr, io_timeout)
-        .with_context(|| format!("connect to {addr}"))?;
+    let stream = TcpStream::connect_timeout(&addr, io_timeout).with_context(|| format!("connect to {addr}"))?;
     stream.set_read_timeout(Some(io_timeout))?;
     stream.set_write_timeout(Some(io_timeout))?;
     stream.set_nodelay(true)?;
@@ -169,18 +168,11 @@ pub fn connect(addr: SocketAddr, io_timeout: Duration) -> Result<TcpStream> {
 /// Reads one length-prefixed response frame (without the prefix).
 pub fn read_frame(stream: &mut TcpStream) -> Result<Vec<u8>> {
     let mut len = [0u8; 4];
-    stream
-        .read_exact(&mut len)
-        .context("read response length")?;
+    stream.read_exact(&mut len).context("read response length")?;
     let len = i32::from_be_bytes(len);
-    ensure!(
-        (0..=64 << 20).contains(&len),
-        "implausible response length {len}"
-    );
+    ensure!((0..=64 << 20).contains(&len), "implausible response length {len}");
     let mut frame = vec![0u8; len as usize];
-    stream
-        .read_exact(&mut frame)
-        .context("read response body")?;
+    stream.read_exact(&mut frame).context("read response body")?;
     Ok(frame)
 }
 
@@ -217,20 +209,11 @@ pub fn await_close_by_broker(stream: &mut TcpStream, timeout: Duration) -> Resul
                 })
             }
             Ok(n) => received.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => continue,
             Err(e)
                 if matches!(
                     e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                continue
-            }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::ConnectionReset
-                        | io::ErrorKind::ConnectionAborted
-                        | io::ErrorKind::BrokenPipe
+                    io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted | io::ErrorKind::BrokenPipe
                 ) =>
             {
                 return Ok(Closed {
@@ -251,9 +234,7 @@ pub fn write_tolerating_close(stream: &mut TcpStream, bytes: &[u8]) -> Result<bo
         Err(e)
             if matches!(
                 e.kind(),
-                io::ErrorKind::ConnectionReset
-                    | io::ErrorKind::BrokenPipe
-                    | io::ErrorKind::ConnectionAborted
+                io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionAborted
             ) =>
         {
             Ok(false)
@@ -323,14 +304,7 @@ pub fn parse_api_versions_v0(frame: &[u8]) -> Result<ApiVersionsV0> {
 
 /// Sends ApiVersions v0 on `stream` and decodes the answer.
 pub fn api_versions_v0(stream: &mut TcpStream, correlation_id: i32) -> Result<ApiVersionsV0> {
-    let req = request_frame(
-        API_KEY_API_VERSIONS,
-        0,
-        correlation_id,
-        Some("it"),
-        false,
-        &[],
-    );
+    let req = request_frame(API_KEY_API_VERSIONS, 0, correlation_id, Some("it"), false, &[]);
     stream.write_all(&req).context("send ApiVersions v0")?;
     let resp = parse_api_versions_v0(&read_frame(stream)?)?;
     ensure!(
@@ -351,11 +325,7 @@ pub struct MetadataBroker {
 
 /// Sends a brokers-only Metadata request (empty topic list) at `version` (1..=8, the
 /// non-flexible versions) and returns the brokers listed in the response.
-pub fn metadata_brokers(
-    stream: &mut TcpStream,
-    version: i16,
-    correlation_id: i32,
-) -> Result<Vec<MetadataBroker>> {
+pub fn metadata_brokers(stream: &mut TcpStream, version: i16, correlation_id: i32) -> Result<Vec<MetadataBroker>> {
     ensure!(
         (1..=8).contains(&version),
         "metadata_brokers speaks Metadata v1..=8, not v{version}"
@@ -368,14 +338,7 @@ pub fn metadata_brokers(
     if version >= 8 {
         body.i8(0).i8(0); // include cluster / topic authorized operations
     }
-    let req = request_frame(
-        API_KEY_METADATA,
-        version,
-        correlation_id,
-        Some("it"),
-        false,
-        &body.buf,
-    );
+    let req = request_frame(API_KEY_METADATA, version, correlation_id, Some("it"), false, &body.buf);
     stream.write_all(&req).context("send Metadata")?;
     let frame = read_frame(stream)?;
     let mut d = Decoder::new(&frame);
@@ -398,11 +361,7 @@ pub fn metadata_brokers(
         if rack_len > 0 {
             d.take(rack_len as usize)?;
         }
-        brokers.push(MetadataBroker {
-            node_id,
-            host,
-            port,
-        });
+        brokers.push(MetadataBroker { node_id, host, port });
     }
     Ok(brokers)
 }
@@ -447,21 +406,12 @@ pub fn record_batch_v2(base_timestamp_ms: i64, records: &[RawRecord<'_>]) -> Vec
     let mut after_length = Encoder::new();
     after_length.i32(-1).i8(2).u32(crc).bytes(&tail.buf); // leader epoch, magic, crc
     let mut batch = Encoder::new();
-    batch
-        .i64(0)
-        .i32(after_length.buf.len() as i32)
-        .bytes(&after_length.buf);
+    batch.i64(0).i32(after_length.buf.len() as i32).bytes(&after_length.buf);
     batch.buf
 }
 
 /// Produce request body for versions 3..=8 (all share one layout): one topic, one partition.
-pub fn produce_body_v3(
-    acks: i16,
-    timeout_ms: i32,
-    topic: &str,
-    partition: i32,
-    batch: &[u8],
-) -> Vec<u8> {
+pub fn produce_body_v3(acks: i16, timeout_ms: i32, topic: &str, partition: i32, batch: &[u8]) -> Vec<u8> {
     let mut body = Encoder::new();
     body.nullable_string(None) // transactional id
         .i16(acks)
@@ -477,16 +427,11 @@ pub fn produce_body_v3(
 
 /// The first partition result of a Produce v3..=8 response: (topic, partition, error code,
 /// base offset). Fields after the base offset differ by version and are not read.
-pub fn parse_produce_response_first_partition(
-    frame: &[u8],
-) -> Result<(i32, String, i32, i16, i64)> {
+pub fn parse_produce_response_first_partition(frame: &[u8]) -> Result<(i32, String, i32, i16, i64)> {
     let mut d = Decoder::new(frame);
     let correlation_id = d.i32()?;
     let topics = d.i32()?;
-    ensure!(
-        topics == 1,
-        "expected 1 topic in produce response, got {topics}"
-    );
+    ensure!(topics == 1, "expected 1 topic in produce response, got {topics}");
     let topic = d.string()?;
     let partitions = d.i32()?;
     ensure!(

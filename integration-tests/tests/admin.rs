@@ -20,8 +20,7 @@ use sluice_integration_tests::{clients, NodeOptions, SluiceNode};
 async fn create_topics_validate_only_reports_success_but_creates_nothing() -> Result<()> {
     let node = SluiceNode::start(NodeOptions::default())?;
     let admin = clients::admin_client(&node.bootstrap())?;
-    let topic =
-        NewTopic::new("dry-run", 4, TopicReplication::Fixed(1)).set("retention.ms", "60000");
+    let topic = NewTopic::new("dry-run", 4, TopicReplication::Fixed(1)).set("retention.ms", "60000");
     let results = admin
         .create_topics([&topic], &clients::admin_options().validate_only(true))
         .await?;
@@ -36,8 +35,7 @@ async fn create_topics_validate_only_reports_success_but_creates_nothing() -> Re
     );
 
     // Validation still rejects what a real create would reject.
-    let bad = NewTopic::new("dry-run-bad", 1, TopicReplication::Fixed(1))
-        .set("retention.ms", "not-a-number");
+    let bad = NewTopic::new("dry-run-bad", 1, TopicReplication::Fixed(1)).set("retention.ms", "not-a-number");
     let results = admin
         .create_topics([&bad], &clients::admin_options().validate_only(true))
         .await?;
@@ -61,9 +59,7 @@ async fn create_existing_topic_fails_topic_already_exists() -> Result<()> {
     let admin = clients::admin_client(&node.bootstrap())?;
     clients::create_topic(&admin, "twice", 2, &[]).await?;
     let topic = NewTopic::new("twice", 2, TopicReplication::Fixed(1));
-    let results = admin
-        .create_topics([&topic], &clients::admin_options())
-        .await?;
+    let results = admin.create_topics([&topic], &clients::admin_options()).await?;
     ensure!(
         matches!(results.as_slice(), [Err((n, RDKafkaErrorCode::TopicAlreadyExists))] if n == "twice"),
         "second CreateTopics: {results:?}"
@@ -80,9 +76,7 @@ async fn delete_topics_removes_topic_from_metadata_and_unknown_topic_fails() -> 
     let producer = clients::future_producer(&node.bootstrap())?;
     producer
         .send(
-            FutureRecord::<str, str>::to("doomed")
-                .partition(1)
-                .payload("x"),
+            FutureRecord::<str, str>::to("doomed").partition(1).payload("x"),
             Duration::from_secs(5),
         )
         .await
@@ -124,10 +118,7 @@ async fn delete_topics_removes_topic_from_metadata_and_unknown_topic_fails() -> 
     // Re-creating the name gives a fresh, empty topic.
     clients::create_topic(&admin, "doomed", 1, &[]).await?;
     let (low, high) = consumer.fetch_watermarks("doomed", 0, Duration::from_secs(5))?;
-    ensure!(
-        (low, high) == (0, 0),
-        "re-created topic has watermarks ({low}, {high})"
-    );
+    ensure!((low, high) == (0, 0), "re-created topic has watermarks ({low}, {high})");
     Ok(())
 }
 
@@ -137,10 +128,7 @@ async fn create_partitions_grows_3_to_6_and_partition_5_accepts_records() -> Res
     let admin = clients::admin_client(&node.bootstrap())?;
     clients::create_topic(&admin, "growing", 3, &[]).await?;
     let results = admin
-        .create_partitions(
-            [&NewPartitions::new("growing", 6)],
-            &clients::admin_options(),
-        )
+        .create_partitions([&NewPartitions::new("growing", 6)], &clients::admin_options())
         .await?;
     ensure!(
         results == vec![Ok("growing".to_string())],
@@ -154,16 +142,10 @@ async fn create_partitions_grows_3_to_6_and_partition_5_accepts_records() -> Res
 
     // Shrinking is not allowed.
     let results = admin
-        .create_partitions(
-            [&NewPartitions::new("growing", 2)],
-            &clients::admin_options(),
-        )
+        .create_partitions([&NewPartitions::new("growing", 2)], &clients::admin_options())
         .await?;
     ensure!(
-        matches!(
-            results.as_slice(),
-            [Err((_, RDKafkaErrorCode::InvalidPartitions))]
-        ),
+        matches!(results.as_slice(), [Err((_, RDKafkaErrorCode::InvalidPartitions))]),
         "CreatePartitions 6 -> 2: {results:?}"
     );
 
@@ -197,17 +179,13 @@ async fn create_partitions_grows_3_to_6_and_partition_5_accepts_records() -> Res
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn describe_configs_reports_topic_overrides_broker_settings_and_defaults_with_source(
-) -> Result<()> {
+async fn describe_configs_reports_topic_overrides_broker_settings_and_defaults_with_source() -> Result<()> {
     // A static broker setting must show through as the topic's value with source STATIC_BROKER.
     let node = SluiceNode::start(NodeOptions::default().set("log.segment.bytes", 2_097_152))?;
     let admin = clients::admin_client(&node.bootstrap())?;
     clients::create_topic(&admin, "described", 1, &[("retention.ms", "3600000")]).await?;
     let res = admin
-        .describe_configs(
-            [&ResourceSpecifier::Topic("described")],
-            &clients::admin_options(),
-        )
+        .describe_configs([&ResourceSpecifier::Topic("described")], &clients::admin_options())
         .await?;
     ensure!(res.len() == 1, "{} resources", res.len());
     let res = res
@@ -216,10 +194,7 @@ async fn describe_configs_reports_topic_overrides_broker_settings_and_defaults_w
         .expect("one")
         .map_err(|e| anyhow::anyhow!("DescribeConfigs: {e:?}"))?;
 
-    let get = |name: &str| {
-        res.get(name)
-            .with_context(|| format!("DescribeConfigs lacks {name}"))
-    };
+    let get = |name: &str| res.get(name).with_context(|| format!("DescribeConfigs lacks {name}"));
     let retention = get("retention.ms")?;
     ensure!(
         retention.value.as_deref() == Some("3600000")
@@ -236,9 +211,7 @@ async fn describe_configs_reports_topic_overrides_broker_settings_and_defaults_w
     );
     let cleanup = get("cleanup.policy")?;
     ensure!(
-        cleanup.value.as_deref() == Some("delete")
-            && cleanup.source == ConfigSource::Default
-            && cleanup.is_default,
+        cleanup.value.as_deref() == Some("delete") && cleanup.source == ConfigSource::Default && cleanup.is_default,
         "cleanup.policy: {cleanup:?}"
     );
     // Every config is listed (tools read-modify-write on this output), each with a value.
@@ -280,10 +253,7 @@ async fn list_offsets_by_timestamp_and_watermarks_match_produced_records() -> Re
     }
     let consumer = clients::base_consumer(&node.bootstrap())?;
     let (low, high) = consumer.fetch_watermarks("timed", 0, Duration::from_secs(5))?;
-    ensure!(
-        (low, high) == (0, 10),
-        "watermarks ({low}, {high}), want (0, 10)"
-    );
+    ensure!((low, high) == (0, 10), "watermarks ({low}, {high}), want (0, 10)");
 
     // (target timestamp, expected offset): first offset whose timestamp is >= target.
     let cases = [
@@ -297,14 +267,8 @@ async fn list_offsets_by_timestamp_and_watermarks_match_produced_records() -> Re
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset("timed", 0, Offset::Offset(ts))?;
         let got = consumer.offsets_for_times(tpl, Duration::from_secs(5))?;
-        let elem = got
-            .find_partition("timed", 0)
-            .context("no result for timed/0")?;
-        ensure!(
-            elem.error().is_ok(),
-            "offsets_for_times({ts}): {:?}",
-            elem.error()
-        );
+        let elem = got.find_partition("timed", 0).context("no result for timed/0")?;
+        ensure!(elem.error().is_ok(), "offsets_for_times({ts}): {:?}", elem.error());
         ensure!(
             elem.offset() == want,
             "offsets_for_times(t0{:+}): {:?}, want {want:?}",
@@ -321,9 +285,7 @@ async fn produce_to_unknown_topic_auto_creates_it_with_num_partitions() -> Resul
     let producer = clients::future_producer(&node.bootstrap())?;
     let d = producer
         .send(
-            FutureRecord::<str, str>::to("auto-made")
-                .key("k")
-                .payload("v"),
+            FutureRecord::<str, str>::to("auto-made").key("k").payload("v"),
             Duration::from_secs(10),
         )
         .await
@@ -352,9 +314,7 @@ async fn auto_create_disabled_leaves_unknown_topic_unknown() -> Result<()> {
         .fetch_metadata(Some("not-made"), Duration::from_secs(5))?;
     let t = md.topics().iter().find(|t| t.name() == "not-made");
     match t.map(|t| t.error()) {
-        Some(Some(e))
-            if rdkafka::error::RDKafkaErrorCode::from(e)
-                == RDKafkaErrorCode::UnknownTopicOrPartition => {}
+        Some(Some(e)) if rdkafka::error::RDKafkaErrorCode::from(e) == RDKafkaErrorCode::UnknownTopicOrPartition => {}
         other => bail!("metadata for not-made with auto-create off: {other:?}"),
     }
     let consumer = clients::base_consumer(&node.bootstrap())?;

@@ -49,9 +49,7 @@ impl Canary {
         let d = self
             .producer
             .send(
-                FutureRecord::<str, str>::to(Self::TOPIC)
-                    .partition(0)
-                    .payload(label),
+                FutureRecord::<str, str>::to(Self::TOPIC).partition(0).payload(label),
                 Duration::from_secs(5),
             )
             .await
@@ -81,8 +79,7 @@ impl Canary {
 fn send_and_expect_close(node: &SluiceNode, what: &str, bytes: &[u8]) -> Result<wire::Closed> {
     let mut s = wire::connect(node.addr(), IO_TIMEOUT)?;
     wire::write_tolerating_close(&mut s, bytes)?;
-    let closed =
-        wire::await_close_by_broker(&mut s, CLOSE_TIMEOUT).with_context(|| what.to_string())?;
+    let closed = wire::await_close_by_broker(&mut s, CLOSE_TIMEOUT).with_context(|| what.to_string())?;
     Ok(closed)
 }
 
@@ -117,11 +114,7 @@ async fn random_garbage_closes_only_that_connection() -> Result<()> {
     for seed in 3..8u64 {
         let body = wire::pseudo_random_bytes(0x5eed_0000 + seed, 512);
         let frame = wire::request_frame(wire::API_KEY_PRODUCE, 9, 42, Some("garbage"), true, &body);
-        send_and_expect_close(
-            &node,
-            &format!("Produce v9 with garbage body (seed {seed})"),
-            &frame,
-        )?;
+        send_and_expect_close(&node, &format!("Produce v9 with garbage body (seed {seed})"), &frame)?;
     }
     canary.check("after garbage Produce bodies").await?;
     node.assert_running()
@@ -142,8 +135,7 @@ async fn length_prefix_above_socket_request_max_bytes_closes_connection() -> Res
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn truncated_frame_neither_stalls_other_clients_nor_harms_broker_when_abandoned() -> Result<()>
-{
+async fn truncated_frame_neither_stalls_other_clients_nor_harms_broker_when_abandoned() -> Result<()> {
     let (mut node, mut canary) = start_with_canary().await?;
     // Announce 100 bytes, send 20 (a partial ApiVersions header and body), and keep waiting.
     let mut s = wire::connect(node.addr(), IO_TIMEOUT)?;
@@ -160,9 +152,7 @@ async fn truncated_frame_neither_stalls_other_clients_nor_harms_broker_when_aban
     s.write_all(&partial)?;
     canary.check("while a truncated frame is pending").await?;
     drop(s); // close mid-frame
-    canary
-        .check("after the truncated connection closed")
-        .await?;
+    canary.check("after the truncated connection closed").await?;
 
     // Same with a frame cut inside the length prefix itself.
     let mut s = TcpStream::connect(node.addr())?;
@@ -209,18 +199,14 @@ async fn unknown_api_key_9999_closes_connection_after_at_most_an_error_response(
             closed.received
         );
         let corr = d.i32()?;
-        ensure!(
-            corr == 77,
-            "response to api key 9999 carries correlation id {corr}"
-        );
+        ensure!(corr == 77, "response to api key 9999 carries correlation id {corr}");
     }
     canary.check("after api key 9999").await?;
     node.assert_running()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn api_versions_v99_gets_v0_unsupported_version_reply_and_connection_stays_usable(
-) -> Result<()> {
+async fn api_versions_v99_gets_v0_unsupported_version_reply_and_connection_stays_usable() -> Result<()> {
     let mut node = SluiceNode::start(NodeOptions::default())?;
     let mut s = wire::connect(node.addr(), IO_TIMEOUT)?;
     // A client newer than the broker: ApiVersions v99 with a flexible (v2) header and v3 body.
@@ -234,8 +220,7 @@ async fn api_versions_v99_gets_v0_unsupported_version_reply_and_connection_stays
     );
     s.write_all(&req)?;
     let frame = wire::read_frame(&mut s)?;
-    let resp = wire::parse_api_versions_v0(&frame)
-        .context("reply to v99 must be ApiVersions v0 with header v0")?;
+    let resp = wire::parse_api_versions_v0(&frame).context("reply to v99 must be ApiVersions v0 with header v0")?;
     ensure!(
         resp.correlation_id == 0x1234_5678,
         "correlation id {:#x}",
@@ -246,10 +231,7 @@ async fn api_versions_v99_gets_v0_unsupported_version_reply_and_connection_stays
         "error code {} (want 35 UNSUPPORTED_VERSION)",
         resp.error_code
     );
-    ensure!(
-        !resp.apis.is_empty(),
-        "UNSUPPORTED_VERSION reply lists no APIs"
-    );
+    ensure!(!resp.apis.is_empty(), "UNSUPPORTED_VERSION reply lists no APIs");
     let av = resp
         .range(wire::API_KEY_API_VERSIONS)
         .context("reply does not list ApiVersions itself")?;
@@ -359,9 +341,7 @@ async fn produce_to_nonexistent_partition_is_rejected_unknown_topic_or_partition
     let producer = clients::future_producer(&node.bootstrap())?;
     let r = producer
         .send(
-            FutureRecord::<str, str>::to("one-partition")
-                .partition(7)
-                .payload("x"),
+            FutureRecord::<str, str>::to("one-partition").partition(7).payload("x"),
             Duration::from_secs(5),
         )
         .await;
@@ -420,17 +400,17 @@ async fn batch_with_bad_crc_is_rejected_corrupt_message_and_not_appended() -> Re
         }],
     );
     let (err, base) = raw_produce(&mut s, v, 21, "crc", 0, &good)?;
-    ensure!(err == wire::ERROR_NONE && base == 0, "valid batch after a corrupt one: error {err}, base offset {base} (want 0: nothing appended before it)");
+    ensure!(
+        err == wire::ERROR_NONE && base == 0,
+        "valid batch after a corrupt one: error {err}, base offset {base} (want 0: nothing appended before it)"
+    );
 
     let consumer = clients::stream_consumer(&node.bootstrap())?;
     clients::assign(&consumer, "crc", &[0], Offset::Offset(0))?;
     let m = tokio::time::timeout(Duration::from_secs(20), consumer.recv())
         .await
         .context("consume")??;
-    ensure!(
-        m.offset() == 0 && m.payload() == Some(b"good"),
-        "read back {m:?}"
-    );
+    ensure!(m.offset() == 0 && m.payload() == Some(b"good"), "read back {m:?}");
     node.assert_running()
 }
 
@@ -444,14 +424,8 @@ async fn create_topics_with_invalid_names_fails_invalid_topic_per_topic() -> Res
         .iter()
         .map(|n| NewTopic::new(n, 1, TopicReplication::Fixed(1)))
         .collect();
-    topics.push(NewTopic::new(
-        "valid-alongside",
-        1,
-        TopicReplication::Fixed(1),
-    ));
-    let results = admin
-        .create_topics(topics.iter(), &clients::admin_options())
-        .await?;
+    topics.push(NewTopic::new("valid-alongside", 1, TopicReplication::Fixed(1)));
+    let results = admin.create_topics(topics.iter(), &clients::admin_options()).await?;
     ensure!(
         results.len() == invalid.len() + 1,
         "{} results for {} topics",
@@ -483,13 +457,7 @@ async fn create_topics_with_invalid_names_fails_invalid_topic_per_topic() -> Res
 async fn record_over_topic_max_message_bytes_is_rejected_message_size_too_large() -> Result<()> {
     let node = SluiceNode::start(NodeOptions::default())?;
     let admin = clients::admin_client(&node.bootstrap())?;
-    clients::create_topic(
-        &admin,
-        "small-messages",
-        1,
-        &[("max.message.bytes", "10000")],
-    )
-    .await?;
+    clients::create_topic(&admin, "small-messages", 1, &[("max.message.bytes", "10000")]).await?;
     let mut cfg = clients::producer_config(&node.bootstrap());
     // The client must not refuse locally: its own limit stays far above the topic's.
     cfg.set("message.max.bytes", "1000000")
@@ -549,9 +517,9 @@ async fn fetch_beyond_log_end_surfaces_offset_out_of_range() -> Result<()> {
         .await
         .context("no error within 20 s")?;
     match r {
-        Err(KafkaError::MessageConsumption(
-            RDKafkaErrorCode::AutoOffsetReset | RDKafkaErrorCode::OffsetOutOfRange,
-        )) => Ok(()),
+        Err(KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset | RDKafkaErrorCode::OffsetOutOfRange)) => {
+            Ok(())
+        }
         other => bail!(
             "fetch at offset 1000 of a 5-record log: {:?}",
             other.map(|m| m.offset())
@@ -581,17 +549,12 @@ async fn keyless_record_on_compacted_topic_is_rejected_invalid_record() -> Resul
     );
     match producer
         .send(
-            FutureRecord::<str, str>::to("compacted")
-                .partition(0)
-                .payload("no key"),
+            FutureRecord::<str, str>::to("compacted").partition(0).payload("no key"),
             Duration::from_secs(5),
         )
         .await
     {
         Err((KafkaError::MessageProduction(RDKafkaErrorCode::InvalidRecord), _)) => Ok(()),
-        other => bail!(
-            "keyless record on a compacted topic: {:?}",
-            other.map_err(|e| e.0)
-        ),
+        other => bail!("keyless record on a compacted topic: {:?}", other.map_err(|e| e.0)),
     }
 }

@@ -22,7 +22,11 @@ fn leaders(cluster: &Cluster, asking: i32, topic: &str) -> Result<Vec<i32>> {
         .iter()
         .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
         .ok_or_else(|| anyhow::anyhow!("topic {topic} not listed"))?;
-    let mut partitions: Vec<_> = t.partitions.iter().map(|p| (p.partition_index, p.leader_id.0)).collect();
+    let mut partitions: Vec<_> = t
+        .partitions
+        .iter()
+        .map(|p| (p.partition_index, p.leader_id.0))
+        .collect();
     partitions.sort();
     Ok(partitions.into_iter().map(|(_, leader)| leader).collect())
 }
@@ -37,16 +41,29 @@ async fn six_partitions_spread_leaders_over_three_brokers_and_every_partition_ro
     for leader in leaders(&cluster, 2, "spread")? {
         *per_broker.entry(leader).or_default() += 1;
     }
-    ensure!(per_broker == HashMap::from([(1, 2), (2, 2), (3, 2)]), "leaders per broker: {per_broker:?}");
+    ensure!(
+        per_broker == HashMap::from([(1, 2), (2, 2), (3, 2)]),
+        "leaders per broker: {per_broker:?}"
+    );
     cluster.await_identical_metadata(&[1, 2, 3], Duration::from_secs(10))?;
 
     let producer = clients::future_producer(&cluster.bootstrap())?;
     for partition in 0..6 {
         for i in 0..50 {
             let value = format!("p{partition}-{i}");
-            let record = FutureRecord::to("spread").partition(partition).key("k").payload(value.as_bytes());
-            let delivered = producer.send(record, Duration::from_secs(10)).await.map_err(|(e, _)| e)?;
-            ensure!(delivered.offset == i64::from(i), "partition {partition} record {i} got offset {}", delivered.offset);
+            let record = FutureRecord::to("spread")
+                .partition(partition)
+                .key("k")
+                .payload(value.as_bytes());
+            let delivered = producer
+                .send(record, Duration::from_secs(10))
+                .await
+                .map_err(|(e, _)| e)?;
+            ensure!(
+                delivered.offset == i64::from(i),
+                "partition {partition} record {i} got offset {}",
+                delivered.offset
+            );
         }
     }
     let consumer = clients::stream_consumer(&cluster.bootstrap())?;
@@ -55,7 +72,10 @@ async fn six_partitions_spread_leaders_over_three_brokers_and_every_partition_ro
     let got = clients::consume_exact(&consumer, &expected, Duration::from_secs(30)).await?;
     for (partition, records) in got {
         for (i, r) in records.iter().enumerate() {
-            ensure!(r.value.as_deref() == Some(format!("p{partition}-{i}").as_bytes()), "partition {partition} offset {i}: {r:?}");
+            ensure!(
+                r.value.as_deref() == Some(format!("p{partition}-{i}").as_bytes()),
+                "partition {partition} offset {i}: {r:?}"
+            );
         }
     }
     Ok(())
@@ -77,20 +97,29 @@ fn killing_the_controller_elects_another_and_topic_creation_resumes_then_the_nod
             .filter(|id| survivors.contains(id))
     })?;
     // Topic creation works again through either survivor.
-    let created = wait_until(Duration::from_secs(15), "topic creation after failover", || {
-        match kafka_client::create_topic(cluster.addr(survivors[1]), "after", 3, Duration::from_secs(15)) {
-            Ok(0) => Some(()),
-            _ => None,
-        }
-    });
+    let created =
+        wait_until(
+            Duration::from_secs(15),
+            "topic creation after failover",
+            || match kafka_client::create_topic(cluster.addr(survivors[1]), "after", 3, Duration::from_secs(15)) {
+                Ok(0) => Some(()),
+                _ => None,
+            },
+        );
     created?;
-    eprintln!("controller {controller} killed; {new_controller} took over; creation resumed after {:?}", killed_at.elapsed());
+    eprintln!(
+        "controller {controller} killed; {new_controller} took over; creation resumed after {:?}",
+        killed_at.elapsed()
+    );
 
     // The killed node restarts from its data dir, catches up, and every node agrees.
     cluster.node(controller).respawn()?;
     cluster.node(controller).wait_ready()?;
     let view = cluster.await_identical_metadata(&[1, 2, 3], Duration::from_secs(20))?;
-    ensure!(view.contains("\"before ") && view.contains("\"after "), "metadata after catch-up: {view}");
+    ensure!(
+        view.contains("\"before ") && view.contains("\"after "),
+        "metadata after catch-up: {view}"
+    );
     Ok(())
 }
 
@@ -105,15 +134,24 @@ fn a_killed_broker_is_fenced_within_the_session_timeout_and_returns_after_restar
     cluster.node(victim).kill()?;
     let killed_at = Instant::now();
     wait_until(Duration::from_secs(10), "the killed broker to be fenced", || {
-        cluster.listed_brokers(observer).ok().filter(|ids| !ids.contains(&victim))
+        cluster
+            .listed_brokers(observer)
+            .ok()
+            .filter(|ids| !ids.contains(&victim))
     })?;
     let fenced_after = killed_at.elapsed();
-    ensure!(fenced_after >= Duration::from_millis(2500), "fenced after only {fenced_after:?}, before the session timeout");
+    ensure!(
+        fenced_after >= Duration::from_millis(2500),
+        "fenced after only {fenced_after:?}, before the session timeout"
+    );
 
     cluster.node(victim).respawn()?;
     cluster.node(victim).wait_ready()?;
     wait_until(Duration::from_secs(10), "the restarted broker to be listed", || {
-        cluster.listed_brokers(observer).ok().filter(|ids| ids.contains(&victim))
+        cluster
+            .listed_brokers(observer)
+            .ok()
+            .filter(|ids| ids.contains(&victim))
     })?;
     cluster.await_identical_metadata(&[1, 2, 3], Duration::from_secs(10))?;
     Ok(())
@@ -127,20 +165,28 @@ fn without_a_quorum_metadata_changes_fail_with_a_retriable_error_and_recover() -
     let started = Instant::now();
     let code = kafka_client::create_topic(cluster.addr(1), "no-quorum", 1, Duration::from_secs(40))?;
     let waited = started.elapsed();
-    let retriable = [ResponseError::RequestTimedOut.code(), ResponseError::NotController.code()];
-    ensure!(retriable.contains(&code), "CreateTopics without a quorum answered error code {code}");
+    let retriable = [
+        ResponseError::RequestTimedOut.code(),
+        ResponseError::NotController.code(),
+    ];
+    ensure!(
+        retriable.contains(&code),
+        "CreateTopics without a quorum answered error code {code}"
+    );
     ensure!(waited < Duration::from_secs(30), "CreateTopics took {waited:?} to fail");
 
     cluster.node(2).respawn()?;
     cluster.node(3).respawn()?;
     cluster.node(2).wait_ready()?;
     cluster.node(3).wait_ready()?;
-    wait_until(Duration::from_secs(20), "topic creation once the quorum is back", || {
-        match kafka_client::create_topic(cluster.addr(1), "with-quorum", 1, Duration::from_secs(15)) {
+    wait_until(
+        Duration::from_secs(20),
+        "topic creation once the quorum is back",
+        || match kafka_client::create_topic(cluster.addr(1), "with-quorum", 1, Duration::from_secs(15)) {
             Ok(0) => Some(()),
             _ => None,
-        }
-    })?;
+        },
+    )?;
     Ok(())
 }
 
@@ -149,18 +195,30 @@ fn describe_quorum_reports_the_leader_and_three_voters() -> Result<()> {
     let cluster = Cluster::start(3, &[])?;
     // Under load an election may move leadership between the two calls: ask the controller
     // until it is still the leader when it answers.
-    let (controller, response) = wait_until(Duration::from_secs(20), "the controller to describe itself as leader", || {
-        let controller = cluster.controller(1, Duration::from_secs(10)).ok()?;
-        let response = kafka_client::describe_quorum(cluster.addr(controller)).ok()?;
-        (response.topics[0].partitions[0].leader_id.0 == controller).then_some((controller, response))
-    })?;
+    let (controller, response) = wait_until(
+        Duration::from_secs(20),
+        "the controller to describe itself as leader",
+        || {
+            let controller = cluster.controller(1, Duration::from_secs(10)).ok()?;
+            let response = kafka_client::describe_quorum(cluster.addr(controller)).ok()?;
+            (response.topics[0].partitions[0].leader_id.0 == controller).then_some((controller, response))
+        },
+    )?;
     let partition = &response.topics[0].partitions[0];
     ensure!(partition.error_code == 0, "error {}", partition.error_code);
-    ensure!(partition.leader_id.0 == controller, "leader {} != controller {controller}", partition.leader_id.0);
+    ensure!(
+        partition.leader_id.0 == controller,
+        "leader {} != controller {controller}",
+        partition.leader_id.0
+    );
     let mut voters: Vec<i32> = partition.current_voters.iter().map(|v| v.replica_id.0).collect();
     voters.sort();
     ensure!(voters == vec![1, 2, 3], "voters {voters:?}");
-    ensure!(partition.high_watermark > 0, "high watermark {}", partition.high_watermark);
+    ensure!(
+        partition.high_watermark > 0,
+        "high watermark {}",
+        partition.high_watermark
+    );
     ensure!(response.nodes.len() == 3, "nodes {:?}", response.nodes);
     Ok(())
 }

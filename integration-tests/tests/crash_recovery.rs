@@ -39,13 +39,7 @@ type Acked = Vec<(usize, i32, i64)>;
 
 async fn create_topics(admin: &AdminClient<DefaultClientContext>) -> Result<()> {
     clients::create_topic(admin, TOPIC, PARTITIONS, &[("retention.ms", RETENTION_MS)]).await?;
-    clients::create_topic(
-        admin,
-        IDLE_TOPIC,
-        1,
-        &[("max.message.bytes", IDLE_MAX_MESSAGE_BYTES)],
-    )
-    .await
+    clients::create_topic(admin, IDLE_TOPIC, 1, &[("max.message.bytes", IDLE_MAX_MESSAGE_BYTES)]).await
 }
 
 async fn assert_topics_and_configs_intact(node: &SluiceNode) -> Result<()> {
@@ -63,10 +57,7 @@ async fn assert_topics_and_configs_intact(node: &SluiceNode) -> Result<()> {
     let admin = clients::admin_client(&node.bootstrap())?;
     let described = admin
         .describe_configs(
-            [
-                &ResourceSpecifier::Topic(TOPIC),
-                &ResourceSpecifier::Topic(IDLE_TOPIC),
-            ],
+            [&ResourceSpecifier::Topic(TOPIC), &ResourceSpecifier::Topic(IDLE_TOPIC)],
             &clients::admin_options(),
         )
         .await?;
@@ -95,11 +86,7 @@ async fn assert_topics_and_configs_intact(node: &SluiceNode) -> Result<()> {
 
 /// Consumes `topic` from offset 0 on every partition until each partition has reached
 /// `upto[p]` (inclusive); returns consumed records per partition, checked to be contiguous.
-async fn read_upto(
-    bootstrap: &str,
-    topic: &str,
-    upto: &BTreeMap<i32, i64>,
-) -> Result<HashMap<i32, Vec<Consumed>>> {
+async fn read_upto(bootstrap: &str, topic: &str, upto: &BTreeMap<i32, i64>) -> Result<HashMap<i32, Vec<Consumed>>> {
     let consumer: StreamConsumer = clients::stream_consumer(bootstrap)?;
     let parts: Vec<i32> = upto.keys().copied().collect();
     clients::assign(&consumer, topic, &parts, Offset::Offset(0))?;
@@ -107,15 +94,10 @@ async fn read_upto(
     let mut remaining: usize = parts.len();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
     while remaining > 0 {
-        let m = tokio::time::timeout_at(deadline, consumer.recv())
-            .await
-            .map_err(|_| {
-                let got: BTreeMap<i32, Option<i64>> = out
-                    .iter()
-                    .map(|(p, v)| (*p, v.last().map(|c| c.offset)))
-                    .collect();
-                anyhow::anyhow!("timed out reading back: last offsets {got:?}, need {upto:?}")
-            })??;
+        let m = tokio::time::timeout_at(deadline, consumer.recv()).await.map_err(|_| {
+            let got: BTreeMap<i32, Option<i64>> = out.iter().map(|(p, v)| (*p, v.last().map(|c| c.offset))).collect();
+            anyhow::anyhow!("timed out reading back: last offsets {got:?}, need {upto:?}")
+        })??;
         let c = Consumed::from_message(&m);
         let target = upto[&c.partition];
         let list = out.entry(c.partition).or_default();
@@ -148,9 +130,7 @@ fn verify_acked(acked: &Acked, read: &HashMap<i32, Vec<Consumed>>) -> Result<()>
         ensure!(
             c.key.as_deref() == Some(&key(i)[..]) && c.value.as_deref() == Some(&value(i)[..]),
             "acknowledged record {i} at {p}/{o}: found key {:?} / value prefix {:?}",
-            c.key
-                .as_ref()
-                .map(|k| String::from_utf8_lossy(k).to_string()),
+            c.key.as_ref().map(|k| String::from_utf8_lossy(k).to_string()),
             c.value
                 .as_ref()
                 .map(|v| String::from_utf8_lossy(&v[..v.len().min(20)]).to_string())
@@ -171,11 +151,7 @@ fn max_offsets(acked: &Acked) -> BTreeMap<i32, i64> {
 /// Streams records `first_index..` to [`TOPIC`] with acks=all until at least `min_acked` are
 /// acknowledged, SIGKILLs the broker while the producer is still sending, and returns every
 /// acknowledged record once all deliveries have resolved.
-async fn stream_and_kill(
-    node: &mut SluiceNode,
-    first_index: usize,
-    min_acked: usize,
-) -> Result<Acked> {
+async fn stream_and_kill(node: &mut SluiceNode, first_index: usize, min_acked: usize) -> Result<Acked> {
     let mut cfg = clients::producer_config(&node.bootstrap());
     // Unacknowledged records fail soon after the kill instead of waiting for the restart.
     cfg.set("message.timeout.ms", "4000").set("linger.ms", "2");
@@ -195,8 +171,7 @@ async fn stream_and_kill(
                     break;
                 }
                 let (k, v) = (key(i), value(i));
-                let rec: FutureRecord<'_, [u8], [u8]> =
-                    FutureRecord::to(TOPIC).key(&k[..]).payload(&v[..]);
+                let rec: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(TOPIC).key(&k[..]).payload(&v[..]);
                 match producer.send_result(rec) {
                     Ok(fut) => {
                         sent_count.fetch_add(1, Ordering::Relaxed);

@@ -33,18 +33,31 @@ fn produce(node: &SluiceNode, topic: &str, batch: Bytes) -> Result<(i16, i64)> {
     let topic = TopicProduceData::default()
         .with_name(TopicName(StrBytes::from_string(topic.to_string())))
         .with_partition_data(vec![data]);
-    let request = ProduceRequest::default().with_acks(-1).with_timeout_ms(5000).with_topic_data(vec![topic]);
+    let request = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![topic]);
     let response = kafka_client::call(node.addr(), &request, 9, TIMEOUT)?;
-    let p = &response.responses.first().context("no topic")?.partition_responses.first().context("no partition")?;
+    let p = &response
+        .responses
+        .first()
+        .context("no topic")?
+        .partition_responses
+        .first()
+        .context("no partition")?;
     Ok((p.error_code, p.base_offset))
 }
 
 fn log_end_offset(node: &SluiceNode, topic: &str) -> Result<i64> {
-    let partition = ListOffsetsPartition::default().with_partition_index(0).with_timestamp(-1);
+    let partition = ListOffsetsPartition::default()
+        .with_partition_index(0)
+        .with_timestamp(-1);
     let topic = ListOffsetsTopic::default()
         .with_name(TopicName(StrBytes::from_string(topic.to_string())))
         .with_partitions(vec![partition]);
-    let request = ListOffsetsRequest::default().with_replica_id((-1).into()).with_topics(vec![topic]);
+    let request = ListOffsetsRequest::default()
+        .with_replica_id((-1).into())
+        .with_topics(vec![topic]);
     let response = kafka_client::call(node.addr(), &request, 7, TIMEOUT)?;
     Ok(response.topics[0].partitions[0].offset)
 }
@@ -53,10 +66,23 @@ fn log_end_offset(node: &SluiceNode, topic: &str) -> Result<i64> {
 fn retried_batches_are_not_appended_twice_even_after_a_restart() -> Result<()> {
     let mut node = SluiceNode::start(NodeOptions::default())?;
     ensure!(kafka_client::create_topic(node.addr(), "idem", 1, TIMEOUT)? == 0);
-    let init = kafka_client::call(node.addr(), &InitProducerIdRequest::default().with_transaction_timeout_ms(60_000), 4, TIMEOUT)?;
-    ensure!(init.error_code == 0 && init.producer_id.0 >= 0 && init.producer_epoch == 0, "InitProducerId: {init:?}");
+    let init = kafka_client::call(
+        node.addr(),
+        &InitProducerIdRequest::default().with_transaction_timeout_ms(60_000),
+        4,
+        TIMEOUT,
+    )?;
+    ensure!(
+        init.error_code == 0 && init.producer_id.0 >= 0 && init.producer_epoch == 0,
+        "InitProducerId: {init:?}"
+    );
     let pid = init.producer_id.0;
-    let second = kafka_client::call(node.addr(), &InitProducerIdRequest::default().with_transaction_timeout_ms(60_000), 4, TIMEOUT)?;
+    let second = kafka_client::call(
+        node.addr(),
+        &InitProducerIdRequest::default().with_transaction_timeout_ms(60_000),
+        4,
+        TIMEOUT,
+    )?;
     ensure!(second.producer_id.0 != pid, "two producers got the same id {pid}");
 
     ensure!(produce(&node, "idem", idempotent_batch(pid, 0, 0))? == (0, 0));
@@ -67,7 +93,10 @@ fn retried_batches_are_not_appended_twice_even_after_a_restart() -> Result<()> {
     ensure!(log_end_offset(&node, "idem")? == 10);
     // A gap in the sequence is refused.
     let (code, _) = produce(&node, "idem", idempotent_batch(pid, 0, 20))?;
-    ensure!(code == ResponseError::OutOfOrderSequenceNumber.code(), "gap answered {code}");
+    ensure!(
+        code == ResponseError::OutOfOrderSequenceNumber.code(),
+        "gap answered {code}"
+    );
 
     // After a crash the producer state is rebuilt from the log: the retry is still a duplicate.
     node.kill()?;
@@ -88,11 +117,16 @@ async fn librdkafka_with_idempotence_enabled_delivers_every_record_once_in_order
     let node = SluiceNode::start(NodeOptions::default())?;
     let admin = clients::admin_client(&node.bootstrap())?;
     clients::create_topic(&admin, "idem-rd", 2, &[]).await?;
-    let producer: FutureProducer = clients::producer_config(&node.bootstrap()).set("enable.idempotence", "true").create()?;
+    let producer: FutureProducer = clients::producer_config(&node.bootstrap())
+        .set("enable.idempotence", "true")
+        .create()?;
     let mut deliveries = Vec::new();
     for i in 0..2000 {
         let value = format!("v{i}");
-        let record = FutureRecord::to("idem-rd").partition(i % 2).key("k").payload(value.as_bytes());
+        let record = FutureRecord::to("idem-rd")
+            .partition(i % 2)
+            .key("k")
+            .payload(value.as_bytes());
         deliveries.push(producer.send_result(record).map_err(|(e, _)| e)?);
     }
     let mut offsets: HashMap<i32, Vec<i64>> = HashMap::new();
@@ -101,7 +135,10 @@ async fn librdkafka_with_idempotence_enabled_delivers_every_record_once_in_order
         offsets.entry(delivered.partition).or_default().push(delivered.offset);
     }
     for (partition, got) in &offsets {
-        ensure!(*got == (0..1000).collect::<Vec<i64>>(), "partition {partition} offsets not 0..1000");
+        ensure!(
+            *got == (0..1000).collect::<Vec<i64>>(),
+            "partition {partition} offsets not 0..1000"
+        );
     }
     let consumer = clients::stream_consumer(&node.bootstrap())?;
     clients::assign(&consumer, "idem-rd", &[0, 1], Offset::Beginning)?;
@@ -110,7 +147,10 @@ async fn librdkafka_with_idempotence_enabled_delivers_every_record_once_in_order
     for (partition, records) in got {
         for (n, r) in records.iter().enumerate() {
             let i = n as i32 * 2 + partition;
-            ensure!(r.value.as_deref() == Some(format!("v{i}").as_bytes()), "partition {partition} position {n}: {r:?}");
+            ensure!(
+                r.value.as_deref() == Some(format!("v{i}").as_bytes()),
+                "partition {partition} position {n}: {r:?}"
+            );
         }
     }
     Ok(())

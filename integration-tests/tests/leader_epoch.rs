@@ -20,7 +20,9 @@ fn end_offset_for(node: &SluiceNode, topic: &str, current_epoch: i32, epoch: i32
     let topic = OffsetForLeaderTopic::default()
         .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
         .with_partitions(vec![partition]);
-    let request = OffsetForLeaderEpochRequest::default().with_replica_id((-1).into()).with_topics(vec![topic]);
+    let request = OffsetForLeaderEpochRequest::default()
+        .with_replica_id((-1).into())
+        .with_topics(vec![topic]);
     let response = kafka_client::call(node.addr(), &request, 4, Duration::from_secs(10))?;
     let p = &response.topics[0].partitions[0];
     Ok((p.error_code, p.leader_epoch, p.end_offset))
@@ -35,16 +37,34 @@ async fn offset_for_leader_epoch_reports_where_each_epoch_ends_and_the_checkpoin
     for i in 0..15 {
         let value = format!("v{i}");
         producer
-            .send(FutureRecord::to("epochs").partition(0).key("k").payload(value.as_bytes()), Duration::from_secs(10))
+            .send(
+                FutureRecord::to("epochs")
+                    .partition(0)
+                    .key("k")
+                    .payload(value.as_bytes()),
+                Duration::from_secs(10),
+            )
             .await
             .map_err(|(e, _)| e)?;
     }
-    ensure!(end_offset_for(&node, "epochs", -1, 0)? == (0, 0, 15), "epoch 0 should end at the log end");
-    ensure!(end_offset_for(&node, "epochs", 0, 7)? == (0, -1, -1), "an epoch above the latest is undefined");
+    ensure!(
+        end_offset_for(&node, "epochs", -1, 0)? == (0, 0, 15),
+        "epoch 0 should end at the log end"
+    );
+    ensure!(
+        end_offset_for(&node, "epochs", 0, 7)? == (0, -1, -1),
+        "an epoch above the latest is undefined"
+    );
     let (code, _, _) = end_offset_for(&node, "epochs", 3, 0)?;
-    ensure!(code == ResponseError::UnknownLeaderEpoch.code(), "a newer current epoch answered {code}");
+    ensure!(
+        code == ResponseError::UnknownLeaderEpoch.code(),
+        "a newer current epoch answered {code}"
+    );
     let (code, _, _) = end_offset_for(&node, "no-such-topic", -1, 0)?;
-    ensure!(code == ResponseError::UnknownTopicOrPartition.code(), "unknown topic answered {code}");
+    ensure!(
+        code == ResponseError::UnknownTopicOrPartition.code(),
+        "unknown topic answered {code}"
+    );
     let checkpoint = std::fs::read_to_string(node.data_dir().join("epochs-0").join("leader-epoch-checkpoint"))?;
     ensure!(checkpoint == "0\n1\n0 0\n", "checkpoint file: {checkpoint:?}");
     Ok(())

@@ -37,10 +37,7 @@ fn value(i: usize) -> Option<Vec<u8>> {
 fn headers(i: usize) -> Vec<(String, Option<Vec<u8>>)> {
     let mut h = vec![
         ("idx".to_string(), Some(i.to_string().into_bytes())),
-        (
-            "trace".to_string(),
-            Some(vec![0, 1, 2, 255, (i % 256) as u8]),
-        ),
+        ("trace".to_string(), Some(vec![0, 1, 2, 255, (i % 256) as u8])),
     ];
     if i.is_multiple_of(3) {
         h.push(("null-header".to_string(), None));
@@ -49,13 +46,12 @@ fn headers(i: usize) -> Vec<(String, Option<Vec<u8>>)> {
 }
 
 fn owned_headers(h: &[(String, Option<Vec<u8>>)]) -> OwnedHeaders {
-    h.iter()
-        .fold(OwnedHeaders::new_with_capacity(h.len()), |acc, (k, v)| {
-            acc.insert(Header {
-                key: k,
-                value: v.as_deref(),
-            })
+    h.iter().fold(OwnedHeaders::new_with_capacity(h.len()), |acc, (k, v)| {
+        acc.insert(Header {
+            key: k,
+            value: v.as_deref(),
         })
+    })
 }
 
 /// Delivered position of each produced record index.
@@ -142,12 +138,7 @@ fn check_partition(
             delivered.by_index[i],
             c.offset
         );
-        ensure!(
-            c.key.as_deref() == Some(&key(i)[..]),
-            "{}: key {:?}",
-            ctx(),
-            c.key
-        );
+        ensure!(c.key.as_deref() == Some(&key(i)[..]), "{}: key {:?}", ctx(), c.key);
         ensure!(
             c.value == value(i),
             "{}: value differs (len {:?})",
@@ -160,12 +151,7 @@ fn check_partition(
             ctx(),
             c.timestamp
         );
-        ensure!(
-            c.headers == headers(i),
-            "{}: headers {:?}",
-            ctx(),
-            c.headers
-        );
+        ensure!(c.headers == headers(i), "{}: headers {:?}", ctx(), c.headers);
     }
     Ok(())
 }
@@ -175,10 +161,7 @@ fn check_partition(
 fn produced_order(delivered: &Delivered, partitions: i32) -> Result<HashMap<i32, Vec<usize>>> {
     let mut per: HashMap<i32, Vec<(i64, usize)>> = HashMap::new();
     for (i, &(p, o)) in delivered.by_index.iter().enumerate() {
-        ensure!(
-            (0..partitions).contains(&p),
-            "record {i} delivered to partition {p}"
-        );
+        ensure!((0..partitions).contains(&p), "record {i} delivered to partition {p}");
         per.entry(p).or_default().push((o, i));
     }
     let mut out = HashMap::new();
@@ -205,8 +188,7 @@ fn produced_order(delivered: &Delivered, partitions: i32) -> Result<HashMap<i32,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hundred_thousand_keyed_records_read_back_in_order_with_headers_and_timestamps(
-) -> Result<()> {
+async fn hundred_thousand_keyed_records_read_back_in_order_with_headers_and_timestamps() -> Result<()> {
     let node = SluiceNode::start(NodeOptions::default())?;
     let admin = clients::admin_client(&node.bootstrap())?;
     let topic = "roundtrip";
@@ -257,11 +239,7 @@ fn stored_batch_codecs(data_dir: &Path, topic: &str) -> Result<BTreeMap<i16, usi
             // crc u32, attributes i16 (at byte 21).
             while pos + 61 <= bytes.len() {
                 let len = i32::from_be_bytes(bytes[pos + 8..pos + 12].try_into()?);
-                ensure!(
-                    len >= 49,
-                    "{}: batch length {len} at byte {pos}",
-                    path.display()
-                );
+                ensure!(len >= 49, "{}: batch length {len} at byte {pos}", path.display());
                 let attributes = i16::from_be_bytes(bytes[pos + 21..pos + 23].try_into()?);
                 *codecs.entry(attributes & 7).or_default() += 1;
                 pos += 12 + len as usize;
@@ -294,12 +272,10 @@ async fn compressed_round_trip(codec: &str, codec_id: i16) -> Result<()> {
 
     let consumer = clients::stream_consumer(&node.bootstrap())?;
     clients::assign(&consumer, &topic, &[0], Offset::Offset(0))?;
-    let consumed =
-        clients::consume_exact(&consumer, &HashMap::from([(0, N)]), Duration::from_secs(60))
-            .await
-            .with_context(|| format!("consume {codec}"))?;
-    check_partition(0, &consumed[&0], &order[&0], &delivered, base_ts)
-        .with_context(|| format!("codec {codec}"))?;
+    let consumed = clients::consume_exact(&consumer, &HashMap::from([(0, N)]), Duration::from_secs(60))
+        .await
+        .with_context(|| format!("consume {codec}"))?;
+    check_partition(0, &consumed[&0], &order[&0], &delivered, base_ts).with_context(|| format!("codec {codec}"))?;
 
     let codecs = stored_batch_codecs(node.data_dir(), &topic)?;
     ensure!(

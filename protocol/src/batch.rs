@@ -71,9 +71,7 @@ const CONTROL_FLAG_MASK: i16 = 0x20;
 pub enum BatchError {
     #[error("record batch is truncated: it needs {needed} bytes but only {available} are present")]
     Truncated { needed: usize, available: usize },
-    #[error(
-        "record batch length field says {declared} bytes but the batch given is {actual} bytes"
-    )]
+    #[error("record batch length field says {declared} bytes but the batch given is {actual} bytes")]
     LengthMismatch { declared: usize, actual: usize },
     #[error("record batch length {batch_length} is below the 49-byte minimum of a v2 batch")]
     InvalidBatchLength { batch_length: i32 },
@@ -91,10 +89,7 @@ pub enum BatchError {
          a v2 batch needs lastOffsetDelta >= 0 and, when it has records, \
          lastOffsetDelta = recordsCount - 1"
     )]
-    InvalidRecordCount {
-        records_count: i32,
-        last_offset_delta: i32,
-    },
+    InvalidRecordCount { records_count: i32, last_offset_delta: i32 },
     #[error("record batch uses unknown compression codec {codec}; known codecs are 0 (none) to 4 (zstd)")]
     UnknownCompression { codec: u8 },
     #[error("records hold no record batch")]
@@ -161,8 +156,7 @@ impl BatchHeader {
 
     /// Offset of the batch's last record (saturating, so a hostile header cannot overflow).
     pub fn last_offset(&self) -> i64 {
-        self.base_offset
-            .saturating_add(i64::from(self.last_offset_delta))
+        self.base_offset.saturating_add(i64::from(self.last_offset_delta))
     }
 
     /// How many offsets the batch spans once stamped: `lastOffsetDelta + 1`.
@@ -199,8 +193,7 @@ impl BatchHeader {
             });
         }
         // Kafka's LogValidator: the offset range must be non-empty and match the record count.
-        let count_ok =
-            self.records_count == 0 || i64::from(self.records_count) == self.offset_count();
+        let count_ok = self.records_count == 0 || i64::from(self.records_count) == self.offset_count();
         if self.last_offset_delta < 0 || self.records_count < 0 || !count_ok {
             return Err(BatchError::InvalidRecordCount {
                 records_count: self.records_count,
@@ -306,8 +299,7 @@ impl BatchesInfo {
         }
         if header.max_timestamp > self.max_timestamp {
             self.max_timestamp = header.max_timestamp;
-            self.offset_delta_of_max_timestamp =
-                self.record_count + i64::from(header.last_offset_delta);
+            self.offset_delta_of_max_timestamp = self.record_count + i64::from(header.last_offset_delta);
         }
         self.batch_count += 1;
         self.record_count += header.offset_count();
@@ -475,20 +467,12 @@ pub mod test_support {
     /// Encodes a v2 batch as a producer would (producer id, epoch, sequence and leader epoch -1,
     /// CreateTime, no compression), with a correct CRC. Record `i` gets offset delta `i`.
     /// An empty `records` yields a zero-record batch with lastOffsetDelta 0.
-    pub fn encode_batch(
-        base_offset: i64,
-        base_timestamp_ms: i64,
-        records: &[TestRecord<'_>],
-    ) -> Vec<u8> {
+    pub fn encode_batch(base_offset: i64, base_timestamp_ms: i64, records: &[TestRecord<'_>]) -> Vec<u8> {
         let mut body = Vec::new();
         for (i, record) in records.iter().enumerate() {
             encode_record(&mut body, i as i32, record);
         }
-        let max_delta = records
-            .iter()
-            .map(|r| r.timestamp_delta_ms)
-            .max()
-            .unwrap_or(0);
+        let max_delta = records.iter().map(|r| r.timestamp_delta_ms).max().unwrap_or(0);
         let last_offset_delta = records.len().saturating_sub(1) as i32;
         let batch_length = (BATCH_HEADER_LEN - LOG_OVERHEAD + body.len()) as i32;
 
@@ -514,11 +498,7 @@ pub mod test_support {
 
     /// A batch of `record_count` keyless records with `value_len`-byte values, record `i`
     /// timestamped `base_timestamp_ms + i`.
-    pub fn encode_simple_batch(
-        record_count: usize,
-        value_len: usize,
-        base_timestamp_ms: i64,
-    ) -> Vec<u8> {
+    pub fn encode_simple_batch(record_count: usize, value_len: usize, base_timestamp_ms: i64) -> Vec<u8> {
         let value = vec![b'v'; value_len];
         let records: Vec<TestRecord<'_>> = (0..record_count)
             .map(|i| TestRecord {
@@ -597,11 +577,7 @@ mod tests {
         assert_eq!(header.base_timestamp, 1_700_000_000_000);
         assert_eq!(header.max_timestamp, 1_700_000_000_007);
         assert_eq!(
-            (
-                header.producer_id,
-                header.producer_epoch,
-                header.base_sequence
-            ),
+            (header.producer_id, header.producer_epoch, header.base_sequence),
             (-1, -1, -1)
         );
         assert_eq!(header.records_count, 2);
@@ -657,10 +633,7 @@ mod tests {
         }
         let mut corrupt = batch.clone();
         *corrupt.last_mut().unwrap() ^= 1;
-        assert!(matches!(
-            validate_batch(&corrupt),
-            Err(BatchError::CrcMismatch { .. })
-        ));
+        assert!(matches!(validate_batch(&corrupt), Err(BatchError::CrcMismatch { .. })));
     }
 
     #[test]
@@ -693,10 +666,7 @@ mod tests {
             Err(BatchError::UnsupportedMagic { magic: 1 })
         );
         batch[MAGIC_OFFSET] = 7;
-        assert_eq!(
-            validate_batch(&batch).unwrap_err().kafka_error_code(),
-            CORRUPT_MESSAGE
-        );
+        assert_eq!(validate_batch(&batch).unwrap_err().kafka_error_code(), CORRUPT_MESSAGE);
     }
 
     #[test]
@@ -715,10 +685,7 @@ mod tests {
         let mut batch = two_record_batch();
         batch[ATTRIBUTES_OFFSET + 1] = 5;
         recompute_crc(&mut batch);
-        assert_eq!(
-            validate_batch(&batch),
-            Err(BatchError::UnknownCompression { codec: 5 })
-        );
+        assert_eq!(validate_batch(&batch), Err(BatchError::UnknownCompression { codec: 5 }));
 
         let mut batch = two_record_batch();
         batch[BATCH_LENGTH_OFFSET..BATCH_LENGTH_OFFSET + 4].copy_from_slice(&48i32.to_be_bytes());
@@ -759,16 +726,10 @@ mod tests {
     fn inspect_batches_checks_headers_but_not_the_crc() {
         let mut blob = encode_simple_batch(3, 10, 1_000);
         *blob.last_mut().unwrap() ^= 1;
-        assert!(matches!(
-            validate_batches(&blob),
-            Err(BatchError::CrcMismatch { .. })
-        ));
+        assert!(matches!(validate_batches(&blob), Err(BatchError::CrcMismatch { .. })));
         assert_eq!(inspect_batches(&blob).unwrap().record_count, 3);
         blob[MAGIC_OFFSET] = 1;
-        assert_eq!(
-            inspect_batches(&blob),
-            Err(BatchError::UnsupportedMagic { magic: 1 })
-        );
+        assert_eq!(inspect_batches(&blob), Err(BatchError::UnsupportedMagic { magic: 1 }));
     }
 
     #[test]
@@ -790,10 +751,7 @@ mod tests {
         let header = validate_batch(&batch).unwrap();
         assert!(header.timestamp_type_is_log_append());
         assert_eq!(header.max_timestamp, 1_800_000_000_000);
-        assert_eq!(
-            header.base_timestamp, 1_700_000_000_000,
-            "Kafka leaves baseTimestamp"
-        );
+        assert_eq!(header.base_timestamp, 1_700_000_000_000, "Kafka leaves baseTimestamp");
         let len = batch.len();
         assert!(set_log_append_time(&mut batch[..len - 1], 1).is_err());
     }
@@ -804,13 +762,8 @@ mod tests {
         let second = encode_simple_batch(3, 10, 2);
         let mut buf = first.clone();
         buf.extend_from_slice(&second);
-        let whole: Vec<_> = BatchIter::new(&buf)
-            .map(|(h, r)| (h.records_count, r))
-            .collect();
-        assert_eq!(
-            whole,
-            vec![(2, 0..first.len()), (3, first.len()..buf.len())]
-        );
+        let whole: Vec<_> = BatchIter::new(&buf).map(|(h, r)| (h.records_count, r)).collect();
+        assert_eq!(whole, vec![(2, 0..first.len()), (3, first.len()..buf.len())]);
 
         for cut in first.len()..buf.len() {
             let mut iter = BatchIter::new(&buf[..cut]);

@@ -10,7 +10,9 @@ pub const SIZE_PREFIX_LEN: usize = 4;
 /// Why a frame could not be taken from the stream. Each closes the connection.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum FrameError {
-    #[error("frame size {size} exceeds socket.request.max.bytes ({max}); raise the setting if such requests are legitimate")]
+    #[error(
+        "frame size {size} exceeds socket.request.max.bytes ({max}); raise the setting if such requests are legitimate"
+    )]
     TooLarge { size: usize, max: usize },
     #[error("frame size {0} is negative; the peer is not speaking the Kafka protocol")]
     Negative(i32),

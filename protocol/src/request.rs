@@ -48,15 +48,18 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, RequestError> {
     let raw_key = i16::from_be_bytes([frame[0], frame[1]]);
     let api_version = i16::from_be_bytes([frame[2], frame[3]]);
     let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
-    let api_key = ApiKey::try_from(raw_key)
-        .map_err(|_| RequestError::Malformed(format!("unknown API key {raw_key}")))?;
+    let api_key =
+        ApiKey::try_from(raw_key).map_err(|_| RequestError::Malformed(format!("unknown API key {raw_key}")))?;
     let Some(range) = supported_versions(api_key) else {
         return Err(RequestError::Malformed(format!(
             "API {api_key:?} (key {raw_key}) is not supported by this broker"
         )));
     };
     if api_version > range.max && api_key == ApiKey::ApiVersions {
-        return Err(RequestError::ApiVersionsTooNew { correlation_id, version: api_version });
+        return Err(RequestError::ApiVersionsTooNew {
+            correlation_id,
+            version: api_version,
+        });
     }
     if api_version < range.min || api_version > range.max {
         return Err(RequestError::Malformed(format!(
@@ -70,15 +73,16 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, RequestError> {
         .ok_or_else(|| RequestError::Malformed(format!("API {api_key:?} has no decoder")))?;
     // Trailing bytes are ignored, as Kafka ignores them: librdkafka 2.x sends three extra
     // bytes after an all-topics Metadata v12+ body, and rejecting them breaks every such client.
-    Ok(Request { api_key, api_version, header, body })
+    Ok(Request {
+        api_key,
+        api_version,
+        header,
+        body,
+    })
 }
 
 /// Encodes a response frame (size prefix, header, body) for a request.
-pub fn encode_response(
-    api_version: i16,
-    correlation_id: i32,
-    body: &ResponseBody,
-) -> Result<BytesMut, EncodeError> {
+pub fn encode_response(api_version: i16, correlation_id: i32, body: &ResponseBody) -> Result<BytesMut, EncodeError> {
     let mut buf = BytesMut::with_capacity(256);
     buf.put_i32(0);
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
@@ -95,8 +99,7 @@ pub fn encode_api_versions_too_new(correlation_id: i32, body: &ApiVersionsRespon
 }
 
 fn patch_size_prefix(buf: &mut BytesMut) -> Result<(), EncodeError> {
-    let size = i32::try_from(buf.len() - SIZE_PREFIX_LEN)
-        .map_err(|_| EncodeError::TooLarge(buf.len()))?;
+    let size = i32::try_from(buf.len() - SIZE_PREFIX_LEN).map_err(|_| EncodeError::TooLarge(buf.len()))?;
     buf[..SIZE_PREFIX_LEN].copy_from_slice(&size.to_be_bytes());
     Ok(())
 }
@@ -158,7 +161,12 @@ mod tests {
 
     #[test]
     fn short_and_unknown_frames_are_malformed_not_panics() {
-        for bytes in [&[][..], &[0, 3][..], &[0, 3, 0, 1, 0, 0, 0][..], &[0x27, 0x0f, 0, 0, 0, 0, 0, 1][..]] {
+        for bytes in [
+            &[][..],
+            &[0, 3][..],
+            &[0, 3, 0, 1, 0, 0, 0][..],
+            &[0x27, 0x0f, 0, 0, 0, 0, 0, 1][..],
+        ] {
             assert!(matches!(
                 decode_request(Bytes::copy_from_slice(bytes)),
                 Err(RequestError::Malformed(_))
@@ -173,7 +181,10 @@ mod tests {
     fn too_new_api_versions_is_answered_not_closed() {
         let frame = Bytes::from_static(&[0, 18, 0, 99, 0, 0, 0, 7, 0xff, 0xff]);
         match decode_request(frame) {
-            Err(RequestError::ApiVersionsTooNew { correlation_id, version }) => {
+            Err(RequestError::ApiVersionsTooNew {
+                correlation_id,
+                version,
+            }) => {
                 assert_eq!((correlation_id, version), (7, 99));
             }
             other => panic!("unexpected {other:?}"),

@@ -127,17 +127,9 @@ pub enum QuorumError {
     #[error("{path} is corrupt ({detail}). It cannot be repaired automatically: restore the directory from a backup, or, if a majority of the other voters is healthy, move it aside so this node starts empty and catches up from the leader")]
     Corrupt { path: PathBuf, detail: String },
     #[error("a record for {path} is {bytes} bytes, more than the {max}-byte limit; the metadata state has outgrown what one quorum snapshot can carry")]
-    RecordTooLarge {
-        path: PathBuf,
-        bytes: usize,
-        max: usize,
-    },
+    RecordTooLarge { path: PathBuf, bytes: usize, max: usize },
     #[error("{dir} uses on-disk format version {found} but this build reads version {expected}; run the Sluice version that wrote it")]
-    FormatVersion {
-        dir: PathBuf,
-        found: u32,
-        expected: u32,
-    },
+    FormatVersion { dir: PathBuf, found: u32, expected: u32 },
     #[error("{dir} belongs to cluster {found:?}, not {expected:?}; point the data directory at this cluster's metadata, or remove it if this node should join cluster {expected:?} fresh")]
     ClusterIdMismatch {
         dir: PathBuf,
@@ -145,11 +137,7 @@ pub enum QuorumError {
         expected: String,
     },
     #[error("{dir} belongs to node {found}, not node {expected}; start with --node-id {found} or give this node its own data directory")]
-    NodeIdMismatch {
-        dir: PathBuf,
-        found: u64,
-        expected: u64,
-    },
+    NodeIdMismatch { dir: PathBuf, found: u64, expected: u64 },
     #[error("--voters {configured} disagrees with the quorum's voters {recorded} recorded in {dir}; start every node with the voter set the quorum was created with")]
     VotersMismatch {
         dir: PathBuf,
@@ -171,7 +159,9 @@ pub enum QuorumError {
 /// Why a proposal did not complete.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProposeError {
-    #[error("the metadata quorum has no leader right now (election in progress or no majority reachable); retry shortly")]
+    #[error(
+        "the metadata quorum has no leader right now (election in progress or no majority reachable); retry shortly"
+    )]
     NoLeader,
     #[error("the proposal was not applied within {0:?}; it may still commit later, so retry idempotently")]
     Timeout(Duration),
@@ -201,13 +191,12 @@ impl Quorum {
     /// and spawns the driver task on the current tokio runtime. Returns once the replay is done,
     /// so `sm` reflects everything this node had committed before.
     pub async fn start(config: QuorumConfig, sm: impl StateMachine) -> Result<Quorum, QuorumError> {
-        let listener =
-            TcpListener::bind(config.listen)
-                .await
-                .map_err(|source| QuorumError::Bind {
-                    addr: config.listen,
-                    source,
-                })?;
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| QuorumError::Bind {
+                addr: config.listen,
+                source,
+            })?;
         Self::start_with_listener(config, listener, sm).await
     }
 
@@ -267,23 +256,16 @@ impl Quorum {
             });
         }
         let (reply, rx) = oneshot::channel();
-        self.submit(Command::Propose { data, reply }, rx, timeout)
-            .await
+        self.submit(Command::Propose { data, reply }, rx, timeout).await
     }
 
     /// Adds a non-voting learner (a broker not in the voter set) that will receive the log;
     /// resolves once the configuration change is applied on this node. Idempotent; calling it
     /// again with a new address updates the address. Works on any member (forwarded to the
     /// leader, like `propose`).
-    pub async fn add_learner(
-        &self,
-        id: u64,
-        addr: String,
-        timeout: Duration,
-    ) -> Result<(), ProposeError> {
+    pub async fn add_learner(&self, id: u64, addr: String, timeout: Duration) -> Result<(), ProposeError> {
         let (reply, rx) = oneshot::channel();
-        self.submit(Command::AddLearner { id, addr, reply }, rx, timeout)
-            .await
+        self.submit(Command::AddLearner { id, addr, reply }, rx, timeout).await
     }
 
     async fn submit<T>(
@@ -354,9 +336,7 @@ fn validate(config: &QuorumConfig) -> Result<(), QuorumError> {
     }
     let id = &config.cluster_id;
     if id.is_empty() || id.len() > 255 || id.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return bad(format!(
-            "cluster id {id:?} must be 1-255 characters without whitespace"
-        ));
+        return bad(format!("cluster id {id:?} must be 1-255 characters without whitespace"));
     }
     Ok(())
 }
@@ -364,11 +344,7 @@ fn validate(config: &QuorumConfig) -> Result<(), QuorumError> {
 /// Refuses to start when `--voters` differs from the voter set the quorum was created with:
 /// changing it by editing flags would let two disjoint majorities elect two leaders.
 fn check_voters(config: &QuorumConfig, storage: &DiskStorage) -> Result<(), QuorumError> {
-    let recorded = &storage
-        .latest_snapshot()
-        .get_metadata()
-        .get_conf_state()
-        .voters;
+    let recorded = &storage.latest_snapshot().get_metadata().get_conf_state().voters;
     if recorded.is_empty() {
         return Ok(()); // a learner that has not been added yet
     }

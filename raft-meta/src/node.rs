@@ -17,9 +17,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use protobuf::Message as _;
-use raft::eraftpb::{
-    ConfChange, ConfChangeType, ConfChangeV2, Entry, EntryType, Message, Snapshot,
-};
+use raft::eraftpb::{ConfChange, ConfChangeType, ConfChangeV2, Entry, EntryType, Message, Snapshot};
 use raft::{RawNode, StateRole, INVALID_ID};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -27,9 +25,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::storage::DiskStorage;
 use crate::transport::{is_snapshot, SendOutcome, Transport, TransportEvent};
-use crate::{
-    ProposeError, QuorumConfig, QuorumError, QuorumStatus, ReplicaState, Role, StateMachine,
-};
+use crate::{ProposeError, QuorumConfig, QuorumError, QuorumStatus, ReplicaState, Role, StateMachine};
 
 /// Proposals in flight on this node (waiting to be applied) before `Busy`.
 const MAX_PENDING_PROPOSALS: usize = 1024;
@@ -235,8 +231,7 @@ impl<S: StateMachine> Driver<S> {
 
         let (inbound_tx, inbound) = mpsc::channel(INBOUND_QUEUE_MESSAGES);
         let (events_tx, events) = mpsc::channel(EVENT_QUEUE_DEPTH);
-        let transport =
-            Transport::start(listener, node_id, &config.cluster_id, inbound_tx, events_tx);
+        let transport = Transport::start(listener, node_id, &config.cluster_id, inbound_tx, events_tx);
         let (status_tx, status) = watch::channel(DriverStatus {
             node_id,
             leader_id: None,
@@ -523,17 +518,11 @@ impl<S: StateMachine> Driver<S> {
         for msg in messages {
             let to = msg.to;
             let snapshot = is_snapshot(&msg);
-            let addr = self
-                .voter_addrs
-                .get(&to)
-                .or_else(|| self.learner_addrs.get(&to));
+            let addr = self.voter_addrs.get(&to).or_else(|| self.learner_addrs.get(&to));
             let outcome = match addr {
                 Some(addr) => self.transport.send(msg, addr),
                 None => {
-                    tracing::warn!(
-                        to,
-                        "no controller address known for quorum member; message dropped"
-                    );
+                    tracing::warn!(to, "no controller address known for quorum member; message dropped");
                     SendOutcome::Dropped
                 }
             };
@@ -551,11 +540,10 @@ impl<S: StateMachine> Driver<S> {
     fn install_snapshot(&mut self, snapshot: Snapshot) -> Result<(), QuorumError> {
         let index = snapshot.get_metadata().index;
         let data = snapshot.data.clone();
-        let (learner_addrs, sm_data) =
-            decode_snapshot_data(&data).map_err(|detail| QuorumError::Corrupt {
-                path: "snapshot received from the leader".into(),
-                detail,
-            })?;
+        let (learner_addrs, sm_data) = decode_snapshot_data(&data).map_err(|detail| QuorumError::Corrupt {
+            path: "snapshot received from the leader".into(),
+            detail,
+        })?;
         self.raw.mut_store().apply_snapshot(snapshot)?;
         self.sm.restore(sm_data);
         self.learner_addrs = learner_addrs;
@@ -602,14 +590,12 @@ impl<S: StateMachine> Driver<S> {
         if entry.data.is_empty() {
             return Ok(());
         }
-        let change =
-            ConfChange::parse_from_bytes(&entry.data).map_err(|e| corrupt_entry(entry, &e))?;
+        let change = ConfChange::parse_from_bytes(&entry.data).map_err(|e| corrupt_entry(entry, &e))?;
         self.raw.apply_conf_change(&change)?;
         let id = change.node_id;
         match change.get_change_type() {
             ConfChangeType::AddLearnerNode => {
-                let addr = String::from_utf8(change.context.to_vec())
-                    .map_err(|e| corrupt_entry(entry, &e))?;
+                let addr = String::from_utf8(change.context.to_vec()).map_err(|e| corrupt_entry(entry, &e))?;
                 tracing::info!(node_id = self.node_id, learner = id, %addr, index = entry.index, "learner added to the metadata quorum");
                 self.learner_addrs.insert(id, addr);
             }
@@ -625,8 +611,7 @@ impl<S: StateMachine> Driver<S> {
 
     /// Not proposed by Sluice; applied so a log containing one stays replayable.
     fn apply_conf_change_v2(&mut self, entry: &Entry) -> Result<(), QuorumError> {
-        let change =
-            ConfChangeV2::parse_from_bytes(&entry.data).map_err(|e| corrupt_entry(entry, &e))?;
+        let change = ConfChangeV2::parse_from_bytes(&entry.data).map_err(|e| corrupt_entry(entry, &e))?;
         self.raw.apply_conf_change(&change)?;
         self.conf_changed = true;
         self.resolve_conf_change(&entry.context);
@@ -667,15 +652,9 @@ impl<S: StateMachine> Driver<S> {
         let data = encode_snapshot_data(&self.learner_addrs, &self.sm.snapshot());
         let conf_state = self.raw.raft.prs().conf().to_conf_state();
         let index = self.applied_index;
-        self.raw
-            .mut_store()
-            .create_snapshot(index, conf_state, data)?;
+        self.raw.mut_store().create_snapshot(index, conf_state, data)?;
         self.conf_changed = false;
-        tracing::info!(
-            node_id = self.node_id,
-            index,
-            "metadata snapshot taken; log compacted"
-        );
+        tracing::info!(node_id = self.node_id, index, "metadata snapshot taken; log compacted");
         Ok(())
     }
 
@@ -744,11 +723,10 @@ pub(crate) fn restore_state_machine(
     if snapshot.is_empty() {
         return Ok(BTreeMap::new());
     }
-    let (learner_addrs, sm_data) =
-        decode_snapshot_data(&snapshot.data).map_err(|detail| QuorumError::Corrupt {
-            path: "stored snapshot".into(),
-            detail,
-        })?;
+    let (learner_addrs, sm_data) = decode_snapshot_data(&snapshot.data).map_err(|detail| QuorumError::Corrupt {
+        path: "stored snapshot".into(),
+        detail,
+    })?;
     sm.restore(sm_data);
     Ok(learner_addrs)
 }
@@ -794,8 +772,7 @@ fn decode_snapshot_data(data: &[u8]) -> Result<(BTreeMap<u64, String>, &[u8]), S
         let mut len = [0u8; 2];
         len.copy_from_slice(take(&mut rest, 2)?);
         let addr = take(&mut rest, u16::from_be_bytes(len) as usize)?;
-        let addr = String::from_utf8(addr.to_vec())
-            .map_err(|_| "learner address is not UTF-8".to_owned())?;
+        let addr = String::from_utf8(addr.to_vec()).map_err(|_| "learner address is not UTF-8".to_owned())?;
         learners.insert(u64::from_be_bytes(word), addr);
     }
     Ok((learners, rest))

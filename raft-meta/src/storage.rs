@@ -139,9 +139,7 @@ impl DiskStorage {
     }
 
     fn last_index(&self) -> u64 {
-        self.entries
-            .last()
-            .map_or(self.snapshot_index(), |e| e.index)
+        self.entries.last().map_or(self.snapshot_index(), |e| e.index)
     }
 
     /// Appends entries from a `Ready`, replacing any conflicting suffix, and fsyncs.
@@ -324,9 +322,7 @@ impl raft::Storage for DiskStorage {
     /// always contains every member a leader might send it to.
     fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
         if self.snapshot_index() < request_index {
-            return Err(raft::Error::Store(
-                StorageError::SnapshotTemporarilyUnavailable,
-            ));
+            return Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable));
         }
         Ok(self.snapshot.clone())
     }
@@ -358,12 +354,7 @@ fn initialize(dir: &Path, bootstrap: Bootstrap<'_>) -> Result<(), QuorumError> {
         hs.term = 1;
         hs.commit = 1;
         let path = dir.join(HARD_STATE_FILE);
-        write_framed(
-            dir,
-            HARD_STATE_FILE,
-            HARD_STATE_MAGIC,
-            &encode_message(&hs, &path)?,
-        )?;
+        write_framed(dir, HARD_STATE_FILE, HARD_STATE_MAGIC, &encode_message(&hs, &path)?)?;
     }
     atomic_write(dir, LOG_FILE, &[])
 }
@@ -446,10 +437,7 @@ fn scan_log(log: &mut File, path: &Path) -> Result<Vec<Entry>, QuorumError> {
             if entry.index != prev.index + 1 {
                 return Err(QuorumError::Corrupt {
                     path: path.to_owned(),
-                    detail: format!(
-                        "entry {} follows entry {} at byte {pos}",
-                        entry.index, prev.index
-                    ),
+                    detail: format!("entry {} follows entry {} at byte {pos}", entry.index, prev.index),
                 });
             }
         }
@@ -509,10 +497,7 @@ fn reconcile_with_snapshot(
             return Ok(Vec::new());
         }
     }
-    Ok(entries
-        .into_iter()
-        .filter(|e| e.index > snap_index)
-        .collect())
+    Ok(entries.into_iter().filter(|e| e.index > snap_index).collect())
 }
 
 fn check_meta(dir: &Path, meta: &Meta, cluster_id: &str, node_id: u64) -> Result<(), QuorumError> {
@@ -593,12 +578,7 @@ fn write_snapshot(dir: &Path, snapshot: &Snapshot) -> Result<(), QuorumError> {
 }
 
 /// Writes `magic, len, crc32c, payload` atomically.
-fn write_framed(
-    dir: &Path,
-    name: &str,
-    magic: &[u8; 4],
-    payload: &[u8],
-) -> Result<(), QuorumError> {
+fn write_framed(dir: &Path, name: &str, magic: &[u8; 4], payload: &[u8]) -> Result<(), QuorumError> {
     let mut buf = Vec::with_capacity(12 + payload.len());
     buf.extend_from_slice(magic);
     buf.extend_from_slice(&(payload.len() as u32).to_be_bytes());
@@ -748,9 +728,7 @@ mod tests {
         drop(s);
         let s = open_voter(dir.path()).unwrap();
         assert_eq!(s.last_index(), 3);
-        let got = s
-            .entries(2, 4, None, GetEntriesContext::empty(false))
-            .unwrap();
+        let got = s.entries(2, 4, None, GetEntriesContext::empty(false)).unwrap();
         assert_eq!(got[0].data.as_ref(), b"a");
         assert_eq!(got[1].data.as_ref(), b"x");
         assert_eq!(got[1].term, 3);
@@ -760,8 +738,7 @@ mod tests {
     fn torn_tail_of_entry_log_is_truncated_on_open() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = open_voter(dir.path()).unwrap();
-        s.append(&[entry(2, 2, b"first"), entry(3, 2, b"second")])
-            .unwrap();
+        s.append(&[entry(2, 2, b"first"), entry(3, 2, b"second")]).unwrap();
         drop(s);
         let log_path = dir.path().join(LOG_FILE);
         let full = fs::read(&log_path).unwrap();
@@ -774,11 +751,7 @@ mod tests {
 
         let mut s = open_voter(dir.path()).unwrap();
         assert_eq!(s.last_index(), 3);
-        assert_eq!(
-            fs::read(&log_path).unwrap(),
-            full,
-            "tail cut at the last good record"
-        );
+        assert_eq!(fs::read(&log_path).unwrap(), full, "tail cut at the last good record");
         // The log keeps working after the repair.
         s.append(&[entry(4, 2, b"again")]).unwrap();
         drop(s);
@@ -790,8 +763,7 @@ mod tests {
     fn flipped_bit_in_last_record_is_truncated_on_open() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = open_voter(dir.path()).unwrap();
-        s.append(&[entry(2, 2, b"first"), entry(3, 2, b"second")])
-            .unwrap();
+        s.append(&[entry(2, 2, b"first"), entry(3, 2, b"second")]).unwrap();
         drop(s);
         let log_path = dir.path().join(LOG_FILE);
         let mut bytes = fs::read(&log_path).unwrap();
@@ -830,8 +802,7 @@ mod tests {
         // Simulates a crash after the snapshot file was written but before the log was reset.
         let dir = tempfile::tempdir().unwrap();
         let mut s = open_voter(dir.path()).unwrap();
-        s.append(&[entry(2, 2, b"a"), entry(3, 2, b"stale")])
-            .unwrap();
+        s.append(&[entry(2, 2, b"a"), entry(3, 2, b"stale")]).unwrap();
         let mut snap = Snapshot::default();
         snap.mut_metadata().index = 3;
         snap.mut_metadata().term = 5;
@@ -849,15 +820,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         drop(open_voter(dir.path()).unwrap());
         let other_cluster = DiskStorage::open(dir.path(), "cluster-b", 1, Bootstrap::Learner);
-        assert!(matches!(
-            other_cluster,
-            Err(QuorumError::ClusterIdMismatch { .. })
-        ));
+        assert!(matches!(other_cluster, Err(QuorumError::ClusterIdMismatch { .. })));
         let other_node = DiskStorage::open(dir.path(), "cluster-a", 2, Bootstrap::Learner);
-        assert!(matches!(
-            other_node,
-            Err(QuorumError::NodeIdMismatch { .. })
-        ));
+        assert!(matches!(other_node, Err(QuorumError::NodeIdMismatch { .. })));
     }
 
     #[test]
@@ -865,15 +830,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         drop(open_voter(dir.path()).unwrap());
         let meta = dir.path().join(META_FILE);
-        let text = fs::read_to_string(&meta)
-            .unwrap()
-            .replace("version=1", "version=99");
+        let text = fs::read_to_string(&meta).unwrap().replace("version=1", "version=99");
         fs::write(&meta, text).unwrap();
         let err = open_voter(dir.path()).err().unwrap();
-        assert!(
-            matches!(err, QuorumError::FormatVersion { found: 99, .. }),
-            "{err}"
-        );
+        assert!(matches!(err, QuorumError::FormatVersion { found: 99, .. }), "{err}");
     }
 
     #[test]

@@ -44,12 +44,7 @@ impl Recorder {
     fn assert_applied_in_order(&self) {
         let entries = self.entries();
         for pair in entries.windows(2) {
-            assert!(
-                pair[0].0 < pair[1].0,
-                "entry {} applied after {}",
-                pair[1].0,
-                pair[0].0
-            );
+            assert!(pair[0].0 < pair[1].0, "entry {} applied after {}", pair[1].0, pair[0].0);
         }
     }
 }
@@ -199,8 +194,7 @@ impl Cluster {
                 .collect();
             let leader = views.first().copied().flatten()?;
             let running = self.members.get(&leader)?.quorum.as_ref()?;
-            (views.iter().all(|v| *v == Some(leader)) && running.status().role == Role::Leader)
-                .then_some(leader)
+            (views.iter().all(|v| *v == Some(leader)) && running.status().role == Role::Leader).then_some(leader)
         })
         .await
     }
@@ -217,10 +211,7 @@ impl Cluster {
         for m in self.running() {
             m.sm.assert_applied_in_order();
         }
-        result
-            .into_iter()
-            .map(|(_, p)| String::from_utf8(p).unwrap())
-            .collect()
+        result.into_iter().map(|(_, p)| String::from_utf8(p).unwrap()).collect()
     }
 }
 
@@ -258,10 +249,7 @@ where
         match attempt().await {
             Ok(index) => return index,
             Err(e @ (ProposeError::NoLeader | ProposeError::Timeout(_) | ProposeError::Busy)) => {
-                assert!(
-                    Instant::now() < deadline,
-                    "{what} kept failing for {within:?}: {e}"
-                );
+                assert!(Instant::now() < deadline, "{what} kept failing for {within:?}: {e}");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             Err(e) => panic!("{what} failed: {e}"),
@@ -271,11 +259,7 @@ where
 
 fn dedup_keep_order(payloads: &[String]) -> Vec<String> {
     let mut seen = std::collections::HashSet::new();
-    payloads
-        .iter()
-        .filter(|p| seen.insert(p.as_str()))
-        .cloned()
-        .collect()
+    payloads.iter().filter(|p| seen.insert(p.as_str())).cloned().collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -293,13 +277,10 @@ async fn single_voter_elects_itself_and_restart_replays_snapshot_and_log_without
         .await
         .unwrap();
     let mut leader_watch = quorum.leader_watch();
-    tokio::time::timeout(
-        Duration::from_secs(3),
-        leader_watch.wait_for(|l| *l == Some(1)),
-    )
-    .await
-    .expect("single voter elects itself within 3 s")
-    .unwrap();
+    tokio::time::timeout(Duration::from_secs(3), leader_watch.wait_for(|l| *l == Some(1)))
+        .await
+        .expect("single voter elects itself within 3 s")
+        .unwrap();
     assert!(started.elapsed() < Duration::from_secs(3));
     assert_eq!(quorum.status().role, Role::Leader);
 
@@ -317,10 +298,7 @@ async fn single_voter_elects_itself_and_restart_replays_snapshot_and_log_without
     let expected: Vec<String> = (0..12).map(|i| format!("p{i}")).collect();
     assert_eq!(sm.payloads(), expected);
     let status = quorum.status();
-    assert!(
-        status.snapshot_index >= 10,
-        "snapshots every 5 entries: {status:?}"
-    );
+    assert!(status.snapshot_index >= 10, "snapshots every 5 entries: {status:?}");
     assert!(
         status.snapshot_index < *indices.last().unwrap(),
         "some entries left to replay: {status:?}"
@@ -331,9 +309,7 @@ async fn single_voter_elects_itself_and_restart_replays_snapshot_and_log_without
     let stale_handle = quorum.clone();
     quorum.shutdown().await;
     assert_eq!(
-        stale_handle
-            .propose(b"late".to_vec(), PROPOSE_TIMEOUT)
-            .await,
+        stale_handle.propose(b"late".to_vec(), PROPOSE_TIMEOUT).await,
         Err(ProposeError::Stopped)
     );
     assert!(!stale_handle.is_running());
@@ -382,45 +358,29 @@ async fn three_voters_apply_proposals_from_every_member_in_the_same_order() {
         task.await.unwrap();
     }
     let payloads = cluster.converged(30, Duration::from_secs(10)).await;
-    assert_eq!(
-        payloads.len(),
-        30,
-        "each proposal applied exactly once: {payloads:?}"
-    );
+    assert_eq!(payloads.len(), 30, "each proposal applied exactly once: {payloads:?}");
     for id in 1..=3 {
         // Each node's own proposals keep their order (sequential per proposer).
-        let own: Vec<&String> = payloads
-            .iter()
-            .filter(|p| p.starts_with(&format!("n{id}-")))
-            .collect();
+        let own: Vec<&String> = payloads.iter().filter(|p| p.starts_with(&format!("n{id}-"))).collect();
         let expected: Vec<String> = (0..10).map(|i| format!("n{id}-{i}")).collect();
         assert_eq!(own, expected.iter().collect::<Vec<_>>());
     }
 
     let status = cluster.member(leader).status();
     assert_eq!(status.role, Role::Leader);
-    assert_eq!(
-        status.voters.iter().map(|v| v.id).collect::<Vec<_>>(),
-        vec![1, 2, 3]
-    );
+    assert_eq!(status.voters.iter().map(|v| v.id).collect::<Vec<_>>(), vec![1, 2, 3]);
     for v in &status.voters {
         assert!(
             v.match_index.is_some(),
             "leader knows every voter's match index: {status:?}"
         );
-        assert!(
-            v.last_contact_ms_ago.is_some_and(|ms| ms < 5_000),
-            "{status:?}"
-        );
+        assert!(v.last_contact_ms_ago.is_some_and(|ms| ms < 5_000), "{status:?}");
     }
     let follower = (1..=3).find(|id| *id != leader).unwrap();
     let follower_status = cluster.member(follower).status();
     assert_eq!(follower_status.role, Role::Follower);
     assert_eq!(follower_status.leader_id, Some(leader));
-    assert!(follower_status
-        .voters
-        .iter()
-        .all(|v| v.match_index.is_none()));
+    assert!(follower_status.voters.iter().all(|v| v.match_index.is_none()));
 
     for mut member in cluster.members.into_values() {
         member.stop().await;
@@ -448,9 +408,7 @@ async fn leader_shutdown_elects_new_leader_and_restarted_node_catches_up() {
     assert_ne!(new_leader, old_leader);
     tracing::info!(elapsed = ?stopped_at.elapsed(), new_leader, "new leader elected");
 
-    let survivor = (1..=3)
-        .find(|id| *id != old_leader && *id != new_leader)
-        .unwrap();
+    let survivor = (1..=3).find(|id| *id != old_leader && *id != new_leader).unwrap();
     for i in 0..5 {
         let quorum = cluster.member(survivor).quorum().clone();
         let payload = format!("after-{i}");
@@ -498,10 +456,7 @@ async fn proposals_fail_within_timeout_without_a_majority_and_resume_after_it_re
         let started = Instant::now();
         let result = alone.propose(b"no-majority".to_vec(), timeout).await;
         assert!(
-            matches!(
-                result,
-                Err(ProposeError::Timeout(_) | ProposeError::NoLeader)
-            ),
+            matches!(result, Err(ProposeError::Timeout(_) | ProposeError::NoLeader)),
             "{result:?}"
         );
         assert!(
@@ -510,11 +465,9 @@ async fn proposals_fail_within_timeout_without_a_majority_and_resume_after_it_re
             started.elapsed()
         );
     }
-    wait_for(
-        "the isolated leader to step down",
-        Duration::from_secs(5),
-        || (alone.status().role != Role::Leader).then_some(()),
-    )
+    wait_for("the isolated leader to step down", Duration::from_secs(5), || {
+        (alone.status().role != Role::Leader).then_some(())
+    })
     .await;
     assert_eq!(
         alone.propose(b"no-leader".to_vec(), PROPOSE_TIMEOUT).await,
@@ -524,11 +477,9 @@ async fn proposals_fail_within_timeout_without_a_majority_and_resume_after_it_re
     for id in &down {
         cluster.member_mut(*id).restart().await;
     }
-    propose_until_ok(
-        "proposal after the majority returned",
-        Duration::from_secs(10),
-        || alone.propose(b"majority-back".to_vec(), Duration::from_secs(2)),
-    )
+    propose_until_ok("proposal after the majority returned", Duration::from_secs(10), || {
+        alone.propose(b"majority-back".to_vec(), Duration::from_secs(2))
+    })
     .await;
     let payloads = cluster.converged(2, Duration::from_secs(10)).await;
     assert_eq!(payloads.first().map(String::as_str), Some("with-majority"));
@@ -661,11 +612,7 @@ async fn learner_added_with_add_learner_receives_all_entries() {
     assert_eq!(learner_status.role, Role::Learner);
     assert_eq!(learner_status.leader_id, Some(leader));
     assert_eq!(
-        learner_status
-            .learners
-            .iter()
-            .map(|l| l.id)
-            .collect::<Vec<_>>(),
+        learner_status.learners.iter().map(|l| l.id).collect::<Vec<_>>(),
         vec![4]
     );
     let leader_status = cluster.member(leader).status();
@@ -684,10 +631,7 @@ async fn learner_added_with_add_learner_receives_all_entries() {
         .await
         .unwrap();
     let payloads = cluster.converged(12, Duration::from_secs(10)).await;
-    assert_eq!(
-        payloads.last().map(String::as_str),
-        Some("after-learner-restart")
-    );
+    assert_eq!(payloads.last().map(String::as_str), Some("after-learner-restart"));
     assert_eq!(cluster.member(4).status().role, Role::Learner);
 
     for mut member in cluster.members.into_values() {
@@ -727,10 +671,7 @@ async fn mismatched_voters_cluster_id_or_node_id_refuse_to_start() {
         .await
         .err()
         .expect("refused");
-    assert!(
-        matches!(err, QuorumError::ClusterIdMismatch { .. }),
-        "{err}"
-    );
+    assert!(matches!(err, QuorumError::ClusterIdMismatch { .. }), "{err}");
 
     let mut other_node = good.clone();
     other_node.node_id = 2;
@@ -742,11 +683,7 @@ async fn mismatched_voters_cluster_id_or_node_id_refuse_to_start() {
     assert!(matches!(err, QuorumError::NodeIdMismatch { .. }), "{err}");
 
     // The refusals left the directory usable by its rightful owner.
-    Quorum::start(good, Recorder::default())
-        .await
-        .unwrap()
-        .shutdown()
-        .await;
+    Quorum::start(good, Recorder::default()).await.unwrap().shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -773,12 +710,7 @@ async fn oversized_proposal_is_rejected_without_reaching_raft() {
     let quorum = Quorum::start_with_listener(config, listener, Recorder::default())
         .await
         .unwrap();
-    let result = quorum
-        .propose(vec![0; MAX_PROPOSAL_BYTES + 1], PROPOSE_TIMEOUT)
-        .await;
-    assert!(
-        matches!(result, Err(ProposeError::TooLarge { .. })),
-        "{result:?}"
-    );
+    let result = quorum.propose(vec![0; MAX_PROPOSAL_BYTES + 1], PROPOSE_TIMEOUT).await;
+    assert!(matches!(result, Err(ProposeError::TooLarge { .. })), "{result:?}");
     quorum.shutdown().await;
 }

@@ -141,12 +141,7 @@ impl Transport {
 }
 
 /// Accepts inbound connections, each served by its own task (dropped with this task).
-async fn accept_loop(
-    listener: TcpListener,
-    node_id: u64,
-    cluster_id: Arc<str>,
-    inbound: mpsc::Sender<Message>,
-) {
+async fn accept_loop(listener: TcpListener, node_id: u64, cluster_id: Arc<str>, inbound: mpsc::Sender<Message>) {
     let slots = Arc::new(Semaphore::new(MAX_INBOUND_CONNECTIONS));
     let mut connections = JoinSet::new();
     loop {
@@ -185,13 +180,10 @@ async fn serve_inbound(
 ) -> io::Result<()> {
     let _ = stream.set_nodelay(true);
     let mut reader = tokio::io::BufReader::new(stream);
-    let handshake = tokio::time::timeout(
-        HANDSHAKE_TIMEOUT,
-        read_frame(&mut reader, MAX_HANDSHAKE_BYTES),
-    )
-    .await
-    .map_err(|_| invalid("no handshake within 5 s"))??
-    .ok_or_else(|| invalid("closed before the handshake"))?;
+    let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, read_frame(&mut reader, MAX_HANDSHAKE_BYTES))
+        .await
+        .map_err(|_| invalid("no handshake within 5 s"))??
+        .ok_or_else(|| invalid("closed before the handshake"))?;
     let (peer_id, peer_cluster) = decode_handshake(&handshake)?;
     if peer_cluster != cluster_id {
         return Err(invalid(&format!(
@@ -200,11 +192,8 @@ async fn serve_inbound(
     }
     tracing::debug!(peer_id, "controller connection established");
     while let Some(frame) = read_frame(&mut reader, MAX_FRAME_BYTES).await? {
-        let msg = Message::parse_from_bytes(&frame).map_err(|e| {
-            invalid(&format!(
-                "undecodable raft message from node {peer_id}: {e}"
-            ))
-        })?;
+        let msg = Message::parse_from_bytes(&frame)
+            .map_err(|e| invalid(&format!("undecodable raft message from node {peer_id}: {e}")))?;
         if msg.from != peer_id || msg.to != node_id {
             return Err(invalid(&format!(
                 "node {peer_id} sent a message from {} to {} on its connection to {node_id}",
@@ -346,32 +335,14 @@ fn decode_handshake(frame: &[u8]) -> io::Result<(u64, String)> {
     if frame.get(0..4) != Some(HANDSHAKE_MAGIC.as_slice()) {
         return Err(bad());
     }
-    let version = u16::from_be_bytes(
-        frame
-            .get(4..6)
-            .ok_or_else(bad)?
-            .try_into()
-            .map_err(|_| bad())?,
-    );
+    let version = u16::from_be_bytes(frame.get(4..6).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
     if version != PROTOCOL_VERSION {
         return Err(invalid(&format!(
             "peer speaks quorum protocol version {version}, this node {PROTOCOL_VERSION}; run matching Sluice versions"
         )));
     }
-    let node_id = u64::from_be_bytes(
-        frame
-            .get(6..14)
-            .ok_or_else(bad)?
-            .try_into()
-            .map_err(|_| bad())?,
-    );
-    let len = u16::from_be_bytes(
-        frame
-            .get(14..16)
-            .ok_or_else(bad)?
-            .try_into()
-            .map_err(|_| bad())?,
-    ) as usize;
+    let node_id = u64::from_be_bytes(frame.get(6..14).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
+    let len = u16::from_be_bytes(frame.get(14..16).ok_or_else(bad)?.try_into().map_err(|_| bad())?) as usize;
     let cluster = frame.get(16..16 + len).ok_or_else(bad)?;
     if frame.len() != 16 + len {
         return Err(bad());
@@ -395,9 +366,7 @@ async fn read_frame(r: &mut (impl AsyncRead + Unpin), max: usize) -> io::Result<
     }
     let len = u32::from_be_bytes(len) as usize;
     if len > max {
-        return Err(invalid(&format!(
-            "frame of {len} bytes exceeds the {max}-byte limit"
-        )));
+        return Err(invalid(&format!("frame of {len} bytes exceeds the {max}-byte limit")));
     }
     let mut buf = vec![0u8; len];
     r.read_exact(&mut buf).await?;
@@ -415,10 +384,7 @@ mod tests {
     #[test]
     fn handshake_round_trips_and_rejects_garbage() {
         let frame = encode_handshake(3, "cluster-x");
-        assert_eq!(
-            decode_handshake(&frame).unwrap(),
-            (3, "cluster-x".to_owned())
-        );
+        assert_eq!(decode_handshake(&frame).unwrap(), (3, "cluster-x".to_owned()));
         assert!(decode_handshake(b"GET / HTTP/1.1").is_err());
         assert!(decode_handshake(&frame[..frame.len() - 1]).is_err());
     }
@@ -447,10 +413,7 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(5);
         let mut closed = false;
         while Instant::now() < deadline {
-            if write_batch(&mut conn, std::slice::from_ref(&msg))
-                .await
-                .is_err()
-            {
+            if write_batch(&mut conn, std::slice::from_ref(&msg)).await.is_err() {
                 closed = true;
                 break;
             }

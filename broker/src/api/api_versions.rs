@@ -18,7 +18,10 @@ pub fn unsupported_version_reply() -> ApiVersionsResponse {
 fn api_keys() -> Vec<ApiVersion> {
     all_supported()
         .map(|(key, range)| {
-            ApiVersion::default().with_api_key(key as i16).with_min_version(range.min).with_max_version(range.max)
+            ApiVersion::default()
+                .with_api_key(key as i16)
+                .with_min_version(range.min)
+                .with_max_version(range.max)
         })
         .collect()
 }

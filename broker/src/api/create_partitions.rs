@@ -25,7 +25,11 @@ pub async fn handle(broker: Arc<Broker>, request: CreatePartitionsRequest) -> Cr
                 .map(|_| ())
                 .map_err(CommitError::Refused)
         } else {
-            let command = MetadataCommand::CreatePartitions { name: name.clone(), count: topic.count, assignments };
+            let command = MetadataCommand::CreatePartitions {
+                name: name.clone(),
+                count: topic.count,
+                assignments,
+            };
             broker.commit(command).await.map(|_| ())
         };
         results.push(match outcome {
@@ -37,7 +41,9 @@ pub async fn handle(broker: Arc<Broker>, request: CreatePartitionsRequest) -> Cr
             }
             Err(e) => {
                 let (code, message) = commit_error(&e);
-                result.with_error_code(code).with_error_message(Some(str_bytes(message)))
+                result
+                    .with_error_code(code)
+                    .with_error_message(Some(str_bytes(message)))
             }
         });
     }

@@ -34,7 +34,12 @@ pub async fn handle(broker: Arc<Broker>, request: CreateTopicsRequest) -> Create
     CreateTopicsResponse::default().with_topics(topics)
 }
 
-async fn create_one(broker: &Broker, topic: &CreatableTopic, result: CreatableTopicResult, validate_only: bool) -> CreatableTopicResult {
+async fn create_one(
+    broker: &Broker,
+    topic: &CreatableTopic,
+    result: CreatableTopicResult,
+    validate_only: bool,
+) -> CreatableTopicResult {
     let new_topic = match new_topic(broker, topic) {
         Ok(t) => t,
         Err(e) => return failed(result, e.code(), e.message),
@@ -48,7 +53,13 @@ async fn create_one(broker: &Broker, topic: &CreatableTopic, result: CreatableTo
             Err(e) => failed(result, e.code(), e.message),
         };
     }
-    match broker.commit(MetadataCommand::CreateTopic { topic: new_topic.clone(), topic_id }).await {
+    match broker
+        .commit(MetadataCommand::CreateTopic {
+            topic: new_topic.clone(),
+            topic_id,
+        })
+        .await
+    {
         Ok(_) => {
             tracing::info!(topic = %new_topic.name, partitions = new_topic.num_partitions, "created topic");
             succeeded(broker, result, &new_topic, topic_id)
@@ -65,7 +76,10 @@ fn new_topic(broker: &Broker, topic: &CreatableTopic) -> Result<NewTopic, ApiErr
     let mut configs = BTreeMap::new();
     for config in &topic.configs {
         let value = config.value.as_ref().ok_or_else(|| {
-            ApiError::new(ResponseError::InvalidConfig, format!("config {} has a null value", config.name.as_str()))
+            ApiError::new(
+                ResponseError::InvalidConfig,
+                format!("config {} has a null value", config.name.as_str()),
+            )
         })?;
         configs.insert(config.name.to_string(), value.to_string());
     }
@@ -81,9 +95,17 @@ fn new_topic(broker: &Broker, topic: &CreatableTopic) -> Result<NewTopic, ApiErr
         let mut sorted: Vec<_> = topic.assignments.iter().collect();
         sorted.sort_by_key(|a| a.partition_index);
         if sorted.iter().enumerate().any(|(i, a)| a.partition_index != i as i32) {
-            return Err(ApiError::new(ResponseError::InvalidReplicaAssignment, "partition indexes must be 0..n without gaps"));
+            return Err(ApiError::new(
+                ResponseError::InvalidReplicaAssignment,
+                "partition indexes must be 0..n without gaps",
+            ));
         }
-        Some(sorted.iter().map(|a| a.broker_ids.iter().map(|b| b.0).collect()).collect::<Vec<Vec<i32>>>())
+        Some(
+            sorted
+                .iter()
+                .map(|a| a.broker_ids.iter().map(|b| b.0).collect())
+                .collect::<Vec<Vec<i32>>>(),
+        )
     };
     Ok(NewTopic {
         name: topic.name.0.to_string(),

@@ -16,21 +16,32 @@ pub async fn handle(broker: Arc<Broker>, request: DeleteTopicsRequest, version: 
     let wanted: Vec<(Option<TopicName>, Uuid)> = if version >= 6 {
         request.topics.into_iter().map(|t| (t.name, t.topic_id)).collect()
     } else {
-        request.topic_names.into_iter().map(|n| (Some(n), Uuid::nil())).collect()
+        request
+            .topic_names
+            .into_iter()
+            .map(|n| (Some(n), Uuid::nil()))
+            .collect()
     };
     let mut responses = Vec::with_capacity(wanted.len());
     for (name, topic_id) in wanted {
-        let result = DeletableTopicResult::default().with_name(name.clone()).with_topic_id(topic_id);
+        let result = DeletableTopicResult::default()
+            .with_name(name.clone())
+            .with_topic_id(topic_id);
         if !broker.config.delete_topic_enable {
             let message = "delete.topic.enable is false on this broker".to_string();
             responses.push(failed(result, ResponseError::TopicDeletionDisabled.code(), message));
             continue;
         }
-        let command = MetadataCommand::DeleteTopic { name: name.as_ref().map(|n| n.0.to_string()), topic_id };
+        let command = MetadataCommand::DeleteTopic {
+            name: name.as_ref().map(|n| n.0.to_string()),
+            topic_id,
+        };
         responses.push(match broker.commit(command).await {
             Ok((_, Outcome::TopicDeleted { name, topic_id })) => {
                 tracing::info!(topic = %name, "deleted topic");
-                result.with_name(Some(TopicName(str_bytes(name)))).with_topic_id(topic_id)
+                result
+                    .with_name(Some(TopicName(str_bytes(name))))
+                    .with_topic_id(topic_id)
             }
             Ok(_) => result,
             Err(e) => {
@@ -43,5 +54,7 @@ pub async fn handle(broker: Arc<Broker>, request: DeleteTopicsRequest, version: 
 }
 
 fn failed(result: DeletableTopicResult, code: i16, message: String) -> DeletableTopicResult {
-    result.with_error_code(code).with_error_message(Some(str_bytes(message)))
+    result
+        .with_error_code(code)
+        .with_error_message(Some(str_bytes(message)))
 }

@@ -24,14 +24,20 @@ pub fn handle(broker: &Broker, request: DescribeConfigsRequest, _version: i16) -
                 .with_resource_type(resource.resource_type)
                 .with_resource_name(resource.resource_name.clone());
             let wanted = |name: &str| {
-                resource.configuration_keys.as_ref().is_none_or(|keys| keys.iter().any(|k| k.as_str() == name))
+                resource
+                    .configuration_keys
+                    .as_ref()
+                    .is_none_or(|keys| keys.iter().any(|k| k.as_str() == name))
             };
-            let options = Options { synonyms: request.include_synonyms, documentation: request.include_documentation };
+            let options = Options {
+                synonyms: request.include_synonyms,
+                documentation: request.include_documentation,
+            };
             match describe(broker, resource.resource_type, &resource.resource_name, options) {
                 Ok(configs) => result.with_configs(configs.into_iter().filter(|c| wanted(c.name.as_str())).collect()),
-                Err((error, message)) => {
-                    result.with_error_code(error.code()).with_error_message(Some(str_bytes(message)))
-                }
+                Err((error, message)) => result
+                    .with_error_code(error.code())
+                    .with_error_message(Some(str_bytes(message))),
             }
         })
         .collect();
@@ -54,7 +60,10 @@ fn describe(
         RESOURCE_TOPIC => {
             let image = broker.metadata.image();
             let topic = image.topic(name.as_str()).ok_or_else(|| {
-                (ResponseError::UnknownTopicOrPartition, format!("topic {:?} does not exist", name.as_str()))
+                (
+                    ResponseError::UnknownTopicOrPartition,
+                    format!("topic {:?} does not exist", name.as_str()),
+                )
             })?;
             Ok(topic_config::describe(&topic.configs, &broker.config)
                 .into_iter()
@@ -64,14 +73,21 @@ fn describe(
         RESOURCE_BROKER => {
             let own_id = broker.config.node_id.to_string();
             if !name.is_empty() && name.as_str() != own_id {
-                return Err((ResponseError::InvalidRequest, format!("broker {} is not this broker ({own_id})", name.as_str())));
+                return Err((
+                    ResponseError::InvalidRequest,
+                    format!("broker {} is not this broker ({own_id})", name.as_str()),
+                ));
             }
             Ok(broker
                 .config
                 .describe()
                 .into_iter()
                 .map(|(key, value, explicit)| {
-                    let source = if explicit { ConfigSource::StaticBroker } else { ConfigSource::Default };
+                    let source = if explicit {
+                        ConfigSource::StaticBroker
+                    } else {
+                        ConfigSource::Default
+                    };
                     DescribeConfigsResourceResult::default()
                         .with_name(str_bytes(key))
                         .with_value(Some(str_bytes(value)))
@@ -81,20 +97,36 @@ fn describe(
                 })
                 .collect())
         }
-        other => Err((ResponseError::InvalidRequest, format!("resource type {other} is not supported; use 2 (topic) or 4 (broker)"))),
+        other => Err((
+            ResponseError::InvalidRequest,
+            format!("resource type {other} is not supported; use 2 (topic) or 4 (broker)"),
+        )),
     }
 }
 
-fn topic_entry(broker: &Broker, def: &ConfigDef, value: String, source: ConfigSource, options: Options) -> DescribeConfigsResourceResult {
+fn topic_entry(
+    broker: &Broker,
+    def: &ConfigDef,
+    value: String,
+    source: ConfigSource,
+    options: Options,
+) -> DescribeConfigsResourceResult {
     let mut synonyms = Vec::new();
     if options.synonyms {
         if source == ConfigSource::DynamicTopic {
             synonyms.push(synonym(def.name, &value, ConfigSource::DynamicTopic));
         }
-        if let Some(v) = def.broker_synonym.and_then(|k| broker.config.static_override(k).map(|v| (k, v))) {
+        if let Some(v) = def
+            .broker_synonym
+            .and_then(|k| broker.config.static_override(k).map(|v| (k, v)))
+        {
             synonyms.push(synonym(v.0, v.1, ConfigSource::StaticBroker));
         }
-        synonyms.push(synonym(def.broker_synonym.unwrap_or(def.name), def.default, ConfigSource::Default));
+        synonyms.push(synonym(
+            def.broker_synonym.unwrap_or(def.name),
+            def.default,
+            ConfigSource::Default,
+        ));
     }
     DescribeConfigsResourceResult::default()
         .with_name(str_bytes(def.name))

@@ -43,7 +43,9 @@ pub fn handle(broker: &Broker, request: DescribeQuorumRequest, version: i16) -> 
                         .with_observers(status.learners.iter().map(replica).collect())
                 })
                 .collect();
-            TopicData::default().with_topic_name(topic.topic_name.clone()).with_partitions(partitions)
+            TopicData::default()
+                .with_topic_name(topic.topic_name.clone())
+                .with_partitions(partitions)
         })
         .collect();
     let response = DescribeQuorumResponse::default().with_topics(topics);
@@ -60,7 +62,11 @@ pub fn handle(broker: &Broker, request: DescribeQuorumRequest, version: i16) -> 
                 .with_name(str_bytes("CONTROLLER"))
                 .with_host(str_bytes(host))
                 .with_port(port.parse().ok()?);
-            Some(Node::default().with_node_id(BrokerId(*id)).with_listeners(vec![listener]))
+            Some(
+                Node::default()
+                    .with_node_id(BrokerId(*id))
+                    .with_listeners(vec![listener]),
+            )
         })
         .collect();
     response.with_nodes(nodes)

@@ -90,8 +90,16 @@ fn resolve(broker: &Broker, request: &FetchRequest, version: i16) -> FetchPlan {
         .topics
         .iter()
         .map(|t| {
-            let topic = if by_topic_id { image.topic_by_id(&t.topic_id) } else { image.topic(&t.topic.0) };
-            let unknown = if by_topic_id { ResponseError::UnknownTopicId } else { ResponseError::UnknownTopicOrPartition };
+            let topic = if by_topic_id {
+                image.topic_by_id(&t.topic_id)
+            } else {
+                image.topic(&t.topic.0)
+            };
+            let unknown = if by_topic_id {
+                ResponseError::UnknownTopicId
+            } else {
+                ResponseError::UnknownTopicOrPartition
+            };
             let partitions = t
                 .partitions
                 .iter()
@@ -113,7 +121,11 @@ fn resolve(broker: &Broker, request: &FetchRequest, version: i16) -> FetchPlan {
                     },
                 })
                 .collect();
-            TopicTargets { name: t.topic.clone(), topic_id: t.topic_id, partitions }
+            TopicTargets {
+                name: t.topic.clone(),
+                topic_id: t.topic_id,
+                partitions,
+            }
         })
         .collect();
     FetchPlan {

@@ -25,7 +25,9 @@ pub async fn handle(broker: Arc<Broker>, request: IncrementalAlterConfigsRequest
             .with_resource_name(resource.resource_name.clone());
         responses.push(match alter(&broker, resource, request.validate_only).await {
             Ok(()) => result,
-            Err((code, message)) => result.with_error_code(code).with_error_message(Some(str_bytes(message))),
+            Err((code, message)) => result
+                .with_error_code(code)
+                .with_error_message(Some(str_bytes(message))),
         });
     }
     IncrementalAlterConfigsResponse::default().with_responses(responses)
@@ -36,7 +38,9 @@ async fn alter(broker: &Broker, resource: &AlterConfigsResource, validate_only: 
     match resource.resource_type {
         RESOURCE_TOPIC => {}
         RESOURCE_BROKER => {
-            return Err(invalid("broker configs are static in this version; restart the broker with --set KEY=VALUE".into()))
+            return Err(invalid(
+                "broker configs are static in this version; restart the broker with --set KEY=VALUE".into(),
+            ))
         }
         other => return Err(invalid(format!("resource type {other} cannot be altered"))),
     }
@@ -44,21 +48,33 @@ async fn alter(broker: &Broker, resource: &AlterConfigsResource, validate_only: 
     for config in &resource.configs {
         let op = AlterOp::from_code(config.config_operation)
             .ok_or_else(|| invalid(format!("unknown config operation {}", config.config_operation)))?;
-        ops.push((config.name.to_string(), op, config.value.as_ref().map(|v| v.to_string())));
+        ops.push((
+            config.name.to_string(),
+            op,
+            config.value.as_ref().map(|v| v.to_string()),
+        ));
     }
     let name = resource.resource_name.to_string();
     // APPEND/SUBTRACT start from this broker's effective value when the topic has no override.
     let list_bases: BTreeMap<String, String> = ops
         .iter()
         .filter(|(_, op, _)| matches!(op, AlterOp::Append | AlterOp::Subtract))
-        .map(|(key, _, _)| (key.clone(), topic_config::effective_value(key, &Default::default(), &broker.config)))
+        .map(|(key, _, _)| {
+            (
+                key.clone(),
+                topic_config::effective_value(key, &Default::default(), &broker.config),
+            )
+        })
         .collect();
     let outcome = if validate_only {
         controller::alter_topic_configs(&broker.metadata.image(), &name, &ops, &list_bases)
             .map(|_| ())
             .map_err(CommitError::Refused)
     } else {
-        broker.commit(MetadataCommand::AlterTopicConfigs { name, ops, list_bases }).await.map(|_| ())
+        broker
+            .commit(MetadataCommand::AlterTopicConfigs { name, ops, list_bases })
+            .await
+            .map(|_| ())
     };
     outcome.map_err(|e| commit_error(&e))
 }

@@ -19,9 +19,9 @@ use sluice_protocol::ResponseBody;
 use super::{str_bytes, Reply};
 use crate::broker::Broker;
 use crate::controller::{self, NewTopic};
+use crate::metadata::image::{MetadataImage, TopicImage};
 use crate::metadata::records::MetadataCommand;
 use crate::metadata::CommitError;
-use crate::metadata::image::{MetadataImage, TopicImage};
 
 /// Answers at once unless unknown topics are to be auto-created: then after their creation
 /// is committed, so the client gets real leaders rather than an error to retry on.
@@ -39,7 +39,12 @@ pub fn handle(broker: &Arc<Broker>, request: MetadataRequest, version: i16) -> R
         Vec::new()
     };
     if to_create.is_empty() {
-        return Reply::Now(ResponseBody::Metadata(respond(broker, &request, version, &HashMap::new())));
+        return Reply::Now(ResponseBody::Metadata(respond(
+            broker,
+            &request,
+            version,
+            &HashMap::new(),
+        )));
     }
     let broker = broker.clone();
     Reply::Later(
@@ -57,7 +62,12 @@ pub fn handle(broker: &Arc<Broker>, request: MetadataRequest, version: i16) -> R
 }
 
 /// Builds the response from the current image; `failures` are auto-creations that failed.
-fn respond(broker: &Broker, request: &MetadataRequest, version: i16, failures: &HashMap<String, ResponseError>) -> MetadataResponse {
+fn respond(
+    broker: &Broker,
+    request: &MetadataRequest,
+    version: i16,
+    failures: &HashMap<String, ResponseError>,
+) -> MetadataResponse {
     let image = broker.metadata.image();
     // v0 has no null: an empty list means every topic.
     let all_topics = request.topics.is_none() || (version == 0 && request.topics.as_ref().is_some_and(Vec::is_empty));
@@ -127,9 +137,19 @@ async fn auto_create(broker: &Broker, name: &str) -> Result<(), ResponseError> {
         assignments: None,
         configs: BTreeMap::new(),
     };
-    match broker.commit(MetadataCommand::CreateTopic { topic, topic_id: Uuid::new_v4() }).await {
+    match broker
+        .commit(MetadataCommand::CreateTopic {
+            topic,
+            topic_id: Uuid::new_v4(),
+        })
+        .await
+    {
         Ok(_) => {
-            tracing::info!(topic = name, partitions = broker.config.num_partitions, "auto-created topic on a metadata request");
+            tracing::info!(
+                topic = name,
+                partitions = broker.config.num_partitions,
+                "auto-created topic on a metadata request"
+            );
             Ok(())
         }
         // Created meanwhile by another client: not a failure.
@@ -165,11 +185,19 @@ fn topic_metadata(image: &MetadataImage, topic: &TopicImage) -> MetadataResponse
         .enumerate()
         .map(|(index, p)| {
             let ids = |v: &[i32]| v.iter().map(|&id| BrokerId(id)).collect::<Vec<_>>();
-            let offline: Vec<BrokerId> =
-                p.replicas.iter().filter(|id| !image.live_brokers().any(|b| b.broker_id == **id)).map(|&id| BrokerId(id)).collect();
+            let offline: Vec<BrokerId> = p
+                .replicas
+                .iter()
+                .filter(|id| !image.live_brokers().any(|b| b.broker_id == **id))
+                .map(|&id| BrokerId(id))
+                .collect();
             let leader_alive = image.live_brokers().any(|b| b.broker_id == p.leader);
             MetadataResponsePartition::default()
-                .with_error_code(if leader_alive { 0 } else { ResponseError::LeaderNotAvailable.code() })
+                .with_error_code(if leader_alive {
+                    0
+                } else {
+                    ResponseError::LeaderNotAvailable.code()
+                })
                 .with_partition_index(index as i32)
                 .with_leader_id(BrokerId(if leader_alive { p.leader } else { -1 }))
                 .with_leader_epoch(p.leader_epoch)

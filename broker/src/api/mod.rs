@@ -50,18 +50,22 @@ pub fn handle(broker: &Arc<Broker>, request: Request) -> Reply {
         RequestBody::ApiVersions(_) => now(ResponseBody::ApiVersions(api_versions::handle())),
         RequestBody::CreateTopics(r) => later(create_topics::handle(b, r).map(ResponseBody::CreateTopics)),
         RequestBody::DeleteTopics(r) => later(delete_topics::handle(b, r, version).map(ResponseBody::DeleteTopics)),
-        RequestBody::DescribeConfigs(r) => now(ResponseBody::DescribeConfigs(describe_configs::handle(broker, r, version))),
+        RequestBody::DescribeConfigs(r) => now(ResponseBody::DescribeConfigs(describe_configs::handle(
+            broker, r, version,
+        ))),
         RequestBody::CreatePartitions(r) => later(create_partitions::handle(b, r).map(ResponseBody::CreatePartitions)),
         RequestBody::IncrementalAlterConfigs(r) => {
             later(incremental_alter_configs::handle(b, r).map(ResponseBody::IncrementalAlterConfigs))
         }
-        RequestBody::OffsetForLeaderEpoch(r) => {
-            now(ResponseBody::OffsetForLeaderEpoch(offset_for_leader_epoch::handle(broker, r)))
-        }
+        RequestBody::OffsetForLeaderEpoch(r) => now(ResponseBody::OffsetForLeaderEpoch(
+            offset_for_leader_epoch::handle(broker, r),
+        )),
         RequestBody::InitProducerId(r) => later(init_producer_id::handle(b, r).map(ResponseBody::InitProducerId)),
         RequestBody::FindCoordinator(r) => now(ResponseBody::FindCoordinator(find_coordinator::handle(r, version))),
         RequestBody::DescribeCluster(r) => now(ResponseBody::DescribeCluster(describe_cluster::handle(broker, r))),
-        RequestBody::DescribeQuorum(r) => now(ResponseBody::DescribeQuorum(describe_quorum::handle(broker, r, version))),
+        RequestBody::DescribeQuorum(r) => now(ResponseBody::DescribeQuorum(describe_quorum::handle(
+            broker, r, version,
+        ))),
     }
 }
 
@@ -82,7 +86,9 @@ pub(crate) fn commit_error(e: &CommitError) -> (i16, String) {
         CommitError::Refused(api) => return (api.code(), api.message.clone()),
         CommitError::Quorum(ProposeError::NoLeader | ProposeError::Stopped) => ResponseError::NotController,
         CommitError::Quorum(ProposeError::Timeout(_) | ProposeError::Busy) => ResponseError::RequestTimedOut,
-        CommitError::Quorum(ProposeError::TooLarge { .. } | ProposeError::InvalidLearner { .. }) => ResponseError::InvalidRequest,
+        CommitError::Quorum(ProposeError::TooLarge { .. } | ProposeError::InvalidLearner { .. }) => {
+            ResponseError::InvalidRequest
+        }
     };
     tracing::warn!(error = %e, "metadata change failed");
     (code.code(), e.to_string())

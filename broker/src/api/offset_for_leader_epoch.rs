@@ -39,7 +39,9 @@ pub fn handle(broker: &Broker, request: OffsetForLeaderEpochRequest) -> OffsetFo
                     response.with_leader_epoch(epoch).with_end_offset(end_offset)
                 })
                 .collect();
-            OffsetForLeaderTopicResult::default().with_topic(t.topic).with_partitions(partitions)
+            OffsetForLeaderTopicResult::default()
+                .with_topic(t.topic)
+                .with_partitions(partitions)
         })
         .collect();
     OffsetForLeaderEpochResponse::default().with_topics(topics)

@@ -40,9 +40,10 @@ pub fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> Reply {
                             Err((ResponseError::UnknownTopicId, "unknown topic id".to_string()))
                         }
                         None => Err((ResponseError::UnknownTopicOrPartition, "unknown topic".to_string())),
-                        Some(_) if !(-1..=1).contains(&acks) => {
-                            Err((ResponseError::InvalidRequiredAcks, format!("acks={acks} is invalid; use 0, 1 or -1 (all)")))
-                        }
+                        Some(_) if !(-1..=1).contains(&acks) => Err((
+                            ResponseError::InvalidRequiredAcks,
+                            format!("acks={acks} is invalid; use 0, 1 or -1 (all)"),
+                        )),
                         Some(topic) => append(broker, &image, topic, data.index, data.records, acks, now),
                     };
                     partition_response(data.index, result)
@@ -57,7 +58,9 @@ pub fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> Reply {
     if acks == 0 {
         return Reply::None;
     }
-    Reply::Now(ResponseBody::Produce(ProduceResponse::default().with_responses(responses)))
+    Reply::Now(ResponseBody::Produce(
+        ProduceResponse::default().with_responses(responses),
+    ))
 }
 
 /// Offsets assigned by a successful append.
@@ -77,17 +80,29 @@ fn append(
     now: i64,
 ) -> Result<Appended, (ResponseError, String)> {
     let Some(registration) = topic.partitions.get(index as usize) else {
-        return Err((ResponseError::UnknownTopicOrPartition, format!("{} has no partition {index}", topic.name)));
+        return Err((
+            ResponseError::UnknownTopicOrPartition,
+            format!("{} has no partition {index}", topic.name),
+        ));
     };
     let partition = match broker.replicas.get(topic.topic_id, index) {
         Some(p) if registration.leader == broker.config.node_id => p,
-        _ => return Err((ResponseError::NotLeaderOrFollower, "this broker is not the partition leader".to_string())),
+        _ => {
+            return Err((
+                ResponseError::NotLeaderOrFollower,
+                "this broker is not the partition leader".to_string(),
+            ))
+        }
     };
     if acks == -1 {
         let min_isr = topic_config::effective_value("min.insync.replicas", &topic.configs, &broker.config)
             .parse::<usize>()
             .unwrap_or(1);
-        let live_isr = registration.isr.iter().filter(|id| image.live_brokers().any(|b| b.broker_id == **id)).count();
+        let live_isr = registration
+            .isr
+            .iter()
+            .filter(|id| image.live_brokers().any(|b| b.broker_id == **id))
+            .count();
         if live_isr < min_isr {
             return Err((
                 ResponseError::NotEnoughReplicas,
@@ -96,18 +111,31 @@ fn append(
         }
     }
     let records = records.filter(|r| !r.is_empty()).ok_or_else(|| {
-        (ResponseError::CorruptMessage, "the produce request carries no record batch".to_string())
+        (
+            ResponseError::CorruptMessage,
+            "the produce request carries no record batch".to_string(),
+        )
     })?;
     validate_batches(&records).map_err(|e| {
-        (ResponseError::try_from_code(e.kafka_error_code()).unwrap_or(ResponseError::CorruptMessage), e.to_string())
+        (
+            ResponseError::try_from_code(e.kafka_error_code()).unwrap_or(ResponseError::CorruptMessage),
+            e.to_string(),
+        )
     })?;
     if BatchIter::new(&records).any(|(header, _)| header.is_control()) {
-        return Err((ResponseError::InvalidRecord, "clients may not produce control batches".to_string()));
+        return Err((
+            ResponseError::InvalidRecord,
+            "clients may not produce control batches".to_string(),
+        ));
     }
     let cleanup_policy = topic_config::effective_value("cleanup.policy", &topic.configs, &broker.config);
     if cleanup_policy.split(',').any(|p| p.trim() == "compact") {
-        reject_keyless_records(&records)
-            .map_err(|message| (ResponseError::InvalidRecord, format!("{message} (topic {} is compacted)", topic.name)))?;
+        reject_keyless_records(&records).map_err(|message| {
+            (
+                ResponseError::InvalidRecord,
+                format!("{message} (topic {} is compacted)", topic.name),
+            )
+        })?;
     }
     let mut batches = BytesMut::from(&records[..]);
     Ok(match partition.append_as_leader(&mut batches, now)? {
@@ -116,9 +144,11 @@ fn append(
             log_append_time_ms: info.log_append_time_ms,
             log_start_offset: info.log_start_offset,
         },
-        AppendOutcome::Duplicate { base_offset } => {
-            Appended { base_offset, log_append_time_ms: -1, log_start_offset: partition.log_start_offset() }
-        }
+        AppendOutcome::Duplicate { base_offset } => Appended {
+            base_offset,
+            log_append_time_ms: -1,
+            log_start_offset: partition.log_start_offset(),
+        },
     })
 }
 

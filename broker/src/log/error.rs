@@ -20,11 +20,7 @@ pub enum LogError {
     )]
     Io(#[from] std::io::Error),
     #[error("offset {offset} is out of range: the log holds offsets {log_start} up to {log_end} (exclusive)")]
-    OffsetOutOfRange {
-        offset: i64,
-        log_start: i64,
-        log_end: i64,
-    },
+    OffsetOutOfRange { offset: i64, log_start: i64, log_end: i64 },
     #[error(
         "record batch of {batch_bytes} bytes exceeds max.message.bytes ({max}); raise the topic's \
          max.message.bytes or lower the producer's batch.size"
@@ -34,10 +30,7 @@ pub enum LogError {
         "record batch of {batch_bytes} bytes is larger than segment.bytes ({segment_bytes}); \
          raise the topic's segment.bytes"
     )]
-    RecordBatchTooLarge {
-        batch_bytes: usize,
-        segment_bytes: u64,
-    },
+    RecordBatchTooLarge { batch_bytes: usize, segment_bytes: u64 },
     #[error("invalid record batch: {0}")]
     InvalidBatch(#[from] BatchError),
     #[error(

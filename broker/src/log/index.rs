@@ -265,9 +265,7 @@ impl OffsetIndex {
     /// holding `offset` starts at or after the returned position.
     pub fn lookup(&self, offset: i64) -> io::Result<OffsetPosition> {
         let relative = offset.saturating_sub(self.base_offset);
-        let found = self
-            .file
-            .floor(|e| i64::from(e.relative_offset) <= relative)?;
+        let found = self.file.floor(|e| i64::from(e.relative_offset) <= relative)?;
         Ok(found.map_or(
             OffsetPosition {
                 offset: self.base_offset,
@@ -281,11 +279,7 @@ impl OffsetIndex {
     /// not fit a relative u32 is skipped (the index is sparse; a missing entry only lengthens a scan).
     pub fn append(&mut self, offset: i64, position: u32) -> io::Result<()> {
         let Ok(relative_offset) = u32::try_from(offset - self.base_offset) else {
-            debug_assert!(
-                false,
-                "offset {offset} outside segment {}",
-                self.base_offset
-            );
+            debug_assert!(false, "offset {offset} outside segment {}", self.base_offset);
             return Ok(());
         };
         if let Some(last) = self.file.last {
@@ -309,11 +303,7 @@ impl OffsetIndex {
     /// Kafka's sanity check: present if the log has data, whole entries, the last one inside the
     /// log file.
     pub fn is_sane(&self, log_size_bytes: u64) -> bool {
-        self.file.is_sane(log_size_bytes)
-            && self
-                .file
-                .last
-                .is_none_or(|e| u64::from(e.position) < log_size_bytes)
+        self.file.is_sane(log_size_bytes) && self.file.last.is_none_or(|e| u64::from(e.position) < log_size_bytes)
     }
 
     pub fn reset(&mut self) -> io::Result<()> {
@@ -363,27 +353,16 @@ impl TimeIndex {
     /// The last entry with a timestamp strictly below `timestamp`. Every batch up to and including
     /// the one holding its offset is then older than `timestamp`, so a search can start there.
     pub fn lookup_before(&self, timestamp: i64) -> io::Result<Option<TimestampOffset>> {
-        Ok(self
-            .file
-            .floor(|e| e.timestamp < timestamp)?
-            .map(|e| self.absolute(e)))
+        Ok(self.file.floor(|e| e.timestamp < timestamp)?.map(|e| self.absolute(e)))
     }
 
     /// Records that `timestamp` is the segment's max so far, reached at `offset`, if it grew.
     pub fn maybe_append(&mut self, timestamp: i64, offset: i64) -> io::Result<()> {
-        if self
-            .file
-            .last
-            .is_some_and(|last| timestamp <= last.timestamp)
-        {
+        if self.file.last.is_some_and(|last| timestamp <= last.timestamp) {
             return Ok(());
         }
         let Ok(relative_offset) = u32::try_from(offset - self.base_offset) else {
-            debug_assert!(
-                false,
-                "offset {offset} outside segment {}",
-                self.base_offset
-            );
+            debug_assert!(false, "offset {offset} outside segment {}", self.base_offset);
             return Ok(());
         };
         if let Some(last) = self.file.last {
@@ -402,8 +381,7 @@ impl TimeIndex {
     /// Drops entries for `offset` and beyond.
     pub fn truncate_to_offset(&mut self, offset: i64) -> io::Result<()> {
         let relative = offset - self.base_offset;
-        self.file
-            .truncate_where(|e| i64::from(e.relative_offset) < relative)
+        self.file.truncate_where(|e| i64::from(e.relative_offset) < relative)
     }
 
     /// Present if the log has data and made of whole entries. A sealed segment with data always

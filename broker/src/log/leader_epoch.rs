@@ -206,9 +206,7 @@ impl LeaderEpochCache {
     /// Kafka's `truncateFromStart`: after the log start moved to `start_offset`, drops epochs
     /// that ended before it and moves the start of the epoch covering it to `start_offset`.
     pub(super) fn truncate_from_start(&mut self, start_offset: i64) -> Result<(), LogError> {
-        let covered = self
-            .epochs
-            .partition_point(|e| e.start_offset <= start_offset);
+        let covered = self.epochs.partition_point(|e| e.start_offset <= start_offset);
         let Some(covering) = covered.checked_sub(1).and_then(|i| self.epochs.get(i)) else {
             return Ok(());
         };
@@ -316,8 +314,7 @@ fn parse_checkpoint(text: &str) -> Result<Vec<EpochEntry>, String> {
 
 fn parse_entry(line: &str) -> Option<EpochEntry> {
     let mut fields = line.split_whitespace();
-    let (Some(epoch), Some(start_offset), None) = (fields.next(), fields.next(), fields.next())
-    else {
+    let (Some(epoch), Some(start_offset), None) = (fields.next(), fields.next(), fields.next()) else {
         return None;
     };
     let entry = EpochEntry {

@@ -11,9 +11,7 @@ use sluice_protocol::batch::{self, BatchError, BatchHeader, BatchIter, BatchesIn
 
 use super::index::remove_if_exists;
 use super::leader_epoch::{EpochScan, LeaderEpochCache};
-use super::segment::{
-    segment_file_name, LogSegment, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
-};
+use super::segment::{segment_file_name, LogSegment, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX};
 use super::{LogConfig, LogError};
 
 /// Written by [`PartitionLog::close`]; its presence at open means the tail needs no scan.
@@ -72,10 +70,9 @@ impl PartitionLog {
     /// rebuilt if damaged.
     pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<PartitionLog, LogError> {
         fs::create_dir_all(dir)?;
-        let name = dir.file_name().map_or_else(
-            || dir.display().to_string(),
-            |n| n.to_string_lossy().into_owned(),
-        );
+        let name = dir
+            .file_name()
+            .map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned());
         let marker = dir.join(CLEAN_SHUTDOWN_FILE);
         let clean_shutdown = marker.exists();
 
@@ -142,17 +139,11 @@ impl PartitionLog {
     /// offsets must increase. Each batch keeps the leader's `partitionLeaderEpoch`, and epochs it
     /// has not seen are recorded; an epoch going backwards means this replica diverged from the
     /// leader, and the append is refused with `LeaderEpochRegression` before anything is written.
-    pub fn append_as_follower(
-        &mut self,
-        records: &[u8],
-        now_ms: i64,
-    ) -> Result<AppendInfo, LogError> {
+    pub fn append_as_follower(&mut self, records: &[u8], now_ms: i64) -> Result<AppendInfo, LogError> {
         self.clock_ms = now_ms;
         let info = batch::validate_batches(records)?;
         let append = self.check_follower_offsets(records)?;
-        let new_epochs = self
-            .leader_epoch_cache
-            .new_entries(stored_epochs(records))?;
+        let new_epochs = self.leader_epoch_cache.new_entries(stored_epochs(records))?;
         let records_len = records.len() as u64;
         self.maybe_roll_for(
             records_len,
@@ -162,8 +153,7 @@ impl PartitionLog {
             now_ms,
         )?;
         self.leader_epoch_cache.assign(&new_epochs)?;
-        self.active
-            .append(records, self.config.index_interval_bytes)?;
+        self.active.append(records, self.config.index_interval_bytes)?;
         self.log_end_offset = append.last_offset + 1;
         self.maybe_flush_after(info.record_count, now_ms)?;
         Ok(append)
@@ -186,13 +176,7 @@ impl PartitionLog {
         }
         let mut records = Vec::new();
         if offset < self.log_end_offset {
-            self.read_into(
-                offset,
-                max_bytes as u64,
-                max_offset,
-                min_one_message,
-                &mut records,
-            )?;
+            self.read_into(offset, max_bytes as u64, max_offset, min_one_message, &mut records)?;
         }
         Ok(ReadResult {
             records: Bytes::from(records),
@@ -264,8 +248,7 @@ impl PartitionLog {
         let mut deleted = 0;
         if self.config.retention_ms >= 0 {
             while let Some(oldest) = self.inactive.front() {
-                if now_ms.saturating_sub(oldest.largest_timestamp_ms()?) <= self.config.retention_ms
-                {
+                if now_ms.saturating_sub(oldest.largest_timestamp_ms()?) <= self.config.retention_ms {
                     break;
                 }
                 self.delete_oldest_segment()?;
@@ -300,9 +283,7 @@ impl PartitionLog {
     pub fn maybe_roll(&mut self, now_ms: i64) -> Result<(), LogError> {
         self.clock_ms = now_ms;
         let active = &self.active;
-        if !active.is_empty()
-            && active.time_waited_for_roll_ms(now_ms, now_ms) > self.config.segment_ms
-        {
+        if !active.is_empty() && active.time_waited_for_roll_ms(now_ms, now_ms) > self.config.segment_ms {
             self.roll(self.log_end_offset, now_ms)?;
         }
         Ok(())
@@ -345,12 +326,9 @@ impl PartitionLog {
         let (truncated_bytes, next_offset) = self.active.truncate_to(offset)?;
         tracing::info!(partition = %self.name, offset, truncated_bytes, "truncated log");
         self.log_end_offset = next_offset;
-        debug_assert!(
-            self.log_end_offset <= offset && self.log_end_offset >= self.log_start_offset
-        );
+        debug_assert!(self.log_end_offset <= offset && self.log_end_offset >= self.log_start_offset);
         // The new end, not `offset`: a batch straddling `offset` went whole, epoch and all.
-        self.leader_epoch_cache
-            .truncate_from_end(self.log_end_offset)
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
     }
 
     /// New settings take effect from the next append, roll or retention pass.
@@ -404,10 +382,7 @@ impl PartitionLog {
         let info = self.check_leader_append(records)?;
         let first_offset = self.log_end_offset;
         let last_offset = first_offset + info.record_count - 1;
-        debug_assert!(
-            last_offset >= first_offset,
-            "every v2 batch spans at least one offset"
-        );
+        debug_assert!(last_offset >= first_offset, "every v2 batch spans at least one offset");
         let log_append_time_ms = if self.config.message_timestamp_log_append {
             now_ms
         } else {
@@ -428,16 +403,9 @@ impl PartitionLog {
             "leader append with an epoch below the log's latest: {new_epochs:?}"
         );
         let new_epochs = new_epochs?;
-        self.maybe_roll_for(
-            records.len() as u64,
-            first_offset,
-            last_offset,
-            max_timestamp,
-            now_ms,
-        )?;
+        self.maybe_roll_for(records.len() as u64, first_offset, last_offset, max_timestamp, now_ms)?;
         self.leader_epoch_cache.assign(&new_epochs)?;
-        self.active
-            .append(records, self.config.index_interval_bytes)?;
+        self.active.append(records, self.config.index_interval_bytes)?;
         self.log_end_offset = last_offset + 1;
         self.maybe_flush_after(info.record_count, now_ms)?;
         // Under LogAppendTime every batch has the max timestamp: the first one holds it.
@@ -600,8 +568,7 @@ impl PartitionLog {
             segment.read_into(position, want, out)?;
             let complete = complete_batches_below(&out[start..], max_offset);
             out.truncate(start + complete);
-            let consumed_segment =
-                complete as u64 == want && position + want == segment.size_bytes();
+            let consumed_segment = complete as u64 == want && position + want == segment.size_bytes();
             if !consumed_segment || out.len() as u64 >= budget {
                 break;
             }
@@ -631,10 +598,7 @@ impl PartitionLog {
     }
 
     fn bytes_from(&self, segment_index: usize, position: u64) -> u64 {
-        let total: u64 = self
-            .segments_from(segment_index)
-            .map(LogSegment::size_bytes)
-            .sum();
+        let total: u64 = self.segments_from(segment_index).map(LogSegment::size_bytes).sum();
         total.saturating_sub(position)
     }
 
@@ -651,8 +615,7 @@ impl PartitionLog {
         if let Some(oldest) = self.inactive.pop_front() {
             self.log_start_offset = self.inactive.front().unwrap_or(&self.active).base_offset();
             oldest.delete()?;
-            self.leader_epoch_cache
-                .truncate_from_start(self.log_start_offset)?;
+            self.leader_epoch_cache.truncate_from_start(self.log_start_offset)?;
         }
         Ok(())
     }

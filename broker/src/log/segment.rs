@@ -67,12 +67,7 @@ struct SegmentIndexes {
 impl SegmentIndexes {
     /// Accounts for a batch appended at `position`, adding index entries every
     /// `index_interval_bytes`.
-    fn on_batch(
-        &mut self,
-        header: &BatchHeader,
-        position: u64,
-        index_interval_bytes: u32,
-    ) -> io::Result<()> {
+    fn on_batch(&mut self, header: &BatchHeader, position: u64, index_interval_bytes: u32) -> io::Result<()> {
         self.observe(header);
         if self.bytes_since_last_index_entry > u64::from(index_interval_bytes) {
             if let Ok(position) = u32::try_from(position) {
@@ -123,12 +118,7 @@ impl LogSegment {
 
     /// Opens existing files without validating them; see [`LogSegment::is_sane`],
     /// [`LogSegment::load_tail`] and [`LogSegment::recover`]. `active` keeps the indexes in memory.
-    pub fn open(
-        dir: &Path,
-        base_offset: i64,
-        active: bool,
-        now_ms: i64,
-    ) -> Result<LogSegment, LogError> {
+    pub fn open(dir: &Path, base_offset: i64, active: bool, now_ms: i64) -> Result<LogSegment, LogError> {
         let log_path = dir.join(segment_file_name(base_offset, LOG_FILE_SUFFIX));
         let log = OpenOptions::new().read(true).write(true).open(&log_path)?;
         let mut segment = LogSegment::with_files(dir, base_offset, log_path, log, active, now_ms)?;
@@ -185,8 +175,7 @@ impl LogSegment {
     /// Kafka's sanity check on open: index files hold whole entries that point inside the log.
     /// An index that fails it is rebuilt by [`LogSegment::recover`].
     pub fn is_sane(&self) -> bool {
-        self.indexes.offset_index.is_sane(self.size_bytes)
-            && self.indexes.time_index.is_sane(self.size_bytes)
+        self.indexes.offset_index.is_sane(self.size_bytes) && self.indexes.time_index.is_sane(self.size_bytes)
     }
 
     /// After a clean shutdown: finds the next offset, the max timestamp and the index interval
@@ -224,8 +213,7 @@ impl LogSegment {
             let remaining = file_len - position;
             match read_valid_batch(&mut reader, self.base_offset, next_offset, remaining)? {
                 RecoveredBatch::Valid(header) => {
-                    self.indexes
-                        .on_batch(&header, position, index_interval_bytes)?;
+                    self.indexes.on_batch(&header, position, index_interval_bytes)?;
                     position += header.total_len() as u64;
                     next_offset = header.last_offset().saturating_add(1);
                 }
@@ -276,10 +264,7 @@ impl LogSegment {
 
     /// Calls `f` with every batch header in order, reading headers only (a few KB per syscall,
     /// batch bodies skipped): for rebuilding state kept in headers, like the leader epochs.
-    pub(super) fn for_each_batch_header(
-        &self,
-        mut f: impl FnMut(&BatchHeader),
-    ) -> Result<(), LogError> {
+    pub(super) fn for_each_batch_header(&self, mut f: impl FnMut(&BatchHeader)) -> Result<(), LogError> {
         let mut scanner = self.scanner(0);
         while let Some((header, _)) = scanner.next()? {
             f(&header);
@@ -302,11 +287,7 @@ impl LogSegment {
     /// The first batch whose max timestamp is at least `timestamp`: its base offset and max
     /// timestamp. Starts from the time index, then scans headers.
     pub fn find_offset_by_timestamp(&self, timestamp: i64) -> Result<Option<(i64, i64)>, LogError> {
-        if self
-            .indexes
-            .max_timestamp
-            .is_none_or(|m| m.timestamp < timestamp)
-        {
+        if self.indexes.max_timestamp.is_none_or(|m| m.timestamp < timestamp) {
             return Ok(None);
         }
         let from_offset = self
@@ -336,9 +317,7 @@ impl LogSegment {
         if let Ok(position) = u32::try_from(position) {
             self.indexes.offset_index.truncate_to_position(position)?;
         }
-        self.indexes
-            .time_index
-            .truncate_to_offset(header.base_offset)?;
+        self.indexes.time_index.truncate_to_offset(header.base_offset)?;
         if position == 0 {
             self.rolling_base_timestamp = None;
         }
@@ -385,9 +364,7 @@ impl LogSegment {
 
     pub fn append_final_time_index_entry(&mut self) -> Result<(), LogError> {
         if let Some(max) = self.indexes.max_timestamp {
-            self.indexes
-                .time_index
-                .maybe_append(max.timestamp, max.offset)?;
+            self.indexes.time_index.maybe_append(max.timestamp, max.offset)?;
         }
         Ok(())
     }
@@ -402,10 +379,7 @@ impl LogSegment {
     /// Removes the segment's three files.
     pub fn delete(self) -> Result<(), LogError> {
         let LogSegment {
-            log,
-            log_path,
-            indexes,
-            ..
+            log, log_path, indexes, ..
         } = self;
         drop(log);
         remove_if_exists(&log_path)?;
@@ -416,11 +390,7 @@ impl LogSegment {
 
     fn first_batch_max_timestamp(&self) -> Option<i64> {
         let mut scanner = self.scanner(0);
-        scanner
-            .next()
-            .ok()
-            .flatten()
-            .map(|(header, _)| header.max_timestamp)
+        scanner.next().ok().flatten().map(|(header, _)| header.max_timestamp)
     }
 
     fn scanner(&self, start: u64) -> HeaderScanner<'_> {
@@ -455,11 +425,10 @@ fn read_valid_batch(
         )));
     }
     reader.read_exact(&mut header_bytes)?;
-    let header =
-        match BatchHeader::parse(&header_bytes).and_then(|h| h.validate_fields().map(|()| h)) {
-            Ok(header) => header,
-            Err(e) => return Ok(RecoveredBatch::Invalid(e.to_string())),
-        };
+    let header = match BatchHeader::parse(&header_bytes).and_then(|h| h.validate_fields().map(|()| h)) {
+        Ok(header) => header,
+        Err(e) => return Ok(RecoveredBatch::Invalid(e.to_string())),
+    };
     if header.total_len() as u64 > remaining {
         return Ok(RecoveredBatch::Invalid(format!(
             "torn batch ({} of {} bytes)",
@@ -485,11 +454,7 @@ fn read_valid_batch(
 }
 
 /// CRC32C of a batch whose header was read already and whose `body_len` record bytes follow.
-fn stream_crc(
-    reader: &mut BufReader<&File>,
-    header: &[u8; BATCH_HEADER_LEN],
-    body_len: usize,
-) -> io::Result<u32> {
+fn stream_crc(reader: &mut BufReader<&File>, header: &[u8; BATCH_HEADER_LEN], body_len: usize) -> io::Result<u32> {
     let mut crc = crc32c::crc32c(&header[CRC_COVERED_FROM..]);
     let mut left = body_len;
     while left > 0 {
@@ -554,8 +519,8 @@ impl<'a> HeaderScanner<'a> {
         if position + BATCH_HEADER_LEN as u64 > self.end {
             return Err(self.corrupt(position, "torn batch header"));
         }
-        let buffered = position >= self.buf_start
-            && position + BATCH_HEADER_LEN as u64 <= self.buf_start + self.buf_len as u64;
+        let buffered =
+            position >= self.buf_start && position + BATCH_HEADER_LEN as u64 <= self.buf_start + self.buf_len as u64;
         if !buffered {
             let len = (self.end - position).min(SCAN_BUFFER_BYTES as u64) as usize;
             self.file.read_exact_at(&mut self.buf[..len], position)?;
@@ -568,9 +533,6 @@ impl<'a> HeaderScanner<'a> {
     }
 
     fn corrupt(&self, position: u64, what: &str) -> LogError {
-        LogError::Corrupt(format!(
-            "{what} at position {position} of {}",
-            self.path.display()
-        ))
+        LogError::Corrupt(format!("{what} at position {position} of {}", self.path.display()))
     }
 }

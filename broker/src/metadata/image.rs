@@ -54,7 +54,10 @@ pub struct MetadataImage {
 
 impl MetadataImage {
     pub fn new(cluster_id: String) -> Self {
-        MetadataImage { cluster_id, ..Default::default() }
+        MetadataImage {
+            cluster_id,
+            ..Default::default()
+        }
     }
 
     pub fn topic(&self, name: &str) -> Option<&TopicImage> {
@@ -79,7 +82,12 @@ impl MetadataImage {
     pub fn apply(&mut self, record: &MetadataRecord) {
         self.last_offset += 1;
         match record {
-            MetadataRecord::RegisterBroker { broker_id, incarnation_id, endpoints, rack } => {
+            MetadataRecord::RegisterBroker {
+                broker_id,
+                incarnation_id,
+                endpoints,
+                rack,
+            } => {
                 self.brokers.insert(
                     *broker_id,
                     BrokerRegistration {
@@ -103,7 +111,15 @@ impl MetadataImage {
                     },
                 );
             }
-            MetadataRecord::Partition { topic_id, partition, replicas, isr, leader, leader_epoch, partition_epoch } => {
+            MetadataRecord::Partition {
+                topic_id,
+                partition,
+                replicas,
+                isr,
+                leader,
+                leader_epoch,
+                partition_epoch,
+            } => {
                 let Some(topic) = self.topic_names.get(topic_id).and_then(|n| self.topics.get_mut(n)) else {
                     return;
                 };
@@ -156,7 +172,10 @@ mod tests {
     use super::*;
 
     fn topic_records(name: &str, id: Uuid, partitions: i32) -> Vec<MetadataRecord> {
-        let mut out = vec![MetadataRecord::Topic { name: name.to_string(), topic_id: id }];
+        let mut out = vec![MetadataRecord::Topic {
+            name: name.to_string(),
+            topic_id: id,
+        }];
         out.extend((0..partitions).map(|p| MetadataRecord::Partition {
             topic_id: id,
             partition: p,

@@ -44,7 +44,11 @@ pub enum MetadataError {
     #[error("data directory {path} belongs to node {found}, not node {expected}; pass --node-id {found} or use another --data-dir")]
     NodeIdMismatch { path: PathBuf, found: i32, expected: i32 },
     #[error("data directory {path} belongs to cluster {found}, not {expected}; use this cluster's --cluster-id/--voters or a fresh --data-dir")]
-    ClusterIdMismatch { path: PathBuf, found: String, expected: String },
+    ClusterIdMismatch {
+        path: PathBuf,
+        found: String,
+        expected: String,
+    },
     #[error("data directory {path} has format version {found}; this build reads version {DATA_DIR_VERSION}. Use a matching sluice build or a fresh --data-dir")]
     VersionMismatch { path: PathBuf, found: u32 },
     #[error("{path} is unreadable ({reason}); restore it or start with a fresh --data-dir")]
@@ -97,8 +101,11 @@ impl MetadataStore {
             node_id: config.node_id,
             incarnation,
         };
-        let voters: BTreeMap<u64, String> =
-            config.voters.iter().map(|(id, addr)| (raft_id(*id), addr.clone())).collect();
+        let voters: BTreeMap<u64, String> = config
+            .voters
+            .iter()
+            .map(|(id, addr)| (raft_id(*id), addr.clone()))
+            .collect();
         let quorum_config = QuorumConfig {
             node_id: raft_id(config.node_id),
             voters,
@@ -112,8 +119,18 @@ impl MetadataStore {
         };
         let quorum = Quorum::start(quorum_config, state_machine).await?;
         let image = published.borrow().clone();
-        tracing::info!(topics = image.topics.len(), brokers = image.brokers.len(), "metadata replayed");
-        Ok(MetadataStore { quorum, published, outcomes, node_id: config.node_id, incarnation })
+        tracing::info!(
+            topics = image.topics.len(),
+            brokers = image.brokers.len(),
+            "metadata replayed"
+        );
+        Ok(MetadataStore {
+            quorum,
+            published,
+            outcomes,
+            node_id: config.node_id,
+            incarnation,
+        })
     }
 
     /// The current image; cheap (an `Arc` clone).
@@ -136,7 +153,11 @@ impl MetadataStore {
 
     /// Proposes a command and waits until it is decided and applied on this node.
     pub async fn commit(&self, command: MetadataCommand) -> Result<(Arc<MetadataImage>, Outcome), CommitError> {
-        let proposal = Proposal { proposer: self.node_id, incarnation: self.incarnation, command };
+        let proposal = Proposal {
+            proposer: self.node_id,
+            incarnation: self.incarnation,
+            command,
+        };
         let data = serde_json::to_vec(&proposal).map_err(|e| {
             CommitError::Refused(ApiError::new(
                 kafka_protocol::error::ResponseError::UnknownServerError,
@@ -223,8 +244,14 @@ impl StateMachine for MetadataStateMachine {
 /// cluster id: the stored one, which must match `wanted` when that is given.
 fn load_or_create_identity(data_dir: &Path, node_id: i32, wanted: Option<&str>) -> Result<String, MetadataError> {
     let path = data_dir.join("meta.properties");
-    let io = |source| MetadataError::Io { path: path.clone(), source };
-    std::fs::create_dir_all(data_dir).map_err(|source| MetadataError::Io { path: data_dir.to_path_buf(), source })?;
+    let io = |source| MetadataError::Io {
+        path: path.clone(),
+        source,
+    };
+    std::fs::create_dir_all(data_dir).map_err(|source| MetadataError::Io {
+        path: data_dir.to_path_buf(),
+        source,
+    })?;
     match std::fs::read_to_string(&path) {
         Ok(text) => {
             let get = |key: &str| {
@@ -233,20 +260,35 @@ fn load_or_create_identity(data_dir: &Path, node_id: i32, wanted: Option<&str>) 
                     .find(|(k, _)| k.trim() == key)
                     .map(|(_, v)| v.trim().to_string())
             };
-            let bad = |reason: &str| MetadataError::BadProperties { path: path.clone(), reason: reason.to_string() };
-            let version: u32 = get("version").and_then(|v| v.parse().ok()).ok_or_else(|| bad("no version"))?;
+            let bad = |reason: &str| MetadataError::BadProperties {
+                path: path.clone(),
+                reason: reason.to_string(),
+            };
+            let version: u32 = get("version")
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| bad("no version"))?;
             if version != DATA_DIR_VERSION {
                 return Err(MetadataError::VersionMismatch { path, found: version });
             }
-            let found: i32 = get("node.id").and_then(|v| v.parse().ok()).ok_or_else(|| bad("no node.id"))?;
+            let found: i32 = get("node.id")
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| bad("no node.id"))?;
             if found != node_id {
-                return Err(MetadataError::NodeIdMismatch { path, found, expected: node_id });
+                return Err(MetadataError::NodeIdMismatch {
+                    path,
+                    found,
+                    expected: node_id,
+                });
             }
-            let cluster_id = get("cluster.id").filter(|c| !c.is_empty()).ok_or_else(|| bad("no cluster.id"))?;
+            let cluster_id = get("cluster.id")
+                .filter(|c| !c.is_empty())
+                .ok_or_else(|| bad("no cluster.id"))?;
             match wanted {
-                Some(w) if w != cluster_id => {
-                    Err(MetadataError::ClusterIdMismatch { path, found: cluster_id, expected: w.to_string() })
-                }
+                Some(w) if w != cluster_id => Err(MetadataError::ClusterIdMismatch {
+                    path,
+                    found: cluster_id,
+                    expected: w.to_string(),
+                }),
                 _ => Ok(cluster_id),
             }
         }
@@ -275,13 +317,17 @@ pub fn cluster_id_for_voters(voters: &BTreeMap<i32, String>) -> String {
     let text: String = voters.iter().map(|(id, addr)| format!("{id}@{addr},")).collect();
     let value = [0u32, 0x5100_1ce5, 0x0b5e_55ed, 0x7a11_0c8d]
         .iter()
-        .fold(0u128, |acc, seed| acc << 32 | u128::from(crc32c::crc32c_append(*seed, text.as_bytes())));
+        .fold(0u128, |acc, seed| {
+            acc << 32 | u128::from(crc32c::crc32c_append(*seed, text.as_bytes()))
+        });
     cluster_id_from(value)
 }
 
 fn cluster_id_from(value: u128) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    (0..22).map(|i| ALPHABET[((value >> (6 * i)) & 63) as usize] as char).collect()
+    (0..22)
+        .map(|i| ALPHABET[((value >> (6 * i)) & 63) as usize] as char)
+        .collect()
 }
 
 #[cfg(test)]
@@ -324,7 +370,12 @@ mod tests {
     }
 
     fn entry(proposer: i32, incarnation: Uuid, command: MetadataCommand) -> Vec<u8> {
-        serde_json::to_vec(&Proposal { proposer, incarnation, command }).unwrap()
+        serde_json::to_vec(&Proposal {
+            proposer,
+            incarnation,
+            command,
+        })
+        .unwrap()
     }
 
     fn create(name: &str, id: u128) -> MetadataCommand {
@@ -347,7 +398,10 @@ mod tests {
         let register = MetadataCommand::RegisterBroker {
             broker_id: 1,
             incarnation_id: Uuid::nil(),
-            endpoints: vec![records::Endpoint { host: "h".into(), port: 1 }],
+            endpoints: vec![records::Endpoint {
+                host: "h".into(),
+                port: 1,
+            }],
             rack: None,
         };
         sm.apply(1, &entry(1, me, register));

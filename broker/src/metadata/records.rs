@@ -42,7 +42,11 @@ pub enum MetadataRecord {
         partition_epoch: i32,
     },
     /// A config was set (`Some`) or removed (`None`).
-    Config { resource: ConfigResource, name: String, value: Option<String> },
+    Config {
+        resource: ConfigResource,
+        name: String,
+        value: Option<String>,
+    },
     /// A topic and all its partitions were deleted.
     RemoveTopic { topic_id: Uuid },
     /// The controller stopped hearing from a broker: clients are no longer sent to it.
@@ -58,15 +62,36 @@ pub enum MetadataRecord {
 /// log order, means two brokers racing to create one topic cannot both succeed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MetadataCommand {
-    RegisterBroker { broker_id: i32, incarnation_id: Uuid, endpoints: Vec<Endpoint>, rack: Option<String> },
-    FenceBroker { broker_id: i32 },
-    UnfenceBroker { broker_id: i32 },
-    CreateTopic { topic: crate::controller::NewTopic, topic_id: Uuid },
+    RegisterBroker {
+        broker_id: i32,
+        incarnation_id: Uuid,
+        endpoints: Vec<Endpoint>,
+        rack: Option<String>,
+    },
+    FenceBroker {
+        broker_id: i32,
+    },
+    UnfenceBroker {
+        broker_id: i32,
+    },
+    CreateTopic {
+        topic: crate::controller::NewTopic,
+        topic_id: Uuid,
+    },
     /// A block of producer ids for a broker's InitProducerId answers.
-    AllocateProducerIds { broker_id: i32 },
+    AllocateProducerIds {
+        broker_id: i32,
+    },
     /// By name, or by id when `name` is `None`.
-    DeleteTopic { name: Option<String>, topic_id: Uuid },
-    CreatePartitions { name: String, count: i32, assignments: Option<Vec<Vec<i32>>> },
+    DeleteTopic {
+        name: Option<String>,
+        topic_id: Uuid,
+    },
+    CreatePartitions {
+        name: String,
+        count: i32,
+        assignments: Option<Vec<Vec<i32>>>,
+    },
     /// `list_bases` holds the proposer's effective value of each list config that an APPEND or
     /// SUBTRACT starts from when the topic has no override (broker defaults differ per node,
     /// so they travel with the command to keep apply deterministic).

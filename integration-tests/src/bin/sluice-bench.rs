@@ -99,10 +99,7 @@ fn producer(bootstrap: &str) -> Result<(BaseProducer<CountingContext>, Arc<Count
         .set("queue.buffering.max.kbytes", "1048576")
         .set("compression.type", "none")
         .set("message.timeout.ms", "60000");
-    Ok((
-        cfg.create_with_context(CountingContext(counts.clone()))?,
-        counts,
-    ))
+    Ok((cfg.create_with_context(CountingContext(counts.clone()))?, counts))
 }
 
 /// Enqueues one record, serving delivery reports while librdkafka's queue is full.
@@ -158,13 +155,7 @@ struct ThroughputRow {
     usage: Usage,
 }
 
-fn throughput_phase(
-    node: &SluiceNode,
-    name: &str,
-    topic: &str,
-    records: u64,
-    size: usize,
-) -> Result<ThroughputRow> {
+fn throughput_phase(node: &SluiceNode, name: &str, topic: &str, records: u64, size: usize) -> Result<ThroughputRow> {
     let (p, counts) = producer(&node.bootstrap())?;
     let payload = vec![b'x'; size];
     let meter = Meter::start(node.pid().context("broker not running")?)?;
@@ -201,13 +192,7 @@ struct LatencyRow {
     usage: Usage,
 }
 
-fn latency_phase(
-    node: &SluiceNode,
-    topic: &str,
-    partitions: i32,
-    rate: u64,
-    duration_s: u64,
-) -> Result<LatencyRow> {
+fn latency_phase(node: &SluiceNode, topic: &str, partitions: i32, rate: u64, duration_s: u64) -> Result<LatencyRow> {
     let total = rate * duration_s;
     let epoch = Instant::now();
     let consumer: BaseConsumer = clients::consumer_config(&node.bootstrap())
@@ -253,9 +238,7 @@ fn latency_phase(
     }
     let send_secs = start.elapsed().as_secs_f64();
     p.flush(Duration::from_secs(60))?;
-    let mut lat = reader
-        .join()
-        .map_err(|_| anyhow::anyhow!("reader panicked"))??;
+    let mut lat = reader.join().map_err(|_| anyhow::anyhow!("reader panicked"))??;
     let usage = meter.stop()?;
     let failed = counts.failed.load(Ordering::Relaxed);
     ensure!(failed == 0, "latency phase: {failed} deliveries failed");
@@ -282,11 +265,7 @@ fn latency_phase(
 }
 
 fn rss_cell(u: &Usage) -> String {
-    format!(
-        "{:.0}{}",
-        u.peak_rss_mb,
-        if u.peak_is_since_start { "*" } else { "" }
-    )
+    format!("{:.0}{}", u.peak_rss_mb, if u.peak_is_since_start { "*" } else { "" })
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -383,14 +362,9 @@ async fn main() -> Result<()> {
             l.sent
         );
     }
-    if rows.iter().any(|r| r.usage.peak_is_since_start)
-        || latency
-            .as_ref()
-            .is_some_and(|l| l.usage.peak_is_since_start)
+    if rows.iter().any(|r| r.usage.peak_is_since_start) || latency.as_ref().is_some_and(|l| l.usage.peak_is_since_start)
     {
-        println!(
-            "* peak RSS since broker start (could not reset VmHWM via /proc/<pid>/clear_refs)"
-        );
+        println!("* peak RSS since broker start (could not reset VmHWM via /proc/<pid>/clear_refs)");
     }
     Ok(())
 }

@@ -34,10 +34,7 @@ fn append_returns_offsets_and_keeps_several_batches_of_one_request_consecutive()
     let mut blob = encode_simple_batch(2, 10, T0 + 5);
     blob.extend_from_slice(&encode_simple_batch(3, 10, T0 + 1));
     let info = log.append(&mut blob, T0).unwrap();
-    assert_eq!(
-        (info.base_offset, info.last_offset, info.log_start_offset),
-        (4, 8, 0)
-    );
+    assert_eq!((info.base_offset, info.last_offset, info.log_start_offset), (4, 8, 0));
     assert_eq!(
         (
             info.log_append_time_ms,
@@ -60,11 +57,7 @@ fn fetch_offset_inside_a_batch_returns_that_whole_batch() {
     append(&mut log, 5, 10, T0);
     for offset in 2..7 {
         let read = log.read(offset, 1 << 20, 7, true).unwrap();
-        assert_eq!(
-            batch_offsets(&read.records),
-            vec![(2, 6)],
-            "fetch offset {offset}"
-        );
+        assert_eq!(batch_offsets(&read.records), vec![(2, 6)], "fetch offset {offset}");
     }
 }
 
@@ -151,17 +144,9 @@ fn segments_roll_by_size_and_reads_cross_segment_boundaries() {
     }
     assert!(log.segment_count() > 5, "{} segments", log.segment_count());
     assert!(files(root.path()).contains(&"00000000000000000000.log".to_string()));
-    assert!(
-        files(root.path())
-            .iter()
-            .filter(|f| f.ends_with(".log"))
-            .count()
-            == log.segment_count()
-    );
+    assert!(files(root.path()).iter().filter(|f| f.ends_with(".log")).count() == log.segment_count());
     for file in files(root.path()).iter().filter(|f| f.ends_with(".log")) {
-        let len = std::fs::metadata(partition_dir(root.path()).join(file))
-            .unwrap()
-            .len();
+        let len = std::fs::metadata(partition_dir(root.path()).join(file)).unwrap().len();
         assert!(len <= 1_000, "{file} has {len} bytes");
     }
 
@@ -190,11 +175,7 @@ fn index_lookup_finds_every_offset_in_a_log_with_many_segments() {
     let index_bytes: u64 = files(root.path())
         .iter()
         .filter(|f| f.ends_with(".index"))
-        .map(|f| {
-            std::fs::metadata(partition_dir(root.path()).join(f))
-                .unwrap()
-                .len()
-        })
+        .map(|f| std::fs::metadata(partition_dir(root.path()).join(f)).unwrap().len())
         .sum();
     assert!(index_bytes > 0, "sparse index entries were written");
 
@@ -202,11 +183,7 @@ fn index_lookup_finds_every_offset_in_a_log_with_many_segments() {
         for &(base, last) in &batches {
             for offset in base..=last {
                 let read = log.read(offset, 1, log.log_end_offset(), true).unwrap();
-                assert_eq!(
-                    batch_offsets(&read.records),
-                    vec![(base, last)],
-                    "offset {offset}"
-                );
+                assert_eq!(batch_offsets(&read.records), vec![(base, last)], "offset {offset}");
             }
         }
     };
@@ -228,10 +205,7 @@ fn append_refuses_a_batch_over_max_message_bytes() {
     append(&mut log, 1, 10, T0);
     let mut big = encode_simple_batch(2, 400, T0);
     let err = log.append(&mut big, T0).unwrap_err();
-    assert!(
-        matches!(err, LogError::MessageTooLarge { max: 500, .. }),
-        "{err}"
-    );
+    assert!(matches!(err, LogError::MessageTooLarge { max: 500, .. }), "{err}");
     assert_eq!(err.kafka_error_code(), 10);
     assert_eq!(log.log_end_offset(), 1);
 }
@@ -271,11 +245,7 @@ fn follower_append_keeps_offsets_and_refuses_going_backwards() {
     let mut follower = open(follower_root.path(), LogConfig::default());
     let info = follower.append_as_follower(&fetched, T0).unwrap();
     assert_eq!(
-        (
-            info.base_offset,
-            info.last_offset,
-            follower.log_end_offset()
-        ),
+        (info.base_offset, info.last_offset, follower.log_end_offset()),
         (0, 4, 5)
     );
     assert_eq!(follower.read(0, 1 << 20, 5, true).unwrap().records, fetched);
@@ -308,11 +278,7 @@ fn truncate_to_drops_later_batches_and_segments_and_appends_continue() {
     }
     let segments_before = log.segment_count();
     log.truncate_to(11).unwrap();
-    assert_eq!(
-        log.log_end_offset(),
-        10,
-        "the batch holding offset 11 went whole"
-    );
+    assert_eq!(log.log_end_offset(), 10, "the batch holding offset 11 went whole");
     assert!(log.segment_count() < segments_before);
     let expected: Vec<(i64, i64)> = (0..5).map(|i| (2 * i, 2 * i + 1)).collect();
     assert_eq!(
@@ -327,11 +293,7 @@ fn truncate_to_drops_later_batches_and_segments_and_appends_continue() {
 
     log.truncate_to(0).unwrap();
     assert_eq!(
-        (
-            log.log_start_offset(),
-            log.log_end_offset(),
-            log.size_bytes()
-        ),
+        (log.log_start_offset(), log.log_end_offset(), log.size_bytes()),
         (0, 0, 0)
     );
     assert_eq!(
@@ -364,9 +326,7 @@ fn reads_across_segments_stop_at_max_bytes_and_max_offset() {
     assert!(log.segment_count() > 5);
 
     // From offset 3 (inside batch 2..3): ten whole batches, crossing several segments.
-    let read = log
-        .read(3, 10 * batch_len + batch_len / 2, 60, true)
-        .unwrap();
+    let read = log.read(3, 10 * batch_len + batch_len / 2, 60, true).unwrap();
     let expected: Vec<(i64, i64)> = (1..11).map(|i| (2 * i, 2 * i + 1)).collect();
     assert_eq!(batch_offsets(&read.records), expected);
 

@@ -9,9 +9,7 @@ const UNDEFINED: (i32, i64) = (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET);
 /// Appends a 2-record batch as leader of `epoch`; returns its base offset.
 fn append_leader(log: &mut PartitionLog, epoch: i32) -> i64 {
     let mut batch = encode_simple_batch(2, 80, T0);
-    log.append_as_leader(&mut batch, epoch, T0)
-        .unwrap()
-        .base_offset
+    log.append_as_leader(&mut batch, epoch, T0).unwrap().base_offset
 }
 
 /// Appends one 2-record batch per epoch in `epochs`.
@@ -24,10 +22,7 @@ fn append_epochs(log: &mut PartitionLog, epochs: &[i32]) {
 fn entries(pairs: &[(i32, i64)]) -> Vec<EpochEntry> {
     pairs
         .iter()
-        .map(|&(epoch, start_offset)| EpochEntry {
-            epoch,
-            start_offset,
-        })
+        .map(|&(epoch, start_offset)| EpochEntry { epoch, start_offset })
         .collect()
 }
 
@@ -51,9 +46,7 @@ fn checkpoint_is_kafkas_text_format_and_round_trips_through_reopen() {
     assert_eq!(log.epoch_entries(), entries(&[(0, 0), (2, 4), (5, 6)]));
     assert_eq!(checkpoint_text(root.path()), "0\n3\n0 0\n2 4\n5 6\n");
     assert!(
-        !partition_dir(root.path())
-            .join("leader-epoch-checkpoint.tmp")
-            .exists(),
+        !partition_dir(root.path()).join("leader-epoch-checkpoint.tmp").exists(),
         "the temporary file was renamed into place"
     );
 }
@@ -105,9 +98,7 @@ fn follower_appends_keep_the_leaders_epochs() {
         checkpoint_text(leader_root.path())
     );
     let stored = follower.read(0, 1 << 20, end, true).unwrap().records;
-    let epochs: Vec<i32> = BatchIter::new(&stored)
-        .map(|(h, _)| h.partition_leader_epoch)
-        .collect();
+    let epochs: Vec<i32> = BatchIter::new(&stored).map(|(h, _)| h.partition_leader_epoch).collect();
     assert_eq!(epochs, vec![0, 2, 2, 4]);
 }
 
@@ -135,10 +126,7 @@ fn follower_append_whose_epoch_goes_backwards_is_refused_before_writing() {
         ),
         "{err}"
     );
-    assert_eq!(
-        (follower.log_end_offset(), follower.size_bytes()),
-        (4, size)
-    );
+    assert_eq!((follower.log_end_offset(), follower.size_bytes()), (4, size));
     assert_eq!(follower.epoch_entries(), entries(&[(1, 0), (5, 2)]));
 }
 
@@ -215,10 +203,7 @@ fn retention_moves_the_first_epochs_start_to_the_new_log_start() {
     log.update_config(half);
     assert!(log.delete_retained_segments(T0).unwrap() > 0);
     let start = log.log_start_offset();
-    assert!(
-        start > 0 && start < 32,
-        "log start {start} is inside epoch 1"
-    );
+    assert!(start > 0 && start < 32, "log start {start} is inside epoch 1");
     assert_eq!(log.epoch_entries(), entries(&[(1, start), (2, 32)]));
     assert_eq!(log.end_offset_for_epoch(0), (0, start));
 
@@ -251,11 +236,7 @@ fn reopen_after_an_unclean_stop_without_a_checkpoint_rebuilds_it_from_batch_head
 
     let log = open(root.path(), small_segments());
     assert_eq!(log.epoch_entries(), expected);
-    assert_eq!(
-        checkpoint_text(root.path()),
-        text,
-        "rebuilt file written back"
-    );
+    assert_eq!(checkpoint_text(root.path()), text, "rebuilt file written back");
     assert_eq!(log.end_offset_for_epoch(3), (3, 16));
 }
 

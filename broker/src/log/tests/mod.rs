@@ -34,10 +34,7 @@ fn append(log: &mut PartitionLog, records: usize, value_len: usize, ts: i64) -> 
 /// (base offset, last offset) of every batch in a read.
 fn batch_offsets(bytes: &[u8]) -> Vec<(i64, i64)> {
     let mut iter = BatchIter::new(bytes);
-    let offsets = iter
-        .by_ref()
-        .map(|(h, _)| (h.base_offset, h.last_offset()))
-        .collect();
+    let offsets = iter.by_ref().map(|(h, _)| (h.base_offset, h.last_offset())).collect();
     assert!(iter.at_end(), "read returned a partial batch");
     offsets
 }

@@ -7,10 +7,7 @@ use crate::log::CLEAN_SHUTDOWN_FILE;
 
 /// The last `.log` file of the partition, where a crash tears writes.
 fn last_log_file(root: &Path) -> PathBuf {
-    let last = files(root)
-        .into_iter()
-        .rfind(|f| f.ends_with(".log"))
-        .unwrap();
+    let last = files(root).into_iter().rfind(|f| f.ends_with(".log")).unwrap();
     partition_dir(root).join(last)
 }
 
@@ -56,11 +53,7 @@ fn flipped_byte_in_the_last_batch_fails_its_crc_and_is_truncated() {
     drop(log);
 
     let path = last_log_file(root.path());
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .unwrap();
+    let file = OpenOptions::new().read(true).write(true).open(&path).unwrap();
     let at = file_len(&path) - 5; // a value byte of the last record
     let mut byte = [0u8];
     file.read_exact_at(&mut byte, at).unwrap();
@@ -121,15 +114,11 @@ fn clean_close_and_reopen_keeps_everything() {
     let by_time = log.offset_for_timestamp(T0 + 75).unwrap();
     let files_before = files(root.path());
     log.close().unwrap();
-    assert!(partition_dir(root.path())
-        .join(CLEAN_SHUTDOWN_FILE)
-        .exists());
+    assert!(partition_dir(root.path()).join(CLEAN_SHUTDOWN_FILE).exists());
 
     let mut log = open(root.path(), small_segments());
     assert!(
-        !partition_dir(root.path())
-            .join(CLEAN_SHUTDOWN_FILE)
-            .exists(),
+        !partition_dir(root.path()).join(CLEAN_SHUTDOWN_FILE).exists(),
         "a later crash must not look clean"
     );
     assert_eq!((log.log_start_offset(), log.log_end_offset()), (0, 30));
@@ -178,10 +167,7 @@ fn damaged_index_of_a_sealed_segment_is_rebuilt() {
     assert_eq!(log.read(0, 1 << 20, 24, true).unwrap().records, records);
     for offset in 0..24 {
         let read = log.read(offset, 1, 24, true).unwrap();
-        assert_eq!(
-            batch_offsets(&read.records),
-            vec![(offset / 2 * 2, offset / 2 * 2 + 1)]
-        );
+        assert_eq!(batch_offsets(&read.records), vec![(offset / 2 * 2, offset / 2 * 2 + 1)]);
     }
 }
 
@@ -205,10 +191,7 @@ fn missing_index_files_of_a_sealed_segment_are_rebuilt() {
     }
     let by_time = log.offset_for_timestamp(T0 + 15).unwrap();
     log.close().unwrap();
-    for name in [
-        "00000000000000000000.index",
-        "00000000000000000000.timeindex",
-    ] {
+    for name in ["00000000000000000000.index", "00000000000000000000.timeindex"] {
         std::fs::remove_file(partition_dir(root.path()).join(name)).unwrap();
     }
 

@@ -34,9 +34,7 @@ fn retention_by_time_deletes_old_sealed_segments_and_advances_log_start() {
     assert!(!files(root.path()).contains(&"00000000000000000000.timeindex".to_string()));
     let err = log.read(0, 100, log.log_end_offset(), true).unwrap_err();
     assert!(matches!(err, LogError::OffsetOutOfRange { .. }));
-    let read = log
-        .read(fresh_from, 1 << 20, log.log_end_offset(), true)
-        .unwrap();
+    let read = log.read(fresh_from, 1 << 20, log.log_end_offset(), true).unwrap();
     assert_eq!(read.log_start_offset, fresh_from);
     assert_eq!(
         batch_offsets(&read.records).first(),
@@ -75,17 +73,11 @@ fn retention_by_bytes_keeps_the_log_under_the_limit() {
     );
     assert!(log.log_start_offset() > 0);
     assert_eq!(
-        files(root.path())
-            .iter()
-            .filter(|f| f.ends_with(".log"))
-            .count(),
+        files(root.path()).iter().filter(|f| f.ends_with(".log")).count(),
         log.segment_count()
     );
     let first = log.read(log.log_start_offset(), 1, 80, true).unwrap();
-    assert_eq!(
-        first_header(&first.records).base_offset,
-        log.log_start_offset()
-    );
+    assert_eq!(first_header(&first.records).base_offset, log.log_start_offset());
 }
 
 #[test]
@@ -130,10 +122,6 @@ fn segment_ms_rolls_on_append_and_on_timer() {
     log.maybe_roll(T0 + 4 * HOUR_MS).unwrap();
     assert_eq!(log.segment_count(), 3);
     log.maybe_roll(T0 + 8 * HOUR_MS).unwrap();
-    assert_eq!(
-        log.segment_count(),
-        3,
-        "an empty active segment is not rolled"
-    );
+    assert_eq!(log.segment_count(), 3, "an empty active segment is not rolled");
     assert_eq!(append(&mut log, 1, 10, T0 + 8 * HOUR_MS), 3);
 }

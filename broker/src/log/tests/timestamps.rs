@@ -27,10 +27,7 @@ fn offset_for_timestamp_finds_the_first_batch_reaching_it_across_segments() {
     assert!(log.segment_count() > 5);
     assert_eq!(log.offset_for_timestamp(0).unwrap(), Some((0, T0 + 5)));
     assert_eq!(log.offset_for_timestamp(T0 + 5).unwrap(), Some((0, T0 + 5)));
-    assert_eq!(
-        log.offset_for_timestamp(T0 + 6).unwrap(),
-        Some((2, T0 + 105))
-    );
+    assert_eq!(log.offset_for_timestamp(T0 + 6).unwrap(), Some((2, T0 + 105)));
     for i in 1..40 {
         let target = T0 + 100 * i - 50;
         assert_eq!(
@@ -49,14 +46,8 @@ fn offset_for_timestamp_handles_out_of_order_producer_timestamps() {
     append_at(&mut log, &[0], T0 + 1_000); // offset 0
     append_at(&mut log, &[0], T0 + 10); // offset 1: an older timestamp later in the log
     append_at(&mut log, &[0], T0 + 2_000); // offset 2
-    assert_eq!(
-        log.offset_for_timestamp(T0 + 500).unwrap(),
-        Some((0, T0 + 1_000))
-    );
-    assert_eq!(
-        log.offset_for_timestamp(T0 + 1_500).unwrap(),
-        Some((2, T0 + 2_000))
-    );
+    assert_eq!(log.offset_for_timestamp(T0 + 500).unwrap(), Some((0, T0 + 1_000)));
+    assert_eq!(log.offset_for_timestamp(T0 + 1_500).unwrap(), Some((2, T0 + 2_000)));
 }
 
 #[test]
