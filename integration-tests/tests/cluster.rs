@@ -193,32 +193,28 @@ fn without_a_quorum_metadata_changes_fail_with_a_retriable_error_and_recover() -
 #[test]
 fn describe_quorum_reports_the_leader_and_three_voters() -> Result<()> {
     let cluster = Cluster::start(3, &[])?;
-    // Under load an election may move leadership between the two calls: ask the controller
-    // until it is still the leader when it answers.
-    let (controller, response) = wait_until(
-        Duration::from_secs(20),
-        "the controller to describe itself as leader",
-        || {
-            let controller = cluster.controller(1, Duration::from_secs(10)).ok()?;
-            let response = kafka_client::describe_quorum(cluster.addr(controller)).ok()?;
-            (response.topics[0].partitions[0].leader_id.0 == controller).then_some((controller, response))
-        },
-    )?;
-    let partition = &response.topics[0].partitions[0];
-    ensure!(partition.error_code == 0, "error {}", partition.error_code);
-    ensure!(
-        partition.leader_id.0 == controller,
-        "leader {} != controller {controller}",
-        partition.leader_id.0
-    );
-    let mut voters: Vec<i32> = partition.current_voters.iter().map(|v| v.replica_id.0).collect();
-    voters.sort();
-    ensure!(voters == vec![1, 2, 3], "voters {voters:?}");
-    ensure!(
-        partition.high_watermark > 0,
-        "high watermark {}",
-        partition.high_watermark
-    );
-    ensure!(response.nodes.len() == 3, "nodes {:?}", response.nodes);
-    Ok(())
+    // Leadership can move under load between asking who leads and asking the leader, so the
+    // whole answer is awaited: the controller describes itself as leader of three voters.
+    let mut last = String::from("no answer yet");
+    let found = wait_until(Duration::from_secs(30), "DescribeQuorum from the leader", || {
+        let controller = cluster.controller(1, Duration::from_secs(5)).ok()?;
+        let response = match kafka_client::describe_quorum(cluster.addr(controller)) {
+            Ok(r) => r,
+            Err(e) => {
+                last = format!("controller {controller}: {e:#}");
+                return None;
+            }
+        };
+        last = format!("controller {controller}: {response:?}");
+        let partition = response.topics.first()?.partitions.first()?;
+        let mut voters: Vec<i32> = partition.current_voters.iter().map(|v| v.replica_id.0).collect();
+        voters.sort();
+        let complete = partition.error_code == 0
+            && partition.leader_id.0 == controller
+            && voters == vec![1, 2, 3]
+            && partition.high_watermark > 0
+            && response.nodes.len() == 3;
+        complete.then_some(())
+    });
+    found.map_err(|e| e.context(format!("last DescribeQuorum seen: {last}")))
 }

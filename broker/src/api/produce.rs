@@ -122,12 +122,7 @@ fn append(
             e.to_string(),
         )
     })?;
-    if BatchIter::new(&records).any(|(header, _)| header.is_control()) {
-        return Err((
-            ResponseError::InvalidRecord,
-            "clients may not produce control batches".to_string(),
-        ));
-    }
+    check_batch_headers(&records, &timestamp_limits(broker, topic), now)?;
     let cleanup_policy = topic_config::effective_value("cleanup.policy", &topic.configs, &broker.config);
     if cleanup_policy.split(',').any(|p| p.trim() == "compact") {
         reject_keyless_records(&records).map_err(|message| {
@@ -178,4 +173,77 @@ fn reject_keyless_records(records: &Bytes) -> Result<(), String> {
         return Err("a record has no key; compacted topics only accept keyed records".to_string());
     }
     Ok(())
+}
+
+/// How far CreateTime timestamps may stray from the broker's clock
+/// (`message.timestamp.before.max.ms` / `message.timestamp.after.max.ms`); `None` for
+/// LogAppendTime topics, whose timestamps the broker sets itself.
+struct TimestampLimits {
+    before_ms: i64,
+    after_ms: i64,
+}
+
+fn timestamp_limits(broker: &Broker, topic: &TopicImage) -> Option<TimestampLimits> {
+    let value = |name: &str| topic_config::effective_value(name, &topic.configs, &broker.config);
+    if value("message.timestamp.type") == "LogAppendTime" {
+        return None;
+    }
+    Some(TimestampLimits {
+        before_ms: value("message.timestamp.before.max.ms").parse().unwrap_or(i64::MAX),
+        after_ms: value("message.timestamp.after.max.ms").parse().unwrap_or(i64::MAX),
+    })
+}
+
+/// Header-only checks of each batch: no control batches from clients, and CreateTime
+/// timestamps within the topic's limits. Timestamps are judged by the batch's first and
+/// largest timestamps, so no record is decoded.
+fn check_batch_headers(
+    records: &[u8],
+    limits: &Option<TimestampLimits>,
+    now: i64,
+) -> Result<(), (ResponseError, String)> {
+    for (header, _) in BatchIter::new(records) {
+        if header.is_control() {
+            return Err((
+                ResponseError::InvalidRecord,
+                "clients may not produce control batches".to_string(),
+            ));
+        }
+        let Some(limits) = limits else { continue };
+        let too_late = header.max_timestamp >= 0 && header.max_timestamp.saturating_sub(now) > limits.after_ms;
+        let too_early = header.base_timestamp >= 0 && now.saturating_sub(header.base_timestamp) > limits.before_ms;
+        if too_late || too_early {
+            return Err((
+                ResponseError::InvalidTimestamp,
+                format!(
+                    "batch timestamps {}..{} are outside message.timestamp.before.max.ms={} / after.max.ms={} of the broker clock {now}",
+                    header.base_timestamp, header.max_timestamp, limits.before_ms, limits.after_ms
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_protocol::batch::test_support::encode_simple_batch;
+
+    const NOW: i64 = 1_800_000_000_000;
+
+    #[test]
+    fn timestamps_beyond_the_topic_limits_are_invalid() {
+        let limits = Some(TimestampLimits {
+            before_ms: 60_000,
+            after_ms: 3_600_000,
+        });
+        assert!(check_batch_headers(&encode_simple_batch(3, 10, NOW), &limits, NOW).is_ok());
+        let future = check_batch_headers(&encode_simple_batch(3, 10, NOW + 3_700_000), &limits, NOW).unwrap_err();
+        assert_eq!(future.0, ResponseError::InvalidTimestamp);
+        let past = check_batch_headers(&encode_simple_batch(3, 10, NOW - 120_000), &limits, NOW).unwrap_err();
+        assert_eq!(past.0, ResponseError::InvalidTimestamp);
+        // LogAppendTime topics take any client timestamp.
+        assert!(check_batch_headers(&encode_simple_batch(3, 10, NOW + 3_700_000), &None, NOW).is_ok());
+    }
 }
