@@ -6,12 +6,13 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use kafka_protocol::error::ResponseError;
 use parking_lot::RwLock;
 use uuid::Uuid;
 
 use crate::config::BrokerConfig;
 use crate::log::LogError;
-use crate::metadata::image::MetadataImage;
+use crate::metadata::image::{MetadataImage, PartitionRegistration, TopicImage};
 use crate::metadata::METADATA_LOG_DIR;
 use crate::partition::Partition;
 use crate::topic_config;
@@ -36,6 +37,27 @@ impl ReplicaManager {
 
     pub fn get(&self, topic_id: Uuid, index: i32) -> Option<Arc<Partition>> {
         self.partitions.read().get(&(topic_id, index)).cloned()
+    }
+
+    /// Partition `index` of `topic` when this broker leads and hosts it, with its registration:
+    /// UNKNOWN_TOPIC_OR_PARTITION if the topic has no such partition, NOT_LEADER_OR_FOLLOWER if
+    /// another broker leads it (clients refresh metadata and move on).
+    pub fn leader_partition<'a>(
+        &self,
+        topic: &'a TopicImage,
+        index: i32,
+    ) -> Result<(Arc<Partition>, &'a PartitionRegistration), ResponseError> {
+        let registration = usize::try_from(index)
+            .ok()
+            .and_then(|i| topic.partitions.get(i))
+            .ok_or(ResponseError::UnknownTopicOrPartition)?;
+        if registration.leader != self.config.node_id {
+            return Err(ResponseError::NotLeaderOrFollower);
+        }
+        let partition = self
+            .get(topic.topic_id, index)
+            .ok_or(ResponseError::NotLeaderOrFollower)?;
+        Ok((partition, registration))
     }
 
     pub fn all(&self) -> Vec<Arc<Partition>> {

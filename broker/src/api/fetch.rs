@@ -110,14 +110,7 @@ fn resolve(broker: &Broker, request: &FetchRequest, version: i16) -> FetchPlan {
                     index: p.partition,
                     partition: match topic {
                         None => Err(unknown),
-                        Some(topic) => match topic.partitions.get(p.partition.max(0) as usize) {
-                            None => Err(ResponseError::UnknownTopicOrPartition),
-                            Some(r) if r.leader != broker.config.node_id => Err(ResponseError::NotLeaderOrFollower),
-                            Some(_) => broker
-                                .replicas
-                                .get(topic.topic_id, p.partition)
-                                .ok_or(ResponseError::NotLeaderOrFollower),
-                        },
+                        Some(topic) => broker.replicas.leader_partition(topic, p.partition).map(|(p, _)| p),
                     },
                 })
                 .collect();

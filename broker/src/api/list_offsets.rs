@@ -29,14 +29,13 @@ pub fn handle(broker: &Broker, request: ListOffsetsRequest, version: i16) -> Lis
                         .with_partition_index(p.partition_index)
                         .with_timestamp(-1)
                         .with_offset(-1);
-                    let partition = topic.and_then(|topic| {
-                        let registration = topic.partitions.get(p.partition_index.max(0) as usize)?;
-                        Some((registration.leader, broker.replicas.get(topic.topic_id, p.partition_index)))
-                    });
-                    let partition = match partition {
-                        None => return response.with_error_code(ResponseError::UnknownTopicOrPartition.code()),
-                        Some((leader, Some(partition))) if leader == broker.config.node_id => partition,
-                        Some(_) => return response.with_error_code(ResponseError::NotLeaderOrFollower.code()),
+                    let hosted = match topic {
+                        Some(topic) => broker.replicas.leader_partition(topic, p.partition_index),
+                        None => Err(ResponseError::UnknownTopicOrPartition),
+                    };
+                    let partition = match hosted {
+                        Ok((partition, _)) => partition,
+                        Err(error) => return response.with_error_code(error.code()),
                     };
                     if let Err(error) = partition.check_leader_epoch(p.current_leader_epoch) {
                         return response.with_error_code(error.code());

@@ -23,14 +23,13 @@ pub fn handle(broker: &Broker, request: OffsetForLeaderEpochRequest) -> OffsetFo
                         .with_partition(p.partition)
                         .with_leader_epoch(-1)
                         .with_end_offset(-1);
-                    let hosted = topic.and_then(|topic| {
-                        let registration = topic.partitions.get(p.partition.max(0) as usize)?;
-                        Some((registration.leader, broker.replicas.get(topic.topic_id, p.partition)))
-                    });
+                    let hosted = match topic {
+                        Some(topic) => broker.replicas.leader_partition(topic, p.partition),
+                        None => Err(ResponseError::UnknownTopicOrPartition),
+                    };
                     let partition = match hosted {
-                        None => return response.with_error_code(ResponseError::UnknownTopicOrPartition.code()),
-                        Some((leader, Some(partition))) if leader == broker.config.node_id => partition,
-                        Some(_) => return response.with_error_code(ResponseError::NotLeaderOrFollower.code()),
+                        Ok((partition, _)) => partition,
+                        Err(error) => return response.with_error_code(error.code()),
                     };
                     if let Err(error) = partition.check_leader_epoch(p.current_leader_epoch) {
                         return response.with_error_code(error.code());

@@ -79,21 +79,13 @@ fn append(
     acks: i16,
     now: i64,
 ) -> Result<Appended, (ResponseError, String)> {
-    let Some(registration) = topic.partitions.get(index as usize) else {
-        return Err((
-            ResponseError::UnknownTopicOrPartition,
-            format!("{} has no partition {index}", topic.name),
-        ));
-    };
-    let partition = match broker.replicas.get(topic.topic_id, index) {
-        Some(p) if registration.leader == broker.config.node_id => p,
-        _ => {
-            return Err((
-                ResponseError::NotLeaderOrFollower,
-                "this broker is not the partition leader".to_string(),
-            ))
-        }
-    };
+    let (partition, registration) = broker.replicas.leader_partition(topic, index).map_err(|error| {
+        let message = match error {
+            ResponseError::UnknownTopicOrPartition => format!("{} has no partition {index}", topic.name),
+            _ => "this broker is not the partition leader".to_string(),
+        };
+        (error, message)
+    })?;
     if acks == -1 {
         let min_isr = topic_config::effective_value("min.insync.replicas", &topic.configs, &broker.config)
             .parse::<usize>()
