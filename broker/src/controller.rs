@@ -343,6 +343,12 @@ pub fn decide(image: &MetadataImage, command: &MetadataCommand) -> Result<(Vec<M
         MetadataCommand::AlterTopicConfigs { name, ops, list_bases } => {
             done(alter_topic_configs(image, name, ops, list_bases)?)
         }
+        MetadataCommand::AlterPartition { .. }
+        | MetadataCommand::ControlledShutdown { .. }
+        | MetadataCommand::ElectPreferredLeaders => Err(ApiError::new(
+            ResponseError::UnsupportedVersion,
+            "not implemented yet",
+        )),
     }
 }
 

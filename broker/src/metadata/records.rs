@@ -100,6 +100,26 @@ pub enum MetadataCommand {
         ops: Vec<(String, crate::controller::AlterOp, Option<String>)>,
         list_bases: std::collections::BTreeMap<String, String>,
     },
+    /// Kafka's AlterPartition: a partition leader changes its ISR. Accepted only if the leader
+    /// still leads at `leader_epoch` and the registration is still at `partition_epoch`
+    /// (compare-and-set), so a deposed leader or a stale view cannot change the ISR.
+    AlterPartition {
+        topic_id: Uuid,
+        partition: i32,
+        leader_id: i32,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        new_isr: Vec<i32>,
+    },
+    /// A broker is stopping (SIGTERM): leadership moves to other in-sync replicas and the broker
+    /// leaves every ISR before the process exits. It stays fenced until it registers again.
+    ControlledShutdown {
+        broker_id: i32,
+        incarnation_id: Uuid,
+    },
+    /// Moves leadership back to each partition's preferred (first) replica where it is live,
+    /// in sync and not leading (`auto.leader.rebalance.enable`).
+    ElectPreferredLeaders,
 }
 
 /// One entry of the metadata log: a command and who proposed it, so that only the proposing
