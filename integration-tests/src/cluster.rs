@@ -2,7 +2,8 @@
 //! the metadata quorum (`--voters`), on ports picked up front so every node gets the same list.
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
@@ -17,6 +18,12 @@ impl Cluster {
     /// Starts `size` nodes (ids 1..=size) with `settings` on each, and waits until every one
     /// is registered and lists itself in Metadata.
     pub fn start(size: usize, settings: &[(&str, &str)]) -> Result<Cluster> {
+        Self::start_with(size, settings, true)
+    }
+
+    /// [`Self::start`], choosing whether dropped nodes print their log tail (`report_on_drop`;
+    /// off for non-test users such as the benchmark).
+    pub fn start_with(size: usize, settings: &[(&str, &str)], report_on_drop: bool) -> Result<Cluster> {
         let ports: Vec<(u16, u16)> = (0..size)
             .map(|_| Ok((free_loopback_port()?, free_loopback_port()?)))
             .collect::<Result<_>>()?;
@@ -35,6 +42,7 @@ impl Cluster {
             .port(*port);
             opts.extra_args = vec!["--voters".into(), voters.clone()];
             opts.ready_timeout = Duration::from_secs(30);
+            opts.report_on_drop = report_on_drop;
             for (k, v) in settings {
                 opts = opts.set(k, v);
             }
@@ -125,5 +133,116 @@ impl Cluster {
         let mut ids: Vec<i32> = m.brokers.iter().map(|b| b.node_id.0).collect();
         ids.sort();
         Ok(ids)
+    }
+
+    /// Data directory of node `id` (partition logs live in `<data_dir>/<topic>-<partition>/`).
+    pub fn data_dir(&self, id: i32) -> PathBuf {
+        self.nodes[id as usize - 1].data_dir().to_path_buf()
+    }
+
+    /// Leader, epoch, replicas and ISR of every partition of `topic` as node `asking` reports
+    /// them, sorted by partition.
+    pub fn partitions(&self, asking: i32, topic: &str) -> Result<Vec<PartitionState>> {
+        let m = kafka_client::metadata(self.addr(asking)).with_context(|| format!("metadata from node {asking}"))?;
+        let t = m
+            .topics
+            .iter()
+            .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
+            .with_context(|| format!("node {asking} does not list topic {topic}"))?;
+        if t.error_code != 0 {
+            bail!("node {asking}: topic {topic} has error code {}", t.error_code);
+        }
+        let mut partitions: Vec<PartitionState> = t
+            .partitions
+            .iter()
+            .map(|p| PartitionState {
+                partition: p.partition_index,
+                error_code: p.error_code,
+                leader: p.leader_id.0,
+                leader_epoch: p.leader_epoch,
+                replicas: p.replica_nodes.iter().map(|b| b.0).collect(),
+                isr: p.isr_nodes.iter().map(|b| b.0).collect(),
+            })
+            .collect();
+        partitions.sort_by_key(|p| p.partition);
+        Ok(partitions)
+    }
+
+    /// The leader of `topic`/`partition` as node `asking` reports it, waiting until there is one.
+    pub fn partition_leader(&self, asking: i32, topic: &str, partition: i32, timeout: Duration) -> Result<i32> {
+        crate::clients::wait_until(timeout, &format!("a leader of {topic}-{partition}"), || {
+            self.partitions(asking, topic)
+                .ok()?
+                .into_iter()
+                .find(|p| p.partition == partition)
+                .map(|p| p.leader)
+                .filter(|leader| *leader >= 0)
+        })
+    }
+
+    /// Waits until every node reports every partition of `topic` with all its replicas in the
+    /// ISR and a leader among them; returns that view (as node 1 sees it).
+    pub fn await_full_isr(&self, topic: &str, timeout: Duration) -> Result<Vec<PartitionState>> {
+        self.await_full_isr_among(&self.ids(), topic, timeout)
+    }
+
+    /// [`Self::await_full_isr`], asking only the nodes in `among` (e.g. not a paused one).
+    pub fn await_full_isr_among(&self, among: &[i32], topic: &str, timeout: Duration) -> Result<Vec<PartitionState>> {
+        let deadline = Instant::now() + timeout;
+        let mut last: Vec<String> = Vec::new();
+        loop {
+            let mut views = Vec::new();
+            last.clear();
+            for &id in among {
+                match self.partitions(id, topic) {
+                    Ok(ps) => {
+                        let lagging: Vec<&PartitionState> = ps.iter().filter(|p| !p.has_full_isr()).collect();
+                        if ps.is_empty() || !lagging.is_empty() {
+                            last.push(format!("node {id}: not full: {lagging:?}"));
+                        }
+                        views.push(ps);
+                    }
+                    Err(e) => last.push(format!("node {id}: {e:#}")),
+                }
+            }
+            if last.is_empty() {
+                return Ok(views.swap_remove(0));
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "{topic} did not return to full ISR within {timeout:?}:\n{}",
+                    last.join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// One partition as a node's Metadata response describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionState {
+    pub partition: i32,
+    pub error_code: i16,
+    pub leader: i32,
+    pub leader_epoch: i32,
+    /// Assigned replicas, preferred leader first.
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+}
+
+impl PartitionState {
+    /// Every assigned replica is in the ISR and the leader is one of them.
+    pub fn has_full_isr(&self) -> bool {
+        let mut replicas = self.replicas.clone();
+        let mut isr = self.isr.clone();
+        replicas.sort();
+        isr.sort();
+        self.error_code == 0 && !replicas.is_empty() && replicas == isr && isr.contains(&self.leader)
+    }
+
+    /// The first assigned replica, which preferred-leader election moves leadership back to.
+    pub fn preferred_leader(&self) -> Option<i32> {
+        self.replicas.first().copied()
     }
 }

@@ -7,12 +7,15 @@
 //! - [`wire`]: hand-encoded requests for tests that send hostile or exact bytes.
 //! - [`Cluster`]: several nodes forming one cluster (`--voters`), started together.
 //! - [`kafka_client`]: typed requests for fields client libraries hide (controller id, quorum).
+//! - [`faults`]: a recorded produce/consume workload and the replication invariants checked
+//!   after a fault (acked records exactly once, nothing seen then lost, full ISR, equal replicas).
 //!
 //! The binary comes from `$SLUICE_BIN`, else `<workspace>/target/release/sluice`, else
 //! `<workspace>/target/debug/sluice`.
 
 pub mod clients;
 pub mod cluster;
+pub mod faults;
 pub mod kafka_client;
 pub mod node;
 pub mod procstat;

@@ -228,6 +228,32 @@ impl SluiceNode {
         }
     }
 
+    /// SIGSTOP: the process stays alive but runs no code (no heartbeats, no fetches, no answers),
+    /// like a long GC pause or a frozen VM. Pair with [`Self::resume`].
+    pub fn pause(&mut self) -> Result<()> {
+        self.signal(libc::SIGSTOP, "SIGSTOP")
+    }
+
+    /// SIGCONT after [`Self::pause`].
+    pub fn resume(&mut self) -> Result<()> {
+        self.signal(libc::SIGCONT, "SIGCONT")
+    }
+
+    fn signal(&mut self, signal: libc::c_int, name: &str) -> Result<()> {
+        let Some(c) = self.child.as_mut() else {
+            bail!("broker is not running")
+        };
+        if let Some(status) = c.try_wait()? {
+            bail!("broker already exited with {status}");
+        }
+        // SAFETY: plain kill(2) on a pid we spawned and have not reaped yet.
+        let rc = unsafe { libc::kill(c.id() as libc::pid_t, signal) };
+        if rc != 0 {
+            bail!("kill({name}): {}", std::io::Error::last_os_error());
+        }
+        self.note(&format!("{name} sent"))
+    }
+
     /// Starts the broker again on the same data dir and port (killing it first if it still runs).
     pub fn restart(&mut self) -> Result<()> {
         self.kill()?;

@@ -1,0 +1,359 @@
+//! Partition replication under faults: a 3-node cluster with replication factor 3 and
+//! min.insync.replicas=2 keeps an idempotent acks=all producer and a concurrent consumer
+//! running while one node is killed, paused or shut down, and afterwards every acked record is
+//! there exactly once, nothing the consumer saw is lost, the ISR is whole again and every
+//! replica holds the same bytes (see `faults.rs` for the invariants).
+//!
+//! The cases share the machine's cores with three brokers each, so they run one at a time.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use sluice_integration_tests::clients::wait_until;
+use sluice_integration_tests::faults::{self, Workload, FAST_FAILOVER};
+use sluice_integration_tests::{kafka_client, Cluster};
+
+const TOPIC: &str = "replicated";
+const PARTITIONS: i32 = 3;
+const REPLICATION_FACTOR: i16 = 3;
+/// Records per second, spread round-robin over the partitions.
+const RATE_PER_S: u64 = 2000;
+/// How long the workload runs before the fault, and again after the node is back.
+const STEADY: Duration = Duration::from_secs(3);
+/// Acked records each partition must gain after a fault to count as progress.
+const PROGRESS: u64 = 50;
+/// Longest a failover (fencing after 3 s, then a new leader) may take to show in acks.
+const FAILOVER_TIMEOUT: Duration = Duration::from_secs(20);
+/// Longest the returning node may take to be back in every ISR.
+const REJOIN_TIMEOUT: Duration = Duration::from_secs(25);
+
+/// One case at a time: each starts three brokers and two clients.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// A 3-node cluster with fast failover settings and the replicated topic, full ISR, with the
+/// workload already producing for [`STEADY`].
+fn start_case(partitions: i32) -> Result<(Cluster, Workload)> {
+    let cluster = Cluster::start(3, FAST_FAILOVER)?;
+    faults::create_topic(
+        &cluster,
+        1,
+        TOPIC,
+        partitions,
+        REPLICATION_FACTOR,
+        &[("min.insync.replicas", "2")],
+    )?;
+    cluster.await_full_isr(TOPIC, Duration::from_secs(15))?;
+    let workload = Workload::start(&cluster.bootstrap(), TOPIC, partitions, RATE_PER_S)?;
+    let started = Instant::now();
+    workload.await_progress_since(started, PROGRESS, Duration::from_secs(15))?;
+    std::thread::sleep(STEADY);
+    Ok((cluster, workload))
+}
+
+fn other_nodes(cluster: &Cluster, except: i32) -> Vec<i32> {
+    cluster.ids().into_iter().filter(|id| *id != except).collect()
+}
+
+/// Waits until the nodes in `asking` report `node` in no ISR of `topic`.
+fn await_out_of_every_isr(cluster: &Cluster, asking: &[i32], node: i32, timeout: Duration) -> Result<Duration> {
+    let since = Instant::now();
+    let mut last = Vec::new();
+    let waited = wait_until(timeout, "", || {
+        last.clear();
+        for &id in asking {
+            match cluster.partitions(id, TOPIC) {
+                Ok(ps) => last.extend(ps.into_iter().filter(|p| p.isr.contains(&node)).map(|p| (id, p))),
+                Err(_) => return None,
+            }
+        }
+        last.is_empty().then(|| since.elapsed())
+    });
+    waited.map_err(|_| anyhow::anyhow!("node {node} still in the ISR after {timeout:?} (asker, partition): {last:?}"))
+}
+
+#[test]
+fn acked_records_survive_leader_kill_and_the_leader_rejoins() -> Result<()> {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (mut cluster, workload) = start_case(PARTITIONS)?;
+    let victim = cluster.partition_leader(1, TOPIC, 0, Duration::from_secs(5))?;
+    let survivor = other_nodes(&cluster, victim)[0];
+
+    cluster.node(victim).kill()?;
+    let fault_at = Instant::now();
+    let kcat = KcatProducer::start(&cluster.bootstrap(), TOPIC, 0, 300)?;
+    let failover = workload.await_progress_since(fault_at, PROGRESS, FAILOVER_TIMEOUT)?;
+    let new_leader = cluster.partition_leader(survivor, TOPIC, 0, Duration::from_secs(5))?;
+    ensure!(
+        new_leader != victim,
+        "partition 0 is still led by the killed node {victim}"
+    );
+    eprintln!("leader {victim} of partition 0 killed; producing on every partition again after {failover:?}");
+    kcat.finish(Duration::from_secs(60))?;
+
+    cluster.node(victim).restart()?;
+    let returned_at = Instant::now();
+    std::thread::sleep(STEADY);
+    let settled = faults::stop_and_check(&cluster, workload, returned_at + REJOIN_TIMEOUT)?;
+    faults::check_progress_after(&settled.producer, PARTITIONS, fault_at)?;
+    kcat_lines_exactly_once(&cluster.bootstrap(), TOPIC, 0, 300)?;
+    Ok(())
+}
+
+#[test]
+fn a_killed_follower_leaves_the_isr_and_rejoins_after_restart() -> Result<()> {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // Two partitions over three nodes: placement balances leaders, so one node leads none and
+    // killing it is a pure follower failure.
+    let partitions = 2;
+    let (mut cluster, workload) = start_case(partitions)?;
+    let leaders: BTreeSet<i32> = cluster.partitions(1, TOPIC)?.iter().map(|p| p.leader).collect();
+    let victim = cluster
+        .ids()
+        .into_iter()
+        .find(|id| !leaders.contains(id))
+        .context("every node leads a partition")?;
+    let asking = other_nodes(&cluster, victim);
+
+    cluster.node(victim).kill()?;
+    let fault_at = Instant::now();
+    let shrink = await_out_of_every_isr(&cluster, &asking, victim, Duration::from_secs(15))?;
+    workload.await_progress_since(Instant::now(), PROGRESS, FAILOVER_TIMEOUT)?;
+    eprintln!("follower {victim} killed; out of every ISR after {shrink:?}; producing continues");
+    let leaders_after: BTreeSet<i32> = cluster.partitions(asking[0], TOPIC)?.iter().map(|p| p.leader).collect();
+    ensure!(
+        leaders_after == leaders,
+        "leaders changed from {leaders:?} to {leaders_after:?} although only a follower died"
+    );
+
+    cluster.node(victim).restart()?;
+    let returned_at = Instant::now();
+    let rejoin = cluster.await_full_isr(TOPIC, REJOIN_TIMEOUT)?;
+    eprintln!(
+        "follower {victim} back in every ISR after {:?}: {rejoin:?}",
+        returned_at.elapsed()
+    );
+    std::thread::sleep(STEADY);
+    let settled = faults::stop_and_check(&cluster, workload, returned_at + REJOIN_TIMEOUT)?;
+    faults::check_progress_after(&settled.producer, partitions, fault_at)?;
+    Ok(())
+}
+
+#[test]
+fn acked_records_survive_killing_the_active_controller() -> Result<()> {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (mut cluster, workload) = start_case(PARTITIONS)?;
+    let controller = cluster.controller(1, Duration::from_secs(10))?;
+    let survivors = other_nodes(&cluster, controller);
+
+    cluster.node(controller).kill()?;
+    let fault_at = Instant::now();
+    let new_controller = wait_until(FAILOVER_TIMEOUT, "a new controller", || {
+        kafka_client::metadata(cluster.addr(survivors[0]))
+            .ok()
+            .map(|m| m.controller_id.0)
+            .filter(|id| survivors.contains(id))
+    })?;
+    let failover = workload.await_progress_since(fault_at, PROGRESS, FAILOVER_TIMEOUT)?;
+    eprintln!("controller {controller} killed; {new_controller} took over; producing everywhere after {failover:?}");
+
+    cluster.node(controller).restart()?;
+    let returned_at = Instant::now();
+    std::thread::sleep(STEADY);
+    let settled = faults::stop_and_check(&cluster, workload, returned_at + REJOIN_TIMEOUT)?;
+    faults::check_progress_after(&settled.producer, PARTITIONS, fault_at)?;
+    Ok(())
+}
+
+#[test]
+fn a_paused_leader_drops_out_of_the_isr_and_rejoins_after_resume() -> Result<()> {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const PAUSE: Duration = Duration::from_secs(8);
+    let (mut cluster, workload) = start_case(PARTITIONS)?;
+    let victim = cluster.partition_leader(1, TOPIC, 0, Duration::from_secs(5))?;
+    let asking = other_nodes(&cluster, victim);
+
+    cluster.node(victim).pause()?;
+    let fault_at = Instant::now();
+    // The paused node answers nothing, so only the others are asked while it is stopped.
+    let dropped = await_out_of_every_isr(&cluster, &asking, victim, PAUSE);
+    let during_pause = workload.acked_since(fault_at);
+    if let Some(rest) = PAUSE.checked_sub(fault_at.elapsed()) {
+        std::thread::sleep(rest);
+    }
+    cluster.node(victim).resume()?;
+    let returned_at = Instant::now();
+    let dropped = dropped.map_err(|e| e.context(format!("while node {victim} was paused for {PAUSE:?}")))?;
+    eprintln!("node {victim} paused: out of every ISR after {dropped:?}; acked while paused {during_pause:?}");
+
+    workload.await_progress_since(returned_at, PROGRESS, FAILOVER_TIMEOUT)?;
+    let rejoin = cluster.await_full_isr(TOPIC, REJOIN_TIMEOUT)?;
+    eprintln!(
+        "node {victim} back in every ISR after {:?}: {rejoin:?}",
+        returned_at.elapsed()
+    );
+    std::thread::sleep(STEADY);
+    let settled = faults::stop_and_check(&cluster, workload, returned_at + REJOIN_TIMEOUT)?;
+    faults::check_progress_after(&settled.producer, PARTITIONS, fault_at)?;
+    Ok(())
+}
+
+#[test]
+fn controlled_shutdown_of_a_leader_fails_no_delivery_and_it_becomes_preferred_leader_again() -> Result<()> {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (mut cluster, workload) = start_case(PARTITIONS)?;
+    let victim = cluster.partition_leader(1, TOPIC, 0, Duration::from_secs(5))?;
+    let preferred: Vec<i32> = cluster
+        .partitions(1, TOPIC)?
+        .iter()
+        .filter(|p| p.preferred_leader() == Some(victim))
+        .map(|p| p.partition)
+        .collect();
+    let survivor = other_nodes(&cluster, victim)[0];
+
+    let status = cluster.node(victim).terminate(Duration::from_secs(30))?;
+    let fault_at = Instant::now();
+    ensure!(status.success(), "node {victim} exited with {status} after SIGTERM");
+    let failover = workload.await_progress_since(fault_at, PROGRESS, FAILOVER_TIMEOUT)?;
+    let moved: Vec<i32> = cluster.partitions(survivor, TOPIC)?.iter().map(|p| p.leader).collect();
+    ensure!(
+        !moved.contains(&victim),
+        "node {victim} shut down but still leads: leaders {moved:?}"
+    );
+    eprintln!("leader {victim} shut down; producing everywhere after {failover:?}; leaders {moved:?}");
+
+    cluster.node(victim).restart()?;
+    let returned_at = Instant::now();
+    let mut last = Vec::new();
+    let regained = wait_until(Duration::from_secs(15), "", || {
+        last = cluster.partitions(survivor, TOPIC).ok()?;
+        last.iter()
+            .filter(|p| preferred.contains(&p.partition))
+            .all(|p| p.leader == victim)
+            .then(|| returned_at.elapsed())
+    })
+    .map_err(|_| {
+        anyhow::anyhow!(
+            "node {victim} did not lead its preferred partitions {preferred:?} within 15 s of restarting: {last:?}"
+        )
+    })?;
+    eprintln!("node {victim} leads its preferred partitions {preferred:?} again after {regained:?}");
+    std::thread::sleep(STEADY);
+    let settled = faults::stop_and_check(&cluster, workload, returned_at + REJOIN_TIMEOUT)?;
+    faults::check_progress_after(&settled.producer, PARTITIONS, fault_at)?;
+    let failed: Vec<String> = settled
+        .producer
+        .failed()
+        .take(10)
+        .map(|d| format!("{} to partition {}: {:?}", d.value(), d.partition, d.outcome))
+        .collect();
+    ensure!(
+        failed.is_empty(),
+        "controlled shutdown failed {} deliveries, e.g. {failed:?}",
+        settled.producer.failed().count()
+    );
+    Ok(())
+}
+
+/// `kcat -P` (Debian's librdkafka) producing numbered lines with acks=all and idempotence,
+/// started while a failover is in progress.
+struct KcatProducer {
+    child: Child,
+}
+
+impl KcatProducer {
+    fn start(bootstrap: &str, topic: &str, partition: i32, lines: usize) -> Result<Self> {
+        let mut child = Command::new(kcat_binary()?)
+            .args(["-b", bootstrap, "-P", "-t", topic, "-p", &partition.to_string()])
+            .args([
+                "-X",
+                "acks=all",
+                "-X",
+                "enable.idempotence=true",
+                "-X",
+                "message.timeout.ms=60000",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("spawn kcat -P")?;
+        let mut stdin = child.stdin.take().context("kcat stdin")?;
+        for i in 0..lines {
+            writeln!(stdin, "kcat-{i}")?;
+        }
+        drop(stdin);
+        Ok(Self { child })
+    }
+
+    /// Waits for kcat to deliver everything and exit successfully.
+    fn finish(mut self, timeout: Duration) -> Result<()> {
+        let status = wait_until(timeout, "kcat -P to exit", || self.child.try_wait().ok().flatten());
+        if status.is_err() {
+            let _ = self.child.kill();
+        }
+        let status = status?;
+        let output = self.child.wait_with_output()?;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        ensure!(status.success(), "kcat -P exited with {status}: {stderr}");
+        ensure!(!stderr.contains("ERROR"), "kcat -P reported errors: {stderr}");
+        Ok(())
+    }
+}
+
+/// Reads `partition` to its end with `kcat -C -e` and checks every `kcat-<i>` line is there once.
+fn kcat_lines_exactly_once(bootstrap: &str, topic: &str, partition: i32, lines: usize) -> Result<()> {
+    let output = Command::new(kcat_binary()?)
+        .args(["-b", bootstrap, "-C", "-t", topic, "-p", &partition.to_string()])
+        .args(["-o", "beginning", "-e", "-q", "-f", "%o %s\\n"])
+        .output()
+        .context("run kcat -C")?;
+    ensure!(
+        output.status.success(),
+        "kcat -C exited with {}: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let mut counts = vec![Vec::new(); lines];
+    for line in stdout.lines() {
+        let Some((offset, value)) = line.split_once(' ') else {
+            bail!("unexpected kcat output line {line:?}");
+        };
+        if let Some(i) = value.strip_prefix("kcat-").and_then(|n| n.parse::<usize>().ok()) {
+            if i < lines {
+                counts[i].push(offset.to_string());
+            }
+        }
+    }
+    let wrong: Vec<String> = counts
+        .iter()
+        .enumerate()
+        .filter(|(_, offsets)| offsets.len() != 1)
+        .map(|(i, offsets)| format!("kcat-{i} at offsets {offsets:?}"))
+        .collect();
+    ensure!(
+        wrong.is_empty(),
+        "{} of {lines} kcat lines not present exactly once in partition {partition}, e.g. {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(10)]
+    );
+    Ok(())
+}
+
+fn kcat_binary() -> Result<&'static str> {
+    for name in ["kcat", "kafkacat"] {
+        let found = Command::new(name)
+            .arg("-V")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        if found.is_ok() {
+            return Ok(name);
+        }
+    }
+    bail!("kcat is not installed (apt-get install kcat)")
+}
