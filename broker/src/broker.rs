@@ -26,6 +26,9 @@ pub struct Broker {
     reconcile_lock: parking_lot::Mutex<()>,
     /// Unused producer ids of this broker's current block: `next..end`.
     producer_ids: parking_lot::Mutex<(i64, i64)>,
+    /// This process's registration; a controlled shutdown names it so that a stale one from a
+    /// previous run cannot fence a restarted broker.
+    pub incarnation_id: Uuid,
 }
 
 /// Milliseconds since the Unix epoch: Kafka's timestamp unit.
@@ -41,7 +44,7 @@ impl Broker {
     pub async fn open(config: BrokerConfig) -> Result<Arc<Broker>, MetadataError> {
         let config = Arc::new(config);
         let metadata = MetadataStore::open(&config).await?;
-        let replicas = ReplicaManager::new(config.clone());
+        let replicas = ReplicaManager::new(config.clone(), metadata.subscribe());
         let permits = config
             .queued_max_request_bytes
             .clamp(1, (u32::MAX as usize).min(Semaphore::MAX_PERMITS));
@@ -52,6 +55,7 @@ impl Broker {
             replicas,
             reconcile_lock: parking_lot::Mutex::new(()),
             producer_ids: parking_lot::Mutex::new((0, 0)),
+            incarnation_id: Uuid::new_v4(),
         });
         broker.replicas.remove_orphan_dirs(&broker.metadata.image());
         broker.reconcile();
@@ -64,8 +68,46 @@ impl Broker {
         vec![
             tokio::spawn(register(self.clone(), shutdown.clone())),
             tokio::spawn(follow_metadata(self.clone(), shutdown.clone())),
-            tokio::spawn(run_controller(self.clone(), shutdown)),
+            tokio::spawn(run_controller(self.clone(), shutdown.clone())),
+            tokio::spawn(run_isr_maintenance(self.clone(), shutdown)),
         ]
+    }
+
+    /// Proposes an ISR change a partition leader decided on, in the background; the leader
+    /// may propose again once this one is decided.
+    pub fn propose_isr_change(self: &Arc<Self>, partition: Arc<crate::partition::Partition>, command: MetadataCommand) {
+        let broker = self.clone();
+        tokio::spawn(async move {
+            match broker.commit(command).await {
+                Ok(_) => {}
+                Err(e) => tracing::info!(
+                    topic = %partition.topic, partition = partition.index, error = %e,
+                    "ISR change not accepted; will re-evaluate"
+                ),
+            }
+            partition.isr_change_finished();
+        });
+    }
+
+    /// Kafka's controlled shutdown: moves leadership of this broker's partitions to other
+    /// in-sync replicas and leaves their ISRs, so clients move on before the process exits.
+    pub async fn controlled_shutdown(&self) {
+        if !self.config.controlled_shutdown_enable {
+            return;
+        }
+        let command = MetadataCommand::ControlledShutdown {
+            broker_id: self.config.node_id,
+            incarnation_id: self.incarnation_id,
+        };
+        match tokio::time::timeout(Duration::from_secs(15), self.commit(command)).await {
+            Ok(Ok(_)) => tracing::info!("controlled shutdown: leadership moved to other replicas"),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "controlled shutdown was not accepted; stopping anyway (clients fail over once this broker is fenced)")
+            }
+            Err(_) => tracing::warn!(
+                "controlled shutdown timed out; stopping anyway (clients fail over once this broker is fenced)"
+            ),
+        }
     }
 
     /// Commits a metadata change through the quorum and applies it to the hosted partitions
@@ -109,7 +151,7 @@ impl Broker {
 async fn register(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
     let command = MetadataCommand::RegisterBroker {
         broker_id: broker.config.node_id,
-        incarnation_id: Uuid::new_v4(),
+        incarnation_id: broker.incarnation_id,
         endpoints: vec![Endpoint {
             host: broker.config.advertised_host.clone(),
             port: broker.config.advertised_port,
@@ -192,6 +234,32 @@ async fn run_controller(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>
             if let Err(e) = broker.commit(command).await {
                 tracing::warn!(error = %e, "controller could not record a liveness change; will retry");
             }
+        }
+    }
+}
+
+/// The partition leader's timer-driven duty: drop followers that have not caught up within
+/// `replica.lag.time.max.ms` from the ISR (checked every half lag period, as Kafka does), and
+/// checkpoint high watermarks every `replica.high.watermark.checkpoint.interval.ms`.
+async fn run_isr_maintenance(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+    let lag_ms = broker.config.replica_lag_time_max_ms;
+    let mut isr_ticker = tokio::time::interval(Duration::from_millis((lag_ms / 2).max(10)));
+    isr_ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let checkpoint_period = Duration::from_millis(broker.config.replica_high_watermark_checkpoint_interval_ms.max(10));
+    let mut checkpoint_ticker = tokio::time::interval(checkpoint_period);
+    checkpoint_ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => return,
+            _ = isr_ticker.tick() => {
+                let now = now_ms();
+                for partition in broker.replicas.all() {
+                    if let Some(command) = partition.isr_shrink(now, lag_ms as i64) {
+                        broker.propose_isr_change(partition, command);
+                    }
+                }
+            }
+            _ = checkpoint_ticker.tick() => broker.replicas.checkpoint_high_watermarks(),
         }
     }
 }

@@ -92,6 +92,18 @@ const BROKER_KEYS: &[(&str, &str, ConfigType)] = &[
     ("broker.rack", "", ConfigType::String),
     ("broker.session.timeout.ms", "9000", ConfigType::Int),
     ("broker.heartbeat.interval.ms", "2000", ConfigType::Int),
+    ("replica.lag.time.max.ms", "30000", ConfigType::Long),
+    ("replica.fetch.wait.max.ms", "500", ConfigType::Int),
+    ("replica.fetch.max.bytes", "1048576", ConfigType::Int),
+    ("replica.fetch.response.max.bytes", "10485760", ConfigType::Int),
+    (
+        "replica.high.watermark.checkpoint.interval.ms",
+        "5000",
+        ConfigType::Long,
+    ),
+    ("auto.leader.rebalance.enable", "true", ConfigType::Boolean),
+    ("leader.imbalance.check.interval.seconds", "300", ConfigType::Long),
+    ("controlled.shutdown.enable", "true", ConfigType::Boolean),
 ];
 
 /// Resolved configuration of one broker.
@@ -119,6 +131,15 @@ pub struct BrokerConfig {
     /// A broker the controller has not heard from for this long is fenced.
     pub broker_session_timeout_ms: u64,
     pub broker_heartbeat_interval_ms: u64,
+    /// A follower that has not caught up for this long leaves the ISR.
+    pub replica_lag_time_max_ms: u64,
+    pub replica_fetch_wait_max_ms: u64,
+    pub replica_fetch_max_bytes: i32,
+    pub replica_fetch_response_max_bytes: i32,
+    pub replica_high_watermark_checkpoint_interval_ms: u64,
+    pub auto_leader_rebalance_enable: bool,
+    pub leader_imbalance_check_interval_seconds: u64,
+    pub controlled_shutdown_enable: bool,
     /// Every `--set` value, by Kafka name: broker-level defaults for topic configs live here.
     pub overrides: BTreeMap<String, String>,
 }
@@ -148,6 +169,23 @@ impl BrokerConfig {
                 "broker.heartbeat.interval.ms",
                 &get("broker.heartbeat.interval.ms"),
             )?,
+            replica_lag_time_max_ms: parse_num("replica.lag.time.max.ms", &get("replica.lag.time.max.ms"))?,
+            replica_fetch_wait_max_ms: parse_num("replica.fetch.wait.max.ms", &get("replica.fetch.wait.max.ms"))?,
+            replica_fetch_max_bytes: parse_num("replica.fetch.max.bytes", &get("replica.fetch.max.bytes"))?,
+            replica_fetch_response_max_bytes: parse_num(
+                "replica.fetch.response.max.bytes",
+                &get("replica.fetch.response.max.bytes"),
+            )?,
+            replica_high_watermark_checkpoint_interval_ms: parse_num(
+                "replica.high.watermark.checkpoint.interval.ms",
+                &get("replica.high.watermark.checkpoint.interval.ms"),
+            )?,
+            auto_leader_rebalance_enable: get("auto.leader.rebalance.enable") == "true",
+            leader_imbalance_check_interval_seconds: parse_num(
+                "leader.imbalance.check.interval.seconds",
+                &get("leader.imbalance.check.interval.seconds"),
+            )?,
+            controlled_shutdown_enable: get("controlled.shutdown.enable") == "true",
             node_id: cli.node_id,
             data_dir: cli.data_dir.clone(),
             listen: cli.listen,

@@ -345,10 +345,9 @@ pub fn decide(image: &MetadataImage, command: &MetadataCommand) -> Result<(Vec<M
         }
         MetadataCommand::AlterPartition { .. }
         | MetadataCommand::ControlledShutdown { .. }
-        | MetadataCommand::ElectPreferredLeaders => Err(ApiError::new(
-            ResponseError::UnsupportedVersion,
-            "not implemented yet",
-        )),
+        | MetadataCommand::ElectPreferredLeaders => {
+            Err(ApiError::new(ResponseError::UnsupportedVersion, "not implemented yet"))
+        }
     }
 }
 
