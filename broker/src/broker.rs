@@ -24,12 +24,19 @@ pub struct Broker {
     /// Serialises reconciliation so partitions always follow the newest image, never an older
     /// one applied late by a slower task.
     reconcile_lock: parking_lot::Mutex<()>,
+    /// Set once this start's registration is committed: only then is the local image known
+    /// to be current. Before that, replaying the local metadata log passes through old states
+    /// (this broker leading partitions it no longer leads), which must not be acted on.
+    registered: std::sync::atomic::AtomicBool,
     /// Unused producer ids of this broker's current block: `next..end`.
     producer_ids: parking_lot::Mutex<(i64, i64)>,
     /// This process's registration; a controlled shutdown names it so that a stale one from a
     /// previous run cannot fence a restarted broker.
     pub incarnation_id: Uuid,
 }
+
+/// Pause after a refused ISR change before the leader may propose another.
+const ISR_CHANGE_RETRY: Duration = Duration::from_secs(1);
 
 /// Milliseconds since the Unix epoch: Kafka's timestamp unit.
 pub fn now_ms() -> i64 {
@@ -39,8 +46,8 @@ pub fn now_ms() -> i64 {
 }
 
 impl Broker {
-    /// Opens the data dir, joins the metadata quorum (replaying the local metadata log) and
-    /// opens the partitions the replayed image assigns to this broker.
+    /// Opens the data dir and joins the metadata quorum (replaying the local metadata log).
+    /// Partitions are opened once this start's registration is committed (see `register`).
     pub async fn open(config: BrokerConfig) -> Result<Arc<Broker>, MetadataError> {
         let config = Arc::new(config);
         let metadata = MetadataStore::open(&config).await?;
@@ -54,11 +61,11 @@ impl Broker {
             metadata,
             replicas,
             reconcile_lock: parking_lot::Mutex::new(()),
+            registered: std::sync::atomic::AtomicBool::new(false),
             producer_ids: parking_lot::Mutex::new((0, 0)),
             incarnation_id: Uuid::new_v4(),
         });
         broker.replicas.remove_orphan_dirs(&broker.metadata.image());
-        broker.reconcile();
         Ok(broker)
     }
 
@@ -78,12 +85,13 @@ impl Broker {
     pub fn propose_isr_change(self: &Arc<Self>, partition: Arc<crate::partition::Partition>, command: MetadataCommand) {
         let broker = self.clone();
         tokio::spawn(async move {
-            match broker.commit(command).await {
-                Ok(_) => {}
-                Err(e) => tracing::info!(
+            if let Err(e) = broker.commit(command).await {
+                tracing::info!(
                     topic = %partition.topic, partition = partition.index, error = %e,
-                    "ISR change not accepted; will re-evaluate"
-                ),
+                    "ISR change not accepted; will re-evaluate shortly"
+                );
+                // Refused changes (a replica still fenced, say) are not retried at fetch rate.
+                tokio::time::sleep(ISR_CHANGE_RETRY).await;
             }
             partition.isr_change_finished();
         });
@@ -142,6 +150,9 @@ impl Broker {
     }
 
     fn reconcile(&self) {
+        if !self.registered.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
         let _serial = self.reconcile_lock.lock();
         self.replicas.reconcile(&self.metadata.image(), now_ms());
     }
@@ -163,6 +174,8 @@ async fn register(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
         match broker.commit(command.clone()).await {
             Ok(_) => {
                 tracing::info!(node_id = broker.config.node_id, "registered with the metadata quorum");
+                broker.registered.store(true, std::sync::atomic::Ordering::Release);
+                broker.reconcile();
                 return;
             }
             Err(e) => {
