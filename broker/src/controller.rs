@@ -297,7 +297,12 @@ pub fn decide(image: &MetadataImage, command: &MetadataCommand) -> Result<(Vec<M
         }
         MetadataCommand::FenceBroker { broker_id } => done(fence_broker(image, *broker_id)),
         MetadataCommand::UnfenceBroker { broker_id } => {
-            if image.brokers.get(broker_id).is_none_or(|b| !b.fenced) {
+            // A broker in controlled shutdown comes back only by registering again.
+            if image
+                .brokers
+                .get(broker_id)
+                .is_none_or(|b| !b.fenced || b.in_controlled_shutdown)
+            {
                 return done(Vec::new());
             }
             let mut records = vec![MetadataRecord::UnfenceBroker { broker_id: *broker_id }];
@@ -343,23 +348,48 @@ pub fn decide(image: &MetadataImage, command: &MetadataCommand) -> Result<(Vec<M
         MetadataCommand::AlterTopicConfigs { name, ops, list_bases } => {
             done(alter_topic_configs(image, name, ops, list_bases)?)
         }
-        MetadataCommand::AlterPartition { .. }
-        | MetadataCommand::ControlledShutdown { .. }
-        | MetadataCommand::ElectPreferredLeaders => Err(ApiError::new(
-            ResponseError::UnsupportedVersion,
-            "not implemented yet",
-        )),
+        MetadataCommand::ControlledShutdown {
+            broker_id,
+            incarnation_id,
+        } => done(controlled_shutdown(image, *broker_id, *incarnation_id)),
+        MetadataCommand::AlterPartition { .. } | MetadataCommand::ElectPreferredLeaders => {
+            Err(ApiError::new(ResponseError::UnsupportedVersion, "not implemented yet"))
+        }
     }
 }
 
-/// Fences a broker: it leaves every ISR it is in (unless it is the last member), and the
-/// partitions it led move to another live in-sync replica, or to none (-1, offline) when no
-/// other is left. Each change bumps the leader and partition epochs.
+/// Fences a broker the controller stopped hearing from (see [`take_out_of_service`]).
 pub fn fence_broker(image: &MetadataImage, broker_id: i32) -> Vec<MetadataRecord> {
     if !image.is_live(broker_id) {
         return Vec::new();
     }
     let mut records = vec![MetadataRecord::FenceBroker { broker_id }];
+    records.extend(take_out_of_service(image, broker_id));
+    records
+}
+
+/// A broker's controlled shutdown: like fencing, but the broker stays fenced until it
+/// registers again. Ignored for an unknown broker, a stale incarnation (a restarted broker
+/// must not be shut down by its predecessor's request) or a shutdown already under way.
+pub fn controlled_shutdown(image: &MetadataImage, broker_id: i32, incarnation_id: Uuid) -> Vec<MetadataRecord> {
+    let Some(broker) = image.brokers.get(&broker_id) else {
+        return Vec::new();
+    };
+    if broker.incarnation_id != incarnation_id || broker.in_controlled_shutdown {
+        return Vec::new();
+    }
+    let mut records = vec![MetadataRecord::BrokerShutdown { broker_id }];
+    records.extend(take_out_of_service(image, broker_id));
+    records
+}
+
+/// The partition changes that follow a broker out of service: it leaves every ISR it is in
+/// (unless it is the last member), and the partitions it led move to another live in-sync
+/// replica, or to none (-1, offline) when no other is left. Each change bumps the partition
+/// epoch, and the leader epoch when leadership moves. Partitions already in that state (a
+/// fenced broker now shutting down) are left alone.
+fn take_out_of_service(image: &MetadataImage, broker_id: i32) -> Vec<MetadataRecord> {
+    let mut records = Vec::new();
     for topic in image.topics.values() {
         for (index, p) in topic.partitions.iter().enumerate() {
             if p.leader != broker_id && !p.isr.contains(&broker_id) {
@@ -377,6 +407,9 @@ pub fn fence_broker(image: &MetadataImage, broker_id: i32) -> Vec<MetadataRecord
             // Kafka keeps the last in-sync replica in the ISR so it can lead again when it returns.
             let remaining: Vec<i32> = p.isr.iter().copied().filter(|id| *id != broker_id).collect();
             let isr = if remaining.is_empty() { p.isr.clone() } else { remaining };
+            if leader == p.leader && isr == p.isr {
+                continue;
+            }
             records.push(partition_change(topic.topic_id, index, &p.replicas, isr, leader, p));
         }
     }
@@ -406,7 +439,9 @@ pub fn liveness_changes(
             };
             match (b.fenced, alive) {
                 (false, false) => Some(MetadataCommand::FenceBroker { broker_id: b.broker_id }),
-                (true, true) if contact.is_some() => Some(MetadataCommand::UnfenceBroker { broker_id: b.broker_id }),
+                (true, true) if contact.is_some() && !b.in_controlled_shutdown => {
+                    Some(MetadataCommand::UnfenceBroker { broker_id: b.broker_id })
+                }
                 _ => None,
             }
         })
@@ -721,6 +756,100 @@ mod tests {
         for i in &led_by_1 {
             let p = &image.topic("rf1").unwrap().partitions[*i];
             assert_eq!((p.leader, p.leader_epoch), (1, 2));
+        }
+    }
+
+    fn decide_and_apply(image: &mut MetadataImage, command: MetadataCommand) -> Outcome {
+        let (records, outcome) = decide(image, &command).unwrap();
+        apply_all(image, &records);
+        outcome
+    }
+
+    fn register(image: &mut MetadataImage, broker_id: i32, incarnation: u128) {
+        let command = MetadataCommand::RegisterBroker {
+            broker_id,
+            incarnation_id: Uuid::from_u128(incarnation),
+            endpoints: vec![],
+            rack: None,
+        };
+        decide_and_apply(image, command);
+    }
+
+    #[test]
+    fn controlled_shutdown_moves_leadership_away_and_keeps_the_broker_fenced_until_it_registers_again() {
+        let mut image = image_with_brokers(&[1, 2, 3]);
+        let records = create_topic(&image, &new_topic("t", 3, 3), Uuid::from_u128(1)).unwrap();
+        apply_all(&mut image, &records);
+        let shutdown = MetadataCommand::ControlledShutdown {
+            broker_id: 1,
+            incarnation_id: Uuid::nil(),
+        };
+        decide_and_apply(&mut image, shutdown.clone());
+        let broker = &image.brokers[&1];
+        assert!(broker.fenced && broker.in_controlled_shutdown);
+        for p in &image.topic("t").unwrap().partitions {
+            assert_ne!(p.leader, 1);
+            assert_eq!(p.isr.len(), 2);
+            assert!(!p.isr.contains(&1));
+        }
+        // Repeating the request, hearing from the broker, or an UnfenceBroker change nothing.
+        assert!(decide(&image, &shutdown).unwrap().0.is_empty());
+        let contacts = [(1, Some(0)), (2, Some(0)), (3, Some(0))];
+        assert!(liveness_changes(&image, &contacts, 60_000, 9_000).is_empty());
+        let unfence = MetadataCommand::UnfenceBroker { broker_id: 1 };
+        assert!(decide(&image, &unfence).unwrap().0.is_empty());
+        // A new incarnation registers and is live again.
+        register(&mut image, 1, 2);
+        assert!(image.is_live(1) && !image.brokers[&1].in_controlled_shutdown);
+    }
+
+    #[test]
+    fn controlled_shutdown_of_a_stale_incarnation_or_unknown_broker_is_ignored() {
+        let mut image = image_with_brokers(&[1, 2]);
+        register(&mut image, 1, 5);
+        for (broker_id, incarnation) in [(1, 4), (7, 5)] {
+            let command = MetadataCommand::ControlledShutdown {
+                broker_id,
+                incarnation_id: Uuid::from_u128(incarnation),
+            };
+            assert_eq!(decide(&image, &command).unwrap(), (vec![], Outcome::Done));
+        }
+        assert!(image.is_live(1));
+    }
+
+    #[test]
+    fn controlled_shutdown_of_a_fenced_broker_only_marks_it() {
+        let mut image = image_with_brokers(&[1, 2]);
+        let records = create_topic(&image, &new_topic("t", 2, 2), Uuid::from_u128(1)).unwrap();
+        apply_all(&mut image, &records);
+        let records = fence_broker(&image, 1);
+        apply_all(&mut image, &records);
+        let command = MetadataCommand::ControlledShutdown {
+            broker_id: 1,
+            incarnation_id: Uuid::nil(),
+        };
+        let (records, _) = decide(&image, &command).unwrap();
+        assert_eq!(records, vec![MetadataRecord::BrokerShutdown { broker_id: 1 }]);
+    }
+
+    #[test]
+    fn new_partitions_are_not_placed_on_fenced_or_shutting_down_brokers() {
+        let mut image = image_with_brokers(&[1, 2, 3, 4]);
+        let records = fence_broker(&image, 2);
+        apply_all(&mut image, &records);
+        let shutdown = MetadataCommand::ControlledShutdown {
+            broker_id: 3,
+            incarnation_id: Uuid::nil(),
+        };
+        decide_and_apply(&mut image, shutdown);
+        let err = create_topic(&image, &new_topic("t", 1, 3), Uuid::from_u128(1)).unwrap_err();
+        assert_eq!(err.error, ResponseError::InvalidReplicationFactor);
+        let records = create_topic(&image, &new_topic("t", 4, 2), Uuid::from_u128(1)).unwrap();
+        apply_all(&mut image, &records);
+        for p in &image.topic("t").unwrap().partitions {
+            let mut replicas = p.replicas.clone();
+            replicas.sort();
+            assert_eq!(replicas, vec![1, 4]);
         }
     }
 
