@@ -270,6 +270,13 @@ pub enum Outcome {
         first: i64,
         size: i64,
     },
+    /// An AlterPartition was accepted: the partition's registration as it now stands (what
+    /// Kafka's AlterPartition response carries; the leader adopts the new partition epoch).
+    PartitionChanged {
+        leader_epoch: i32,
+        partition_epoch: i32,
+        isr: Vec<i32>,
+    },
 }
 
 /// Producer ids handed to a broker at a time (Kafka's block size).
@@ -352,10 +359,117 @@ pub fn decide(image: &MetadataImage, command: &MetadataCommand) -> Result<(Vec<M
             broker_id,
             incarnation_id,
         } => done(controlled_shutdown(image, *broker_id, *incarnation_id)),
-        MetadataCommand::AlterPartition { .. } | MetadataCommand::ElectPreferredLeaders => {
+        MetadataCommand::AlterPartition {
+            topic_id,
+            partition,
+            leader_id,
+            leader_epoch,
+            partition_epoch,
+            new_isr,
+        } => alter_partition(
+            image,
+            *topic_id,
+            *partition,
+            *leader_id,
+            *leader_epoch,
+            *partition_epoch,
+            new_isr,
+        ),
+        MetadataCommand::ElectPreferredLeaders => {
             Err(ApiError::new(ResponseError::UnsupportedVersion, "not implemented yet"))
         }
     }
+}
+
+/// Kafka's AlterPartition (KIP-497): the partition leader `leader_id` replaces the ISR.
+/// A compare-and-set on the leader and partition epochs: a deposed leader or one acting on a
+/// stale registration is refused, as is an ISR without the leader or one that adds a replica
+/// which cannot be in sync (KIP-841: fenced, shutting down or not registered). An unchanged
+/// ISR writes nothing.
+pub fn alter_partition(
+    image: &MetadataImage,
+    topic_id: Uuid,
+    partition: i32,
+    leader_id: i32,
+    leader_epoch: i32,
+    partition_epoch: i32,
+    new_isr: &[i32],
+) -> Result<(Vec<MetadataRecord>, Outcome), ApiError> {
+    let topic = image
+        .topic_by_id(&topic_id)
+        .ok_or_else(|| ApiError::new(ResponseError::UnknownTopicId, format!("no topic has id {topic_id}")))?;
+    let p = usize::try_from(partition)
+        .ok()
+        .and_then(|i| topic.partitions.get(i))
+        .ok_or_else(|| {
+            ApiError::new(
+                ResponseError::UnknownTopicOrPartition,
+                format!("{} has no partition {partition}", topic.name),
+            )
+        })?;
+    let refuse = |error, why: String| {
+        Err(ApiError::new(
+            error,
+            format!("AlterPartition of {}-{partition} refused: {why}", topic.name),
+        ))
+    };
+    if leader_id != p.leader {
+        let why = format!("broker {leader_id} is not the leader, {} is", p.leader);
+        return refuse(ResponseError::NotLeaderOrFollower, why);
+    }
+    if leader_epoch != p.leader_epoch {
+        let error = if leader_epoch < p.leader_epoch {
+            ResponseError::FencedLeaderEpoch
+        } else {
+            ResponseError::UnknownLeaderEpoch
+        };
+        return refuse(
+            error,
+            format!("leader epoch {leader_epoch}, current {}", p.leader_epoch),
+        );
+    }
+    if partition_epoch != p.partition_epoch {
+        let why = format!("partition epoch {partition_epoch}, current {}", p.partition_epoch);
+        return refuse(ResponseError::InvalidUpdateVersion, why);
+    }
+    let mut distinct = new_isr.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() != new_isr.len()
+        || !new_isr.contains(&p.leader)
+        || new_isr.iter().any(|id| !p.replicas.contains(id))
+    {
+        let why = format!(
+            "ISR {new_isr:?} must be distinct replicas of {:?} including the leader {}",
+            p.replicas, p.leader
+        );
+        return refuse(ResponseError::InvalidRequest, why);
+    }
+    if let Some(id) = new_isr.iter().find(|id| !p.isr.contains(id) && !image.is_live(**id)) {
+        let why = format!("replica {id} is fenced, shutting down or not registered");
+        return refuse(ResponseError::IneligibleReplica, why);
+    }
+    // In the replicas' order, so that the same set always makes the same record.
+    let isr: Vec<i32> = p.replicas.iter().copied().filter(|id| new_isr.contains(id)).collect();
+    let changed = isr != p.isr;
+    let records = if changed {
+        vec![partition_change(
+            topic.topic_id,
+            partition as usize,
+            &p.replicas,
+            isr.clone(),
+            p.leader,
+            p,
+        )]
+    } else {
+        Vec::new()
+    };
+    let outcome = Outcome::PartitionChanged {
+        leader_epoch: p.leader_epoch,
+        partition_epoch: p.partition_epoch + i32::from(changed),
+        isr,
+    };
+    Ok((records, outcome))
 }
 
 /// Fences a broker the controller stopped hearing from (see [`take_out_of_service`]).
@@ -851,6 +965,109 @@ mod tests {
             replicas.sort();
             assert_eq!(replicas, vec![1, 4]);
         }
+    }
+
+    fn alter_isr(leader_id: i32, leader_epoch: i32, partition_epoch: i32, new_isr: &[i32]) -> MetadataCommand {
+        MetadataCommand::AlterPartition {
+            topic_id: Uuid::from_u128(1),
+            partition: 0,
+            leader_id,
+            leader_epoch,
+            partition_epoch,
+            new_isr: new_isr.to_vec(),
+        }
+    }
+
+    /// Brokers 1..=n and topic "t" (id 1) with one partition on all of them, led by 1.
+    fn one_partition_on(n: i32) -> MetadataImage {
+        let brokers: Vec<i32> = (1..=n).collect();
+        let mut image = image_with_brokers(&brokers);
+        let mut topic = new_topic("t", 1, n as i16);
+        topic.assignments = Some(vec![brokers]);
+        let records = create_topic(&image, &topic, Uuid::from_u128(1)).unwrap();
+        apply_all(&mut image, &records);
+        image
+    }
+
+    #[test]
+    fn alter_partition_shrinks_and_expands_the_isr_as_a_compare_and_set() {
+        let mut image = one_partition_on(3);
+        let outcome = decide_and_apply(&mut image, alter_isr(1, 0, 0, &[3, 1]));
+        let expected = Outcome::PartitionChanged {
+            leader_epoch: 0,
+            partition_epoch: 1,
+            isr: vec![1, 3],
+        };
+        assert_eq!(outcome, expected);
+        let p = &image.topic("t").unwrap().partitions[0];
+        assert_eq!(
+            (p.leader, p.leader_epoch, p.partition_epoch, &p.isr),
+            (1, 0, 1, &vec![1, 3])
+        );
+        // A request built on the old registration loses the race.
+        let err = decide(&image, &alter_isr(1, 0, 0, &[1, 2, 3])).unwrap_err();
+        assert_eq!(err.error, ResponseError::InvalidUpdateVersion);
+        decide_and_apply(&mut image, alter_isr(1, 0, 1, &[2, 1, 3]));
+        let p = &image.topic("t").unwrap().partitions[0];
+        assert_eq!((p.partition_epoch, &p.isr), (2, &p.replicas));
+        // The same ISR again writes nothing and reports the registration as it is.
+        let (records, outcome) = decide(&image, &alter_isr(1, 0, 2, &[1, 2, 3])).unwrap();
+        assert!(records.is_empty());
+        assert!(matches!(outcome, Outcome::PartitionChanged { partition_epoch: 2, .. }));
+    }
+
+    #[test]
+    fn alter_partition_refuses_unknown_partitions_deposed_leaders_and_stale_epochs() {
+        let mut image = one_partition_on(3);
+        let mut unknown_topic = alter_isr(1, 0, 0, &[1]);
+        if let MetadataCommand::AlterPartition { topic_id, .. } = &mut unknown_topic {
+            *topic_id = Uuid::from_u128(99);
+        }
+        let mut unknown_partition = alter_isr(1, 0, 0, &[1]);
+        if let MetadataCommand::AlterPartition { partition, .. } = &mut unknown_partition {
+            *partition = 1;
+        }
+        let cases = [
+            (unknown_topic, ResponseError::UnknownTopicId),
+            (unknown_partition, ResponseError::UnknownTopicOrPartition),
+            (alter_isr(2, 0, 0, &[2]), ResponseError::NotLeaderOrFollower),
+            (alter_isr(1, 1, 0, &[1]), ResponseError::UnknownLeaderEpoch),
+            (alter_isr(1, 0, 1, &[1]), ResponseError::InvalidUpdateVersion),
+        ];
+        for (command, error) in cases {
+            assert_eq!(decide(&image, &command).unwrap_err().error, error, "{command:?}");
+        }
+        // Broker 1 is fenced: broker 2 leads at epoch 1 and 1's last request is refused.
+        let records = fence_broker(&image, 1);
+        apply_all(&mut image, &records);
+        let err = decide(&image, &alter_isr(1, 0, 0, &[1, 2])).unwrap_err();
+        assert_eq!(err.error, ResponseError::NotLeaderOrFollower);
+        let err = decide(&image, &alter_isr(2, 0, 1, &[2, 3])).unwrap_err();
+        assert_eq!(err.error, ResponseError::FencedLeaderEpoch);
+        assert!(decide(&image, &alter_isr(2, 1, 1, &[2])).is_ok());
+    }
+
+    #[test]
+    fn alter_partition_refuses_malformed_isrs_and_ineligible_replicas() {
+        let mut image = one_partition_on(4);
+        decide_and_apply(&mut image, alter_isr(1, 0, 0, &[1]));
+        for isr in [&[][..], &[2, 3], &[1, 1], &[1, 9]] {
+            let err = decide(&image, &alter_isr(1, 0, 1, isr)).unwrap_err();
+            assert_eq!(err.error, ResponseError::InvalidRequest, "ISR {isr:?}");
+        }
+        let records = fence_broker(&image, 2);
+        apply_all(&mut image, &records);
+        let shutdown = MetadataCommand::ControlledShutdown {
+            broker_id: 3,
+            incarnation_id: Uuid::nil(),
+        };
+        decide_and_apply(&mut image, shutdown);
+        for isr in [[1, 2], [1, 3]] {
+            let err = decide(&image, &alter_isr(1, 0, 1, &isr)).unwrap_err();
+            assert_eq!(err.error, ResponseError::IneligibleReplica, "ISR {isr:?}");
+        }
+        decide_and_apply(&mut image, alter_isr(1, 0, 1, &[1, 4]));
+        assert_eq!(image.topic("t").unwrap().partitions[0].isr, vec![1, 4]);
     }
 
     #[test]
