@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use kafka_protocol::error::ResponseError;
 use uuid::Uuid;
 
-use crate::metadata::image::{MetadataImage, TopicImage};
+use crate::metadata::image::{MetadataImage, PartitionRegistration, TopicImage};
 use crate::metadata::records::{ConfigResource, MetadataCommand, MetadataRecord};
 use crate::topic_config;
 
@@ -375,9 +375,7 @@ pub fn decide(image: &MetadataImage, command: &MetadataCommand) -> Result<(Vec<M
             *partition_epoch,
             new_isr,
         ),
-        MetadataCommand::ElectPreferredLeaders => {
-            Err(ApiError::new(ResponseError::UnsupportedVersion, "not implemented yet"))
-        }
+        MetadataCommand::ElectPreferredLeaders => done(elect_preferred_leaders(image)),
     }
 }
 
@@ -530,6 +528,42 @@ fn take_out_of_service(image: &MetadataImage, broker_id: i32) -> Vec<MetadataRec
     records
 }
 
+/// Moves leadership back to each partition's preferred replica (the first), wherever that
+/// replica is live, in sync and not already leading (Kafka's preferred leader election).
+pub fn elect_preferred_leaders(image: &MetadataImage) -> Vec<MetadataRecord> {
+    let mut records = Vec::new();
+    for topic in image.topics.values() {
+        for (index, p) in topic.partitions.iter().enumerate() {
+            if let Some(preferred) = preferred_leader_to_elect(image, p) {
+                records.push(partition_change(
+                    topic.topic_id,
+                    index,
+                    &p.replicas,
+                    p.isr.clone(),
+                    preferred,
+                    p,
+                ));
+            }
+        }
+    }
+    records
+}
+
+/// Whether [`elect_preferred_leaders`] would change anything: the controller checks this
+/// before proposing, so a balanced cluster does not fill the metadata log with no-ops.
+pub fn preferred_leader_imbalance(image: &MetadataImage) -> bool {
+    image
+        .topics
+        .values()
+        .flat_map(|t| &t.partitions)
+        .any(|p| preferred_leader_to_elect(image, p).is_some())
+}
+
+fn preferred_leader_to_elect(image: &MetadataImage, p: &PartitionRegistration) -> Option<i32> {
+    let preferred = *p.replicas.first()?;
+    (preferred != p.leader && p.isr.contains(&preferred) && image.is_live(preferred)).then_some(preferred)
+}
+
 /// Fence/unfence decisions of the active controller. `contacts` holds, per quorum member, how
 /// long ago the leader last heard from it (`None`: not yet known); `leading_for_ms` gives a new
 /// leader a full session before it fences anyone it has not heard from.
@@ -588,7 +622,7 @@ fn partition_change(
     replicas: &[i32],
     isr: Vec<i32>,
     leader: i32,
-    previous: &crate::metadata::image::PartitionRegistration,
+    previous: &PartitionRegistration,
 ) -> MetadataRecord {
     MetadataRecord::Partition {
         topic_id,
@@ -1068,6 +1102,44 @@ mod tests {
         }
         decide_and_apply(&mut image, alter_isr(1, 0, 1, &[1, 4]));
         assert_eq!(image.topic("t").unwrap().partitions[0].isr, vec![1, 4]);
+    }
+
+    #[test]
+    fn preferred_leaders_lead_again_once_live_and_in_sync() {
+        let mut image = one_partition_on(3);
+        assert!(!preferred_leader_imbalance(&image));
+        assert!(elect_preferred_leaders(&image).is_empty());
+        let records = fence_broker(&image, 1);
+        apply_all(&mut image, &records);
+        // Fenced and then back, but out of the ISR: not yet.
+        decide_and_apply(&mut image, MetadataCommand::UnfenceBroker { broker_id: 1 });
+        assert_eq!(image.topic("t").unwrap().partitions[0].leader, 2);
+        assert!(!preferred_leader_imbalance(&image));
+        decide_and_apply(&mut image, alter_isr(2, 1, 1, &[1, 2, 3]));
+        assert!(preferred_leader_imbalance(&image));
+        decide_and_apply(&mut image, MetadataCommand::ElectPreferredLeaders);
+        let p = &image.topic("t").unwrap().partitions[0];
+        assert_eq!((p.leader, p.leader_epoch, p.partition_epoch), (1, 2, 3));
+        assert!(!preferred_leader_imbalance(&image));
+    }
+
+    #[test]
+    fn a_shutting_down_preferred_replica_is_not_elected() {
+        let mut image = one_partition_on(2);
+        let records = fence_broker(&image, 1);
+        apply_all(&mut image, &records);
+        // Still in the ISR (re-added while it was briefly back), but shutting down.
+        decide_and_apply(&mut image, MetadataCommand::UnfenceBroker { broker_id: 1 });
+        decide_and_apply(&mut image, alter_isr(2, 1, 1, &[1, 2]));
+        let shutdown = MetadataCommand::ControlledShutdown {
+            broker_id: 1,
+            incarnation_id: Uuid::nil(),
+        };
+        let (records, _) = decide(&image, &shutdown).unwrap();
+        let mut after = image.clone();
+        apply_all(&mut after, &records[..1]);
+        assert!(!preferred_leader_imbalance(&after));
+        assert!(elect_preferred_leaders(&after).is_empty());
     }
 
     #[test]
