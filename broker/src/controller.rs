@@ -497,28 +497,31 @@ pub fn controlled_shutdown(image: &MetadataImage, broker_id: i32, incarnation_id
 
 /// The partition changes that follow a broker out of service: it leaves every ISR it is in
 /// (unless it is the last member), and the partitions it led move to another live in-sync
-/// replica, or to none (-1, offline) when no other is left. Each change bumps the partition
-/// epoch, and the leader epoch when leadership moves. Partitions already in that state (a
-/// fenced broker now shutting down) are left alone.
+/// replica. When none is left the partition goes offline (leader -1), or, if the topic allows
+/// unclean leader election, any live replica leads with itself as the whole ISR. Each change
+/// bumps the partition epoch, and the leader epoch when leadership moves. Partitions already
+/// in that state (a fenced broker now shutting down) are left alone.
 fn take_out_of_service(image: &MetadataImage, broker_id: i32) -> Vec<MetadataRecord> {
     let mut records = Vec::new();
+    let eligible = |id: &i32| *id != broker_id && image.is_live(*id);
     for topic in image.topics.values() {
+        let unclean = unclean_leader_election_enabled(topic);
         for (index, p) in topic.partitions.iter().enumerate() {
             if p.leader != broker_id && !p.isr.contains(&broker_id) {
                 continue;
             }
-            let leader = if p.leader == broker_id {
-                p.isr
-                    .iter()
-                    .copied()
-                    .find(|id| *id != broker_id && image.is_live(*id))
-                    .unwrap_or(-1)
+            let remaining: Vec<i32> = p.isr.iter().copied().filter(|id| *id != broker_id).collect();
+            let (leader, isr) = if p.leader != broker_id {
+                (p.leader, remaining)
+            } else if let Some(leader) = p.isr.iter().copied().find(eligible) {
+                (leader, remaining)
+            } else if let Some(leader) = p.replicas.iter().copied().find(eligible).filter(|_| unclean) {
+                (leader, vec![leader])
             } else {
-                p.leader
+                (-1, remaining)
             };
             // Kafka keeps the last in-sync replica in the ISR so it can lead again when it returns.
-            let remaining: Vec<i32> = p.isr.iter().copied().filter(|id| *id != broker_id).collect();
-            let isr = if remaining.is_empty() { p.isr.clone() } else { remaining };
+            let isr = if isr.is_empty() { p.isr.clone() } else { isr };
             if leader == p.leader && isr == p.isr {
                 continue;
             }
@@ -526,6 +529,15 @@ fn take_out_of_service(image: &MetadataImage, broker_id: i32) -> Vec<MetadataRec
         }
     }
     records
+}
+
+/// The topic's own `unclean.leader.election.enable`. Only the topic-level setting counts:
+/// decisions run on every node, and broker-level settings may differ between nodes.
+fn unclean_leader_election_enabled(topic: &TopicImage) -> bool {
+    topic
+        .configs
+        .get("unclean.leader.election.enable")
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
 }
 
 /// Moves leadership back to each partition's preferred replica (the first), wherever that
@@ -596,21 +608,25 @@ pub fn liveness_changes(
         .collect()
 }
 
-/// Partitions left without a leader get one back when an in-sync replica returns.
+/// Partitions left without a leader get one back when an in-sync replica returns, or, if the
+/// topic allows unclean leader election, when any of their replicas returns (leading with
+/// itself as the whole ISR).
 fn elect_leaders_for_returning(image: &MetadataImage, broker_id: i32) -> Vec<MetadataRecord> {
     let mut records = Vec::new();
     for topic in image.topics.values() {
+        let unclean = unclean_leader_election_enabled(topic);
         for (index, p) in topic.partitions.iter().enumerate() {
-            if p.leader == -1 && p.isr.contains(&broker_id) {
-                records.push(partition_change(
-                    topic.topic_id,
-                    index,
-                    &p.replicas,
-                    p.isr.clone(),
-                    broker_id,
-                    p,
-                ));
+            if p.leader != -1 {
+                continue;
             }
+            let isr = if p.isr.contains(&broker_id) {
+                p.isr.clone()
+            } else if unclean && p.replicas.contains(&broker_id) {
+                vec![broker_id]
+            } else {
+                continue;
+            };
+            records.push(partition_change(topic.topic_id, index, &p.replicas, isr, broker_id, p));
         }
     }
     records
@@ -1140,6 +1156,71 @@ mod tests {
         apply_all(&mut after, &records[..1]);
         assert!(!preferred_leader_imbalance(&after));
         assert!(elect_preferred_leaders(&after).is_empty());
+    }
+
+    fn set_topic_config(image: &mut MetadataImage, name: &str, value: &str) {
+        image.apply(&MetadataRecord::Config {
+            resource: ConfigResource::Topic("t".into()),
+            name: name.into(),
+            value: Some(value.into()),
+        });
+    }
+
+    #[test]
+    fn unclean_election_lets_a_live_out_of_sync_replica_lead_when_the_topic_allows_it() {
+        for unclean in [false, true] {
+            let mut image = one_partition_on(3);
+            set_topic_config(&mut image, "unclean.leader.election.enable", &unclean.to_string());
+            decide_and_apply(&mut image, alter_isr(1, 0, 0, &[1]));
+            let records = fence_broker(&image, 1);
+            apply_all(&mut image, &records);
+            let p = &image.topic("t").unwrap().partitions[0];
+            if unclean {
+                assert_eq!((p.leader, p.leader_epoch, &p.isr), (2, 1, &vec![2]));
+            } else {
+                assert_eq!((p.leader, p.leader_epoch, &p.isr), (-1, 1, &vec![1]));
+            }
+        }
+    }
+
+    #[test]
+    fn an_offline_partition_waits_for_its_last_in_sync_replica_unless_unclean_election_is_enabled() {
+        for unclean in [false, true] {
+            let mut image = one_partition_on(2);
+            set_topic_config(&mut image, "unclean.leader.election.enable", &unclean.to_string());
+            decide_and_apply(&mut image, alter_isr(1, 0, 0, &[1]));
+            for broker_id in [2, 1] {
+                let records = fence_broker(&image, broker_id);
+                apply_all(&mut image, &records);
+            }
+            assert_eq!(image.topic("t").unwrap().partitions[0].leader, -1);
+            decide_and_apply(&mut image, MetadataCommand::UnfenceBroker { broker_id: 2 });
+            let p = &image.topic("t").unwrap().partitions[0];
+            if unclean {
+                assert_eq!((p.leader, &p.isr), (2, &vec![2]));
+            } else {
+                assert_eq!((p.leader, &p.isr), (-1, &vec![1]));
+                register(&mut image, 1, 2);
+                let p = &image.topic("t").unwrap().partitions[0];
+                assert_eq!((p.leader, &p.isr), (1, &vec![1]));
+            }
+        }
+    }
+
+    #[test]
+    fn unclean_election_never_picks_a_shutting_down_replica() {
+        let mut image = one_partition_on(3);
+        set_topic_config(&mut image, "unclean.leader.election.enable", "true");
+        decide_and_apply(&mut image, alter_isr(1, 0, 0, &[1]));
+        let shutdown = MetadataCommand::ControlledShutdown {
+            broker_id: 2,
+            incarnation_id: Uuid::nil(),
+        };
+        decide_and_apply(&mut image, shutdown);
+        let records = fence_broker(&image, 1);
+        apply_all(&mut image, &records);
+        let p = &image.topic("t").unwrap().partitions[0];
+        assert_eq!((p.leader, &p.isr), (3, &vec![3]));
     }
 
     #[test]
