@@ -66,6 +66,9 @@ pub struct NewTopic {
     pub name: String,
     pub num_partitions: i32,
     pub replication_factor: i16,
+    /// The request left the replication factor to the broker default: see [`replication_factor`].
+    #[serde(default)]
+    pub replication_factor_defaulted: bool,
     /// Explicit replica lists per partition, or `None` to let the controller place them.
     pub assignments: Option<Vec<Vec<i32>>>,
     pub configs: BTreeMap<String, String>,
@@ -74,24 +77,19 @@ pub struct NewTopic {
 /// Upper bound on partitions per request, so one request cannot exhaust file handles.
 pub const MAX_PARTITIONS_PER_TOPIC: i32 = 10_000;
 
-/// Partition data is not replicated yet: a topic with more than one replica would report an
-/// ISR whose followers hold nothing, and `acks=all` would promise durability it does not have.
-/// Such topics are refused until replication lands.
-pub fn check_replication_supported(topic: &NewTopic) -> Result<(), ApiError> {
-    let rf = topic
-        .assignments
-        .as_ref()
-        .and_then(|a| a.first())
-        .map_or(topic.replication_factor as usize, Vec::len);
-    if rf > 1 {
-        return Err(ApiError::new(
-            ResponseError::InvalidReplicationFactor,
-            format!(
-                "replication factor {rf} is not supported yet: this build does not replicate partition data; use 1"
-            ),
-        ));
+/// The replication factor a topic is created with: its assignment's, or the requested one.
+/// A factor left to the broker default is lowered to the number of live brokers (at least 1),
+/// so a default of 3 still lets a one- or two-node cluster create topics; an explicit factor
+/// above the live broker count is refused by the placement.
+pub fn replication_factor(image: &MetadataImage, topic: &NewTopic) -> i16 {
+    if let Some(replicas) = topic.assignments.as_ref().and_then(|a| a.first()) {
+        return replicas.len() as i16;
     }
-    Ok(())
+    if !topic.replication_factor_defaulted {
+        return topic.replication_factor;
+    }
+    let live = image.live_brokers().count().min(i16::MAX as usize) as i16;
+    topic.replication_factor.min(live).max(1)
 }
 
 /// Validates a topic creation and returns the records that perform it.
@@ -110,7 +108,7 @@ pub fn create_topic(image: &MetadataImage, topic: &NewTopic, topic_id: Uuid) -> 
         Some(a) => validate_assignments(image, a, None)?,
         None => {
             check_partition_count(topic.num_partitions)?;
-            place_replicas(image, 0, topic.num_partitions, topic.replication_factor)?
+            place_replicas(image, 0, topic.num_partitions, replication_factor(image, topic))?
         }
     };
     let mut records = vec![MetadataRecord::Topic {
@@ -316,10 +314,7 @@ pub fn decide(image: &MetadataImage, command: &MetadataCommand) -> Result<(Vec<M
             records.extend(elect_leaders_for_returning(image, *broker_id));
             done(records)
         }
-        MetadataCommand::CreateTopic { topic, topic_id } => {
-            check_replication_supported(topic)?;
-            done(create_topic(image, topic, *topic_id)?)
-        }
+        MetadataCommand::CreateTopic { topic, topic_id } => done(create_topic(image, topic, *topic_id)?),
         MetadataCommand::AllocateProducerIds { broker_id } => {
             let first = image.next_producer_id;
             let record = MetadataRecord::ProducerIds {
@@ -783,6 +778,7 @@ mod tests {
             name: name.into(),
             num_partitions: partitions,
             replication_factor: rf,
+            replication_factor_defaulted: false,
             assignments: None,
             configs: BTreeMap::new(),
         }
@@ -1270,15 +1266,41 @@ mod tests {
     }
 
     #[test]
-    fn topics_with_more_than_one_replica_are_refused_until_replication_exists() {
-        let image = image_with_brokers(&[1, 2, 3]);
+    fn a_default_replication_factor_is_lowered_to_the_live_broker_count() {
+        let mut image = image_with_brokers(&[1, 2]);
+        let mut topic = new_topic("t", 2, 3);
+        topic.replication_factor_defaulted = true;
+        assert_eq!(replication_factor(&image, &topic), 2);
+        let records = fence_broker(&image, 2);
+        apply_all(&mut image, &records);
+        assert_eq!(replication_factor(&image, &topic), 1);
+        let command = MetadataCommand::CreateTopic {
+            topic,
+            topic_id: Uuid::from_u128(1),
+        };
+        decide_and_apply(&mut image, command);
+        assert!(image.topic("t").unwrap().partitions.iter().all(|p| p.replicas == [1]));
+        // An explicit factor is never lowered.
+        let command = MetadataCommand::CreateTopic {
+            topic: new_topic("u", 1, 2),
+            topic_id: Uuid::from_u128(2),
+        };
+        assert_eq!(
+            decide(&image, &command).unwrap_err().error,
+            ResponseError::InvalidReplicationFactor
+        );
+    }
+
+    #[test]
+    fn topics_with_three_replicas_are_created_on_three_brokers() {
+        let mut image = image_with_brokers(&[1, 2, 3]);
         let command = MetadataCommand::CreateTopic {
             topic: new_topic("t", 1, 3),
             topic_id: Uuid::from_u128(1),
         };
-        let err = decide(&image, &command).unwrap_err();
-        assert_eq!(err.error, ResponseError::InvalidReplicationFactor);
-        assert!(err.message.contains("use 1"), "{}", err.message);
+        decide_and_apply(&mut image, command);
+        let p = &image.topic("t").unwrap().partitions[0];
+        assert_eq!((p.replicas.len(), &p.isr), (3, &p.replicas));
     }
 
     #[test]
