@@ -465,7 +465,8 @@ pub fn alter_partition(
     Ok((records, outcome))
 }
 
-/// Fences a broker the controller stopped hearing from (see [`take_out_of_service`]).
+/// Fences a broker the controller stopped hearing from: it leaves every ISR it is in (unless it
+/// is the last member) and the partitions it led get a new leader or go offline.
 pub fn fence_broker(image: &MetadataImage, broker_id: i32) -> Vec<MetadataRecord> {
     if !image.is_live(broker_id) {
         return Vec::new();
