@@ -205,13 +205,17 @@ async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool
 }
 
 /// The active controller's timer-driven duty: fence brokers it has not heard from for
-/// `broker.session.timeout.ms` and unfence them when they are back. The quorum's own traffic
+/// `broker.session.timeout.ms` and unfence them when they are back, and every
+/// `leader.imbalance.check.interval.seconds` move leadership back to preferred replicas
+/// (`auto.leader.rebalance.enable`). The quorum's own traffic
 /// is the heartbeat: every broker is a quorum member the leader hears from several times a second.
 async fn run_controller(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
     let period = Duration::from_millis(broker.config.broker_heartbeat_interval_ms.clamp(100, 2000) / 2);
     let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut leading_since: Option<tokio::time::Instant> = None;
+    let rebalance_period = Duration::from_secs(broker.config.leader_imbalance_check_interval_seconds.max(1));
+    let mut last_rebalance = tokio::time::Instant::now();
     loop {
         tokio::select! {
             _ = shutdown.changed() => return,
@@ -223,6 +227,16 @@ async fn run_controller(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>
             continue;
         }
         let since = *leading_since.get_or_insert_with(tokio::time::Instant::now);
+        if broker.config.auto_leader_rebalance_enable
+            && last_rebalance.elapsed() >= rebalance_period
+            && controller::preferred_leader_imbalance(&broker.metadata.image())
+        {
+            last_rebalance = tokio::time::Instant::now();
+            tracing::info!("controller: moving leadership back to preferred replicas");
+            if let Err(e) = broker.commit(MetadataCommand::ElectPreferredLeaders).await {
+                tracing::warn!(error = %e, "controller could not rebalance leaders; will retry");
+            }
+        }
         let contacts: Vec<(i32, Option<u64>)> = status
             .voters
             .iter()

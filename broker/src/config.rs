@@ -79,7 +79,7 @@ pub enum ConfigError {
 /// Broker-level settings that are not topic-config defaults.
 const BROKER_KEYS: &[(&str, &str, ConfigType)] = &[
     ("num.partitions", "1", ConfigType::Int),
-    ("default.replication.factor", "1", ConfigType::Short),
+    ("default.replication.factor", "3", ConfigType::Short),
     ("auto.create.topics.enable", "true", ConfigType::Boolean),
     ("socket.request.max.bytes", "104857600", ConfigType::Int),
     ("queued.max.request.bytes", "536870912", ConfigType::Long),
@@ -115,6 +115,8 @@ pub struct BrokerConfig {
     pub advertised_host: String,
     pub advertised_port: i32,
     pub num_partitions: i32,
+    /// Replicas of a topic created without an explicit factor, lowered by the controller to
+    /// the number of live brokers (so a single node still creates topics).
     pub default_replication_factor: i16,
     pub auto_create_topics_enable: bool,
     pub delete_topic_enable: bool,
@@ -347,6 +349,7 @@ mod tests {
             ("127.0.0.1", 9092)
         );
         assert_eq!(config.num_partitions, 1);
+        assert_eq!(config.default_replication_factor, 3);
         assert!(config.auto_create_topics_enable);
         assert_eq!(config.socket_request_max_bytes, 104_857_600);
     }

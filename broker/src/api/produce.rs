@@ -168,10 +168,7 @@ fn append(
         };
         (error, message)
     })?;
-    let min_isr = topic_config::effective_value("min.insync.replicas", &topic.configs, &broker.config)
-        .parse::<usize>()
-        .unwrap_or(1)
-        .min(registration.replicas.len().max(1));
+    let min_isr = topic_config::min_insync_replicas(&topic.configs, &broker.config, registration.replicas.len());
     if acks == -1 {
         let isr = partition.isr().len();
         if isr < min_isr {
