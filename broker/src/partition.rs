@@ -73,8 +73,10 @@ struct LeaderState {
     /// holds everything up to here (Kafka's leader-epoch start offset rule).
     epoch_start_offset: i64,
     followers: HashMap<i32, FollowerProgress>,
-    /// An AlterPartition for this partition is on its way through the quorum.
-    isr_change_in_flight: bool,
+    /// The ISR of an AlterPartition on its way through the quorum. Until it is decided the
+    /// high watermark counts the union of both ISRs (Kafka's "maximal ISR"): a joining follower
+    /// is waited for before it is committed as a member, and a leaving one until it is gone.
+    pending_isr: Option<Vec<i32>>,
 }
 
 /// What the leader knows of one follower (Kafka's `Replica` state).
@@ -172,6 +174,7 @@ impl Partition {
     pub fn apply_registration(&self, registration: &PartitionRegistration, now_ms: i64) -> RoleChange {
         let mut state = self.replica.lock();
         let new_epoch = registration.leader_epoch != state.leader_epoch;
+        let isr_changed = registration.partition_epoch != state.partition_epoch;
         state.replicas.clone_from(&registration.replicas);
         state.isr.clone_from(&registration.isr);
         state.partition_epoch = registration.partition_epoch;
@@ -190,12 +193,14 @@ impl Partition {
                 state.role = Role::Leader(LeaderState {
                     epoch_start_offset: self.log_end_offset(),
                     followers,
-                    isr_change_in_flight: false,
+                    pending_isr: None,
                 });
                 RoleChange::BecameLeader
             } else {
                 if let Role::Leader(leader) = &mut state.role {
-                    leader.isr_change_in_flight = false;
+                    if isr_changed {
+                        leader.pending_isr = None;
+                    }
                     for id in registration.replicas.iter().filter(|id| **id != self.node_id) {
                         leader.followers.entry(*id).or_insert(FollowerProgress::unknown(0));
                     }
@@ -317,13 +322,13 @@ impl Partition {
         progress.last_fetch_ms = now_ms;
         progress.leader_end_at_last_fetch = leader_end;
         let rejoin = !isr.contains(&replica_id)
-            && !leader.isr_change_in_flight
+            && leader.pending_isr.is_none()
             && fetch_offset >= high_watermark
             && fetch_offset >= leader.epoch_start_offset;
         let command = rejoin.then(|| {
-            leader.isr_change_in_flight = true;
             let mut new_isr = isr.clone();
             new_isr.push(replica_id);
+            leader.pending_isr = Some(new_isr.clone());
             self.alter_partition(*leader_epoch, *partition_epoch, new_isr)
         });
         self.maybe_advance_high_watermark(&state);
@@ -342,7 +347,7 @@ impl Partition {
             ..
         } = &mut *state;
         let Role::Leader(leader) = role else { return None };
-        if leader.isr_change_in_flight {
+        if leader.pending_isr.is_some() {
             return None;
         }
         let lagging = |id: &i32| {
@@ -360,7 +365,7 @@ impl Partition {
             topic = %self.topic, partition = self.index, old_isr = ?isr, ?new_isr,
             "shrinking the ISR: followers have not caught up within replica.lag.time.max.ms"
         );
-        leader.isr_change_in_flight = true;
+        leader.pending_isr = Some(new_isr.clone());
         Some(self.alter_partition(*leader_epoch, *partition_epoch, new_isr))
     }
 
@@ -368,7 +373,7 @@ impl Partition {
     /// may go out. A committed change also arrives through [`Partition::apply_registration`].
     pub fn isr_change_finished(&self) {
         if let Role::Leader(leader) = &mut self.replica.lock().role {
-            leader.isr_change_in_flight = false;
+            leader.pending_isr = None;
         }
     }
 
@@ -383,14 +388,15 @@ impl Partition {
         }
     }
 
-    /// Kafka's `maybeIncrementLeaderHW`: the lowest log end offset over the ISR, never moving
-    /// backwards. A follower whose position this leader has not yet heard holds it where it is.
+    /// Kafka's `maybeIncrementLeaderHW`: the lowest log end offset over the (maximal) ISR,
+    /// never moving backwards. A follower whose position this leader has not yet heard holds it where it is.
     fn maybe_advance_high_watermark(&self, state: &ReplicaState) {
         let Role::Leader(leader) = &state.role else { return };
         let own_end = self.log_end_offset();
         let candidate = state
             .isr
             .iter()
+            .chain(leader.pending_isr.iter().flatten())
             .filter(|id| **id != self.node_id)
             .map(|id| leader.followers.get(id).map_or(-1, |p| p.log_end_offset))
             .fold(own_end, i64::min);
@@ -724,6 +730,13 @@ mod tests {
             }
             other => panic!("expected an ISR expansion, got {other:?}"),
         }
+        // While the expansion is decided the joining follower already holds the HW back, so
+        // the HW never passes what a member-to-be has.
+        append(&p, 5);
+        p.record_follower_fetch(2, 15, NOW + LAG_MS + 6).unwrap();
+        assert_eq!(p.high_watermark(), 10);
+        p.record_follower_fetch(3, 15, NOW + LAG_MS + 7).unwrap();
+        assert_eq!(p.high_watermark(), 15);
     }
 
     #[test]
