@@ -24,9 +24,19 @@ pub struct Broker {
     /// Serialises reconciliation so partitions always follow the newest image, never an older
     /// one applied late by a slower task.
     reconcile_lock: parking_lot::Mutex<()>,
+    /// Set once this start's registration is committed: only then is the local image known
+    /// to be current. Before that, replaying the local metadata log passes through old states
+    /// (this broker leading partitions it no longer leads), which must not be acted on.
+    registered: std::sync::atomic::AtomicBool,
     /// Unused producer ids of this broker's current block: `next..end`.
     producer_ids: parking_lot::Mutex<(i64, i64)>,
+    /// This process's registration; a controlled shutdown names it so that a stale one from a
+    /// previous run cannot fence a restarted broker.
+    pub incarnation_id: Uuid,
 }
+
+/// Pause after a refused ISR change before the leader may propose another.
+const ISR_CHANGE_RETRY: Duration = Duration::from_secs(1);
 
 /// Milliseconds since the Unix epoch: Kafka's timestamp unit.
 pub fn now_ms() -> i64 {
@@ -36,12 +46,12 @@ pub fn now_ms() -> i64 {
 }
 
 impl Broker {
-    /// Opens the data dir, joins the metadata quorum (replaying the local metadata log) and
-    /// opens the partitions the replayed image assigns to this broker.
+    /// Opens the data dir and joins the metadata quorum (replaying the local metadata log).
+    /// Partitions are opened once this start's registration is committed (see `register`).
     pub async fn open(config: BrokerConfig) -> Result<Arc<Broker>, MetadataError> {
         let config = Arc::new(config);
         let metadata = MetadataStore::open(&config).await?;
-        let replicas = ReplicaManager::new(config.clone());
+        let replicas = ReplicaManager::new(config.clone(), metadata.subscribe());
         let permits = config
             .queued_max_request_bytes
             .clamp(1, (u32::MAX as usize).min(Semaphore::MAX_PERMITS));
@@ -51,10 +61,11 @@ impl Broker {
             metadata,
             replicas,
             reconcile_lock: parking_lot::Mutex::new(()),
+            registered: std::sync::atomic::AtomicBool::new(false),
             producer_ids: parking_lot::Mutex::new((0, 0)),
+            incarnation_id: Uuid::new_v4(),
         });
         broker.replicas.remove_orphan_dirs(&broker.metadata.image());
-        broker.reconcile();
         Ok(broker)
     }
 
@@ -64,8 +75,47 @@ impl Broker {
         vec![
             tokio::spawn(register(self.clone(), shutdown.clone())),
             tokio::spawn(follow_metadata(self.clone(), shutdown.clone())),
-            tokio::spawn(run_controller(self.clone(), shutdown)),
+            tokio::spawn(run_controller(self.clone(), shutdown.clone())),
+            tokio::spawn(run_isr_maintenance(self.clone(), shutdown)),
         ]
+    }
+
+    /// Proposes an ISR change a partition leader decided on, in the background; the leader
+    /// may propose again once this one is decided.
+    pub fn propose_isr_change(self: &Arc<Self>, partition: Arc<crate::partition::Partition>, command: MetadataCommand) {
+        let broker = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = broker.commit(command).await {
+                tracing::info!(
+                    topic = %partition.topic, partition = partition.index, error = %e,
+                    "ISR change not accepted; will re-evaluate shortly"
+                );
+                // Refused changes (a replica still fenced, say) are not retried at fetch rate.
+                tokio::time::sleep(ISR_CHANGE_RETRY).await;
+            }
+            partition.isr_change_finished();
+        });
+    }
+
+    /// Kafka's controlled shutdown: moves leadership of this broker's partitions to other
+    /// in-sync replicas and leaves their ISRs, so clients move on before the process exits.
+    pub async fn controlled_shutdown(&self) {
+        if !self.config.controlled_shutdown_enable {
+            return;
+        }
+        let command = MetadataCommand::ControlledShutdown {
+            broker_id: self.config.node_id,
+            incarnation_id: self.incarnation_id,
+        };
+        match tokio::time::timeout(Duration::from_secs(15), self.commit(command)).await {
+            Ok(Ok(_)) => tracing::info!("controlled shutdown: leadership moved to other replicas"),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "controlled shutdown was not accepted; stopping anyway (clients fail over once this broker is fenced)")
+            }
+            Err(_) => tracing::warn!(
+                "controlled shutdown timed out; stopping anyway (clients fail over once this broker is fenced)"
+            ),
+        }
     }
 
     /// Commits a metadata change through the quorum and applies it to the hosted partitions
@@ -100,6 +150,9 @@ impl Broker {
     }
 
     fn reconcile(&self) {
+        if !self.registered.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
         let _serial = self.reconcile_lock.lock();
         self.replicas.reconcile(&self.metadata.image(), now_ms());
     }
@@ -109,7 +162,7 @@ impl Broker {
 async fn register(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
     let command = MetadataCommand::RegisterBroker {
         broker_id: broker.config.node_id,
-        incarnation_id: Uuid::new_v4(),
+        incarnation_id: broker.incarnation_id,
         endpoints: vec![Endpoint {
             host: broker.config.advertised_host.clone(),
             port: broker.config.advertised_port,
@@ -121,6 +174,8 @@ async fn register(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
         match broker.commit(command.clone()).await {
             Ok(_) => {
                 tracing::info!(node_id = broker.config.node_id, "registered with the metadata quorum");
+                broker.registered.store(true, std::sync::atomic::Ordering::Release);
+                broker.reconcile();
                 return;
             }
             Err(e) => {
@@ -150,13 +205,17 @@ async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool
 }
 
 /// The active controller's timer-driven duty: fence brokers it has not heard from for
-/// `broker.session.timeout.ms` and unfence them when they are back. The quorum's own traffic
+/// `broker.session.timeout.ms` and unfence them when they are back, and every
+/// `leader.imbalance.check.interval.seconds` move leadership back to preferred replicas
+/// (`auto.leader.rebalance.enable`). The quorum's own traffic
 /// is the heartbeat: every broker is a quorum member the leader hears from several times a second.
 async fn run_controller(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
     let period = Duration::from_millis(broker.config.broker_heartbeat_interval_ms.clamp(100, 2000) / 2);
     let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut leading_since: Option<tokio::time::Instant> = None;
+    let rebalance_period = Duration::from_secs(broker.config.leader_imbalance_check_interval_seconds.max(1));
+    let mut last_rebalance = tokio::time::Instant::now();
     loop {
         tokio::select! {
             _ = shutdown.changed() => return,
@@ -168,6 +227,16 @@ async fn run_controller(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>
             continue;
         }
         let since = *leading_since.get_or_insert_with(tokio::time::Instant::now);
+        if broker.config.auto_leader_rebalance_enable
+            && last_rebalance.elapsed() >= rebalance_period
+            && controller::preferred_leader_imbalance(&broker.metadata.image())
+        {
+            last_rebalance = tokio::time::Instant::now();
+            tracing::info!("controller: moving leadership back to preferred replicas");
+            if let Err(e) = broker.commit(MetadataCommand::ElectPreferredLeaders).await {
+                tracing::warn!(error = %e, "controller could not rebalance leaders; will retry");
+            }
+        }
         let contacts: Vec<(i32, Option<u64>)> = status
             .voters
             .iter()
@@ -192,6 +261,32 @@ async fn run_controller(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>
             if let Err(e) = broker.commit(command).await {
                 tracing::warn!(error = %e, "controller could not record a liveness change; will retry");
             }
+        }
+    }
+}
+
+/// The partition leader's timer-driven duty: drop followers that have not caught up within
+/// `replica.lag.time.max.ms` from the ISR (checked every half lag period, as Kafka does), and
+/// checkpoint high watermarks every `replica.high.watermark.checkpoint.interval.ms`.
+async fn run_isr_maintenance(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+    let lag_ms = broker.config.replica_lag_time_max_ms;
+    let mut isr_ticker = tokio::time::interval(Duration::from_millis((lag_ms / 2).max(10)));
+    isr_ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let checkpoint_period = Duration::from_millis(broker.config.replica_high_watermark_checkpoint_interval_ms.max(10));
+    let mut checkpoint_ticker = tokio::time::interval(checkpoint_period);
+    checkpoint_ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => return,
+            _ = isr_ticker.tick() => {
+                let now = now_ms();
+                for partition in broker.replicas.all() {
+                    if let Some(command) = partition.isr_shrink(now, lag_ms as i64) {
+                        broker.propose_isr_change(partition, command);
+                    }
+                }
+            }
+            _ = checkpoint_ticker.tick() => broker.replicas.checkpoint_high_watermarks(),
         }
     }
 }

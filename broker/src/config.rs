@@ -79,7 +79,7 @@ pub enum ConfigError {
 /// Broker-level settings that are not topic-config defaults.
 const BROKER_KEYS: &[(&str, &str, ConfigType)] = &[
     ("num.partitions", "1", ConfigType::Int),
-    ("default.replication.factor", "1", ConfigType::Short),
+    ("default.replication.factor", "3", ConfigType::Short),
     ("auto.create.topics.enable", "true", ConfigType::Boolean),
     ("socket.request.max.bytes", "104857600", ConfigType::Int),
     ("queued.max.request.bytes", "536870912", ConfigType::Long),
@@ -92,6 +92,18 @@ const BROKER_KEYS: &[(&str, &str, ConfigType)] = &[
     ("broker.rack", "", ConfigType::String),
     ("broker.session.timeout.ms", "9000", ConfigType::Int),
     ("broker.heartbeat.interval.ms", "2000", ConfigType::Int),
+    ("replica.lag.time.max.ms", "30000", ConfigType::Long),
+    ("replica.fetch.wait.max.ms", "500", ConfigType::Int),
+    ("replica.fetch.max.bytes", "1048576", ConfigType::Int),
+    ("replica.fetch.response.max.bytes", "10485760", ConfigType::Int),
+    (
+        "replica.high.watermark.checkpoint.interval.ms",
+        "5000",
+        ConfigType::Long,
+    ),
+    ("auto.leader.rebalance.enable", "true", ConfigType::Boolean),
+    ("leader.imbalance.check.interval.seconds", "300", ConfigType::Long),
+    ("controlled.shutdown.enable", "true", ConfigType::Boolean),
 ];
 
 /// Resolved configuration of one broker.
@@ -103,6 +115,8 @@ pub struct BrokerConfig {
     pub advertised_host: String,
     pub advertised_port: i32,
     pub num_partitions: i32,
+    /// Replicas of a topic created without an explicit factor, lowered by the controller to
+    /// the number of live brokers (so a single node still creates topics).
     pub default_replication_factor: i16,
     pub auto_create_topics_enable: bool,
     pub delete_topic_enable: bool,
@@ -119,6 +133,15 @@ pub struct BrokerConfig {
     /// A broker the controller has not heard from for this long is fenced.
     pub broker_session_timeout_ms: u64,
     pub broker_heartbeat_interval_ms: u64,
+    /// A follower that has not caught up for this long leaves the ISR.
+    pub replica_lag_time_max_ms: u64,
+    pub replica_fetch_wait_max_ms: u64,
+    pub replica_fetch_max_bytes: i32,
+    pub replica_fetch_response_max_bytes: i32,
+    pub replica_high_watermark_checkpoint_interval_ms: u64,
+    pub auto_leader_rebalance_enable: bool,
+    pub leader_imbalance_check_interval_seconds: u64,
+    pub controlled_shutdown_enable: bool,
     /// Every `--set` value, by Kafka name: broker-level defaults for topic configs live here.
     pub overrides: BTreeMap<String, String>,
 }
@@ -148,6 +171,23 @@ impl BrokerConfig {
                 "broker.heartbeat.interval.ms",
                 &get("broker.heartbeat.interval.ms"),
             )?,
+            replica_lag_time_max_ms: parse_num("replica.lag.time.max.ms", &get("replica.lag.time.max.ms"))?,
+            replica_fetch_wait_max_ms: parse_num("replica.fetch.wait.max.ms", &get("replica.fetch.wait.max.ms"))?,
+            replica_fetch_max_bytes: parse_num("replica.fetch.max.bytes", &get("replica.fetch.max.bytes"))?,
+            replica_fetch_response_max_bytes: parse_num(
+                "replica.fetch.response.max.bytes",
+                &get("replica.fetch.response.max.bytes"),
+            )?,
+            replica_high_watermark_checkpoint_interval_ms: parse_num(
+                "replica.high.watermark.checkpoint.interval.ms",
+                &get("replica.high.watermark.checkpoint.interval.ms"),
+            )?,
+            auto_leader_rebalance_enable: get("auto.leader.rebalance.enable") == "true",
+            leader_imbalance_check_interval_seconds: parse_num(
+                "leader.imbalance.check.interval.seconds",
+                &get("leader.imbalance.check.interval.seconds"),
+            )?,
+            controlled_shutdown_enable: get("controlled.shutdown.enable") == "true",
             node_id: cli.node_id,
             data_dir: cli.data_dir.clone(),
             listen: cli.listen,
@@ -309,6 +349,7 @@ mod tests {
             ("127.0.0.1", 9092)
         );
         assert_eq!(config.num_partitions, 1);
+        assert_eq!(config.default_replication_factor, 3);
         assert!(config.auto_create_topics_enable);
         assert_eq!(config.socket_request_max_bytes, 104_857_600);
     }

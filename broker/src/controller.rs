@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use kafka_protocol::error::ResponseError;
 use uuid::Uuid;
 
-use crate::metadata::image::{MetadataImage, TopicImage};
+use crate::metadata::image::{MetadataImage, PartitionRegistration, TopicImage};
 use crate::metadata::records::{ConfigResource, MetadataCommand, MetadataRecord};
 use crate::topic_config;
 
@@ -66,6 +66,9 @@ pub struct NewTopic {
     pub name: String,
     pub num_partitions: i32,
     pub replication_factor: i16,
+    /// The request left the replication factor to the broker default: see [`replication_factor`].
+    #[serde(default)]
+    pub replication_factor_defaulted: bool,
     /// Explicit replica lists per partition, or `None` to let the controller place them.
     pub assignments: Option<Vec<Vec<i32>>>,
     pub configs: BTreeMap<String, String>,
@@ -74,24 +77,19 @@ pub struct NewTopic {
 /// Upper bound on partitions per request, so one request cannot exhaust file handles.
 pub const MAX_PARTITIONS_PER_TOPIC: i32 = 10_000;
 
-/// Partition data is not replicated yet: a topic with more than one replica would report an
-/// ISR whose followers hold nothing, and `acks=all` would promise durability it does not have.
-/// Such topics are refused until replication lands.
-pub fn check_replication_supported(topic: &NewTopic) -> Result<(), ApiError> {
-    let rf = topic
-        .assignments
-        .as_ref()
-        .and_then(|a| a.first())
-        .map_or(topic.replication_factor as usize, Vec::len);
-    if rf > 1 {
-        return Err(ApiError::new(
-            ResponseError::InvalidReplicationFactor,
-            format!(
-                "replication factor {rf} is not supported yet: this build does not replicate partition data; use 1"
-            ),
-        ));
+/// The replication factor a topic is created with: its assignment's, or the requested one.
+/// A factor left to the broker default is lowered to the number of live brokers (at least 1),
+/// so a default of 3 still lets a one- or two-node cluster create topics; an explicit factor
+/// above the live broker count is refused by the placement.
+pub fn replication_factor(image: &MetadataImage, topic: &NewTopic) -> i16 {
+    if let Some(replicas) = topic.assignments.as_ref().and_then(|a| a.first()) {
+        return replicas.len() as i16;
     }
-    Ok(())
+    if !topic.replication_factor_defaulted {
+        return topic.replication_factor;
+    }
+    let live = image.live_brokers().count().min(i16::MAX as usize) as i16;
+    topic.replication_factor.min(live).max(1)
 }
 
 /// Validates a topic creation and returns the records that perform it.
@@ -110,7 +108,7 @@ pub fn create_topic(image: &MetadataImage, topic: &NewTopic, topic_id: Uuid) -> 
         Some(a) => validate_assignments(image, a, None)?,
         None => {
             check_partition_count(topic.num_partitions)?;
-            place_replicas(image, 0, topic.num_partitions, topic.replication_factor)?
+            place_replicas(image, 0, topic.num_partitions, replication_factor(image, topic))?
         }
     };
     let mut records = vec![MetadataRecord::Topic {
@@ -270,6 +268,13 @@ pub enum Outcome {
         first: i64,
         size: i64,
     },
+    /// An AlterPartition was accepted: the partition's registration as it now stands (what
+    /// Kafka's AlterPartition response carries; the leader adopts the new partition epoch).
+    PartitionChanged {
+        leader_epoch: i32,
+        partition_epoch: i32,
+        isr: Vec<i32>,
+    },
 }
 
 /// Producer ids handed to a broker at a time (Kafka's block size).
@@ -297,17 +302,19 @@ pub fn decide(image: &MetadataImage, command: &MetadataCommand) -> Result<(Vec<M
         }
         MetadataCommand::FenceBroker { broker_id } => done(fence_broker(image, *broker_id)),
         MetadataCommand::UnfenceBroker { broker_id } => {
-            if image.brokers.get(broker_id).is_none_or(|b| !b.fenced) {
+            // A broker in controlled shutdown comes back only by registering again.
+            if image
+                .brokers
+                .get(broker_id)
+                .is_none_or(|b| !b.fenced || b.in_controlled_shutdown)
+            {
                 return done(Vec::new());
             }
             let mut records = vec![MetadataRecord::UnfenceBroker { broker_id: *broker_id }];
             records.extend(elect_leaders_for_returning(image, *broker_id));
             done(records)
         }
-        MetadataCommand::CreateTopic { topic, topic_id } => {
-            check_replication_supported(topic)?;
-            done(create_topic(image, topic, *topic_id)?)
-        }
+        MetadataCommand::CreateTopic { topic, topic_id } => done(create_topic(image, topic, *topic_id)?),
         MetadataCommand::AllocateProducerIds { broker_id } => {
             let first = image.next_producer_id;
             let record = MetadataRecord::ProducerIds {
@@ -343,44 +350,226 @@ pub fn decide(image: &MetadataImage, command: &MetadataCommand) -> Result<(Vec<M
         MetadataCommand::AlterTopicConfigs { name, ops, list_bases } => {
             done(alter_topic_configs(image, name, ops, list_bases)?)
         }
-        MetadataCommand::AlterPartition { .. }
-        | MetadataCommand::ControlledShutdown { .. }
-        | MetadataCommand::ElectPreferredLeaders => Err(ApiError::new(
-            ResponseError::UnsupportedVersion,
-            "not implemented yet",
-        )),
+        MetadataCommand::ControlledShutdown {
+            broker_id,
+            incarnation_id,
+        } => done(controlled_shutdown(image, *broker_id, *incarnation_id)),
+        MetadataCommand::AlterPartition {
+            topic_id,
+            partition,
+            leader_id,
+            leader_epoch,
+            partition_epoch,
+            new_isr,
+        } => alter_partition(
+            image,
+            *topic_id,
+            *partition,
+            *leader_id,
+            *leader_epoch,
+            *partition_epoch,
+            new_isr,
+        ),
+        MetadataCommand::ElectPreferredLeaders => done(elect_preferred_leaders(image)),
     }
 }
 
-/// Fences a broker: it leaves every ISR it is in (unless it is the last member), and the
-/// partitions it led move to another live in-sync replica, or to none (-1, offline) when no
-/// other is left. Each change bumps the leader and partition epochs.
+/// Kafka's AlterPartition (KIP-497): the partition leader `leader_id` replaces the ISR.
+/// A compare-and-set on the leader and partition epochs: a deposed leader or one acting on a
+/// stale registration is refused, as is an ISR without the leader or one that adds a replica
+/// which cannot be in sync (KIP-841: fenced, shutting down or not registered). An unchanged
+/// ISR writes nothing.
+pub fn alter_partition(
+    image: &MetadataImage,
+    topic_id: Uuid,
+    partition: i32,
+    leader_id: i32,
+    leader_epoch: i32,
+    partition_epoch: i32,
+    new_isr: &[i32],
+) -> Result<(Vec<MetadataRecord>, Outcome), ApiError> {
+    let topic = image
+        .topic_by_id(&topic_id)
+        .ok_or_else(|| ApiError::new(ResponseError::UnknownTopicId, format!("no topic has id {topic_id}")))?;
+    let p = usize::try_from(partition)
+        .ok()
+        .and_then(|i| topic.partitions.get(i))
+        .ok_or_else(|| {
+            ApiError::new(
+                ResponseError::UnknownTopicOrPartition,
+                format!("{} has no partition {partition}", topic.name),
+            )
+        })?;
+    let refuse = |error, why: String| {
+        Err(ApiError::new(
+            error,
+            format!("AlterPartition of {}-{partition} refused: {why}", topic.name),
+        ))
+    };
+    if leader_id != p.leader {
+        let why = format!("broker {leader_id} is not the leader, {} is", p.leader);
+        return refuse(ResponseError::NotLeaderOrFollower, why);
+    }
+    if leader_epoch != p.leader_epoch {
+        let error = if leader_epoch < p.leader_epoch {
+            ResponseError::FencedLeaderEpoch
+        } else {
+            ResponseError::UnknownLeaderEpoch
+        };
+        return refuse(
+            error,
+            format!("leader epoch {leader_epoch}, current {}", p.leader_epoch),
+        );
+    }
+    if partition_epoch != p.partition_epoch {
+        let why = format!("partition epoch {partition_epoch}, current {}", p.partition_epoch);
+        return refuse(ResponseError::InvalidUpdateVersion, why);
+    }
+    let mut distinct = new_isr.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() != new_isr.len()
+        || !new_isr.contains(&p.leader)
+        || new_isr.iter().any(|id| !p.replicas.contains(id))
+    {
+        let why = format!(
+            "ISR {new_isr:?} must be distinct replicas of {:?} including the leader {}",
+            p.replicas, p.leader
+        );
+        return refuse(ResponseError::InvalidRequest, why);
+    }
+    if let Some(id) = new_isr.iter().find(|id| !p.isr.contains(id) && !image.is_live(**id)) {
+        let why = format!("replica {id} is fenced, shutting down or not registered");
+        return refuse(ResponseError::IneligibleReplica, why);
+    }
+    // In the replicas' order, so that the same set always makes the same record.
+    let isr: Vec<i32> = p.replicas.iter().copied().filter(|id| new_isr.contains(id)).collect();
+    let changed = isr != p.isr;
+    let records = if changed {
+        vec![partition_change(
+            topic.topic_id,
+            partition as usize,
+            &p.replicas,
+            isr.clone(),
+            p.leader,
+            p,
+        )]
+    } else {
+        Vec::new()
+    };
+    let outcome = Outcome::PartitionChanged {
+        leader_epoch: p.leader_epoch,
+        partition_epoch: p.partition_epoch + i32::from(changed),
+        isr,
+    };
+    Ok((records, outcome))
+}
+
+/// Fences a broker the controller stopped hearing from: it leaves every ISR it is in (unless it
+/// is the last member) and the partitions it led get a new leader or go offline.
 pub fn fence_broker(image: &MetadataImage, broker_id: i32) -> Vec<MetadataRecord> {
     if !image.is_live(broker_id) {
         return Vec::new();
     }
     let mut records = vec![MetadataRecord::FenceBroker { broker_id }];
+    records.extend(take_out_of_service(image, broker_id));
+    records
+}
+
+/// A broker's controlled shutdown: like fencing, but the broker stays fenced until it
+/// registers again. Ignored for an unknown broker, a stale incarnation (a restarted broker
+/// must not be shut down by its predecessor's request) or a shutdown already under way.
+pub fn controlled_shutdown(image: &MetadataImage, broker_id: i32, incarnation_id: Uuid) -> Vec<MetadataRecord> {
+    let Some(broker) = image.brokers.get(&broker_id) else {
+        return Vec::new();
+    };
+    if broker.incarnation_id != incarnation_id || broker.in_controlled_shutdown {
+        return Vec::new();
+    }
+    let mut records = vec![MetadataRecord::BrokerShutdown { broker_id }];
+    records.extend(take_out_of_service(image, broker_id));
+    records
+}
+
+/// The partition changes that follow a broker out of service: it leaves every ISR it is in
+/// (unless it is the last member), and the partitions it led move to another live in-sync
+/// replica. When none is left the partition goes offline (leader -1), or, if the topic allows
+/// unclean leader election, any live replica leads with itself as the whole ISR. Each change
+/// bumps the partition epoch, and the leader epoch when leadership moves. Partitions already
+/// in that state (a fenced broker now shutting down) are left alone.
+fn take_out_of_service(image: &MetadataImage, broker_id: i32) -> Vec<MetadataRecord> {
+    let mut records = Vec::new();
+    let eligible = |id: &i32| *id != broker_id && image.is_live(*id);
     for topic in image.topics.values() {
+        let unclean = unclean_leader_election_enabled(topic);
         for (index, p) in topic.partitions.iter().enumerate() {
             if p.leader != broker_id && !p.isr.contains(&broker_id) {
                 continue;
             }
-            let leader = if p.leader == broker_id {
-                p.isr
-                    .iter()
-                    .copied()
-                    .find(|id| *id != broker_id && image.is_live(*id))
-                    .unwrap_or(-1)
+            let remaining: Vec<i32> = p.isr.iter().copied().filter(|id| *id != broker_id).collect();
+            let (leader, isr) = if p.leader != broker_id {
+                (p.leader, remaining)
+            } else if let Some(leader) = p.isr.iter().copied().find(eligible) {
+                (leader, remaining)
+            } else if let Some(leader) = p.replicas.iter().copied().find(eligible).filter(|_| unclean) {
+                (leader, vec![leader])
             } else {
-                p.leader
+                (-1, remaining)
             };
             // Kafka keeps the last in-sync replica in the ISR so it can lead again when it returns.
-            let remaining: Vec<i32> = p.isr.iter().copied().filter(|id| *id != broker_id).collect();
-            let isr = if remaining.is_empty() { p.isr.clone() } else { remaining };
+            let isr = if isr.is_empty() { p.isr.clone() } else { isr };
+            if leader == p.leader && isr == p.isr {
+                continue;
+            }
             records.push(partition_change(topic.topic_id, index, &p.replicas, isr, leader, p));
         }
     }
     records
+}
+
+/// The topic's own `unclean.leader.election.enable`. Only the topic-level setting counts:
+/// decisions run on every node, and broker-level settings may differ between nodes.
+fn unclean_leader_election_enabled(topic: &TopicImage) -> bool {
+    topic
+        .configs
+        .get("unclean.leader.election.enable")
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+}
+
+/// Moves leadership back to each partition's preferred replica (the first), wherever that
+/// replica is live, in sync and not already leading (Kafka's preferred leader election).
+pub fn elect_preferred_leaders(image: &MetadataImage) -> Vec<MetadataRecord> {
+    let mut records = Vec::new();
+    for topic in image.topics.values() {
+        for (index, p) in topic.partitions.iter().enumerate() {
+            if let Some(preferred) = preferred_leader_to_elect(image, p) {
+                records.push(partition_change(
+                    topic.topic_id,
+                    index,
+                    &p.replicas,
+                    p.isr.clone(),
+                    preferred,
+                    p,
+                ));
+            }
+        }
+    }
+    records
+}
+
+/// Whether [`elect_preferred_leaders`] would change anything: the controller checks this
+/// before proposing, so a balanced cluster does not fill the metadata log with no-ops.
+pub fn preferred_leader_imbalance(image: &MetadataImage) -> bool {
+    image
+        .topics
+        .values()
+        .flat_map(|t| &t.partitions)
+        .any(|p| preferred_leader_to_elect(image, p).is_some())
+}
+
+fn preferred_leader_to_elect(image: &MetadataImage, p: &PartitionRegistration) -> Option<i32> {
+    let preferred = *p.replicas.first()?;
+    (preferred != p.leader && p.isr.contains(&preferred) && image.is_live(preferred)).then_some(preferred)
 }
 
 /// Fence/unfence decisions of the active controller. `contacts` holds, per quorum member, how
@@ -406,28 +595,34 @@ pub fn liveness_changes(
             };
             match (b.fenced, alive) {
                 (false, false) => Some(MetadataCommand::FenceBroker { broker_id: b.broker_id }),
-                (true, true) if contact.is_some() => Some(MetadataCommand::UnfenceBroker { broker_id: b.broker_id }),
+                (true, true) if contact.is_some() && !b.in_controlled_shutdown => {
+                    Some(MetadataCommand::UnfenceBroker { broker_id: b.broker_id })
+                }
                 _ => None,
             }
         })
         .collect()
 }
 
-/// Partitions left without a leader get one back when an in-sync replica returns.
+/// Partitions left without a leader get one back when an in-sync replica returns, or, if the
+/// topic allows unclean leader election, when any of their replicas returns (leading with
+/// itself as the whole ISR).
 fn elect_leaders_for_returning(image: &MetadataImage, broker_id: i32) -> Vec<MetadataRecord> {
     let mut records = Vec::new();
     for topic in image.topics.values() {
+        let unclean = unclean_leader_election_enabled(topic);
         for (index, p) in topic.partitions.iter().enumerate() {
-            if p.leader == -1 && p.isr.contains(&broker_id) {
-                records.push(partition_change(
-                    topic.topic_id,
-                    index,
-                    &p.replicas,
-                    p.isr.clone(),
-                    broker_id,
-                    p,
-                ));
+            if p.leader != -1 {
+                continue;
             }
+            let isr = if p.isr.contains(&broker_id) {
+                p.isr.clone()
+            } else if unclean && p.replicas.contains(&broker_id) {
+                vec![broker_id]
+            } else {
+                continue;
+            };
+            records.push(partition_change(topic.topic_id, index, &p.replicas, isr, broker_id, p));
         }
     }
     records
@@ -439,7 +634,7 @@ fn partition_change(
     replicas: &[i32],
     isr: Vec<i32>,
     leader: i32,
-    previous: &crate::metadata::image::PartitionRegistration,
+    previous: &PartitionRegistration,
 ) -> MetadataRecord {
     MetadataRecord::Partition {
         topic_id,
@@ -584,6 +779,7 @@ mod tests {
             name: name.into(),
             num_partitions: partitions,
             replication_factor: rf,
+            replication_factor_defaulted: false,
             assignments: None,
             configs: BTreeMap::new(),
         }
@@ -724,6 +920,306 @@ mod tests {
         }
     }
 
+    fn decide_and_apply(image: &mut MetadataImage, command: MetadataCommand) -> Outcome {
+        let (records, outcome) = decide(image, &command).unwrap();
+        apply_all(image, &records);
+        outcome
+    }
+
+    fn register(image: &mut MetadataImage, broker_id: i32, incarnation: u128) {
+        let command = MetadataCommand::RegisterBroker {
+            broker_id,
+            incarnation_id: Uuid::from_u128(incarnation),
+            endpoints: vec![],
+            rack: None,
+        };
+        decide_and_apply(image, command);
+    }
+
+    #[test]
+    fn controlled_shutdown_moves_leadership_away_and_keeps_the_broker_fenced_until_it_registers_again() {
+        let mut image = image_with_brokers(&[1, 2, 3]);
+        let records = create_topic(&image, &new_topic("t", 3, 3), Uuid::from_u128(1)).unwrap();
+        apply_all(&mut image, &records);
+        let shutdown = MetadataCommand::ControlledShutdown {
+            broker_id: 1,
+            incarnation_id: Uuid::nil(),
+        };
+        decide_and_apply(&mut image, shutdown.clone());
+        let broker = &image.brokers[&1];
+        assert!(broker.fenced && broker.in_controlled_shutdown);
+        for p in &image.topic("t").unwrap().partitions {
+            assert_ne!(p.leader, 1);
+            assert_eq!(p.isr.len(), 2);
+            assert!(!p.isr.contains(&1));
+        }
+        // Repeating the request, hearing from the broker, or an UnfenceBroker change nothing.
+        assert!(decide(&image, &shutdown).unwrap().0.is_empty());
+        let contacts = [(1, Some(0)), (2, Some(0)), (3, Some(0))];
+        assert!(liveness_changes(&image, &contacts, 60_000, 9_000).is_empty());
+        let unfence = MetadataCommand::UnfenceBroker { broker_id: 1 };
+        assert!(decide(&image, &unfence).unwrap().0.is_empty());
+        // A new incarnation registers and is live again.
+        register(&mut image, 1, 2);
+        assert!(image.is_live(1) && !image.brokers[&1].in_controlled_shutdown);
+    }
+
+    #[test]
+    fn controlled_shutdown_of_a_stale_incarnation_or_unknown_broker_is_ignored() {
+        let mut image = image_with_brokers(&[1, 2]);
+        register(&mut image, 1, 5);
+        for (broker_id, incarnation) in [(1, 4), (7, 5)] {
+            let command = MetadataCommand::ControlledShutdown {
+                broker_id,
+                incarnation_id: Uuid::from_u128(incarnation),
+            };
+            assert_eq!(decide(&image, &command).unwrap(), (vec![], Outcome::Done));
+        }
+        assert!(image.is_live(1));
+    }
+
+    #[test]
+    fn controlled_shutdown_of_a_fenced_broker_only_marks_it() {
+        let mut image = image_with_brokers(&[1, 2]);
+        let records = create_topic(&image, &new_topic("t", 2, 2), Uuid::from_u128(1)).unwrap();
+        apply_all(&mut image, &records);
+        let records = fence_broker(&image, 1);
+        apply_all(&mut image, &records);
+        let command = MetadataCommand::ControlledShutdown {
+            broker_id: 1,
+            incarnation_id: Uuid::nil(),
+        };
+        let (records, _) = decide(&image, &command).unwrap();
+        assert_eq!(records, vec![MetadataRecord::BrokerShutdown { broker_id: 1 }]);
+    }
+
+    #[test]
+    fn new_partitions_are_not_placed_on_fenced_or_shutting_down_brokers() {
+        let mut image = image_with_brokers(&[1, 2, 3, 4]);
+        let records = fence_broker(&image, 2);
+        apply_all(&mut image, &records);
+        let shutdown = MetadataCommand::ControlledShutdown {
+            broker_id: 3,
+            incarnation_id: Uuid::nil(),
+        };
+        decide_and_apply(&mut image, shutdown);
+        let err = create_topic(&image, &new_topic("t", 1, 3), Uuid::from_u128(1)).unwrap_err();
+        assert_eq!(err.error, ResponseError::InvalidReplicationFactor);
+        let records = create_topic(&image, &new_topic("t", 4, 2), Uuid::from_u128(1)).unwrap();
+        apply_all(&mut image, &records);
+        for p in &image.topic("t").unwrap().partitions {
+            let mut replicas = p.replicas.clone();
+            replicas.sort();
+            assert_eq!(replicas, vec![1, 4]);
+        }
+    }
+
+    fn alter_isr(leader_id: i32, leader_epoch: i32, partition_epoch: i32, new_isr: &[i32]) -> MetadataCommand {
+        MetadataCommand::AlterPartition {
+            topic_id: Uuid::from_u128(1),
+            partition: 0,
+            leader_id,
+            leader_epoch,
+            partition_epoch,
+            new_isr: new_isr.to_vec(),
+        }
+    }
+
+    /// Brokers 1..=n and topic "t" (id 1) with one partition on all of them, led by 1.
+    fn one_partition_on(n: i32) -> MetadataImage {
+        let brokers: Vec<i32> = (1..=n).collect();
+        let mut image = image_with_brokers(&brokers);
+        let mut topic = new_topic("t", 1, n as i16);
+        topic.assignments = Some(vec![brokers]);
+        let records = create_topic(&image, &topic, Uuid::from_u128(1)).unwrap();
+        apply_all(&mut image, &records);
+        image
+    }
+
+    #[test]
+    fn alter_partition_shrinks_and_expands_the_isr_as_a_compare_and_set() {
+        let mut image = one_partition_on(3);
+        let outcome = decide_and_apply(&mut image, alter_isr(1, 0, 0, &[3, 1]));
+        let expected = Outcome::PartitionChanged {
+            leader_epoch: 0,
+            partition_epoch: 1,
+            isr: vec![1, 3],
+        };
+        assert_eq!(outcome, expected);
+        let p = &image.topic("t").unwrap().partitions[0];
+        assert_eq!(
+            (p.leader, p.leader_epoch, p.partition_epoch, &p.isr),
+            (1, 0, 1, &vec![1, 3])
+        );
+        // A request built on the old registration loses the race.
+        let err = decide(&image, &alter_isr(1, 0, 0, &[1, 2, 3])).unwrap_err();
+        assert_eq!(err.error, ResponseError::InvalidUpdateVersion);
+        decide_and_apply(&mut image, alter_isr(1, 0, 1, &[2, 1, 3]));
+        let p = &image.topic("t").unwrap().partitions[0];
+        assert_eq!((p.partition_epoch, &p.isr), (2, &p.replicas));
+        // The same ISR again writes nothing and reports the registration as it is.
+        let (records, outcome) = decide(&image, &alter_isr(1, 0, 2, &[1, 2, 3])).unwrap();
+        assert!(records.is_empty());
+        assert!(matches!(outcome, Outcome::PartitionChanged { partition_epoch: 2, .. }));
+    }
+
+    #[test]
+    fn alter_partition_refuses_unknown_partitions_deposed_leaders_and_stale_epochs() {
+        let mut image = one_partition_on(3);
+        let mut unknown_topic = alter_isr(1, 0, 0, &[1]);
+        if let MetadataCommand::AlterPartition { topic_id, .. } = &mut unknown_topic {
+            *topic_id = Uuid::from_u128(99);
+        }
+        let mut unknown_partition = alter_isr(1, 0, 0, &[1]);
+        if let MetadataCommand::AlterPartition { partition, .. } = &mut unknown_partition {
+            *partition = 1;
+        }
+        let cases = [
+            (unknown_topic, ResponseError::UnknownTopicId),
+            (unknown_partition, ResponseError::UnknownTopicOrPartition),
+            (alter_isr(2, 0, 0, &[2]), ResponseError::NotLeaderOrFollower),
+            (alter_isr(1, 1, 0, &[1]), ResponseError::UnknownLeaderEpoch),
+            (alter_isr(1, 0, 1, &[1]), ResponseError::InvalidUpdateVersion),
+        ];
+        for (command, error) in cases {
+            assert_eq!(decide(&image, &command).unwrap_err().error, error, "{command:?}");
+        }
+        // Broker 1 is fenced: broker 2 leads at epoch 1 and 1's last request is refused.
+        let records = fence_broker(&image, 1);
+        apply_all(&mut image, &records);
+        let err = decide(&image, &alter_isr(1, 0, 0, &[1, 2])).unwrap_err();
+        assert_eq!(err.error, ResponseError::NotLeaderOrFollower);
+        let err = decide(&image, &alter_isr(2, 0, 1, &[2, 3])).unwrap_err();
+        assert_eq!(err.error, ResponseError::FencedLeaderEpoch);
+        assert!(decide(&image, &alter_isr(2, 1, 1, &[2])).is_ok());
+    }
+
+    #[test]
+    fn alter_partition_refuses_malformed_isrs_and_ineligible_replicas() {
+        let mut image = one_partition_on(4);
+        decide_and_apply(&mut image, alter_isr(1, 0, 0, &[1]));
+        for isr in [&[][..], &[2, 3], &[1, 1], &[1, 9]] {
+            let err = decide(&image, &alter_isr(1, 0, 1, isr)).unwrap_err();
+            assert_eq!(err.error, ResponseError::InvalidRequest, "ISR {isr:?}");
+        }
+        let records = fence_broker(&image, 2);
+        apply_all(&mut image, &records);
+        let shutdown = MetadataCommand::ControlledShutdown {
+            broker_id: 3,
+            incarnation_id: Uuid::nil(),
+        };
+        decide_and_apply(&mut image, shutdown);
+        for isr in [[1, 2], [1, 3]] {
+            let err = decide(&image, &alter_isr(1, 0, 1, &isr)).unwrap_err();
+            assert_eq!(err.error, ResponseError::IneligibleReplica, "ISR {isr:?}");
+        }
+        decide_and_apply(&mut image, alter_isr(1, 0, 1, &[1, 4]));
+        assert_eq!(image.topic("t").unwrap().partitions[0].isr, vec![1, 4]);
+    }
+
+    #[test]
+    fn preferred_leaders_lead_again_once_live_and_in_sync() {
+        let mut image = one_partition_on(3);
+        assert!(!preferred_leader_imbalance(&image));
+        assert!(elect_preferred_leaders(&image).is_empty());
+        let records = fence_broker(&image, 1);
+        apply_all(&mut image, &records);
+        // Fenced and then back, but out of the ISR: not yet.
+        decide_and_apply(&mut image, MetadataCommand::UnfenceBroker { broker_id: 1 });
+        assert_eq!(image.topic("t").unwrap().partitions[0].leader, 2);
+        assert!(!preferred_leader_imbalance(&image));
+        decide_and_apply(&mut image, alter_isr(2, 1, 1, &[1, 2, 3]));
+        assert!(preferred_leader_imbalance(&image));
+        decide_and_apply(&mut image, MetadataCommand::ElectPreferredLeaders);
+        let p = &image.topic("t").unwrap().partitions[0];
+        assert_eq!((p.leader, p.leader_epoch, p.partition_epoch), (1, 2, 3));
+        assert!(!preferred_leader_imbalance(&image));
+    }
+
+    #[test]
+    fn a_shutting_down_preferred_replica_is_not_elected() {
+        let mut image = one_partition_on(2);
+        let records = fence_broker(&image, 1);
+        apply_all(&mut image, &records);
+        // Still in the ISR (re-added while it was briefly back), but shutting down.
+        decide_and_apply(&mut image, MetadataCommand::UnfenceBroker { broker_id: 1 });
+        decide_and_apply(&mut image, alter_isr(2, 1, 1, &[1, 2]));
+        let shutdown = MetadataCommand::ControlledShutdown {
+            broker_id: 1,
+            incarnation_id: Uuid::nil(),
+        };
+        let (records, _) = decide(&image, &shutdown).unwrap();
+        let mut after = image.clone();
+        apply_all(&mut after, &records[..1]);
+        assert!(!preferred_leader_imbalance(&after));
+        assert!(elect_preferred_leaders(&after).is_empty());
+    }
+
+    fn set_topic_config(image: &mut MetadataImage, name: &str, value: &str) {
+        image.apply(&MetadataRecord::Config {
+            resource: ConfigResource::Topic("t".into()),
+            name: name.into(),
+            value: Some(value.into()),
+        });
+    }
+
+    #[test]
+    fn unclean_election_lets_a_live_out_of_sync_replica_lead_when_the_topic_allows_it() {
+        for unclean in [false, true] {
+            let mut image = one_partition_on(3);
+            set_topic_config(&mut image, "unclean.leader.election.enable", &unclean.to_string());
+            decide_and_apply(&mut image, alter_isr(1, 0, 0, &[1]));
+            let records = fence_broker(&image, 1);
+            apply_all(&mut image, &records);
+            let p = &image.topic("t").unwrap().partitions[0];
+            if unclean {
+                assert_eq!((p.leader, p.leader_epoch, &p.isr), (2, 1, &vec![2]));
+            } else {
+                assert_eq!((p.leader, p.leader_epoch, &p.isr), (-1, 1, &vec![1]));
+            }
+        }
+    }
+
+    #[test]
+    fn an_offline_partition_waits_for_its_last_in_sync_replica_unless_unclean_election_is_enabled() {
+        for unclean in [false, true] {
+            let mut image = one_partition_on(2);
+            set_topic_config(&mut image, "unclean.leader.election.enable", &unclean.to_string());
+            decide_and_apply(&mut image, alter_isr(1, 0, 0, &[1]));
+            for broker_id in [2, 1] {
+                let records = fence_broker(&image, broker_id);
+                apply_all(&mut image, &records);
+            }
+            assert_eq!(image.topic("t").unwrap().partitions[0].leader, -1);
+            decide_and_apply(&mut image, MetadataCommand::UnfenceBroker { broker_id: 2 });
+            let p = &image.topic("t").unwrap().partitions[0];
+            if unclean {
+                assert_eq!((p.leader, &p.isr), (2, &vec![2]));
+            } else {
+                assert_eq!((p.leader, &p.isr), (-1, &vec![1]));
+                register(&mut image, 1, 2);
+                let p = &image.topic("t").unwrap().partitions[0];
+                assert_eq!((p.leader, &p.isr), (1, &vec![1]));
+            }
+        }
+    }
+
+    #[test]
+    fn unclean_election_never_picks_a_shutting_down_replica() {
+        let mut image = one_partition_on(3);
+        set_topic_config(&mut image, "unclean.leader.election.enable", "true");
+        decide_and_apply(&mut image, alter_isr(1, 0, 0, &[1]));
+        let shutdown = MetadataCommand::ControlledShutdown {
+            broker_id: 2,
+            incarnation_id: Uuid::nil(),
+        };
+        decide_and_apply(&mut image, shutdown);
+        let records = fence_broker(&image, 1);
+        apply_all(&mut image, &records);
+        let p = &image.topic("t").unwrap().partitions[0];
+        assert_eq!((p.leader, &p.isr), (3, &vec![3]));
+    }
+
     #[test]
     fn silent_brokers_are_fenced_after_the_session_timeout_and_unfenced_when_heard_again() {
         let mut image = image_with_brokers(&[1, 2, 3]);
@@ -771,15 +1267,41 @@ mod tests {
     }
 
     #[test]
-    fn topics_with_more_than_one_replica_are_refused_until_replication_exists() {
-        let image = image_with_brokers(&[1, 2, 3]);
+    fn a_default_replication_factor_is_lowered_to_the_live_broker_count() {
+        let mut image = image_with_brokers(&[1, 2]);
+        let mut topic = new_topic("t", 2, 3);
+        topic.replication_factor_defaulted = true;
+        assert_eq!(replication_factor(&image, &topic), 2);
+        let records = fence_broker(&image, 2);
+        apply_all(&mut image, &records);
+        assert_eq!(replication_factor(&image, &topic), 1);
+        let command = MetadataCommand::CreateTopic {
+            topic,
+            topic_id: Uuid::from_u128(1),
+        };
+        decide_and_apply(&mut image, command);
+        assert!(image.topic("t").unwrap().partitions.iter().all(|p| p.replicas == [1]));
+        // An explicit factor is never lowered.
+        let command = MetadataCommand::CreateTopic {
+            topic: new_topic("u", 1, 2),
+            topic_id: Uuid::from_u128(2),
+        };
+        assert_eq!(
+            decide(&image, &command).unwrap_err().error,
+            ResponseError::InvalidReplicationFactor
+        );
+    }
+
+    #[test]
+    fn topics_with_three_replicas_are_created_on_three_brokers() {
+        let mut image = image_with_brokers(&[1, 2, 3]);
         let command = MetadataCommand::CreateTopic {
             topic: new_topic("t", 1, 3),
             topic_id: Uuid::from_u128(1),
         };
-        let err = decide(&image, &command).unwrap_err();
-        assert_eq!(err.error, ResponseError::InvalidReplicationFactor);
-        assert!(err.message.contains("use 1"), "{}", err.message);
+        decide_and_apply(&mut image, command);
+        let p = &image.topic("t").unwrap().partitions[0];
+        assert_eq!((p.replicas.len(), &p.isr), (3, &p.replicas));
     }
 
     #[test]

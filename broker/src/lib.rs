@@ -10,5 +10,6 @@ pub mod metadata;
 pub mod partition;
 pub mod producer_state;
 pub mod replica_manager;
+pub mod replication;
 pub mod server;
 pub mod topic_config;

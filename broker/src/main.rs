@@ -66,6 +66,8 @@ async fn run(config: BrokerConfig) -> Result<(), String> {
         _ = sigterm.recv() => tracing::info!("SIGTERM received; shutting down"),
         _ = sigint.recv() => tracing::info!("SIGINT received; shutting down"),
     }
+    // Leadership moves away while this broker still serves, so clients fail over at once.
+    broker.controlled_shutdown().await;
     let _ = stop.send(true);
     let _ = serving.await;
     for task in background {

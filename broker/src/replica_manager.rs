@@ -1,6 +1,7 @@
 //! The partitions this broker hosts (Kafka's `ReplicaManager`), kept in step with the
 //! metadata image: logs are opened for new assignments, reconfigured on config changes and
-//! removed when their topic is deleted.
+//! removed when their topic is deleted; each replica becomes leader or follower as its
+//! registration says, and followers are handed to the replica fetcher of their leader.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -8,13 +9,15 @@ use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError;
 use parking_lot::RwLock;
+use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::config::BrokerConfig;
 use crate::log::LogError;
 use crate::metadata::image::{MetadataImage, PartitionRegistration, TopicImage};
 use crate::metadata::METADATA_LOG_DIR;
-use crate::partition::Partition;
+use crate::partition::{Partition, RoleChange};
+use crate::replication::{checkpoint, ReplicaFetcherManager};
 use crate::topic_config;
 
 type PartitionKey = (Uuid, i32);
@@ -24,14 +27,20 @@ pub struct ReplicaManager {
     partitions: RwLock<HashMap<PartitionKey, Arc<Partition>>>,
     /// Topic configs each hosted topic was last opened/updated with, to spot changes.
     applied_configs: RwLock<HashMap<Uuid, std::collections::BTreeMap<String, String>>>,
+    fetchers: ReplicaFetcherManager,
+    /// High watermarks from the checkpoint read at start, for partitions not opened yet.
+    checkpointed: parking_lot::Mutex<HashMap<(String, i32), i64>>,
 }
 
 impl ReplicaManager {
-    pub fn new(config: Arc<BrokerConfig>) -> Self {
+    pub fn new(config: Arc<BrokerConfig>, images: watch::Receiver<Arc<MetadataImage>>) -> Self {
+        let checkpointed = checkpoint::read(&config.data_dir);
         ReplicaManager {
+            fetchers: ReplicaFetcherManager::new(config.clone(), images),
             config,
             partitions: RwLock::default(),
             applied_configs: RwLock::default(),
+            checkpointed: parking_lot::Mutex::new(checkpointed),
         }
     }
 
@@ -82,30 +91,52 @@ impl ReplicaManager {
                 }
                 let key = (topic.topic_id, index as i32);
                 wanted.insert(key);
-                if let Some(existing) = self.get(key.0, key.1) {
-                    existing.set_leader_epoch(registration.leader_epoch);
-                    if config_changed {
-                        existing.update_config(log_config.clone());
+                let partition = match self.get(key.0, key.1) {
+                    Some(existing) => {
+                        if config_changed {
+                            existing.update_config(log_config.clone());
+                        }
+                        existing
                     }
-                    continue;
-                }
-                let dir = self.partition_dir(&topic.name, key.1);
-                match Partition::open(
-                    &dir,
-                    &topic.name,
-                    topic.topic_id,
-                    key.1,
-                    log_config.clone(),
-                    registration.leader_epoch,
-                    now_ms,
-                ) {
-                    Ok(partition) => {
-                        self.partitions.write().insert(key, Arc::new(partition));
+                    None => {
+                        let dir = self.partition_dir(&topic.name, key.1);
+                        let checkpointed_hw = self.checkpointed.lock().remove(&(topic.name.clone(), key.1));
+                        match Partition::open(
+                            &dir,
+                            &topic.name,
+                            topic.topic_id,
+                            key.1,
+                            node,
+                            log_config.clone(),
+                            checkpointed_hw,
+                            now_ms,
+                        ) {
+                            Ok(partition) => {
+                                let partition = Arc::new(partition);
+                                self.partitions.write().insert(key, partition.clone());
+                                partition
+                            }
+                            Err(e) => {
+                                tracing::error!(
+                                    topic = %topic.name, partition = key.1, error = %e,
+                                    "failed to open the partition log; it stays offline until the disk problem is fixed and the broker restarted"
+                                );
+                                continue;
+                            }
+                        }
                     }
-                    Err(e) => tracing::error!(
-                        topic = %topic.name, partition = key.1, error = %e,
-                        "failed to open the partition log; it stays offline until the disk problem is fixed and the broker restarted"
-                    ),
+                };
+                match partition.apply_registration(registration, now_ms) {
+                    RoleChange::Unchanged => {}
+                    RoleChange::BecameLeader => {
+                        tracing::info!(topic = %topic.name, partition = key.1, leader_epoch = registration.leader_epoch,
+                            isr = ?registration.isr, "became partition leader");
+                        self.fetchers.remove(key);
+                    }
+                    RoleChange::BecameFollower { leader, leader_epoch } => {
+                        tracing::info!(topic = %topic.name, partition = key.1, leader, leader_epoch, "became follower");
+                        self.fetchers.follow(partition, leader, leader_epoch);
+                    }
                 }
             }
             if config_changed {
@@ -120,6 +151,7 @@ impl ReplicaManager {
             gone.iter().filter_map(|k| partitions.remove(k)).collect()
         };
         for partition in removed {
+            self.fetchers.remove((partition.topic_id, partition.index));
             self.applied_configs.write().remove(&partition.topic_id);
             let dir = self.partition_dir(&partition.topic, partition.index);
             tracing::info!(topic = %partition.topic, partition = partition.index, "deleting partition log");
@@ -167,8 +199,24 @@ impl ReplicaManager {
         }
     }
 
+    /// Records every hosted partition's high watermark in the data dir's checkpoint.
+    pub fn checkpoint_high_watermarks(&self) {
+        let mut entries: Vec<(String, i32, i64)> = self
+            .all()
+            .iter()
+            .map(|p| (p.topic.clone(), p.index, p.high_watermark()))
+            .collect();
+        entries.sort();
+        if let Err(e) = checkpoint::write(&self.config.data_dir, &entries) {
+            tracing::warn!(error = %e, dir = %self.config.data_dir.display(),
+                "could not write the high-watermark checkpoint; check the data dir's disk");
+        }
+    }
+
     /// Closes every log cleanly (flush + clean-shutdown marker) so the next start skips recovery.
     pub fn shutdown(&self) {
+        self.fetchers.shutdown();
+        self.checkpoint_high_watermarks();
         let partitions: Vec<Arc<Partition>> = self.partitions.write().drain().map(|(_, p)| p).collect();
         for partition in partitions {
             let (topic, index) = (partition.topic.clone(), partition.index);

@@ -137,7 +137,9 @@ pub fn validate(name: &str, value: &str) -> Result<(), TopicConfigError> {
     if name == "cleanup.policy" && value.split(',').any(|p| !matches!(p.trim(), "delete" | "compact")) {
         return Err(invalid("must be a list of delete and compact".to_string()));
     }
-    if matches!(name, "max.message.bytes" | "segment.bytes") && value.parse::<i64>().map_or(true, |v| v <= 0) {
+    if matches!(name, "max.message.bytes" | "segment.bytes" | "min.insync.replicas")
+        && value.parse::<i64>().map_or(true, |v| v <= 0)
+    {
         return Err(invalid("must be positive".to_string()));
     }
     Ok(())
@@ -191,6 +193,28 @@ pub fn effective_value(name: &str, overrides: &BTreeMap<String, String>, broker:
         (Some(v), _) => v.clone(),
         (None, Some(d)) => broker_default(d, broker).0,
         (None, None) => String::new(),
+    }
+}
+
+/// In-sync replicas an `acks=all` write needs. An explicit setting (the topic's override, else
+/// the broker's `--set min.insync.replicas`) wins; otherwise Sluice derives it from the
+/// replication factor, 2 from three replicas up and 1 below, so that with the default
+/// replication factor of 3 an acknowledged write survives the loss of one broker while a
+/// single node or a two-replica topic still accepts writes with one replica down.
+pub fn min_insync_replicas(overrides: &BTreeMap<String, String>, broker: &BrokerConfig, replica_count: usize) -> usize {
+    const NAME: &str = "min.insync.replicas";
+    let explicit = match (overrides.get(NAME), def(NAME)) {
+        (Some(v), _) => Some(v.clone()),
+        (None, Some(d)) => match broker_default(d, broker) {
+            (v, ConfigSource::StaticBroker) => Some(v),
+            _ => None,
+        },
+        (None, None) => None,
+    };
+    match explicit.and_then(|v| v.parse::<usize>().ok()) {
+        Some(n) => n.max(1),
+        None if replica_count >= 3 => 2,
+        None => 1,
     }
 }
 
@@ -270,5 +294,19 @@ mod tests {
         assert!(validate("cleanup.policy", "compact,delete").is_ok());
         assert!(validate("cleanup.policy", "shred").is_err());
         assert!(validate("max.message.bytes", "0").is_err());
+        assert!(validate("min.insync.replicas", "0").is_err());
+    }
+
+    #[test]
+    fn min_insync_replicas_is_explicit_or_follows_the_replication_factor() {
+        let none = BTreeMap::new();
+        let plain = broker(&[]);
+        let counts = [1, 2, 3, 5].map(|n| min_insync_replicas(&none, &plain, n));
+        assert_eq!(counts, [1, 1, 2, 2]);
+        let set = broker(&["--set", "min.insync.replicas=1"]);
+        assert_eq!(min_insync_replicas(&none, &set, 3), 1);
+        let overrides = BTreeMap::from([("min.insync.replicas".to_string(), "3".to_string())]);
+        assert_eq!(min_insync_replicas(&overrides, &set, 3), 3);
+        assert_eq!(min_insync_replicas(&overrides, &plain, 1), 3);
     }
 }

@@ -46,10 +46,12 @@ async fn create_one(
     };
     let topic_id = Uuid::new_v4();
     if validate_only {
-        let checked = controller::check_replication_supported(&new_topic)
-            .and_then(|()| controller::create_topic(&broker.metadata.image(), &new_topic, topic_id));
-        return match checked {
-            Ok(_) => succeeded(broker, result, &new_topic, Uuid::nil()),
+        let image = broker.metadata.image();
+        return match controller::create_topic(&image, &new_topic, topic_id) {
+            Ok(_) => {
+                let replication_factor = controller::replication_factor(&image, &new_topic);
+                succeeded(broker, result, &new_topic, replication_factor, Uuid::nil())
+            }
             Err(e) => failed(result, e.code(), e.message),
         };
     }
@@ -60,9 +62,18 @@ async fn create_one(
         })
         .await
     {
-        Ok(_) => {
-            tracing::info!(topic = %new_topic.name, partitions = new_topic.num_partitions, "created topic");
-            succeeded(broker, result, &new_topic, topic_id)
+        Ok((image, _)) => {
+            let replication_factor = image
+                .topic_by_id(&topic_id)
+                .and_then(|t| t.partitions.first())
+                .map_or(new_topic.replication_factor, |p| p.replicas.len() as i16);
+            tracing::info!(
+                topic = %new_topic.name,
+                partitions = new_topic.num_partitions,
+                replication_factor,
+                "created topic"
+            );
+            succeeded(broker, result, &new_topic, replication_factor, topic_id)
         }
         Err(e) => {
             let (code, message) = commit_error(&e);
@@ -71,7 +82,8 @@ async fn create_one(
     }
 }
 
-/// Fills in the defaults Kafka applies (-1 partitions or replication factor = broker default).
+/// Fills in the defaults Kafka applies (-1 partitions or replication factor = broker default;
+/// the controller lowers a default replication factor to the live broker count).
 fn new_topic(broker: &Broker, topic: &CreatableTopic) -> Result<NewTopic, ApiError> {
     let mut configs = BTreeMap::new();
     for config in &topic.configs {
@@ -119,12 +131,19 @@ fn new_topic(broker: &Broker, topic: &CreatableTopic) -> Result<NewTopic, ApiErr
             (-1, None) => broker.config.default_replication_factor,
             (n, None) => n,
         },
+        replication_factor_defaulted: topic.replication_factor == -1 && assignments.is_none(),
         assignments,
         configs,
     })
 }
 
-fn succeeded(broker: &Broker, result: CreatableTopicResult, topic: &NewTopic, topic_id: Uuid) -> CreatableTopicResult {
+fn succeeded(
+    broker: &Broker,
+    result: CreatableTopicResult,
+    topic: &NewTopic,
+    replication_factor: i16,
+    topic_id: Uuid,
+) -> CreatableTopicResult {
     let configs = topic_config::describe(&topic.configs, &broker.config)
         .into_iter()
         .map(|(def, value, source)| {
@@ -137,7 +156,7 @@ fn succeeded(broker: &Broker, result: CreatableTopicResult, topic: &NewTopic, to
     result
         .with_topic_id(topic_id)
         .with_num_partitions(topic.num_partitions)
-        .with_replication_factor(topic.replication_factor)
+        .with_replication_factor(replication_factor)
         .with_configs(Some(configs))
 }
 

@@ -1,6 +1,10 @@
 //! Fetch: stored batches served as stored, with Kafka's long poll. A fetch that finds fewer
 //! than `min_bytes` waits until a partition's high watermark moves (never by polling) or
 //! `max_wait_ms` passes, then reads again.
+//!
+//! A fetch with a replica id is a follower's: its fetch offset reports its log end offset to
+//! the leader (which may advance the high watermark or bring it back into the ISR), it reads
+//! up to the log end rather than the high watermark, and it waits for the log to grow.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,12 +21,15 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::Reply;
+use crate::broker::now_ms;
 use crate::broker::Broker;
 use crate::log::LogError;
-use crate::partition::Partition;
+use crate::partition::{Partition, ReadBound};
 
 /// Fetch v13 names topics by id; earlier versions by name.
 const FIRST_VERSION_WITH_TOPIC_IDS: i16 = 13;
+/// Fetch v15 moved the replica id into `replica_state`.
+const FIRST_VERSION_WITH_REPLICA_STATE: i16 = 15;
 /// Kafka's `READ_COMMITTED` isolation level.
 const READ_COMMITTED: i8 = 1;
 /// Longest long-poll honoured, so a request cannot pin a connection indefinitely.
@@ -50,6 +57,8 @@ struct FetchPlan {
     min_bytes: usize,
     read_committed: bool,
     by_topic_id: bool,
+    /// A follower's fetch: read to the log end.
+    from_follower: bool,
 }
 
 pub fn handle(broker: &Arc<Broker>, request: FetchRequest, version: i16) -> Reply {
@@ -59,7 +68,14 @@ pub fn handle(broker: &Arc<Broker>, request: FetchRequest, version: i16) -> Repl
         .topics
         .iter()
         .flat_map(|t| t.partitions.iter())
-        .filter_map(|p| p.partition.as_ref().ok().map(|p| p.watch_high_watermark()))
+        .filter_map(|p| p.partition.as_ref().ok())
+        .map(|p| {
+            if plan.from_follower {
+                p.watch_log_end_offset()
+            } else {
+                p.watch_high_watermark()
+            }
+        })
         .collect();
     let (response, bytes, had_error) = read(&plan);
     let max_wait = Duration::from_millis(request.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
@@ -83,9 +99,16 @@ pub fn handle(broker: &Arc<Broker>, request: FetchRequest, version: i16) -> Repl
     )
 }
 
-fn resolve(broker: &Broker, request: &FetchRequest, version: i16) -> FetchPlan {
+fn resolve(broker: &Arc<Broker>, request: &FetchRequest, version: i16) -> FetchPlan {
     let image = broker.metadata.image();
     let by_topic_id = version >= FIRST_VERSION_WITH_TOPIC_IDS;
+    let replica_id = if version >= FIRST_VERSION_WITH_REPLICA_STATE {
+        request.replica_state.replica_id.0
+    } else {
+        request.replica_id.0
+    };
+    let from_follower = replica_id >= 0;
+    let now = now_ms();
     let topics = request
         .topics
         .iter()
@@ -110,7 +133,22 @@ fn resolve(broker: &Broker, request: &FetchRequest, version: i16) -> FetchPlan {
                     index: p.partition,
                     partition: match topic {
                         None => Err(unknown),
-                        Some(topic) => broker.replicas.leader_partition(topic, p.partition).map(|(p, _)| p),
+                        Some(topic) => {
+                            broker
+                                .replicas
+                                .leader_partition(topic, p.partition)
+                                .and_then(|(partition, _)| {
+                                    if from_follower {
+                                        partition.check_leader_epoch(p.current_leader_epoch)?;
+                                        let rejoin =
+                                            partition.record_follower_fetch(replica_id, p.fetch_offset, now)?;
+                                        if let Some(command) = rejoin {
+                                            broker.propose_isr_change(partition.clone(), command);
+                                        }
+                                    }
+                                    Ok(partition)
+                                })
+                        }
                     },
                 })
                 .collect();
@@ -127,6 +165,7 @@ fn resolve(broker: &Broker, request: &FetchRequest, version: i16) -> FetchPlan {
         min_bytes: request.min_bytes.max(0) as usize,
         read_committed: request.isolation_level == READ_COMMITTED,
         by_topic_id,
+        from_follower,
     }
 }
 
@@ -144,7 +183,12 @@ fn read(plan: &FetchPlan) -> (FetchResponse, usize, bool) {
                 .partitions
                 .iter()
                 .map(|target| {
-                    let data = read_partition(target, remaining, total == 0, plan.read_committed);
+                    let bound = if plan.from_follower {
+                        ReadBound::LogEnd
+                    } else {
+                        ReadBound::HighWatermark
+                    };
+                    let data = read_partition(target, remaining, total == 0, plan.read_committed, bound);
                     let len = data.records.as_ref().map_or(0, Bytes::len);
                     remaining = remaining.saturating_sub(len);
                     total += len;
@@ -163,7 +207,13 @@ fn read(plan: &FetchPlan) -> (FetchResponse, usize, bool) {
     (FetchResponse::default().with_responses(responses), total, had_error)
 }
 
-fn read_partition(target: &Target, remaining: usize, min_one_message: bool, read_committed: bool) -> PartitionData {
+fn read_partition(
+    target: &Target,
+    remaining: usize,
+    min_one_message: bool,
+    read_committed: bool,
+    bound: ReadBound,
+) -> PartitionData {
     let data = PartitionData::default()
         .with_partition_index(target.index)
         .with_aborted_transactions(read_committed.then(Vec::new))
@@ -183,7 +233,7 @@ fn read_partition(target: &Target, remaining: usize, min_one_message: bool, read
         return failed(error, partition.high_watermark(), partition.log_start_offset());
     }
     let max_bytes = target.partition_max_bytes.min(remaining);
-    match partition.read(target.fetch_offset, max_bytes, min_one_message) {
+    match partition.read(target.fetch_offset, max_bytes, min_one_message, bound) {
         Ok(outcome) => data
             .with_high_watermark(outcome.high_watermark)
             .with_last_stable_offset(outcome.high_watermark)

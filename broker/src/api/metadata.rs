@@ -134,6 +134,7 @@ async fn auto_create(broker: &Broker, name: &str) -> Result<(), ResponseError> {
         name: name.to_string(),
         num_partitions: broker.config.num_partitions,
         replication_factor: broker.config.default_replication_factor,
+        replication_factor_defaulted: true,
         assignments: None,
         configs: BTreeMap::new(),
     };

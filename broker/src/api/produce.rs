@@ -1,7 +1,15 @@
 //! Produce: validate each partition's record batches, stamp offsets, append them as received.
 //! No record is decoded; the only copy is from the request buffer into the batch we patch.
+//!
+//! With `acks=all` the response waits (Kafka's delayed produce) until the high watermark
+//! passes every appended batch, woken by high-watermark and leadership changes, or until the
+//! request's timeout.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use futures::FutureExt;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
@@ -11,8 +19,8 @@ use sluice_protocol::ResponseBody;
 
 use super::{str_bytes, Reply};
 use crate::broker::{now_ms, Broker};
-use crate::metadata::image::{MetadataImage, TopicImage};
-use crate::partition::AppendOutcome;
+use crate::metadata::image::TopicImage;
+use crate::partition::{AppendOutcome, Partition};
 use crate::topic_config;
 
 /// Produce v13 names topics by id; earlier versions by name.
@@ -22,10 +30,12 @@ pub fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> Reply {
     let image = broker.metadata.image();
     let now = now_ms();
     let acks = request.acks;
-    let responses = request
+    let mut waits: Vec<(usize, usize, AwaitReplication)> = Vec::new();
+    let responses: Vec<TopicProduceResponse> = request
         .topic_data
         .into_iter()
-        .map(|topic_data| {
+        .enumerate()
+        .map(|(topic_index, topic_data)| {
             let topic = if version >= FIRST_VERSION_WITH_TOPIC_IDS {
                 image.topic_by_id(&topic_data.topic_id)
             } else {
@@ -34,7 +44,8 @@ pub fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> Reply {
             let partition_responses = topic_data
                 .partition_data
                 .into_iter()
-                .map(|data| {
+                .enumerate()
+                .map(|(partition_index, data)| {
                     let result = match topic {
                         None if version >= FIRST_VERSION_WITH_TOPIC_IDS => {
                             Err((ResponseError::UnknownTopicId, "unknown topic id".to_string()))
@@ -44,8 +55,14 @@ pub fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> Reply {
                             ResponseError::InvalidRequiredAcks,
                             format!("acks={acks} is invalid; use 0, 1 or -1 (all)"),
                         )),
-                        Some(topic) => append(broker, &image, topic, data.index, data.records, acks, now),
+                        Some(topic) => append(broker, topic, data.index, data.records, acks, now),
                     };
+                    let result = result.map(|(appended, wait)| {
+                        if let Some(wait) = wait {
+                            waits.push((topic_index, partition_index, wait));
+                        }
+                        appended
+                    });
                     partition_response(data.index, result)
                 })
                 .collect();
@@ -58,9 +75,75 @@ pub fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> Reply {
     if acks == 0 {
         return Reply::None;
     }
-    Reply::Now(ResponseBody::Produce(
-        ProduceResponse::default().with_responses(responses),
-    ))
+    if waits.is_empty() {
+        return Reply::Now(ResponseBody::Produce(
+            ProduceResponse::default().with_responses(responses),
+        ));
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(request.timeout_ms.max(0) as u64);
+    let mut responses = responses;
+    Reply::Later(
+        async move {
+            for (topic_index, partition_index, wait) in waits {
+                if let Err(error) = wait.wait(deadline).await {
+                    let response = &mut responses[topic_index].partition_responses[partition_index];
+                    *response = partition_response(response.index, Err(error));
+                }
+            }
+            ResponseBody::Produce(ProduceResponse::default().with_responses(responses))
+        }
+        .boxed(),
+    )
+}
+
+/// An `acks=all` append waiting for the high watermark to pass `required_offset`.
+struct AwaitReplication {
+    partition: Arc<Partition>,
+    required_offset: i64,
+    leader_epoch: i32,
+    min_insync_replicas: usize,
+}
+
+impl AwaitReplication {
+    /// Kafka's `DelayedProduce` completion: done when the high watermark reaches the batch
+    /// (with `NOT_ENOUGH_REPLICAS_AFTER_APPEND` if the ISR shrank below the minimum meanwhile),
+    /// failed if leadership moves or the deadline passes first.
+    async fn wait(self, deadline: tokio::time::Instant) -> Result<(), (ResponseError, String)> {
+        let mut high_watermark = self.partition.watch_high_watermark();
+        let mut leader_epoch = self.partition.watch_leader_epoch();
+        let moved = || {
+            (
+                ResponseError::NotLeaderOrFollower,
+                "leadership moved before the records were replicated; retry against the new leader".to_string(),
+            )
+        };
+        loop {
+            if *leader_epoch.borrow_and_update() != self.leader_epoch || !self.partition.is_leader() {
+                return Err(moved());
+            }
+            if *high_watermark.borrow_and_update() >= self.required_offset {
+                let isr = self.partition.isr().len();
+                if isr < self.min_insync_replicas {
+                    return Err((
+                        ResponseError::NotEnoughReplicasAfterAppend,
+                        format!(
+                            "the records were written, but the ISR shrank to {isr}, below min.insync.replicas={}",
+                            self.min_insync_replicas
+                        ),
+                    ));
+                }
+                return Ok(());
+            }
+            tokio::select! {
+                changed = high_watermark.changed() => if changed.is_err() { return Err(moved()) },
+                changed = leader_epoch.changed() => if changed.is_err() { return Err(moved()) },
+                _ = tokio::time::sleep_until(deadline) => return Err((
+                    ResponseError::RequestTimedOut,
+                    "the in-sync replicas did not confirm the records within the request timeout".to_string(),
+                )),
+            }
+        }
+    }
 }
 
 /// Offsets assigned by a successful append.
@@ -72,13 +155,12 @@ struct Appended {
 
 fn append(
     broker: &Broker,
-    image: &MetadataImage,
     topic: &TopicImage,
     index: i32,
     records: Option<Bytes>,
     acks: i16,
     now: i64,
-) -> Result<Appended, (ResponseError, String)> {
+) -> Result<(Appended, Option<AwaitReplication>), (ResponseError, String)> {
     let (partition, registration) = broker.replicas.leader_partition(topic, index).map_err(|error| {
         let message = match error {
             ResponseError::UnknownTopicOrPartition => format!("{} has no partition {index}", topic.name),
@@ -86,19 +168,13 @@ fn append(
         };
         (error, message)
     })?;
+    let min_isr = topic_config::min_insync_replicas(&topic.configs, &broker.config, registration.replicas.len());
     if acks == -1 {
-        let min_isr = topic_config::effective_value("min.insync.replicas", &topic.configs, &broker.config)
-            .parse::<usize>()
-            .unwrap_or(1);
-        let live_isr = registration
-            .isr
-            .iter()
-            .filter(|id| image.live_brokers().any(|b| b.broker_id == **id))
-            .count();
-        if live_isr < min_isr {
+        let isr = partition.isr().len();
+        if isr < min_isr {
             return Err((
                 ResponseError::NotEnoughReplicas,
-                format!("{live_isr} in-sync replica(s), fewer than min.insync.replicas={min_isr}"),
+                format!("{isr} in-sync replica(s), fewer than min.insync.replicas={min_isr}; the write was refused"),
             ));
         }
     }
@@ -125,18 +201,34 @@ fn append(
         })?;
     }
     let mut batches = BytesMut::from(&records[..]);
-    Ok(match partition.append_as_leader(&mut batches, now)? {
-        AppendOutcome::Appended(info) => Appended {
-            base_offset: info.base_offset,
-            log_append_time_ms: info.log_append_time_ms,
-            log_start_offset: info.log_start_offset,
-        },
-        AppendOutcome::Duplicate { base_offset } => Appended {
-            base_offset,
-            log_append_time_ms: -1,
-            log_start_offset: partition.log_start_offset(),
-        },
-    })
+    let leader_epoch = partition.leader_epoch();
+    let (appended, required_offset) = match partition.append_as_leader(&mut batches, now)? {
+        AppendOutcome::Appended(info) => (
+            Appended {
+                base_offset: info.base_offset,
+                log_append_time_ms: info.log_append_time_ms,
+                log_start_offset: info.log_start_offset,
+            },
+            info.last_offset + 1,
+        ),
+        // The retried batch is committed once the high watermark passes its first offset
+        // (followers copy whole batches).
+        AppendOutcome::Duplicate { base_offset } => (
+            Appended {
+                base_offset,
+                log_append_time_ms: -1,
+                log_start_offset: partition.log_start_offset(),
+            },
+            base_offset + 1,
+        ),
+    };
+    let wait = (acks == -1 && partition.high_watermark() < required_offset).then(|| AwaitReplication {
+        partition,
+        required_offset,
+        leader_epoch,
+        min_insync_replicas: min_isr,
+    });
+    Ok((appended, wait))
 }
 
 fn partition_response(index: i32, result: Result<Appended, (ResponseError, String)>) -> PartitionProduceResponse {

@@ -620,7 +620,9 @@ impl PartitionLog {
         Ok(())
     }
 
-    fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LogError> {
+    /// Empties the log and restarts it at `offset`: a follower whose leader has deleted (by
+    /// retention) everything this replica holds starts over at the leader's log start.
+    pub fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LogError> {
         let new_segment = LogSegment::create(&self.dir, offset, self.clock_ms)?;
         let old_active = std::mem::replace(&mut self.active, new_segment);
         if old_active.base_offset() != offset {

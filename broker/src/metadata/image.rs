@@ -17,6 +17,16 @@ pub struct BrokerRegistration {
     pub endpoints: Vec<Endpoint>,
     pub rack: Option<String>,
     pub fenced: bool,
+    /// Set by a controlled shutdown: the broker is fenced and stays so until it registers again
+    /// (the liveness check must not unfence a broker that is on its way out).
+    #[serde(default)]
+    pub in_controlled_shutdown: bool,
+}
+
+impl BrokerRegistration {
+    pub fn is_live(&self) -> bool {
+        !self.fenced && !self.in_controlled_shutdown
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,13 +78,13 @@ impl MetadataImage {
         self.topic_names.get(id).and_then(|name| self.topics.get(name))
     }
 
-    /// Brokers clients can be sent to.
+    /// Brokers clients can be sent to, and the only ones that may lead or be given replicas.
     pub fn live_brokers(&self) -> impl Iterator<Item = &BrokerRegistration> {
-        self.brokers.values().filter(|b| !b.fenced)
+        self.brokers.values().filter(|b| b.is_live())
     }
 
     pub fn is_live(&self, broker_id: i32) -> bool {
-        self.brokers.get(&broker_id).is_some_and(|b| !b.fenced)
+        self.brokers.get(&broker_id).is_some_and(BrokerRegistration::is_live)
     }
 
     /// Applies one record. Records that refer to something unknown (a partition of a
@@ -96,6 +106,7 @@ impl MetadataImage {
                         endpoints: endpoints.clone(),
                         rack: rack.clone(),
                         fenced: false,
+                        in_controlled_shutdown: false,
                     },
                 );
             }
@@ -163,6 +174,12 @@ impl MetadataImage {
                     broker.fenced = matches!(record, MetadataRecord::FenceBroker { .. });
                 }
             }
+            MetadataRecord::BrokerShutdown { broker_id } => {
+                if let Some(broker) = self.brokers.get_mut(broker_id) {
+                    broker.fenced = true;
+                    broker.in_controlled_shutdown = true;
+                }
+            }
         }
     }
 }
@@ -218,6 +235,27 @@ mod tests {
         image.apply(&topic_records("t", id, 2)[1]);
         assert!(image.topic("t").is_none());
         assert!(image.topic_by_id(&id).is_none());
+    }
+
+    #[test]
+    fn shutdown_fences_until_the_next_registration_and_old_snapshots_still_load() {
+        let mut image = MetadataImage::new("c".into());
+        let register = MetadataRecord::RegisterBroker {
+            broker_id: 1,
+            incarnation_id: Uuid::nil(),
+            endpoints: vec![],
+            rack: None,
+        };
+        image.apply(&register);
+        image.apply(&MetadataRecord::BrokerShutdown { broker_id: 1 });
+        assert!(!image.is_live(1) && image.brokers[&1].in_controlled_shutdown);
+        assert_eq!(image.live_brokers().count(), 0);
+        image.apply(&register);
+        assert!(image.is_live(1) && !image.brokers[&1].in_controlled_shutdown);
+        // Snapshots written before the field existed.
+        let old = r#"{"broker_id":1,"incarnation_id":"00000000-0000-0000-0000-000000000000","endpoints":[],"rack":null,"fenced":true}"#;
+        let broker: BrokerRegistration = serde_json::from_str(old).unwrap();
+        assert!(broker.fenced && !broker.in_controlled_shutdown);
     }
 
     #[test]

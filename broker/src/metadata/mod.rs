@@ -384,6 +384,7 @@ mod tests {
                 name: name.into(),
                 num_partitions: 2,
                 replication_factor: 1,
+                replication_factor_defaulted: false,
                 assignments: None,
                 configs: BTreeMap::new(),
             },

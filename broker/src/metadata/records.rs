@@ -53,6 +53,9 @@ pub enum MetadataRecord {
     FenceBroker { broker_id: i32 },
     /// A fenced broker is reachable again.
     UnfenceBroker { broker_id: i32 },
+    /// A broker began a controlled shutdown: it is fenced and stays fenced (whatever the
+    /// liveness check hears) until it registers again with a new incarnation.
+    BrokerShutdown { broker_id: i32 },
     /// A block of producer ids was handed to a broker; the next block starts here.
     ProducerIds { broker_id: i32, next_block_start: i64 },
 }

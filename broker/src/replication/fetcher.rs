@@ -1,0 +1,413 @@
+//! Replica fetchers (Kafka's `ReplicaFetcherManager`/`ReplicaFetcherThread`): one task per
+//! source broker fetches every partition this broker follows from it over one connection.
+//!
+//! A partition joins its leader's fetcher whenever it becomes a follower (or its leader epoch
+//! changes). It first truncates its log to where the leader's history for its latest epoch
+//! ends (OffsetForLeaderEpoch), so replicas never diverge, then fetches from its log end
+//! offset. Its fetch offset is its log end offset: that is how the leader learns its progress.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
+use kafka_protocol::messages::{BrokerId, FetchRequest, OffsetForLeaderEpochRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use parking_lot::Mutex;
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::client::{BrokerConnection, ClientError};
+use crate::broker::now_ms;
+use crate::config::BrokerConfig;
+use crate::metadata::image::MetadataImage;
+use crate::partition::Partition;
+
+type PartitionKey = (Uuid, i32);
+
+/// Fetch v13: topics by id, `replica_id` in the request body.
+const FETCH_VERSION: i16 = 13;
+/// OffsetForLeaderEpoch v4: `replica_id` and `current_leader_epoch`.
+const OFFSET_FOR_LEADER_EPOCH_VERSION: i16 = 4;
+/// Pause before retrying a partition the leader could not serve yet (it has not applied the
+/// metadata that makes it leader, say).
+const PARTITION_RETRY: Duration = Duration::from_millis(200);
+/// Pause before reconnecting to a source broker.
+const RECONNECT_BACKOFF: Duration = Duration::from_millis(500);
+/// Slack beyond the fetch's own wait before a silent leader is given up on.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One followed partition as its fetcher sees it.
+#[derive(Clone)]
+struct FetchState {
+    partition: Arc<Partition>,
+    leader_epoch: i32,
+    /// Truncated to the leader's history for this epoch; fetching from the log end.
+    truncated: bool,
+    retry_at: Option<Instant>,
+}
+
+struct Shared {
+    partitions: Mutex<HashMap<PartitionKey, FetchState>>,
+    wake: Notify,
+}
+
+struct Fetcher {
+    shared: Arc<Shared>,
+    task: JoinHandle<()>,
+}
+
+pub struct ReplicaFetcherManager {
+    config: Arc<BrokerConfig>,
+    images: watch::Receiver<Arc<MetadataImage>>,
+    fetchers: Mutex<HashMap<i32, Fetcher>>,
+}
+
+impl ReplicaFetcherManager {
+    pub fn new(config: Arc<BrokerConfig>, images: watch::Receiver<Arc<MetadataImage>>) -> Self {
+        ReplicaFetcherManager {
+            config,
+            images,
+            fetchers: Mutex::default(),
+        }
+    }
+
+    /// Makes `partition` follow `leader` at `leader_epoch` (truncating first), moving it off
+    /// any other fetcher; `leader` -1 only stops fetching.
+    pub fn follow(&self, partition: Arc<Partition>, leader: i32, leader_epoch: i32) {
+        let key = (partition.topic_id, partition.index);
+        self.remove(key);
+        if leader < 0 {
+            return;
+        }
+        let mut fetchers = self.fetchers.lock();
+        let fetcher = fetchers.entry(leader).or_insert_with(|| {
+            let shared = Arc::new(Shared {
+                partitions: Mutex::default(),
+                wake: Notify::new(),
+            });
+            let task = tokio::spawn(run_fetcher(
+                leader,
+                shared.clone(),
+                self.config.clone(),
+                self.images.clone(),
+            ));
+            Fetcher { shared, task }
+        });
+        fetcher.shared.partitions.lock().insert(
+            key,
+            FetchState {
+                partition,
+                leader_epoch,
+                truncated: false,
+                retry_at: None,
+            },
+        );
+        fetcher.shared.wake.notify_one();
+    }
+
+    /// Stops fetching a partition (it became leader, or is gone). A fetcher left with nothing
+    /// to fetch ends.
+    pub fn remove(&self, key: PartitionKey) {
+        let mut fetchers = self.fetchers.lock();
+        fetchers.retain(|_, fetcher| {
+            let mut partitions = fetcher.shared.partitions.lock();
+            partitions.remove(&key);
+            if partitions.is_empty() {
+                fetcher.task.abort();
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    pub fn shutdown(&self) {
+        for (_, fetcher) in self.fetchers.lock().drain() {
+            fetcher.task.abort();
+        }
+    }
+}
+
+async fn run_fetcher(
+    leader: i32,
+    shared: Arc<Shared>,
+    config: Arc<BrokerConfig>,
+    images: watch::Receiver<Arc<MetadataImage>>,
+) {
+    let mut connection: Option<BrokerConnection> = None;
+    let mut failures = 0u32;
+    loop {
+        let now = Instant::now();
+        let (ready, next_retry) = {
+            let partitions = shared.partitions.lock();
+            let ready: Vec<(PartitionKey, FetchState)> = partitions
+                .iter()
+                .filter(|(_, s)| s.retry_at.is_none_or(|t| t <= now))
+                .map(|(k, s)| (*k, s.clone()))
+                .collect();
+            let next_retry = partitions.values().filter_map(|s| s.retry_at).min();
+            (ready, next_retry)
+        };
+        if ready.is_empty() {
+            let wait = next_retry.unwrap_or(now + Duration::from_secs(1));
+            tokio::select! {
+                _ = shared.wake.notified() => {}
+                _ = tokio::time::sleep_until(wait) => {}
+            }
+            continue;
+        }
+        if connection.is_none() {
+            match connect(leader, &config, &images).await {
+                Ok(c) => connection = Some(c),
+                Err(e) => {
+                    failures += 1;
+                    if failures % 20 == 1 {
+                        tracing::warn!(leader, error = %e, "replica fetcher cannot connect to the partition leader; retrying");
+                    }
+                    tokio::time::sleep(RECONNECT_BACKOFF).await;
+                    continue;
+                }
+            }
+        }
+        let Some(conn) = connection.as_mut() else { continue };
+        let (to_truncate, to_fetch): (Vec<_>, Vec<_>) = ready.into_iter().partition(|(_, s)| !s.truncated);
+        let result = if !to_truncate.is_empty() {
+            truncate(conn, &config, &shared, to_truncate).await
+        } else {
+            fetch(conn, &config, &shared, to_fetch).await
+        };
+        match result {
+            Ok(()) => failures = 0,
+            Err(e) => {
+                failures += 1;
+                if failures % 20 == 1 {
+                    tracing::warn!(leader, error = %e, "replica fetch failed; reconnecting");
+                }
+                connection = None;
+                tokio::time::sleep(RECONNECT_BACKOFF).await;
+            }
+        }
+    }
+}
+
+async fn connect(
+    leader: i32,
+    config: &BrokerConfig,
+    images: &watch::Receiver<Arc<MetadataImage>>,
+) -> Result<BrokerConnection, ClientError> {
+    let endpoint = images
+        .borrow()
+        .brokers
+        .get(&leader)
+        .and_then(|b| b.endpoints.first().cloned());
+    let Some(endpoint) = endpoint else {
+        return Err(ClientError::Protocol(leader, "the broker is not registered".into()));
+    };
+    let client_id = format!("sluice-replica-fetcher-{}", config.node_id);
+    BrokerConnection::connect(leader, &endpoint.host, endpoint.port, client_id).await
+}
+
+/// Updates a partition's fetch state if it is still the one this round worked on (the
+/// partition may have moved to another leader or epoch meanwhile).
+fn update(shared: &Shared, key: PartitionKey, epoch: i32, f: impl FnOnce(&mut FetchState)) {
+    if let Some(state) = shared.partitions.lock().get_mut(&key) {
+        if state.leader_epoch == epoch {
+            f(state);
+        }
+    }
+}
+
+fn retry_later(shared: &Shared, key: PartitionKey, epoch: i32) {
+    update(shared, key, epoch, |s| {
+        s.retry_at = Some(Instant::now() + PARTITION_RETRY)
+    });
+}
+
+/// Kafka's truncation on becoming follower: ask the leader where our latest epoch ends in its
+/// log and drop anything beyond that.
+async fn truncate(
+    conn: &mut BrokerConnection,
+    config: &BrokerConfig,
+    shared: &Shared,
+    states: Vec<(PartitionKey, FetchState)>,
+) -> Result<(), ClientError> {
+    let mut by_topic: HashMap<String, Vec<OffsetForLeaderPartition>> = HashMap::new();
+    let mut asked: HashMap<(String, i32), (PartitionKey, FetchState, Option<i32>)> = HashMap::new();
+    for (key, state) in states {
+        let p = &state.partition;
+        let latest = p.latest_log_epoch();
+        if latest.is_none() {
+            // Nothing with an epoch in the log: nothing can diverge beyond the high watermark.
+            let hw = p.high_watermark();
+            match p.truncate_as_follower(hw, state.leader_epoch, false) {
+                Ok(()) => update(shared, key, state.leader_epoch, |s| s.truncated = true),
+                Err((error, message)) => {
+                    tracing::debug!(topic = %p.topic, partition = p.index, ?error, %message, "truncation skipped");
+                    retry_later(shared, key, state.leader_epoch);
+                }
+            }
+            continue;
+        }
+        by_topic.entry(p.topic.clone()).or_default().push(
+            OffsetForLeaderPartition::default()
+                .with_partition(p.index)
+                .with_current_leader_epoch(state.leader_epoch)
+                .with_leader_epoch(latest.unwrap_or(-1)),
+        );
+        asked.insert((p.topic.clone(), p.index), (key, state, latest));
+    }
+    if by_topic.is_empty() {
+        return Ok(());
+    }
+    let request = OffsetForLeaderEpochRequest::default()
+        .with_replica_id(BrokerId(config.node_id))
+        .with_topics(
+            by_topic
+                .into_iter()
+                .map(|(topic, partitions)| {
+                    OffsetForLeaderTopic::default()
+                        .with_topic(TopicName(StrBytes::from_string(topic)))
+                        .with_partitions(partitions)
+                })
+                .collect(),
+        );
+    let response = conn
+        .call(&request, OFFSET_FOR_LEADER_EPOCH_VERSION, RESPONSE_TIMEOUT)
+        .await?;
+    for topic in response.topics {
+        for result in topic.partitions {
+            let Some((key, state, latest)) = asked.remove(&(topic.topic.0.to_string(), result.partition)) else {
+                continue;
+            };
+            let p = &state.partition;
+            if result.error_code != 0 {
+                retry_later(shared, key, state.leader_epoch);
+                continue;
+            }
+            let target = if result.leader_epoch < 0 {
+                p.high_watermark()
+            } else {
+                // Our own end for the epoch the leader answered with: where our histories agree.
+                let (_, own_end) = p.end_offset_for_epoch(result.leader_epoch);
+                let own_end = if Some(result.leader_epoch) == latest {
+                    p.log_end_offset()
+                } else {
+                    own_end
+                };
+                result.end_offset.min(own_end)
+            };
+            let end = p.log_end_offset();
+            match p.truncate_as_follower(target.min(end), state.leader_epoch, false) {
+                Ok(()) => {
+                    if target < end {
+                        tracing::info!(
+                            topic = %p.topic, partition = p.index, from = end, to = target,
+                            leader_epoch = state.leader_epoch, "follower truncated its log to the leader's history"
+                        );
+                    }
+                    update(shared, key, state.leader_epoch, |s| s.truncated = true);
+                }
+                Err((error, message)) => {
+                    tracing::warn!(topic = %p.topic, partition = p.index, ?error, %message, "follower truncation failed; will retry");
+                    retry_later(shared, key, state.leader_epoch);
+                }
+            }
+        }
+    }
+    for (_, (key, state, _)) in asked {
+        retry_later(shared, key, state.leader_epoch);
+    }
+    Ok(())
+}
+
+async fn fetch(
+    conn: &mut BrokerConnection,
+    config: &BrokerConfig,
+    shared: &Shared,
+    states: Vec<(PartitionKey, FetchState)>,
+) -> Result<(), ClientError> {
+    let mut by_topic: HashMap<Uuid, Vec<FetchPartition>> = HashMap::new();
+    let mut asked: HashMap<PartitionKey, (FetchState, i64)> = HashMap::new();
+    for (key, state) in states {
+        let p = &state.partition;
+        let fetch_offset = p.log_end_offset();
+        by_topic.entry(key.0).or_default().push(
+            FetchPartition::default()
+                .with_partition(key.1)
+                .with_current_leader_epoch(state.leader_epoch)
+                .with_fetch_offset(fetch_offset)
+                .with_last_fetched_epoch(p.latest_log_epoch().unwrap_or(-1))
+                .with_log_start_offset(p.log_start_offset())
+                .with_partition_max_bytes(config.replica_fetch_max_bytes),
+        );
+        asked.insert(key, (state, fetch_offset));
+    }
+    let wait = Duration::from_millis(config.replica_fetch_wait_max_ms);
+    let request = FetchRequest::default()
+        .with_replica_id(BrokerId(config.node_id))
+        .with_max_wait_ms(wait.as_millis() as i32)
+        .with_min_bytes(1)
+        .with_max_bytes(config.replica_fetch_response_max_bytes)
+        .with_session_id(0)
+        .with_session_epoch(-1)
+        .with_topics(
+            by_topic
+                .into_iter()
+                .map(|(topic_id, partitions)| {
+                    FetchTopic::default()
+                        .with_topic_id(topic_id)
+                        .with_partitions(partitions)
+                })
+                .collect(),
+        );
+    let response = conn.call(&request, FETCH_VERSION, wait + RESPONSE_TIMEOUT).await?;
+    let now = now_ms();
+    for topic in response.responses {
+        for data in topic.partitions {
+            let key = (topic.topic_id, data.partition_index);
+            let Some((state, fetch_offset)) = asked.remove(&key) else {
+                continue;
+            };
+            let p = &state.partition;
+            let epoch = state.leader_epoch;
+            match ResponseError::try_from_code(data.error_code) {
+                None => {
+                    let records = data.records.unwrap_or_default();
+                    if !records.is_empty() {
+                        if p.log_end_offset() != fetch_offset {
+                            continue; // the log moved meanwhile (truncation); fetch again
+                        }
+                        if let Err((error, message)) = p.append_as_follower(&records, epoch, now) {
+                            if error != ResponseError::FencedLeaderEpoch {
+                                tracing::warn!(topic = %p.topic, partition = p.index, ?error, %message,
+                                    "could not append the leader's batches; truncating to the leader's history again");
+                                update(shared, key, epoch, |s| s.truncated = false);
+                            }
+                            continue;
+                        }
+                    }
+                    p.update_follower_high_watermark(data.high_watermark);
+                }
+                Some(ResponseError::OffsetOutOfRange) if fetch_offset < data.log_start_offset => {
+                    // The leader deleted (retention) everything we have: start over at its log start.
+                    match p.truncate_as_follower(data.log_start_offset, epoch, true) {
+                        Ok(()) => tracing::info!(topic = %p.topic, partition = p.index, offset = data.log_start_offset,
+                            "follower restarted its log at the leader's log start offset"),
+                        Err(_) => retry_later(shared, key, epoch),
+                    }
+                }
+                Some(ResponseError::OffsetOutOfRange) => update(shared, key, epoch, |s| s.truncated = false),
+                Some(error) => {
+                    tracing::debug!(topic = %p.topic, partition = p.index, ?error, "leader could not serve a replica fetch yet");
+                    retry_later(shared, key, epoch);
+                }
+            }
+        }
+    }
+    Ok(())
+}
