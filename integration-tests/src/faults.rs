@@ -672,9 +672,16 @@ pub fn partition_log_bytes(data_dir: &Path, topic: &str, partition: i32) -> Resu
 }
 
 /// Invariant 4: once no records are being produced, every node's copy of every partition holds
-/// the same bytes. Waits (up to `timeout`) for followers still fetching the tail.
-pub fn await_identical_replicas(cluster: &Cluster, topic: &str, partitions: i32, timeout: Duration) -> Result<()> {
+/// the same bytes. Waits (up to `timeout`) for followers still fetching the tail. Returns the
+/// size in bytes of each partition's (identical) copies.
+pub fn await_identical_replicas(
+    cluster: &Cluster,
+    topic: &str,
+    partitions: i32,
+    timeout: Duration,
+) -> Result<BTreeMap<i32, usize>> {
     let deadline = Instant::now() + timeout;
+    let mut sizes = BTreeMap::new();
     for p in 0..partitions {
         loop {
             let copies: Vec<(i32, Result<Vec<u8>>)> = cluster
@@ -684,7 +691,11 @@ pub fn await_identical_replicas(cluster: &Cluster, topic: &str, partitions: i32,
                 .collect();
             let difference = compare_copies(&copies);
             match difference {
-                None => break,
+                None => {
+                    let size = copies.first().and_then(|(_, c)| c.as_ref().ok()).map_or(0, Vec::len);
+                    sizes.insert(p, size);
+                    break;
+                }
                 Some(what) if Instant::now() >= deadline => {
                     bail!("replicas of {topic}-{p} differ after {timeout:?}: {what}")
                 }
@@ -692,7 +703,7 @@ pub fn await_identical_replicas(cluster: &Cluster, topic: &str, partitions: i32,
             }
         }
     }
-    Ok(())
+    Ok(sizes)
 }
 
 /// `None` if every copy read and all are equal; otherwise what differs.
@@ -781,11 +792,25 @@ pub fn stop_and_check(cluster: &Cluster, mut workload: Workload, full_isr_by: In
             Err(e) => failures.push(format!("invariant 2: {e:#}")),
         }
     }
-    if let Err(e) = await_identical_replicas(cluster, &topic, partitions, Duration::from_secs(20)) {
-        failures.push(format!("invariant 4 (identical replicas): {e:#}"));
+    let replica_bytes = match await_identical_replicas(cluster, &topic, partitions, Duration::from_secs(20)) {
+        Ok(sizes) => sizes,
+        Err(e) => {
+            failures.push(format!("invariant 4 (identical replicas): {e:#}"));
+            BTreeMap::new()
+        }
+    };
+    if let Some(log) = &log {
+        // Equal copies must also be non-empty copies: a partition with records has log bytes.
+        for (p, hw) in &log.high_watermarks {
+            if *hw > 0 && replica_bytes.get(p) == Some(&0) {
+                failures.push(format!(
+                    "invariant 4: partition {p} has high watermark {hw} but no .log bytes"
+                ));
+            }
+        }
     }
     eprintln!(
-        "[faults] {}; consumer saw {:?} records; final log {:?}",
+        "[faults] {}; consumer saw {:?} records; final log (high watermarks) {:?}; replica bytes {replica_bytes:?}",
         producer.summary(),
         consumer.as_ref().map(|c| c.seen.len()),
         log.as_ref().map(|l| &l.high_watermarks)
@@ -798,4 +823,112 @@ pub fn stop_and_check(cluster: &Cluster, mut workload: Workload, full_isr_by: In
         consumer,
         log,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log_of(partitions: &[&[&str]]) -> FinalLog {
+        let mut records = BTreeMap::new();
+        let mut high_watermarks = BTreeMap::new();
+        for (p, values) in partitions.iter().enumerate() {
+            let r: Vec<(i64, String)> = values
+                .iter()
+                .enumerate()
+                .map(|(o, v)| (o as i64, v.to_string()))
+                .collect();
+            high_watermarks.insert(p as i32, r.len() as i64);
+            records.insert(p as i32, r);
+        }
+        FinalLog {
+            high_watermarks,
+            records,
+        }
+    }
+
+    fn acked(seq: u64, partition: i32, offset: i64) -> Delivery {
+        Delivery {
+            seq,
+            partition,
+            enqueued_at: Instant::now(),
+            outcome: Some(Ok(offset)),
+        }
+    }
+
+    fn producer(deliveries: Vec<Delivery>) -> ProducerOutcome {
+        ProducerOutcome {
+            deliveries,
+            client_errors: Vec::new(),
+            stopped_early: None,
+        }
+    }
+
+    fn seen(partition: i32, offset: i64, value: &str) -> Seen {
+        Seen {
+            partition,
+            offset,
+            value: value.to_string(),
+        }
+    }
+
+    #[test]
+    fn acked_records_at_their_offsets_pass() {
+        let log = log_of(&[&["rec-0", "rec-2"], &["rec-1"]]);
+        let p = producer(vec![acked(0, 0, 0), acked(1, 1, 0), acked(2, 0, 1)]);
+        check_acked_records_exactly_once(&log, &p).unwrap();
+    }
+
+    #[test]
+    fn a_lost_acked_record_a_moved_one_and_a_duplicate_are_each_reported() {
+        let log = log_of(&[&["rec-0", "rec-0"], &["rec-2"]]);
+        let p = producer(vec![acked(0, 0, 0), acked(1, 1, 0), acked(2, 0, 1)]);
+        let e = check_acked_records_exactly_once(&log, &p).unwrap_err().to_string();
+        assert!(e.contains("3 violation(s)"), "{e}");
+        assert!(e.contains("rec-0 appears 2 times"), "{e}");
+        assert!(e.contains("rec-1 acked at partition 1 offset 0"), "{e}");
+        assert!(e.contains("rec-2 acked at partition 0 offset 1"), "{e}");
+    }
+
+    #[test]
+    fn a_gap_in_the_final_log_is_reported() {
+        let mut log = log_of(&[&["rec-0", "rec-1"]]);
+        log.records.get_mut(&0).unwrap()[1].0 = 2;
+        let e = check_acked_records_exactly_once(&log, &producer(Vec::new()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("record #1 has offset 2"), "{e}");
+    }
+
+    #[test]
+    fn consumed_records_that_vanished_or_went_backwards_are_reported() {
+        let log = log_of(&[&["rec-0", "rec-3"]]);
+        let ok = ConsumerOutcome {
+            seen: vec![seen(0, 0, "rec-0"), seen(0, 1, "rec-3")],
+            errors: Vec::new(),
+        };
+        check_consumed_records_in_final_log(&log, &ok).unwrap();
+        let bad = ConsumerOutcome {
+            seen: vec![seen(0, 1, "rec-1"), seen(0, 0, "rec-0"), seen(0, 2, "rec-2")],
+            errors: Vec::new(),
+        };
+        let e = check_consumed_records_in_final_log(&log, &bad).unwrap_err().to_string();
+        assert!(e.contains("3 violation(s)"), "{e}");
+        assert!(
+            e.contains("consumer saw rec-1, the final log has Some(\"rec-3\")"),
+            "{e}"
+        );
+        assert!(e.contains("from offset 1 back to 0"), "{e}");
+        assert!(e.contains("consumer saw rec-2, the final log has None"), "{e}");
+    }
+
+    #[test]
+    fn copies_of_different_length_or_content_differ() {
+        let same = [(1, Ok(vec![1, 2, 3])), (2, Ok(vec![1, 2, 3]))];
+        assert_eq!(compare_copies(&same), None);
+        let shorter = [(1, Ok(vec![1, 2, 3])), (2, Ok(vec![1, 2]))];
+        assert!(compare_copies(&shorter).unwrap().contains("lengths"));
+        let flipped = [(1, Ok(vec![1, 2, 3])), (2, Ok(vec![1, 9, 3]))];
+        assert!(compare_copies(&flipped).unwrap().contains("differ from byte 1"));
+    }
 }
