@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Benchmarks one release sluice node with rdkafka clients on 127.0.0.1 (not part of the tests):
+# Benchmarks release sluice brokers with rdkafka clients on 127.0.0.1 (not part of the tests):
 # produce throughput with acks=all (2 KB and 100 B records), produce-to-consume latency at a
-# fixed rate, and broker CPU seconds / peak RSS per phase. Arguments go to sluice-bench, e.g.
+# fixed rate, and CPU seconds / peak RSS of every broker per phase. One node by default;
+# --nodes 3 starts a 3-node cluster and creates every topic with replication factor 3, with two
+# independent latency consumers (--consumers C to change). Arguments go to sluice-bench, e.g.
 #   scripts/bench.sh --records-2k 500000 --rate 20000 --duration-s 30 --set log.segment.bytes=1073741824
+#   scripts/bench.sh --nodes 3 --records-2k 200000 --records-100b 0 --rate 20000 --duration-s 20
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGET_DIR=$(cargo metadata --no-deps --format-version 1 2>/dev/null \
