@@ -65,9 +65,18 @@ fn describe(
                     format!("topic {:?} does not exist", name.as_str()),
                 )
             })?;
+            let replicas = topic.partitions.first().map_or(1, |p| p.replicas.len());
             Ok(topic_config::describe(&topic.configs, &broker.config)
                 .into_iter()
-                .map(|(def, value, source)| topic_entry(broker, def, value, source, options))
+                .map(|(def, value, source)| {
+                    // Unset, min.insync.replicas follows the replication factor: show what applies.
+                    let value = if def.name == "min.insync.replicas" && source == ConfigSource::Default {
+                        topic_config::min_insync_replicas(&topic.configs, &broker.config, replicas).to_string()
+                    } else {
+                        value
+                    };
+                    topic_entry(broker, def, value, source, options)
+                })
                 .collect())
         }
         RESOURCE_BROKER => {
