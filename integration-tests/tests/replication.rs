@@ -190,6 +190,10 @@ fn a_paused_leader_drops_out_of_the_isr_and_rejoins_after_resume() -> Result<()>
     eprintln!("node {victim} paused: out of every ISR after {dropped:?}; acked while paused {during_pause:?}");
 
     workload.await_progress_since(returned_at, PROGRESS, FAILOVER_TIMEOUT)?;
+    // librdkafka's idempotent producer waits for requests in flight to the frozen leader to time
+    // out before it moves on, so that partition may only resume once the node does.
+    let resumed = workload.await_progress_since(fault_at, PROGRESS, FAILOVER_TIMEOUT)?;
+    eprintln!("producing on every partition again {resumed:?} after the pause began");
     let rejoin = cluster.await_full_isr(TOPIC, REJOIN_TIMEOUT)?;
     eprintln!(
         "node {victim} back in every ISR after {:?}: {rejoin:?}",
