@@ -37,7 +37,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// A 3-node cluster with fast failover settings and the replicated topic, full ISR, with the
 /// workload already producing for [`STEADY`].
 fn start_case(partitions: i32) -> Result<(Cluster, Workload)> {
-    let cluster = Cluster::start(3, FAST_FAILOVER)?;
+    let cluster = start_cluster()?;
     faults::create_topic(
         &cluster,
         1,
@@ -52,6 +52,21 @@ fn start_case(partitions: i32) -> Result<(Cluster, Workload)> {
     workload.await_progress_since(started, PROGRESS, Duration::from_secs(15))?;
     std::thread::sleep(STEADY);
     Ok((cluster, workload))
+}
+
+/// Ports are picked free up front, so another process can take one before its broker binds
+/// it; such a start is retried on fresh ports.
+fn start_cluster() -> Result<Cluster> {
+    let mut attempt = 1;
+    loop {
+        match Cluster::start(3, FAST_FAILOVER) {
+            Err(e) if attempt < 3 && format!("{e:#}").contains("Address already in use") => {
+                eprintln!("cluster start lost a port race (attempt {attempt}); retrying on other ports");
+                attempt += 1;
+            }
+            result => return result,
+        }
+    }
 }
 
 fn other_nodes(cluster: &Cluster, except: i32) -> Vec<i32> {
@@ -267,6 +282,53 @@ fn controlled_shutdown_of_a_leader_fails_no_delivery_and_it_becomes_preferred_le
         "controlled shutdown failed {} deliveries, e.g. {failed:?}",
         settled.producer.failed().count()
     );
+    Ok(())
+}
+
+#[test]
+fn acked_records_survive_losing_the_leader_after_the_isr_shrank_and_the_stale_replica_does_not_lead() -> Result<()> {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (mut cluster, workload) = start_case(PARTITIONS)?;
+    let p0 = cluster.partitions(1, TOPIC)?.remove(0);
+    let leader = p0.leader;
+    let followers: Vec<i32> = p0.replicas.iter().copied().filter(|r| *r != leader).collect();
+    let (stale, survivor) = (followers[0], followers[1]);
+
+    // The stale replica dies; records are then acked by the leader and the survivor alone.
+    cluster.node(stale).kill()?;
+    let fault_at = Instant::now();
+    await_out_of_every_isr(&cluster, &[leader, survivor], stale, Duration::from_secs(15))?;
+    workload.await_progress_since(Instant::now(), PROGRESS, FAILOVER_TIMEOUT)?;
+    std::thread::sleep(Duration::from_secs(2));
+
+    // The leader dies too; the stale replica returns (restoring the metadata quorum). Only the
+    // survivor has every acked record, so it must lead; the stale one catches up from it.
+    cluster.node(leader).kill()?;
+    cluster.node(stale).respawn()?;
+    cluster.node(stale).wait_ready()?;
+    let stale_back_at = Instant::now();
+    let mut last = None;
+    let new_leader = wait_until(FAILOVER_TIMEOUT, "", || {
+        last = cluster.partitions(survivor, TOPIC).ok().map(|mut ps| ps.remove(0));
+        last.as_ref().map(|p| p.leader).filter(|l| *l >= 0 && *l != leader)
+    })
+    .map_err(|_| anyhow::anyhow!("partition 0 did not move off the killed leader {leader}: {last:?}"))?;
+    ensure!(
+        new_leader == survivor,
+        "partition 0 is led by node {new_leader}, but only node {survivor} was in sync (node {stale} was out of \
+         the ISR, node {leader} is down)"
+    );
+    let resumed = workload.await_progress_since(stale_back_at, PROGRESS, FAILOVER_TIMEOUT)?;
+    eprintln!(
+        "node {stale} killed, then leader {leader}; {stale} back and {survivor} leads partition 0; \
+         producing on every partition {resumed:?} after {stale} returned"
+    );
+
+    cluster.node(leader).restart()?;
+    let returned_at = Instant::now();
+    std::thread::sleep(STEADY);
+    let settled = faults::stop_and_check(&cluster, workload, returned_at + REJOIN_TIMEOUT)?;
+    faults::check_progress_after(&settled.producer, PARTITIONS, fault_at)?;
     Ok(())
 }
 
