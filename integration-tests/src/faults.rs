@@ -179,14 +179,21 @@ impl ProducerOutcome {
             .take(5)
             .map(|d| format!("{} to p{}: {:?}", d.value(), d.partition, d.outcome))
             .collect();
+        // Connection refusals from a killed broker are expected; anything else is worth reading.
+        let (transport, other): (Vec<&String>, Vec<&String>) = self
+            .client_errors
+            .iter()
+            .partition(|e| e.contains("BrokerTransportFailure"));
         format!(
-            "producer: {} enqueued, {} acked, {} failed {failed:?}, {} unreported; stopped early: {:?}; client errors: {:?}",
+            "producer: {} enqueued, {} acked, {} failed {failed:?}, {} unreported; stopped early: {:?}; \
+             {} broker transport errors; other client errors: {:?}",
             self.deliveries.len(),
             self.acked().count(),
             self.failed().count(),
             self.unreported().count(),
             self.stopped_early,
-            self.client_errors.iter().take(10).collect::<Vec<_>>()
+            transport.len(),
+            other.iter().take(10).collect::<Vec<_>>()
         )
     }
 }
@@ -304,12 +311,13 @@ impl Workload {
         waited.map_err(|_| {
             anyhow!(
                 "producer made no progress on every partition within {timeout:?}: acked per partition since then \
-                 {last:?} (wanted >= {min} each); {:?}",
+                 {last:?} (wanted >= {min} each); last client errors: {:?}",
                 self.log
                     .client_errors
                     .lock()
                     .expect("lock")
                     .iter()
+                    .rev()
                     .take(10)
                     .collect::<Vec<_>>()
             )
