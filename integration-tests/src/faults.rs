@@ -138,11 +138,13 @@ impl ProducerContext for RecordingContext {
     }
 }
 
+/// Keeps the latest 200 lines: the errors around a failure matter more than the first ones.
 fn push_capped(list: &Mutex<Vec<String>>, line: String) {
     let mut list = list.lock().expect("error list lock");
-    if list.len() < 200 {
-        list.push(line);
+    if list.len() >= 200 {
+        list.remove(0);
     }
+    list.push(line);
 }
 
 /// One record the workload consumer received.

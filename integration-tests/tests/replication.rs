@@ -94,17 +94,19 @@ fn await_out_of_every_isr(cluster: &Cluster, asking: &[i32], node: i32, timeout:
 fn acked_records_survive_leader_kill_and_the_leader_rejoins() -> Result<()> {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (mut cluster, workload) = start_case(PARTITIONS)?;
-    let victim = cluster.partition_leader(1, TOPIC, 0, Duration::from_secs(5))?;
+    let before = cluster.partitions(1, TOPIC)?.remove(0);
+    let victim = before.leader;
     let survivor = other_nodes(&cluster, victim)[0];
 
     cluster.node(victim).kill()?;
     let fault_at = Instant::now();
     let kcat = KcatProducer::start(&cluster.bootstrap(), TOPIC, 0, 300)?;
     let failover = workload.await_progress_since(fault_at, PROGRESS, FAILOVER_TIMEOUT)?;
-    let new_leader = cluster.partition_leader(survivor, TOPIC, 0, Duration::from_secs(5))?;
+    let after = cluster.partitions(survivor, TOPIC)?.remove(0);
     ensure!(
-        new_leader != victim,
-        "partition 0 is still led by the killed node {victim}"
+        after.leader != victim && after.leader >= 0 && after.leader_epoch > before.leader_epoch,
+        "partition 0 after killing its leader {victim}: {after:?} (before: {before:?}); expected a new leader \
+         and a higher leader epoch"
     );
     eprintln!("leader {victim} of partition 0 killed; producing on every partition again after {failover:?}");
     kcat.finish(Duration::from_secs(60))?;
@@ -329,6 +331,46 @@ fn acked_records_survive_losing_the_leader_after_the_isr_shrank_and_the_stale_re
     std::thread::sleep(STEADY);
     let settled = faults::stop_and_check(&cluster, workload, returned_at + REJOIN_TIMEOUT)?;
     faults::check_progress_after(&settled.producer, PARTITIONS, fault_at)?;
+    Ok(())
+}
+
+#[test]
+fn acked_records_survive_three_leader_kills_in_a_row() -> Result<()> {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (mut cluster, workload) = start_case(PARTITIONS)?;
+    let first_fault_at = Instant::now();
+    let mut returned_at = Instant::now();
+    let mut victims = Vec::new();
+    // Each round kills whoever leads partition 0 now, so every node's log is truncated and
+    // refilled under a new leader epoch at least once.
+    for round in 1..=3 {
+        let before = cluster.partitions(1, TOPIC)?.remove(0);
+        let victim = before.leader;
+        let asking = other_nodes(&cluster, victim)[0];
+        cluster.node(victim).kill()?;
+        let fault_at = Instant::now();
+        let failover = workload.await_progress_since(fault_at, PROGRESS, FAILOVER_TIMEOUT)?;
+        let after = cluster.partitions(asking, TOPIC)?.remove(0);
+        ensure!(
+            after.leader != victim && after.leader_epoch > before.leader_epoch,
+            "round {round}: partition 0 after killing its leader {victim}: {after:?} (before: {before:?})"
+        );
+        cluster.node(victim).restart()?;
+        returned_at = Instant::now();
+        let rejoined = cluster.await_full_isr(TOPIC, REJOIN_TIMEOUT)?;
+        eprintln!(
+            "round {round}: leader {victim} killed, producing everywhere after {failover:?}; back in full ISR after \
+             {:?}; partition 0 now led by {} at epoch {}",
+            returned_at.elapsed(),
+            rejoined[0].leader,
+            rejoined[0].leader_epoch
+        );
+        victims.push(victim);
+    }
+    std::thread::sleep(STEADY);
+    let settled = faults::stop_and_check(&cluster, workload, returned_at + REJOIN_TIMEOUT)?;
+    faults::check_progress_after(&settled.producer, PARTITIONS, first_fault_at)?;
+    eprintln!("killed in turn: {victims:?}");
     Ok(())
 }
 
