@@ -13,8 +13,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
+use rdkafka::config::ClientConfig;
 use sluice_integration_tests::clients::wait_until;
-use sluice_integration_tests::faults::{self, Workload, FAST_FAILOVER};
+use sluice_integration_tests::faults::{self, Acks, Workload, FAST_FAILOVER};
 use sluice_integration_tests::{kafka_client, Cluster};
 
 const TOPIC: &str = "replicated";
@@ -37,6 +38,11 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// A 3-node cluster with fast failover settings and the replicated topic, full ISR, with the
 /// workload already producing for [`STEADY`].
 fn start_case(partitions: i32) -> Result<(Cluster, Workload)> {
+    start_case_with(partitions, faults::workload_producer_config)
+}
+
+/// [`start_case`] with the workload producer configured by `producer_config(bootstrap)`.
+fn start_case_with(partitions: i32, producer_config: impl Fn(&str) -> ClientConfig) -> Result<(Cluster, Workload)> {
     let cluster = start_cluster()?;
     faults::create_topic(
         &cluster,
@@ -47,7 +53,8 @@ fn start_case(partitions: i32) -> Result<(Cluster, Workload)> {
         &[("min.insync.replicas", "2")],
     )?;
     cluster.await_full_isr(TOPIC, Duration::from_secs(15))?;
-    let workload = Workload::start(&cluster.bootstrap(), TOPIC, partitions, RATE_PER_S)?;
+    let bootstrap = cluster.bootstrap();
+    let workload = Workload::start_with(&bootstrap, TOPIC, partitions, RATE_PER_S, producer_config(&bootstrap))?;
     let started = Instant::now();
     workload.await_progress_since(started, PROGRESS, Duration::from_secs(15))?;
     std::thread::sleep(STEADY);
@@ -371,6 +378,72 @@ fn acked_records_survive_three_leader_kills_in_a_row() -> Result<()> {
     let settled = faults::stop_and_check(&cluster, workload, returned_at + REJOIN_TIMEOUT)?;
     faults::check_progress_after(&settled.producer, PARTITIONS, first_fault_at)?;
     eprintln!("killed in turn: {victims:?}");
+    Ok(())
+}
+
+#[test]
+fn a_leader_that_acked_records_alone_truncates_them_after_failover_and_consumers_never_saw_them() -> Result<()> {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let acks_1 = |bootstrap: &str| {
+        let mut c = faults::workload_producer_config(bootstrap);
+        c.set("acks", "1").set("enable.idempotence", "false");
+        c
+    };
+    let (mut cluster, workload) = start_case_with(PARTITIONS, acks_1)?;
+    let before = cluster.partitions(1, TOPIC)?.remove(0);
+    let leader = before.leader;
+    let followers = other_nodes(&cluster, leader);
+
+    // Both followers freeze; with acks=1 the leader keeps acknowledging partition 0 records
+    // that only it has, and the high watermark cannot move past them. Then it dies.
+    for &f in &followers {
+        cluster.node(f).pause()?;
+    }
+    let fault_at = Instant::now();
+    std::thread::sleep(Duration::from_secs(1));
+    cluster.node(leader).kill()?;
+    for &f in &followers {
+        cluster.node(f).resume()?;
+    }
+    let resumed_at = Instant::now();
+    let mut last = None;
+    wait_until(FAILOVER_TIMEOUT, "", || {
+        last = cluster.partitions(followers[0], TOPIC).ok().map(|mut ps| ps.remove(0));
+        last.as_ref()
+            .filter(|p| p.leader >= 0 && p.leader != leader && p.leader_epoch > before.leader_epoch)
+            .map(|_| ())
+    })
+    .map_err(|_| anyhow::anyhow!("partition 0 did not fail over from node {leader}: {last:?}"))?;
+    workload.await_progress_since(resumed_at, PROGRESS, FAILOVER_TIMEOUT)?;
+
+    // The old leader returns with a tail nobody else has and must truncate it to the new
+    // leader's history (OffsetForLeaderEpoch); invariant 4 compares the bytes.
+    cluster.node(leader).restart()?;
+    let returned_at = Instant::now();
+    std::thread::sleep(STEADY);
+    let settled = faults::stop_and_check_with(&cluster, workload, returned_at + REJOIN_TIMEOUT, Acks::Leader)?;
+    faults::check_progress_after(&settled.producer, PARTITIONS, fault_at)?;
+    let log = settled.log.as_ref().context("final log")?;
+    let lost = faults::acked_but_missing(log, &settled.producer);
+    eprintln!(
+        "node {leader} acked {} partition-0 records alone and lost them with its tail, e.g. {:?}",
+        lost.len(),
+        lost.iter()
+            .take(3)
+            .map(|d| (d.value(), d.acked_offset()))
+            .collect::<Vec<_>>()
+    );
+    ensure!(
+        !lost.is_empty(),
+        "no acks=1 record was lost, so the old leader never had a divergent tail to truncate: the case did not \
+         exercise truncation"
+    );
+    ensure!(
+        lost.iter()
+            .all(|d| d.partition == 0 && d.enqueued_at >= fault_at - Duration::from_secs(1)),
+        "records lost outside partition 0 or from before the followers froze: {:?}",
+        lost.iter().take(10).collect::<Vec<_>>()
+    );
     Ok(())
 }
 
