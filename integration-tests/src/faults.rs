@@ -89,6 +89,8 @@ pub struct Delivery {
     pub enqueued_at: Instant,
     /// `None` until the delivery report arrives; then the acked offset or the error.
     pub outcome: Option<std::result::Result<i64, String>>,
+    /// When the delivery report arrived.
+    pub reported_at: Option<Instant>,
 }
 
 impl Delivery {
@@ -134,6 +136,7 @@ impl ProducerContext for RecordingContext {
         let mut deliveries = self.0.deliveries.lock().expect("delivery log lock");
         if let Some(d) = deliveries.get_mut(seq) {
             d.outcome = Some(outcome);
+            d.reported_at = Some(Instant::now());
         }
     }
 }
@@ -205,6 +208,8 @@ impl ProducerOutcome {
 pub struct ConsumerOutcome {
     pub seen: Vec<Seen>,
     pub errors: Vec<String>,
+    /// Why the consumer did not reach the final high watermarks, if it did not.
+    pub not_caught_up: Option<String>,
 }
 
 /// An idempotent `acks=all` producer sending unique values round-robin over the partitions at a
@@ -362,8 +367,9 @@ impl Workload {
     }
 
     /// Waits until the consumer has read up to `high_watermarks` (next offset per partition),
-    /// then stops it. Fails if it does not get there within `timeout`: a consumer that is stuck
-    /// (say, on an offset the new leader refused) would otherwise pass the checks trivially.
+    /// then stops it. If it does not get there within `timeout`, `not_caught_up` says so: a
+    /// consumer that is stuck (say, on an offset the new leader no longer has) would otherwise
+    /// pass the checks trivially.
     pub fn stop_consuming(
         &mut self,
         high_watermarks: &BTreeMap<i32, i64>,
@@ -382,18 +388,19 @@ impl Workload {
             Some(handle) => handle.join().map_err(|_| anyhow!("consumer thread panicked"))?,
             None => None,
         };
-        let outcome = ConsumerOutcome {
-            seen: std::mem::take(&mut *self.seen.lock().expect("seen lock")),
-            errors: self.consumer_errors.lock().expect("lock").clone(),
-        };
-        if reached.is_err() {
-            bail!(
+        let errors = self.consumer_errors.lock().expect("lock").clone();
+        let not_caught_up = reached.is_err().then(|| {
+            format!(
                 "the workload consumer did not reach the high watermarks {high_watermarks:?} within {timeout:?}: \
-                 next offsets {positions:?}; stopped early: {stopped_early:?}; errors: {:?}",
-                outcome.errors.iter().take(10).collect::<Vec<_>>()
-            );
-        }
-        Ok(outcome)
+                 next offsets {positions:?}; stopped early: {stopped_early:?}; last errors: {:?}",
+                errors.iter().rev().take(5).collect::<Vec<_>>()
+            )
+        });
+        Ok(ConsumerOutcome {
+            seen: std::mem::take(&mut *self.seen.lock().expect("seen lock")),
+            errors,
+            not_caught_up,
+        })
     }
 
     /// Next offset the consumer will read per partition (one past the last record it saw).
@@ -438,6 +445,7 @@ fn produce_loop(
                 partition,
                 enqueued_at: Instant::now(),
                 outcome: None,
+                reported_at: None,
             });
             let mut record = BaseRecord::<[u8], [u8], usize>::with_opaque_to(topic, seq as usize)
                 .partition(partition)
@@ -841,15 +849,14 @@ pub fn stop_and_check_with(
                 failures.push(format!("invariant 1: {e:#}"));
             }
         }
-        match workload.stop_consuming(&log.high_watermarks, Duration::from_secs(20)) {
-            Ok(c) => {
-                if let Err(e) = check_consumed_records_in_final_log(log, &c) {
-                    failures.push(format!("invariant 2: {e:#}"));
-                }
-                consumer = Some(c);
-            }
-            Err(e) => failures.push(format!("invariant 2: {e:#}")),
+        let c = workload.stop_consuming(&log.high_watermarks, Duration::from_secs(20))?;
+        if let Err(e) = check_consumed_records_in_final_log(log, &c) {
+            failures.push(format!("invariant 2: {e:#}"));
         }
+        if let Some(why) = &c.not_caught_up {
+            failures.push(format!("invariant 2: {why}"));
+        }
+        consumer = Some(c);
     }
     let replica_bytes = match await_identical_replicas(cluster, &topic, partitions, Duration::from_secs(20)) {
         Ok(sizes) => sizes,
@@ -912,6 +919,7 @@ mod tests {
             partition,
             enqueued_at: Instant::now(),
             outcome: Some(Ok(offset)),
+            reported_at: Some(Instant::now()),
         }
     }
 
@@ -965,11 +973,13 @@ mod tests {
         let ok = ConsumerOutcome {
             seen: vec![seen(0, 0, "rec-0"), seen(0, 1, "rec-3")],
             errors: Vec::new(),
+            not_caught_up: None,
         };
         check_consumed_records_in_final_log(&log, &ok).unwrap();
         let bad = ConsumerOutcome {
             seen: vec![seen(0, 1, "rec-1"), seen(0, 0, "rec-0"), seen(0, 2, "rec-2")],
             errors: Vec::new(),
+            not_caught_up: None,
         };
         let e = check_consumed_records_in_final_log(&log, &bad).unwrap_err().to_string();
         assert!(e.contains("3 violation(s)"), "{e}");

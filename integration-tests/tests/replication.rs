@@ -384,18 +384,42 @@ fn acked_records_survive_three_leader_kills_in_a_row() -> Result<()> {
 #[test]
 fn a_leader_that_acked_records_alone_truncates_them_after_failover_and_consumers_never_saw_them() -> Result<()> {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let acks_1 = |bootstrap: &str| {
+    let lost = freeze_followers_then_kill_leader(Acks::Leader)?;
+    ensure!(
+        !lost.is_empty(),
+        "no acks=1 record was lost, so the old leader never had a divergent tail to truncate: the case did not \
+         exercise truncation"
+    );
+    Ok(())
+}
+
+#[test]
+fn acks_all_waits_for_frozen_followers_and_loses_nothing_when_the_leader_then_dies() -> Result<()> {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let lost = freeze_followers_then_kill_leader(Acks::AllIdempotent)?;
+    ensure!(lost.is_empty(), "acks=all records lost: {lost:?}");
+    Ok(())
+}
+
+/// Both followers of partition 0 freeze for a second while the workload produces with `acks`,
+/// then the leader is SIGKILLed and the followers resume. With acks=1 the leader acknowledges
+/// records only it has; with acks=all it must not acknowledge anything it appended during the
+/// freeze. Either way the high watermark cannot pass what the followers have, so the consumer
+/// never sees that tail, and the old leader truncates it when it returns (OffsetForLeaderEpoch;
+/// invariant 4 compares the bytes). Returns the acked records missing from the final log.
+fn freeze_followers_then_kill_leader(acks: Acks) -> Result<Vec<faults::Delivery>> {
+    let producer_config = move |bootstrap: &str| {
         let mut c = faults::workload_producer_config(bootstrap);
-        c.set("acks", "1").set("enable.idempotence", "false");
+        if acks == Acks::Leader {
+            c.set("acks", "1").set("enable.idempotence", "false");
+        }
         c
     };
-    let (mut cluster, workload) = start_case_with(PARTITIONS, acks_1)?;
+    let (mut cluster, workload) = start_case_with(PARTITIONS, producer_config)?;
     let before = cluster.partitions(1, TOPIC)?.remove(0);
     let leader = before.leader;
     let followers = other_nodes(&cluster, leader);
 
-    // Both followers freeze; with acks=1 the leader keeps acknowledging partition 0 records
-    // that only it has, and the high watermark cannot move past them. Then it dies.
     for &f in &followers {
         cluster.node(f).pause()?;
     }
@@ -416,17 +440,35 @@ fn a_leader_that_acked_records_alone_truncates_them_after_failover_and_consumers
     .map_err(|_| anyhow::anyhow!("partition 0 did not fail over from node {leader}: {last:?}"))?;
     workload.await_progress_since(resumed_at, PROGRESS, FAILOVER_TIMEOUT)?;
 
-    // The old leader returns with a tail nobody else has and must truncate it to the new
-    // leader's history (OffsetForLeaderEpoch); invariant 4 compares the bytes.
     cluster.node(leader).restart()?;
     let returned_at = Instant::now();
     std::thread::sleep(STEADY);
-    let settled = faults::stop_and_check_with(&cluster, workload, returned_at + REJOIN_TIMEOUT, Acks::Leader)?;
+    let settled = faults::stop_and_check_with(&cluster, workload, returned_at + REJOIN_TIMEOUT, acks)?;
     faults::check_progress_after(&settled.producer, PARTITIONS, fault_at)?;
+
+    // Nothing produced to partition 0 after the freeze began can have been acked by all
+    // in-sync replicas before they resumed.
+    let early: Vec<String> = settled
+        .producer
+        .acked()
+        .filter(|d| d.partition == 0 && d.enqueued_at > fault_at)
+        .filter(|d| d.reported_at.is_some_and(|t| t < resumed_at))
+        .take(10)
+        .map(|d| format!("{} at offset {:?}", d.value(), d.acked_offset()))
+        .collect();
+    if acks == Acks::AllIdempotent {
+        ensure!(
+            early.is_empty(),
+            "acks=all records of partition 0 enqueued while both followers were frozen were acked before they \
+             resumed: {early:?}"
+        );
+    }
     let log = settled.log.as_ref().context("final log")?;
     let lost = faults::acked_but_missing(log, &settled.producer);
     eprintln!(
-        "node {leader} acked {} partition-0 records alone and lost them with its tail, e.g. {:?}",
+        "{acks:?}: node {leader} acked {} partition-0 records during the freeze; {} acked records are not in the \
+         final log, e.g. {:?}",
+        early.len(),
         lost.len(),
         lost.iter()
             .take(3)
@@ -434,17 +476,12 @@ fn a_leader_that_acked_records_alone_truncates_them_after_failover_and_consumers
             .collect::<Vec<_>>()
     );
     ensure!(
-        !lost.is_empty(),
-        "no acks=1 record was lost, so the old leader never had a divergent tail to truncate: the case did not \
-         exercise truncation"
-    );
-    ensure!(
         lost.iter()
             .all(|d| d.partition == 0 && d.enqueued_at >= fault_at - Duration::from_secs(1)),
-        "records lost outside partition 0 or from before the followers froze: {:?}",
+        "records lost outside partition 0 or from well before the followers froze: {:?}",
         lost.iter().take(10).collect::<Vec<_>>()
     );
-    Ok(())
+    Ok(lost)
 }
 
 /// `kcat -P` (Debian's librdkafka) producing numbered lines with acks=all and idempotence,
