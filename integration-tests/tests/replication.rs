@@ -1,8 +1,14 @@
 //! Partition replication under faults: a 3-node cluster with replication factor 3 and
 //! min.insync.replicas=2 keeps an idempotent acks=all producer and a concurrent consumer
-//! running while one node is killed, paused or shut down, and afterwards every acked record is
+//! running while nodes are killed, paused or shut down, and afterwards every acked record is
 //! there exactly once, nothing the consumer saw is lost, the ISR is whole again and every
 //! replica holds the same bytes (see `faults.rs` for the invariants).
+//!
+//! Faults: SIGKILL of a leader (with a kcat producer during the failover), of a follower, of
+//! the active controller, of three leaders in a row, and of a leader after the ISR shrank;
+//! SIGSTOP of a leader past replica.lag.time.max.ms; SIGTERM (controlled shutdown) and the
+//! return to preferred leadership; and both followers frozen while the leader acks alone
+//! (acks=1: its tail is truncated; acks=all: nothing is acked until they resume).
 //!
 //! The cases share the machine's cores with three brokers each, so they run one at a time.
 
