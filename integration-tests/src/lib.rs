@@ -10,8 +10,8 @@
 //! - [`faults`]: a recorded produce/consume workload and the replication invariants checked
 //!   after a fault (acked records exactly once, nothing seen then lost, full ISR, equal replicas).
 //!
-//! The binary comes from `$SLUICE_BIN`, else `<workspace>/target/release/sluice`, else
-//! `<workspace>/target/debug/sluice`.
+//! The binary comes from `$SLUICE_BIN`, else `<target>/release/sluice`, else
+//! `<target>/debug/sluice`, where `<target>` is `$CARGO_TARGET_DIR` or `<workspace>/target`.
 
 pub mod clients;
 pub mod cluster;

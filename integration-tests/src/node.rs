@@ -433,8 +433,8 @@ pub fn free_loopback_port() -> Result<u16> {
     Ok(l.local_addr()?.port())
 }
 
-/// The broker binary: `$SLUICE_BIN`, else `<workspace>/target/release/sluice`, else
-/// `<workspace>/target/debug/sluice`.
+/// The broker binary: `$SLUICE_BIN`, else `<target>/release/sluice`, else
+/// `<target>/debug/sluice`, where `<target>` is `$CARGO_TARGET_DIR` or `<workspace>/target`.
 pub fn sluice_binary() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("SLUICE_BIN") {
         let p = PathBuf::from(p);
@@ -444,10 +444,12 @@ pub fn sluice_binary() -> Result<PathBuf> {
         return Ok(p);
     }
     let workspace = workspace_root();
-    let candidates = [
-        workspace.join("target/release/sluice"),
-        workspace.join("target/debug/sluice"),
-    ];
+    // Cargo builds into $CARGO_TARGET_DIR when it is set, so look there first.
+    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map(|dir| if dir.is_absolute() { dir } else { workspace.join(dir) })
+        .unwrap_or_else(|| workspace.join("target"));
+    let candidates = [target_dir.join("release/sluice"), target_dir.join("debug/sluice")];
     for c in &candidates {
         if c.is_file() {
             return Ok(c.clone());
