@@ -35,7 +35,7 @@ const FETCH_VERSION: i16 = 13;
 const OFFSET_FOR_LEADER_EPOCH_VERSION: i16 = 4;
 /// Pause before retrying a partition the leader could not serve yet (it has not applied the
 /// metadata that makes it leader, say).
-const PARTITION_RETRY: Duration = Duration::from_millis(200);
+const PARTITION_RETRY: Duration = Duration::from_millis(50);
 /// Pause before reconnecting to a source broker.
 const RECONNECT_BACKOFF: Duration = Duration::from_millis(500);
 /// Slack beyond the fetch's own wait before a silent leader is given up on.

@@ -323,11 +323,12 @@ fn spawn_latency_reader(
         .set("group.id", format!("sluice-bench-latency-{index}"))
         .set("fetch.wait.max.ms", "500") // librdkafka's default: measure what clients get
         .create()?;
+    // Offset 1: past the warm-up record of each partition.
     clients::assign(
         &consumer,
         topic,
         &(0..partitions).collect::<Vec<_>>(),
-        Offset::Offset(0),
+        Offset::Offset(1),
     )?;
     Ok(std::thread::spawn(move || -> Result<Vec<u64>> {
         let mut lat_ns = Vec::with_capacity(total as usize);
@@ -370,13 +371,24 @@ fn latency_phase(
     duration_s: u64,
 ) -> Result<LatencyRow> {
     let total = rate * duration_s;
+    let (p, counts) = producer(&target.bootstrap)?;
+    // Warm-up: one acknowledged record per partition, so the measurement starts with every
+    // follower fetching and the producer connected (steady state, not topic creation).
+    for partition in 0..partitions {
+        let rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic).partition(partition).payload(&[0u8; 8]);
+        p.send(rec).map_err(|(e, _)| anyhow::anyhow!("warm-up send: {e}"))?;
+    }
+    p.flush(Duration::from_secs(30))?;
+    ensure!(
+        counts.failed.load(Ordering::Relaxed) == 0,
+        "the warm-up records were not acknowledged"
+    );
     let epoch = Instant::now();
     let deadline = Instant::now() + Duration::from_secs(duration_s + 60);
     let readers = (0..consumers)
         .map(|i| spawn_latency_reader(&target.bootstrap, topic, partitions, i, total, epoch, deadline))
         .collect::<Result<Vec<_>>>()?;
 
-    let (p, counts) = producer(&target.bootstrap)?;
     let mut payload = vec![b'l'; 2048];
     let meter = Meter::start(&target.pids)?;
     let start = Instant::now();
