@@ -8,17 +8,14 @@ use std::time::Duration;
 use anyhow::{ensure, Context, Result};
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{
-    BrokerId, CreateTopicsRequest, FetchRequest, ListOffsetsRequest, ProduceRequest, TopicName,
-};
+use kafka_protocol::messages::{BrokerId, FetchRequest, ListOffsetsRequest, ProduceRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use sluice_integration_tests::clients::wait_until;
 use sluice_integration_tests::wire::{record_batch_v2, RawRecord};
-use sluice_integration_tests::{kafka_client, Cluster};
+use sluice_integration_tests::{faults, kafka_client, Cluster};
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 /// Short sessions so a killed broker is fenced (and leaves the ISR) within seconds.
@@ -26,29 +23,6 @@ const FAST_FENCING: &[(&str, &str)] = &[("broker.session.timeout.ms", "3000")];
 
 fn name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_string()))
-}
-
-/// Creates a one-partition topic with three replicas and the given configs.
-fn create_rf3_topic(addr: SocketAddr, topic: &str, configs: &[(&str, &str)]) -> Result<()> {
-    let configs = configs
-        .iter()
-        .map(|(k, v)| {
-            CreatableTopicConfig::default()
-                .with_name(StrBytes::from_string(k.to_string()))
-                .with_value(Some(StrBytes::from_string(v.to_string())))
-        })
-        .collect();
-    let request = CreateTopicsRequest::default()
-        .with_topics(vec![CreatableTopic::default()
-            .with_name(name(topic))
-            .with_num_partitions(1)
-            .with_replication_factor(3)
-            .with_configs(configs)])
-        .with_timeout_ms(30_000);
-    let response = kafka_client::call(addr, &request, 7, TIMEOUT)?;
-    let code = response.topics.first().context("no topic result")?.error_code;
-    ensure!(code == 0, "CreateTopics {topic} failed with error code {code}");
-    Ok(())
 }
 
 /// (leader, leader epoch, ISR) of partition 0 of `topic` as node `addr` reports it.
@@ -95,7 +69,7 @@ fn produce(addr: SocketAddr, topic: &str, acks: i16) -> Result<i16> {
 fn acks_all_below_min_insync_replicas_is_refused_with_not_enough_replicas() -> Result<()> {
     let mut cluster = Cluster::start(3, FAST_FENCING)?;
     let addr = cluster.addr(1);
-    create_rf3_topic(addr, "strict", &[("min.insync.replicas", "3")])?;
+    faults::create_topic(&cluster, 1, "strict", 1, 3, &[("min.insync.replicas", "3")])?;
     let (leader, _, isr) = wait_until(TIMEOUT, "a leader with a full ISR", || {
         partition_state(addr, "strict")
             .ok()
@@ -141,7 +115,7 @@ fn acks_all_below_min_insync_replicas_is_refused_with_not_enough_replicas() -> R
 #[test]
 fn requests_with_a_leader_epoch_from_before_a_failover_are_fenced() -> Result<()> {
     let mut cluster = Cluster::start(3, FAST_FENCING)?;
-    create_rf3_topic(cluster.addr(1), "epochs", &[])?;
+    faults::create_topic(&cluster, 1, "epochs", 1, 3, &[])?;
     let (old_leader, old_epoch, _) = wait_until(TIMEOUT, "a leader with a full ISR", || {
         partition_state(cluster.addr(1), "epochs")
             .ok()

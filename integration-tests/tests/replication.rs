@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use rdkafka::config::ClientConfig;
 use sluice_integration_tests::clients::wait_until;
-use sluice_integration_tests::faults::{self, Acks, Workload, FAST_FAILOVER};
+use sluice_integration_tests::faults::{self, Acks, Settled, Workload, FAST_FAILOVER};
 use sluice_integration_tests::{kafka_client, Cluster};
 
 const TOPIC: &str = "replicated";
@@ -103,6 +103,31 @@ fn await_out_of_every_isr(cluster: &Cluster, asking: &[i32], node: i32, timeout:
     waited.map_err(|_| anyhow::anyhow!("node {node} still in the ISR after {timeout:?} (asker, partition): {last:?}"))
 }
 
+/// Waits for every partition to have its full ISR again after node `victim` returned.
+fn await_rejoin(cluster: &Cluster, victim: i32, returned_at: Instant) -> Result<()> {
+    let rejoin = cluster.await_full_isr(TOPIC, REJOIN_TIMEOUT)?;
+    eprintln!(
+        "node {victim} back in every ISR after {:?}: {rejoin:?}",
+        returned_at.elapsed()
+    );
+    Ok(())
+}
+
+/// Lets the workload run in steady state, then stops it and checks every invariant, and that
+/// each partition acknowledged records after the fault.
+fn settle_and_check(
+    cluster: &Cluster,
+    workload: Workload,
+    returned_at: Instant,
+    partitions: i32,
+    fault_at: Instant,
+) -> Result<Settled> {
+    std::thread::sleep(STEADY);
+    let settled = faults::stop_and_check(cluster, workload, returned_at + REJOIN_TIMEOUT)?;
+    faults::check_progress_after(&settled.producer, partitions, fault_at)?;
+    Ok(settled)
+}
+
 #[test]
 fn acked_records_survive_leader_kill_and_the_leader_rejoins() -> Result<()> {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -126,9 +151,7 @@ fn acked_records_survive_leader_kill_and_the_leader_rejoins() -> Result<()> {
 
     cluster.node(victim).restart()?;
     let returned_at = Instant::now();
-    std::thread::sleep(STEADY);
-    let settled = faults::stop_and_check(&cluster, workload, returned_at + REJOIN_TIMEOUT)?;
-    faults::check_progress_after(&settled.producer, PARTITIONS, fault_at)?;
+    settle_and_check(&cluster, workload, returned_at, PARTITIONS, fault_at)?;
     kcat_lines_exactly_once(&cluster.bootstrap(), TOPIC, 0, 300)?;
     Ok(())
 }
@@ -161,14 +184,8 @@ fn a_killed_follower_leaves_the_isr_and_rejoins_after_restart() -> Result<()> {
 
     cluster.node(victim).restart()?;
     let returned_at = Instant::now();
-    let rejoin = cluster.await_full_isr(TOPIC, REJOIN_TIMEOUT)?;
-    eprintln!(
-        "follower {victim} back in every ISR after {:?}: {rejoin:?}",
-        returned_at.elapsed()
-    );
-    std::thread::sleep(STEADY);
-    let settled = faults::stop_and_check(&cluster, workload, returned_at + REJOIN_TIMEOUT)?;
-    faults::check_progress_after(&settled.producer, partitions, fault_at)?;
+    await_rejoin(&cluster, victim, returned_at)?;
+    settle_and_check(&cluster, workload, returned_at, partitions, fault_at)?;
     Ok(())
 }
 
@@ -192,9 +209,7 @@ fn acked_records_survive_killing_the_active_controller() -> Result<()> {
 
     cluster.node(controller).restart()?;
     let returned_at = Instant::now();
-    std::thread::sleep(STEADY);
-    let settled = faults::stop_and_check(&cluster, workload, returned_at + REJOIN_TIMEOUT)?;
-    faults::check_progress_after(&settled.producer, PARTITIONS, fault_at)?;
+    settle_and_check(&cluster, workload, returned_at, PARTITIONS, fault_at)?;
     Ok(())
 }
 
@@ -224,14 +239,8 @@ fn a_paused_leader_drops_out_of_the_isr_and_rejoins_after_resume() -> Result<()>
     // out before it moves on, so that partition may only resume once the node does.
     let resumed = workload.await_progress_since(fault_at, PROGRESS, FAILOVER_TIMEOUT)?;
     eprintln!("producing on every partition again {resumed:?} after the pause began");
-    let rejoin = cluster.await_full_isr(TOPIC, REJOIN_TIMEOUT)?;
-    eprintln!(
-        "node {victim} back in every ISR after {:?}: {rejoin:?}",
-        returned_at.elapsed()
-    );
-    std::thread::sleep(STEADY);
-    let settled = faults::stop_and_check(&cluster, workload, returned_at + REJOIN_TIMEOUT)?;
-    faults::check_progress_after(&settled.producer, PARTITIONS, fault_at)?;
+    await_rejoin(&cluster, victim, returned_at)?;
+    settle_and_check(&cluster, workload, returned_at, PARTITIONS, fault_at)?;
     Ok(())
 }
 
@@ -283,9 +292,7 @@ fn controlled_shutdown_of_a_leader_fails_no_delivery_and_it_becomes_preferred_le
         )
     })?;
     eprintln!("node {victim} leads its preferred partitions {preferred:?} again after {regained:?}");
-    std::thread::sleep(STEADY);
-    let settled = faults::stop_and_check(&cluster, workload, returned_at + REJOIN_TIMEOUT)?;
-    faults::check_progress_after(&settled.producer, PARTITIONS, fault_at)?;
+    let settled = settle_and_check(&cluster, workload, returned_at, PARTITIONS, fault_at)?;
     let failed: Vec<String> = settled
         .producer
         .failed()
@@ -341,9 +348,7 @@ fn acked_records_survive_losing_the_leader_after_the_isr_shrank_and_the_stale_re
 
     cluster.node(leader).restart()?;
     let returned_at = Instant::now();
-    std::thread::sleep(STEADY);
-    let settled = faults::stop_and_check(&cluster, workload, returned_at + REJOIN_TIMEOUT)?;
-    faults::check_progress_after(&settled.producer, PARTITIONS, fault_at)?;
+    settle_and_check(&cluster, workload, returned_at, PARTITIONS, fault_at)?;
     Ok(())
 }
 
@@ -380,9 +385,7 @@ fn acked_records_survive_three_leader_kills_in_a_row() -> Result<()> {
         );
         victims.push(victim);
     }
-    std::thread::sleep(STEADY);
-    let settled = faults::stop_and_check(&cluster, workload, returned_at + REJOIN_TIMEOUT)?;
-    faults::check_progress_after(&settled.producer, PARTITIONS, first_fault_at)?;
+    settle_and_check(&cluster, workload, returned_at, PARTITIONS, first_fault_at)?;
     eprintln!("killed in turn: {victims:?}");
     Ok(())
 }
