@@ -573,7 +573,7 @@ impl Partition {
     pub fn run_retention(&self, now_ms: i64) -> Result<usize, LogError> {
         let mut log = self.log.lock();
         log.maybe_roll(now_ms)?;
-        let deleted = log.delete_retained_segments(now_ms)?;
+        let deleted = log.delete_retained_segments(now_ms, self.high_watermark())?;
         self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
         Ok(deleted)
     }

@@ -243,12 +243,16 @@ impl PartitionLog {
 
     /// Retention: deletes the oldest sealed segments whose newest timestamp is older than
     /// `retention.ms`, then more while the log exceeds `retention.bytes`, and advances the log
-    /// start offset. The active segment is never deleted. Returns how many segments went.
-    pub fn delete_retained_segments(&mut self, now_ms: i64) -> Result<usize, LogError> {
+    /// start offset. The active segment is never deleted, and neither is a segment holding
+    /// offsets at or above `high_watermark`: records not yet on every in-sync replica stay, as
+    /// in Kafka. Returns how many segments went.
+    pub fn delete_retained_segments(&mut self, now_ms: i64, high_watermark: i64) -> Result<usize, LogError> {
         let mut deleted = 0;
         if self.config.retention_ms >= 0 {
             while let Some(oldest) = self.inactive.front() {
-                if now_ms.saturating_sub(oldest.largest_timestamp_ms()?) <= self.config.retention_ms {
+                if now_ms.saturating_sub(oldest.largest_timestamp_ms()?) <= self.config.retention_ms
+                    || !self.oldest_segment_below(high_watermark)
+                {
                     break;
                 }
                 self.delete_oldest_segment()?;
@@ -259,7 +263,7 @@ impl PartitionLog {
             let mut excess = self.size_bytes() as i64 - self.config.retention_bytes;
             while let Some(oldest) = self.inactive.front() {
                 let size = oldest.size_bytes() as i64;
-                if excess < size {
+                if excess < size || !self.oldest_segment_below(high_watermark) {
                     break;
                 }
                 excess -= size;
@@ -276,6 +280,12 @@ impl PartitionLog {
             );
         }
         Ok(deleted)
+    }
+
+    /// Whether every offset of the oldest sealed segment is below `offset`.
+    fn oldest_segment_below(&self, offset: i64) -> bool {
+        let next_base = self.inactive.get(1).unwrap_or(&self.active).base_offset();
+        next_base <= offset
     }
 
     /// Rolls the active segment once it is older than `segment.ms`, even without appends, so

@@ -22,11 +22,11 @@ fn retention_by_time_deletes_old_sealed_segments_and_advances_log_start() {
     }
 
     assert_eq!(
-        log.delete_retained_segments(T0 + 9 * HOUR_MS).unwrap(),
+        log.delete_retained_segments(T0 + 9 * HOUR_MS, i64::MAX).unwrap(),
         0,
         "nothing is old enough yet"
     );
-    let deleted = log.delete_retained_segments(T0 + 21 * HOUR_MS).unwrap();
+    let deleted = log.delete_retained_segments(T0 + 21 * HOUR_MS, i64::MAX).unwrap();
     assert_eq!(deleted, old_segments + 1);
     assert_eq!(log.log_start_offset(), fresh_from);
     assert!(!files(root.path()).contains(&"00000000000000000000.log".to_string()));
@@ -42,7 +42,7 @@ fn retention_by_time_deletes_old_sealed_segments_and_advances_log_start() {
     );
 
     let far_future = T0 + 1_000 * HOUR_MS;
-    log.delete_retained_segments(far_future).unwrap();
+    log.delete_retained_segments(far_future, i64::MAX).unwrap();
     assert!(
         log.log_end_offset() > log.log_start_offset(),
         "the active segment is never deleted"
@@ -62,7 +62,7 @@ fn retention_by_bytes_keeps_the_log_under_the_limit() {
         append(&mut log, 2, 80, T0 + i);
     }
     let size_before = log.size_bytes();
-    let deleted = log.delete_retained_segments(T0).unwrap();
+    let deleted = log.delete_retained_segments(T0, i64::MAX).unwrap();
     assert!(deleted > 0);
     // Like Kafka, whole segments go while the rest still exceeds the limit: the log ends up over
     // it by less than one segment, and never under it by a whole segment.
@@ -93,7 +93,7 @@ fn infinite_retention_deletes_nothing() {
     for i in 0..10 {
         append(&mut log, 2, 80, T0 + i);
     }
-    assert_eq!(log.delete_retained_segments(i64::MAX).unwrap(), 0);
+    assert_eq!(log.delete_retained_segments(i64::MAX, i64::MAX).unwrap(), 0);
     assert_eq!(log.log_start_offset(), 0);
 }
 
@@ -124,4 +124,36 @@ fn segment_ms_rolls_on_append_and_on_timer() {
     log.maybe_roll(T0 + 8 * HOUR_MS).unwrap();
     assert_eq!(log.segment_count(), 3, "an empty active segment is not rolled");
     assert_eq!(append(&mut log, 1, 10, T0 + 8 * HOUR_MS), 3);
+}
+
+#[test]
+fn retention_keeps_segments_holding_offsets_at_or_above_the_high_watermark() {
+    let root = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        retention_ms: HOUR_MS,
+        ..small_segments()
+    };
+    let mut log = open(root.path(), config);
+    for i in 0..20 {
+        append(&mut log, 2, 80, T0 + i);
+    }
+    let sealed = log.segment_count() - 1;
+    assert!(sealed >= 2, "the test needs several sealed segments");
+    let far_future = T0 + 100 * HOUR_MS;
+    // Nothing is committed yet: every segment stays, however old.
+    assert_eq!(log.delete_retained_segments(far_future, 0).unwrap(), 0);
+    // Committed up to offset 11 (inside a batch): only segments wholly below it go.
+    let deleted = log.delete_retained_segments(far_future, 11).unwrap();
+    assert!(
+        log.log_start_offset() <= 11,
+        "log start {} passed the HW",
+        log.log_start_offset()
+    );
+    assert!(
+        deleted > 0 && deleted < sealed,
+        "deleted {deleted} of {sealed} sealed segments"
+    );
+    // Everything committed: all sealed segments go.
+    log.delete_retained_segments(far_future, log.log_end_offset()).unwrap();
+    assert_eq!(log.segment_count(), 1);
 }
