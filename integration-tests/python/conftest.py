@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sluice_node import SluiceNode  # noqa: E402
+from sluice_node import SluiceNode, start_cluster  # noqa: E402
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
@@ -44,3 +44,24 @@ def start_node(request):
 @pytest.fixture
 def node(start_node) -> SluiceNode:
     return start_node()
+
+
+@pytest.fixture
+def cluster(request):
+    """Factory: cluster({"broker.session.timeout.ms": "3000"}) -> three ready SluiceNodes (ids
+    1-3, every one a quorum voter), stopped after the test; on failure their logs are kept."""
+    started: list[SluiceNode] = []
+
+    def start(settings: dict[str, str] | None = None) -> list[SluiceNode]:
+        nodes = start_cluster(3, settings)
+        started.extend(nodes)
+        return nodes
+
+    yield start
+    failed = getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed
+    for node in started:
+        node.kill()
+        if failed:
+            print(f"\n[sluice harness] kept {node.work_dir} (log {node.log_path})\n{node.log_tail()}")
+        else:
+            shutil.rmtree(node.work_dir, ignore_errors=True)

@@ -100,9 +100,10 @@ def probe(host: str, port: int, timeout: float = 2.0) -> list[tuple[int, str, in
 
 class SluiceNode:
     def __init__(self, settings: dict[str, str] | None = None, node_id: int = 1,
-                 ready_timeout: float = 20.0):
+                 ready_timeout: float = 20.0, extra_args: list[str] | None = None):
         self.settings = dict(settings or {})
         self.node_id = node_id
+        self.extra_args = list(extra_args or [])
         self.ready_timeout = ready_timeout
         self.binary = sluice_binary()
         self.work_dir = Path(tempfile.mkdtemp(prefix="sluice-pytest-"))
@@ -131,9 +132,14 @@ class SluiceNode:
         raise RuntimeError(f"sluice did not start: {last}\n{self.log_tail()}")
 
     def _spawn_and_wait(self) -> None:
+        self.spawn()
+        self.wait_ready()
+
+    def spawn(self) -> None:
+        """Starts the process on `self.port` without waiting (cluster members need each other)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         args = [str(self.binary), "--node-id", str(self.node_id), "--data-dir", str(self.data_dir),
-                "--listen", self.bootstrap, "--advertise", self.bootstrap]
+                "--listen", self.bootstrap, "--advertise", self.bootstrap, *self.extra_args]
         for k, v in self.settings.items():
             args += ["--set", f"{k}={v}"]
         env = dict(os.environ)
@@ -144,6 +150,10 @@ class SluiceNode:
             log.flush()
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=env)
+
+    def wait_ready(self) -> None:
+        """Waits until the broker answers Metadata listing itself."""
+        assert self.proc is not None
         deadline = time.monotonic() + self.ready_timeout
         last = "not probed"
         while time.monotonic() < deadline:
@@ -178,3 +188,28 @@ class SluiceNode:
         except OSError:
             return "(no log)"
         return "\n".join(text.splitlines()[-lines:])
+
+
+def start_cluster(size: int, settings: dict[str, str] | None = None) -> list[SluiceNode]:
+    """Starts `size` nodes (ids 1..size), each a broker and a metadata-quorum voter, and waits
+    until every one lists itself. Ports are picked up front so every node gets the same
+    --voters list."""
+    ports = [(free_loopback_port(), free_loopback_port()) for _ in range(size)]
+    voters = ",".join(f"{i + 1}@127.0.0.1:{controller}" for i, (_, controller) in enumerate(ports))
+    nodes = []
+    for i, (port, controller) in enumerate(ports):
+        node = SluiceNode(settings, node_id=i + 1, ready_timeout=30.0,
+                          extra_args=["--voters", voters, "--controller-listen", f"127.0.0.1:{controller}"])
+        node.port = port
+        nodes.append(node)
+    try:
+        for node in nodes:
+            node.spawn()
+        for node in nodes:
+            node.wait_ready()
+    except Exception as e:
+        for node in nodes:
+            node.kill()
+        tails = "\n".join(f"--- node {n.node_id} ({n.log_path})\n{n.log_tail()}" for n in nodes)
+        raise RuntimeError(f"the sluice cluster did not start: {e}\n{tails}") from e
+    return nodes

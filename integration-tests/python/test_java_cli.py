@@ -1,10 +1,12 @@
-"""Apache Kafka's own Java client and CLI tools (kafka-tools 4.1 from Maven Central) against a
-real sluice broker, with their default settings: the console producer is idempotent by default."""
+"""Apache Kafka's own Java client and CLI tools (kafka-tools 4.1 from Maven Central) against real
+sluice brokers, with their default settings: the console producer is idempotent by default, and
+the producer keeps going through a leader failover on a 3-node cluster."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -59,3 +61,49 @@ def test_kafka_metadata_quorum_describe_status(start_node):
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
     assert fields["LeaderId"].strip() == "1"
     assert int(fields["HighWatermark"].strip()) > 0
+
+
+def test_java_producer_with_defaults_carries_on_through_a_leader_failover_losing_nothing(cluster):
+    """Kafka's producer-perf-test (Java client defaults: acks=all, idempotence) against a 3-node
+    cluster with replication factor 3, while the leader of partition 0 is SIGKILLed: every
+    record is sent, and the cluster holds each exactly once."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    nodes = cluster({"broker.session.timeout.ms": "3000"})
+    bootstrap = ",".join(n.bootstrap for n in nodes)
+    kafka_tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", bootstrap, "--create",
+               "--topic", "java-failover", "--partitions", "3")
+    described = kafka_tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", bootstrap,
+                           "--describe", "--topic", "java-failover")
+    assert "ReplicationFactor: 3" in described, described
+
+    total = 40_000
+    jars = sorted(JAVA_LIB.glob("*.jar"))
+    perf = subprocess.Popen(
+        ["java", "-cp", os.pathsep.join(str(j) for j in jars), "org.apache.kafka.tools.ProducerPerformance",
+         "--topic", "java-failover", "--num-records", str(total), "--throughput", "5000", "--record-size", "512",
+         "--producer-props", f"bootstrap.servers={bootstrap}"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    # Once records flow (the high watermark of partition 0 moves), kill that partition's leader.
+    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "java-failover-probe"})
+    deadline = time.monotonic() + 60
+    while probe.get_watermark_offsets(TopicPartition("java-failover", 0), timeout=5)[1] < 1000:
+        assert time.monotonic() < deadline and perf.poll() is None, "the Java producer made no progress"
+        time.sleep(0.1)
+    leader = admin.list_topics("java-failover", timeout=10).topics["java-failover"].partitions[0].leader
+    nodes[leader - 1].kill()
+    out, _ = perf.communicate(timeout=120)
+    assert perf.returncode == 0, out
+    summary = [line for line in out.splitlines() if f"{total} records sent" in line]
+    assert summary, f"the producer did not report all {total} records sent:\n{out}"
+    assert "Exception" not in out and "ERROR" not in out, out
+
+    survivors = [n for n in nodes if n.is_running()]
+    probe.close()
+    probe = Consumer({"bootstrap.servers": ",".join(n.bootstrap for n in survivors),
+                      "group.id": "java-failover-check"})
+    stored = sum(probe.get_watermark_offsets(TopicPartition("java-failover", p), timeout=10)[1] for p in range(3))
+    probe.close()
+    assert stored == total, f"the cluster holds {stored} records of the {total} the Java producer sent"
