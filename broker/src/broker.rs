@@ -33,6 +33,8 @@ pub struct Broker {
     /// This process's registration; a controlled shutdown names it so that a stale one from a
     /// previous run cannot fence a restarted broker.
     pub incarnation_id: Uuid,
+    /// ISR changes on their way through the quorum, stopped at shutdown.
+    isr_proposals: parking_lot::Mutex<tokio::task::JoinSet<()>>,
 }
 
 /// Pause after a refused ISR change before the leader may propose another.
@@ -64,6 +66,7 @@ impl Broker {
             registered: std::sync::atomic::AtomicBool::new(false),
             producer_ids: parking_lot::Mutex::new((0, 0)),
             incarnation_id: Uuid::new_v4(),
+            isr_proposals: parking_lot::Mutex::default(),
         });
         broker.replicas.remove_orphan_dirs(&broker.metadata.image());
         Ok(broker)
@@ -84,7 +87,9 @@ impl Broker {
     /// may propose again once this one is decided.
     pub fn propose_isr_change(self: &Arc<Self>, partition: Arc<crate::partition::Partition>, command: MetadataCommand) {
         let broker = self.clone();
-        tokio::spawn(async move {
+        let mut proposals = self.isr_proposals.lock();
+        while proposals.try_join_next().is_some() {} // reap finished ones
+        proposals.spawn(async move {
             if let Err(e) = broker.commit(command).await {
                 tracing::info!(
                     topic = %partition.topic, partition = partition.index, error = %e,
@@ -95,6 +100,12 @@ impl Broker {
             }
             partition.isr_change_finished();
         });
+    }
+
+    /// Abandons ISR changes still in flight (they hold the broker) before the process stops.
+    pub async fn stop_isr_proposals(&self) {
+        let mut proposals = std::mem::take(&mut *self.isr_proposals.lock());
+        proposals.shutdown().await;
     }
 
     /// Kafka's controlled shutdown: moves leadership of this broker's partitions to other

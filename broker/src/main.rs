@@ -68,11 +68,13 @@ async fn run(config: BrokerConfig) -> Result<(), String> {
     }
     // Leadership moves away while this broker still serves, so clients fail over at once.
     broker.controlled_shutdown().await;
+    broker.replicas.stop_fetching();
     let _ = stop.send(true);
     let _ = serving.await;
     for task in background {
         let _ = task.await;
     }
+    broker.stop_isr_proposals().await;
     broker.replicas.shutdown();
     match std::sync::Arc::try_unwrap(broker) {
         Ok(broker) => broker.metadata.shutdown().await,

@@ -213,6 +213,11 @@ impl ReplicaManager {
         }
     }
 
+    /// Stops every replica fetcher (after a controlled shutdown this broker follows no one).
+    pub fn stop_fetching(&self) {
+        self.fetchers.shutdown();
+    }
+
     /// Closes every log cleanly (flush + clean-shutdown marker) so the next start skips recovery.
     pub fn shutdown(&self) {
         self.fetchers.shutdown();
