@@ -920,6 +920,14 @@ mod tests {
         }
     }
 
+    /// A controlled shutdown of a broker registered with the nil incarnation.
+    fn shutdown_of(broker_id: i32) -> MetadataCommand {
+        MetadataCommand::ControlledShutdown {
+            broker_id,
+            incarnation_id: Uuid::nil(),
+        }
+    }
+
     fn decide_and_apply(image: &mut MetadataImage, command: MetadataCommand) -> Outcome {
         let (records, outcome) = decide(image, &command).unwrap();
         apply_all(image, &records);
@@ -941,10 +949,7 @@ mod tests {
         let mut image = image_with_brokers(&[1, 2, 3]);
         let records = create_topic(&image, &new_topic("t", 3, 3), Uuid::from_u128(1)).unwrap();
         apply_all(&mut image, &records);
-        let shutdown = MetadataCommand::ControlledShutdown {
-            broker_id: 1,
-            incarnation_id: Uuid::nil(),
-        };
+        let shutdown = shutdown_of(1);
         decide_and_apply(&mut image, shutdown.clone());
         let broker = &image.brokers[&1];
         assert!(broker.fenced && broker.in_controlled_shutdown);
@@ -985,10 +990,7 @@ mod tests {
         apply_all(&mut image, &records);
         let records = fence_broker(&image, 1);
         apply_all(&mut image, &records);
-        let command = MetadataCommand::ControlledShutdown {
-            broker_id: 1,
-            incarnation_id: Uuid::nil(),
-        };
+        let command = shutdown_of(1);
         let (records, _) = decide(&image, &command).unwrap();
         assert_eq!(records, vec![MetadataRecord::BrokerShutdown { broker_id: 1 }]);
     }
@@ -998,10 +1000,7 @@ mod tests {
         let mut image = image_with_brokers(&[1, 2, 3, 4]);
         let records = fence_broker(&image, 2);
         apply_all(&mut image, &records);
-        let shutdown = MetadataCommand::ControlledShutdown {
-            broker_id: 3,
-            incarnation_id: Uuid::nil(),
-        };
+        let shutdown = shutdown_of(3);
         decide_and_apply(&mut image, shutdown);
         let err = create_topic(&image, &new_topic("t", 1, 3), Uuid::from_u128(1)).unwrap_err();
         assert_eq!(err.error, ResponseError::InvalidReplicationFactor);
@@ -1104,10 +1103,7 @@ mod tests {
         }
         let records = fence_broker(&image, 2);
         apply_all(&mut image, &records);
-        let shutdown = MetadataCommand::ControlledShutdown {
-            broker_id: 3,
-            incarnation_id: Uuid::nil(),
-        };
+        let shutdown = shutdown_of(3);
         decide_and_apply(&mut image, shutdown);
         for isr in [[1, 2], [1, 3]] {
             let err = decide(&image, &alter_isr(1, 0, 1, &isr)).unwrap_err();
@@ -1144,10 +1140,7 @@ mod tests {
         // Still in the ISR (re-added while it was briefly back), but shutting down.
         decide_and_apply(&mut image, MetadataCommand::UnfenceBroker { broker_id: 1 });
         decide_and_apply(&mut image, alter_isr(2, 1, 1, &[1, 2]));
-        let shutdown = MetadataCommand::ControlledShutdown {
-            broker_id: 1,
-            incarnation_id: Uuid::nil(),
-        };
+        let shutdown = shutdown_of(1);
         let (records, _) = decide(&image, &shutdown).unwrap();
         let mut after = image.clone();
         apply_all(&mut after, &records[..1]);
@@ -1209,10 +1202,7 @@ mod tests {
         let mut image = one_partition_on(3);
         set_topic_config(&mut image, "unclean.leader.election.enable", "true");
         decide_and_apply(&mut image, alter_isr(1, 0, 0, &[1]));
-        let shutdown = MetadataCommand::ControlledShutdown {
-            broker_id: 2,
-            incarnation_id: Uuid::nil(),
-        };
+        let shutdown = shutdown_of(2);
         decide_and_apply(&mut image, shutdown);
         let records = fence_broker(&image, 1);
         apply_all(&mut image, &records);

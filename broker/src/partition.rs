@@ -235,9 +235,9 @@ impl Partition {
         matches!(self.replica.lock().role, Role::Leader(_))
     }
 
-    /// The committed ISR as this broker last applied it.
-    pub fn isr(&self) -> Vec<i32> {
-        self.replica.lock().isr.clone()
+    /// Size of the committed ISR as this broker last applied it.
+    pub fn isr_size(&self) -> usize {
+        self.replica.lock().isr.len()
     }
 
     /// Appends validated batches as leader and advances the high watermark as far as the ISR
@@ -294,17 +294,11 @@ impl Partition {
         fetch_offset: i64,
         now_ms: i64,
     ) -> Result<Option<MetadataCommand>, ResponseError> {
-        let mut state = self.replica.lock();
+        let mut guard = self.replica.lock();
+        let state = &mut *guard;
         let leader_end = self.log_end_offset();
         let high_watermark = self.high_watermark();
-        let ReplicaState {
-            role,
-            isr,
-            leader_epoch,
-            partition_epoch,
-            ..
-        } = &mut *state;
-        let Role::Leader(leader) = role else {
+        let Role::Leader(leader) = &mut state.role else {
             return Err(ResponseError::NotLeaderOrFollower);
         };
         let Some(progress) = leader.followers.get_mut(&replica_id) else {
@@ -321,32 +315,25 @@ impl Partition {
         progress.log_end_offset = fetch_offset;
         progress.last_fetch_ms = now_ms;
         progress.leader_end_at_last_fetch = leader_end;
-        let rejoin = !isr.contains(&replica_id)
+        let rejoin = !state.isr.contains(&replica_id)
             && leader.pending_isr.is_none()
             && fetch_offset >= high_watermark
             && fetch_offset >= leader.epoch_start_offset;
         let command = rejoin.then(|| {
-            let mut new_isr = isr.clone();
+            let mut new_isr = state.isr.clone();
             new_isr.push(replica_id);
-            leader.pending_isr = Some(new_isr.clone());
-            self.alter_partition(*leader_epoch, *partition_epoch, new_isr)
+            self.propose_isr(state, new_isr)
         });
-        self.maybe_advance_high_watermark(&state);
+        self.maybe_advance_high_watermark(state);
         Ok(command)
     }
 
     /// The AlterPartition that drops ISR members that have not caught up for `lag_ms`
     /// (`replica.lag.time.max.ms`), if any; the change takes effect once committed.
     pub fn isr_shrink(&self, now_ms: i64, lag_ms: i64) -> Option<MetadataCommand> {
-        let mut state = self.replica.lock();
-        let ReplicaState {
-            role,
-            isr,
-            leader_epoch,
-            partition_epoch,
-            ..
-        } = &mut *state;
-        let Role::Leader(leader) = role else { return None };
+        let mut guard = self.replica.lock();
+        let state = &mut *guard;
+        let Role::Leader(leader) = &state.role else { return None };
         if leader.pending_isr.is_some() {
             return None;
         }
@@ -357,16 +344,15 @@ impl Partition {
                     .get(id)
                     .is_none_or(|p| now_ms.saturating_sub(p.last_caught_up_ms) > lag_ms)
         };
-        if !isr.iter().any(lagging) {
+        if !state.isr.iter().any(lagging) {
             return None;
         }
-        let new_isr: Vec<i32> = isr.iter().copied().filter(|id| !lagging(id)).collect();
+        let new_isr: Vec<i32> = state.isr.iter().copied().filter(|id| !lagging(id)).collect();
         tracing::info!(
-            topic = %self.topic, partition = self.index, old_isr = ?isr, ?new_isr,
+            topic = %self.topic, partition = self.index, old_isr = ?state.isr, ?new_isr,
             "shrinking the ISR: followers have not caught up within replica.lag.time.max.ms"
         );
-        leader.pending_isr = Some(new_isr.clone());
-        Some(self.alter_partition(*leader_epoch, *partition_epoch, new_isr))
+        Some(self.propose_isr(state, new_isr))
     }
 
     /// An AlterPartition this leader proposed has been decided (either way): the next one
@@ -377,13 +363,18 @@ impl Partition {
         }
     }
 
-    fn alter_partition(&self, leader_epoch: i32, partition_epoch: i32, new_isr: Vec<i32>) -> MetadataCommand {
+    /// Marks `new_isr` pending (see `LeaderState::pending_isr`) and returns the AlterPartition
+    /// that asks the controller for it, at this leader's epochs.
+    fn propose_isr(&self, state: &mut ReplicaState, new_isr: Vec<i32>) -> MetadataCommand {
+        if let Role::Leader(leader) = &mut state.role {
+            leader.pending_isr = Some(new_isr.clone());
+        }
         MetadataCommand::AlterPartition {
             topic_id: self.topic_id,
             partition: self.index,
             leader_id: self.node_id,
-            leader_epoch,
-            partition_epoch,
+            leader_epoch: state.leader_epoch,
+            partition_epoch: state.partition_epoch,
             new_isr,
         }
     }

@@ -20,6 +20,17 @@ def pytest_runtest_makereport(item, call):
     setattr(item, f"rep_{rep.when}", rep)
 
 
+def stop_nodes(request, nodes: list[SluiceNode]) -> None:
+    """Kills `nodes`; keeps their work dirs and prints their log tails if the test failed."""
+    failed = getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed
+    for node in nodes:
+        node.kill()
+        if failed:
+            print(f"\n[sluice harness] kept {node.work_dir} (log {node.log_path})\n{node.log_tail()}")
+        else:
+            shutil.rmtree(node.work_dir, ignore_errors=True)
+
+
 @pytest.fixture
 def start_node(request):
     """Factory: start_node({"num.partitions": "3"}) -> a ready SluiceNode, stopped after the test.
@@ -32,13 +43,7 @@ def start_node(request):
         return node.start()
 
     yield start
-    failed = getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed
-    for node in nodes:
-        node.kill()
-        if failed:
-            print(f"\n[sluice harness] kept {node.work_dir} (log {node.log_path})\n{node.log_tail()}")
-        else:
-            shutil.rmtree(node.work_dir, ignore_errors=True)
+    stop_nodes(request, nodes)
 
 
 @pytest.fixture
@@ -58,10 +63,4 @@ def cluster(request):
         return nodes
 
     yield start
-    failed = getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed
-    for node in started:
-        node.kill()
-        if failed:
-            print(f"\n[sluice harness] kept {node.work_dir} (log {node.log_path})\n{node.log_tail()}")
-        else:
-            shutil.rmtree(node.work_dir, ignore_errors=True)
+    stop_nodes(request, started)

@@ -172,6 +172,11 @@ fn resolve(broker: &Arc<Broker>, request: &FetchRequest, version: i16) -> FetchP
 /// Reads every partition of the plan; returns the response, its record bytes and whether
 /// any partition reported an error (which, as in Kafka, ends the long poll).
 fn read(plan: &FetchPlan) -> (FetchResponse, usize, bool) {
+    let bound = if plan.from_follower {
+        ReadBound::LogEnd
+    } else {
+        ReadBound::HighWatermark
+    };
     let mut remaining = plan.max_bytes;
     let mut total = 0;
     let mut had_error = false;
@@ -183,11 +188,6 @@ fn read(plan: &FetchPlan) -> (FetchResponse, usize, bool) {
                 .partitions
                 .iter()
                 .map(|target| {
-                    let bound = if plan.from_follower {
-                        ReadBound::LogEnd
-                    } else {
-                        ReadBound::HighWatermark
-                    };
                     let data = read_partition(target, remaining, total == 0, plan.read_committed, bound);
                     let len = data.records.as_ref().map_or(0, Bytes::len);
                     remaining = remaining.saturating_sub(len);

@@ -122,7 +122,7 @@ impl AwaitReplication {
                 return Err(moved());
             }
             if *high_watermark.borrow_and_update() >= self.required_offset {
-                let isr = self.partition.isr().len();
+                let isr = self.partition.isr_size();
                 if isr < self.min_insync_replicas {
                     return Err((
                         ResponseError::NotEnoughReplicasAfterAppend,
@@ -170,7 +170,7 @@ fn append(
     })?;
     let min_isr = topic_config::min_insync_replicas(&topic.configs, &broker.config, registration.replicas.len());
     if acks == -1 {
-        let isr = partition.isr().len();
+        let isr = partition.isr_size();
         if isr < min_isr {
             return Err((
                 ResponseError::NotEnoughReplicas,

@@ -237,11 +237,10 @@ async fn truncate(
     states: Vec<(PartitionKey, FetchState)>,
 ) -> Result<(), ClientError> {
     let mut by_topic: HashMap<String, Vec<OffsetForLeaderPartition>> = HashMap::new();
-    let mut asked: HashMap<(String, i32), (PartitionKey, FetchState, Option<i32>)> = HashMap::new();
+    let mut asked: HashMap<(String, i32), (PartitionKey, FetchState)> = HashMap::new();
     for (key, state) in states {
         let p = &state.partition;
-        let latest = p.latest_log_epoch();
-        if latest.is_none() {
+        let Some(latest) = p.latest_log_epoch() else {
             // Nothing with an epoch in the log: nothing can diverge beyond the high watermark.
             let hw = p.high_watermark();
             match p.truncate_as_follower(hw, state.leader_epoch, false) {
@@ -252,14 +251,14 @@ async fn truncate(
                 }
             }
             continue;
-        }
+        };
         by_topic.entry(p.topic.clone()).or_default().push(
             OffsetForLeaderPartition::default()
                 .with_partition(p.index)
                 .with_current_leader_epoch(state.leader_epoch)
-                .with_leader_epoch(latest.unwrap_or(-1)),
+                .with_leader_epoch(latest),
         );
-        asked.insert((p.topic.clone(), p.index), (key, state, latest));
+        asked.insert((p.topic.clone(), p.index), (key, state));
     }
     if by_topic.is_empty() {
         return Ok(());
@@ -281,7 +280,7 @@ async fn truncate(
         .await?;
     for topic in response.topics {
         for result in topic.partitions {
-            let Some((key, state, latest)) = asked.remove(&(topic.topic.0.to_string(), result.partition)) else {
+            let Some((key, state)) = asked.remove(&(topic.topic.0.to_string(), result.partition)) else {
                 continue;
             };
             let p = &state.partition;
@@ -293,13 +292,7 @@ async fn truncate(
                 p.high_watermark()
             } else {
                 // Our own end for the epoch the leader answered with: where our histories agree.
-                let (_, own_end) = p.end_offset_for_epoch(result.leader_epoch);
-                let own_end = if Some(result.leader_epoch) == latest {
-                    p.log_end_offset()
-                } else {
-                    own_end
-                };
-                result.end_offset.min(own_end)
+                result.end_offset.min(p.end_offset_for_epoch(result.leader_epoch).1)
             };
             let end = p.log_end_offset();
             match p.truncate_as_follower(target.min(end), state.leader_epoch, false) {
@@ -319,7 +312,7 @@ async fn truncate(
             }
         }
     }
-    for (_, (key, state, _)) in asked {
+    for (_, (key, state)) in asked {
         retry_later(shared, key, state.leader_epoch);
     }
     Ok(())
