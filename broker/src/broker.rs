@@ -14,6 +14,7 @@ use crate::metadata::image::MetadataImage;
 use crate::metadata::records::{Endpoint, MetadataCommand};
 use crate::metadata::{node_id_of, CommitError, MetadataError, MetadataStore};
 use crate::replica_manager::ReplicaManager;
+use crate::topic_config;
 
 pub struct Broker {
     pub config: Arc<BrokerConfig>,
@@ -60,7 +61,10 @@ impl Broker {
         let permits = config
             .queued_max_request_bytes
             .clamp(1, (u32::MAX as usize).min(Semaphore::MAX_PERMITS));
-        let groups = GroupMetadataManager::new(config.group.clone(), config.offsets.clone());
+        let mut group_config = config.group.clone();
+        let max_message_bytes = topic_config::effective_value("max.message.bytes", &Default::default(), &config);
+        group_config.max_group_record_bytes = max_message_bytes.parse().unwrap_or(group_config.max_group_record_bytes);
+        let groups = GroupMetadataManager::new(group_config, config.offsets.clone());
         let broker = Arc::new(Broker {
             groups,
             request_memory: Arc::new(Semaphore::new(permits)),

@@ -42,6 +42,10 @@ pub struct GroupConfig {
     pub offset_metadata_max_bytes: usize,
     /// `offsets.retention.minutes`, in ms
     pub offsets_retention_ms: i64,
+    /// The largest group record `__consumer_offsets` takes (its `max.message.bytes`): a join
+    /// whose metadata would make the group's record larger is refused, since the group could
+    /// never be stored.
+    pub max_group_record_bytes: usize,
 }
 
 impl Default for GroupConfig {
@@ -54,6 +58,7 @@ impl Default for GroupConfig {
             max_size: i32::MAX as usize,
             offset_metadata_max_bytes: 4096,
             offsets_retention_ms: 7 * 24 * 3_600_000,
+            max_group_record_bytes: 1_048_588,
         }
     }
 }
@@ -600,6 +605,15 @@ impl GroupCoordinator {
         if !group.supports_protocols(&req.protocol_type, &req.protocols) {
             return Err(ResponseError::InconsistentGroupProtocol);
         }
+        let others: usize = group
+            .members
+            .iter()
+            .filter(|(id, _)| **id != req.member_id)
+            .map(|(_, m)| stored_bytes(&m.protocols) + m.assignment.len())
+            .sum();
+        if others + stored_bytes(&req.protocols) > config.max_group_record_bytes {
+            return Err(ResponseError::GroupMaxSizeReached);
+        }
         if is_unknown {
             join_unknown_member(group, &config, req, reply, now, fx)
         } else {
@@ -1099,6 +1113,11 @@ impl GroupCoordinator {
         });
         Ok((errors, effect))
     }
+}
+
+/// What a member's protocols add to the group's record, at most.
+fn stored_bytes(protocols: &[(String, Bytes)]) -> usize {
+    protocols.iter().map(|(name, metadata)| name.len() + metadata.len()).sum()
 }
 
 /// Restores a group from its stored record: Stable with its members, or Empty.
