@@ -341,7 +341,7 @@ impl Group {
             .collect();
         let mut votes: Vec<(usize, &String)> = candidates.iter().map(|c| (0, *c)).collect();
         for member in self.members.values() {
-            if let Some((_, choice)) = member.protocols.iter().find(|(n, _)| candidates.contains(&n)) {
+            if let Some((choice, _)) = member.protocols.iter().find(|(n, _)| candidates.contains(&n)) {
                 if let Some(slot) = votes.iter_mut().find(|(_, c)| *c == choice) {
                     slot.0 += 1;
                 }
@@ -720,6 +720,8 @@ impl GroupCoordinator {
                 for (id, member) in group.members.iter_mut() {
                     member.assignment = assignments.remove(id).unwrap_or_default();
                     if let Some(reply) = member.awaiting_sync.take() {
+                        // Kafka restarts the session once the assignment is handed out.
+                        member.last_heartbeat_ms = now;
                         fx.push(Effect::Sync(
                             reply,
                             SyncResult {
@@ -737,6 +739,7 @@ impl GroupCoordinator {
                 let config = self.config.clone();
                 for member in group.members.values_mut() {
                     if let Some(reply) = member.awaiting_sync.take() {
+                        member.last_heartbeat_ms = now;
                         fx.push(Effect::Sync(reply, SyncResult::failed(error)));
                     }
                 }
@@ -829,7 +832,11 @@ impl GroupCoordinator {
         let mut fx = Vec::new();
         let config = self.config.clone();
         for group in self.groups.values_mut() {
+            let pending = group.pending_members.len();
             group.pending_members.retain(|_, deadline| *deadline > now);
+            if group.pending_members.len() < pending {
+                try_complete_join(group, &config, now, &mut fx);
+            }
             let expired: Vec<String> = group
                 .members
                 .iter()
@@ -940,22 +947,20 @@ impl GroupCoordinator {
         if group.state == GroupState::Dead {
             return Err(ResponseError::CoordinatorNotAvailable);
         }
-        if group.is_static_member_fenced(member_id, instance_id) {
-            return Err(ResponseError::FencedInstanceId);
-        }
         if generation_id < 0 && group.state == GroupState::Empty {
             return Ok(partition);
+        }
+        // Kafka checks the member and its generation before the state.
+        check_member(group, member_id, instance_id)?;
+        if generation_id != group.generation_id {
+            return Err(ResponseError::IllegalGeneration);
         }
         if group.state == GroupState::CompletingRebalance {
             return Err(ResponseError::RebalanceInProgress);
         }
-        let Some(member) = group.members.get_mut(member_id) else {
-            return Err(ResponseError::UnknownMemberId);
-        };
-        if generation_id != group.generation_id {
-            return Err(ResponseError::IllegalGeneration);
+        if let Some(member) = group.members.get_mut(member_id) {
+            member.last_heartbeat_ms = now;
         }
-        member.last_heartbeat_ms = now;
         Ok(partition)
     }
 
@@ -1363,7 +1368,8 @@ fn add_member_and_rebalance(
     if group.leader_id.is_none() {
         group.leader_id = Some(member_id.to_string());
     }
-    if group.state == GroupState::PreparingRebalance && group.generation_id == 0 {
+    // Kafka: a rebalance that started from Empty (previous state), whatever the generation.
+    if group.state == GroupState::PreparingRebalance && group.initial_delay.is_some() {
         group.new_member_added = true;
     }
     maybe_prepare_rebalance(group, config, now, fx);
@@ -1421,7 +1427,7 @@ fn prepare_rebalance(group: &mut Group, config: &GroupConfig, now: i64, fx: &mut
     group.pending_assignment = None;
     let rebalance_timeout = group.rebalance_timeout_ms();
     if group.state == GroupState::Empty {
-        let delay = config.initial_rebalance_delay_ms.min(rebalance_timeout).max(0);
+        let delay = config.initial_rebalance_delay_ms.max(0);
         group.join_deadline_ms = now + delay;
         group.initial_delay = Some(InitialDelay {
             remaining_ms: (rebalance_timeout - delay).max(0),
