@@ -32,6 +32,10 @@ pub struct Broker {
     /// to be current. Before that, replaying the local metadata log passes through old states
     /// (this broker leading partitions it no longer leads), which must not be acted on.
     registered: std::sync::atomic::AtomicBool,
+    /// True once registered and the hosted partitions reflect the image: only then are client
+    /// requests served (Kafka too serves only after its initial metadata is published), so a
+    /// restarting broker never answers for a partition it has not opened yet.
+    serving: watch::Sender<bool>,
     /// Unused producer ids of this broker's current block: `next..end`.
     producer_ids: parking_lot::Mutex<(i64, i64)>,
     /// This process's registration; a controlled shutdown names it so that a stale one from a
@@ -73,6 +77,7 @@ impl Broker {
             replicas,
             reconcile_lock: parking_lot::Mutex::new(()),
             registered: std::sync::atomic::AtomicBool::new(false),
+            serving: watch::channel(false).0,
             producer_ids: parking_lot::Mutex::new((0, 0)),
             incarnation_id: Uuid::new_v4(),
             isr_proposals: parking_lot::Mutex::default(),
@@ -147,6 +152,12 @@ impl Broker {
         Ok(result)
     }
 
+    /// Waits until the broker may serve clients (see `serving`).
+    pub async fn wait_until_serving(&self) {
+        let mut serving = self.serving.subscribe();
+        let _ = serving.wait_for(|s| *s).await;
+    }
+
     /// A producer id never handed out before, taking a new block from the quorum when the
     /// current one is used up.
     pub async fn next_producer_id(&self) -> Result<i64, CommitError> {
@@ -199,6 +210,7 @@ async fn register(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
                 tracing::info!(node_id = broker.config.node_id, "registered with the metadata quorum");
                 broker.registered.store(true, std::sync::atomic::Ordering::Release);
                 broker.reconcile();
+                broker.serving.send_replace(true);
                 return;
             }
             Err(e) => {
