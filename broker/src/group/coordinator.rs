@@ -1122,7 +1122,10 @@ impl GroupCoordinator {
 
 /// What a member's protocols add to the group's record, at most.
 fn stored_bytes(protocols: &[(String, Bytes)]) -> usize {
-    protocols.iter().map(|(name, metadata)| name.len() + metadata.len()).sum()
+    protocols
+        .iter()
+        .map(|(name, metadata)| name.len() + metadata.len())
+        .sum()
 }
 
 /// Restores a group from its stored record: Stable with its members, or Empty.
