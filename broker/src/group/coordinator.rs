@@ -1492,11 +1492,12 @@ fn complete_join(group: &mut Group, now: i64, fx: &mut Fx) {
         group.join_deadline_ms = now + group.rebalance_timeout_ms();
         return;
     }
-    if !group
+    let leader_rejoined = group
         .leader_id
         .as_ref()
-        .is_some_and(|l| group.members.get(l).is_some_and(|m| m.awaiting_join.is_some()))
-    {
+        .and_then(|l| group.members.get(l))
+        .is_some_and(|m| m.awaiting_join.is_some());
+    if !leader_rejoined {
         group.leader_id = group
             .members
             .iter()
