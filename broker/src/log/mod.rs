@@ -10,6 +10,7 @@
 //!     00000000000000012345.log        next segment, named after its base offset
 //!     ...
 //!     leader-epoch-checkpoint         leader epoch -> first offset (Kafka's text checkpoint)
+//!     partition.metadata              the topic id this directory belongs to
 //!     .clean_shutdown                 present only between a clean close and the next open
 //! ```
 //!
@@ -24,16 +25,19 @@
 //! Nothing here decodes records: batches are handled through their 61-byte headers
 //! (`sluice_protocol::batch`).
 
+pub mod checkpoint_file;
 mod config;
 mod error;
 mod index;
 mod leader_epoch;
 mod partition_log;
+pub mod partition_metadata;
 mod segment;
 
 #[cfg(test)]
 mod tests;
 
+pub use checkpoint_file::{write_atomically, OffsetCheckpoint};
 pub use config::LogConfig;
 pub use error::LogError;
 pub use index::{OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset};
