@@ -606,7 +606,11 @@ mod tests {
             Err(BatchError::InvalidRecordCount { .. })
         ));
         assert_eq!(validate_stored_batch(&batch).unwrap().records_count, 1);
-        assert_eq!(validate_stored_batches(&batch).unwrap().record_count, 2, "offsets spanned");
+        assert_eq!(
+            validate_stored_batches(&batch).unwrap().record_count,
+            2,
+            "offsets spanned"
+        );
         // More records than offsets is never valid.
         batch[RECORDS_COUNT_OFFSET..RECORDS_COUNT_OFFSET + 4].copy_from_slice(&3i32.to_be_bytes());
         let crc = crc32c::crc32c(&batch[CRC_COVERED_FROM..]);
