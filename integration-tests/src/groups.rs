@@ -43,10 +43,14 @@ pub fn java_string_hash(s: &str) -> i32 {
         .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(c as i32))
 }
 
-/// The `__consumer_offsets` partition whose leader coordinates `group`
-/// (Kafka: `Utils.abs(groupId.hashCode) % offsets.topic.num.partitions`).
+/// The `__consumer_offsets` partition whose leader coordinates `group`. Kafka:
+/// `Utils.abs(groupId.hashCode) % offsets.topic.num.partitions`, where `Utils.abs` is
+/// `Math.abs` with `Integer.MIN_VALUE` mapped to 0 -- not `& 0x7fffffff` (the producer's
+/// `toPositive`), which gives another partition for every negative hash.
 pub fn offsets_partition(group: &str) -> i32 {
-    (java_string_hash(group) & 0x7fff_ffff) % OFFSETS_TOPIC_PARTITIONS
+    let h = java_string_hash(group);
+    let abs = if h == i32::MIN { 0 } else { h.abs() };
+    abs % OFFSETS_TOPIC_PARTITIONS
 }
 
 /// The coordinator a node names for `group` (FindCoordinator v3, key type 0 = group):
@@ -615,15 +619,30 @@ pub fn produce_all(bootstrap: &str, topic: &str, partitions: i32, seqs: std::ops
 }
 
 /// The committed offsets of `group` for `partitions` of `topic`, through OffsetFetch by a
-/// client that never joins the group (`None`: no committed offset).
+/// client that never joins the group (`None`: no committed offset). Retried for up to 30 s on
+/// errors, as clients do while a coordinator moves (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS).
 pub fn committed_offsets(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> Result<BTreeMap<i32, Option<i64>>> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match fetch_committed_once(bootstrap, group, topic, partitions) {
+            Ok(offsets) => return Ok(offsets),
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("OffsetFetch for {group} failed ({e:#}); retrying");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(e) => return Err(e.context("OffsetFetch, retried for 30 s")),
+        }
+    }
+}
+
+fn fetch_committed_once(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> Result<BTreeMap<i32, Option<i64>>> {
     let consumer: BaseConsumer = member_config(bootstrap, group, "sluice-groups-offset-fetch").create()?;
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
         tpl.add_partition(topic, p);
     }
     let committed = consumer
-        .committed_offsets(tpl, Duration::from_secs(20))
+        .committed_offsets(tpl, Duration::from_secs(10))
         .with_context(|| format!("OffsetFetch for group {group}"))?;
     let mut out = BTreeMap::new();
     for e in committed.elements_for_topic(topic) {
@@ -739,4 +758,18 @@ pub fn await_balanced(logs: &[&Arc<MemberLog>], partitions: i32, timeout: Durati
             logs.iter().map(|l| l.errors_tail(3)).collect::<Vec<_>>()
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_partition_matches_kafka_utils_abs_of_the_java_hash() {
+        assert_eq!(java_string_hash("orders-sink"), -1_813_797_765);
+        // Kafka 4.1 (checked against a real broker): orders-sink -> 15, analytics -> 10.
+        assert_eq!(offsets_partition("orders-sink"), 15);
+        assert_eq!(offsets_partition("analytics"), 10);
+        assert_eq!(offsets_partition("witness-0"), 46);
+    }
 }
