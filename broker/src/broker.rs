@@ -9,6 +9,7 @@ use uuid::Uuid;
 
 use crate::config::BrokerConfig;
 use crate::controller::{self, Outcome};
+use crate::group::GroupMetadataManager;
 use crate::metadata::image::MetadataImage;
 use crate::metadata::records::{Endpoint, MetadataCommand};
 use crate::metadata::{node_id_of, CommitError, MetadataError, MetadataStore};
@@ -18,6 +19,8 @@ pub struct Broker {
     pub config: Arc<BrokerConfig>,
     pub metadata: MetadataStore,
     pub replicas: ReplicaManager,
+    /// Consumer groups this broker coordinates.
+    pub groups: GroupMetadataManager,
     /// Bytes of requests being read or handled across all connections
     /// (`queued.max.request.bytes`): a flood of large requests waits instead of exhausting memory.
     pub request_memory: Arc<Semaphore>,
@@ -57,7 +60,9 @@ impl Broker {
         let permits = config
             .queued_max_request_bytes
             .clamp(1, (u32::MAX as usize).min(Semaphore::MAX_PERMITS));
+        let groups = GroupMetadataManager::new(config.group.clone(), config.offsets.clone());
         let broker = Arc::new(Broker {
+            groups,
             request_memory: Arc::new(Semaphore::new(permits)),
             config,
             metadata,
@@ -79,7 +84,8 @@ impl Broker {
             tokio::spawn(register(self.clone(), shutdown.clone())),
             tokio::spawn(follow_metadata(self.clone(), shutdown.clone())),
             tokio::spawn(run_controller(self.clone(), shutdown.clone())),
-            tokio::spawn(run_isr_maintenance(self.clone(), shutdown)),
+            tokio::spawn(run_isr_maintenance(self.clone(), shutdown.clone())),
+            tokio::spawn(GroupMetadataManager::run_timers(self.clone(), shutdown)),
         ]
     }
 
@@ -165,7 +171,9 @@ impl Broker {
             return;
         }
         let _serial = self.reconcile_lock.lock();
-        self.replicas.reconcile(&self.metadata.image(), now_ms());
+        let image = self.metadata.image();
+        self.replicas.reconcile(&image, now_ms());
+        self.groups.reconcile(&image, &self.replicas, self.config.node_id);
     }
 }
 

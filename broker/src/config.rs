@@ -7,6 +7,8 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
+use crate::group::coordinator::GroupConfig;
+use crate::group::OffsetsSettings;
 use crate::topic_config::{self, ConfigType};
 
 /// Command-line interface of the `sluice` binary.
@@ -104,6 +106,19 @@ const BROKER_KEYS: &[(&str, &str, ConfigType)] = &[
     ("auto.leader.rebalance.enable", "true", ConfigType::Boolean),
     ("leader.imbalance.check.interval.seconds", "300", ConfigType::Long),
     ("controlled.shutdown.enable", "true", ConfigType::Boolean),
+    // Consumer groups and their offsets topic.
+    ("offsets.topic.num.partitions", "50", ConfigType::Int),
+    ("offsets.topic.replication.factor", "3", ConfigType::Short),
+    ("offsets.topic.segment.bytes", "104857600", ConfigType::Int),
+    ("offsets.retention.minutes", "10080", ConfigType::Int),
+    ("offsets.retention.check.interval.ms", "600000", ConfigType::Long),
+    ("offsets.commit.timeout.ms", "5000", ConfigType::Int),
+    ("offsets.load.buffer.size", "5242880", ConfigType::Int),
+    ("offset.metadata.max.bytes", "4096", ConfigType::Int),
+    ("group.initial.rebalance.delay.ms", "3000", ConfigType::Int),
+    ("group.min.session.timeout.ms", "6000", ConfigType::Int),
+    ("group.max.session.timeout.ms", "1800000", ConfigType::Int),
+    ("group.max.size", "2147483647", ConfigType::Int),
 ];
 
 /// Resolved configuration of one broker.
@@ -142,6 +157,13 @@ pub struct BrokerConfig {
     pub auto_leader_rebalance_enable: bool,
     pub leader_imbalance_check_interval_seconds: u64,
     pub controlled_shutdown_enable: bool,
+    /// Consumer-group settings (`group.*`, `offsets.retention.minutes`, ...).
+    pub group: GroupConfig,
+    pub offsets: OffsetsSettings,
+    /// `offsets.topic.replication.factor`, lowered to the live brokers like other defaults.
+    pub offsets_topic_replication_factor: i16,
+    /// `offsets.topic.segment.bytes`
+    pub offsets_topic_segment_bytes: i32,
     /// Every `--set` value, by Kafka name: broker-level defaults for topic configs live here.
     pub overrides: BTreeMap<String, String>,
 }
@@ -208,6 +230,20 @@ impl BrokerConfig {
                 &get("log.retention.check.interval.ms"),
             )?,
             rack: Some(get("broker.rack")).filter(|r| !r.is_empty()),
+            group: group_config(&get)?,
+            offsets: OffsetsSettings {
+                commit_timeout_ms: parse_num("offsets.commit.timeout.ms", &get("offsets.commit.timeout.ms"))?,
+                load_buffer_size: parse_num("offsets.load.buffer.size", &get("offsets.load.buffer.size"))?,
+                retention_check_interval_ms: parse_num(
+                    "offsets.retention.check.interval.ms",
+                    &get("offsets.retention.check.interval.ms"),
+                )?,
+            },
+            offsets_topic_replication_factor: parse_num(
+                "offsets.topic.replication.factor",
+                &get("offsets.topic.replication.factor"),
+            )?,
+            offsets_topic_segment_bytes: parse_num("offsets.topic.segment.bytes", &get("offsets.topic.segment.bytes"))?,
             overrides,
         })
     }
@@ -246,6 +282,28 @@ impl BrokerConfig {
         }
         out
     }
+}
+
+/// The group coordinator's settings from their Kafka property names.
+fn group_config(get: &dyn Fn(&str) -> String) -> Result<GroupConfig, ConfigError> {
+    let num = |key: &str| parse_num::<i64>(key, &get(key));
+    let partitions = num("offsets.topic.num.partitions")?;
+    if !(1..=crate::controller::MAX_PARTITIONS_PER_TOPIC as i64).contains(&partitions) {
+        return Err(ConfigError::InvalidValue {
+            key: "offsets.topic.num.partitions".into(),
+            value: partitions.to_string(),
+            reason: "must be between 1 and 10000".into(),
+        });
+    }
+    Ok(GroupConfig {
+        num_partitions: partitions as i32,
+        min_session_timeout_ms: num("group.min.session.timeout.ms")?.clamp(0, i32::MAX as i64) as i32,
+        max_session_timeout_ms: num("group.max.session.timeout.ms")?.clamp(0, i32::MAX as i64) as i32,
+        initial_rebalance_delay_ms: num("group.initial.rebalance.delay.ms")?.max(0),
+        max_size: num("group.max.size")?.max(1) as usize,
+        offset_metadata_max_bytes: num("offset.metadata.max.bytes")?.max(0) as usize,
+        offsets_retention_ms: num("offsets.retention.minutes")?.max(1).saturating_mul(60_000),
+    })
 }
 
 /// The voter set and this node's controller listener. A node alone (no --voters) is a

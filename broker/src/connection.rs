@@ -69,7 +69,7 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, mut
         let outgoing = match decode_request(frame.freeze()) {
             Ok(request) => {
                 let (version, correlation_id) = (request.api_version, request.header.correlation_id);
-                match api::handle(&broker, request) {
+                match api::handle(&broker, request, peer) {
                     Reply::None => continue,
                     Reply::Now(body) => match encode_response(version, correlation_id, &body) {
                         Ok(bytes) => Outgoing::Ready(bytes),

@@ -5,6 +5,7 @@ pub mod broker;
 pub mod config;
 pub mod connection;
 pub mod controller;
+pub mod group;
 pub mod log;
 pub mod metadata;
 pub mod partition;

@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
@@ -580,6 +581,58 @@ impl Partition {
             log.delete()
         } else {
             log.close()
+        }
+    }
+}
+
+/// An append waiting for the high watermark to pass `required_offset` (Kafka's
+/// `DelayedProduce`, used by `acks=all` produces and by offset commits).
+pub struct AwaitReplication {
+    pub partition: Arc<Partition>,
+    pub required_offset: i64,
+    pub leader_epoch: i32,
+    pub min_insync_replicas: usize,
+}
+
+impl AwaitReplication {
+    /// Done when the high watermark reaches `required_offset` (with
+    /// `NOT_ENOUGH_REPLICAS_AFTER_APPEND` if the ISR shrank below the minimum meanwhile),
+    /// failed if leadership moves or the deadline passes first. Woken by high-watermark and
+    /// leader-epoch changes, never by polling.
+    pub async fn wait(self, deadline: tokio::time::Instant) -> Result<(), AppendError> {
+        let mut high_watermark = self.partition.watch_high_watermark();
+        let mut leader_epoch = self.partition.watch_leader_epoch();
+        let moved = || {
+            (
+                ResponseError::NotLeaderOrFollower,
+                "leadership moved before the records were replicated; retry against the new leader".to_string(),
+            )
+        };
+        loop {
+            if *leader_epoch.borrow_and_update() != self.leader_epoch || !self.partition.is_leader() {
+                return Err(moved());
+            }
+            if *high_watermark.borrow_and_update() >= self.required_offset {
+                let isr = self.partition.isr_size();
+                if isr < self.min_insync_replicas {
+                    return Err((
+                        ResponseError::NotEnoughReplicasAfterAppend,
+                        format!(
+                            "the records were written, but the ISR shrank to {isr}, below min.insync.replicas={}",
+                            self.min_insync_replicas
+                        ),
+                    ));
+                }
+                return Ok(());
+            }
+            tokio::select! {
+                changed = high_watermark.changed() => if changed.is_err() { return Err(moved()) },
+                changed = leader_epoch.changed() => if changed.is_err() { return Err(moved()) },
+                _ = tokio::time::sleep_until(deadline) => return Err((
+                    ResponseError::RequestTimedOut,
+                    "the in-sync replicas did not confirm the records within the request timeout".to_string(),
+                )),
+            }
         }
     }
 }

@@ -49,15 +49,25 @@ implemented_apis! {
     Fetch: FetchRequest => FetchResponse;
     ListOffsets: ListOffsetsRequest => ListOffsetsResponse;
     Metadata: MetadataRequest => MetadataResponse;
+    OffsetCommit: OffsetCommitRequest => OffsetCommitResponse;
+    OffsetFetch: OffsetFetchRequest => OffsetFetchResponse;
     FindCoordinator: FindCoordinatorRequest => FindCoordinatorResponse;
+    JoinGroup: JoinGroupRequest => JoinGroupResponse;
+    Heartbeat: HeartbeatRequest => HeartbeatResponse;
+    LeaveGroup: LeaveGroupRequest => LeaveGroupResponse;
+    SyncGroup: SyncGroupRequest => SyncGroupResponse;
+    DescribeGroups: DescribeGroupsRequest => DescribeGroupsResponse;
+    ListGroups: ListGroupsRequest => ListGroupsResponse;
     ApiVersions: ApiVersionsRequest => ApiVersionsResponse;
     CreateTopics: CreateTopicsRequest => CreateTopicsResponse;
     DeleteTopics: DeleteTopicsRequest => DeleteTopicsResponse;
+    DeleteGroups: DeleteGroupsRequest => DeleteGroupsResponse;
     InitProducerId: InitProducerIdRequest => InitProducerIdResponse;
     OffsetForLeaderEpoch: OffsetForLeaderEpochRequest => OffsetForLeaderEpochResponse;
     DescribeConfigs: DescribeConfigsRequest => DescribeConfigsResponse;
     CreatePartitions: CreatePartitionsRequest => CreatePartitionsResponse;
     IncrementalAlterConfigs: IncrementalAlterConfigsRequest => IncrementalAlterConfigsResponse;
+    OffsetDelete: OffsetDeleteRequest => OffsetDeleteResponse;
     DescribeQuorum: DescribeQuorumRequest => DescribeQuorumResponse;
     DescribeCluster: DescribeClusterRequest => DescribeClusterResponse;
 }

@@ -1,39 +1,167 @@
-//! FindCoordinator: where a consumer group's or transactional producer's coordinator lives.
+//! FindCoordinator: the broker coordinating a consumer group is the leader of the group's
+//! `__consumer_offsets` partition. The topic is created on first use (Kafka does the same),
+//! with `offsets.topic.num.partitions` partitions and `offsets.topic.replication.factor`
+//! replicas (fewer while fewer brokers are live), compacted.
 //!
-//! Group and transaction coordinators are not implemented yet, so every key is answered with
-//! COORDINATOR_NOT_AVAILABLE (retriable) and a message saying why. The API is served anyway
-//! because librdkafka enables LZ4 (and other features) only for brokers that list it.
+//! Transaction coordinators are not implemented: transaction keys get
+//! COORDINATOR_NOT_AVAILABLE with a message saying so.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
+use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
 
-use super::str_bytes;
+use super::{commit_error, str_bytes};
+use crate::broker::Broker;
+use crate::controller::NewTopic;
+use crate::group::OFFSETS_TOPIC;
+use crate::metadata::image::MetadataImage;
+use crate::metadata::records::MetadataCommand;
 
 /// v4 batches keys into `coordinator_keys` and answers per key.
 const FIRST_BATCHED_VERSION: i16 = 4;
-const NOT_YET: &str = "consumer groups and transactions are not supported by this broker yet";
+const GROUP_KEY: i8 = 0;
+const TRANSACTION_KEY: i8 = 1;
 
-pub fn handle(request: FindCoordinatorRequest, version: i16) -> FindCoordinatorResponse {
-    let error = ResponseError::CoordinatorNotAvailable.code();
+/// Where a key's coordinator is, or why there is none.
+struct Found {
+    node_id: i32,
+    host: String,
+    port: i32,
+    error: Option<(ResponseError, String)>,
+}
+
+pub async fn handle(broker: Arc<Broker>, request: FindCoordinatorRequest, version: i16) -> FindCoordinatorResponse {
+    let keys: Vec<StrBytes> = if version < FIRST_BATCHED_VERSION {
+        vec![request.key.clone()]
+    } else {
+        request.coordinator_keys.clone()
+    };
+    let image = if request.key_type == GROUP_KEY && !keys.is_empty() {
+        ensure_offsets_topic(&broker).await
+    } else {
+        Ok(broker.metadata.image())
+    };
+    let found: Vec<Found> = keys
+        .iter()
+        .map(|key| match (&image, request.key_type) {
+            (_, TRANSACTION_KEY) => not_found(
+                ResponseError::CoordinatorNotAvailable,
+                "transactions are not supported by this broker yet".into(),
+            ),
+            (_, k) if k != GROUP_KEY => not_found(ResponseError::InvalidRequest, format!("unknown key type {k}")),
+            (Err(e), _) => not_found(e.0, e.1.clone()),
+            (Ok(image), _) => group_coordinator(&broker, image, key),
+        })
+        .collect();
     if version < FIRST_BATCHED_VERSION {
+        let f = found
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| not_found(ResponseError::InvalidRequest, "no key".into()));
         return FindCoordinatorResponse::default()
-            .with_error_code(error)
-            .with_error_message(Some(str_bytes(NOT_YET)))
-            .with_node_id(BrokerId(-1))
-            .with_port(-1);
+            .with_error_code(f.error.as_ref().map_or(0, |e| e.0.code()))
+            .with_error_message(f.error.map(|e| str_bytes(e.1)))
+            .with_node_id(BrokerId(f.node_id))
+            .with_host(str_bytes(f.host))
+            .with_port(f.port);
     }
-    let coordinators = request
-        .coordinator_keys
+    let coordinators = keys
         .into_iter()
-        .map(|key| {
+        .zip(found)
+        .map(|(key, f)| {
             Coordinator::default()
                 .with_key(key)
-                .with_node_id(BrokerId(-1))
-                .with_port(-1)
-                .with_error_code(error)
-                .with_error_message(Some(str_bytes(NOT_YET)))
+                .with_node_id(BrokerId(f.node_id))
+                .with_host(str_bytes(f.host))
+                .with_port(f.port)
+                .with_error_code(f.error.as_ref().map_or(0, |e| e.0.code()))
+                .with_error_message(f.error.map(|e| str_bytes(e.1)))
         })
         .collect();
     FindCoordinatorResponse::default().with_coordinators(coordinators)
+}
+
+fn not_found(error: ResponseError, message: String) -> Found {
+    Found {
+        node_id: -1,
+        host: String::new(),
+        port: -1,
+        error: Some((error, message)),
+    }
+}
+
+fn group_coordinator(broker: &Broker, image: &MetadataImage, group_id: &str) -> Found {
+    if group_id.is_empty() {
+        return not_found(ResponseError::InvalidRequest, "the group id is empty".into());
+    }
+    let partition = broker.groups.partition_for(group_id);
+    let leader = image
+        .topic(OFFSETS_TOPIC)
+        .and_then(|t| t.partitions.get(partition as usize))
+        .map_or(-1, |p| p.leader);
+    match image.brokers.get(&leader).filter(|b| b.is_live()) {
+        Some(b) => match b.endpoints.first() {
+            Some(endpoint) => Found {
+                node_id: leader,
+                host: endpoint.host.clone(),
+                port: endpoint.port,
+                error: None,
+            },
+            None => not_found(
+                ResponseError::CoordinatorNotAvailable,
+                "the coordinator has no listener".into(),
+            ),
+        },
+        None => not_found(
+            ResponseError::CoordinatorNotAvailable,
+            format!("partition {partition} of {OFFSETS_TOPIC} has no live leader yet; retry shortly"),
+        ),
+    }
+}
+
+/// The image once `__consumer_offsets` exists, creating it if needed.
+async fn ensure_offsets_topic(broker: &Broker) -> Result<Arc<MetadataImage>, (ResponseError, String)> {
+    let image = broker.metadata.image();
+    if image.topic(OFFSETS_TOPIC).is_some() {
+        return Ok(image);
+    }
+    let config = &broker.config;
+    let topic = NewTopic {
+        name: OFFSETS_TOPIC.to_string(),
+        num_partitions: config.group.num_partitions,
+        replication_factor: config.offsets_topic_replication_factor,
+        replication_factor_defaulted: true,
+        assignments: None,
+        configs: BTreeMap::from([
+            ("cleanup.policy".to_string(), "compact".to_string()),
+            ("compression.type".to_string(), "producer".to_string()),
+            (
+                "segment.bytes".to_string(),
+                config.offsets_topic_segment_bytes.to_string(),
+            ),
+        ]),
+    };
+    let command = MetadataCommand::CreateTopic {
+        topic,
+        topic_id: Uuid::new_v4(),
+    };
+    match broker.commit(command).await {
+        Ok((image, _)) => {
+            tracing::info!(partitions = config.group.num_partitions, "created {OFFSETS_TOPIC}");
+            Ok(image)
+        }
+        Err(e) => {
+            let image = broker.metadata.image();
+            if image.topic(OFFSETS_TOPIC).is_some() {
+                return Ok(image); // created concurrently
+            }
+            let (_, message) = commit_error(&e);
+            Err((ResponseError::CoordinatorNotAvailable, message))
+        }
+    }
 }

@@ -5,19 +5,30 @@
 pub mod api_versions;
 pub mod create_partitions;
 pub mod create_topics;
+pub mod delete_groups;
 pub mod delete_topics;
 pub mod describe_cluster;
 pub mod describe_configs;
+pub mod describe_groups;
 pub mod describe_quorum;
 pub mod fetch;
 pub mod find_coordinator;
+pub mod heartbeat;
 pub mod incremental_alter_configs;
 pub mod init_producer_id;
+pub mod join_group;
+pub mod leave_group;
+pub mod list_groups;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offset_commit;
+pub mod offset_delete;
+pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod produce;
+pub mod sync_group;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
@@ -38,8 +49,9 @@ pub enum Reply {
     Later(BoxFuture<'static, ResponseBody>),
 }
 
-pub fn handle(broker: &Arc<Broker>, request: Request) -> Reply {
+pub fn handle(broker: &Arc<Broker>, request: Request, peer: SocketAddr) -> Reply {
     let version = request.api_version;
+    let client_id = request.header.client_id.as_deref().unwrap_or_default().to_string();
     let now = |body| Reply::Now(body);
     let b = broker.clone();
     match request.body {
@@ -61,7 +73,23 @@ pub fn handle(broker: &Arc<Broker>, request: Request) -> Reply {
             offset_for_leader_epoch::handle(broker, r),
         )),
         RequestBody::InitProducerId(r) => later(init_producer_id::handle(b, r).map(ResponseBody::InitProducerId)),
-        RequestBody::FindCoordinator(r) => now(ResponseBody::FindCoordinator(find_coordinator::handle(r, version))),
+        RequestBody::FindCoordinator(r) => {
+            later(find_coordinator::handle(b, r, version).map(ResponseBody::FindCoordinator))
+        }
+        RequestBody::JoinGroup(r) => {
+            later(join_group::handle(b, r, version, client_id, peer).map(ResponseBody::JoinGroup))
+        }
+        RequestBody::SyncGroup(r) => later(sync_group::handle(b, r).map(ResponseBody::SyncGroup)),
+        RequestBody::Heartbeat(r) => now(ResponseBody::Heartbeat(heartbeat::handle(broker, r))),
+        RequestBody::LeaveGroup(r) => now(ResponseBody::LeaveGroup(leave_group::handle(broker, r, version))),
+        RequestBody::OffsetCommit(r) => later(offset_commit::handle(b, r).map(ResponseBody::OffsetCommit)),
+        RequestBody::OffsetFetch(r) => now(ResponseBody::OffsetFetch(offset_fetch::handle(broker, r, version))),
+        RequestBody::ListGroups(r) => now(ResponseBody::ListGroups(list_groups::handle(broker, r))),
+        RequestBody::DescribeGroups(r) => now(ResponseBody::DescribeGroups(describe_groups::handle(
+            broker, r, version,
+        ))),
+        RequestBody::DeleteGroups(r) => later(delete_groups::handle(b, r).map(ResponseBody::DeleteGroups)),
+        RequestBody::OffsetDelete(r) => later(offset_delete::handle(b, r).map(ResponseBody::OffsetDelete)),
         RequestBody::DescribeCluster(r) => now(ResponseBody::DescribeCluster(describe_cluster::handle(broker, r))),
         RequestBody::DescribeQuorum(r) => now(ResponseBody::DescribeQuorum(describe_quorum::handle(
             broker, r, version,

@@ -5,7 +5,6 @@
 //! passes every appended batch, woken by high-watermark and leadership changes, or until the
 //! request's timeout.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -20,7 +19,7 @@ use sluice_protocol::ResponseBody;
 use super::{str_bytes, Reply};
 use crate::broker::{now_ms, Broker};
 use crate::metadata::image::TopicImage;
-use crate::partition::{AppendOutcome, Partition};
+use crate::partition::{AppendOutcome, AwaitReplication};
 use crate::topic_config;
 
 /// Produce v13 names topics by id; earlier versions by name.
@@ -94,56 +93,6 @@ pub fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> Reply {
         }
         .boxed(),
     )
-}
-
-/// An `acks=all` append waiting for the high watermark to pass `required_offset`.
-struct AwaitReplication {
-    partition: Arc<Partition>,
-    required_offset: i64,
-    leader_epoch: i32,
-    min_insync_replicas: usize,
-}
-
-impl AwaitReplication {
-    /// Kafka's `DelayedProduce` completion: done when the high watermark reaches the batch
-    /// (with `NOT_ENOUGH_REPLICAS_AFTER_APPEND` if the ISR shrank below the minimum meanwhile),
-    /// failed if leadership moves or the deadline passes first.
-    async fn wait(self, deadline: tokio::time::Instant) -> Result<(), (ResponseError, String)> {
-        let mut high_watermark = self.partition.watch_high_watermark();
-        let mut leader_epoch = self.partition.watch_leader_epoch();
-        let moved = || {
-            (
-                ResponseError::NotLeaderOrFollower,
-                "leadership moved before the records were replicated; retry against the new leader".to_string(),
-            )
-        };
-        loop {
-            if *leader_epoch.borrow_and_update() != self.leader_epoch || !self.partition.is_leader() {
-                return Err(moved());
-            }
-            if *high_watermark.borrow_and_update() >= self.required_offset {
-                let isr = self.partition.isr_size();
-                if isr < self.min_insync_replicas {
-                    return Err((
-                        ResponseError::NotEnoughReplicasAfterAppend,
-                        format!(
-                            "the records were written, but the ISR shrank to {isr}, below min.insync.replicas={}",
-                            self.min_insync_replicas
-                        ),
-                    ));
-                }
-                return Ok(());
-            }
-            tokio::select! {
-                changed = high_watermark.changed() => if changed.is_err() { return Err(moved()) },
-                changed = leader_epoch.changed() => if changed.is_err() { return Err(moved()) },
-                _ = tokio::time::sleep_until(deadline) => return Err((
-                    ResponseError::RequestTimedOut,
-                    "the in-sync replicas did not confirm the records within the request timeout".to_string(),
-                )),
-            }
-        }
-    }
 }
 
 /// Offsets assigned by a successful append.

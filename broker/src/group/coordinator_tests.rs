@@ -1,0 +1,2 @@
+//! Unit tests of the group state machine (fake clock).
+use super::*;

@@ -1,0 +1,622 @@
+//! Consumer groups (Kafka's classic group protocol) and their durable offsets.
+//!
+//! `coordinator.rs` is the pure state machine; `records.rs` the `__consumer_offsets` record
+//! formats. This module is the glue (Kafka's `GroupMetadataManager`): it loads a partition's
+//! groups when this broker becomes its leader and drops them when leadership moves, appends the
+//! records the state machine asks for to `__consumer_offsets` and waits until they are
+//! committed (high watermark past them) before the client is answered, delivers deferred
+//! JoinGroup/SyncGroup answers, and drives the timers.
+//!
+//! The state machine sits behind one mutex, never held across an await; appends to the
+//! offsets partition happen under it so that validation and append are one step.
+
+pub mod coordinator;
+pub mod records;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use parking_lot::Mutex;
+use tokio::sync::{oneshot, watch};
+
+use sluice_protocol::batch::BatchIter;
+
+use crate::broker::{now_ms, Broker};
+use crate::metadata::image::MetadataImage;
+use crate::partition::{AppendOutcome, AwaitReplication, Partition, ReadBound};
+use crate::replica_manager::ReplicaManager;
+use crate::topic_config;
+use coordinator::{
+    Effect, GroupConfig, GroupCoordinator, GroupSummary, JoinRequest, JoinResult, MemberError, ReplyId, SyncRequest,
+    SyncResult,
+};
+use records::OffsetAndMetadata;
+
+/// The internal topic holding group metadata and committed offsets.
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+/// How often session, join and sync deadlines are checked.
+const TICK: Duration = Duration::from_millis(100);
+
+/// Settings of the glue, by Kafka property name.
+#[derive(Debug, Clone)]
+pub struct OffsetsSettings {
+    /// `offsets.commit.timeout.ms`: how long a commit waits for the ISR.
+    pub commit_timeout_ms: u64,
+    /// `offsets.load.buffer.size`: bytes read per step while loading a partition.
+    pub load_buffer_size: usize,
+    /// `offsets.retention.check.interval.ms`
+    pub retention_check_interval_ms: u64,
+}
+
+pub struct GroupMetadataManager {
+    inner: Arc<Mutex<Inner>>,
+    settings: OffsetsSettings,
+}
+
+struct Inner {
+    coordinator: GroupCoordinator,
+    next_reply: ReplyId,
+    joins: HashMap<ReplyId, oneshot::Sender<JoinResult>>,
+    syncs: HashMap<ReplyId, oneshot::Sender<SyncResult>>,
+}
+
+/// Appends the state machine asked for, run once the lock is released.
+enum Store {
+    Group {
+        partition: i32,
+        group_id: String,
+        key: Bytes,
+        value: Bytes,
+        generation_id: i32,
+        completes_sync: bool,
+    },
+    Tombstones {
+        partition: i32,
+        keys: Vec<Bytes>,
+    },
+}
+
+impl Inner {
+    /// Delivers answers now and returns the appends to make.
+    fn apply(&mut self, fx: Vec<Effect>) -> Vec<Store> {
+        let mut stores = Vec::new();
+        for effect in fx {
+            match effect {
+                Effect::Join(id, result) => {
+                    if let Some(tx) = self.joins.remove(&id) {
+                        let _ = tx.send(result);
+                    }
+                }
+                Effect::Sync(id, result) => {
+                    if let Some(tx) = self.syncs.remove(&id) {
+                        let _ = tx.send(result);
+                    }
+                }
+                Effect::StoreGroup {
+                    partition,
+                    group_id,
+                    group,
+                    generation_id,
+                    completes_sync,
+                } => stores.push(Store::Group {
+                    partition,
+                    key: records::group_metadata_key(&group_id),
+                    value: records::group_metadata_value(&group),
+                    group_id,
+                    generation_id,
+                    completes_sync,
+                }),
+                Effect::Tombstones {
+                    partition,
+                    group_id,
+                    offsets,
+                    group,
+                } => {
+                    let mut keys: Vec<Bytes> = offsets
+                        .iter()
+                        .map(|(topic, p)| records::offset_commit_key(&group_id, topic, *p))
+                        .collect();
+                    if group {
+                        keys.push(records::group_metadata_key(&group_id));
+                    }
+                    if !keys.is_empty() {
+                        stores.push(Store::Tombstones { partition, keys });
+                    }
+                }
+            }
+        }
+        stores
+    }
+
+    fn reply_id(&mut self) -> ReplyId {
+        self.next_reply = self.next_reply.wrapping_add(1);
+        self.next_reply
+    }
+}
+
+impl GroupMetadataManager {
+    pub fn new(config: GroupConfig, settings: OffsetsSettings) -> Self {
+        GroupMetadataManager {
+            inner: Arc::new(Mutex::new(Inner {
+                coordinator: GroupCoordinator::new(config),
+                next_reply: 0,
+                joins: HashMap::new(),
+                syncs: HashMap::new(),
+            })),
+            settings,
+        }
+    }
+
+    pub fn partition_for(&self, group_id: &str) -> i32 {
+        self.inner.lock().coordinator.partition_for(group_id)
+    }
+
+    pub fn config(&self) -> GroupConfig {
+        self.inner.lock().coordinator.config().clone()
+    }
+
+    /// Follows leadership of `__consumer_offsets` partitions: loads the groups of partitions
+    /// this broker now leads (at a new leader epoch) and unloads those it no longer leads.
+    pub fn reconcile(&self, image: &MetadataImage, replicas: &ReplicaManager, node_id: i32) {
+        let mut wanted: HashMap<i32, (i32, Arc<Partition>)> = HashMap::new();
+        if let Some(topic) = image.topic(OFFSETS_TOPIC) {
+            for (index, registration) in topic.partitions.iter().enumerate() {
+                if registration.leader != node_id {
+                    continue;
+                }
+                if let Some(partition) = replicas.get(topic.topic_id, index as i32) {
+                    wanted.insert(index as i32, (registration.leader_epoch, partition));
+                }
+            }
+        }
+        let mut inner = self.inner.lock();
+        let owned = inner.coordinator.owned_partitions();
+        let mut fx = Vec::new();
+        for (partition, epoch) in &owned {
+            if wanted.get(partition).map(|(e, _)| e) != Some(epoch) {
+                tracing::info!(
+                    partition,
+                    "no longer leading this __consumer_offsets partition; unloading its groups"
+                );
+                fx.extend(inner.coordinator.unload(*partition));
+            }
+        }
+        for (index, (epoch, partition)) in wanted {
+            if owned.get(&index) == Some(&epoch) {
+                continue;
+            }
+            fx.extend(inner.coordinator.begin_load(index, epoch));
+            let manager = self.inner.clone();
+            let buffer = self.settings.load_buffer_size;
+            tokio::task::spawn_blocking(move || load_partition(manager, partition, index, epoch, buffer));
+        }
+        let stores = inner.apply(fx);
+        debug_assert!(stores.is_empty(), "loading and unloading only answer waiting requests");
+    }
+
+    pub async fn join(&self, broker: &Arc<Broker>, request: JoinRequest) -> JoinResult {
+        let (tx, rx) = oneshot::channel();
+        let stores = {
+            let mut inner = self.inner.lock();
+            let id = inner.reply_id();
+            inner.joins.insert(id, tx);
+            let fx = inner.coordinator.join_group(request, id, now_ms());
+            inner.apply(fx)
+        };
+        self.run_stores(broker, stores);
+        rx.await.unwrap_or_else(|_| lost_join())
+    }
+
+    pub async fn sync(&self, broker: &Arc<Broker>, request: SyncRequest) -> SyncResult {
+        let (tx, rx) = oneshot::channel();
+        let stores = {
+            let mut inner = self.inner.lock();
+            let id = inner.reply_id();
+            inner.syncs.insert(id, tx);
+            let fx = inner.coordinator.sync_group(request, id, now_ms());
+            inner.apply(fx)
+        };
+        self.run_stores(broker, stores);
+        rx.await.unwrap_or_else(|_| SyncResult {
+            error: Some(ResponseError::CoordinatorNotAvailable),
+            protocol_type: None,
+            protocol_name: None,
+            assignment: Bytes::new(),
+        })
+    }
+
+    pub fn heartbeat(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation_id: i32,
+    ) -> Result<(), ResponseError> {
+        self.inner
+            .lock()
+            .coordinator
+            .heartbeat(group_id, member_id, instance_id, generation_id, now_ms())
+    }
+
+    pub fn leave(
+        &self,
+        broker: &Arc<Broker>,
+        group_id: &str,
+        members: &[(String, Option<String>)],
+    ) -> Result<Vec<MemberError>, ResponseError> {
+        let (errors, stores) = {
+            let mut inner = self.inner.lock();
+            let (errors, fx) = inner.coordinator.leave_group(group_id, members, now_ms())?;
+            (errors, inner.apply(fx))
+        };
+        self.run_stores(broker, stores);
+        Ok(errors)
+    }
+
+    /// Commits offsets: checked against the group, appended to its partition, and answered
+    /// once the ISR has them, so a coordinator failover never loses an acknowledged commit.
+    pub async fn commit_offsets(
+        &self,
+        broker: &Arc<Broker>,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation_id: i32,
+        offsets: Vec<((String, i32), OffsetAndMetadata)>,
+    ) -> Result<(), ResponseError> {
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        let now = now_ms();
+        let wait = {
+            let mut inner = self.inner.lock();
+            let partition = inner
+                .coordinator
+                .validate_commit(group_id, member_id, instance_id, generation_id, now)?;
+            let records: Vec<(Bytes, Option<Bytes>)> = offsets
+                .iter()
+                .map(|((topic, p), value)| {
+                    (
+                        records::offset_commit_key(group_id, topic, *p),
+                        Some(records::offset_commit_value(value)),
+                    )
+                })
+                .collect();
+            append(broker, partition, &records, now).map_err(commit_error)?
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(self.settings.commit_timeout_ms);
+        wait.wait(deadline).await.map_err(|(e, _)| commit_error(e))?;
+        self.inner
+            .lock()
+            .coordinator
+            .offsets_committed(group_id, offsets, now_ms());
+        Ok(())
+    }
+
+    #[allow(clippy::type_complexity)]
+    pub fn fetch_offsets(
+        &self,
+        group_id: &str,
+        topics: Option<&[(String, Vec<i32>)]>,
+    ) -> Result<Vec<(String, i32, Option<OffsetAndMetadata>)>, ResponseError> {
+        self.inner.lock().coordinator.fetch_offsets(group_id, topics)
+    }
+
+    pub fn list_groups(&self) -> (Vec<(String, String, coordinator::GroupState)>, bool) {
+        self.inner.lock().coordinator.list_groups()
+    }
+
+    pub fn describe_group(&self, group_id: &str) -> Result<Option<GroupSummary>, ResponseError> {
+        self.inner.lock().coordinator.describe_group(group_id)
+    }
+
+    /// Deletes an empty group: answered once its tombstones are committed.
+    pub async fn delete_group(&self, broker: &Arc<Broker>, group_id: &str) -> Result<(), ResponseError> {
+        let stores = {
+            let mut inner = self.inner.lock();
+            let effect = inner.coordinator.delete_group(group_id)?;
+            inner.apply(vec![effect])
+        };
+        self.store_and_wait(broker, stores).await
+    }
+
+    pub async fn delete_offsets(
+        &self,
+        broker: &Arc<Broker>,
+        group_id: &str,
+        partitions: &[(String, i32)],
+    ) -> Result<Vec<MemberError>, ResponseError> {
+        let (errors, stores) = {
+            let mut inner = self.inner.lock();
+            let (errors, effect) = inner.coordinator.delete_offsets(group_id, partitions, subscribes_to)?;
+            (errors, inner.apply(effect.into_iter().collect()))
+        };
+        self.store_and_wait(broker, stores).await?;
+        Ok(errors)
+    }
+
+    /// Session expiry, rebalance deadlines and offset expiry, until shutdown.
+    pub async fn run_timers(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+        let mut ticker = tokio::time::interval(TICK);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let retention_check = Duration::from_millis(broker.groups.settings.retention_check_interval_ms.max(1));
+        let mut last_retention_check = tokio::time::Instant::now();
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = ticker.tick() => {}
+            }
+            let now = now_ms();
+            let stores = {
+                let mut inner = broker.groups.inner.lock();
+                let mut fx = inner.coordinator.tick(now);
+                if last_retention_check.elapsed() >= retention_check {
+                    last_retention_check = tokio::time::Instant::now();
+                    fx.extend(inner.coordinator.expire_offsets(now));
+                }
+                inner.apply(fx)
+            };
+            broker.groups.run_stores(&broker, stores);
+        }
+    }
+
+    /// Appends each store in the background; a stored assignment then completes its
+    /// generation's SyncGroup answers.
+    fn run_stores(&self, broker: &Arc<Broker>, stores: Vec<Store>) {
+        for store in stores {
+            let broker = broker.clone();
+            tokio::spawn(async move {
+                let outcome = store_one(&broker, &store).await;
+                if let Store::Group {
+                    group_id,
+                    generation_id,
+                    completes_sync: true,
+                    ..
+                } = &store
+                {
+                    let result = outcome.map_err(store_group_error);
+                    let stores = {
+                        let mut inner = broker.groups.inner.lock();
+                        let fx = inner
+                            .coordinator
+                            .group_stored(group_id, *generation_id, result, now_ms());
+                        inner.apply(fx)
+                    };
+                    broker.groups.run_stores(&broker, stores);
+                } else if let Err(e) = outcome {
+                    tracing::warn!(error = ?e, "could not write a group record to __consumer_offsets; the coordinator's next change rewrites it");
+                }
+            });
+        }
+    }
+
+    async fn store_and_wait(&self, broker: &Arc<Broker>, stores: Vec<Store>) -> Result<(), ResponseError> {
+        for store in &stores {
+            store_one(broker, store).await.map_err(commit_error)?;
+        }
+        Ok(())
+    }
+}
+
+/// A JoinGroup whose answer was dropped (it cannot happen while the coordinator holds the
+/// sender, but the client must get an answer it retries on).
+fn lost_join() -> JoinResult {
+    JoinResult {
+        error: Some(ResponseError::CoordinatorNotAvailable),
+        generation_id: -1,
+        protocol_type: None,
+        protocol_name: None,
+        leader_id: String::new(),
+        member_id: String::new(),
+        members: Vec::new(),
+    }
+}
+
+async fn store_one(broker: &Arc<Broker>, store: &Store) -> Result<(), ResponseError> {
+    let now = now_ms();
+    let wait = match store {
+        Store::Group {
+            partition, key, value, ..
+        } => append(broker, *partition, &[(key.clone(), Some(value.clone()))], now),
+        Store::Tombstones { partition, keys } => {
+            let records: Vec<(Bytes, Option<Bytes>)> = keys.iter().map(|k| (k.clone(), None)).collect();
+            append(broker, *partition, &records, now)
+        }
+    }?;
+    let timeout = Duration::from_millis(broker.groups.settings.commit_timeout_ms);
+    wait.wait(tokio::time::Instant::now() + timeout)
+        .await
+        .map_err(|(e, _)| e)
+}
+
+/// Appends records to `__consumer_offsets` partition `index` as its leader (refusing, as a
+/// produce with `acks=all` would, when the ISR is below `min.insync.replicas`) and returns the
+/// wait for their replication.
+fn append(
+    broker: &Arc<Broker>,
+    index: i32,
+    entries: &[(Bytes, Option<Bytes>)],
+    now: i64,
+) -> Result<AwaitReplication, ResponseError> {
+    let image = broker.metadata.image();
+    let topic = image
+        .topic(OFFSETS_TOPIC)
+        .ok_or(ResponseError::UnknownTopicOrPartition)?;
+    let (partition, registration) = broker.replicas.leader_partition(topic, index)?;
+    let min_isr = topic_config::min_insync_replicas(&topic.configs, &broker.config, registration.replicas.len());
+    if partition.isr_size() < min_isr {
+        return Err(ResponseError::NotEnoughReplicas);
+    }
+    let mut batch = encode_batch(entries, now).map_err(|e| {
+        tracing::error!(error = %e, "could not encode group records");
+        ResponseError::UnknownServerError
+    })?;
+    let leader_epoch = partition.leader_epoch();
+    let required_offset = match partition.append_as_leader(&mut batch, now).map_err(|(e, _)| e)? {
+        AppendOutcome::Appended(info) => info.last_offset + 1,
+        AppendOutcome::Duplicate { base_offset } => base_offset + 1,
+    };
+    Ok(AwaitReplication {
+        partition,
+        required_offset,
+        leader_epoch,
+        min_insync_replicas: min_isr,
+    })
+}
+
+/// One uncompressed v2 batch holding `entries` (offsets are assigned on append).
+fn encode_batch(entries: &[(Bytes, Option<Bytes>)], now: i64) -> anyhow::Result<BytesMut> {
+    let records: Vec<Record> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, (key, value))| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            // offset - sequence stays constant, so the encoder keeps one batch (base sequence -1).
+            sequence: i as i32 - 1,
+            timestamp: now,
+            key: Some(key.clone()),
+            value: value.clone(),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        records.iter(),
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )?;
+    Ok(buf)
+}
+
+/// Reads a `__consumer_offsets` partition from its start to its end and hands the records
+/// to the coordinator. Runs on a blocking thread: the log may be large.
+fn load_partition(manager: Arc<Mutex<Inner>>, partition: Arc<Partition>, index: i32, epoch: i32, buffer: usize) {
+    let started = std::time::Instant::now();
+    let mut loaded = Vec::new();
+    let mut skipped = 0usize;
+    let end = partition.log_end_offset();
+    let mut offset = partition.log_start_offset();
+    while offset < end {
+        let read = match partition.read(offset, buffer.max(1024), true, ReadBound::LogEnd) {
+            Ok(read) => read,
+            Err(e) => {
+                tracing::error!(partition = index, error = %e, "could not read __consumer_offsets while loading groups; they stay unavailable until the broker restarts");
+                return;
+            }
+        };
+        let mut next = offset;
+        for (header, range) in BatchIter::new(&read.records) {
+            next = header.last_offset() + 1;
+            if header.is_control() {
+                continue;
+            }
+            let mut batch = read.records.slice(range);
+            match RecordBatchDecoder::decode(&mut batch) {
+                Ok(set) => {
+                    for record in set.records.into_iter().filter(|r| r.offset >= offset) {
+                        match records::decode(record.key.as_deref(), record.value.as_deref()) {
+                            Ok(r) => loaded.push(r),
+                            Err(_) => skipped += 1,
+                        }
+                    }
+                }
+                Err(_) => skipped += 1,
+            }
+        }
+        if next <= offset {
+            break;
+        }
+        offset = next;
+    }
+    let count = loaded.len();
+    let done = manager
+        .lock()
+        .coordinator
+        .complete_load(index, epoch, loaded.into_iter(), now_ms());
+    if done && count + skipped > 0 {
+        tracing::info!(
+            partition = index,
+            records = count,
+            skipped,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "loaded consumer groups from __consumer_offsets"
+        );
+    }
+}
+
+/// Kafka's `ConsumerProtocolSubscription` check for OffsetDelete: does this member's
+/// metadata subscribe to `topic`? Unreadable metadata counts as subscribed.
+fn subscribes_to(metadata: &Bytes, topic: &str) -> bool {
+    use kafka_protocol::messages::ConsumerProtocolSubscription;
+    use kafka_protocol::protocol::Decodable;
+    let mut buf = metadata.clone();
+    if buf.len() < 2 {
+        return true;
+    }
+    let version = i16::from_be_bytes([buf[0], buf[1]]);
+    let _ = bytes::Buf::get_i16(&mut buf);
+    match ConsumerProtocolSubscription::decode(&mut buf, version.clamp(0, 3)) {
+        Ok(s) => s.topics.iter().any(|t| t.as_str() == topic),
+        Err(_) => true,
+    }
+}
+
+/// Kafka's mapping of a failed offsets append to what a committing client understands.
+fn commit_error(error: ResponseError) -> ResponseError {
+    use ResponseError::*;
+    match error {
+        UnknownTopicOrPartition | NotEnoughReplicas | NotEnoughReplicasAfterAppend | RequestTimedOut => {
+            CoordinatorNotAvailable
+        }
+        NotLeaderOrFollower | KafkaStorageError | FencedLeaderEpoch => NotCoordinator,
+        MessageTooLarge | RecordListTooLarge | InvalidFetchSize => InvalidCommitOffsetSize,
+        other if is_group_error(other) => other,
+        _ => UnknownServerError,
+    }
+}
+
+/// Kafka's mapping of a failed group-metadata append for the SyncGroup answers.
+fn store_group_error(error: ResponseError) -> ResponseError {
+    use ResponseError::*;
+    match error {
+        UnknownTopicOrPartition | NotEnoughReplicas | NotEnoughReplicasAfterAppend => CoordinatorNotAvailable,
+        NotLeaderOrFollower | KafkaStorageError | FencedLeaderEpoch => NotCoordinator,
+        RequestTimedOut => RebalanceInProgress,
+        _ => UnknownServerError,
+    }
+}
+
+/// Errors the coordinator itself gives, passed to the client as they are.
+fn is_group_error(error: ResponseError) -> bool {
+    use ResponseError::*;
+    matches!(
+        error,
+        NotCoordinator
+            | CoordinatorNotAvailable
+            | CoordinatorLoadInProgress
+            | InvalidGroupId
+            | IllegalGeneration
+            | UnknownMemberId
+            | RebalanceInProgress
+            | FencedInstanceId
+            | GroupIdNotFound
+            | NonEmptyGroup
+    )
+}
