@@ -16,11 +16,13 @@ use kafka_protocol::messages::describe_groups_response::DescribedGroup;
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
 use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
+use kafka_protocol::messages::offset_delete_request::{OffsetDeleteRequestPartition, OffsetDeleteRequestTopic};
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
     DeleteGroupsRequest, DescribeGroupsRequest, GroupId, HeartbeatRequest, JoinGroupRequest, JoinGroupResponse,
-    LeaveGroupRequest, ListGroupsRequest, OffsetCommitRequest, OffsetFetchRequest, SyncGroupRequest, TopicName,
+    LeaveGroupRequest, ListGroupsRequest, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, SyncGroupRequest,
+    TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use sluice_integration_tests::clients::wait_until;
@@ -35,6 +37,7 @@ const REBALANCE_IN_PROGRESS: i16 = 27;
 const NON_EMPTY_GROUP: i16 = 68;
 const MEMBER_ID_REQUIRED: i16 = 79;
 const FENCED_INSTANCE_ID: i16 = 82;
+const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
 
 const TOPIC: &str = "group-protocol";
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -58,10 +61,21 @@ struct Joined {
 
 impl Group {
     fn join(&self, member_id: &str, instance: Option<&str>, session_ms: i32, metadata: &[u8]) -> Result<JoinGroupResponse> {
+        self.join_with(member_id, instance, session_ms, 20_000, metadata)
+    }
+
+    fn join_with(
+        &self,
+        member_id: &str,
+        instance: Option<&str>,
+        session_ms: i32,
+        rebalance_ms: i32,
+        metadata: &[u8],
+    ) -> Result<JoinGroupResponse> {
         let request = JoinGroupRequest::default()
             .with_group_id(GroupId(s(&self.id)))
             .with_session_timeout_ms(session_ms)
-            .with_rebalance_timeout_ms(20_000)
+            .with_rebalance_timeout_ms(rebalance_ms)
             .with_member_id(s(member_id))
             .with_group_instance_id(instance.map(s))
             .with_protocol_type(s("consumer"))
@@ -73,7 +87,11 @@ impl Group {
 
     /// JoinGroup as a new dynamic member: MEMBER_ID_REQUIRED with an id, then join with it.
     fn join_new(&self, session_ms: i32, metadata: &[u8]) -> Result<Joined> {
-        let first = self.join("", None, session_ms, metadata)?;
+        self.join_new_with(session_ms, 20_000, metadata)
+    }
+
+    fn join_new_with(&self, session_ms: i32, rebalance_ms: i32, metadata: &[u8]) -> Result<Joined> {
+        let first = self.join_with("", None, session_ms, rebalance_ms, metadata)?;
         ensure!(
             first.error_code == MEMBER_ID_REQUIRED && !first.member_id.is_empty(),
             "JoinGroup v5 without a member id: error {} member id {:?}; Kafka answers MEMBER_ID_REQUIRED (79) with \
@@ -82,7 +100,7 @@ impl Group {
             first.member_id
         );
         let member_id = first.member_id.to_string();
-        let response = self.join(&member_id, None, session_ms, metadata)?;
+        let response = self.join_with(&member_id, None, session_ms, rebalance_ms, metadata)?;
         ensure!(response.error_code == NONE, "JoinGroup with the given member id: error {}", response.error_code);
         ensure!(response.member_id.as_str() == member_id, "JoinGroup answered member id {:?}", response.member_id);
         Ok(Joined {
@@ -162,6 +180,20 @@ impl Group {
                 .map(|p| (p.committed_offset, p.metadata.as_ref().map(|m| m.to_string()), p.error_code))
                 .collect(),
         ))
+    }
+
+    /// OffsetDelete v0 of `partitions` of the test topic: (group error, per-partition errors).
+    fn delete_offsets(&self, partitions: &[i32]) -> Result<(i16, Vec<i16>)> {
+        let request = OffsetDeleteRequest::default().with_group_id(GroupId(s(&self.id))).with_topics(vec![
+            OffsetDeleteRequestTopic::default().with_name(TopicName(s(TOPIC))).with_partitions(
+                partitions
+                    .iter()
+                    .map(|p| OffsetDeleteRequestPartition::default().with_partition_index(*p))
+                    .collect(),
+            ),
+        ]);
+        let r = kafka_client::call(self.addr, &request, 0, TIMEOUT).context("OffsetDelete")?;
+        Ok((r.error_code, r.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)).collect()))
     }
 
     fn describe(&self) -> Result<DescribedGroup> {
@@ -279,6 +311,16 @@ fn join_sync_heartbeat_commit_and_rebalance_answer_with_kafkas_error_codes() -> 
     ensure!(stale == vec![ILLEGAL_GENERATION], "OffsetCommit with a wrong generation: {stale:?}");
     let unknown = g.commit(a.generation, "no-such-member", &[(0, 50, "")])?;
     ensure!(unknown == vec![UNKNOWN_MEMBER_ID], "OffsetCommit of an unknown member: {unknown:?}");
+    // A non-member commit (generation -1, no member id: what admin tools send) is only for
+    // groups without members.
+    let outsider = g.commit(-1, "", &[(0, 99, "")])?;
+    ensure!(outsider == vec![UNKNOWN_MEMBER_ID], "OffsetCommit of a non-member to an active group: {outsider:?}");
+    // The members subscribe to the topic (their JoinGroup metadata says so): its offsets stay.
+    let (code, per_partition) = g.delete_offsets(&[1])?;
+    ensure!(
+        code == NONE && per_partition == vec![GROUP_SUBSCRIBED_TO_TOPIC],
+        "OffsetDelete of a subscribed topic: {code} {per_partition:?}"
+    );
     let (code, fetched) = g.fetch()?;
     ensure!(
         code == NONE && fetched == vec![(42, Some("meta-0".into()), NONE), (7, Some(String::new()), NONE)],
@@ -357,12 +399,51 @@ fn join_sync_heartbeat_commit_and_rebalance_answer_with_kafkas_error_codes() -> 
     ensure!(d.group_state.as_str() == "Empty" && d.members.is_empty(), "after LeaveGroup: {d:?}");
     let (_, fetched) = g.fetch()?;
     ensure!(fetched[0].0 == 43 && fetched[1].0 == 7, "offsets after everyone left: {fetched:?}");
+    let (code, per_partition) = g.delete_offsets(&[1])?;
+    ensure!(code == NONE && per_partition == vec![NONE], "OffsetDelete in an empty group: {code} {per_partition:?}");
+    let (_, fetched) = g.fetch()?;
+    ensure!(fetched[0].0 == 43 && fetched[1].0 == -1, "offsets after OffsetDelete of partition 1: {fetched:?}");
     ensure!(g.delete()? == NONE, "DeleteGroups of the empty group failed");
     let (_, fetched) = g.fetch()?;
     ensure!(
         fetched.iter().all(|(o, _, e)| *o == -1 && *e == NONE),
         "OffsetFetch after DeleteGroups: {fetched:?}"
     );
+    let d = g.describe()?;
+    ensure!(
+        (d.error_code, d.group_state.as_str(), d.members.len()) == (NONE, "Dead", 0),
+        "DescribeGroups of a deleted group: {d:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_member_that_does_not_rejoin_within_the_rebalance_timeout_is_removed() -> Result<()> {
+    let (_node, g) = start("rebalance-timeout")?;
+    let a = g.join_new_with(30_000, 3_000, &subscription("a"))?;
+    let (code, _) = g.sync(a.generation, &a.member_id, None, &[(&a.member_id, &assignment_bytes(&[0, 1], b""))])?;
+    ensure!(code == NONE, "SyncGroup: {code}");
+    // B joins; A (alive as far as its session goes) never rejoins. After the rebalance timeout
+    // (3 s) the join completes without A, and A is no longer a member.
+    let started = Instant::now();
+    let b = g.join_new_with(30_000, 3_000, &subscription("b"))?;
+    let waited = started.elapsed();
+    ensure!(
+        b.generation == a.generation + 1
+            && b.response.leader.as_str() == b.member_id
+            && b.response.members.iter().map(|m| m.member_id.to_string()).collect::<Vec<_>>() == vec![b.member_id.clone()],
+        "the join completed as generation {} led by {:?} with members {:?}; expected generation {} with only the new member",
+        b.generation,
+        b.response.leader,
+        b.response.members.iter().map(|m| m.member_id.to_string()).collect::<Vec<_>>(),
+        a.generation + 1
+    );
+    ensure!(
+        waited >= Duration::from_millis(2_500) && waited < Duration::from_secs(15),
+        "the join completed after {waited:?}; the rebalance timeout is 3 s"
+    );
+    let hb = g.heartbeat(a.generation, &a.member_id, None)?;
+    ensure!(hb == UNKNOWN_MEMBER_ID, "Heartbeat of the member dropped by the rebalance: {hb}");
     Ok(())
 }
 
