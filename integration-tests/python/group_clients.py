@@ -96,6 +96,8 @@ class Member:
                                   "log_level": 3, **config})
         self.received: list[tuple[int, int, bytes]] = []
         self.assignment: list[int] = []
+        # Every assignment received: (time.monotonic(), partitions).
+        self.assignments: list[tuple[float, list[int]]] = []
         self.commit_errors: list[str] = []
         self.errors: list[str] = []
         self.lock = threading.Lock()
@@ -107,6 +109,7 @@ class Member:
     def _on_assign(self, consumer, partitions):
         with self.lock:
             self.assignment = sorted(tp.partition for tp in partitions)
+            self.assignments.append((time.monotonic(), list(self.assignment)))
 
     def _on_revoke(self, consumer, partitions):
         with self.lock:

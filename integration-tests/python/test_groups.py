@@ -133,6 +133,28 @@ def test_two_confluent_consumers_of_one_group_split_the_partitions_and_get_each_
         f"{len(received)} received for {len(sent)} sent, {len(received) - len(set(received))} duplicates")
 
 
+def test_with_the_default_initial_rebalance_delay_members_starting_together_share_one_generation(start_node):
+    """Kafka's group.initial.rebalance.delay.ms (3000 by default) holds the first rebalance of
+    an empty group so that members starting together join one generation: each is assigned
+    once, after the delay, and never revoked."""
+    node = start_node()  # broker defaults
+    topic = "ck-delay"
+    create_topic(node.bootstrap, topic, 6)
+    subscribed = time.monotonic()
+    members = [Member(node.bootstrap, "ck-delay-g", topic, f"ck-delay-{i}") for i in range(3)]
+    try:
+        split = await_split(members, 6, timeout=30)
+        time.sleep(1.0)  # a second rebalance right after the first would show up here
+    finally:
+        for m in members:
+            m.stop()
+    history = {m.client_id: [(round(t - subscribed, 2), a) for t, a in m.assignments] for m in members}
+    assert all(len(m.assignments) == 1 for m in members), f"assignments per member: {history}"
+    first = min(t for m in members for t, _ in m.assignments) - subscribed
+    assert first >= 2.5, f"the first assignment came {first:.2f}s after subscribing, before the 3 s initial delay: {history}"
+    assert sorted(p for a in split for p in a) == list(range(6))
+
+
 # --- kafka-python --------------------------------------------------------------------------------
 
 def test_kafka_python_group_consumer_commits_and_resumes_with_committed_and_end_offsets(start_node):

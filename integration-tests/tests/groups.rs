@@ -337,6 +337,7 @@ fn killing_the_group_coordinator_loses_no_acknowledged_commit_and_both_groups_fi
     eprintln!("{}", producer.summary());
     drop(workload);
 
+    let mut final_committed = Vec::new();
     for (group, members) in [("orders-sink", sink), ("analytics", analytics)] {
         let member_logs = logs(&members);
         // Every acked record, by (partition, offset): wait for the group to have read them all.
@@ -394,6 +395,31 @@ fn killing_the_group_coordinator_loses_no_acknowledged_commit_and_both_groups_fi
         }
         ensure!(!acked_before.is_empty(), "group {group} acknowledged no commit before the kill");
         eprintln!("group {group}: commits acknowledged before the kill {acked_before:?}; committed now {committed:?}");
+        final_committed.push((group, committed));
     }
+
+    // The killed node returns, catches up on __consumer_offsets and becomes the preferred
+    // leader (and so the coordinator) again: it must serve the commits made while it was away.
+    let preferred = group_partition.preferred_leader().context("no replicas")?;
+    cluster.node(coordinator).restart()?;
+    cluster.await_full_isr("__consumer_offsets", Duration::from_secs(60))?;
+    let back = wait_until(Duration::from_secs(30), "the preferred coordinator of orders-sink back", || {
+        match find_coordinator(cluster.addr(survivors[0]), "orders-sink") {
+            Ok(Ok(id)) if id == preferred => Some(id),
+            _ => None,
+        }
+    });
+    eprintln!("node {coordinator} restarted; coordinator of orders-sink now {back:?} (preferred {preferred})");
+    back?;
+    let bootstrap = cluster.bootstrap();
+    for (group, committed) in &final_committed {
+        let now = committed_offsets(&bootstrap, group, TOPIC, PARTITIONS)?;
+        ensure!(
+            &now == committed,
+            "group {group}: committed {committed:?} before node {coordinator} returned; OffsetFetch now gives {now:?}"
+        );
+    }
+    let fetched = committed_offsets(&bootstrap, &witness, TOPIC, PARTITIONS)?;
+    ensure!(fetched == want, "{witness}: OffsetFetch after node {coordinator} returned gives {fetched:?}, want {want:?}");
     Ok(())
 }
