@@ -98,22 +98,27 @@ class Member:
         self.assignment: list[int] = []
         # Every assignment received: (time.monotonic(), partitions).
         self.assignments: list[tuple[float, list[int]]] = []
+        self.revocations: list[tuple[float, list[int]]] = []
         self.commit_errors: list[str] = []
         self.errors: list[str] = []
         self.lock = threading.Lock()
         self._stop = threading.Event()
-        self.consumer.subscribe([topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
+        self.consumer.subscribe([topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                on_lost=self._on_revoke)
         self.thread = threading.Thread(target=self._run, name=client_id, daemon=True)
         self.thread.start()
 
+    # Partitions come as the whole assignment (eager protocol) or as the increment (cooperative):
+    # tracking a set handles both.
     def _on_assign(self, consumer, partitions):
         with self.lock:
-            self.assignment = sorted(tp.partition for tp in partitions)
-            self.assignments.append((time.monotonic(), list(self.assignment)))
+            self.assignment = sorted(set(self.assignment) | {tp.partition for tp in partitions})
+            self.assignments.append((time.monotonic(), sorted(tp.partition for tp in partitions)))
 
     def _on_revoke(self, consumer, partitions):
         with self.lock:
-            self.assignment = []
+            self.assignment = sorted(set(self.assignment) - {tp.partition for tp in partitions})
+            self.revocations.append((time.monotonic(), sorted(tp.partition for tp in partitions)))
 
     def _run(self):
         while not self._stop.is_set():

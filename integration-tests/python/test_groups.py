@@ -155,6 +155,67 @@ def test_with_the_default_initial_rebalance_delay_members_starting_together_shar
     assert sorted(p for a in split for p in a) == list(range(6))
 
 
+def test_cooperative_sticky_members_joining_under_load_get_every_record_exactly_once(start_node):
+    """librdkafka's cooperative-sticky assignor over the classic protocol (incremental
+    rebalances: a member gives up only the partitions that move, in a second rebalance)."""
+    node = start_node(GROUP_SETTINGS)
+    topic = "ck-coop"
+    create_topic(node.bootstrap, topic, 6)
+    coop = {"partition.assignment.strategy": "cooperative-sticky"}
+    members = [Member(node.bootstrap, "ck-coop-g", topic, "ck-coop-0", **coop)]
+    sent: list[tuple[int, int, bytes]] = []
+    try:
+        # Records keep coming while the second and third member join.
+        for i in range(3):
+            sent += produce(node.bootstrap, topic, lines(f"coop{i}", i * 5000, (i + 1) * 5000), partitions=6)
+            if i < 2:
+                members.append(Member(node.bootstrap, "ck-coop-g", topic, f"ck-coop-{i + 1}", **coop))
+                time.sleep(0.5)
+        wait_until("every record received", lambda: len({(p, o) for m in members for p, o, _ in m.received}) >= len(sent), 60)
+        split = await_split(members, 6, timeout=30)
+        time.sleep(1.0)
+    finally:
+        for m in members:
+            m.stop()
+    received = [r for m in members for r in m.received]
+    assert set(received) == set(sent), f"{len(set(sent) - set(received))} records never received"
+    commit_errors = [e for m in members for e in m.commit_errors]
+    assert len(received) == len(set(received)), (
+        f"{len(received) - len(set(received))} records received twice; split {split}; commit errors {commit_errors[:3]}")
+    # Incremental: the first member never gave up all of its partitions at once.
+    first = members[0]
+    assert all(set(r) != set(range(6)) for _, r in first.revocations), first.revocations
+
+
+def test_a_restarted_static_member_gets_its_partitions_back_without_a_rebalance(start_node):
+    """KIP-345: a static member (group.instance.id) that closes and comes back within its
+    session timeout gets the same partitions, and the other members are not rebalanced."""
+    node = start_node(GROUP_SETTINGS)
+    topic = "ck-static"
+    create_topic(node.bootstrap, topic, 4)
+
+    def member(name: str) -> Member:
+        return Member(node.bootstrap, "ck-static-g", topic, name, **{"group.instance.id": name,
+                                                                     "session.timeout.ms": 30000})
+
+    a, b = member("static-a"), member("static-b")
+    try:
+        split = await_split([a, b], 4)
+        a_assignments, a_revocations = len(a.assignments), len(a.revocations)
+        b.stop()  # a static member leaves no LeaveGroup behind: its partitions wait for it
+        b = member("static-b")
+        wait_until("the static member to be assigned again", lambda: b.snapshot()[0], 30)
+        assert b.snapshot()[0] == split[1], f"static-b had {split[1]} and got {b.snapshot()[0]} after its restart"
+        sent = produce(node.bootstrap, topic, lines("st", 0, 400), partitions=4)
+        wait_until("every record received", lambda: a.snapshot()[1] + b.snapshot()[1] >= len(sent), 30)
+        assert (a.snapshot()[0], len(a.assignments), len(a.revocations)) == (split[0], a_assignments, a_revocations), (
+            f"static-a was rebalanced when static-b restarted: assignments {a.assignments}, revocations {a.revocations}")
+    finally:
+        a.stop()
+        b.stop()
+    assert sorted(a.received + b.received) == sorted(sent)
+
+
 # --- kafka-python --------------------------------------------------------------------------------
 
 def test_kafka_python_group_consumer_commits_and_resumes_with_committed_and_end_offsets(start_node):
