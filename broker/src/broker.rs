@@ -14,6 +14,7 @@ use crate::metadata::image::MetadataImage;
 use crate::metadata::records::{Endpoint, MetadataCommand};
 use crate::metadata::{node_id_of, CommitError, MetadataError, MetadataStore};
 use crate::replica_manager::ReplicaManager;
+use crate::topic_config;
 
 pub struct Broker {
     pub config: Arc<BrokerConfig>,
@@ -31,6 +32,10 @@ pub struct Broker {
     /// to be current. Before that, replaying the local metadata log passes through old states
     /// (this broker leading partitions it no longer leads), which must not be acted on.
     registered: std::sync::atomic::AtomicBool,
+    /// True once registered and the hosted partitions reflect the image: only then are client
+    /// requests served (Kafka too serves only after its initial metadata is published), so a
+    /// restarting broker never answers for a partition it has not opened yet.
+    serving: watch::Sender<bool>,
     /// Unused producer ids of this broker's current block: `next..end`.
     producer_ids: parking_lot::Mutex<(i64, i64)>,
     /// This process's registration; a controlled shutdown names it so that a stale one from a
@@ -60,7 +65,10 @@ impl Broker {
         let permits = config
             .queued_max_request_bytes
             .clamp(1, (u32::MAX as usize).min(Semaphore::MAX_PERMITS));
-        let groups = GroupMetadataManager::new(config.group.clone(), config.offsets.clone());
+        let mut group_config = config.group.clone();
+        let max_message_bytes = topic_config::effective_value("max.message.bytes", &Default::default(), &config);
+        group_config.max_group_record_bytes = max_message_bytes.parse().unwrap_or(group_config.max_group_record_bytes);
+        let groups = GroupMetadataManager::new(group_config, config.offsets.clone());
         let broker = Arc::new(Broker {
             groups,
             request_memory: Arc::new(Semaphore::new(permits)),
@@ -69,6 +77,7 @@ impl Broker {
             replicas,
             reconcile_lock: parking_lot::Mutex::new(()),
             registered: std::sync::atomic::AtomicBool::new(false),
+            serving: watch::channel(false).0,
             producer_ids: parking_lot::Mutex::new((0, 0)),
             incarnation_id: Uuid::new_v4(),
             isr_proposals: parking_lot::Mutex::default(),
@@ -143,6 +152,12 @@ impl Broker {
         Ok(result)
     }
 
+    /// Waits until the broker may serve clients (see `serving`).
+    pub async fn wait_until_serving(&self) {
+        let mut serving = self.serving.subscribe();
+        let _ = serving.wait_for(|s| *s).await;
+    }
+
     /// A producer id never handed out before, taking a new block from the quorum when the
     /// current one is used up.
     pub async fn next_producer_id(&self) -> Result<i64, CommitError> {
@@ -195,6 +210,7 @@ async fn register(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
                 tracing::info!(node_id = broker.config.node_id, "registered with the metadata quorum");
                 broker.registered.store(true, std::sync::atomic::Ordering::Release);
                 broker.reconcile();
+                broker.serving.send_replace(true);
                 return;
             }
             Err(e) => {

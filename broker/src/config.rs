@@ -303,6 +303,8 @@ fn group_config(get: &dyn Fn(&str) -> String) -> Result<GroupConfig, ConfigError
         max_size: num("group.max.size")?.max(1) as usize,
         offset_metadata_max_bytes: num("offset.metadata.max.bytes")?.max(0) as usize,
         offsets_retention_ms: num("offsets.retention.minutes")?.max(1).saturating_mul(60_000),
+        // Set from the offsets topic's max.message.bytes once the broker config is complete.
+        max_group_record_bytes: GroupConfig::default().max_group_record_bytes,
     })
 }
 

@@ -54,7 +54,7 @@ async fn run(config: BrokerConfig) -> Result<(), String> {
         data_dir = %broker.config.data_dir.display(),
         cluster_id = %broker.metadata.image().cluster_id,
         controller_listen = %broker.config.controller_listen,
-        "sluice is ready"
+        "sluice started; serving clients once registered with the metadata quorum"
     );
     let (stop, stopped) = watch::channel(false);
     let mut sigterm =

@@ -16,6 +16,12 @@ const MAX_CONNECTIONS: usize = 10_000;
 
 /// Serves clients until `shutdown` turns true, then waits (bounded) for connections to end.
 pub async fn run(broker: Arc<Broker>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+    // Connections wait in the listen backlog until this broker is registered and its
+    // partitions are open.
+    tokio::select! {
+        _ = shutdown.changed() => return,
+        _ = broker.wait_until_serving() => tracing::info!("serving clients"),
+    }
     let mut connections = JoinSet::new();
     let housekeeping = tokio::spawn(run_housekeeping(broker.clone(), shutdown.clone()));
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));

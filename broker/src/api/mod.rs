@@ -51,7 +51,6 @@ pub enum Reply {
 
 pub fn handle(broker: &Arc<Broker>, request: Request, peer: SocketAddr) -> Reply {
     let version = request.api_version;
-    let client_id = request.header.client_id.as_deref().unwrap_or_default().to_string();
     let now = |body| Reply::Now(body);
     let b = broker.clone();
     match request.body {
@@ -77,6 +76,7 @@ pub fn handle(broker: &Arc<Broker>, request: Request, peer: SocketAddr) -> Reply
             later(find_coordinator::handle(b, r, version).map(ResponseBody::FindCoordinator))
         }
         RequestBody::JoinGroup(r) => {
+            let client_id = request.header.client_id.as_deref().unwrap_or_default().to_string();
             later(join_group::handle(b, r, version, client_id, peer).map(ResponseBody::JoinGroup))
         }
         RequestBody::SyncGroup(r) => later(sync_group::handle(b, r).map(ResponseBody::SyncGroup)),

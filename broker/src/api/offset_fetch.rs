@@ -17,6 +17,8 @@ const FIRST_BATCHED_VERSION: i16 = 8;
 const FIRST_VERSION_WITH_TOP_LEVEL_ERROR: i16 = 2;
 
 type Committed = Vec<(String, i32, Option<OffsetAndMetadata>)>;
+/// One topic's committed offsets by partition.
+type TopicOffsets = (String, Vec<(i32, Option<OffsetAndMetadata>)>);
 
 pub fn handle(broker: &Broker, request: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
     if version >= FIRST_BATCHED_VERSION {
@@ -58,8 +60,8 @@ pub fn handle(broker: &Broker, request: OffsetFetchRequest, version: i16) -> Off
 }
 
 /// Groups consecutive entries of one topic (the coordinator returns them grouped).
-fn by_topic(committed: Committed) -> Vec<(String, Vec<(i32, Option<OffsetAndMetadata>)>)> {
-    let mut topics: Vec<(String, Vec<(i32, Option<OffsetAndMetadata>)>)> = Vec::new();
+fn by_topic(committed: Committed) -> Vec<TopicOffsets> {
+    let mut topics: Vec<TopicOffsets> = Vec::new();
     for (topic, partition, offset) in committed {
         match topics.last_mut() {
             Some((name, partitions)) if *name == topic => partitions.push((partition, offset)),

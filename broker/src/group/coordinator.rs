@@ -42,6 +42,10 @@ pub struct GroupConfig {
     pub offset_metadata_max_bytes: usize,
     /// `offsets.retention.minutes`, in ms
     pub offsets_retention_ms: i64,
+    /// The largest group record `__consumer_offsets` takes (its `max.message.bytes`): a join
+    /// whose metadata would make the group's record larger is refused, since the group could
+    /// never be stored.
+    pub max_group_record_bytes: usize,
 }
 
 impl Default for GroupConfig {
@@ -54,6 +58,7 @@ impl Default for GroupConfig {
             max_size: i32::MAX as usize,
             offset_metadata_max_bytes: 4096,
             offsets_retention_ms: 7 * 24 * 3_600_000,
+            max_group_record_bytes: 1_048_588,
         }
     }
 }
@@ -336,7 +341,7 @@ impl Group {
             .collect();
         let mut votes: Vec<(usize, &String)> = candidates.iter().map(|c| (0, *c)).collect();
         for member in self.members.values() {
-            if let Some((_, choice)) = member.protocols.iter().find(|(n, _)| candidates.contains(&n)) {
+            if let Some((choice, _)) = member.protocols.iter().find(|(n, _)| candidates.contains(&n)) {
                 if let Some(slot) = votes.iter_mut().find(|(_, c)| *c == choice) {
                     slot.0 += 1;
                 }
@@ -600,6 +605,15 @@ impl GroupCoordinator {
         if !group.supports_protocols(&req.protocol_type, &req.protocols) {
             return Err(ResponseError::InconsistentGroupProtocol);
         }
+        let others: usize = group
+            .members
+            .iter()
+            .filter(|(id, _)| **id != req.member_id)
+            .map(|(_, m)| stored_bytes(&m.protocols) + m.assignment.len())
+            .sum();
+        if others + stored_bytes(&req.protocols) > config.max_group_record_bytes {
+            return Err(ResponseError::GroupMaxSizeReached);
+        }
         if is_unknown {
             join_unknown_member(group, &config, req, reply, now, fx)
         } else {
@@ -706,6 +720,8 @@ impl GroupCoordinator {
                 for (id, member) in group.members.iter_mut() {
                     member.assignment = assignments.remove(id).unwrap_or_default();
                     if let Some(reply) = member.awaiting_sync.take() {
+                        // Kafka restarts the session once the assignment is handed out.
+                        member.last_heartbeat_ms = now;
                         fx.push(Effect::Sync(
                             reply,
                             SyncResult {
@@ -723,6 +739,7 @@ impl GroupCoordinator {
                 let config = self.config.clone();
                 for member in group.members.values_mut() {
                     if let Some(reply) = member.awaiting_sync.take() {
+                        member.last_heartbeat_ms = now;
                         fx.push(Effect::Sync(reply, SyncResult::failed(error)));
                     }
                 }
@@ -815,7 +832,11 @@ impl GroupCoordinator {
         let mut fx = Vec::new();
         let config = self.config.clone();
         for group in self.groups.values_mut() {
+            let pending = group.pending_members.len();
             group.pending_members.retain(|_, deadline| *deadline > now);
+            if group.pending_members.len() < pending {
+                try_complete_join(group, &config, now, &mut fx);
+            }
             let expired: Vec<String> = group
                 .members
                 .iter()
@@ -926,22 +947,20 @@ impl GroupCoordinator {
         if group.state == GroupState::Dead {
             return Err(ResponseError::CoordinatorNotAvailable);
         }
-        if group.is_static_member_fenced(member_id, instance_id) {
-            return Err(ResponseError::FencedInstanceId);
-        }
         if generation_id < 0 && group.state == GroupState::Empty {
             return Ok(partition);
+        }
+        // Kafka checks the member and its generation before the state.
+        check_member(group, member_id, instance_id)?;
+        if generation_id != group.generation_id {
+            return Err(ResponseError::IllegalGeneration);
         }
         if group.state == GroupState::CompletingRebalance {
             return Err(ResponseError::RebalanceInProgress);
         }
-        let Some(member) = group.members.get_mut(member_id) else {
-            return Err(ResponseError::UnknownMemberId);
-        };
-        if generation_id != group.generation_id {
-            return Err(ResponseError::IllegalGeneration);
+        if let Some(member) = group.members.get_mut(member_id) {
+            member.last_heartbeat_ms = now;
         }
-        member.last_heartbeat_ms = now;
         Ok(partition)
     }
 
@@ -1099,6 +1118,14 @@ impl GroupCoordinator {
         });
         Ok((errors, effect))
     }
+}
+
+/// What a member's protocols add to the group's record, at most.
+fn stored_bytes(protocols: &[(String, Bytes)]) -> usize {
+    protocols
+        .iter()
+        .map(|(name, metadata)| name.len() + metadata.len())
+        .sum()
 }
 
 /// Restores a group from its stored record: Stable with its members, or Empty.
@@ -1344,7 +1371,8 @@ fn add_member_and_rebalance(
     if group.leader_id.is_none() {
         group.leader_id = Some(member_id.to_string());
     }
-    if group.state == GroupState::PreparingRebalance && group.generation_id == 0 {
+    // Kafka: a rebalance that started from Empty (previous state), whatever the generation.
+    if group.state == GroupState::PreparingRebalance && group.initial_delay.is_some() {
         group.new_member_added = true;
     }
     maybe_prepare_rebalance(group, config, now, fx);
@@ -1402,7 +1430,7 @@ fn prepare_rebalance(group: &mut Group, config: &GroupConfig, now: i64, fx: &mut
     group.pending_assignment = None;
     let rebalance_timeout = group.rebalance_timeout_ms();
     if group.state == GroupState::Empty {
-        let delay = config.initial_rebalance_delay_ms.min(rebalance_timeout).max(0);
+        let delay = config.initial_rebalance_delay_ms.max(0);
         group.join_deadline_ms = now + delay;
         group.initial_delay = Some(InitialDelay {
             remaining_ms: (rebalance_timeout - delay).max(0),
@@ -1464,11 +1492,12 @@ fn complete_join(group: &mut Group, now: i64, fx: &mut Fx) {
         group.join_deadline_ms = now + group.rebalance_timeout_ms();
         return;
     }
-    if !group
+    let leader_rejoined = group
         .leader_id
         .as_ref()
-        .is_some_and(|l| group.members.get(l).is_some_and(|m| m.awaiting_join.is_some()))
-    {
+        .and_then(|l| group.members.get(l))
+        .is_some_and(|m| m.awaiting_join.is_some());
+    if !leader_rejoined {
         group.leader_id = group
             .members
             .iter()

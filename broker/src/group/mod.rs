@@ -546,10 +546,7 @@ fn load_partition(manager: Arc<Mutex<Inner>>, partition: Arc<Partition>, index: 
         offset = next;
     }
     let count = loaded.len();
-    let done = manager
-        .lock()
-        .coordinator
-        .complete_load(index, epoch, loaded.into_iter(), now_ms());
+    let done = manager.lock().coordinator.complete_load(index, epoch, loaded, now_ms());
     if done && count + skipped > 0 {
         tracing::info!(
             partition = index,

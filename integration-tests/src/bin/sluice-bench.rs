@@ -1,13 +1,16 @@
 //! Benchmark of release `sluice` brokers with rdkafka clients on loopback: one node (the
 //! default) or a cluster of `--nodes N` with every topic at replication factor N:
 //! (a) maximum produce throughput with acks=all for 2 KB and 100-byte records,
-//! (b) produce-to-consume latency at a fixed rate, each of `--consumers` independent consumers
-//!     reading every partition and measuring its own latency,
+//! (b) produce-to-consume latency at a fixed rate, each of `--consumers` consumers in a consumer
+//!     group of its own (subscribed, committing offsets with librdkafka's default auto commit,
+//!     or not at all with `--no-commit`) reading every partition and measuring its own latency;
+//!     the measured phase starts once every consumer has received the warm-up record of every
+//!     partition, so group joins and connection set-up are not measured,
 //! (c) CPU seconds and peak RSS of every broker over each phase (from /proc).
 //!
 //! Usage: sluice-bench [--nodes N] [--records-2k N] [--records-100b N] [--rate MSGS_PER_S]
 //!                     [--duration-s S] [--partitions P] [--consumers C]
-//!                     [--phase all|throughput|latency] [--set key=value]...
+//!                     [--phase all|throughput|latency] [--no-commit] [--set key=value]...
 //! `--records-100b 0` skips that phase. `--consumers` defaults to 1 on one node and 2 on a
 //! cluster. The broker binary is found like the tests find it ($SLUICE_BIN first).
 
@@ -19,11 +22,11 @@ use anyhow::{bail, ensure, Context, Result};
 use rdkafka::admin::{AdminClient, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::BaseConsumer;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
-use rdkafka::{ClientContext, Offset};
+use rdkafka::ClientContext;
 use sluice_integration_tests::{clients, procstat, Cluster, NodeOptions, SluiceNode};
 
 struct Args {
@@ -35,6 +38,7 @@ struct Args {
     duration_s: u64,
     partitions: i32,
     phase: String,
+    commit: bool,
     settings: Vec<(String, String)>,
 }
 
@@ -48,6 +52,7 @@ fn parse_args() -> Result<Args> {
         duration_s: 20,
         partitions: 3,
         phase: "all".into(),
+        commit: true,
         settings: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
@@ -62,6 +67,7 @@ fn parse_args() -> Result<Args> {
             "--duration-s" => a.duration_s = val()?.parse()?,
             "--partitions" => a.partitions = val()?.parse()?,
             "--phase" => a.phase = val()?,
+            "--no-commit" => a.commit = false,
             "--set" => {
                 let kv = val()?;
                 let (k, v) = kv.split_once('=').context("--set expects key=value")?;
@@ -307,38 +313,50 @@ struct LatencyRow {
     usage: Usage,
 }
 
-/// A consumer of every partition from offset 0 that records each record's produce-to-consume
-/// latency until it has `total` or the deadline passes.
+/// A consumer in group `sluice-bench-group-<index>`, subscribed to `topic` from the beginning,
+/// that records each record's produce-to-consume latency until it has `total` or the deadline
+/// passes. Once it has seen the warm-up record (keyless) of every partition it counts itself
+/// in `warmed`.
+#[allow(clippy::too_many_arguments)]
 fn spawn_latency_reader(
     bootstrap: &str,
     topic: &str,
     partitions: i32,
     index: usize,
     total: u64,
+    commit: bool,
+    warmed: Arc<AtomicU64>,
     epoch: Instant,
     deadline: Instant,
 ) -> Result<std::thread::JoinHandle<Result<Vec<u64>>>> {
-    let consumer: BaseConsumer = clients::consumer_config(bootstrap)
+    // librdkafka's defaults otherwise (fetch.wait.max.ms 500, auto commit every 5 s):
+    // measure what clients get.
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
         .set("client.id", format!("sluice-bench-consumer-{index}"))
-        .set("group.id", format!("sluice-bench-latency-{index}"))
-        .set("fetch.wait.max.ms", "500") // librdkafka's default: measure what clients get
+        .set("group.id", format!("sluice-bench-group-{index}"))
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", if commit { "true" } else { "false" })
+        .set("log_level", "4")
         .create()?;
-    // Offset 1: past the warm-up record of each partition.
-    clients::assign(
-        &consumer,
-        topic,
-        &(0..partitions).collect::<Vec<_>>(),
-        Offset::Offset(1),
-    )?;
+    consumer.subscribe(&[topic])?;
     Ok(std::thread::spawn(move || -> Result<Vec<u64>> {
         let mut lat_ns = Vec::with_capacity(total as usize);
+        let mut warm_partitions = std::collections::HashSet::new();
         while (lat_ns.len() as u64) < total && Instant::now() < deadline {
-            if let Some(m) = consumer.poll(Duration::from_millis(100)) {
-                let m = m?;
-                let now = epoch.elapsed().as_nanos() as u64;
-                let sent = u64::from_be_bytes(m.payload().context("no payload")?[..8].try_into()?);
-                lat_ns.push(now.saturating_sub(sent));
+            let Some(m) = consumer.poll(Duration::from_millis(100)) else {
+                continue;
+            };
+            let m = m?;
+            if m.key().is_none() {
+                if warm_partitions.insert(m.partition()) && warm_partitions.len() == partitions as usize {
+                    warmed.fetch_add(1, Ordering::Release);
+                }
+                continue;
             }
+            let now = epoch.elapsed().as_nanos() as u64;
+            let sent = u64::from_be_bytes(m.payload().context("no payload")?[..8].try_into()?);
+            lat_ns.push(now.saturating_sub(sent));
         }
         Ok(lat_ns)
     }))
@@ -362,18 +380,13 @@ fn quantiles_ms(mut lat_ns: Vec<u64>) -> [f64; 4] {
     ]
 }
 
-fn latency_phase(
-    target: &Target,
-    topic: &str,
-    partitions: i32,
-    consumers: usize,
-    rate: u64,
-    duration_s: u64,
-) -> Result<LatencyRow> {
-    let total = rate * duration_s;
+fn latency_phase(target: &Target, topic: &str, args: &Args, consumers: usize) -> Result<LatencyRow> {
+    let (partitions, rate) = (args.partitions, args.rate);
+    let total = rate * args.duration_s;
     let (p, counts) = producer(&target.bootstrap)?;
     // Warm-up: one acknowledged record per partition, so the measurement starts with every
-    // follower fetching and the producer connected (steady state, not topic creation).
+    // follower fetching and the producer connected (steady state, not topic creation), and
+    // every consumer has joined its group and fetched it.
     for partition in 0..partitions {
         let rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic).partition(partition).payload(&[0u8; 8]);
         p.send(rec).map_err(|(e, _)| anyhow::anyhow!("warm-up send: {e}"))?;
@@ -384,10 +397,33 @@ fn latency_phase(
         "the warm-up records were not acknowledged"
     );
     let epoch = Instant::now();
-    let deadline = Instant::now() + Duration::from_secs(duration_s + 60);
+    let deadline = Instant::now() + Duration::from_secs(args.duration_s + 90);
+    let warmed = Arc::new(AtomicU64::new(0));
     let readers = (0..consumers)
-        .map(|i| spawn_latency_reader(&target.bootstrap, topic, partitions, i, total, epoch, deadline))
+        .map(|i| {
+            let warmed = warmed.clone();
+            spawn_latency_reader(
+                &target.bootstrap,
+                topic,
+                partitions,
+                i,
+                total,
+                args.commit,
+                warmed,
+                epoch,
+                deadline,
+            )
+        })
         .collect::<Result<Vec<_>>>()?;
+    let warm_deadline = Instant::now() + Duration::from_secs(60);
+    while warmed.load(Ordering::Acquire) < consumers as u64 {
+        ensure!(
+            Instant::now() < warm_deadline,
+            "only {} of {consumers} consumers joined their groups and read the warm-up records within 60 s",
+            warmed.load(Ordering::Acquire)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 
     let mut payload = vec![b'l'; 2048];
     let meter = Meter::start(&target.pids)?;
@@ -480,14 +516,7 @@ async fn main() -> Result<()> {
     }
     let latency = if args.phase != "throughput" {
         target.create_topic(&admin, "bench-latency", args.partitions).await?;
-        Some(latency_phase(
-            &target,
-            "bench-latency",
-            args.partitions,
-            consumers,
-            args.rate,
-            args.duration_s,
-        )?)
+        Some(latency_phase(&target, "bench-latency", &args, consumers)?)
     } else {
         None
     };
@@ -514,17 +543,18 @@ async fn main() -> Result<()> {
     if let Some(l) = &latency {
         println!();
         println!(
-            "latency @ {} msgs/s x 2 KB for {} s ({} partitions, RF {rf}, {} consumers): sent {} (achieved {:.0}/s)",
+            "latency @ {} msgs/s x 2 KB for {} s ({} partitions, RF {rf}, {} consumer groups, {}): sent {} (achieved {:.0}/s)",
             args.rate,
             args.duration_s,
             args.partitions,
             l.consumers.len(),
+            if args.commit { "auto commit every 5 s" } else { "no commits" },
             l.sent,
             l.achieved_rate
         );
         println!(
             "{:>8} {:>10} {:>10} {:>10} {:>10} {:>10}",
-            "consumer", "received", "p50 ms", "p99 ms", "p99.9 ms", "max ms"
+            "group", "received", "p50 ms", "p99 ms", "p99.9 ms", "max ms"
         );
         for (i, (received, lat_ms)) in l.consumers.iter().enumerate() {
             println!(
@@ -544,7 +574,7 @@ async fn main() -> Result<()> {
         for (i, (received, _)) in l.consumers.iter().enumerate() {
             ensure!(
                 *received == l.sent,
-                "consumer {} received {received} of {} records",
+                "group {} received {received} of {} records",
                 i + 1,
                 l.sent
             );
