@@ -32,7 +32,10 @@ use sluice_integration_tests::{kafka_client, NodeOptions, SluiceNode};
 // Kafka error codes.
 const NONE: i16 = 0;
 const ILLEGAL_GENERATION: i16 = 22;
+const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
+const INVALID_GROUP_ID: i16 = 24;
 const UNKNOWN_MEMBER_ID: i16 = 25;
+const INVALID_SESSION_TIMEOUT: i16 = 26;
 const REBALANCE_IN_PROGRESS: i16 = 27;
 const NON_EMPTY_GROUP: i16 = 68;
 const MEMBER_ID_REQUIRED: i16 = 79;
@@ -72,15 +75,29 @@ impl Group {
         rebalance_ms: i32,
         metadata: &[u8],
     ) -> Result<JoinGroupResponse> {
+        self.join_protocol(member_id, instance, session_ms, rebalance_ms, "consumer", "range", metadata)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn join_protocol(
+        &self,
+        member_id: &str,
+        instance: Option<&str>,
+        session_ms: i32,
+        rebalance_ms: i32,
+        protocol_type: &str,
+        protocol: &str,
+        metadata: &[u8],
+    ) -> Result<JoinGroupResponse> {
         let request = JoinGroupRequest::default()
             .with_group_id(GroupId(s(&self.id)))
             .with_session_timeout_ms(session_ms)
             .with_rebalance_timeout_ms(rebalance_ms)
             .with_member_id(s(member_id))
             .with_group_instance_id(instance.map(s))
-            .with_protocol_type(s("consumer"))
+            .with_protocol_type(s(protocol_type))
             .with_protocols(vec![JoinGroupRequestProtocol::default()
-                .with_name(s("range"))
+                .with_name(s(protocol))
                 .with_metadata(Bytes::copy_from_slice(metadata))]);
         kafka_client::call(self.addr, &request, 5, TIMEOUT).with_context(|| format!("JoinGroup {member_id:?}"))
     }
@@ -519,6 +536,71 @@ fn commits_and_the_group_survive_a_broker_sigkill() -> Result<()> {
     ensure!(
         d.group_state.as_str() == "Stable" && members_of(&d) == vec![a.member_id.clone()],
         "DescribeGroups after the restart: {d:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn joins_are_validated_and_followers_get_their_assignment_once_the_leader_syncs() -> Result<()> {
+    let (_node, g) = start("validate")?;
+    let sub = subscription("v");
+    let bad_session = g.join("", None, 1_000, &sub)?;
+    ensure!(
+        bad_session.error_code == INVALID_SESSION_TIMEOUT,
+        "JoinGroup with session.timeout.ms 1000 (below group.min.session.timeout.ms 6000): {}",
+        bad_session.error_code
+    );
+    let no_id = Group { addr: g.addr, id: String::new() }.join("", None, 30_000, &sub)?;
+    ensure!(no_id.error_code == INVALID_GROUP_ID, "JoinGroup with an empty group id: {}", no_id.error_code);
+
+    let a = g.join_new(30_000, &sub)?;
+    let (code, _) = g.sync(a.generation, &a.member_id, None, &[(&a.member_id, &assignment_bytes(&[0, 1], b""))])?;
+    ensure!(code == NONE, "SyncGroup: {code}");
+    // A member with no protocol in common with the group, or of another protocol type.
+    let other = g.join_protocol("", None, 30_000, 20_000, "consumer", "roundrobin", &sub)?;
+    ensure!(
+        other.error_code == INCONSISTENT_GROUP_PROTOCOL,
+        "JoinGroup with only a protocol the group does not support: {}",
+        other.error_code
+    );
+    let connect = g.join_protocol("", None, 30_000, 20_000, "connect", "range", &sub)?;
+    ensure!(
+        connect.error_code == INCONSISTENT_GROUP_PROTOCOL,
+        "JoinGroup with another protocol type: {}",
+        connect.error_code
+    );
+    ensure!(g.heartbeat(a.generation, &a.member_id, None)? == NONE, "the group was disturbed by the refused joins");
+
+    // Generation 2 with a second member; the follower's SyncGroup waits for the leader's.
+    let addr = g.addr;
+    let b_join = std::thread::spawn(move || Group { addr, id: "validate".into() }.join_new(30_000, &subscription("w")));
+    wait_until(TIMEOUT, "REBALANCE_IN_PROGRESS", || {
+        (g.heartbeat(a.generation, &a.member_id, None).ok()? == REBALANCE_IN_PROGRESS).then_some(())
+    })?;
+    let a2 = g.join(&a.member_id, None, 30_000, &sub)?;
+    let b = b_join.join().expect("join thread")?;
+    let generation = a2.generation_id;
+    let (leader, follower) = if a2.leader.as_str() == a.member_id {
+        (a.member_id.clone(), b.member_id.clone())
+    } else {
+        (b.member_id.clone(), a.member_id.clone())
+    };
+    let stale = g.sync(generation - 1, &follower, None, &[])?.0;
+    ensure!(stale == ILLEGAL_GENERATION, "SyncGroup with the previous generation: {stale}");
+    let follower_sync = {
+        let (addr, follower) = (g.addr, follower.clone());
+        std::thread::spawn(move || Group { addr, id: "validate".into() }.sync(generation, &follower, None, &[]))
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    ensure!(!follower_sync.is_finished(), "the follower's SyncGroup returned before the leader sent the assignments");
+    let to_leader = assignment_bytes(&[0], b"leader");
+    let to_follower = assignment_bytes(&[1], b"follower \x00\xff");
+    let (code, got) = g.sync(generation, &leader, None, &[(&leader, &to_leader), (&follower, &to_follower)])?;
+    ensure!(code == NONE && got == Bytes::from(to_leader), "the leader's SyncGroup: {code} {got:?}");
+    let (code, got) = follower_sync.join().expect("sync thread")?;
+    ensure!(
+        code == NONE && got == Bytes::from(to_follower),
+        "the follower's SyncGroup: {code}, assignment {got:?}"
     );
     Ok(())
 }
