@@ -2,8 +2,8 @@
 //! subscribe and commit after processing (`src/groups.rs`): two groups of three over a
 //! 12-partition RF-3 topic each receive all 200,000 records exactly once; a SIGKILLed member is
 //! expired after its session timeout and the survivors take over its partitions; a group that
-//! was closed resumes at its committed offsets; and SIGKILL of the node coordinating a group
-//! (leader of its `__consumer_offsets` partition) loses no acknowledged commit.
+//! was closed resumes at its committed offsets; and SIGKILL or SIGTERM of the node coordinating
+//! a group (leader of its `__consumer_offsets` partition) loses no acknowledged commit.
 //!
 //! The brokers run with `group.initial.rebalance.delay.ms=0` (no test here is about the delay)
 //! and fast failover settings. Each case starts three brokers, so they run one at a time.
@@ -257,10 +257,31 @@ fn a_closed_and_restarted_group_resumes_at_its_committed_offsets() -> Result<()>
     Ok(())
 }
 
+/// How the coordinator node goes away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// SIGKILL: fenced after broker.session.timeout.ms, leadership moves then.
+    Kill,
+    /// SIGTERM: controlled shutdown moves leadership first.
+    Terminate,
+}
+
 #[test]
 fn killing_the_group_coordinator_loses_no_acknowledged_commit_and_both_groups_finish() -> Result<()> {
+    coordinator_goes_away(Stop::Kill)
+}
+
+#[test]
+fn a_controlled_shutdown_of_the_group_coordinator_loses_no_acknowledged_commit() -> Result<()> {
+    coordinator_goes_away(Stop::Terminate)
+}
+
+/// Two groups of three consume a topic while an idempotent producer writes to it; the node
+/// coordinating orders-sink (and a witness group whose offsets nobody changes) stops; later it
+/// returns and becomes the coordinator again.
+fn coordinator_goes_away(stop: Stop) -> Result<()> {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    const TOPIC: &str = "groups-coordinator-kill";
+    const TOPIC: &str = "groups-coordinator-stop";
     const PARTITIONS: i32 = 6;
     let mut cluster = start_cluster()?;
     create_replicated_topic(&cluster, TOPIC, PARTITIONS)?;
@@ -296,7 +317,7 @@ fn killing_the_group_coordinator_loses_no_acknowledged_commit_and_both_groups_fi
     ensure!(internal == Some(true), "Metadata lists __consumer_offsets with is_internal {internal:?}");
 
     // A witness group on the same coordinator, with offsets committed (acknowledged) right
-    // before the kill and nobody committing after it: OffsetFetch must return exactly them.
+    // before the stop and nobody committing after it: OffsetFetch must return exactly them.
     let witness = (0..)
         .map(|i| format!("witness-{i}"))
         .find(|g| offsets_topic[offsets_partition(g) as usize].leader == coordinator)
@@ -305,10 +326,20 @@ fn killing_the_group_coordinator_loses_no_acknowledged_commit_and_both_groups_fi
     groups::commit_as_admin(&bootstrap, &witness, TOPIC, &witness_offsets)?;
 
     std::thread::sleep(Duration::from_secs(2)); // members keep consuming and committing
-    cluster.node(coordinator).kill()?;
-    let killed_ms = now_ms();
+    match stop {
+        Stop::Kill => cluster.node(coordinator).kill()?,
+        Stop::Terminate => {
+            let status = cluster.node(coordinator).terminate(Duration::from_secs(30))?;
+            // 0, or 143 = 128 + SIGTERM as a JVM broker reports a graceful shutdown.
+            ensure!(
+                status.success() || status.code() == Some(143),
+                "node {coordinator} exited with {status} after SIGTERM"
+            );
+        }
+    }
+    let stopped_ms = now_ms();
     let survivors: Vec<i32> = cluster.ids().into_iter().filter(|id| *id != coordinator).collect();
-    eprintln!("coordinator node {coordinator} of orders-sink and {witness} SIGKILLed");
+    eprintln!("coordinator node {coordinator} of orders-sink and {witness} stopped ({stop:?})");
 
     let new_coordinator = wait_until(Duration::from_secs(30), "a new coordinator for orders-sink", || {
         match find_coordinator(cluster.addr(survivors[0]), "orders-sink") {
@@ -321,7 +352,7 @@ fn killing_the_group_coordinator_loses_no_acknowledged_commit_and_both_groups_fi
     let want: BTreeMap<i32, Option<i64>> = witness_offsets.iter().map(|(p, o)| (*p, Some(*o))).collect();
     ensure!(
         fetched == want,
-        "{witness} committed {want:?} before its coordinator was killed; OffsetFetch now gives {fetched:?}"
+        "{witness} committed {want:?} before its coordinator stopped; OffsetFetch now gives {fetched:?}"
     );
 
     std::thread::sleep(Duration::from_secs(3)); // keep producing and consuming after the failover
@@ -355,26 +386,26 @@ fn killing_the_group_coordinator_loses_no_acknowledged_commit_and_both_groups_fi
         })
         .map_err(|_| {
             anyhow::anyhow!(
-                "group {group} did not reach the acked ends {ends:?} within 60 s after the coordinator kill: \
+                "group {group} did not reach the acked ends {ends:?} within 60 s after the coordinator stopped: \
                  reached {last:?}; member errors {:?}",
                 member_logs.iter().map(|l| l.errors_tail(5)).collect::<Vec<_>>()
             )
         })?;
-        // Commits acknowledged before the kill, per partition (the highest over all members).
+        // Commits acknowledged before the stop, per partition (the highest over all members).
         let mut acked_before: BTreeMap<i32, i64> = BTreeMap::new();
         for l in &member_logs {
-            for (p, o) in l.acked_commits_before(killed_ms) {
+            for (p, o) in l.acked_commits_before(stopped_ms) {
                 let e = acked_before.entry(p).or_insert(o);
                 *e = (*e).max(o);
             }
         }
-        // Whoever (re)started a partition after the kill started at or after those commits.
+        // Whoever (re)started a partition after the stop started at or after those commits.
         for l in &member_logs {
-            for f in l.firsts.lock().expect("lock").iter().filter(|f| f.at_ms > killed_ms) {
+            for f in l.firsts.lock().expect("lock").iter().filter(|f| f.at_ms > stopped_ms) {
                 if let Some(c) = acked_before.get(&f.partition) {
                     ensure!(
                         f.offset >= *c,
-                        "group {group}: partition {} restarted at offset {} after the coordinator kill, below the \
+                        "group {group}: partition {} restarted at offset {} after the coordinator stopped, below the \
                          commit {c} acknowledged before it",
                         f.partition,
                         f.offset
@@ -390,15 +421,15 @@ fn killing_the_group_coordinator_loses_no_acknowledged_commit_and_both_groups_fi
             let now = committed.get(p).copied().flatten();
             ensure!(
                 now.is_some_and(|n| n >= *c),
-                "group {group}: partition {p} committed {c} (acknowledged) before the kill; OffsetFetch now gives {now:?}"
+                "group {group}: partition {p} committed {c} (acknowledged) before the stop; OffsetFetch now gives {now:?}"
             );
         }
-        ensure!(!acked_before.is_empty(), "group {group} acknowledged no commit before the kill");
-        eprintln!("group {group}: commits acknowledged before the kill {acked_before:?}; committed now {committed:?}");
+        ensure!(!acked_before.is_empty(), "group {group} acknowledged no commit before the stop");
+        eprintln!("group {group}: commits acknowledged before the stop {acked_before:?}; committed now {committed:?}");
         final_committed.push((group, committed));
     }
 
-    // The killed node returns, catches up on __consumer_offsets and becomes the preferred
+    // The stopped node returns, catches up on __consumer_offsets and becomes the preferred
     // leader (and so the coordinator) again: it must serve the commits made while it was away.
     let preferred = group_partition.preferred_leader().context("no replicas")?;
     cluster.node(coordinator).restart()?;
