@@ -7,6 +7,8 @@
 //! - [`wire`]: hand-encoded requests for tests that send hostile or exact bytes.
 //! - [`Cluster`]: several nodes forming one cluster (`--voters`), started together.
 //! - [`kafka_client`]: typed requests for fields client libraries hide (controller id, quorum).
+//! - [`groups`]: consumer-group members (in-process and as killable child processes) that commit
+//!   after processing, and the checks that a group received every record (exactly once).
 //! - [`faults`]: a recorded produce/consume workload and the replication invariants checked
 //!   after a fault (acked records exactly once, nothing seen then lost, full ISR, equal replicas).
 //!
@@ -16,6 +18,7 @@
 pub mod clients;
 pub mod cluster;
 pub mod faults;
+pub mod groups;
 pub mod kafka_client;
 pub mod node;
 pub mod procstat;

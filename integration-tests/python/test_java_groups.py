@@ -1,0 +1,135 @@
+"""Consumer groups with Apache Kafka's own Java tools (kafka-tools 4.1, see test_java_cli.py):
+kafka-console-consumer in a group (default group.protocol=classic) resumes at its committed
+offset, and kafka-consumer-groups lists, describes (offsets and lag, members, state), resets and
+deletes groups."""
+
+from __future__ import annotations
+
+from confluent_kafka import Consumer, TopicPartition
+
+from group_clients import GROUP_SETTINGS, consume_n, create_topic, produce
+from test_java_cli import kafka_tool
+
+CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
+GROUPS_TOOL = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+
+
+def lines(prefix: str, start: int, end: int) -> list[bytes]:
+    return [f"{prefix}-{i:05d}".encode() for i in range(start, end)]
+
+
+def test_console_consumer_in_a_group_resumes_at_its_committed_offset(start_node):
+    node = start_node(GROUP_SETTINGS)
+    topic = "java-group"
+    create_topic(node.bootstrap, topic, 1)
+    first = lines("j", 0, 100)
+    produce(node.bootstrap, topic, first, partitions=1)
+
+    def console_consumer(n: int) -> list[str]:
+        out = kafka_tool(CONSOLE_CONSUMER, "--bootstrap-server", node.bootstrap, "--topic", topic,
+                         "--group", "java-g", "--from-beginning", "--max-messages", str(n), "--timeout-ms", "30000")
+        return out.splitlines()
+
+    assert console_consumer(100) == [v.decode() for v in first]
+    # Closing after --max-messages commits (enable.auto.commit defaults to true): a rerun of the
+    # same group gets only what was produced since, --from-beginning notwithstanding.
+    second = lines("j", 100, 150)
+    produce(node.bootstrap, topic, second, partitions=1)
+    assert console_consumer(50) == [v.decode() for v in second]
+    third = lines("j", 150, 160)
+    produce(node.bootstrap, topic, third, partitions=1)
+    assert console_consumer(10) == [v.decode() for v in third]
+
+
+def groups_tool(node, *args: str) -> str:
+    return kafka_tool(GROUPS_TOOL, "--bootstrap-server", node.bootstrap, *args)
+
+
+def table(out: str) -> list[dict[str, str]]:
+    """Rows of the tool's table (the first line starting with GROUP is the header), as dicts."""
+    rows: list[dict[str, str]] = []
+    header: list[str] | None = None
+    for line in out.splitlines():
+        fields = line.split()
+        if not fields:
+            continue
+        if header is None:
+            if fields[0] == "GROUP":
+                header = fields
+            continue
+        assert len(fields) == len(header), f"row {line!r} does not match header {header}:\n{out}"
+        rows.append(dict(zip(header, fields)))
+    assert header is not None, f"no table in:\n{out}"
+    return rows
+
+
+def describe_offsets(node, group: str) -> dict[int, tuple[str, str, str, str]]:
+    """--describe: per partition (CURRENT-OFFSET, LOG-END-OFFSET, LAG, CLIENT-ID)."""
+    rows = table(groups_tool(node, "--describe", "--group", group))
+    return {int(r["PARTITION"]): (r["CURRENT-OFFSET"], r["LOG-END-OFFSET"], r["LAG"], r["CLIENT-ID"]) for r in rows}
+
+
+def listed(node) -> set[str]:
+    return set(groups_tool(node, "--list").split())
+
+
+def test_kafka_consumer_groups_lists_describes_lag_and_members_resets_and_deletes(start_node):
+    node = start_node(GROUP_SETTINGS)
+    topic = "cg-topic"
+    create_topic(node.bootstrap, topic, 2)
+    produce(node.bootstrap, topic, lines("cg", 0, 200), partitions=2)
+
+    # A second group that consumed everything and left.
+    other = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "cg-other", "auto.offset.reset": "earliest",
+                      "log_level": 3})
+    other.subscribe([topic])
+    consume_n(other, 200)
+    other.commit(asynchronous=False)
+    other.close()
+
+    # The group under test: an active member that consumed everything but committed partition 0
+    # fully and partition 1 only up to offset 40.
+    member = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "cg-lag", "client.id": "cg-member",
+                       "auto.offset.reset": "earliest", "enable.auto.commit": False, "log_level": 3})
+    member.subscribe([topic])
+    try:
+        consume_n(member, 200)
+        member.commit(offsets=[TopicPartition(topic, 0, 100), TopicPartition(topic, 1, 40)], asynchronous=False)
+
+        assert {"cg-lag", "cg-other"} <= listed(node)
+        members = table(groups_tool(node, "--describe", "--group", "cg-lag", "--members"))
+        assert [(r["GROUP"], r["CLIENT-ID"], r["#PARTITIONS"]) for r in members] == [("cg-lag", "cg-member", "2")], members
+        assert members[0]["CONSUMER-ID"].startswith("cg-member-"), members
+        state = table(groups_tool(node, "--describe", "--group", "cg-lag", "--state"))
+        assert [(r["STATE"], r["#MEMBERS"], r["ASSIGNMENT-STRATEGY"]) for r in state] == [("Stable", "1", "range")], state
+        assert describe_offsets(node, "cg-lag") == {0: ("100", "100", "0", "cg-member"),
+                                                    1: ("40", "100", "60", "cg-member")}
+    finally:
+        member.close()  # auto-commit is off: closing leaves the offsets at 100 / 40
+
+    # Inactive: the committed offsets and lag remain, with no member.
+    assert describe_offsets(node, "cg-lag") == {0: ("100", "100", "0", "-"), 1: ("40", "100", "60", "-")}
+    produce(node.bootstrap, topic, lines("cg", 200, 210), partitions=2)  # the log end moves, lag grows
+    assert describe_offsets(node, "cg-lag") == {0: ("100", "105", "5", "-"), 1: ("40", "105", "65", "-")}
+
+    reset = table(groups_tool(node, "--reset-offsets", "--group", "cg-lag", "--topic", topic, "--to-earliest",
+                              "--execute"))
+    assert sorted((r["PARTITION"], r["NEW-OFFSET"]) for r in reset) == [("0", "0"), ("1", "0")], reset
+    assert describe_offsets(node, "cg-lag") == {0: ("0", "105", "105", "-"), 1: ("0", "105", "105", "-")}
+    again = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "cg-lag", "log_level": 3})
+    again.subscribe([topic])
+    got = consume_n(again, 210)
+    again.close()
+    assert sorted((p, o) for p, o, _ in got) == [(p, o) for p in range(2) for o in range(105)]
+
+    out = groups_tool(node, "--delete", "--group", "cg-other")
+    assert "Deletion of requested consumer groups ('cg-other') was successful." in out, out
+    groups = listed(node)
+    assert "cg-other" not in groups and "cg-lag" in groups, groups
+    # The deleted group's offsets are gone: a new member of that name starts from scratch.
+    fresh = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "cg-other", "log_level": 3})
+    try:
+        committed = fresh.committed([TopicPartition(topic, p) for p in range(2)], timeout=20)
+        assert [tp.offset for tp in committed] == [-1001, -1001], committed
+    finally:
+        fresh.close()
