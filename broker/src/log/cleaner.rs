@@ -182,21 +182,25 @@ pub struct CleanStats {
 }
 
 /// Kafka's `SkimpyOffsetMap`: an open-addressing table from a 16-byte key hash to the latest
-/// offset seen for it, in a buffer of fixed size allocated once. Zeroed memory is mapped lazily
-/// by the OS, so a large buffer costs only the pages the keys touch.
+/// offset seen for it, in a buffer of at most `log.cleaner.dedupe.buffer.size` bytes. The
+/// buffer is zeroed memory the OS maps lazily (so a pass costs only the pages its keys touch)
+/// and is made for each pass and released after it, so an idle broker holds none of it.
 pub struct OffsetMap {
-    /// Each slot: 16 bytes of hash, then offset + 1 as big-endian i64 (0 = empty).
-    slots: Vec<[u8; 24]>,
-    /// Slots in use, so clearing touches only them.
+    /// Slot `i` is bytes `24 i .. 24 i + 24`: 16 bytes of hash, then offset + 1 as big-endian
+    /// i64 (0 = empty).
+    slots: Vec<u8>,
+    /// Slots in use.
     used: Vec<u32>,
     capacity: usize,
 }
+
+const SLOT_BYTES: usize = MAP_ENTRY_BYTES as usize;
 
 impl OffsetMap {
     pub fn new(dedupe_buffer_size: u64) -> OffsetMap {
         let slots = (dedupe_buffer_size / MAP_ENTRY_BYTES).clamp(1, u64::from(u32::MAX)) as usize;
         OffsetMap {
-            slots: vec![[0u8; 24]; slots],
+            slots: vec![0u8; slots * SLOT_BYTES],
             used: Vec::new(),
             capacity: ((slots as f64 * MAP_LOAD_FACTOR) as usize).max(1),
         }
@@ -211,43 +215,47 @@ impl OffsetMap {
         self.used.len()
     }
 
-    pub fn clear(&mut self) {
-        for &i in &self.used {
-            self.slots[i as usize] = [0; 24];
-        }
-        self.used.clear();
-    }
-
     /// Records `offset` for `hash`. False, changing nothing, when the key is new and the map full.
     pub fn put(&mut self, hash: &[u8; 16], offset: i64) -> bool {
         let i = self.find_slot(hash);
-        let slot = &mut self.slots[i];
+        let full = self.used.len() >= self.capacity;
+        let slot = self.slot_mut(i);
         let empty = slot[16..] == [0; 8];
         if empty {
-            if self.used.len() >= self.capacity {
+            if full {
                 return false;
             }
             slot[..16].copy_from_slice(hash);
-            self.used.push(i as u32);
         }
         slot[16..].copy_from_slice(&(offset + 1).to_be_bytes());
+        if empty {
+            self.used.push(i as u32);
+        }
         true
     }
 
     pub fn get(&self, hash: &[u8; 16]) -> Option<i64> {
-        let slot = &self.slots[self.find_slot(hash)];
+        let slot = self.slot(self.find_slot(hash));
         let stored = i64::from_be_bytes(slot[16..].try_into().ok()?);
         (stored != 0).then_some(stored - 1)
+    }
+
+    fn slot(&self, i: usize) -> &[u8] {
+        &self.slots[i * SLOT_BYTES..(i + 1) * SLOT_BYTES]
+    }
+
+    fn slot_mut(&mut self, i: usize) -> &mut [u8] {
+        &mut self.slots[i * SLOT_BYTES..(i + 1) * SLOT_BYTES]
     }
 
     /// The slot holding `hash`, or the empty slot where it would go (linear probing; the load
     /// factor guarantees an empty slot exists).
     fn find_slot(&self, hash: &[u8; 16]) -> usize {
-        let n = self.slots.len();
+        let n = self.slots.len() / SLOT_BYTES;
         let start = u64::from_be_bytes(hash[..8].try_into().unwrap_or_default()) % n as u64;
         let mut i = start as usize;
         loop {
-            let slot = &self.slots[i];
+            let slot = self.slot(i);
             if slot[16..] == [0; 8] || slot[..16] == hash[..] {
                 return i;
             }
@@ -270,9 +278,10 @@ fn key_hash(key: &[u8]) -> [u8; 16] {
     out
 }
 
-/// The log cleaner: one offset map, reused pass after pass.
+/// The log cleaner: an offset map made for each pass.
 pub struct LogCleaner {
     map: OffsetMap,
+    dedupe_buffer_size: u64,
     stop: Arc<AtomicBool>,
 }
 
@@ -280,7 +289,8 @@ impl LogCleaner {
     /// A cleaner whose passes give up early once `stop` is set (broker shutdown).
     pub fn new(config: &CleanerConfig, stop: Arc<AtomicBool>) -> LogCleaner {
         LogCleaner {
-            map: OffsetMap::new(config.dedupe_buffer_size),
+            map: OffsetMap::new(MAP_ENTRY_BYTES),
+            dedupe_buffer_size: config.dedupe_buffer_size,
             stop,
         }
     }
@@ -293,7 +303,10 @@ impl LogCleaner {
         to_clean: &LogToClean,
         now_ms: i64,
     ) -> Result<CleanStats, LogError> {
-        match self.clean_segments(log, to_clean, now_ms) {
+        let result = self.clean_segments(log, to_clean, now_ms);
+        // Give the pass's map back to the OS.
+        self.map = OffsetMap::new(MAP_ENTRY_BYTES);
+        match result {
             // A truncation shortened a segment under the reader: not a disk problem.
             Err(_) if log.lock().truncations() != to_clean.truncations => {
                 tracing::info!(partition = %to_clean.name, "log truncated while it was being cleaned; abandoning this pass");
@@ -355,7 +368,7 @@ impl LogCleaner {
     /// Fills the map from the dirty section and returns the offset the map covers up to
     /// (exclusive): the end of the cleanable segments, or the first record whose key did not fit.
     fn build_offset_map(&mut self, to_clean: &LogToClean, stats: &mut CleanStats) -> Result<i64, LogError> {
-        self.map.clear();
+        self.map = OffsetMap::new(self.dedupe_buffer_size);
         let first_dirty = to_clean.first_dirty_offset;
         let mut end_offset = first_dirty;
         for segment in to_clean.segments.iter().filter(|s| s.next_base_offset > first_dirty) {
@@ -739,11 +752,6 @@ mod tests {
         assert_eq!(map.get(&key_hash(&[3])), Some(100));
         assert_eq!(map.get(&key_hash(&[42])), None);
         assert_eq!(map.len(), 9);
-        map.clear();
-        assert_eq!(map.len(), 0);
-        assert_eq!(map.get(&key_hash(&[3])), None);
-        assert!(map.put(&key_hash(&[42]), 0));
-        assert_eq!(map.get(&key_hash(&[42])), Some(0));
     }
 
     #[test]
