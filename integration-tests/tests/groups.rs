@@ -52,7 +52,13 @@ fn create_replicated_topic(cluster: &Cluster, topic: &str, partitions: i32) -> R
 
 fn start_members(bootstrap: &str, group: &str, topic: &str, n: usize) -> Result<Vec<GroupMember>> {
     (0..n)
-        .map(|i| GroupMember::start(member_config(bootstrap, group, "unused"), topic, &format!("{group}-{i}")))
+        .map(|i| {
+            GroupMember::start(
+                member_config(bootstrap, group, "unused"),
+                topic,
+                &format!("{group}-{i}"),
+            )
+        })
         .collect()
 }
 
@@ -118,7 +124,10 @@ fn two_groups_of_three_each_receive_all_200k_records_exactly_once() -> Result<()
         // Closing members commit what they processed: the group's committed offsets are the ends.
         let committed = committed_offsets(&bootstrap, group, TOPIC, PARTITIONS)?;
         let want: BTreeMap<i32, Option<i64>> = ends.iter().map(|(p, o)| (*p, Some(*o))).collect();
-        ensure!(committed == want, "group {group}: committed offsets {committed:?}, log end offsets {want:?}");
+        ensure!(
+            committed == want,
+            "group {group}: committed offsets {committed:?}, log end offsets {want:?}"
+        );
     }
     Ok(())
 }
@@ -156,7 +165,10 @@ fn a_killed_member_is_expired_after_its_session_timeout_and_the_group_still_gets
     let (_, victim_partitions) = all[0].current_assignment();
     members[0].kill()?;
     let killed_ms = now_ms();
-    eprintln!("member {} (partitions {victim_partitions:?}) SIGKILLed", members[0].client_id);
+    eprintln!(
+        "member {} (partitions {victim_partitions:?}) SIGKILLed",
+        members[0].client_id
+    );
     acked.extend(groups::produce_all(&bootstrap, TOPIC, PARTITIONS, 6000..12000)?);
 
     let survivors = &all[1..];
@@ -252,7 +264,10 @@ fn a_closed_and_restarted_group_resumes_at_its_committed_offsets() -> Result<()>
         .take(5)
         .map(|r| format!("{} at {}-{}", r.value, r.partition, r.offset))
         .collect();
-    ensure!(old.is_empty(), "the restarted group re-read records below its committed offsets: {old:?}");
+    ensure!(
+        old.is_empty(),
+        "the restarted group re-read records below its committed offsets: {old:?}"
+    );
     check_group_received(GROUP, &refs, &acked2, true)?;
     Ok(())
 }
@@ -314,7 +329,10 @@ fn coordinator_goes_away(stop: Stop) -> Result<()> {
         .iter()
         .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == "__consumer_offsets"))
         .map(|t| t.is_internal);
-    ensure!(internal == Some(true), "Metadata lists __consumer_offsets with is_internal {internal:?}");
+    ensure!(
+        internal == Some(true),
+        "Metadata lists __consumer_offsets with is_internal {internal:?}"
+    );
 
     // A witness group on the same coordinator, with offsets committed (acknowledged) right
     // before the stop and nobody committing after it: OffsetFetch must return exactly them.
@@ -341,13 +359,19 @@ fn coordinator_goes_away(stop: Stop) -> Result<()> {
     let survivors: Vec<i32> = cluster.ids().into_iter().filter(|id| *id != coordinator).collect();
     eprintln!("coordinator node {coordinator} of orders-sink and {witness} stopped ({stop:?})");
 
-    let new_coordinator = wait_until(Duration::from_secs(30), "a new coordinator for orders-sink", || {
-        match find_coordinator(cluster.addr(survivors[0]), "orders-sink") {
-            Ok(Ok(id)) if id != coordinator => Some(id),
-            _ => None,
-        }
-    })?;
-    ensure!(survivors.contains(&new_coordinator), "new coordinator {new_coordinator} is not a live node");
+    let new_coordinator =
+        wait_until(
+            Duration::from_secs(30),
+            "a new coordinator for orders-sink",
+            || match find_coordinator(cluster.addr(survivors[0]), "orders-sink") {
+                Ok(Ok(id)) if id != coordinator => Some(id),
+                _ => None,
+            },
+        )?;
+    ensure!(
+        survivors.contains(&new_coordinator),
+        "new coordinator {new_coordinator} is not a live node"
+    );
     let fetched = committed_offsets(&bootstrap, &witness, TOPIC, PARTITIONS)?;
     let want: BTreeMap<i32, Option<i64>> = witness_offsets.iter().map(|(p, o)| (*p, Some(*o))).collect();
     ensure!(
@@ -382,7 +406,9 @@ fn coordinator_goes_away(stop: Stop) -> Result<()> {
                     *e = (*e).max(r.offset + 1);
                 }
             }
-            ends.iter().all(|(p, end)| last.get(p).copied().unwrap_or(0) >= *end).then_some(())
+            ends.iter()
+                .all(|(p, end)| last.get(p).copied().unwrap_or(0) >= *end)
+                .then_some(())
         })
         .map_err(|_| {
             anyhow::anyhow!(
@@ -424,7 +450,10 @@ fn coordinator_goes_away(stop: Stop) -> Result<()> {
                 "group {group}: partition {p} committed {c} (acknowledged) before the stop; OffsetFetch now gives {now:?}"
             );
         }
-        ensure!(!acked_before.is_empty(), "group {group} acknowledged no commit before the stop");
+        ensure!(
+            !acked_before.is_empty(),
+            "group {group} acknowledged no commit before the stop"
+        );
         eprintln!("group {group}: commits acknowledged before the stop {acked_before:?}; committed now {committed:?}");
         final_committed.push((group, committed));
     }
@@ -434,12 +463,14 @@ fn coordinator_goes_away(stop: Stop) -> Result<()> {
     let preferred = group_partition.preferred_leader().context("no replicas")?;
     cluster.node(coordinator).restart()?;
     cluster.await_full_isr("__consumer_offsets", Duration::from_secs(60))?;
-    let back = wait_until(Duration::from_secs(30), "the preferred coordinator of orders-sink back", || {
-        match find_coordinator(cluster.addr(survivors[0]), "orders-sink") {
+    let back = wait_until(
+        Duration::from_secs(30),
+        "the preferred coordinator of orders-sink back",
+        || match find_coordinator(cluster.addr(survivors[0]), "orders-sink") {
             Ok(Ok(id)) if id == preferred => Some(id),
             _ => None,
-        }
-    });
+        },
+    );
     eprintln!("node {coordinator} restarted; coordinator of orders-sink now {back:?} (preferred {preferred})");
     back?;
     let bootstrap = cluster.bootstrap();
@@ -451,6 +482,9 @@ fn coordinator_goes_away(stop: Stop) -> Result<()> {
         );
     }
     let fetched = committed_offsets(&bootstrap, &witness, TOPIC, PARTITIONS)?;
-    ensure!(fetched == want, "{witness}: OffsetFetch after node {coordinator} returned gives {fetched:?}, want {want:?}");
+    ensure!(
+        fetched == want,
+        "{witness}: OffsetFetch after node {coordinator} returned gives {fetched:?}, want {want:?}"
+    );
     Ok(())
 }
