@@ -2,8 +2,9 @@
 //! subscribe and commit after processing (`src/groups.rs`): two groups of three over a
 //! 12-partition RF-3 topic each receive all 200,000 records exactly once; a SIGKILLed member is
 //! expired after its session timeout and the survivors take over its partitions; a group that
-//! was closed resumes at its committed offsets; and SIGKILL or SIGTERM of the node coordinating
-//! a group (leader of its `__consumer_offsets` partition) loses no acknowledged commit.
+//! was closed resumes at its committed offsets; and SIGKILL, SIGTERM or SIGSTOP (until another
+//! node took over) of the node coordinating a group (leader of its `__consumer_offsets`
+//! partition) loses no acknowledged commit.
 //!
 //! The brokers run with `group.initial.rebalance.delay.ms=0` (no test here is about the delay)
 //! and fast failover settings. Each case starts three brokers, so they run one at a time.
@@ -279,6 +280,9 @@ enum Stop {
     Kill,
     /// SIGTERM: controlled shutdown moves leadership first.
     Terminate,
+    /// SIGSTOP until another node coordinates the group, then SIGCONT: the old coordinator
+    /// comes back believing it still leads, with client requests queued on its sockets.
+    Pause,
 }
 
 #[test]
@@ -289,6 +293,11 @@ fn killing_the_group_coordinator_loses_no_acknowledged_commit_and_both_groups_fi
 #[test]
 fn a_controlled_shutdown_of_the_group_coordinator_loses_no_acknowledged_commit() -> Result<()> {
     coordinator_goes_away(Stop::Terminate)
+}
+
+#[test]
+fn a_frozen_coordinator_that_resumes_after_the_failover_loses_no_acknowledged_commit() -> Result<()> {
+    coordinator_goes_away(Stop::Pause)
 }
 
 /// Two groups of three consume a topic while an idempotent producer writes to it; the node
@@ -354,6 +363,7 @@ fn coordinator_goes_away(stop: Stop) -> Result<()> {
                 "node {coordinator} exited with {status} after SIGTERM"
             );
         }
+        Stop::Pause => cluster.node(coordinator).pause()?,
     }
     let stopped_ms = now_ms();
     let survivors: Vec<i32> = cluster.ids().into_iter().filter(|id| *id != coordinator).collect();
@@ -372,12 +382,22 @@ fn coordinator_goes_away(stop: Stop) -> Result<()> {
         survivors.contains(&new_coordinator),
         "new coordinator {new_coordinator} is not a live node"
     );
-    let fetched = committed_offsets(&bootstrap, &witness, TOPIC, PARTITIONS)?;
+    // Asked through the live nodes only: a frozen node accepts connections but never answers.
+    let live_bootstrap = survivors
+        .iter()
+        .map(|id| cluster.addr(*id).to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let fetched = committed_offsets(&live_bootstrap, &witness, TOPIC, PARTITIONS)?;
     let want: BTreeMap<i32, Option<i64>> = witness_offsets.iter().map(|(p, o)| (*p, Some(*o))).collect();
     ensure!(
         fetched == want,
         "{witness} committed {want:?} before its coordinator stopped; OffsetFetch now gives {fetched:?}"
     );
+    if stop == Stop::Pause {
+        cluster.node(coordinator).resume()?;
+        eprintln!("node {coordinator} resumed after node {new_coordinator} took over orders-sink");
+    }
 
     std::thread::sleep(Duration::from_secs(3)); // keep producing and consuming after the failover
     let producer = workload.stop_producing()?;
@@ -461,7 +481,9 @@ fn coordinator_goes_away(stop: Stop) -> Result<()> {
     // The stopped node returns, catches up on __consumer_offsets and becomes the preferred
     // leader (and so the coordinator) again: it must serve the commits made while it was away.
     let preferred = group_partition.preferred_leader().context("no replicas")?;
-    cluster.node(coordinator).restart()?;
+    if stop != Stop::Pause {
+        cluster.node(coordinator).restart()?;
+    }
     cluster.await_full_isr("__consumer_offsets", Duration::from_secs(60))?;
     let back = wait_until(
         Duration::from_secs(30),
@@ -471,7 +493,7 @@ fn coordinator_goes_away(stop: Stop) -> Result<()> {
             _ => None,
         },
     );
-    eprintln!("node {coordinator} restarted; coordinator of orders-sink now {back:?} (preferred {preferred})");
+    eprintln!("node {coordinator} back ({stop:?}); coordinator of orders-sink now {back:?} (preferred {preferred})");
     back?;
     let bootstrap = cluster.bootstrap();
     for (group, committed) in &final_committed {
