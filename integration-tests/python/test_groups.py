@@ -187,6 +187,59 @@ def test_cooperative_sticky_members_joining_under_load_get_every_record_exactly_
     assert all(set(r) != set(range(6)) for _, r in first.revocations), first.revocations
 
 
+def test_members_joining_and_leaving_under_load_lose_no_record_and_no_membership(start_node):
+    """Members come and go every ~0.7 s while records arrive (eager rebalances back to back):
+    the group still reads every record, no member is told it is unknown while the coordinator
+    knows it, and with every commit acknowledged nothing is read twice."""
+    import random
+
+    node = start_node(GROUP_SETTINGS)
+    topic = "ck-churn"
+    create_topic(node.bootstrap, topic, 12)
+    rng = random.Random(7)
+    all_members = [Member(node.bootstrap, "ck-churn-g", topic, f"ck-churn-{i}") for i in range(3)]
+    live = list(all_members)
+    sent: list[tuple[int, int, bytes]] = []
+    done = threading.Event()
+
+    def producer():
+        try:
+            for i in range(12):
+                sent.extend(produce(node.bootstrap, topic, lines(f"churn{i}", i * 2000, (i + 1) * 2000), partitions=12))
+                time.sleep(0.3)
+        finally:
+            done.set()
+
+    t = threading.Thread(target=producer, daemon=True)
+    t.start()
+    try:
+        for step in range(6):
+            m = Member(node.bootstrap, "ck-churn-g", topic, f"ck-churn-{3 + step}")
+            all_members.append(m)
+            live.append(m)
+            time.sleep(0.7)
+            leaving = live.pop(rng.randrange(len(live) - 1))  # never the newest
+            leaving.stop()
+            time.sleep(0.7)
+        assert done.wait(60), "the producer did not finish"
+        t.join()
+        wait_until("every record received",
+                   lambda: len({(p, o) for m in all_members for p, o, _ in m.received}) >= len(sent), 60)
+        split = await_split(live, 12, timeout=30)
+    finally:
+        for m in live:
+            m.stop()
+    received = [r for m in all_members for r in m.received]
+    assert set(received) == set(sent), f"{len(set(sent) - set(received))} of {len(sent)} records never received"
+    unknown = [(m.client_id, e) for m in all_members for e in m.errors + m.commit_errors
+               if "UNKNOWN_MEMBER_ID" in e.upper() or "UNKNOWN MEMBER" in e.upper()]
+    assert not unknown, unknown[:5]
+    commit_errors = [(m.client_id, e) for m in all_members for e in m.commit_errors]
+    duplicates = len(received) - len(set(received))
+    assert duplicates == 0 or commit_errors, (
+        f"{duplicates} records read twice although every commit was acknowledged; final split {split}")
+
+
 def test_a_restarted_static_member_gets_its_partitions_back_without_a_rebalance(start_node):
     """KIP-345: a static member (group.instance.id) that closes and comes back within its
     session timeout gets the same partitions, and the other members are not rebalanced."""
