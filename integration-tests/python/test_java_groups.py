@@ -5,10 +5,14 @@ deletes groups."""
 
 from __future__ import annotations
 
-from confluent_kafka import Consumer, TopicPartition
+import os
+import subprocess
 
-from group_clients import GROUP_SETTINGS, consume_n, create_topic, produce
-from test_java_cli import kafka_tool
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from group_clients import GROUP_SETTINGS, consume_n, create_topic, produce, wait_until
+from test_java_cli import JAVA_LIB, kafka_tool
 
 CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
 GROUPS_TOOL = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
@@ -39,6 +43,47 @@ def test_console_consumer_in_a_group_resumes_at_its_committed_offset(start_node)
     third = lines("j", 150, 160)
     produce(node.bootstrap, topic, third, partitions=1)
     assert console_consumer(10) == [v.decode() for v in third]
+
+
+def test_two_java_console_consumers_of_one_group_split_the_partitions(start_node):
+    """Two Java consumers (classic protocol, Kafka's own client) in one group: each gets one of
+    the two partitions, as confluent-kafka's admin DescribeConsumerGroups reports, and together
+    they print every record once."""
+    node = start_node(GROUP_SETTINGS)
+    topic = "java-split"
+    create_topic(node.bootstrap, topic, 2)
+    jars = os.pathsep.join(str(j) for j in sorted(JAVA_LIB.glob("*.jar")))
+    consumers = [subprocess.Popen(
+        ["java", "-cp", jars, CONSOLE_CONSUMER, "--bootstrap-server", node.bootstrap, "--topic", topic,
+         "--group", "java-split-g", "--from-beginning", "--timeout-ms", "8000",
+         "--property", "print.partition=true"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    try:
+        admin = AdminClient({"bootstrap.servers": node.bootstrap, "log_level": 3})
+
+        def split():
+            try:
+                g = admin.describe_consumer_groups(["java-split-g"], request_timeout=10)["java-split-g"].result(timeout=15)
+            except KafkaException as e:  # NOT_COORDINATOR while the coordinator loads; retried
+                print(f"DescribeConsumerGroups: {e}")
+                return None
+            parts = [sorted(tp.partition for tp in m.assignment.topic_partitions) for m in g.members]
+            return parts if str(g.state).endswith("STABLE") and sorted(parts) == [[0], [1]] else None
+
+        wait_until("both Java consumers to hold one partition each", split, timeout=60, interval=0.5)
+        sent = produce(node.bootstrap, topic, lines("js", 0, 200), partitions=2)
+        outs = [c.communicate(timeout=90) for c in consumers]
+    finally:
+        for c in consumers:
+            if c.poll() is None:
+                c.kill()
+    for c, (out, err) in zip(consumers, outs):
+        assert c.returncode == 0, err[-2000:]
+    printed = [line.split("\t", 1) for out, _ in outs for line in out.splitlines()]
+    got = sorted((int(p.removeprefix("Partition:")), v) for p, v in printed)
+    assert got == sorted((p, v.decode()) for p, _, v in sent)
+    per_consumer = [{line.split("\t", 1)[0] for line in out.splitlines()} for out, _ in outs]
+    assert sorted(per_consumer, key=sorted) == [{"Partition:0"}, {"Partition:1"}], per_consumer
 
 
 def groups_tool(node, *args: str) -> str:
