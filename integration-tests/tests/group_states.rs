@@ -41,6 +41,7 @@ const NON_EMPTY_GROUP: i16 = 68;
 const MEMBER_ID_REQUIRED: i16 = 79;
 const FENCED_INSTANCE_ID: i16 = 82;
 const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 
 const TOPIC: &str = "group-protocol";
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -191,12 +192,22 @@ impl Group {
 
     /// OffsetCommit v7 of (partition, offset, metadata); returns each partition's error code.
     fn commit(&self, generation: i32, member_id: &str, offsets: &[(i32, i64, &str)]) -> Result<Vec<i16>> {
+        self.commit_to(TOPIC, generation, member_id, offsets)
+    }
+
+    fn commit_to(
+        &self,
+        topic: &str,
+        generation: i32,
+        member_id: &str,
+        offsets: &[(i32, i64, &str)],
+    ) -> Result<Vec<i16>> {
         let request = OffsetCommitRequest::default()
             .with_group_id(GroupId(s(&self.id)))
             .with_generation_id_or_member_epoch(generation)
             .with_member_id(s(member_id))
             .with_topics(vec![OffsetCommitRequestTopic::default()
-                .with_name(TopicName(s(TOPIC)))
+                .with_name(TopicName(s(topic)))
                 .with_partitions(
                     offsets
                         .iter()
@@ -784,6 +795,68 @@ fn joins_are_validated_and_followers_get_their_assignment_once_the_leader_syncs(
     ensure!(
         code == NONE && got == to_follower,
         "the follower's SyncGroup: {code}, assignment {got:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn commits_to_unknown_partitions_are_refused_and_list_groups_filters_by_state() -> Result<()> {
+    let (_node, g) = start("listed-stable")?;
+    let empty = Group {
+        addr: g.addr,
+        id: "listed-empty".into(),
+    };
+    // A group with offsets only (commits from a non-member): Empty.
+    let codes = empty.commit(-1, "", &[(0, 3, "")])?;
+    ensure!(codes == vec![NONE], "non-member OffsetCommit to a new group: {codes:?}");
+    let unknown_topic = empty.commit_to("no-such-topic", -1, "", &[(0, 3, "")])?;
+    ensure!(
+        unknown_topic == vec![UNKNOWN_TOPIC_OR_PARTITION],
+        "OffsetCommit for a topic that does not exist: {unknown_topic:?}"
+    );
+    let unknown_partition = empty.commit(-1, "", &[(7, 3, "")])?;
+    ensure!(
+        unknown_partition == vec![UNKNOWN_TOPIC_OR_PARTITION],
+        "OffsetCommit for partition 7 of a 2-partition topic: {unknown_partition:?}"
+    );
+    let a = g.join_new(30_000, &subscription("l"))?;
+    let (code, _) = g.sync(
+        a.generation,
+        &a.member_id,
+        None,
+        &[(&a.member_id, &assignment_bytes(&[0, 1], b""))],
+    )?;
+    ensure!(code == NONE, "SyncGroup: {code}");
+
+    let listed = |states: &[&str]| -> Result<Vec<(String, String)>> {
+        let request = ListGroupsRequest::default().with_states_filter(states.iter().map(|st| s(st)).collect());
+        let r = kafka_client::call(g.addr, &request, 4, TIMEOUT).context("ListGroups")?;
+        ensure!(r.error_code == NONE, "ListGroups: error {}", r.error_code);
+        let mut groups: Vec<(String, String)> = r
+            .groups
+            .iter()
+            .map(|l| (l.group_id.0.to_string(), l.group_state.to_string()))
+            .collect();
+        groups.sort();
+        Ok(groups)
+    };
+    let all = listed(&[])?;
+    ensure!(
+        all == vec![
+            ("listed-empty".to_string(), "Empty".to_string()),
+            ("listed-stable".to_string(), "Stable".to_string())
+        ],
+        "ListGroups v4 without a filter: {all:?}"
+    );
+    let stable = listed(&["Stable"])?;
+    ensure!(
+        stable == vec![("listed-stable".to_string(), "Stable".to_string())],
+        "ListGroups Stable: {stable:?}"
+    );
+    let empty_listed = listed(&["Empty"])?;
+    ensure!(
+        empty_listed == vec![("listed-empty".to_string(), "Empty".to_string())],
+        "ListGroups Empty: {empty_listed:?}"
     );
     Ok(())
 }
