@@ -9,6 +9,7 @@ use clap::Parser;
 
 use crate::group::coordinator::GroupConfig;
 use crate::group::OffsetsSettings;
+use crate::log::CleanerConfig;
 use crate::topic_config::{self, ConfigType};
 
 /// Command-line interface of the `sluice` binary.
@@ -90,6 +91,9 @@ const BROKER_KEYS: &[(&str, &str, ConfigType)] = &[
     ("log.retention.hours", "168", ConfigType::Int),
     ("log.retention.minutes", "", ConfigType::Int),
     ("log.roll.hours", "168", ConfigType::Int),
+    ("log.cleaner.enable", "true", ConfigType::Boolean),
+    ("log.cleaner.backoff.ms", "15000", ConfigType::Long),
+    ("log.cleaner.dedupe.buffer.size", "134217728", ConfigType::Long),
     ("delete.topic.enable", "true", ConfigType::Boolean),
     ("broker.rack", "", ConfigType::String),
     ("broker.session.timeout.ms", "9000", ConfigType::Int),
@@ -339,6 +343,24 @@ fn quorum_membership(cli: &Cli) -> Result<(BTreeMap<i32, String>, SocketAddr), C
     Ok((voters, listen))
 }
 
+impl BrokerConfig {
+    /// The log cleaner's settings: `log.cleaner.enable`, `log.cleaner.backoff.ms` and
+    /// `log.cleaner.dedupe.buffer.size` (types checked when `--set` was parsed).
+    pub fn log_cleaner_config(&self) -> CleanerConfig {
+        let get = |key: &str| broker_value(&self.overrides, key);
+        let defaults = CleanerConfig::default();
+        CleanerConfig {
+            enable: get("log.cleaner.enable") == "true",
+            backoff_ms: get("log.cleaner.backoff.ms")
+                .parse::<i64>()
+                .map_or(defaults.backoff_ms, |ms| ms.max(1) as u64),
+            dedupe_buffer_size: get("log.cleaner.dedupe.buffer.size")
+                .parse::<i64>()
+                .map_or(defaults.dedupe_buffer_size, |bytes| bytes.max(1) as u64),
+        }
+    }
+}
+
 fn broker_value(overrides: &BTreeMap<String, String>, key: &str) -> String {
     overrides.get(key).cloned().unwrap_or_else(|| {
         BROKER_KEYS
@@ -452,6 +474,30 @@ mod tests {
             BrokerConfig::from_cli(&cli(&["--voters", "1-127.0.0.1:9093"])),
             Err(ConfigError::BadVoter(_))
         ));
+    }
+
+    #[test]
+    fn log_cleaner_settings_use_kafkas_names_and_defaults() {
+        let defaults = BrokerConfig::from_cli(&cli(&[])).unwrap().log_cleaner_config();
+        assert_eq!(defaults, CleanerConfig::default());
+        assert_eq!(
+            (defaults.enable, defaults.backoff_ms, defaults.dedupe_buffer_size),
+            (true, 15_000, 134_217_728)
+        );
+        let set = BrokerConfig::from_cli(&cli(&[
+            "--set",
+            "log.cleaner.enable=false",
+            "--set",
+            "log.cleaner.backoff.ms=200",
+            "--set",
+            "log.cleaner.dedupe.buffer.size=1048576",
+        ]))
+        .unwrap()
+        .log_cleaner_config();
+        assert_eq!(
+            (set.enable, set.backoff_ms, set.dedupe_buffer_size),
+            (false, 200, 1_048_576)
+        );
     }
 
     #[test]

@@ -22,7 +22,7 @@ use uuid::Uuid;
 
 use sluice_protocol::batch::BatchIter;
 
-use crate::log::{AppendInfo, LogConfig, LogError, PartitionLog};
+use crate::log::{AppendInfo, CleanStats, LogCleaner, LogConfig, LogError, LogToClean, PartitionLog};
 use crate::metadata::image::PartitionRegistration;
 use crate::metadata::records::MetadataCommand;
 use crate::producer_state::{ProducerStateManager, SequenceCheck};
@@ -572,6 +572,28 @@ impl Partition {
 
     pub fn flush(&self) -> Result<(), LogError> {
         self.log.lock().flush()
+    }
+
+    /// What the log cleaner may compact in this replica's log below its high watermark, `None`
+    /// unless `cleanup.policy` includes `compact`. `first_dirty_offset` is the cleaner checkpoint.
+    pub fn log_to_clean(&self, first_dirty_offset: Option<i64>, now_ms: i64) -> Result<Option<LogToClean>, LogError> {
+        let high_watermark = self.high_watermark();
+        let log = self.log.lock();
+        if !log.config().cleanup_policy_compact {
+            return Ok(None);
+        }
+        log.log_to_clean(first_dirty_offset, high_watermark, now_ms).map(Some)
+    }
+
+    /// One compaction pass over `to_clean` (from [`Partition::log_to_clean`]). The log's lock is
+    /// taken only to swap each cleaned segment in, never while segments are read or written.
+    pub fn clean_log(
+        &self,
+        cleaner: &mut LogCleaner,
+        to_clean: &LogToClean,
+        now_ms: i64,
+    ) -> Result<CleanStats, LogError> {
+        cleaner.clean(&self.log, to_clean, now_ms)
     }
 
     /// Consumes the partition, closing (`delete == false`) or removing its log.

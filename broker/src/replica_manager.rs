@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::config::BrokerConfig;
-use crate::log::LogError;
+use crate::log::{partition_metadata, LogError};
 use crate::metadata::image::{MetadataImage, PartitionRegistration, TopicImage};
 use crate::metadata::METADATA_LOG_DIR;
 use crate::partition::{Partition, RoleChange};
@@ -100,7 +100,19 @@ impl ReplicaManager {
                     }
                     None => {
                         let dir = self.partition_dir(&topic.name, key.1);
-                        let checkpointed_hw = self.checkpointed.lock().remove(&(topic.name.clone(), key.1));
+                        let mut checkpointed_hw = self.checkpointed.lock().remove(&(topic.name.clone(), key.1));
+                        match partition_metadata::prepare_partition_dir(&dir, topic.topic_id) {
+                            // The checkpointed HW was the old topic's.
+                            Ok(true) => checkpointed_hw = None,
+                            Ok(false) => {}
+                            Err(e) => {
+                                tracing::error!(
+                                    topic = %topic.name, partition = key.1, error = %e,
+                                    "cannot tell which topic the partition directory belongs to; it stays offline until partition.metadata is fixed or the directory removed"
+                                );
+                                continue;
+                            }
+                        }
                         match Partition::open(
                             &dir,
                             &topic.name,

@@ -1,6 +1,8 @@
-//! The accept loop, the background log housekeeping, and graceful shutdown through one
-//! `watch` signal that every task listens to.
+//! The accept loop, the background log housekeeping and log cleaner, and graceful shutdown
+//! through one `watch` signal that every task listens to.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +12,7 @@ use tokio::task::JoinSet;
 
 use crate::broker::{now_ms, Broker};
 use crate::connection;
+use crate::log::{read_cleaner_checkpoint, write_cleaner_checkpoint, CleanerConfig, LogCleaner};
 
 /// Upper bound on concurrently open client connections.
 const MAX_CONNECTIONS: usize = 10_000;
@@ -24,6 +27,7 @@ pub async fn run(broker: Arc<Broker>, listener: TcpListener, mut shutdown: watch
     }
     let mut connections = JoinSet::new();
     let housekeeping = tokio::spawn(run_housekeeping(broker.clone(), shutdown.clone()));
+    let log_cleaner = tokio::spawn(run_log_cleaner(broker.clone(), shutdown.clone()));
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         tokio::select! {
@@ -58,6 +62,7 @@ pub async fn run(broker: Arc<Broker>, listener: TcpListener, mut shutdown: watch
         connections.abort_all();
     }
     let _ = housekeeping.await;
+    let _ = log_cleaner.await;
 }
 
 /// Time-based segment rolls and retention, every `log.retention.check.interval.ms`.
@@ -84,5 +89,126 @@ async fn run_housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<boo
                 ),
             }
         }
+    }
+}
+
+/// Kafka's log cleaner thread: repeatedly compacts the dirtiest log whose `cleanup.policy`
+/// includes `compact` (dirty ratio at least `min.cleanable.dirty.ratio`, or holding tombstones
+/// whose `delete.retention.ms` has run out), on a blocking thread, and sleeps
+/// `log.cleaner.backoff.ms` whenever no log needed it. Shutdown stops a pass between segments.
+async fn run_log_cleaner(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+    let config = broker.config.log_cleaner_config();
+    if !config.enable {
+        tracing::info!("log.cleaner.enable=false: compacted topics will not be cleaned");
+        return;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut state = Some(CleanerState::new(&broker, &config, stop.clone()));
+    let backoff = Duration::from_millis(config.backoff_ms);
+    loop {
+        let (pass_broker, mut pass_state) = (broker.clone(), state.take());
+        let mut pass = tokio::task::spawn_blocking(move || {
+            let cleaned = pass_state
+                .as_mut()
+                .is_some_and(|s| s.clean_dirtiest_log(&pass_broker, now_ms()));
+            (pass_state, cleaned)
+        });
+        let cleaned = tokio::select! {
+            _ = shutdown.changed() => {
+                stop.store(true, Ordering::Relaxed);
+                let _ = pass.await;
+                return;
+            }
+            finished = &mut pass => match finished {
+                Ok((returned, cleaned)) => {
+                    state = returned;
+                    cleaned
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "the log cleaner failed; compaction stops until the broker restarts");
+                    return;
+                }
+            },
+        };
+        if !cleaned {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = tokio::time::sleep(backoff) => {}
+            }
+        }
+    }
+}
+
+/// The cleaner's memory between passes: its offset map, the checkpoint, and when kept
+/// tombstones come due.
+struct CleanerState {
+    cleaner: LogCleaner,
+    /// First dirty offset per (topic, partition), as in `cleaner-offset-checkpoint`.
+    checkpoints: HashMap<(String, i32), i64>,
+    tombstone_deadlines_ms: HashMap<(String, i32), i64>,
+}
+
+impl CleanerState {
+    fn new(broker: &Broker, config: &CleanerConfig, stop: Arc<AtomicBool>) -> CleanerState {
+        CleanerState {
+            cleaner: LogCleaner::new(config, stop),
+            checkpoints: read_cleaner_checkpoint(&broker.config.data_dir),
+            tombstone_deadlines_ms: HashMap::new(),
+        }
+    }
+
+    /// Cleans the log that needs it most; false when none needed it (or the pass failed).
+    fn clean_dirtiest_log(&mut self, broker: &Broker, now: i64) -> bool {
+        let mut dirtiest = None;
+        for partition in broker.replicas.all() {
+            let key = (partition.topic.clone(), partition.index);
+            let to_clean = match partition.log_to_clean(self.checkpoints.get(&key).copied(), now) {
+                Ok(Some(to_clean)) => to_clean,
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::warn!(topic = %partition.topic, partition = partition.index, error = %e,
+                        "cannot inspect the log for cleaning; will retry");
+                    continue;
+                }
+            };
+            let tombstones_due = self.tombstone_deadlines_ms.get(&key).is_some_and(|d| now >= *d);
+            if to_clean.is_empty() || !(to_clean.needs_cleaning() || tombstones_due) {
+                continue;
+            }
+            let ratio = to_clean.dirty_ratio();
+            if dirtiest.as_ref().is_none_or(|(best, _, _)| ratio > *best) {
+                dirtiest = Some((ratio, partition, to_clean));
+            }
+        }
+        let Some((ratio, partition, to_clean)) = dirtiest else {
+            return false;
+        };
+        let key = (partition.topic.clone(), partition.index);
+        let stats = match partition.clean_log(&mut self.cleaner, &to_clean, now) {
+            Ok(stats) => stats,
+            Err(e) => {
+                tracing::warn!(topic = %partition.topic, partition = partition.index, error = %e,
+                    "log cleaning failed; will retry after log.cleaner.backoff.ms");
+                return false;
+            }
+        };
+        if stats.abandoned {
+            return false;
+        }
+        match stats.tombstone_deadline_ms {
+            Some(deadline) => self.tombstone_deadlines_ms.insert(key.clone(), deadline),
+            None => self.tombstone_deadlines_ms.remove(&key),
+        };
+        self.checkpoints.insert(key, stats.end_offset);
+        if let Err(e) = write_cleaner_checkpoint(&broker.config.data_dir, &self.checkpoints) {
+            tracing::warn!(error = %e, "could not write cleaner-offset-checkpoint; check the data dir's disk");
+        }
+        tracing::info!(
+            topic = %partition.topic, partition = partition.index, dirty_ratio = ratio,
+            first_dirty_offset = to_clean.first_dirty_offset(), cleaned_to = stats.end_offset,
+            segments = stats.segments_replaced, records_removed = stats.records_removed,
+            bytes_read = stats.bytes_read, bytes_written = stats.bytes_written, "cleaned log"
+        );
+        true
     }
 }

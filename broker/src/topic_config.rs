@@ -137,6 +137,9 @@ pub fn validate(name: &str, value: &str) -> Result<(), TopicConfigError> {
     if name == "cleanup.policy" && value.split(',').any(|p| !matches!(p.trim(), "delete" | "compact")) {
         return Err(invalid("must be a list of delete and compact".to_string()));
     }
+    if name == "min.cleanable.dirty.ratio" && value.parse::<f64>().map_or(true, |r| !(0.0..=1.0).contains(&r)) {
+        return Err(invalid("must be between 0 and 1".to_string()));
+    }
     if matches!(name, "max.message.bytes" | "segment.bytes" | "min.insync.replicas")
         && value.parse::<i64>().map_or(true, |v| v <= 0)
     {
@@ -235,7 +238,21 @@ pub fn log_config(overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -
         message_timestamp_log_append: value("message.timestamp.type") == "LogAppendTime",
         flush_interval_messages: long("flush.messages", i64::MAX).max(1) as u64,
         flush_interval_ms: long("flush.ms", i64::MAX),
+        cleanup_policy_delete: cleanup_policy_includes(&value("cleanup.policy"), "delete"),
+        cleanup_policy_compact: cleanup_policy_includes(&value("cleanup.policy"), "compact"),
+        min_cleanable_dirty_ratio: value("min.cleanable.dirty.ratio")
+            .parse::<f64>()
+            .ok()
+            .filter(|r| r.is_finite())
+            .map_or(defaults.min_cleanable_dirty_ratio, |r| r.clamp(0.0, 1.0)),
+        min_compaction_lag_ms: long("min.compaction.lag.ms", defaults.min_compaction_lag_ms).max(0),
+        delete_retention_ms: long("delete.retention.ms", defaults.delete_retention_ms).max(0),
     }
+}
+
+/// Whether a `cleanup.policy` list (`delete`, `compact`, `compact,delete`) names `policy`.
+pub fn cleanup_policy_includes(list: &str, policy: &str) -> bool {
+    list.split(',').any(|p| p.trim() == policy)
 }
 
 #[cfg(test)]
@@ -295,6 +312,34 @@ mod tests {
         assert!(validate("cleanup.policy", "shred").is_err());
         assert!(validate("max.message.bytes", "0").is_err());
         assert!(validate("min.insync.replicas", "0").is_err());
+        assert!(validate("min.cleanable.dirty.ratio", "0.01").is_ok());
+        assert!(validate("min.cleanable.dirty.ratio", "1.5").is_err());
+    }
+
+    #[test]
+    fn cleanup_policy_and_compaction_settings_resolve_into_the_log_config() {
+        let plain = broker(&[]);
+        let defaults = log_config(&BTreeMap::new(), &plain);
+        assert!(defaults.cleanup_policy_delete && !defaults.cleanup_policy_compact);
+        assert_eq!(defaults.min_cleanable_dirty_ratio, 0.5);
+        assert_eq!(defaults.delete_retention_ms, 86_400_000);
+        let b = broker(&[
+            "--set",
+            "log.cleanup.policy=compact",
+            "--set",
+            "log.cleaner.min.cleanable.ratio=0.2",
+        ]);
+        let config = log_config(&BTreeMap::new(), &b);
+        assert!(!config.cleanup_policy_delete && config.cleanup_policy_compact);
+        assert_eq!(config.min_cleanable_dirty_ratio, 0.2);
+        let overrides = BTreeMap::from([
+            ("cleanup.policy".to_string(), "compact,delete".to_string()),
+            ("min.compaction.lag.ms".to_string(), "5000".to_string()),
+            ("delete.retention.ms".to_string(), "100".to_string()),
+        ]);
+        let config = log_config(&overrides, &b);
+        assert!(config.cleanup_policy_delete && config.cleanup_policy_compact);
+        assert_eq!((config.min_compaction_lag_ms, config.delete_retention_ms), (5000, 100));
     }
 
     #[test]

@@ -61,11 +61,11 @@ implemented_apis! {
     ApiVersions: ApiVersionsRequest => ApiVersionsResponse;
     CreateTopics: CreateTopicsRequest => CreateTopicsResponse;
     DeleteTopics: DeleteTopicsRequest => DeleteTopicsResponse;
-    DeleteGroups: DeleteGroupsRequest => DeleteGroupsResponse;
     InitProducerId: InitProducerIdRequest => InitProducerIdResponse;
     OffsetForLeaderEpoch: OffsetForLeaderEpochRequest => OffsetForLeaderEpochResponse;
     DescribeConfigs: DescribeConfigsRequest => DescribeConfigsResponse;
     CreatePartitions: CreatePartitionsRequest => CreatePartitionsResponse;
+    DeleteGroups: DeleteGroupsRequest => DeleteGroupsResponse;
     IncrementalAlterConfigs: IncrementalAlterConfigsRequest => IncrementalAlterConfigsResponse;
     OffsetDelete: OffsetDeleteRequest => OffsetDeleteResponse;
     DescribeQuorum: DescribeQuorumRequest => DescribeQuorumResponse;

@@ -186,6 +186,18 @@ impl BatchHeader {
     /// The checks of [`validate_batch`] that need only the header: magic, length, record count and
     /// codec. The log's crash recovery uses it and streams the CRC over the batch itself.
     pub fn validate_fields(&self) -> Result<(), BatchError> {
+        self.check_fields(false)
+    }
+
+    /// [`BatchHeader::validate_fields`] for a batch already in a log (crash recovery, a
+    /// follower's copy of the leader's log): log compaction removes records from a batch but
+    /// keeps its offset range (Kafka preserves `lastOffsetDelta` so producer sequences stay
+    /// valid), so the record count may be below the offsets the batch spans.
+    pub fn validate_stored_fields(&self) -> Result<(), BatchError> {
+        self.check_fields(true)
+    }
+
+    fn check_fields(&self, compacted: bool) -> Result<(), BatchError> {
         check_magic(self.magic)?;
         if self.batch_length < MIN_BATCH_LENGTH {
             return Err(BatchError::InvalidBatchLength {
@@ -193,7 +205,8 @@ impl BatchHeader {
             });
         }
         // Kafka's LogValidator: the offset range must be non-empty and match the record count.
-        let count_ok = self.records_count == 0 || i64::from(self.records_count) == self.offset_count();
+        let count = i64::from(self.records_count);
+        let count_ok = count == 0 || count == self.offset_count() || (compacted && count < self.offset_count());
         if self.last_offset_delta < 0 || self.records_count < 0 || !count_ok {
             return Err(BatchError::InvalidRecordCount {
                 records_count: self.records_count,
@@ -212,13 +225,23 @@ impl BatchHeader {
 /// Fully validates one complete batch as received from a producer or a leader: `batch` must be
 /// exactly one batch. Checks magic, length, header fields and CRC32C.
 pub fn validate_batch(batch: &[u8]) -> Result<BatchHeader, BatchError> {
+    validate_one(batch, false)
+}
+
+/// [`validate_batch`] for a batch copied from another replica's log, which compaction may have
+/// thinned (see [`BatchHeader::validate_stored_fields`]).
+pub fn validate_stored_batch(batch: &[u8]) -> Result<BatchHeader, BatchError> {
+    validate_one(batch, true)
+}
+
+fn validate_one(batch: &[u8], compacted: bool) -> Result<BatchHeader, BatchError> {
     // Magic sits at the same offset in every message format, so check it before anything that
     // assumes v2: an old client then gets UNSUPPORTED_FOR_MESSAGE_FORMAT, not CORRUPT_MESSAGE.
     if let Some(&magic) = batch.get(MAGIC_OFFSET) {
         check_magic(magic as i8)?;
     }
     let header = BatchHeader::parse(batch)?;
-    header.validate_fields()?;
+    header.check_fields(compacted)?;
     if header.total_len() != batch.len() {
         return Err(BatchError::LengthMismatch {
             declared: header.total_len(),
@@ -258,6 +281,12 @@ pub struct BatchesInfo {
 /// [`validate_batch`], ending exactly at a batch boundary.
 pub fn validate_batches(records: &[u8]) -> Result<BatchesInfo, BatchError> {
     walk_batches(records, validate_batch)
+}
+
+/// [`validate_batches`] for batches copied from another replica's log (the follower's fetch):
+/// compacted batches pass.
+pub fn validate_stored_batches(records: &[u8]) -> Result<BatchesInfo, BatchError> {
+    walk_batches(records, validate_stored_batch)
 }
 
 /// [`validate_batches`] without the CRC pass, for bytes that were already validated (the log's
@@ -384,7 +413,8 @@ fn next_batch_len(rest: &[u8]) -> Result<usize, BatchError> {
         check_magic(magic as i8)?;
     }
     let header = BatchHeader::parse(rest)?;
-    header.validate_fields()?;
+    // Framing only: the caller's check decides whether a compacted batch is acceptable.
+    header.validate_stored_fields()?;
     let len = header.total_len();
     if len > rest.len() {
         return Err(BatchError::Truncated {
@@ -562,6 +592,30 @@ mod tests {
             },
         ];
         encode_batch(0, 1_700_000_000_000, &records)
+    }
+
+    #[test]
+    fn a_compacted_batch_passes_stored_validation_only() {
+        // Compaction keeps lastOffsetDelta but drops records: 1 record spanning 2 offsets.
+        let mut batch = two_record_batch();
+        batch[RECORDS_COUNT_OFFSET..RECORDS_COUNT_OFFSET + 4].copy_from_slice(&1i32.to_be_bytes());
+        let crc = crc32c::crc32c(&batch[CRC_COVERED_FROM..]);
+        batch[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+        assert!(matches!(
+            validate_batch(&batch),
+            Err(BatchError::InvalidRecordCount { .. })
+        ));
+        assert_eq!(validate_stored_batch(&batch).unwrap().records_count, 1);
+        assert_eq!(
+            validate_stored_batches(&batch).unwrap().record_count,
+            2,
+            "offsets spanned"
+        );
+        // More records than offsets is never valid.
+        batch[RECORDS_COUNT_OFFSET..RECORDS_COUNT_OFFSET + 4].copy_from_slice(&3i32.to_be_bytes());
+        let crc = crc32c::crc32c(&batch[CRC_COVERED_FROM..]);
+        batch[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+        assert!(validate_stored_batch(&batch).is_err());
     }
 
     #[test]

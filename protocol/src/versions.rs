@@ -30,7 +30,8 @@ mod tests {
         sorted.sort();
         assert_eq!(keys, sorted);
         assert!(supported_versions(ApiKey::Produce).is_some());
-        assert!(supported_versions(ApiKey::JoinGroup).is_none());
+        assert!(supported_versions(ApiKey::JoinGroup).is_some());
+        assert!(supported_versions(ApiKey::SaslHandshake).is_none());
         assert_eq!(supported_versions(ApiKey::ApiVersions).unwrap().max, 4);
     }
 }

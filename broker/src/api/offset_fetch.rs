@@ -10,13 +10,13 @@ use kafka_protocol::messages::{OffsetFetchRequest, OffsetFetchResponse, TopicNam
 
 use super::str_bytes;
 use crate::broker::Broker;
+use crate::group::coordinator::CommittedOffsets as Committed;
 use crate::group::records::OffsetAndMetadata;
 
 const FIRST_BATCHED_VERSION: i16 = 8;
 /// v1 has no top-level error: group errors go on each partition.
 const FIRST_VERSION_WITH_TOP_LEVEL_ERROR: i16 = 2;
 
-type Committed = Vec<(String, i32, Option<OffsetAndMetadata>)>;
 /// One topic's committed offsets by partition.
 type TopicOffsets = (String, Vec<(i32, Option<OffsetAndMetadata>)>);
 

@@ -196,6 +196,9 @@ pub enum Effect {
     },
 }
 
+/// Committed offsets as `(topic, partition, offset)`; `None` where nothing was committed.
+pub type CommittedOffsets = Vec<(String, i32, Option<OffsetAndMetadata>)>;
+
 /// A member's answer in a batched LeaveGroup.
 pub type MemberError = Option<ResponseError>;
 
@@ -232,6 +235,16 @@ struct Member {
 }
 
 impl Member {
+    /// Answers this member's waiting JoinGroup and SyncGroup with `error`.
+    fn fail_waiting(&mut self, member_id: &str, error: ResponseError, fx: &mut Fx) {
+        if let Some(reply) = self.awaiting_join.take() {
+            fx.push(Effect::Join(reply, JoinResult::failed(member_id, error)));
+        }
+        if let Some(reply) = self.awaiting_sync.take() {
+            fx.push(Effect::Sync(reply, SyncResult::failed(error)));
+        }
+    }
+
     fn metadata(&self, protocol: Option<&str>) -> Bytes {
         protocol
             .and_then(|p| self.protocols.iter().find(|(name, _)| name == p))
@@ -553,17 +566,9 @@ impl GroupCoordinator {
             .map(|(id, _)| id.clone())
             .collect();
         for id in ids {
-            if let Some(group) = self.groups.remove(&id) {
-                for (member_id, member) in &group.members {
-                    if let Some(reply) = member.awaiting_join {
-                        fx.push(Effect::Join(
-                            reply,
-                            JoinResult::failed(member_id, ResponseError::NotCoordinator),
-                        ));
-                    }
-                    if let Some(reply) = member.awaiting_sync {
-                        fx.push(Effect::Sync(reply, SyncResult::failed(ResponseError::NotCoordinator)));
-                    }
+            if let Some(mut group) = self.groups.remove(&id) {
+                for (member_id, member) in group.members.iter_mut() {
+                    member.fail_waiting(member_id, ResponseError::NotCoordinator, &mut fx);
                 }
             }
         }
@@ -978,12 +983,11 @@ impl GroupCoordinator {
     }
 
     /// Committed offsets of a group: those asked for (`None`: all), unknown ones as `None`.
-    #[allow(clippy::type_complexity)]
     pub fn fetch_offsets(
         &self,
         group_id: &str,
         topics: Option<&[(String, Vec<i32>)]>,
-    ) -> Result<Vec<(String, i32, Option<OffsetAndMetadata>)>, ResponseError> {
+    ) -> Result<CommittedOffsets, ResponseError> {
         self.owner(group_id)?;
         let offsets = self.groups.get(group_id).map(|g| &g.offsets);
         Ok(match topics {
@@ -1277,18 +1281,7 @@ fn replace_static_member(
     let Some(mut member) = group.members.shift_remove(old_id) else {
         return Err(ResponseError::UnknownMemberId);
     };
-    if let Some(previous) = member.awaiting_join.take() {
-        fx.push(Effect::Join(
-            previous,
-            JoinResult::failed(old_id, ResponseError::FencedInstanceId),
-        ));
-    }
-    if let Some(previous) = member.awaiting_sync.take() {
-        fx.push(Effect::Sync(
-            previous,
-            SyncResult::failed(ResponseError::FencedInstanceId),
-        ));
-    }
+    member.fail_waiting(old_id, ResponseError::FencedInstanceId, fx);
     let old_protocols = std::mem::replace(&mut member.protocols, req.protocols.clone());
     member.session_timeout_ms = req.session_timeout_ms;
     member.rebalance_timeout_ms = req.rebalance_timeout_ms;
@@ -1552,16 +1545,8 @@ fn remove_member_and_update(group: &mut Group, config: &GroupConfig, member_id: 
 }
 
 /// Answers a removed member's waiting requests and drops every trace of it.
-fn forget_member(group: &mut Group, member_id: &str, member: Member, fx: &mut Fx) {
-    if let Some(reply) = member.awaiting_join {
-        fx.push(Effect::Join(
-            reply,
-            JoinResult::failed(member_id, ResponseError::UnknownMemberId),
-        ));
-    }
-    if let Some(reply) = member.awaiting_sync {
-        fx.push(Effect::Sync(reply, SyncResult::failed(ResponseError::UnknownMemberId)));
-    }
+fn forget_member(group: &mut Group, member_id: &str, mut member: Member, fx: &mut Fx) {
+    member.fail_waiting(member_id, ResponseError::UnknownMemberId, fx);
     if let Some(instance) = &member.instance_id {
         if group.static_members.get(instance).map(String::as_str) == Some(member_id) {
             group.static_members.remove(instance);

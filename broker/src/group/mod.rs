@@ -300,12 +300,11 @@ impl GroupMetadataManager {
         Ok(())
     }
 
-    #[allow(clippy::type_complexity)]
     pub fn fetch_offsets(
         &self,
         group_id: &str,
         topics: Option<&[(String, Vec<i32>)]>,
-    ) -> Result<Vec<(String, i32, Option<OffsetAndMetadata>)>, ResponseError> {
+    ) -> Result<coordinator::CommittedOffsets, ResponseError> {
         self.inner.lock().coordinator.fetch_offsets(group_id, topics)
     }
 

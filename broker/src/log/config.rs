@@ -1,7 +1,7 @@
 //! Per-topic log settings, named after Kafka's topic configs.
 
 /// How a partition log rolls, indexes, retains and flushes. Defaults are Kafka's.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LogConfig {
     /// `segment.bytes`: roll when the active segment would grow past this.
     pub segment_bytes: u64,
@@ -22,6 +22,16 @@ pub struct LogConfig {
     pub flush_interval_messages: u64,
     /// `flush.ms`: fsync when the last fsync is older than this (default never).
     pub flush_interval_ms: i64,
+    /// `cleanup.policy` includes `delete`: retention by time and size deletes old segments.
+    pub cleanup_policy_delete: bool,
+    /// `cleanup.policy` includes `compact`: the log cleaner keeps the latest record per key.
+    pub cleanup_policy_compact: bool,
+    /// `min.cleanable.dirty.ratio`: clean once dirty bytes / cleanable bytes reach this.
+    pub min_cleanable_dirty_ratio: f64,
+    /// `min.compaction.lag.ms`: records younger than this stay uncompacted.
+    pub min_compaction_lag_ms: i64,
+    /// `delete.retention.ms`: how long a tombstone (null value) survives compaction.
+    pub delete_retention_ms: i64,
 }
 
 impl Default for LogConfig {
@@ -36,6 +46,11 @@ impl Default for LogConfig {
             message_timestamp_log_append: false,
             flush_interval_messages: u64::MAX,
             flush_interval_ms: i64::MAX,
+            cleanup_policy_delete: true,
+            cleanup_policy_compact: false,
+            min_cleanable_dirty_ratio: 0.5,
+            min_compaction_lag_ms: 0,
+            delete_retention_ms: 86_400_000,
         }
     }
 }

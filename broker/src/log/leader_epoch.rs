@@ -19,11 +19,11 @@
 //! data are trimmed when the log is opened. Changes happen once per epoch change, truncation or
 //! retention pass, never per batch.
 
-use std::fs::{self, File};
-use std::io::{self, Read, Write};
+use std::fs::File;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use super::partition_log::sync_dir;
+use super::checkpoint_file::write_atomically;
 use super::LogError;
 
 /// The checkpoint's name inside the partition directory, as Kafka names it.
@@ -35,7 +35,6 @@ pub const UNDEFINED_EPOCH: i32 = -1;
 pub const UNDEFINED_EPOCH_OFFSET: i64 = -1;
 
 const CHECKPOINT_VERSION: i32 = 0;
-const CHECKPOINT_TMP_FILE: &str = "leader-epoch-checkpoint.tmp";
 /// A checkpoint larger than this is not one we wrote (a million epochs fit in ~30 MB).
 const MAX_CHECKPOINT_BYTES: u64 = 64 * 1024 * 1024;
 
@@ -247,13 +246,8 @@ impl LeaderEpochCache {
             .map(|e| format!("{} {}\n", e.epoch, e.start_offset))
             .collect();
         text.push_str(&lines);
-        let tmp = self.dir.join(CHECKPOINT_TMP_FILE);
-        let mut file = File::create(&tmp)?;
-        file.write_all(text.as_bytes())?;
-        file.sync_all()?;
-        drop(file);
-        fs::rename(&tmp, self.dir.join(LEADER_EPOCH_CHECKPOINT_FILE))?;
-        sync_dir(&self.dir)
+        write_atomically(&self.dir.join(LEADER_EPOCH_CHECKPOINT_FILE), text.as_bytes())?;
+        Ok(())
     }
 }
 

@@ -10,6 +10,8 @@
 //!     00000000000000012345.log        next segment, named after its base offset
 //!     ...
 //!     leader-epoch-checkpoint         leader epoch -> first offset (Kafka's text checkpoint)
+//!     partition.metadata              the topic id this directory belongs to
+//!     <base>.log.cleaned / .swap      a cleaned segment being written / swapped in (cleaner.rs)
 //!     .clean_shutdown                 present only between a clean close and the next open
 //! ```
 //!
@@ -21,19 +23,28 @@
 //! truncate to the leader's history before fetching; it is rebuilt from batch headers when its
 //! checkpoint is missing or corrupt.
 //!
-//! Nothing here decodes records: batches are handled through their 61-byte headers
-//! (`sluice_protocol::batch`).
+//! Nothing here decodes records (batches are handled through their 61-byte headers,
+//! `sluice_protocol::batch`) except the log cleaner (`cleaner.rs`), which compacts topics with
+//! `cleanup.policy=compact`. Every checkpoint file is replaced through `checkpoint_file.rs`.
 
+pub mod checkpoint_file;
+mod cleaner;
 mod config;
 mod error;
 mod index;
 mod leader_epoch;
 mod partition_log;
+pub mod partition_metadata;
 mod segment;
 
 #[cfg(test)]
 mod tests;
 
+pub use checkpoint_file::{write_atomically, OffsetCheckpoint};
+pub use cleaner::{
+    read_cleaner_checkpoint, write_cleaner_checkpoint, CleanStats, CleanerConfig, LogCleaner, LogToClean,
+    CLEANER_OFFSET_CHECKPOINT_FILE,
+};
 pub use config::LogConfig;
 pub use error::LogError;
 pub use index::{OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset};

@@ -9,9 +9,12 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use sluice_protocol::batch::{self, BatchError, BatchHeader, BatchIter, BatchesInfo, NO_TIMESTAMP};
 
+use super::cleaner::{CleanableSegment, LogToClean, CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX};
 use super::index::remove_if_exists;
 use super::leader_epoch::{EpochScan, LeaderEpochCache};
-use super::segment::{segment_file_name, LogSegment, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX};
+use super::segment::{
+    segment_file_name, LogSegment, SegmentSnapshot, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
+};
 use super::{LogConfig, LogError};
 
 /// Written by [`PartitionLog::close`]; its presence at open means the tail needs no scan.
@@ -61,6 +64,9 @@ pub struct PartitionLog {
     clock_ms: i64,
     /// Epoch -> first offset, kept in step with the batches' `partitionLeaderEpoch` fields.
     leader_epoch_cache: LeaderEpochCache,
+    /// Bumped by every truncation: a cleaning pass whose offset map was built from records that
+    /// a truncation removed meanwhile must not swap its result in.
+    truncations: u64,
 }
 
 impl PartitionLog {
@@ -76,6 +82,7 @@ impl PartitionLog {
         let marker = dir.join(CLEAN_SHUTDOWN_FILE);
         let clean_shutdown = marker.exists();
 
+        complete_interrupted_swaps(dir)?;
         let base_offsets = list_segments(dir)?;
         let mut inactive = VecDeque::with_capacity(base_offsets.len());
         let active = match base_offsets.split_last() {
@@ -100,6 +107,7 @@ impl PartitionLog {
             last_flush_ms: now_ms,
             clock_ms: now_ms,
             leader_epoch_cache: LeaderEpochCache::empty(dir),
+            truncations: 0,
         };
         log.check_sealed_segments()?;
         log.log_end_offset = log.load_active_segment(clean_shutdown)?;
@@ -141,7 +149,7 @@ impl PartitionLog {
     /// leader, and the append is refused with `LeaderEpochRegression` before anything is written.
     pub fn append_as_follower(&mut self, records: &[u8], now_ms: i64) -> Result<AppendInfo, LogError> {
         self.clock_ms = now_ms;
-        let info = batch::validate_batches(records)?;
+        let info = batch::validate_stored_batches(records)?;
         let append = self.check_follower_offsets(records)?;
         let new_epochs = self.leader_epoch_cache.new_entries(stored_epochs(records))?;
         let records_len = records.len() as u64;
@@ -248,6 +256,11 @@ impl PartitionLog {
     /// in Kafka. Returns how many segments went.
     pub fn delete_retained_segments(&mut self, now_ms: i64, high_watermark: i64) -> Result<usize, LogError> {
         let mut deleted = 0;
+        // `cleanup.policy=compact` alone: old records go only through compaction (Kafka's
+        // `deleteOldSegments` returns 0 unless the policy includes delete).
+        if !self.config.cleanup_policy_delete {
+            return Ok(0);
+        }
         if self.config.retention_ms >= 0 {
             while let Some(oldest) = self.inactive.front() {
                 if now_ms.saturating_sub(oldest.largest_timestamp_ms()?) <= self.config.retention_ms
@@ -280,6 +293,110 @@ impl PartitionLog {
             );
         }
         Ok(deleted)
+    }
+
+    /// What the log cleaner may work on (Kafka's `LogToClean`): snapshots of the sealed segments
+    /// that lie wholly below the first uncleanable offset, which is the lowest of the active
+    /// segment's base offset, the high watermark, and the base of the first segment holding a
+    /// record younger than `min.compaction.lag.ms`. `first_dirty_offset` is where the previous
+    /// cleaning stopped (the cleaner checkpoint); outside the log it restarts at the log start.
+    pub fn log_to_clean(
+        &self,
+        first_dirty_offset: Option<i64>,
+        high_watermark: i64,
+        now_ms: i64,
+    ) -> Result<LogToClean, LogError> {
+        let first_dirty = first_dirty_offset
+            .filter(|o| (self.log_start_offset..=self.log_end_offset).contains(o))
+            .unwrap_or(self.log_start_offset);
+        let mut uncleanable = self.active.base_offset().min(high_watermark);
+        if self.config.min_compaction_lag_ms > 0 {
+            for segment in &self.inactive {
+                if now_ms.saturating_sub(segment.largest_timestamp_ms()?) < self.config.min_compaction_lag_ms {
+                    uncleanable = uncleanable.min(segment.base_offset());
+                    break;
+                }
+            }
+        }
+        let mut segments = Vec::new();
+        for (i, segment) in self.inactive.iter().enumerate() {
+            let next_base = self.inactive.get(i + 1).unwrap_or(&self.active).base_offset();
+            if next_base > uncleanable {
+                break;
+            }
+            segments.push(CleanableSegment {
+                snapshot: segment.snapshot()?,
+                next_base_offset: next_base,
+            });
+        }
+        Ok(LogToClean::new(
+            self.name.clone(),
+            self.dir.clone(),
+            self.config.clone(),
+            first_dirty,
+            segments,
+            self.truncations,
+        ))
+    }
+
+    /// Swaps a cleaned segment (written as `<base>.log.cleaned` with its indexes, fsynced) in for
+    /// the sealed segments it replaces, as Kafka's `replaceSegments` does: the cleaned files are
+    /// renamed to `.swap`, the old segments deleted, then the `.swap` files renamed to their
+    /// final names, each step made durable, so that [`PartitionLog::open`] can finish or discard
+    /// an interrupted swap. Returns false, changing nothing, when the segments are no longer
+    /// all there as they were read (retention or truncation got to them first) or the log was
+    /// truncated at all since `truncations_seen` was read.
+    pub(super) fn replace_segments(
+        &mut self,
+        replaced: &[&SegmentSnapshot],
+        truncations_seen: u64,
+        now_ms: i64,
+    ) -> Result<bool, LogError> {
+        let Some(first) = replaced.first() else {
+            return Ok(false);
+        };
+        if truncations_seen != self.truncations {
+            return Ok(false); // the offset map may hold records that are gone
+        }
+        let Some(start) = self.inactive.iter().position(|s| s.base_offset() == first.base_offset) else {
+            return Ok(false);
+        };
+        for (i, old) in replaced.iter().enumerate() {
+            match self.inactive.get(start + i) {
+                Some(s)
+                    if s.base_offset() == old.base_offset
+                        && s.size_bytes() == old.size_bytes
+                        && s.file_id()? == old.file_id => {}
+                _ => return Ok(false),
+            }
+        }
+        let base = first.base_offset;
+        let suffixes = [INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX];
+        for suffix in suffixes {
+            let name = segment_file_name(base, suffix);
+            fs::rename(
+                self.dir.join(format!("{name}{CLEANED_FILE_SUFFIX}")),
+                self.dir.join(format!("{name}{SWAP_FILE_SUFFIX}")),
+            )?;
+        }
+        sync_dir(&self.dir)?;
+        for old in self.inactive.drain(start..start + replaced.len()) {
+            old.delete()?;
+        }
+        // The log file last: an open that finds `<base>.log.swap` completes the swap.
+        for suffix in suffixes {
+            let name = segment_file_name(base, suffix);
+            fs::rename(self.dir.join(format!("{name}{SWAP_FILE_SUFFIX}")), self.dir.join(&name))?;
+        }
+        sync_dir(&self.dir)?;
+        let cleaned = LogSegment::open(&self.dir, base, false, now_ms)?;
+        self.inactive.insert(start, cleaned);
+        Ok(true)
+    }
+
+    /// How many truncations this log has seen since it was opened (see `truncations`).
+    pub(super) fn truncations(&self) -> u64 {
+        self.truncations
     }
 
     /// Whether every offset of the oldest sealed segment is below `offset`.
@@ -326,6 +443,7 @@ impl PartitionLog {
         if offset <= self.log_start_offset {
             return self.truncate_fully_and_start_at(offset);
         }
+        self.truncations += 1;
         while self.active.base_offset() >= offset {
             let Some(previous) = self.inactive.pop_back() else {
                 break;
@@ -633,6 +751,7 @@ impl PartitionLog {
     /// Empties the log and restarts it at `offset`: a follower whose leader has deleted (by
     /// retention) everything this replica holds starts over at the leader's log start.
     pub fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LogError> {
+        self.truncations += 1;
         let new_segment = LogSegment::create(&self.dir, offset, self.clock_ms)?;
         let old_active = std::mem::replace(&mut self.active, new_segment);
         if old_active.base_offset() != offset {
@@ -777,6 +896,63 @@ fn complete_batches_below(buf: &[u8], max_offset: i64) -> usize {
         .take_while(|(header, _)| header.base_offset < max_offset)
         .last()
         .map_or(0, |(_, range)| range.end)
+}
+
+/// Finishes or discards what an interrupted log-cleaner swap left in `dir`, as Kafka does on
+/// load: `.cleaned` files were never swapped in and are deleted; a `<base>.log.swap` is a whole
+/// cleaned segment (fsynced before it was renamed), so the segments it replaces (base offsets
+/// from its base up to its next offset) are deleted and it takes its final name. Its indexes
+/// are dropped and rebuilt from the log file when the segment is opened.
+fn complete_interrupted_swaps(dir: &Path) -> Result<(), LogError> {
+    let mut swaps = Vec::new();
+    let mut segment_files = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let file_name = entry.file_name();
+        let Some(name) = file_name.to_str() else {
+            continue;
+        };
+        if name.ends_with(CLEANED_FILE_SUFFIX) {
+            tracing::info!(file = %entry.path().display(), "deleting a cleaned segment file that was never swapped in");
+            remove_if_exists(&entry.path())?;
+        } else if let Some(stem) = name.strip_suffix(SWAP_FILE_SUFFIX) {
+            if let Some(base) = parse_segment_file_name(stem, LOG_FILE_SUFFIX) {
+                swaps.push(base);
+            } else if parse_segment_file_name(stem, INDEX_FILE_SUFFIX)
+                .or_else(|| parse_segment_file_name(stem, TIME_INDEX_FILE_SUFFIX))
+                .is_some()
+            {
+                remove_if_exists(&entry.path())?;
+            }
+        } else {
+            for suffix in [LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX] {
+                if let Some(base) = parse_segment_file_name(name, suffix) {
+                    segment_files.push((base, entry.path()));
+                }
+            }
+        }
+    }
+    for base in swaps {
+        let swap_path = dir.join(format!(
+            "{}{SWAP_FILE_SUFFIX}",
+            segment_file_name(base, LOG_FILE_SUFFIX)
+        ));
+        let next_offset = super::segment::next_offset_of_file(&swap_path, base)?;
+        for (_, path) in segment_files
+            .iter()
+            .filter(|(b, _)| *b >= base && (*b < next_offset || *b == base))
+        {
+            remove_if_exists(path)?;
+        }
+        fs::rename(&swap_path, dir.join(segment_file_name(base, LOG_FILE_SUFFIX)))?;
+        tracing::warn!(
+            dir = %dir.display(),
+            base_offset = base,
+            next_offset,
+            "completed a cleaned-segment swap interrupted by a crash"
+        );
+    }
+    sync_dir(dir)
 }
 
 /// Base offsets of the segments in `dir`, ascending. Index files without a `.log` are leftovers

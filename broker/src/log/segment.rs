@@ -136,8 +136,41 @@ impl LogSegment {
         active: bool,
         now_ms: i64,
     ) -> Result<LogSegment, LogError> {
-        let index_path = dir.join(segment_file_name(base_offset, INDEX_FILE_SUFFIX));
-        let time_index_path = dir.join(segment_file_name(base_offset, TIME_INDEX_FILE_SUFFIX));
+        LogSegment::with_suffixed_files(dir, base_offset, "", log_path, log, active, now_ms)
+    }
+
+    /// Creates an empty segment whose three files carry an extra `suffix` (`.cleaned`): the log
+    /// cleaner writes a replacement segment beside the live one, indexes and all, before swapping
+    /// it in.
+    pub(super) fn create_with_suffix(
+        dir: &Path,
+        base_offset: i64,
+        suffix: &str,
+        now_ms: i64,
+    ) -> Result<LogSegment, LogError> {
+        let log_path = dir.join(segment_file_name(base_offset, LOG_FILE_SUFFIX) + suffix);
+        let log = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&log_path)?;
+        let mut segment = LogSegment::with_suffixed_files(dir, base_offset, suffix, log_path, log, true, now_ms)?;
+        segment.indexes.reset()?;
+        Ok(segment)
+    }
+
+    fn with_suffixed_files(
+        dir: &Path,
+        base_offset: i64,
+        suffix: &str,
+        log_path: PathBuf,
+        log: File,
+        active: bool,
+        now_ms: i64,
+    ) -> Result<LogSegment, LogError> {
+        let index_path = dir.join(segment_file_name(base_offset, INDEX_FILE_SUFFIX) + suffix);
+        let time_index_path = dir.join(segment_file_name(base_offset, TIME_INDEX_FILE_SUFFIX) + suffix);
         let indexes = SegmentIndexes {
             offset_index: OffsetIndex::open(index_path, base_offset, active)?,
             time_index: TimeIndex::open(time_index_path, base_offset, active)?,
@@ -388,6 +421,25 @@ impl LogSegment {
         Ok(())
     }
 
+    /// A read-only view of this (sealed) segment for the log cleaner, which reads it without the
+    /// log's lock: its own handle on the file, so the segment may be deleted or replaced meanwhile.
+    pub(super) fn snapshot(&self) -> Result<SegmentSnapshot, LogError> {
+        Ok(SegmentSnapshot {
+            base_offset: self.base_offset,
+            size_bytes: self.size_bytes,
+            file_id: self.file_id()?,
+            largest_timestamp_ms: self.largest_timestamp_ms()?,
+            file: self.log.try_clone()?,
+            path: self.log_path.clone(),
+        })
+    }
+
+    /// Identity of the `.log` file (its inode): tells the cleaner whether the segment it read
+    /// is still the one in the log when it comes to swap in the cleaned copy.
+    pub(super) fn file_id(&self) -> Result<u64, LogError> {
+        Ok(std::os::unix::fs::MetadataExt::ino(&self.log.metadata()?))
+    }
+
     fn first_batch_max_timestamp(&self) -> Option<i64> {
         let mut scanner = self.scanner(0);
         scanner.next().ok().flatten().map(|(header, _)| header.max_timestamp)
@@ -396,6 +448,48 @@ impl LogSegment {
     fn scanner(&self, start: u64) -> HeaderScanner<'_> {
         HeaderScanner::new(&self.log, &self.log_path, start, self.size_bytes)
     }
+}
+
+/// A sealed segment as the log cleaner saw it (see [`LogSegment::snapshot`]).
+#[derive(Debug)]
+pub(super) struct SegmentSnapshot {
+    pub base_offset: i64,
+    pub size_bytes: u64,
+    pub file_id: u64,
+    pub largest_timestamp_ms: i64,
+    file: File,
+    path: PathBuf,
+}
+
+impl SegmentSnapshot {
+    /// Calls `f` with each whole batch of the segment, in order, read through a buffer of
+    /// [`RECOVERY_BUFFER_BYTES`] (a batch larger than that is read on its own).
+    pub fn for_each_batch(
+        &self,
+        mut f: impl FnMut(&BatchHeader, &[u8]) -> Result<(), LogError>,
+    ) -> Result<(), LogError> {
+        let mut scanner = HeaderScanner::new(&self.file, &self.path, 0, self.size_bytes);
+        let mut buf = Vec::new();
+        while let Some((header, position)) = scanner.next()? {
+            buf.resize(header.total_len(), 0);
+            self.file.read_exact_at(&mut buf, position)?;
+            f(&header, &buf)?;
+        }
+        Ok(())
+    }
+}
+
+/// The offset after the last batch of the segment file at `path` (its base offset if empty), for
+/// completing an interrupted swap of cleaned segments. A torn tail ends the scan.
+pub(super) fn next_offset_of_file(path: &Path, base_offset: i64) -> Result<i64, LogError> {
+    let file = File::open(path)?;
+    let len = file.metadata()?.len();
+    let mut scanner = HeaderScanner::new(&file, path, 0, len);
+    let mut next = base_offset;
+    while let Ok(Some((header, _))) = scanner.next() {
+        next = header.last_offset().saturating_add(1);
+    }
+    Ok(next)
 }
 
 /// One step of crash recovery.
@@ -425,7 +519,7 @@ fn read_valid_batch(
         )));
     }
     reader.read_exact(&mut header_bytes)?;
-    let header = match BatchHeader::parse(&header_bytes).and_then(|h| h.validate_fields().map(|()| h)) {
+    let header = match BatchHeader::parse(&header_bytes).and_then(|h| h.validate_stored_fields().map(|()| h)) {
         Ok(header) => header,
         Err(e) => return Ok(RecoveredBatch::Invalid(e.to_string())),
     };

@@ -3,63 +3,30 @@
 //! restarted replica knows how much of its log was committed.
 //!
 //! Format, as Kafka writes it: a version line (0), a count line, then `topic partition offset`
-//! per line. Written to a temporary file, fsynced and renamed over the old one.
+//! per line. Written through `log::checkpoint_file` (temp file, fsync, rename, directory fsync).
 
 use std::collections::HashMap;
-use std::fs;
-use std::io::Write;
 use std::path::Path;
 
+use crate::log::OffsetCheckpoint;
+
 pub const FILE_NAME: &str = "replication-offset-checkpoint";
-const VERSION: &str = "0";
 
 /// Reads the checkpoint; a missing file is empty, and lines that do not parse are skipped
 /// with a warning (the worst outcome is a lower starting high watermark).
 pub fn read(data_dir: &Path) -> HashMap<(String, i32), i64> {
-    let path = data_dir.join(FILE_NAME);
-    let Ok(text) = fs::read_to_string(&path) else {
-        return HashMap::new();
-    };
-    let mut lines = text.lines();
-    if lines.next().map(str::trim) != Some(VERSION) {
-        tracing::warn!(path = %path.display(), "ignoring a high-watermark checkpoint of an unknown version");
-        return HashMap::new();
-    }
-    let _count = lines.next();
-    lines
-        .filter_map(|line| {
-            let mut fields = line.split_whitespace();
-            let parsed = (|| {
-                let topic = fields.next()?.to_string();
-                let partition = fields.next()?.parse().ok()?;
-                let offset = fields.next()?.parse().ok()?;
-                Some(((topic, partition), offset))
-            })();
-            if parsed.is_none() {
-                tracing::warn!(path = %path.display(), line, "skipping an unreadable high-watermark checkpoint line");
-            }
-            parsed
-        })
-        .collect()
+    OffsetCheckpoint::read(&data_dir.join(FILE_NAME))
 }
 
-/// Replaces the checkpoint with `entries`.
+/// Replaces the checkpoint with `entries` (through the one checkpoint-file helper).
 pub fn write(data_dir: &Path, entries: &[(String, i32, i64)]) -> std::io::Result<()> {
-    let mut text = format!("{VERSION}\n{}\n", entries.len());
-    for (topic, partition, offset) in entries {
-        text.push_str(&format!("{topic} {partition} {offset}\n"));
-    }
-    let tmp = data_dir.join(format!("{FILE_NAME}.tmp"));
-    let mut file = fs::File::create(&tmp)?;
-    file.write_all(text.as_bytes())?;
-    file.sync_all()?;
-    fs::rename(&tmp, data_dir.join(FILE_NAME))?;
-    fs::File::open(data_dir)?.sync_all()
+    OffsetCheckpoint::write(&data_dir.join(FILE_NAME), entries)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     #[test]
     fn a_written_checkpoint_reads_back_and_bad_lines_are_skipped() {

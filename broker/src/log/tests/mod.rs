@@ -1,6 +1,7 @@
 //! Tests of the partition log on real files.
 
 mod append_read;
+mod cleaner;
 mod leader_epoch;
 mod recovery;
 mod retention;

@@ -157,3 +157,32 @@ fn retention_keeps_segments_holding_offsets_at_or_above_the_high_watermark() {
     log.delete_retained_segments(far_future, log.log_end_offset()).unwrap();
     assert_eq!(log.segment_count(), 1);
 }
+
+#[test]
+fn retention_deletes_segments_only_when_cleanup_policy_includes_delete() {
+    let far_future = T0 + 100 * HOUR_MS;
+    for (delete, compact, expect_deleted) in [(true, false, true), (false, true, false), (true, true, true)] {
+        let root = tempfile::tempdir().unwrap();
+        let config = LogConfig {
+            retention_ms: HOUR_MS,
+            retention_bytes: 100,
+            cleanup_policy_delete: delete,
+            cleanup_policy_compact: compact,
+            ..small_segments()
+        };
+        let mut log = open(root.path(), config);
+        for i in 0..20 {
+            append(&mut log, 2, 80, T0 + i);
+        }
+        let segments = log.segment_count();
+        let deleted = log.delete_retained_segments(far_future, log.log_end_offset()).unwrap();
+        let policy = format!("delete={delete} compact={compact}");
+        if expect_deleted {
+            assert_eq!(deleted, segments - 1, "{policy}: old segments go by time and size");
+            assert!(log.log_start_offset() > 0, "{policy}");
+        } else {
+            assert_eq!(deleted, 0, "{policy}: a compact-only topic keeps old segments");
+            assert_eq!((log.segment_count(), log.log_start_offset()), (segments, 0), "{policy}");
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! Kafka's checkpoint files (`org.apache.kafka.storage.internals.checkpoint`): small text files
+//! that record where some state stands (high watermarks, leader epochs, cleaned offsets, a
+//! partition's topic id, the data dir's identity).
+//!
+//! Every one of them is replaced the same way, so a crash leaves the old file or the new one,
+//! whole, never a mix: write a temporary file beside it, fsync it, rename it over the target, and
+//! fsync the directory so the rename itself is durable. [`write_atomically`] is that one way.
+//!
+//! [`OffsetCheckpoint`] is Kafka's `OffsetCheckpointFile` format, shared by
+//! `replication-offset-checkpoint` and `cleaner-offset-checkpoint`:
+//!
+//! ```text
+//! 0                  version
+//! 2                  number of entries
+//! orders 0 1200      <topic> <partition> <offset>
+//! orders 1 977
+//! ```
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::Path;
+
+const OFFSET_CHECKPOINT_VERSION: &str = "0";
+
+/// Replaces `path` with `contents` atomically and durably (temp file, fsync, rename, fsync of the
+/// directory). The temporary file is `<name>.tmp` in the same directory, so the rename never
+/// crosses file systems; a leftover one from a crash is simply overwritten next time.
+pub fn write_atomically(path: &Path, contents: &[u8]) -> io::Result<()> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let file_name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "checkpoint path has no file name"))?;
+    let mut tmp_name = file_name.to_os_string();
+    tmp_name.push(".tmp");
+    let tmp = dir.join(tmp_name);
+    let mut file = File::create(&tmp)?;
+    file.write_all(contents)?;
+    file.sync_all()?;
+    drop(file);
+    fs::rename(&tmp, path)?;
+    File::open(dir)?.sync_all()
+}
+
+/// Kafka's `OffsetCheckpointFile`: an offset per `(topic, partition)`.
+pub struct OffsetCheckpoint;
+
+impl OffsetCheckpoint {
+    /// Reads the checkpoint at `path`; a missing file is empty, and lines that do not parse are
+    /// skipped with a warning (every user of these files treats a missing entry as "start over").
+    pub fn read(path: &Path) -> HashMap<(String, i32), i64> {
+        let Ok(text) = fs::read_to_string(path) else {
+            return HashMap::new();
+        };
+        let mut lines = text.lines();
+        if lines.next().map(str::trim) != Some(OFFSET_CHECKPOINT_VERSION) {
+            tracing::warn!(path = %path.display(), "ignoring an offset checkpoint of an unknown version");
+            return HashMap::new();
+        }
+        let _count = lines.next();
+        lines
+            .filter_map(|line| {
+                let parsed = parse_offset_line(line);
+                if parsed.is_none() {
+                    tracing::warn!(path = %path.display(), line, "skipping an unreadable offset checkpoint line");
+                }
+                parsed
+            })
+            .collect()
+    }
+
+    /// Replaces the checkpoint at `path` with `entries`, in the order given.
+    pub fn write(path: &Path, entries: &[(String, i32, i64)]) -> io::Result<()> {
+        let mut text = format!("{OFFSET_CHECKPOINT_VERSION}\n{}\n", entries.len());
+        for (topic, partition, offset) in entries {
+            text.push_str(&format!("{topic} {partition} {offset}\n"));
+        }
+        write_atomically(path, text.as_bytes())
+    }
+}
+
+fn parse_offset_line(line: &str) -> Option<((String, i32), i64)> {
+    let mut fields = line.split_whitespace();
+    let topic = fields.next()?.to_string();
+    let partition = fields.next()?.parse().ok()?;
+    let offset = fields.next()?.parse().ok()?;
+    fields.next().is_none().then_some(((topic, partition), offset))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_atomically_replaces_the_file_and_leaves_no_temporary_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("some-checkpoint");
+        write_atomically(&path, b"first\n").unwrap();
+        write_atomically(&path, b"second\n").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"second\n");
+        let names: Vec<String> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, vec!["some-checkpoint".to_string()]);
+    }
+
+    #[test]
+    fn a_leftover_temporary_file_from_a_crash_does_not_change_what_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cleaner-offset-checkpoint");
+        OffsetCheckpoint::write(&path, &[("orders".into(), 0, 42)]).unwrap();
+        // A crash after writing the temporary file but before the rename.
+        fs::write(dir.path().join("cleaner-offset-checkpoint.tmp"), "0\n1\norders 0 9").unwrap();
+        assert_eq!(OffsetCheckpoint::read(&path).get(&("orders".into(), 0)), Some(&42));
+        OffsetCheckpoint::write(&path, &[("orders".into(), 0, 50)]).unwrap();
+        assert_eq!(OffsetCheckpoint::read(&path).get(&("orders".into(), 0)), Some(&50));
+        assert!(!dir.path().join("cleaner-offset-checkpoint.tmp").exists());
+    }
+
+    #[test]
+    fn write_atomically_fails_when_the_directory_is_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gone").join("checkpoint");
+        assert!(write_atomically(&path, b"x").is_err());
+    }
+
+    #[test]
+    fn offset_checkpoints_use_kafkas_text_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("replication-offset-checkpoint");
+        OffsetCheckpoint::write(&path, &[("a".into(), 0, 5), ("my-topic".into(), 3, 7)]).unwrap();
+        assert_eq!(fs::read_to_string(&path).unwrap(), "0\n2\na 0 5\nmy-topic 3 7\n");
+        fs::write(&path, "0\n2\norders 0 x\nok 1 5\n").unwrap();
+        let read = OffsetCheckpoint::read(&path);
+        assert_eq!(read.len(), 1);
+        assert_eq!(read.get(&("ok".into(), 1)), Some(&5));
+        fs::write(&path, "1\n1\nok 1 5\n").unwrap();
+        assert!(OffsetCheckpoint::read(&path).is_empty(), "unknown version");
+    }
+}

@@ -1,0 +1,759 @@
+//! `LogCleaner`: log compaction for topics whose `cleanup.policy` includes `compact`, done the way
+//! Kafka's cleaner does it.
+//!
+//! A pass over one partition log:
+//!
+//! 1. [`PartitionLog::log_to_clean`] (under the log's lock, briefly) snapshots the sealed segments
+//!    wholly below the first uncleanable offset: the active segment, anything at or above the high
+//!    watermark and anything younger than `min.compaction.lag.ms` are never touched. Segments
+//!    below the cleaner checkpoint are the *clean* section, the rest the *dirty* section.
+//! 2. Without the lock, the dirty section's keys go into an [`OffsetMap`] (16-byte key hash →
+//!    latest offset) of at most `log.cleaner.dedupe.buffer.size` bytes. When it fills, the pass
+//!    covers only the prefix it mapped; the rest waits for the next pass.
+//! 3. Segments from the log start up to the mapped end are rewritten in groups of at most
+//!    `segment.bytes`, each into one `<base>.log.cleaned` with freshly built indexes: a record is
+//!    kept unless a later offset of its key is in the map, keyless records go, and tombstones
+//!    (null values) go once their segment is older than `delete.retention.ms`. Records keep their
+//!    offsets, so compacted logs have offset gaps.
+//! 4. Each group is swapped in under the lock ([`PartitionLog::replace_segments`]) after checking
+//!    the segments it replaces are still there; if retention or truncation removed them, the pass
+//!    is abandoned. The caller records the mapped end in `cleaner-offset-checkpoint`.
+//!
+//! This is the one place records are decoded. A batch that keeps every record is copied as
+//! stored; one that loses some is rebuilt from the surviving records' bytes (recompressed with
+//! its codec) keeping its base offset, last offset delta, timestamps, attributes, producer id,
+//! epoch and base sequence and partition leader epoch, with a new length, count and CRC; one that
+//! loses all is dropped, except control batches, which are kept.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::hash::Hasher;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use bytes::{Buf, BufMut, Bytes};
+use parking_lot::Mutex;
+use sluice_protocol::batch::{
+    BatchHeader, BATCH_HEADER_LEN, BATCH_LENGTH_OFFSET, CRC_COVERED_FROM, CRC_OFFSET, LOG_OVERHEAD,
+    RECORDS_COUNT_OFFSET,
+};
+
+use super::checkpoint_file::OffsetCheckpoint;
+use super::index::remove_if_exists;
+use super::segment::{
+    segment_file_name, LogSegment, SegmentSnapshot, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
+};
+use super::{LogConfig, LogError, PartitionLog};
+
+/// Suffix of a cleaned segment's files while they are written (deleted if found on open).
+pub const CLEANED_FILE_SUFFIX: &str = ".cleaned";
+/// Suffix of a cleaned segment's files while they replace the old ones (completed on open).
+pub const SWAP_FILE_SUFFIX: &str = ".swap";
+/// Kafka's file in the data dir: per partition, the offset up to which its log was cleaned.
+pub const CLEANER_OFFSET_CHECKPOINT_FILE: &str = "cleaner-offset-checkpoint";
+
+/// Bytes of dedupe buffer per map entry: a 16-byte key hash and an 8-byte offset, as Kafka counts.
+const MAP_ENTRY_BYTES: u64 = 24;
+/// Kafka's `log.cleaner.io.buffer.load.factor`: the map is full at 90% of its slots.
+const MAP_LOAD_FACTOR: f64 = 0.9;
+/// Retained batches are written to the cleaned segment in chunks of about this size.
+const WRITE_BUFFER_BYTES: usize = 1024 * 1024;
+
+/// Broker-wide cleaner settings (Kafka's names).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CleanerConfig {
+    /// `log.cleaner.enable`.
+    pub enable: bool,
+    /// `log.cleaner.backoff.ms`: sleep between passes that found nothing to clean.
+    pub backoff_ms: u64,
+    /// `log.cleaner.dedupe.buffer.size`: memory for the key → offset map.
+    pub dedupe_buffer_size: u64,
+}
+
+impl Default for CleanerConfig {
+    fn default() -> Self {
+        CleanerConfig {
+            enable: true,
+            backoff_ms: 15_000,
+            dedupe_buffer_size: 134_217_728,
+        }
+    }
+}
+
+/// A sealed segment the cleaner may rewrite, with the base offset of the segment after it.
+#[derive(Debug)]
+pub(super) struct CleanableSegment {
+    pub snapshot: SegmentSnapshot,
+    pub next_base_offset: i64,
+}
+
+/// What one partition log offers the cleaner (Kafka's `LogToClean`): see
+/// [`PartitionLog::log_to_clean`].
+#[derive(Debug)]
+pub struct LogToClean {
+    name: String,
+    dir: PathBuf,
+    config: LogConfig,
+    first_dirty_offset: i64,
+    segments: Vec<CleanableSegment>,
+    /// The log's truncation count when the snapshot was taken.
+    truncations: u64,
+}
+
+impl LogToClean {
+    pub(super) fn new(
+        name: String,
+        dir: PathBuf,
+        config: LogConfig,
+        first_dirty_offset: i64,
+        segments: Vec<CleanableSegment>,
+        truncations: u64,
+    ) -> LogToClean {
+        LogToClean {
+            name,
+            dir,
+            config,
+            first_dirty_offset,
+            segments,
+            truncations,
+        }
+    }
+
+    /// Where the dirty section starts.
+    pub fn first_dirty_offset(&self) -> i64 {
+        self.first_dirty_offset
+    }
+
+    /// Bytes of cleanable segments wholly below the first dirty offset.
+    pub fn clean_bytes(&self) -> u64 {
+        self.segments
+            .iter()
+            .filter(|s| s.next_base_offset <= self.first_dirty_offset)
+            .map(|s| s.snapshot.size_bytes)
+            .sum()
+    }
+
+    /// Bytes of cleanable segments holding dirty offsets.
+    pub fn dirty_bytes(&self) -> u64 {
+        self.segments
+            .iter()
+            .filter(|s| s.next_base_offset > self.first_dirty_offset)
+            .map(|s| s.snapshot.size_bytes)
+            .sum()
+    }
+
+    /// Kafka's cleanable ratio: dirty bytes over all cleanable bytes (0 when there are none).
+    pub fn dirty_ratio(&self) -> f64 {
+        let dirty = self.dirty_bytes();
+        let total = dirty + self.clean_bytes();
+        if total == 0 {
+            0.0
+        } else {
+            dirty as f64 / total as f64
+        }
+    }
+
+    /// Whether the dirty section is large enough to clean (`min.cleanable.dirty.ratio`).
+    pub fn needs_cleaning(&self) -> bool {
+        self.dirty_bytes() > 0 && self.dirty_ratio() >= self.config.min_cleanable_dirty_ratio
+    }
+
+    /// Whether there is anything at all in reach of the cleaner.
+    pub fn is_empty(&self) -> bool {
+        self.segments.is_empty()
+    }
+}
+
+/// What a cleaning pass did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CleanStats {
+    /// The new first dirty offset (for `cleaner-offset-checkpoint`); unchanged if abandoned.
+    pub end_offset: i64,
+    pub segments_replaced: usize,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub records_removed: u64,
+    /// True when the segments changed under the cleaner and the pass was given up.
+    pub abandoned: bool,
+    /// Earliest time a tombstone this pass kept becomes removable: the log should be cleaned
+    /// again then even if nothing new arrives.
+    pub tombstone_deadline_ms: Option<i64>,
+}
+
+/// Kafka's `SkimpyOffsetMap`: an open-addressing table from a 16-byte key hash to the latest
+/// offset seen for it, in a buffer of fixed size allocated once. Zeroed memory is mapped lazily
+/// by the OS, so a large buffer costs only the pages the keys touch.
+pub struct OffsetMap {
+    /// Each slot: 16 bytes of hash, then offset + 1 as big-endian i64 (0 = empty).
+    slots: Vec<[u8; 24]>,
+    /// Slots in use, so clearing touches only them.
+    used: Vec<u32>,
+    capacity: usize,
+}
+
+impl OffsetMap {
+    pub fn new(dedupe_buffer_size: u64) -> OffsetMap {
+        let slots = (dedupe_buffer_size / MAP_ENTRY_BYTES).clamp(1, u64::from(u32::MAX)) as usize;
+        OffsetMap {
+            slots: vec![[0u8; 24]; slots],
+            used: Vec::new(),
+            capacity: ((slots as f64 * MAP_LOAD_FACTOR) as usize).max(1),
+        }
+    }
+
+    /// Keys the map holds before it counts as full.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    pub fn len(&self) -> usize {
+        self.used.len()
+    }
+
+    pub fn clear(&mut self) {
+        for &i in &self.used {
+            self.slots[i as usize] = [0; 24];
+        }
+        self.used.clear();
+    }
+
+    /// Records `offset` for `hash`. False, changing nothing, when the key is new and the map full.
+    pub fn put(&mut self, hash: &[u8; 16], offset: i64) -> bool {
+        let i = self.find_slot(hash);
+        let slot = &mut self.slots[i];
+        let empty = slot[16..] == [0; 8];
+        if empty {
+            if self.used.len() >= self.capacity {
+                return false;
+            }
+            slot[..16].copy_from_slice(hash);
+            self.used.push(i as u32);
+        }
+        slot[16..].copy_from_slice(&(offset + 1).to_be_bytes());
+        true
+    }
+
+    pub fn get(&self, hash: &[u8; 16]) -> Option<i64> {
+        let slot = &self.slots[self.find_slot(hash)];
+        let stored = i64::from_be_bytes(slot[16..].try_into().ok()?);
+        (stored != 0).then_some(stored - 1)
+    }
+
+    /// The slot holding `hash`, or the empty slot where it would go (linear probing; the load
+    /// factor guarantees an empty slot exists).
+    fn find_slot(&self, hash: &[u8; 16]) -> usize {
+        let n = self.slots.len();
+        let start = u64::from_be_bytes(hash[..8].try_into().unwrap_or_default()) % n as u64;
+        let mut i = start as usize;
+        loop {
+            let slot = &self.slots[i];
+            if slot[16..] == [0; 8] || slot[..16] == hash[..] {
+                return i;
+            }
+            i = (i + 1) % n;
+        }
+    }
+}
+
+/// 128-bit hash of a record key (Kafka uses MD5; any well-mixed 128 bits make collisions
+/// negligible): two SipHash runs with different prefixes.
+fn key_hash(key: &[u8]) -> [u8; 16] {
+    let mut first = DefaultHasher::new();
+    first.write(key);
+    let mut second = DefaultHasher::new();
+    second.write_u8(0xa5);
+    second.write(key);
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&first.finish().to_be_bytes());
+    out[8..].copy_from_slice(&second.finish().to_be_bytes());
+    out
+}
+
+/// The log cleaner: one offset map, reused pass after pass.
+pub struct LogCleaner {
+    map: OffsetMap,
+    stop: Arc<AtomicBool>,
+}
+
+impl LogCleaner {
+    /// A cleaner whose passes give up early once `stop` is set (broker shutdown).
+    pub fn new(config: &CleanerConfig, stop: Arc<AtomicBool>) -> LogCleaner {
+        LogCleaner {
+            map: OffsetMap::new(config.dedupe_buffer_size),
+            stop,
+        }
+    }
+
+    /// Cleans what `to_clean` offers of `log` (see the module docs). Holds the log's lock only to
+    /// swap cleaned segments in. `now_ms` decides which tombstones have expired.
+    pub fn clean(
+        &mut self,
+        log: &Mutex<PartitionLog>,
+        to_clean: &LogToClean,
+        now_ms: i64,
+    ) -> Result<CleanStats, LogError> {
+        match self.clean_segments(log, to_clean, now_ms) {
+            // A truncation shortened a segment under the reader: not a disk problem.
+            Err(_) if log.lock().truncations() != to_clean.truncations => {
+                tracing::info!(partition = %to_clean.name, "log truncated while it was being cleaned; abandoning this pass");
+                Ok(CleanStats {
+                    end_offset: to_clean.first_dirty_offset,
+                    abandoned: true,
+                    ..CleanStats::default()
+                })
+            }
+            result => result,
+        }
+    }
+
+    fn clean_segments(
+        &mut self,
+        log: &Mutex<PartitionLog>,
+        to_clean: &LogToClean,
+        now_ms: i64,
+    ) -> Result<CleanStats, LogError> {
+        let mut stats = CleanStats {
+            end_offset: to_clean.first_dirty_offset,
+            ..CleanStats::default()
+        };
+        let end_offset = self.build_offset_map(to_clean, &mut stats)?;
+        if self.stopped() {
+            stats.abandoned = true;
+            return Ok(stats);
+        }
+        let in_range: Vec<&CleanableSegment> = to_clean
+            .segments
+            .iter()
+            .filter(|s| s.snapshot.base_offset < end_offset)
+            .collect();
+        let delete_horizon_ms = now_ms.saturating_sub(to_clean.config.delete_retention_ms);
+        for group in group_segments(&in_range, to_clean.config.effective_segment_bytes()) {
+            if self.stopped() {
+                stats.abandoned = true;
+                return Ok(stats);
+            }
+            let swapped = self.clean_group(log, to_clean, &group, end_offset, delete_horizon_ms, now_ms, &mut stats)?;
+            if !swapped {
+                tracing::info!(
+                    partition = %to_clean.name,
+                    "segments changed while they were being cleaned (retention or truncation); abandoning this pass"
+                );
+                stats.abandoned = true;
+                return Ok(stats);
+            }
+            stats.segments_replaced += group.len();
+        }
+        stats.end_offset = end_offset;
+        Ok(stats)
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Fills the map from the dirty section and returns the offset the map covers up to
+    /// (exclusive): the end of the cleanable segments, or the first record whose key did not fit.
+    fn build_offset_map(&mut self, to_clean: &LogToClean, stats: &mut CleanStats) -> Result<i64, LogError> {
+        self.map.clear();
+        let first_dirty = to_clean.first_dirty_offset;
+        let mut end_offset = first_dirty;
+        for segment in to_clean.segments.iter().filter(|s| s.next_base_offset > first_dirty) {
+            if self.stopped() {
+                break;
+            }
+            let mut full_at = None;
+            let map = &mut self.map;
+            segment.snapshot.for_each_batch(|header, batch| {
+                stats.bytes_read += batch.len() as u64;
+                if full_at.is_some() || header.last_offset() < first_dirty || header.is_control() {
+                    return Ok(());
+                }
+                for_each_record(header, batch, |record| {
+                    let offset = header.base_offset + i64::from(record.offset_delta);
+                    if full_at.is_some() || offset < first_dirty {
+                        return;
+                    }
+                    if let Some(key) = record.key {
+                        if !map.put(&key_hash(key), offset) {
+                            full_at = Some(offset);
+                        }
+                    }
+                })
+            })?;
+            if let Some(offset) = full_at {
+                if offset == first_dirty {
+                    tracing::warn!(
+                        partition = %to_clean.name,
+                        capacity = self.map.capacity(),
+                        "log.cleaner.dedupe.buffer.size holds no key at all; raise it"
+                    );
+                }
+                tracing::debug!(partition = %to_clean.name, offset, keys = self.map.len(), "offset map full; cleaning a prefix");
+                return Ok(offset);
+            }
+            end_offset = segment.next_base_offset;
+        }
+        Ok(end_offset)
+    }
+
+    /// Writes the group's retained batches into one `.cleaned` segment and swaps it in.
+    #[allow(clippy::too_many_arguments)]
+    fn clean_group(
+        &self,
+        log: &Mutex<PartitionLog>,
+        to_clean: &LogToClean,
+        group: &[&CleanableSegment],
+        end_offset: i64,
+        delete_horizon_ms: i64,
+        now_ms: i64,
+        stats: &mut CleanStats,
+    ) -> Result<bool, LogError> {
+        let base_offset = group[0].snapshot.base_offset;
+        let mut cleaned = LogSegment::create_with_suffix(&to_clean.dir, base_offset, CLEANED_FILE_SUFFIX, now_ms)?;
+        let written = self.write_cleaned(to_clean, group, end_offset, delete_horizon_ms, &mut cleaned, stats);
+        let written = written.and_then(|()| cleaned.on_become_inactive());
+        if let Err(e) = written {
+            let _ = cleaned.delete();
+            return Err(e);
+        }
+        drop(cleaned);
+        let snapshots: Vec<&SegmentSnapshot> = group.iter().map(|s| &s.snapshot).collect();
+        let swapped = log.lock().replace_segments(&snapshots, to_clean.truncations, now_ms);
+        if !matches!(swapped, Ok(true)) {
+            remove_cleaned_files(&to_clean.dir, base_offset);
+        }
+        swapped
+    }
+
+    fn write_cleaned(
+        &self,
+        to_clean: &LogToClean,
+        group: &[&CleanableSegment],
+        end_offset: i64,
+        delete_horizon_ms: i64,
+        cleaned: &mut LogSegment,
+        stats: &mut CleanStats,
+    ) -> Result<(), LogError> {
+        let interval = to_clean.config.index_interval_bytes;
+        let mut out = Vec::with_capacity(WRITE_BUFFER_BYTES);
+        for segment in group {
+            let retain_tombstones = segment.snapshot.largest_timestamp_ms >= delete_horizon_ms;
+            let mut kept_tombstone = false;
+            segment.snapshot.for_each_batch(|header, batch| {
+                stats.bytes_read += batch.len() as u64;
+                let filter = RecordFilter {
+                    map: &self.map,
+                    end_offset,
+                    retain_tombstones,
+                };
+                let filtered = filter_batch(header, batch, &filter)?;
+                stats.records_removed += filtered.removed;
+                kept_tombstone |= filtered.kept_tombstone;
+                match filtered.outcome {
+                    BatchOutcome::Keep => out.extend_from_slice(batch),
+                    BatchOutcome::Rebuilt(rebuilt) => out.extend_from_slice(&rebuilt),
+                    BatchOutcome::Drop => {}
+                }
+                if out.len() >= WRITE_BUFFER_BYTES {
+                    stats.bytes_written += out.len() as u64;
+                    cleaned.append(&out, interval)?;
+                    out.clear();
+                }
+                Ok(())
+            })?;
+            if kept_tombstone {
+                let deadline = segment
+                    .snapshot
+                    .largest_timestamp_ms
+                    .saturating_add(to_clean.config.delete_retention_ms)
+                    .saturating_add(1);
+                stats.tombstone_deadline_ms = Some(stats.tombstone_deadline_ms.map_or(deadline, |d| d.min(deadline)));
+            }
+        }
+        if !out.is_empty() {
+            stats.bytes_written += out.len() as u64;
+            cleaned.append(&out, interval)?;
+        }
+        Ok(())
+    }
+}
+
+/// Kafka's `groupSegmentsBySize`: consecutive segments whose sizes sum to at most `max_bytes`
+/// (at least one each) and whose offsets fit one segment's relative u32 index entries.
+fn group_segments<'a>(segments: &[&'a CleanableSegment], max_bytes: u64) -> Vec<Vec<&'a CleanableSegment>> {
+    let mut groups: Vec<Vec<&CleanableSegment>> = Vec::new();
+    for &segment in segments {
+        if let Some(group) = groups.last_mut() {
+            let size: u64 = group.iter().map(|s| s.snapshot.size_bytes).sum();
+            let first_base = group[0].snapshot.base_offset;
+            let fits = size + segment.snapshot.size_bytes <= max_bytes
+                && segment.next_base_offset - first_base <= i64::from(i32::MAX);
+            if fits {
+                group.push(segment);
+                continue;
+            }
+        }
+        groups.push(vec![segment]);
+    }
+    groups
+}
+
+fn remove_cleaned_files(dir: &Path, base_offset: i64) {
+    for suffix in [LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX] {
+        let path = dir.join(segment_file_name(base_offset, suffix) + CLEANED_FILE_SUFFIX);
+        if let Err(e) = remove_if_exists(&path) {
+            tracing::warn!(file = %path.display(), error = %e, "could not remove a cleaned segment file; it is deleted on the next open");
+        }
+    }
+}
+
+/// Which records of a batch survive.
+struct RecordFilter<'a> {
+    map: &'a OffsetMap,
+    /// Offsets at and above this were not mapped: their records stay.
+    end_offset: i64,
+    /// False once the segment is older than `delete.retention.ms`: its tombstones go.
+    retain_tombstones: bool,
+}
+
+impl RecordFilter<'_> {
+    /// Kafka's `shouldRetainRecord`.
+    fn retain(&self, offset: i64, record: &RawRecord<'_>) -> bool {
+        if offset >= self.end_offset {
+            return true;
+        }
+        let Some(key) = record.key else {
+            return false; // keyless records have no place in a compacted log
+        };
+        let superseded = self.map.get(&key_hash(key)).is_some_and(|latest| offset < latest);
+        let expired_tombstone = !record.has_value && !self.retain_tombstones;
+        !superseded && !expired_tombstone
+    }
+}
+
+enum BatchOutcome {
+    Keep,
+    Rebuilt(Vec<u8>),
+    Drop,
+}
+
+struct FilteredBatch {
+    outcome: BatchOutcome,
+    removed: u64,
+    kept_tombstone: bool,
+}
+
+fn filter_batch(header: &BatchHeader, batch: &[u8], filter: &RecordFilter<'_>) -> Result<FilteredBatch, LogError> {
+    if header.is_control() {
+        return Ok(FilteredBatch {
+            outcome: BatchOutcome::Keep,
+            removed: 0,
+            kept_tombstone: false,
+        });
+    }
+    let codec = header.compression();
+    let records = decompress(codec, &batch[BATCH_HEADER_LEN..])?;
+    let mut kept = Vec::with_capacity(records.len());
+    let (mut kept_count, mut total, mut kept_tombstone) = (0i32, 0u64, false);
+    parse_records(&records, header, |record| {
+        total += 1;
+        if filter.retain(header.base_offset + i64::from(record.offset_delta), &record) {
+            kept.extend_from_slice(record.bytes);
+            kept_count += 1;
+            kept_tombstone |= !record.has_value;
+        }
+    })?;
+    let removed = total - kept_count as u64;
+    let outcome = if removed == 0 {
+        BatchOutcome::Keep
+    } else if kept_count == 0 {
+        BatchOutcome::Drop
+    } else {
+        BatchOutcome::Rebuilt(rebuild_batch(batch, codec, &kept, kept_count)?)
+    };
+    Ok(FilteredBatch {
+        outcome,
+        removed,
+        kept_tombstone,
+    })
+}
+
+/// The original header with a new records section, length, count and CRC: everything else
+/// (base offset, last offset delta, timestamps, attributes, producer fields, leader epoch) stays.
+fn rebuild_batch(original: &[u8], codec: u8, records: &[u8], count: i32) -> Result<Vec<u8>, LogError> {
+    let mut out = Vec::with_capacity(BATCH_HEADER_LEN + records.len());
+    out.extend_from_slice(&original[..BATCH_HEADER_LEN]);
+    compress(codec, records, &mut out)?;
+    let batch_length = i32::try_from(out.len() - LOG_OVERHEAD)
+        .map_err(|_| LogError::Corrupt("cleaned batch larger than 2 GiB".to_string()))?;
+    out[BATCH_LENGTH_OFFSET..BATCH_LENGTH_OFFSET + 4].copy_from_slice(&batch_length.to_be_bytes());
+    out[RECORDS_COUNT_OFFSET..RECORDS_COUNT_OFFSET + 4].copy_from_slice(&count.to_be_bytes());
+    let crc = crc32c::crc32c(&out[CRC_COVERED_FROM..]);
+    out[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+    Ok(out)
+}
+
+/// The records section of a batch, decompressed if its codec says so.
+fn decompress(codec: u8, data: &[u8]) -> Result<Vec<u8>, LogError> {
+    use kafka_protocol::compression::{Decompressor, Gzip, Lz4, Snappy, Zstd};
+    fn run<D: Decompressor<Bytes>>(data: &[u8]) -> anyhow::Result<Vec<u8>> {
+        D::decompress(&mut Bytes::copy_from_slice(data), |buf| {
+            Ok(buf.copy_to_bytes(buf.remaining()).to_vec())
+        })
+    }
+    let result = match codec {
+        0 => return Ok(data.to_vec()),
+        1 => run::<Gzip>(data),
+        2 => run::<Snappy>(data),
+        3 => run::<Lz4>(data),
+        4 => run::<Zstd>(data),
+        other => return Err(LogError::Corrupt(format!("unknown compression codec {other}"))),
+    };
+    result.map_err(|e| LogError::Corrupt(format!("cannot decompress a stored batch: {e:#}")))
+}
+
+fn compress(codec: u8, records: &[u8], out: &mut Vec<u8>) -> Result<(), LogError> {
+    use kafka_protocol::compression::{Compressor, Gzip, Lz4, Snappy, Zstd};
+    fn run<C: Compressor<Vec<u8>>>(records: &[u8], out: &mut Vec<u8>) -> anyhow::Result<()> {
+        C::compress(out, |buf| {
+            buf.put_slice(records);
+            Ok(())
+        })
+    }
+    let result = match codec {
+        0 => {
+            out.extend_from_slice(records);
+            return Ok(());
+        }
+        1 => run::<Gzip>(records, out),
+        2 => run::<Snappy>(records, out),
+        3 => run::<Lz4>(records, out),
+        4 => run::<Zstd>(records, out),
+        other => return Err(LogError::Corrupt(format!("unknown compression codec {other}"))),
+    };
+    result.map_err(|e| LogError::Corrupt(format!("cannot recompress a cleaned batch: {e:#}")))
+}
+
+/// One record of a v2 batch, as stored: its bytes (length prefix included), offset delta, key,
+/// and whether it has a value (a null value is a tombstone).
+struct RawRecord<'a> {
+    bytes: &'a [u8],
+    offset_delta: i32,
+    key: Option<&'a [u8]>,
+    has_value: bool,
+}
+
+/// Calls `f` with each record of the batch whose decompressed records section is `records`.
+fn for_each_record(header: &BatchHeader, batch: &[u8], f: impl FnMut(RawRecord<'_>)) -> Result<(), LogError> {
+    let records = decompress(header.compression(), &batch[BATCH_HEADER_LEN..])?;
+    parse_records(&records, header, f)
+}
+
+fn parse_records(records: &[u8], header: &BatchHeader, mut f: impl FnMut(RawRecord<'_>)) -> Result<(), LogError> {
+    let corrupt = |what: &str| {
+        LogError::Corrupt(format!(
+            "stored batch at offset {} has a malformed record: {what}",
+            header.base_offset
+        ))
+    };
+    let mut pos = 0;
+    for _ in 0..header.records_count.max(0) {
+        let start = pos;
+        let len = read_varint(records, &mut pos).ok_or_else(|| corrupt("length"))?;
+        let end = usize::try_from(len)
+            .ok()
+            .and_then(|len| pos.checked_add(len))
+            .filter(|&end| end <= records.len())
+            .ok_or_else(|| corrupt("length past the batch"))?;
+        let body = &records[pos..end];
+        let mut at = 1; // attributes
+        read_varint(body, &mut at).ok_or_else(|| corrupt("timestamp delta"))?;
+        let offset_delta = read_varint(body, &mut at).ok_or_else(|| corrupt("offset delta"))?;
+        let key = read_bytes(body, &mut at).ok_or_else(|| corrupt("key"))?;
+        let value = read_bytes(body, &mut at).ok_or_else(|| corrupt("value"))?;
+        let offset_delta = i32::try_from(offset_delta).map_err(|_| corrupt("offset delta"))?;
+        f(RawRecord {
+            bytes: &records[start..end],
+            offset_delta,
+            key,
+            has_value: value.is_some(),
+        });
+        pos = end;
+    }
+    Ok(())
+}
+
+/// Kafka's zigzag varint/varlong.
+fn read_varint(buf: &[u8], pos: &mut usize) -> Option<i64> {
+    let mut raw: u64 = 0;
+    for shift in (0..64).step_by(7) {
+        let byte = *buf.get(*pos)?;
+        *pos += 1;
+        raw |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Some((raw >> 1) as i64 ^ -((raw & 1) as i64));
+        }
+    }
+    None
+}
+
+/// A varint-length-prefixed byte string; -1 is null.
+fn read_bytes<'a>(buf: &'a [u8], pos: &mut usize) -> Option<Option<&'a [u8]>> {
+    let len = read_varint(buf, pos)?;
+    if len < 0 {
+        return Some(None);
+    }
+    let end = pos.checked_add(usize::try_from(len).ok()?)?;
+    let bytes = buf.get(*pos..end)?;
+    *pos = end;
+    Some(Some(bytes))
+}
+
+/// Reads `cleaner-offset-checkpoint` from the data dir (missing: empty).
+pub fn read_cleaner_checkpoint(data_dir: &Path) -> HashMap<(String, i32), i64> {
+    OffsetCheckpoint::read(&data_dir.join(CLEANER_OFFSET_CHECKPOINT_FILE))
+}
+
+/// Replaces `cleaner-offset-checkpoint` in the data dir (through the checkpoint helper).
+pub fn write_cleaner_checkpoint(data_dir: &Path, entries: &HashMap<(String, i32), i64>) -> std::io::Result<()> {
+    let mut sorted: Vec<(String, i32, i64)> = entries.iter().map(|((t, p), o)| (t.clone(), *p, *o)).collect();
+    sorted.sort();
+    OffsetCheckpoint::write(&data_dir.join(CLEANER_OFFSET_CHECKPOINT_FILE), &sorted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_offset_map_keeps_the_latest_offset_and_refuses_new_keys_when_full() {
+        // 10 slots of 24 bytes: full at 9 keys.
+        let mut map = OffsetMap::new(240);
+        assert_eq!(map.capacity(), 9);
+        for i in 0..9u8 {
+            assert!(map.put(&key_hash(&[i]), i64::from(i)));
+        }
+        assert!(map.put(&key_hash(&[3]), 100), "an existing key can still be updated");
+        assert!(!map.put(&key_hash(&[42]), 101), "a new key cannot");
+        assert_eq!(map.get(&key_hash(&[3])), Some(100));
+        assert_eq!(map.get(&key_hash(&[42])), None);
+        assert_eq!(map.len(), 9);
+        map.clear();
+        assert_eq!(map.len(), 0);
+        assert_eq!(map.get(&key_hash(&[3])), None);
+        assert!(map.put(&key_hash(&[42]), 0));
+        assert_eq!(map.get(&key_hash(&[42])), Some(0));
+    }
+
+    #[test]
+    fn varints_decode_as_kafka_encodes_them() {
+        let mut pos = 0;
+        assert_eq!(read_varint(&[0x01], &mut pos), Some(-1));
+        pos = 0;
+        assert_eq!(read_varint(&[0xac, 0x02], &mut pos), Some(150));
+        assert_eq!(pos, 2);
+        pos = 0;
+        assert_eq!(read_varint(&[0x80], &mut pos), None, "truncated");
+    }
+}
