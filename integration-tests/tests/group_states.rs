@@ -860,3 +860,51 @@ fn commits_to_unknown_partitions_are_refused_and_list_groups_filters_by_state() 
     );
     Ok(())
 }
+
+#[test]
+fn deleted_groups_and_offsets_stay_deleted_after_a_broker_sigkill() -> Result<()> {
+    let (mut node, g) = start("deleted")?;
+    let kept = Group {
+        addr: g.addr,
+        id: "kept".into(),
+    };
+    for group in [&g, &kept] {
+        let codes = group.commit(-1, "", &[(0, 11, "a"), (1, 22, "b")])?;
+        ensure!(codes == vec![NONE, NONE], "OffsetCommit for {}: {codes:?}", group.id);
+    }
+    ensure!(g.delete()? == NONE, "DeleteGroups failed");
+    let (code, per_partition) = kept.delete_offsets(&[1])?;
+    ensure!(
+        code == NONE && per_partition == vec![NONE],
+        "OffsetDelete: {code} {per_partition:?}"
+    );
+
+    node.kill()?;
+    node.restart()?;
+    // Reloaded from __consumer_offsets: the tombstones win over the commits before them.
+    let fetched = wait_until(TIMEOUT, "OffsetFetch to answer after the restart", || {
+        let (code, f) = kept.fetch().ok()?;
+        (code == NONE && f.iter().all(|(_, _, e)| *e == NONE)).then_some(f)
+    })?;
+    ensure!(
+        (fetched[0].0, fetched[0].1.as_deref(), fetched[1].0) == (11, Some("a"), -1),
+        "kept group after the restart (partition 1's offset was deleted): {fetched:?}"
+    );
+    let (_, fetched) = g.fetch()?;
+    ensure!(
+        fetched.iter().all(|(o, _, e)| *o == -1 && *e == NONE),
+        "the deleted group's offsets came back after the restart: {fetched:?}"
+    );
+    let d = g.describe()?;
+    ensure!(
+        d.group_state.as_str() == "Dead",
+        "the deleted group after the restart: {d:?}"
+    );
+    let listed = kafka_client::call(g.addr, &ListGroupsRequest::default(), 3, TIMEOUT)?;
+    let names: Vec<String> = listed.groups.iter().map(|l| l.group_id.0.to_string()).collect();
+    ensure!(
+        names == vec!["kept".to_string()],
+        "ListGroups after the restart: {names:?}"
+    );
+    Ok(())
+}
