@@ -73,6 +73,52 @@ def test_kcat_balanced_consumer_resumes_at_the_committed_offset_after_exit_and_a
     assert committed(node.bootstrap, "kcat-g", topic, 2) == {0: 170, 1: 170}
 
 
+def test_two_kcat_balanced_consumers_split_the_partitions_and_print_every_record_once(start_node):
+    """Two kcat -G processes (librdkafka 2.0.2's older request versions) in one group."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    if KCAT is None:
+        pytest.skip("kcat not installed (scripts/test.sh installs it)")
+    node = start_node(GROUP_SETTINGS)
+    topic = "kcat-split"
+    create_topic(node.bootstrap, topic, 2)
+    procs = [subprocess.Popen(kcat_group(node, "kcat-split-g", topic, "-u"), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE) for _ in range(2)]
+    printed: list[list[str]] = [[], []]
+    readers = [threading.Thread(target=lambda i=i: printed[i].extend(l.decode().rstrip("\n") for l in procs[i].stdout),
+                                daemon=True) for i in range(2)]
+    for r in readers:
+        r.start()
+    try:
+        admin = AdminClient({"bootstrap.servers": node.bootstrap, "log_level": 3})
+
+        def split():
+            try:
+                g = admin.describe_consumer_groups(["kcat-split-g"], request_timeout=10)["kcat-split-g"].result(timeout=15)
+            except KafkaException:
+                return None  # NOT_COORDINATOR while the coordinator loads: retried
+            parts = sorted(sorted(tp.partition for tp in m.assignment.topic_partitions) for m in g.members)
+            return parts if str(g.state).endswith("STABLE") and parts == [[0], [1]] else None
+
+        wait_until("both kcat members to hold one partition each", split, timeout=60, interval=0.5)
+        sent = produce(node.bootstrap, topic, lines("ks", 0, 300), partitions=2)
+        wait_until("kcat to print every record", lambda: len(printed[0]) + len(printed[1]) >= len(sent), 60)
+        time.sleep(0.5)  # a duplicate would show up here
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGINT)
+        for p in procs:
+            p.wait(timeout=30)
+        for r in readers:
+            r.join(timeout=10)
+    for p in procs:
+        assert p.returncode == 0, p.stderr.read().decode(errors="replace")[-2000:]
+    assert sorted(printed[0] + printed[1]) == sorted(f"{p} {o} {v.decode()}" for p, o, v in sent)
+    per_kcat = sorted(tuple(sorted({line.split()[0] for line in out})) for out in printed)
+    assert per_kcat == [("0",), ("1",)], f"partitions printed by each kcat: {per_kcat}"
+
+
 # --- confluent-kafka -----------------------------------------------------------------------------
 
 def test_confluent_consumer_commits_a_new_member_resumes_and_another_group_reads_everything(start_node):
