@@ -286,6 +286,33 @@ def test_members_joining_and_leaving_under_load_lose_no_record_and_no_membership
         f"{duplicates} records read twice although every commit was acknowledged; final split {split}")
 
 
+def test_twenty_members_joining_at_once_settle_with_each_partition_assigned_once(start_node):
+    """A join storm (no initial delay): twenty members, twelve partitions. The group settles with
+    every partition held by exactly one member, nobody is told it is unknown, and every record
+    produced afterwards is read once."""
+    node = start_node(GROUP_SETTINGS)
+    topic = "ck-storm"
+    create_topic(node.bootstrap, topic, 12)
+    members = [Member(node.bootstrap, "ck-storm-g", topic, f"ck-storm-{i}") for i in range(20)]
+    try:
+        def settled():
+            held = [m.snapshot()[0] for m in members]
+            return sorted(p for a in held for p in a) == list(range(12)) and sum(1 for a in held if a) == 12
+
+        wait_until("the group to settle", settled, 90, 0.2)
+        sent = produce(node.bootstrap, topic, lines("storm", 0, 6000), partitions=12)
+        wait_until("every record received",
+                   lambda: len({(p, o) for m in members for p, o, _ in m.received}) >= len(sent), 60)
+        time.sleep(1.0)
+    finally:
+        for m in members:
+            m.stop()
+    errors = [(m.client_id, e) for m in members for e in m.errors + m.commit_errors]
+    assert not [e for e in errors if "UNKNOWN_MEMBER" in e[1].upper() or "UNKNOWN MEMBER" in e[1].upper()], errors[:5]
+    received = [r for m in members for r in m.received]
+    assert sorted(received) == sorted(sent), f"{len(received)} received for {len(sent)} sent; errors {errors[:5]}"
+
+
 def test_a_restarted_static_member_gets_its_partitions_back_without_a_rebalance(start_node):
     """KIP-345: a static member (group.instance.id) that closes and comes back within its
     session timeout gets the same partitions, and the other members are not rebalanced."""
