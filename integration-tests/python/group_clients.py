@@ -91,22 +91,25 @@ class Member:
 
     def __init__(self, bootstrap: str, group: str, topic: str, client_id: str, **config):
         self.client_id = client_id
+        self.errors: list[str] = []
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "client.id": client_id,
                                   "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                                  "log_level": 3, **config})
+                                  "log_level": 3, "error_cb": self._on_error, **config})
         self.received: list[tuple[int, int, bytes]] = []
         self.assignment: list[int] = []
         # Every assignment received: (time.monotonic(), partitions).
         self.assignments: list[tuple[float, list[int]]] = []
         self.revocations: list[tuple[float, list[int]]] = []
         self.commit_errors: list[str] = []
-        self.errors: list[str] = []
         self.lock = threading.Lock()
         self._stop = threading.Event()
         self.consumer.subscribe([topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
                                 on_lost=self._on_revoke)
         self.thread = threading.Thread(target=self._run, name=client_id, daemon=True)
         self.thread.start()
+
+    def _on_error(self, err):
+        self.errors.append(str(err))
 
     # Partitions come as the whole assignment (eager protocol) or as the increment (cooperative):
     # tracking a set handles both.

@@ -73,6 +73,52 @@ def test_kcat_balanced_consumer_resumes_at_the_committed_offset_after_exit_and_a
     assert committed(node.bootstrap, "kcat-g", topic, 2) == {0: 170, 1: 170}
 
 
+def test_two_kcat_balanced_consumers_split_the_partitions_and_print_every_record_once(start_node):
+    """Two kcat -G processes (librdkafka 2.0.2's older request versions) in one group."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    if KCAT is None:
+        pytest.skip("kcat not installed (scripts/test.sh installs it)")
+    node = start_node(GROUP_SETTINGS)
+    topic = "kcat-split"
+    create_topic(node.bootstrap, topic, 2)
+    procs = [subprocess.Popen(kcat_group(node, "kcat-split-g", topic, "-u"), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE) for _ in range(2)]
+    printed: list[list[str]] = [[], []]
+    readers = [threading.Thread(target=lambda i=i: printed[i].extend(l.decode().rstrip("\n") for l in procs[i].stdout),
+                                daemon=True) for i in range(2)]
+    for r in readers:
+        r.start()
+    try:
+        admin = AdminClient({"bootstrap.servers": node.bootstrap, "log_level": 3})
+
+        def split():
+            try:
+                g = admin.describe_consumer_groups(["kcat-split-g"], request_timeout=10)["kcat-split-g"].result(timeout=15)
+            except KafkaException:
+                return None  # NOT_COORDINATOR while the coordinator loads: retried
+            parts = sorted(sorted(tp.partition for tp in m.assignment.topic_partitions) for m in g.members)
+            return parts if str(g.state).endswith("STABLE") and parts == [[0], [1]] else None
+
+        wait_until("both kcat members to hold one partition each", split, timeout=60, interval=0.5)
+        sent = produce(node.bootstrap, topic, lines("ks", 0, 300), partitions=2)
+        wait_until("kcat to print every record", lambda: len(printed[0]) + len(printed[1]) >= len(sent), 60)
+        time.sleep(0.5)  # a duplicate would show up here
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGINT)
+        for p in procs:
+            p.wait(timeout=30)
+        for r in readers:
+            r.join(timeout=10)
+    for p in procs:
+        assert p.returncode == 0, p.stderr.read().decode(errors="replace")[-2000:]
+    assert sorted(printed[0] + printed[1]) == sorted(f"{p} {o} {v.decode()}" for p, o, v in sent)
+    per_kcat = sorted(tuple(sorted({line.split()[0] for line in out})) for out in printed)
+    assert per_kcat == [("0",), ("1",)], f"partitions printed by each kcat: {per_kcat}"
+
+
 # --- confluent-kafka -----------------------------------------------------------------------------
 
 def test_confluent_consumer_commits_a_new_member_resumes_and_another_group_reads_everything(start_node):
@@ -185,6 +231,86 @@ def test_cooperative_sticky_members_joining_under_load_get_every_record_exactly_
     # Incremental: the first member never gave up all of its partitions at once.
     first = members[0]
     assert all(set(r) != set(range(6)) for _, r in first.revocations), first.revocations
+
+
+def test_members_joining_and_leaving_under_load_lose_no_record_and_no_membership(start_node):
+    """Members come and go every ~0.7 s while records arrive (eager rebalances back to back):
+    the group still reads every record, no member is told it is unknown while the coordinator
+    knows it, and with every commit acknowledged nothing is read twice."""
+    import random
+
+    node = start_node(GROUP_SETTINGS)
+    topic = "ck-churn"
+    create_topic(node.bootstrap, topic, 12)
+    rng = random.Random(7)
+    all_members = [Member(node.bootstrap, "ck-churn-g", topic, f"ck-churn-{i}") for i in range(3)]
+    live = list(all_members)
+    sent: list[tuple[int, int, bytes]] = []
+    done = threading.Event()
+
+    def producer():
+        try:
+            for i in range(12):
+                sent.extend(produce(node.bootstrap, topic, lines(f"churn{i}", i * 2000, (i + 1) * 2000), partitions=12))
+                time.sleep(0.3)
+        finally:
+            done.set()
+
+    t = threading.Thread(target=producer, daemon=True)
+    t.start()
+    try:
+        for step in range(6):
+            m = Member(node.bootstrap, "ck-churn-g", topic, f"ck-churn-{3 + step}")
+            all_members.append(m)
+            live.append(m)
+            time.sleep(0.7)
+            leaving = live.pop(rng.randrange(len(live) - 1))  # never the newest
+            leaving.stop()
+            time.sleep(0.7)
+        assert done.wait(60), "the producer did not finish"
+        t.join()
+        wait_until("every record received",
+                   lambda: len({(p, o) for m in all_members for p, o, _ in m.received}) >= len(sent), 60)
+        split = await_split(live, 12, timeout=30)
+    finally:
+        for m in live:
+            m.stop()
+    received = [r for m in all_members for r in m.received]
+    assert set(received) == set(sent), f"{len(set(sent) - set(received))} of {len(sent)} records never received"
+    unknown = [(m.client_id, e) for m in all_members for e in m.errors + m.commit_errors
+               if "UNKNOWN_MEMBER_ID" in e.upper() or "UNKNOWN MEMBER" in e.upper()]
+    assert not unknown, unknown[:5]
+    commit_errors = [(m.client_id, e) for m in all_members for e in m.commit_errors]
+    duplicates = len(received) - len(set(received))
+    assert duplicates == 0 or commit_errors, (
+        f"{duplicates} records read twice although every commit was acknowledged; final split {split}")
+
+
+def test_twenty_members_joining_at_once_settle_with_each_partition_assigned_once(start_node):
+    """A join storm (no initial delay): twenty members, twelve partitions. The group settles with
+    every partition held by exactly one member, nobody is told it is unknown, and every record
+    produced afterwards is read once."""
+    node = start_node(GROUP_SETTINGS)
+    topic = "ck-storm"
+    create_topic(node.bootstrap, topic, 12)
+    members = [Member(node.bootstrap, "ck-storm-g", topic, f"ck-storm-{i}") for i in range(20)]
+    try:
+        def settled():
+            held = [m.snapshot()[0] for m in members]
+            return sorted(p for a in held for p in a) == list(range(12)) and sum(1 for a in held if a) == 12
+
+        wait_until("the group to settle", settled, 90, 0.2)
+        sent = produce(node.bootstrap, topic, lines("storm", 0, 6000), partitions=12)
+        wait_until("every record received",
+                   lambda: len({(p, o) for m in members for p, o, _ in m.received}) >= len(sent), 60)
+        time.sleep(1.0)
+    finally:
+        for m in members:
+            m.stop()
+    errors = [(m.client_id, e) for m in members for e in m.errors + m.commit_errors]
+    assert not [e for e in errors if "UNKNOWN_MEMBER" in e[1].upper() or "UNKNOWN MEMBER" in e[1].upper()], errors[:5]
+    received = [r for m in members for r in m.received]
+    assert sorted(received) == sorted(sent), f"{len(received)} received for {len(sent)} sent; errors {errors[:5]}"
 
 
 def test_a_restarted_static_member_gets_its_partitions_back_without_a_rebalance(start_node):

@@ -1,8 +1,8 @@
 //! rdkafka client configurations and small helpers shared by the tests.
 //!
-//! The broker has no consumer groups or InitProducerId yet, so consumers here use manual
-//! partition assignment (no `group.id`) and producers keep idempotence off. Group-based variants
-//! can add a `group.id` to [`consumer_config`] later.
+//! Consumers here use manual partition assignment (they never join their group) and producers
+//! keep idempotence off, so tests using them do not depend on the group coordinator or
+//! InitProducerId. Group members that subscribe and commit are in [`crate::groups`].
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

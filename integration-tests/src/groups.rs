@@ -179,7 +179,11 @@ impl MemberLog {
                 .parse::<i64>()
                 .with_context(|| format!("field {i} of {line:?}"))
         };
-        let list = |i: usize| -> Vec<&str> { fields.get(i).map_or(Vec::new(), |f| f.split(',').filter(|s| !s.is_empty()).collect()) };
+        let list = |i: usize| -> Vec<&str> {
+            fields
+                .get(i)
+                .map_or(Vec::new(), |f| f.split(',').filter(|s| !s.is_empty()).collect())
+        };
         match kind {
             "record" => self.record(Received {
                 partition: int(0)? as i32,
@@ -227,7 +231,13 @@ impl MemberLog {
     /// Highest acknowledged commit per partition among commits acknowledged before `before_ms`.
     pub fn acked_commits_before(&self, before_ms: i64) -> BTreeMap<i32, i64> {
         let mut best = BTreeMap::new();
-        for c in self.commits.lock().expect("lock").iter().filter(|c| c.at_ms < before_ms) {
+        for c in self
+            .commits
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|c| c.at_ms < before_ms)
+        {
             for (p, o) in &c.offsets {
                 let e = best.entry(*p).or_insert(*o);
                 *e = (*e).max(*o);
@@ -290,7 +300,11 @@ impl ConsumerContext for MemberContext {
 
     fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Assign(tpl) = rebalance {
-            let partitions: Vec<i32> = tpl.elements_for_topic(&self.topic).iter().map(|e| e.partition()).collect();
+            let partitions: Vec<i32> = tpl
+                .elements_for_topic(&self.topic)
+                .iter()
+                .map(|e| e.partition())
+                .collect();
             *self.awaiting_first.lock().expect("lock") = partitions.iter().copied().collect();
             self.log.assigned(Assigned {
                 at_ms: now_ms(),
@@ -304,7 +318,13 @@ impl MemberContext {
     /// Commits the pending offsets synchronously; logs the commit once the coordinator
     /// acknowledged it, or the error (the offsets stay pending and are retried).
     fn commit_pending(&self, consumer: &BaseConsumer<Self>) {
-        let pending: Vec<(i32, i64)> = self.pending.lock().expect("lock").iter().map(|(p, o)| (*p, *o)).collect();
+        let pending: Vec<(i32, i64)> = self
+            .pending
+            .lock()
+            .expect("lock")
+            .iter()
+            .map(|(p, o)| (*p, *o))
+            .collect();
         if pending.is_empty() {
             return;
         }
@@ -356,7 +376,10 @@ pub fn run_member(
     while !stop.load(Ordering::SeqCst) {
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(m)) => {
-                let value = m.payload().map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_default();
+                let value = m
+                    .payload()
+                    .map(|v| String::from_utf8_lossy(v).into_owned())
+                    .unwrap_or_default();
                 let (partition, offset) = (m.partition(), m.offset());
                 drop(m);
                 let ctx = consumer.context();
@@ -529,7 +552,10 @@ impl MemberProcess {
                 if Instant::now() >= deadline {
                     let _ = c.kill();
                     let _ = c.wait();
-                    bail!("member {} did not exit within {timeout:?} of closing its stdin", self.client_id);
+                    bail!(
+                        "member {} did not exit within {timeout:?} of closing its stdin",
+                        self.client_id
+                    );
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
@@ -621,7 +647,12 @@ pub fn produce_all(bootstrap: &str, topic: &str, partitions: i32, seqs: std::ops
 /// The committed offsets of `group` for `partitions` of `topic`, through OffsetFetch by a
 /// client that never joins the group (`None`: no committed offset). Retried for up to 30 s on
 /// errors, as clients do while a coordinator moves (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS).
-pub fn committed_offsets(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> Result<BTreeMap<i32, Option<i64>>> {
+pub fn committed_offsets(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> Result<BTreeMap<i32, Option<i64>>> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         match fetch_committed_once(bootstrap, group, topic, partitions) {
@@ -635,7 +666,12 @@ pub fn committed_offsets(bootstrap: &str, group: &str, topic: &str, partitions: 
     }
 }
 
-fn fetch_committed_once(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> Result<BTreeMap<i32, Option<i64>>> {
+fn fetch_committed_once(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> Result<BTreeMap<i32, Option<i64>>> {
     let consumer: BaseConsumer = member_config(bootstrap, group, "sluice-groups-offset-fetch").create()?;
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
@@ -702,7 +738,9 @@ pub fn check_group_received(
     for a in acked {
         match seen.get(&(a.partition, a.offset)) {
             None => missing.push(format!("{} at {}-{}", a.value, a.partition, a.offset)),
-            Some((v, _)) if *v != a.value => wrong.push(format!("{}-{}: acked {} received {v}", a.partition, a.offset, a.value)),
+            Some((v, _)) if *v != a.value => {
+                wrong.push(format!("{}-{}: acked {} received {v}", a.partition, a.offset, a.value))
+            }
             Some(_) => {}
         }
     }

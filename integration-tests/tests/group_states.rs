@@ -21,8 +21,8 @@ use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
     DeleteGroupsRequest, DescribeGroupsRequest, GroupId, HeartbeatRequest, JoinGroupRequest, JoinGroupResponse,
-    LeaveGroupRequest, ListGroupsRequest, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, SyncGroupRequest,
-    TopicName,
+    LeaveGroupRequest, ListGroupsRequest, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest,
+    SyncGroupRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use sluice_integration_tests::clients::wait_until;
@@ -41,6 +41,7 @@ const NON_EMPTY_GROUP: i16 = 68;
 const MEMBER_ID_REQUIRED: i16 = 79;
 const FENCED_INSTANCE_ID: i16 = 82;
 const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 
 const TOPIC: &str = "group-protocol";
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -56,6 +57,9 @@ struct Group {
     id: String,
 }
 
+/// One partition's committed offset as OffsetFetch returns it: (offset, metadata, error code).
+type Committed = (i64, Option<String>, i16);
+
 struct Joined {
     member_id: String,
     generation: i32,
@@ -63,7 +67,13 @@ struct Joined {
 }
 
 impl Group {
-    fn join(&self, member_id: &str, instance: Option<&str>, session_ms: i32, metadata: &[u8]) -> Result<JoinGroupResponse> {
+    fn join(
+        &self,
+        member_id: &str,
+        instance: Option<&str>,
+        session_ms: i32,
+        metadata: &[u8],
+    ) -> Result<JoinGroupResponse> {
         self.join_with(member_id, instance, session_ms, 20_000, metadata)
     }
 
@@ -75,7 +85,15 @@ impl Group {
         rebalance_ms: i32,
         metadata: &[u8],
     ) -> Result<JoinGroupResponse> {
-        self.join_protocol(member_id, instance, session_ms, rebalance_ms, "consumer", "range", metadata)
+        self.join_protocol(
+            member_id,
+            instance,
+            session_ms,
+            rebalance_ms,
+            "consumer",
+            "range",
+            metadata,
+        )
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -118,8 +136,16 @@ impl Group {
         );
         let member_id = first.member_id.to_string();
         let response = self.join_with(&member_id, None, session_ms, rebalance_ms, metadata)?;
-        ensure!(response.error_code == NONE, "JoinGroup with the given member id: error {}", response.error_code);
-        ensure!(response.member_id.as_str() == member_id, "JoinGroup answered member id {:?}", response.member_id);
+        ensure!(
+            response.error_code == NONE,
+            "JoinGroup with the given member id: error {}",
+            response.error_code
+        );
+        ensure!(
+            response.member_id.as_str() == member_id,
+            "JoinGroup answered member id {:?}",
+            response.member_id
+        );
         Ok(Joined {
             member_id,
             generation: response.generation_id,
@@ -127,7 +153,13 @@ impl Group {
         })
     }
 
-    fn sync(&self, generation: i32, member_id: &str, instance: Option<&str>, assignments: &[(&str, &[u8])]) -> Result<(i16, Bytes)> {
+    fn sync(
+        &self,
+        generation: i32,
+        member_id: &str,
+        instance: Option<&str>,
+        assignments: &[(&str, &[u8])],
+    ) -> Result<(i16, Bytes)> {
         let request = SyncGroupRequest::default()
             .with_group_id(GroupId(s(&self.id)))
             .with_generation_id(generation)
@@ -153,17 +185,29 @@ impl Group {
             .with_generation_id(generation)
             .with_member_id(s(member_id))
             .with_group_instance_id(instance.map(s));
-        Ok(kafka_client::call(self.addr, &request, 3, TIMEOUT).context("Heartbeat")?.error_code)
+        Ok(kafka_client::call(self.addr, &request, 3, TIMEOUT)
+            .context("Heartbeat")?
+            .error_code)
     }
 
     /// OffsetCommit v7 of (partition, offset, metadata); returns each partition's error code.
     fn commit(&self, generation: i32, member_id: &str, offsets: &[(i32, i64, &str)]) -> Result<Vec<i16>> {
+        self.commit_to(TOPIC, generation, member_id, offsets)
+    }
+
+    fn commit_to(
+        &self,
+        topic: &str,
+        generation: i32,
+        member_id: &str,
+        offsets: &[(i32, i64, &str)],
+    ) -> Result<Vec<i16>> {
         let request = OffsetCommitRequest::default()
             .with_group_id(GroupId(s(&self.id)))
             .with_generation_id_or_member_epoch(generation)
             .with_member_id(s(member_id))
             .with_topics(vec![OffsetCommitRequestTopic::default()
-                .with_name(TopicName(s(TOPIC)))
+                .with_name(TopicName(s(topic)))
                 .with_partitions(
                     offsets
                         .iter()
@@ -177,11 +221,14 @@ impl Group {
                         .collect(),
                 )]);
         let r = kafka_client::call(self.addr, &request, 7, TIMEOUT).context("OffsetCommit")?;
-        Ok(r.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)).collect())
+        Ok(r.topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| p.error_code))
+            .collect())
     }
 
     /// OffsetFetch v5 of partitions 0 and 1: (offset, metadata, error code) each.
-    fn fetch(&self) -> Result<(i16, Vec<(i64, Option<String>, i16)>)> {
+    fn fetch(&self) -> Result<(i16, Vec<Committed>)> {
         let request = OffsetFetchRequest::default()
             .with_group_id(GroupId(s(&self.id)))
             .with_topics(Some(vec![OffsetFetchRequestTopic::default()
@@ -194,38 +241,61 @@ impl Group {
             r.error_code,
             partitions
                 .iter()
-                .map(|p| (p.committed_offset, p.metadata.as_ref().map(|m| m.to_string()), p.error_code))
+                .map(|p| {
+                    (
+                        p.committed_offset,
+                        p.metadata.as_ref().map(|m| m.to_string()),
+                        p.error_code,
+                    )
+                })
                 .collect(),
         ))
     }
 
     /// OffsetDelete v0 of `partitions` of the test topic: (group error, per-partition errors).
     fn delete_offsets(&self, partitions: &[i32]) -> Result<(i16, Vec<i16>)> {
-        let request = OffsetDeleteRequest::default().with_group_id(GroupId(s(&self.id))).with_topics(vec![
-            OffsetDeleteRequestTopic::default().with_name(TopicName(s(TOPIC))).with_partitions(
-                partitions
-                    .iter()
-                    .map(|p| OffsetDeleteRequestPartition::default().with_partition_index(*p))
-                    .collect(),
-            ),
-        ]);
+        let request = OffsetDeleteRequest::default()
+            .with_group_id(GroupId(s(&self.id)))
+            .with_topics(vec![OffsetDeleteRequestTopic::default()
+                .with_name(TopicName(s(TOPIC)))
+                .with_partitions(
+                    partitions
+                        .iter()
+                        .map(|p| OffsetDeleteRequestPartition::default().with_partition_index(*p))
+                        .collect(),
+                )]);
         let r = kafka_client::call(self.addr, &request, 0, TIMEOUT).context("OffsetDelete")?;
-        Ok((r.error_code, r.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)).collect()))
+        Ok((
+            r.error_code,
+            r.topics
+                .iter()
+                .flat_map(|t| t.partitions.iter().map(|p| p.error_code))
+                .collect(),
+        ))
     }
 
     fn describe(&self) -> Result<DescribedGroup> {
         let request = DescribeGroupsRequest::default().with_groups(vec![GroupId(s(&self.id))]);
         let r = kafka_client::call(self.addr, &request, 4, TIMEOUT).context("DescribeGroups")?;
-        r.groups.into_iter().next().context("DescribeGroups: no group in the response")
+        r.groups
+            .into_iter()
+            .next()
+            .context("DescribeGroups: no group in the response")
     }
 
     fn leave(&self, members: &[(&str, Option<&str>)]) -> Result<(i16, Vec<i16>)> {
-        let request = LeaveGroupRequest::default().with_group_id(GroupId(s(&self.id))).with_members(
-            members
-                .iter()
-                .map(|(m, i)| MemberIdentity::default().with_member_id(s(m)).with_group_instance_id(i.map(s)))
-                .collect(),
-        );
+        let request = LeaveGroupRequest::default()
+            .with_group_id(GroupId(s(&self.id)))
+            .with_members(
+                members
+                    .iter()
+                    .map(|(m, i)| {
+                        MemberIdentity::default()
+                            .with_member_id(s(m))
+                            .with_group_instance_id(i.map(s))
+                    })
+                    .collect(),
+            );
         let r = kafka_client::call(self.addr, &request, 3, TIMEOUT).context("LeaveGroup")?;
         Ok((r.error_code, r.members.iter().map(|m| m.error_code).collect()))
     }
@@ -280,7 +350,10 @@ fn start(group: &str) -> Result<(SluiceNode, Group)> {
     let coordinator = wait_until(TIMEOUT, "FindCoordinator to name this node", || {
         find_coordinator(addr, group).ok()?.ok()
     })?;
-    ensure!(coordinator == node.node_id(), "FindCoordinator named node {coordinator}");
+    ensure!(
+        coordinator == node.node_id(),
+        "FindCoordinator named node {coordinator}"
+    );
     let g = Group {
         addr,
         id: group.to_string(),
@@ -301,8 +374,12 @@ fn join_sync_heartbeat_commit_and_rebalance_answer_with_kafkas_error_codes() -> 
     ensure!(a.generation == 1, "first generation is {}", a.generation);
     ensure!(a.response.leader.as_str() == a.member_id, "the only member leads");
     ensure!(a.response.protocol_name.as_ref().map(|p| p.as_str()) == Some("range"));
-    let listed: Vec<(String, Bytes)> =
-        a.response.members.iter().map(|m| (m.member_id.to_string(), m.metadata.clone())).collect();
+    let listed: Vec<(String, Bytes)> = a
+        .response
+        .members
+        .iter()
+        .map(|m| (m.member_id.to_string(), m.metadata.clone()))
+        .collect();
     ensure!(
         listed == vec![(a.member_id.clone(), Bytes::from(meta_a.clone()))],
         "the leader's JoinGroup lists the members with their metadata: {listed:?}"
@@ -310,28 +387,46 @@ fn join_sync_heartbeat_commit_and_rebalance_answer_with_kafkas_error_codes() -> 
 
     // Joined but not synced (CompletingRebalance): commits wait for the assignment.
     let early = g.commit(a.generation, &a.member_id, &[(0, 1, "")])?;
-    ensure!(early == vec![REBALANCE_IN_PROGRESS], "OffsetCommit before SyncGroup: {early:?}");
+    ensure!(
+        early == vec![REBALANCE_IN_PROGRESS],
+        "OffsetCommit before SyncGroup: {early:?}"
+    );
 
     let assignment = assignment_bytes(&[0, 1], b"\x00\x01opaque user data \xff");
     let (code, got) = g.sync(a.generation, &a.member_id, None, &[(&a.member_id, &assignment)])?;
-    ensure!(code == NONE && got == Bytes::from(assignment.clone()), "SyncGroup: error {code}, assignment {got:?}");
+    ensure!(
+        code == NONE && got == assignment,
+        "SyncGroup: error {code}, assignment {got:?}"
+    );
 
     ensure!(g.heartbeat(a.generation, &a.member_id, None)? == NONE);
     let stale = g.heartbeat(a.generation - 1, &a.member_id, None)?;
     ensure!(stale == ILLEGAL_GENERATION, "Heartbeat with an old generation: {stale}");
     let unknown = g.heartbeat(a.generation, "no-such-member", None)?;
-    ensure!(unknown == UNKNOWN_MEMBER_ID, "Heartbeat of an unknown member: {unknown}");
+    ensure!(
+        unknown == UNKNOWN_MEMBER_ID,
+        "Heartbeat of an unknown member: {unknown}"
+    );
 
     let ok = g.commit(a.generation, &a.member_id, &[(0, 42, "meta-0"), (1, 7, "")])?;
     ensure!(ok == vec![NONE, NONE], "OffsetCommit: {ok:?}");
     let stale = g.commit(a.generation + 5, &a.member_id, &[(0, 50, "")])?;
-    ensure!(stale == vec![ILLEGAL_GENERATION], "OffsetCommit with a wrong generation: {stale:?}");
+    ensure!(
+        stale == vec![ILLEGAL_GENERATION],
+        "OffsetCommit with a wrong generation: {stale:?}"
+    );
     let unknown = g.commit(a.generation, "no-such-member", &[(0, 50, "")])?;
-    ensure!(unknown == vec![UNKNOWN_MEMBER_ID], "OffsetCommit of an unknown member: {unknown:?}");
+    ensure!(
+        unknown == vec![UNKNOWN_MEMBER_ID],
+        "OffsetCommit of an unknown member: {unknown:?}"
+    );
     // A non-member commit (generation -1, no member id: what admin tools send) is only for
     // groups without members.
     let outsider = g.commit(-1, "", &[(0, 99, "")])?;
-    ensure!(outsider == vec![UNKNOWN_MEMBER_ID], "OffsetCommit of a non-member to an active group: {outsider:?}");
+    ensure!(
+        outsider == vec![UNKNOWN_MEMBER_ID],
+        "OffsetCommit of a non-member to an active group: {outsider:?}"
+    );
     // The members subscribe to the topic (their JoinGroup metadata says so): its offsets stay.
     let (code, per_partition) = g.delete_offsets(&[1])?;
     ensure!(
@@ -346,8 +441,12 @@ fn join_sync_heartbeat_commit_and_rebalance_answer_with_kafkas_error_codes() -> 
 
     let d = g.describe()?;
     ensure!(
-        (d.error_code, d.group_state.as_str(), d.protocol_type.as_str(), d.protocol_data.as_str())
-            == (NONE, "Stable", "consumer", "range"),
+        (
+            d.error_code,
+            d.group_state.as_str(),
+            d.protocol_type.as_str(),
+            d.protocol_data.as_str()
+        ) == (NONE, "Stable", "consumer", "range"),
         "DescribeGroups: {d:?}"
     );
     let m = d.members.first().context("no member described")?;
@@ -355,8 +454,8 @@ fn join_sync_heartbeat_commit_and_rebalance_answer_with_kafkas_error_codes() -> 
         d.members.len() == 1
             && m.member_id.as_str() == a.member_id
             && m.client_id.as_str() == "sluice-it"
-            && m.member_metadata == Bytes::from(meta_a.clone())
-            && m.member_assignment == Bytes::from(assignment.clone()),
+            && m.member_metadata == meta_a
+            && m.member_assignment == assignment,
         "DescribeGroups member: {m:?}"
     );
     let listed = kafka_client::call(g.addr, &ListGroupsRequest::default(), 3, TIMEOUT)?;
@@ -373,20 +472,31 @@ fn join_sync_heartbeat_commit_and_rebalance_answer_with_kafkas_error_codes() -> 
     // learns from its heartbeat.
     let addr = g.addr;
     let meta_b = subscription("b");
-    let b_join = std::thread::spawn(move || Group { addr, id: "proto".into() }.join_new(30_000, &meta_b));
-    let signalled = wait_until(TIMEOUT, "REBALANCE_IN_PROGRESS on the first member's heartbeat", || {
-        match g.heartbeat(a.generation, &a.member_id, None) {
+    let b_join = std::thread::spawn(move || {
+        Group {
+            addr,
+            id: "proto".into(),
+        }
+        .join_new(30_000, &meta_b)
+    });
+    let signalled = wait_until(
+        TIMEOUT,
+        "REBALANCE_IN_PROGRESS on the first member's heartbeat",
+        || match g.heartbeat(a.generation, &a.member_id, None) {
             Ok(REBALANCE_IN_PROGRESS) => Some(()),
             _ => {
                 std::thread::sleep(Duration::from_millis(100));
                 None
             }
-        }
-    });
+        },
+    );
     signalled?;
     // While the group prepares the rebalance, a member of the current generation may still commit.
     let during = g.commit(a.generation, &a.member_id, &[(0, 43, "")])?;
-    ensure!(during == vec![NONE], "OffsetCommit while preparing a rebalance: {during:?}");
+    ensure!(
+        during == vec![NONE],
+        "OffsetCommit while preparing a rebalance: {during:?}"
+    );
     let a2 = g.join(&a.member_id, None, 30_000, &meta_a)?;
     let b = b_join.join().expect("join thread")?;
     ensure!(
@@ -396,7 +506,11 @@ fn join_sync_heartbeat_commit_and_rebalance_answer_with_kafkas_error_codes() -> 
         a2.generation_id,
         b.generation
     );
-    let (leader, follower) = if a2.leader.as_str() == a.member_id { (&a2, &b.response) } else { (&b.response, &a2) };
+    let (leader, follower) = if a2.leader.as_str() == a.member_id {
+        (&a2, &b.response)
+    } else {
+        (&b.response, &a2)
+    };
     let mut leader_sees: Vec<String> = leader.members.iter().map(|m| m.member_id.to_string()).collect();
     leader_sees.sort();
     let mut both = vec![a.member_id.clone(), b.member_id.clone()];
@@ -411,15 +525,30 @@ fn join_sync_heartbeat_commit_and_rebalance_answer_with_kafkas_error_codes() -> 
 
     // Both leave: the group is Empty, its offsets stay; then it can be deleted, offsets and all.
     let (code, per_member) = g.leave(&[(&a.member_id, None), (&b.member_id, None)])?;
-    ensure!(code == NONE && per_member == vec![NONE, NONE], "LeaveGroup: {code} {per_member:?}");
+    ensure!(
+        code == NONE && per_member == vec![NONE, NONE],
+        "LeaveGroup: {code} {per_member:?}"
+    );
     let d = g.describe()?;
-    ensure!(d.group_state.as_str() == "Empty" && d.members.is_empty(), "after LeaveGroup: {d:?}");
+    ensure!(
+        d.group_state.as_str() == "Empty" && d.members.is_empty(),
+        "after LeaveGroup: {d:?}"
+    );
     let (_, fetched) = g.fetch()?;
-    ensure!(fetched[0].0 == 43 && fetched[1].0 == 7, "offsets after everyone left: {fetched:?}");
+    ensure!(
+        fetched[0].0 == 43 && fetched[1].0 == 7,
+        "offsets after everyone left: {fetched:?}"
+    );
     let (code, per_partition) = g.delete_offsets(&[1])?;
-    ensure!(code == NONE && per_partition == vec![NONE], "OffsetDelete in an empty group: {code} {per_partition:?}");
+    ensure!(
+        code == NONE && per_partition == vec![NONE],
+        "OffsetDelete in an empty group: {code} {per_partition:?}"
+    );
     let (_, fetched) = g.fetch()?;
-    ensure!(fetched[0].0 == 43 && fetched[1].0 == -1, "offsets after OffsetDelete of partition 1: {fetched:?}");
+    ensure!(
+        fetched[0].0 == 43 && fetched[1].0 == -1,
+        "offsets after OffsetDelete of partition 1: {fetched:?}"
+    );
     ensure!(g.delete()? == NONE, "DeleteGroups of the empty group failed");
     let (_, fetched) = g.fetch()?;
     ensure!(
@@ -438,7 +567,12 @@ fn join_sync_heartbeat_commit_and_rebalance_answer_with_kafkas_error_codes() -> 
 fn a_member_that_does_not_rejoin_within_the_rebalance_timeout_is_removed() -> Result<()> {
     let (_node, g) = start("rebalance-timeout")?;
     let a = g.join_new_with(30_000, 3_000, &subscription("a"))?;
-    let (code, _) = g.sync(a.generation, &a.member_id, None, &[(&a.member_id, &assignment_bytes(&[0, 1], b""))])?;
+    let (code, _) = g.sync(
+        a.generation,
+        &a.member_id,
+        None,
+        &[(&a.member_id, &assignment_bytes(&[0, 1], b""))],
+    )?;
     ensure!(code == NONE, "SyncGroup: {code}");
     // B joins; A (alive as far as its session goes) never rejoins. After the rebalance timeout
     // (3 s) the join completes without A, and A is no longer a member.
@@ -460,7 +594,10 @@ fn a_member_that_does_not_rejoin_within_the_rebalance_timeout_is_removed() -> Re
         "the join completed after {waited:?}; the rebalance timeout is 3 s"
     );
     let hb = g.heartbeat(a.generation, &a.member_id, None)?;
-    ensure!(hb == UNKNOWN_MEMBER_ID, "Heartbeat of the member dropped by the rebalance: {hb}");
+    ensure!(
+        hb == UNKNOWN_MEMBER_ID,
+        "Heartbeat of the member dropped by the rebalance: {hb}"
+    );
     Ok(())
 }
 
@@ -494,10 +631,16 @@ fn a_restarted_static_member_keeps_its_generation_and_its_old_member_id_is_fence
     );
     let new_id = again.member_id.to_string();
     let (code, assignment) = g.sync(1, &new_id, instance, &[])?;
-    ensure!(code == NONE && assignment == Bytes::from(assigned.clone()), "SyncGroup after rejoin: {code} {assignment:?}");
+    ensure!(
+        code == NONE && assignment == assigned,
+        "SyncGroup after rejoin: {code} {assignment:?}"
+    );
     ensure!(g.heartbeat(1, &new_id, instance)? == NONE);
     let fenced = g.heartbeat(1, &old_id, instance)?;
-    ensure!(fenced == FENCED_INSTANCE_ID, "Heartbeat with the replaced member id: {fenced}");
+    ensure!(
+        fenced == FENCED_INSTANCE_ID,
+        "Heartbeat with the replaced member id: {fenced}"
+    );
     let d = g.describe()?;
     ensure!(
         d.group_state.as_str() == "Stable"
@@ -512,7 +655,12 @@ fn a_restarted_static_member_keeps_its_generation_and_its_old_member_id_is_fence
 fn commits_and_the_group_survive_a_broker_sigkill() -> Result<()> {
     let (mut node, g) = start("durable")?;
     let a = g.join_new(60_000, &subscription("d"))?;
-    let (code, _) = g.sync(a.generation, &a.member_id, None, &[(&a.member_id, &assignment_bytes(&[0, 1], b""))])?;
+    let (code, _) = g.sync(
+        a.generation,
+        &a.member_id,
+        None,
+        &[(&a.member_id, &assignment_bytes(&[0, 1], b""))],
+    )?;
     ensure!(code == NONE, "SyncGroup: {code}");
     let ok = g.commit(a.generation, &a.member_id, &[(0, 1234, "before-kill"), (1, 5, "")])?;
     ensure!(ok == vec![NONE, NONE], "OffsetCommit: {ok:?}");
@@ -531,7 +679,11 @@ fn commits_and_the_group_survive_a_broker_sigkill() -> Result<()> {
         "offsets after the broker restart: {fetched:?}"
     );
     let hb = g.heartbeat(a.generation, &a.member_id, None)?;
-    ensure!(hb == NONE, "Heartbeat of the member after the restart ({:?} later): {hb}", restarted.elapsed());
+    ensure!(
+        hb == NONE,
+        "Heartbeat of the member after the restart ({:?} later): {hb}",
+        restarted.elapsed()
+    );
     let d = g.describe()?;
     ensure!(
         d.group_state.as_str() == "Stable" && members_of(&d) == vec![a.member_id.clone()],
@@ -550,11 +702,24 @@ fn joins_are_validated_and_followers_get_their_assignment_once_the_leader_syncs(
         "JoinGroup with session.timeout.ms 1000 (below group.min.session.timeout.ms 6000): {}",
         bad_session.error_code
     );
-    let no_id = Group { addr: g.addr, id: String::new() }.join("", None, 30_000, &sub)?;
-    ensure!(no_id.error_code == INVALID_GROUP_ID, "JoinGroup with an empty group id: {}", no_id.error_code);
+    let no_id = Group {
+        addr: g.addr,
+        id: String::new(),
+    }
+    .join("", None, 30_000, &sub)?;
+    ensure!(
+        no_id.error_code == INVALID_GROUP_ID,
+        "JoinGroup with an empty group id: {}",
+        no_id.error_code
+    );
 
     let a = g.join_new(30_000, &sub)?;
-    let (code, _) = g.sync(a.generation, &a.member_id, None, &[(&a.member_id, &assignment_bytes(&[0, 1], b""))])?;
+    let (code, _) = g.sync(
+        a.generation,
+        &a.member_id,
+        None,
+        &[(&a.member_id, &assignment_bytes(&[0, 1], b""))],
+    )?;
     ensure!(code == NONE, "SyncGroup: {code}");
     // A member with no protocol in common with the group, or of another protocol type.
     let other = g.join_protocol("", None, 30_000, 20_000, "consumer", "roundrobin", &sub)?;
@@ -569,11 +734,20 @@ fn joins_are_validated_and_followers_get_their_assignment_once_the_leader_syncs(
         "JoinGroup with another protocol type: {}",
         connect.error_code
     );
-    ensure!(g.heartbeat(a.generation, &a.member_id, None)? == NONE, "the group was disturbed by the refused joins");
+    ensure!(
+        g.heartbeat(a.generation, &a.member_id, None)? == NONE,
+        "the group was disturbed by the refused joins"
+    );
 
     // Generation 2 with a second member; the follower's SyncGroup waits for the leader's.
     let addr = g.addr;
-    let b_join = std::thread::spawn(move || Group { addr, id: "validate".into() }.join_new(30_000, &subscription("w")));
+    let b_join = std::thread::spawn(move || {
+        Group {
+            addr,
+            id: "validate".into(),
+        }
+        .join_new(30_000, &subscription("w"))
+    });
     wait_until(TIMEOUT, "REBALANCE_IN_PROGRESS", || {
         (g.heartbeat(a.generation, &a.member_id, None).ok()? == REBALANCE_IN_PROGRESS).then_some(())
     })?;
@@ -586,21 +760,151 @@ fn joins_are_validated_and_followers_get_their_assignment_once_the_leader_syncs(
         (b.member_id.clone(), a.member_id.clone())
     };
     let stale = g.sync(generation - 1, &follower, None, &[])?.0;
-    ensure!(stale == ILLEGAL_GENERATION, "SyncGroup with the previous generation: {stale}");
+    ensure!(
+        stale == ILLEGAL_GENERATION,
+        "SyncGroup with the previous generation: {stale}"
+    );
     let follower_sync = {
         let (addr, follower) = (g.addr, follower.clone());
-        std::thread::spawn(move || Group { addr, id: "validate".into() }.sync(generation, &follower, None, &[]))
+        std::thread::spawn(move || {
+            Group {
+                addr,
+                id: "validate".into(),
+            }
+            .sync(generation, &follower, None, &[])
+        })
     };
     std::thread::sleep(Duration::from_millis(300));
-    ensure!(!follower_sync.is_finished(), "the follower's SyncGroup returned before the leader sent the assignments");
+    ensure!(
+        !follower_sync.is_finished(),
+        "the follower's SyncGroup returned before the leader sent the assignments"
+    );
     let to_leader = assignment_bytes(&[0], b"leader");
     let to_follower = assignment_bytes(&[1], b"follower \x00\xff");
-    let (code, got) = g.sync(generation, &leader, None, &[(&leader, &to_leader), (&follower, &to_follower)])?;
-    ensure!(code == NONE && got == Bytes::from(to_leader), "the leader's SyncGroup: {code} {got:?}");
+    let (code, got) = g.sync(
+        generation,
+        &leader,
+        None,
+        &[(&leader, &to_leader), (&follower, &to_follower)],
+    )?;
+    ensure!(
+        code == NONE && got == to_leader,
+        "the leader's SyncGroup: {code} {got:?}"
+    );
     let (code, got) = follower_sync.join().expect("sync thread")?;
     ensure!(
-        code == NONE && got == Bytes::from(to_follower),
+        code == NONE && got == to_follower,
         "the follower's SyncGroup: {code}, assignment {got:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn commits_to_unknown_partitions_are_refused_and_list_groups_filters_by_state() -> Result<()> {
+    let (_node, g) = start("listed-stable")?;
+    let empty = Group {
+        addr: g.addr,
+        id: "listed-empty".into(),
+    };
+    // A group with offsets only (commits from a non-member): Empty.
+    let codes = empty.commit(-1, "", &[(0, 3, "")])?;
+    ensure!(codes == vec![NONE], "non-member OffsetCommit to a new group: {codes:?}");
+    let unknown_topic = empty.commit_to("no-such-topic", -1, "", &[(0, 3, "")])?;
+    ensure!(
+        unknown_topic == vec![UNKNOWN_TOPIC_OR_PARTITION],
+        "OffsetCommit for a topic that does not exist: {unknown_topic:?}"
+    );
+    let unknown_partition = empty.commit(-1, "", &[(7, 3, "")])?;
+    ensure!(
+        unknown_partition == vec![UNKNOWN_TOPIC_OR_PARTITION],
+        "OffsetCommit for partition 7 of a 2-partition topic: {unknown_partition:?}"
+    );
+    let a = g.join_new(30_000, &subscription("l"))?;
+    let (code, _) = g.sync(
+        a.generation,
+        &a.member_id,
+        None,
+        &[(&a.member_id, &assignment_bytes(&[0, 1], b""))],
+    )?;
+    ensure!(code == NONE, "SyncGroup: {code}");
+
+    let listed = |states: &[&str]| -> Result<Vec<(String, String)>> {
+        let request = ListGroupsRequest::default().with_states_filter(states.iter().map(|st| s(st)).collect());
+        let r = kafka_client::call(g.addr, &request, 4, TIMEOUT).context("ListGroups")?;
+        ensure!(r.error_code == NONE, "ListGroups: error {}", r.error_code);
+        let mut groups: Vec<(String, String)> = r
+            .groups
+            .iter()
+            .map(|l| (l.group_id.0.to_string(), l.group_state.to_string()))
+            .collect();
+        groups.sort();
+        Ok(groups)
+    };
+    let all = listed(&[])?;
+    ensure!(
+        all == vec![
+            ("listed-empty".to_string(), "Empty".to_string()),
+            ("listed-stable".to_string(), "Stable".to_string())
+        ],
+        "ListGroups v4 without a filter: {all:?}"
+    );
+    let stable = listed(&["Stable"])?;
+    ensure!(
+        stable == vec![("listed-stable".to_string(), "Stable".to_string())],
+        "ListGroups Stable: {stable:?}"
+    );
+    let empty_listed = listed(&["Empty"])?;
+    ensure!(
+        empty_listed == vec![("listed-empty".to_string(), "Empty".to_string())],
+        "ListGroups Empty: {empty_listed:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn deleted_groups_and_offsets_stay_deleted_after_a_broker_sigkill() -> Result<()> {
+    let (mut node, g) = start("deleted")?;
+    let kept = Group {
+        addr: g.addr,
+        id: "kept".into(),
+    };
+    for group in [&g, &kept] {
+        let codes = group.commit(-1, "", &[(0, 11, "a"), (1, 22, "b")])?;
+        ensure!(codes == vec![NONE, NONE], "OffsetCommit for {}: {codes:?}", group.id);
+    }
+    ensure!(g.delete()? == NONE, "DeleteGroups failed");
+    let (code, per_partition) = kept.delete_offsets(&[1])?;
+    ensure!(
+        code == NONE && per_partition == vec![NONE],
+        "OffsetDelete: {code} {per_partition:?}"
+    );
+
+    node.kill()?;
+    node.restart()?;
+    // Reloaded from __consumer_offsets: the tombstones win over the commits before them.
+    let fetched = wait_until(TIMEOUT, "OffsetFetch to answer after the restart", || {
+        let (code, f) = kept.fetch().ok()?;
+        (code == NONE && f.iter().all(|(_, _, e)| *e == NONE)).then_some(f)
+    })?;
+    ensure!(
+        (fetched[0].0, fetched[0].1.as_deref(), fetched[1].0) == (11, Some("a"), -1),
+        "kept group after the restart (partition 1's offset was deleted): {fetched:?}"
+    );
+    let (_, fetched) = g.fetch()?;
+    ensure!(
+        fetched.iter().all(|(o, _, e)| *o == -1 && *e == NONE),
+        "the deleted group's offsets came back after the restart: {fetched:?}"
+    );
+    let d = g.describe()?;
+    ensure!(
+        d.group_state.as_str() == "Dead",
+        "the deleted group after the restart: {d:?}"
+    );
+    let listed = kafka_client::call(g.addr, &ListGroupsRequest::default(), 3, TIMEOUT)?;
+    let names: Vec<String> = listed.groups.iter().map(|l| l.group_id.0.to_string()).collect();
+    ensure!(
+        names == vec!["kept".to_string()],
+        "ListGroups after the restart: {names:?}"
     );
     Ok(())
 }

@@ -2,8 +2,9 @@
 //! subscribe and commit after processing (`src/groups.rs`): two groups of three over a
 //! 12-partition RF-3 topic each receive all 200,000 records exactly once; a SIGKILLed member is
 //! expired after its session timeout and the survivors take over its partitions; a group that
-//! was closed resumes at its committed offsets; and SIGKILL or SIGTERM of the node coordinating
-//! a group (leader of its `__consumer_offsets` partition) loses no acknowledged commit.
+//! was closed resumes at its committed offsets; and SIGKILL, SIGTERM or SIGSTOP (until another
+//! node took over) of the node coordinating a group (leader of its `__consumer_offsets`
+//! partition) loses no acknowledged commit.
 //!
 //! The brokers run with `group.initial.rebalance.delay.ms=0` (no test here is about the delay)
 //! and fast failover settings. Each case starts three brokers, so they run one at a time.
@@ -52,7 +53,13 @@ fn create_replicated_topic(cluster: &Cluster, topic: &str, partitions: i32) -> R
 
 fn start_members(bootstrap: &str, group: &str, topic: &str, n: usize) -> Result<Vec<GroupMember>> {
     (0..n)
-        .map(|i| GroupMember::start(member_config(bootstrap, group, "unused"), topic, &format!("{group}-{i}")))
+        .map(|i| {
+            GroupMember::start(
+                member_config(bootstrap, group, "unused"),
+                topic,
+                &format!("{group}-{i}"),
+            )
+        })
         .collect()
 }
 
@@ -118,7 +125,10 @@ fn two_groups_of_three_each_receive_all_200k_records_exactly_once() -> Result<()
         // Closing members commit what they processed: the group's committed offsets are the ends.
         let committed = committed_offsets(&bootstrap, group, TOPIC, PARTITIONS)?;
         let want: BTreeMap<i32, Option<i64>> = ends.iter().map(|(p, o)| (*p, Some(*o))).collect();
-        ensure!(committed == want, "group {group}: committed offsets {committed:?}, log end offsets {want:?}");
+        ensure!(
+            committed == want,
+            "group {group}: committed offsets {committed:?}, log end offsets {want:?}"
+        );
     }
     Ok(())
 }
@@ -156,7 +166,10 @@ fn a_killed_member_is_expired_after_its_session_timeout_and_the_group_still_gets
     let (_, victim_partitions) = all[0].current_assignment();
     members[0].kill()?;
     let killed_ms = now_ms();
-    eprintln!("member {} (partitions {victim_partitions:?}) SIGKILLed", members[0].client_id);
+    eprintln!(
+        "member {} (partitions {victim_partitions:?}) SIGKILLed",
+        members[0].client_id
+    );
     acked.extend(groups::produce_all(&bootstrap, TOPIC, PARTITIONS, 6000..12000)?);
 
     let survivors = &all[1..];
@@ -252,7 +265,10 @@ fn a_closed_and_restarted_group_resumes_at_its_committed_offsets() -> Result<()>
         .take(5)
         .map(|r| format!("{} at {}-{}", r.value, r.partition, r.offset))
         .collect();
-    ensure!(old.is_empty(), "the restarted group re-read records below its committed offsets: {old:?}");
+    ensure!(
+        old.is_empty(),
+        "the restarted group re-read records below its committed offsets: {old:?}"
+    );
     check_group_received(GROUP, &refs, &acked2, true)?;
     Ok(())
 }
@@ -264,6 +280,9 @@ enum Stop {
     Kill,
     /// SIGTERM: controlled shutdown moves leadership first.
     Terminate,
+    /// SIGSTOP until another node coordinates the group, then SIGCONT: the old coordinator
+    /// comes back believing it still leads, with client requests queued on its sockets.
+    Pause,
 }
 
 #[test]
@@ -274,6 +293,11 @@ fn killing_the_group_coordinator_loses_no_acknowledged_commit_and_both_groups_fi
 #[test]
 fn a_controlled_shutdown_of_the_group_coordinator_loses_no_acknowledged_commit() -> Result<()> {
     coordinator_goes_away(Stop::Terminate)
+}
+
+#[test]
+fn a_frozen_coordinator_that_resumes_after_the_failover_loses_no_acknowledged_commit() -> Result<()> {
+    coordinator_goes_away(Stop::Pause)
 }
 
 /// Two groups of three consume a topic while an idempotent producer writes to it; the node
@@ -314,7 +338,10 @@ fn coordinator_goes_away(stop: Stop) -> Result<()> {
         .iter()
         .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == "__consumer_offsets"))
         .map(|t| t.is_internal);
-    ensure!(internal == Some(true), "Metadata lists __consumer_offsets with is_internal {internal:?}");
+    ensure!(
+        internal == Some(true),
+        "Metadata lists __consumer_offsets with is_internal {internal:?}"
+    );
 
     // A witness group on the same coordinator, with offsets committed (acknowledged) right
     // before the stop and nobody committing after it: OffsetFetch must return exactly them.
@@ -336,24 +363,41 @@ fn coordinator_goes_away(stop: Stop) -> Result<()> {
                 "node {coordinator} exited with {status} after SIGTERM"
             );
         }
+        Stop::Pause => cluster.node(coordinator).pause()?,
     }
     let stopped_ms = now_ms();
     let survivors: Vec<i32> = cluster.ids().into_iter().filter(|id| *id != coordinator).collect();
     eprintln!("coordinator node {coordinator} of orders-sink and {witness} stopped ({stop:?})");
 
-    let new_coordinator = wait_until(Duration::from_secs(30), "a new coordinator for orders-sink", || {
-        match find_coordinator(cluster.addr(survivors[0]), "orders-sink") {
-            Ok(Ok(id)) if id != coordinator => Some(id),
-            _ => None,
-        }
-    })?;
-    ensure!(survivors.contains(&new_coordinator), "new coordinator {new_coordinator} is not a live node");
-    let fetched = committed_offsets(&bootstrap, &witness, TOPIC, PARTITIONS)?;
+    let new_coordinator =
+        wait_until(
+            Duration::from_secs(30),
+            "a new coordinator for orders-sink",
+            || match find_coordinator(cluster.addr(survivors[0]), "orders-sink") {
+                Ok(Ok(id)) if id != coordinator => Some(id),
+                _ => None,
+            },
+        )?;
+    ensure!(
+        survivors.contains(&new_coordinator),
+        "new coordinator {new_coordinator} is not a live node"
+    );
+    // Asked through the live nodes only: a frozen node accepts connections but never answers.
+    let live_bootstrap = survivors
+        .iter()
+        .map(|id| cluster.addr(*id).to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let fetched = committed_offsets(&live_bootstrap, &witness, TOPIC, PARTITIONS)?;
     let want: BTreeMap<i32, Option<i64>> = witness_offsets.iter().map(|(p, o)| (*p, Some(*o))).collect();
     ensure!(
         fetched == want,
         "{witness} committed {want:?} before its coordinator stopped; OffsetFetch now gives {fetched:?}"
     );
+    if stop == Stop::Pause {
+        cluster.node(coordinator).resume()?;
+        eprintln!("node {coordinator} resumed after node {new_coordinator} took over orders-sink");
+    }
 
     std::thread::sleep(Duration::from_secs(3)); // keep producing and consuming after the failover
     let producer = workload.stop_producing()?;
@@ -382,7 +426,9 @@ fn coordinator_goes_away(stop: Stop) -> Result<()> {
                     *e = (*e).max(r.offset + 1);
                 }
             }
-            ends.iter().all(|(p, end)| last.get(p).copied().unwrap_or(0) >= *end).then_some(())
+            ends.iter()
+                .all(|(p, end)| last.get(p).copied().unwrap_or(0) >= *end)
+                .then_some(())
         })
         .map_err(|_| {
             anyhow::anyhow!(
@@ -424,7 +470,10 @@ fn coordinator_goes_away(stop: Stop) -> Result<()> {
                 "group {group}: partition {p} committed {c} (acknowledged) before the stop; OffsetFetch now gives {now:?}"
             );
         }
-        ensure!(!acked_before.is_empty(), "group {group} acknowledged no commit before the stop");
+        ensure!(
+            !acked_before.is_empty(),
+            "group {group} acknowledged no commit before the stop"
+        );
         eprintln!("group {group}: commits acknowledged before the stop {acked_before:?}; committed now {committed:?}");
         final_committed.push((group, committed));
     }
@@ -432,15 +481,19 @@ fn coordinator_goes_away(stop: Stop) -> Result<()> {
     // The stopped node returns, catches up on __consumer_offsets and becomes the preferred
     // leader (and so the coordinator) again: it must serve the commits made while it was away.
     let preferred = group_partition.preferred_leader().context("no replicas")?;
-    cluster.node(coordinator).restart()?;
+    if stop != Stop::Pause {
+        cluster.node(coordinator).restart()?;
+    }
     cluster.await_full_isr("__consumer_offsets", Duration::from_secs(60))?;
-    let back = wait_until(Duration::from_secs(30), "the preferred coordinator of orders-sink back", || {
-        match find_coordinator(cluster.addr(survivors[0]), "orders-sink") {
+    let back = wait_until(
+        Duration::from_secs(30),
+        "the preferred coordinator of orders-sink back",
+        || match find_coordinator(cluster.addr(survivors[0]), "orders-sink") {
             Ok(Ok(id)) if id == preferred => Some(id),
             _ => None,
-        }
-    });
-    eprintln!("node {coordinator} restarted; coordinator of orders-sink now {back:?} (preferred {preferred})");
+        },
+    );
+    eprintln!("node {coordinator} back ({stop:?}); coordinator of orders-sink now {back:?} (preferred {preferred})");
     back?;
     let bootstrap = cluster.bootstrap();
     for (group, committed) in &final_committed {
@@ -451,6 +504,9 @@ fn coordinator_goes_away(stop: Stop) -> Result<()> {
         );
     }
     let fetched = committed_offsets(&bootstrap, &witness, TOPIC, PARTITIONS)?;
-    ensure!(fetched == want, "{witness}: OffsetFetch after node {coordinator} returned gives {fetched:?}, want {want:?}");
+    ensure!(
+        fetched == want,
+        "{witness}: OffsetFetch after node {coordinator} returned gives {fetched:?}, want {want:?}"
+    );
     Ok(())
 }

@@ -22,7 +22,9 @@ fn main() -> Result<()> {
     }
     let mut config = member_config(&args[0], &args[1], &args[3]);
     for kv in &args[4..] {
-        let (k, v) = kv.split_once('=').with_context(|| format!("expected key=value, got {kv:?}"))?;
+        let (k, v) = kv
+            .split_once('=')
+            .with_context(|| format!("expected key=value, got {kv:?}"))?;
         config.set(k, v);
     }
     let stop = Arc::new(AtomicBool::new(false));
@@ -34,5 +36,11 @@ fn main() -> Result<()> {
             stop.store(true, Ordering::SeqCst);
         });
     }
-    run_member(&config, &args[2], Arc::new(MemberLog::new(true)), &stop, COMMIT_INTERVAL)
+    run_member(
+        &config,
+        &args[2],
+        Arc::new(MemberLog::new(true)),
+        &stop,
+        COMMIT_INTERVAL,
+    )
 }
