@@ -163,6 +163,16 @@ pub struct SyncResult {
 }
 
 impl SyncResult {
+    /// A member's assignment in the group's current protocol.
+    fn assigned(protocol_type: &Option<String>, protocol_name: &Option<String>, assignment: &Bytes) -> Self {
+        SyncResult {
+            error: None,
+            protocol_type: protocol_type.clone(),
+            protocol_name: protocol_name.clone(),
+            assignment: assignment.clone(),
+        }
+    }
+
     fn failed(error: ResponseError) -> Self {
         SyncResult {
             error: Some(error),
@@ -652,28 +662,21 @@ impl GroupCoordinator {
             return Err(ResponseError::InconsistentGroupProtocol);
         }
         match group.state {
-            GroupState::Empty => Err(ResponseError::UnknownMemberId),
-            GroupState::Dead => Err(ResponseError::CoordinatorNotAvailable),
-            GroupState::PreparingRebalance => Err(ResponseError::RebalanceInProgress),
+            GroupState::Empty => return Err(ResponseError::UnknownMemberId),
+            GroupState::Dead => return Err(ResponseError::CoordinatorNotAvailable),
+            GroupState::PreparingRebalance => return Err(ResponseError::RebalanceInProgress),
+            GroupState::Stable | GroupState::CompletingRebalance => {}
+        }
+        group.pending_sync.remove(&req.member_id);
+        let member = group.members.get_mut(&req.member_id).expect("checked above");
+        member.last_heartbeat_ms = now;
+        match group.state {
             GroupState::Stable => {
-                group.pending_sync.remove(&req.member_id);
-                let member = group.members.get_mut(&req.member_id).expect("checked above");
-                member.last_heartbeat_ms = now;
-                fx.push(Effect::Sync(
-                    reply,
-                    SyncResult {
-                        error: None,
-                        protocol_type: group.protocol_type.clone(),
-                        protocol_name: group.protocol_name.clone(),
-                        assignment: member.assignment.clone(),
-                    },
-                ));
+                let result = SyncResult::assigned(&group.protocol_type, &group.protocol_name, &member.assignment);
+                fx.push(Effect::Sync(reply, result));
                 Ok(())
             }
-            GroupState::CompletingRebalance => {
-                group.pending_sync.remove(&req.member_id);
-                let member = group.members.get_mut(&req.member_id).expect("checked above");
-                member.last_heartbeat_ms = now;
+            _ => {
                 if let Some(previous) = member.awaiting_sync.replace(reply) {
                     fx.push(Effect::Sync(
                         previous,
@@ -727,15 +730,9 @@ impl GroupCoordinator {
                     if let Some(reply) = member.awaiting_sync.take() {
                         // Kafka restarts the session once the assignment is handed out.
                         member.last_heartbeat_ms = now;
-                        fx.push(Effect::Sync(
-                            reply,
-                            SyncResult {
-                                error: None,
-                                protocol_type: group.protocol_type.clone(),
-                                protocol_name: group.protocol_name.clone(),
-                                assignment: member.assignment.clone(),
-                            },
-                        ));
+                        let result =
+                            SyncResult::assigned(&group.protocol_type, &group.protocol_name, &member.assignment);
+                        fx.push(Effect::Sync(reply, result));
                     }
                 }
                 group.transition(GroupState::Stable, now);
