@@ -26,6 +26,18 @@ macro_rules! define_copy_impl {
     )
 }
 
+/// Sluice patch: a length or element count read from the wire, refused when the bytes left in
+/// the buffer cannot hold it (every element of an array takes at least one byte), so no
+/// allocation is ever sized by a count the sender made up. Kafka's generated Java decoders
+/// refuse the same inputs ("Tried to read N elements, but only M bytes are available").
+fn checked_len<B: ByteBuf>(buf: &B, len: usize, what: &str) -> Result<usize> {
+    let remaining = buf.remaining();
+    if len > remaining {
+        bail!("{what} claims {len} elements or bytes, but only {remaining} bytes remain");
+    }
+    Ok(len)
+}
+
 /// A boolean value.
 #[derive(Debug, Copy, Clone, Default)]
 pub struct Boolean;
@@ -359,7 +371,7 @@ impl Decoder<Option<StdString>> for String {
         match Int16.decode(buf)? {
             -1 => Ok(None),
             n if n >= 0 => {
-                let mut strbuf = vec![0; n as usize];
+                let mut strbuf = vec![0; checked_len(buf, n as usize, "String")?];
                 buf.try_copy_to_slice(&mut strbuf)?;
                 Ok(Some(std::string::String::from_utf8(strbuf)?))
             }
@@ -511,7 +523,7 @@ impl Decoder<Option<StdString>> for CompactString {
         match UnsignedVarInt.decode(buf)? {
             0 => Ok(None),
             n => {
-                let mut strbuf = vec![0; (n - 1) as usize];
+                let mut strbuf = vec![0; checked_len(buf, (n - 1) as usize, "CompactString")?];
                 buf.try_copy_to_slice(&mut strbuf)?;
                 Ok(Some(std::string::String::from_utf8(strbuf)?))
             }
@@ -655,7 +667,7 @@ impl Decoder<Option<Vec<u8>>> for Bytes {
         match Int32.decode(buf)? {
             -1 => Ok(None),
             n if n >= 0 => {
-                let mut data = vec![0; n as usize];
+                let mut data = vec![0; checked_len(buf, n as usize, "Bytes")?];
                 buf.try_copy_to_slice(&mut data)?;
                 Ok(Some(data))
             }
@@ -804,7 +816,7 @@ impl Decoder<Option<Vec<u8>>> for CompactBytes {
         match UnsignedVarInt.decode(buf)? {
             0 => Ok(None),
             n => {
-                let mut data = vec![0; (n - 1) as usize];
+                let mut data = vec![0; checked_len(buf, (n - 1) as usize, "CompactBytes")?];
                 buf.try_copy_to_slice(&mut data)?;
                 Ok(Some(data))
             }
@@ -985,7 +997,7 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for Array<E> {
         match Int32.decode(buf)? {
             -1 => Ok(None),
             n if n >= 0 => {
-                let mut result = Vec::with_capacity(n as usize);
+                let mut result = Vec::with_capacity(checked_len(buf, n as usize, "Array")?);
                 for _ in 0..n {
                     result.push(self.0.decode(buf)?);
                 }
@@ -1093,7 +1105,7 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for CompactArray<E> {
         match UnsignedVarInt.decode(buf)? {
             0 => Ok(None),
             n => {
-                let mut result = Vec::with_capacity((n - 1) as usize);
+                let mut result = Vec::with_capacity(checked_len(buf, (n - 1) as usize, "CompactArray")?);
                 for _ in 1..n {
                     result.push(self.0.decode(buf)?);
                 }
