@@ -87,6 +87,8 @@ const BROKER_KEYS: &[(&str, &str, ConfigType)] = &[
     ("socket.request.max.bytes", "104857600", ConfigType::Int),
     ("queued.max.request.bytes", "536870912", ConfigType::Long),
     ("max.in.flight.requests.per.connection", "64", ConfigType::Int),
+    ("connections.max.idle.ms", "600000", ConfigType::Long),
+    ("socket.request.read.timeout.ms", "30000", ConfigType::Long),
     ("log.retention.check.interval.ms", "300000", ConfigType::Long),
     ("log.retention.hours", "168", ConfigType::Int),
     ("log.retention.minutes", "", ConfigType::Int),
@@ -142,6 +144,11 @@ pub struct BrokerConfig {
     pub socket_request_max_bytes: usize,
     pub queued_max_request_bytes: usize,
     pub max_in_flight_requests_per_connection: usize,
+    /// A connection with nothing in flight that sends nothing for this long is closed.
+    pub connections_max_idle_ms: u64,
+    /// A request whose first bytes arrived must arrive whole within this long (Sluice's own
+    /// setting; Kafka has none), so a slow sender cannot hold request memory indefinitely.
+    pub socket_request_read_timeout_ms: u64,
     pub log_retention_check_interval_ms: u64,
     pub rack: Option<String>,
     /// Metadata quorum voters by node id, with their controller listener addresses.
@@ -228,6 +235,11 @@ impl BrokerConfig {
             max_in_flight_requests_per_connection: parse_num(
                 "max.in.flight.requests.per.connection",
                 &get("max.in.flight.requests.per.connection"),
+            )?,
+            connections_max_idle_ms: parse_num("connections.max.idle.ms", &get("connections.max.idle.ms"))?,
+            socket_request_read_timeout_ms: parse_num(
+                "socket.request.read.timeout.ms",
+                &get("socket.request.read.timeout.ms"),
             )?,
             log_retention_check_interval_ms: parse_num(
                 "log.retention.check.interval.ms",

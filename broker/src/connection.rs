@@ -4,20 +4,29 @@
 //! arrival order (so two produces to one partition append in the order sent); handlers that
 //! must wait (long-poll fetch) hand back a future. A writer sends the responses in request
 //! order, awaiting each deferred one in turn. The channel between them bounds in-flight
-//! requests per connection; a memory semaphore bounds request bytes across the broker.
+//! requests per connection.
+//!
+//! A frame's share of the broker-wide request memory (`queued.max.request.bytes`) is taken as
+//! soon as its size prefix arrives, before its body is buffered, and held until its handler
+//! has run. Once a frame has started it must arrive whole within
+//! `socket.request.read.timeout.ms`. A connection that sends nothing for
+//! `connections.max.idle.ms`, with no response owed, is closed.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Buf, BytesMut};
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use sluice_protocol::frame::{peek_frame_size, take_frame, SIZE_PREFIX_LEN};
+use sluice_protocol::frame::{peek_frame_size, SIZE_PREFIX_LEN};
 use sluice_protocol::request::{decode_request, encode_api_versions_too_new, encode_response, RequestError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
+use tokio::time::Instant;
 
 use crate::api::{self, Reply};
 use crate::broker::Broker;
@@ -33,76 +42,86 @@ const READ_BUFFER_BYTES: usize = 64 * 1024;
 pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, mut shutdown: watch::Receiver<bool>) {
     let (mut reader, writer) = stream.into_split();
     let (queue, pending) = mpsc::channel(broker.config.max_in_flight_requests_per_connection.max(1));
-    let writer_task = tokio::spawn(write_responses(writer, pending, peer));
+    let unanswered = Arc::new(AtomicUsize::new(0));
+    let writer_task = tokio::spawn(write_responses(writer, pending, peer, unanswered.clone()));
     let max_bytes = broker.config.socket_request_max_bytes;
+    let budget = broker.config.queued_max_request_bytes.clamp(1, u32::MAX as usize);
+    let idle_timeout = Duration::from_millis(broker.config.connections_max_idle_ms);
+    let frame_timeout = Duration::from_millis(broker.config.socket_request_read_timeout_ms);
     let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
+    let mut last_read = Instant::now();
+    // When the first byte of the frame being received arrived (or its memory was granted).
+    let mut frame_started: Option<Instant> = None;
+    // Request memory for the frame being received, taken as soon as its size prefix is in.
+    let mut permit: Option<OwnedSemaphorePermit> = None;
     let close_reason: Option<String> = loop {
-        let frame = match take_frame(&mut buf, max_bytes) {
-            Ok(Some(frame)) => frame,
-            Ok(None) => {
-                if let Ok(Some(size)) = peek_frame_size(&buf, max_bytes) {
-                    buf.reserve(SIZE_PREFIX_LEN + size - buf.len().min(SIZE_PREFIX_LEN + size));
-                } else if buf.capacity() - buf.len() < 4096 {
-                    buf.reserve(READ_BUFFER_BYTES);
-                }
-                let read = tokio::select! {
-                    _ = shutdown.changed() => break None,
-                    read = reader.read_buf(&mut buf) => read,
-                };
-                match read {
-                    Ok(0) if buf.is_empty() => break None,
-                    Ok(0) => break Some(format!("connection closed mid-request with {} bytes unread", buf.len())),
-                    Ok(_) => continue,
-                    Err(e) => break Some(format!("read failed: {e}")),
-                }
-            }
+        let size = match peek_frame_size(&buf, max_bytes) {
+            Ok(size) => size,
             Err(e) => break Some(e.to_string()),
         };
-        // A frame larger than the whole budget takes all of it rather than waiting for ever.
-        let wanted = frame
-            .len()
-            .clamp(1, broker.config.queued_max_request_bytes.clamp(1, u32::MAX as usize));
-        let permit = match broker.request_memory.clone().acquire_many_owned(wanted as u32).await {
-            Ok(permit) => permit,
-            Err(_) => break None,
-        };
-        let outgoing = match decode_request(frame.freeze()) {
-            Ok(request) => {
-                let (version, correlation_id) = (request.api_version, request.header.correlation_id);
-                match api::handle(&broker, request, peer) {
-                    Reply::None => continue,
-                    Reply::Now(body) => match encode_response(version, correlation_id, &body) {
-                        Ok(bytes) => Outgoing::Ready(bytes),
-                        Err(e) => break Some(e.to_string()),
-                    },
-                    Reply::Later(future) => Outgoing::Deferred(
-                        future
-                            .map(move |body| match encode_response(version, correlation_id, &body) {
-                                Ok(bytes) => Some(bytes),
-                                Err(e) => {
-                                    tracing::error!(%peer, error = %e, "dropping a response that failed to encode");
-                                    None
-                                }
-                            })
-                            .boxed(),
-                    ),
-                }
+        if let (Some(size), None) = (size, &permit) {
+            // A frame larger than the whole budget takes all of it rather than waiting for ever.
+            let wanted = size.clamp(1, budget) as u32;
+            let granted = tokio::select! {
+                _ = shutdown.changed() => break None,
+                granted = broker.request_memory.clone().acquire_many_owned(wanted) => granted,
+            };
+            let Ok(granted) = granted else { break None };
+            permit = Some(granted);
+            buf.reserve((SIZE_PREFIX_LEN + size).saturating_sub(buf.len()));
+            frame_started = Some(Instant::now());
+        }
+        if let Some(size) = size.filter(|size| buf.len() >= SIZE_PREFIX_LEN + size) {
+            buf.advance(SIZE_PREFIX_LEN);
+            let frame = buf.split_to(size);
+            frame_started = (!buf.is_empty()).then(Instant::now);
+            let request_memory = permit.take();
+            let outgoing = match answer(&broker, frame, peer) {
+                Ok(Some(outgoing)) => outgoing,
+                Ok(None) => continue,
+                Err(reason) => break Some(reason),
+            };
+            drop(request_memory);
+            unanswered.fetch_add(1, Ordering::Relaxed);
+            if queue.send(outgoing).await.is_err() {
+                break None; // the writer failed; it has logged why
             }
-            Err(RequestError::ApiVersionsTooNew {
-                correlation_id,
-                version,
-            }) => {
-                tracing::debug!(%peer, version, "answering a too-new ApiVersions with v0 UNSUPPORTED_VERSION");
-                match encode_api_versions_too_new(correlation_id, &api::api_versions::unsupported_version_reply()) {
-                    Ok(bytes) => Outgoing::Ready(bytes),
-                    Err(e) => break Some(e.to_string()),
-                }
-            }
-            Err(RequestError::Malformed(reason)) => break Some(reason),
+            continue;
+        }
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(READ_BUFFER_BYTES);
+        }
+        let deadline = match frame_started {
+            Some(started) => started + frame_timeout,
+            None => last_read + idle_timeout,
         };
-        drop(permit);
-        if queue.send(outgoing).await.is_err() {
-            break None; // the writer failed; it has logged why
+        let read = tokio::select! {
+            _ = shutdown.changed() => break None,
+            read = tokio::time::timeout_at(deadline, reader.read_buf(&mut buf)) => read,
+        };
+        match read {
+            Ok(Ok(0)) if buf.is_empty() => break None,
+            Ok(Ok(0)) => break Some(format!("connection closed mid-request with {} bytes unread", buf.len())),
+            Ok(Ok(_)) => {
+                last_read = Instant::now();
+                frame_started.get_or_insert(last_read);
+            }
+            Ok(Err(e)) => break Some(format!("read failed: {e}")),
+            Err(_) if frame_started.is_some() => {
+                break Some(format!(
+                    "a request was not received in full within socket.request.read.timeout.ms={} ({} bytes so far); \
+                     the client is too slow or stalled",
+                    frame_timeout.as_millis(),
+                    buf.len()
+                ))
+            }
+            // Responses still owed (a long poll) keep the connection in use.
+            Err(_) if unanswered.load(Ordering::Relaxed) > 0 => last_read = Instant::now(),
+            Err(_) => {
+                tracing::debug!(%peer, idle_ms = idle_timeout.as_millis() as u64,
+                    "closing a connection idle for connections.max.idle.ms");
+                break None;
+            }
         }
     };
     if let Some(reason) = close_reason {
@@ -112,7 +131,49 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, mut
     let _ = writer_task.await;
 }
 
-async fn write_responses(writer: OwnedWriteHalf, mut pending: mpsc::Receiver<Outgoing>, peer: SocketAddr) {
+/// Decodes a frame and runs its handler's synchronous part: the response to queue, `None`
+/// when the request gets no response (acks=0), or why the connection must close.
+fn answer(broker: &Arc<Broker>, frame: BytesMut, peer: SocketAddr) -> Result<Option<Outgoing>, String> {
+    match decode_request(frame.freeze()) {
+        Ok(request) => {
+            let (version, correlation_id) = (request.api_version, request.header.correlation_id);
+            match api::handle(broker, request, peer) {
+                Reply::None => Ok(None),
+                Reply::Now(body) => encode_response(version, correlation_id, &body)
+                    .map(|bytes| Some(Outgoing::Ready(bytes)))
+                    .map_err(|e| e.to_string()),
+                Reply::Later(future) => Ok(Some(Outgoing::Deferred(
+                    future
+                        .map(move |body| match encode_response(version, correlation_id, &body) {
+                            Ok(bytes) => Some(bytes),
+                            Err(e) => {
+                                tracing::error!(%peer, error = %e, "dropping a response that failed to encode");
+                                None
+                            }
+                        })
+                        .boxed(),
+                ))),
+            }
+        }
+        Err(RequestError::ApiVersionsTooNew {
+            correlation_id,
+            version,
+        }) => {
+            tracing::debug!(%peer, version, "answering a too-new ApiVersions with v0 UNSUPPORTED_VERSION");
+            encode_api_versions_too_new(correlation_id, &api::api_versions::unsupported_version_reply())
+                .map(|bytes| Some(Outgoing::Ready(bytes)))
+                .map_err(|e| e.to_string())
+        }
+        Err(RequestError::Malformed(reason)) => Err(reason),
+    }
+}
+
+async fn write_responses(
+    writer: OwnedWriteHalf,
+    mut pending: mpsc::Receiver<Outgoing>,
+    peer: SocketAddr,
+    unanswered: Arc<AtomicUsize>,
+) {
     let mut writer = BufWriter::with_capacity(64 * 1024, writer);
     while let Some(outgoing) = pending.recv().await {
         let bytes = match outgoing {
@@ -123,6 +184,7 @@ async fn write_responses(writer: OwnedWriteHalf, mut pending: mpsc::Receiver<Out
             Some(bytes) => writer.write_all(&bytes).await,
             None => Ok(()),
         };
+        unanswered.fetch_sub(1, Ordering::Relaxed);
         // Coalesce back-to-back responses into one write; flush when the queue is empty.
         if result.is_ok() && pending.is_empty() {
             result = writer.flush().await;

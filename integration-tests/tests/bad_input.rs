@@ -558,3 +558,177 @@ async fn keyless_record_on_compacted_topic_is_rejected_invalid_record() -> Resul
         other => bail!("keyless record on a compacted topic: {:?}", other.map_err(|e| e.0)),
     }
 }
+
+/// Request bodies whose counts or lengths claim far more than the frame holds, in several APIs,
+/// flexible and not. Each used to make the codec reserve gigabytes and abort the process.
+fn oversized_count_frames() -> Vec<(&'static str, Vec<u8>)> {
+    let mut produce = wire::Encoder::new();
+    produce.nullable_string(None).i16(-1).i32(1000).i32(i32::MAX);
+    let mut join_group = wire::Encoder::new();
+    join_group
+        .compact_string("g")
+        .i32(10_000)
+        .i32(10_000)
+        .compact_string("")
+        .uvarint(0)
+        .compact_string("consumer")
+        .uvarint(u64::from(u32::MAX));
+    let mut offset_commit = wire::Encoder::new();
+    offset_commit.i16(i16::MAX).bytes(b"abc");
+    let mut sync_group = wire::Encoder::new();
+    sync_group
+        .string("g")
+        .string("member")
+        .i32(1)
+        .nullable_string(None)
+        .i32(1)
+        .string("member")
+        .i32(i32::MAX);
+    let mut fetch = wire::Encoder::new();
+    // Fetch v12: max wait, min bytes, max bytes, isolation, session id and epoch, then topics.
+    fetch
+        .i32(500)
+        .i32(1)
+        .i32(1 << 20)
+        .i8(0)
+        .i32(0)
+        .i32(-1)
+        .uvarint(u64::from(u32::MAX));
+    vec![
+        (
+            "Metadata v0 with 0x7fffffff topics",
+            (3, 0, false, i32::MAX.to_be_bytes().to_vec()),
+        ),
+        (
+            "Metadata v12 with a 4-billion compact array",
+            (3, 12, true, vec![0xff, 0xff, 0xff, 0xff, 0x0f]),
+        ),
+        ("Produce v3 with 0x7fffffff topics", (0, 3, false, produce.buf.clone())),
+        (
+            "Fetch v12 with a 4-billion topic array",
+            (1, 12, true, fetch.buf.clone()),
+        ),
+        (
+            "JoinGroup v9 with 4 billion protocols",
+            (11, 9, true, join_group.buf.clone()),
+        ),
+        (
+            "OffsetCommit v2 with a group id running past the frame",
+            (8, 2, false, offset_commit.buf.clone()),
+        ),
+        (
+            "SyncGroup v3 with a 2 GiB assignment",
+            (14, 3, false, sync_group.buf.clone()),
+        ),
+    ]
+    .into_iter()
+    .map(|(what, (key, version, flexible, body))| {
+        (
+            what,
+            wire::request_frame(key, version, 7, Some("hostile"), flexible, &body),
+        )
+    })
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_and_lengths_beyond_the_frame_close_only_that_connection() -> Result<()> {
+    let (mut node, mut canary) = start_with_canary().await?;
+    let rss_before = rss_bytes(&node)?;
+    for (what, frame) in oversized_count_frames() {
+        let closed = send_and_expect_close(&node, what, &frame)?;
+        ensure!(
+            closed.received.is_empty(),
+            "{what}: the broker answered {} bytes instead of closing",
+            closed.received.len()
+        );
+        node.assert_running()
+            .with_context(|| format!("the broker died on {what}"))?;
+        canary.check(&format!("after {what}")).await?;
+    }
+    let rss_after = rss_bytes(&node)?;
+    ensure!(
+        rss_after < rss_before + (64 << 20),
+        "the broker's RSS grew from {rss_before} to {rss_after} bytes on a handful of tiny requests"
+    );
+    node.assert_running()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_frame_times_out_and_returns_its_request_memory() -> Result<()> {
+    // The stalled frame announces more than the whole request-memory budget, so while it is
+    // pending every other request waits for memory; the read timeout must end that.
+    let node = SluiceNode::start(
+        NodeOptions::default()
+            .set("queued.max.request.bytes", 16 << 20)
+            .set("socket.request.read.timeout.ms", 2000),
+    )?;
+    let mut canary = Canary::new(&node).await?;
+    let mut node = node;
+    for (what, prefix) in [
+        ("a 2 GiB size prefix and silence", i32::MAX),
+        ("a 100 MB size prefix and silence", 100_000_000),
+        ("a 50 MB size prefix, 10 bytes and silence", 50_000_000),
+    ] {
+        let mut s = wire::connect(node.addr(), IO_TIMEOUT)?;
+        let mut bytes = prefix.to_be_bytes().to_vec();
+        if prefix == 50_000_000 {
+            bytes.extend_from_slice(&[0, 18, 0, 0, 0, 0, 0, 1, 0, 0]);
+        }
+        s.write_all(&bytes)?;
+        let closed = wire::await_close_by_broker(&mut s, Duration::from_secs(15)).with_context(|| what.to_string())?;
+        ensure!(closed.received.is_empty(), "{what}: unexpected response bytes");
+        canary.check(&format!("after {what}")).await?;
+    }
+    ensure!(
+        rss_bytes(&node)? < 150 << 20,
+        "a stalled frame left the broker's RSS at {} bytes",
+        rss_bytes(&node)?
+    );
+    node.assert_running()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_are_closed_but_busy_ones_are_not() -> Result<()> {
+    let mut node = SluiceNode::start(NodeOptions::default().set("connections.max.idle.ms", 1500))?;
+    let mut idle = wire::connect(node.addr(), IO_TIMEOUT)?;
+    wire::api_versions_v0(&mut idle, 1)?;
+    // A connection that keeps sending requests, more often than the idle limit, stays open
+    // past the moment the idle one is closed.
+    let mut busy = wire::connect(node.addr(), IO_TIMEOUT)?;
+    let closed = std::thread::scope(|scope| {
+        let waiter = scope.spawn(|| wire::await_close_by_broker(&mut idle, Duration::from_secs(15)));
+        let mut correlation_id = 1;
+        while !waiter.is_finished() {
+            wire::api_versions_v0(&mut busy, correlation_id)?;
+            correlation_id += 1;
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        for _ in 0..8 {
+            wire::api_versions_v0(&mut busy, correlation_id).context("the busy connection was closed")?;
+            correlation_id += 1;
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        waiter
+            .join()
+            .map_err(|_| anyhow::anyhow!("the waiting thread panicked"))?
+    })?;
+    ensure!(
+        closed.received.is_empty(),
+        "the idle connection received unexpected bytes"
+    );
+    node.assert_running()
+}
+
+/// The broker process's resident set size, from /proc.
+fn rss_bytes(node: &SluiceNode) -> Result<u64> {
+    let pid = node.pid().context("the broker is not running")?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .context("no VmRSS line")?
+        .parse()?;
+    Ok(kib * 1024)
+}

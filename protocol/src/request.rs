@@ -177,6 +177,80 @@ mod tests {
         assert!(matches!(decode_request(garbage), Err(RequestError::Malformed(_))));
     }
 
+    /// A request header (v1 below the flexible versions, v2 from them) with an empty client id.
+    fn header(key: ApiKey, version: i16) -> Vec<u8> {
+        let mut frame = Vec::new();
+        frame.extend_from_slice(&(key as i16).to_be_bytes());
+        frame.extend_from_slice(&version.to_be_bytes());
+        frame.extend_from_slice(&9i32.to_be_bytes());
+        frame.extend_from_slice(&0i16.to_be_bytes());
+        if key.request_header_version(version) >= 2 {
+            frame.push(0); // no tagged fields
+        }
+        frame
+    }
+
+    fn refused(frame: Vec<u8>) -> String {
+        match decode_request(Bytes::from(frame)) {
+            Err(RequestError::Malformed(reason)) => reason,
+            other => panic!("expected a malformed request, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn counts_beyond_the_frame_are_refused_before_allocating() {
+        // Metadata v0: topics array of 0x7fffffff, the 19-byte request that used to abort.
+        let mut frame = header(ApiKey::Metadata, 0);
+        frame.extend_from_slice(&i32::MAX.to_be_bytes());
+        assert!(refused(frame).contains("only 0 bytes remain"));
+
+        // Metadata v12 (flexible): compact array length as a 5-byte varint of u32::MAX.
+        let mut frame = header(ApiKey::Metadata, 12);
+        frame.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]);
+        assert!(refused(frame).contains("CompactArray"));
+
+        // Produce v3: transactional id null, acks, timeout, then 0x7fffffff topics.
+        let mut frame = header(ApiKey::Produce, 3);
+        frame.extend_from_slice(&(-1i16).to_be_bytes());
+        frame.extend_from_slice(&(-1i16).to_be_bytes());
+        frame.extend_from_slice(&1000i32.to_be_bytes());
+        frame.extend_from_slice(&i32::MAX.to_be_bytes());
+        refused(frame);
+
+        // JoinGroup v9 (flexible): group id "g", session timeout, rebalance timeout, member id
+        // "", group instance id null, protocol type "consumer", then a protocols compact array
+        // claiming four billion entries.
+        let mut frame = header(ApiKey::JoinGroup, 9);
+        frame.extend_from_slice(&[2, b'g']);
+        frame.extend_from_slice(&10_000i32.to_be_bytes());
+        frame.extend_from_slice(&10_000i32.to_be_bytes());
+        frame.extend_from_slice(&[1, 0]);
+        frame.push(9);
+        frame.extend_from_slice(b"consumer");
+        frame.extend_from_slice(&[0xfe, 0xff, 0xff, 0xff, 0x0f]);
+        refused(frame);
+
+        // OffsetCommit v2: a group id whose length runs past the end of the frame.
+        let mut frame = header(ApiKey::OffsetCommit, 2);
+        frame.extend_from_slice(&i16::MAX.to_be_bytes());
+        frame.extend_from_slice(b"abc");
+        refused(frame);
+
+        // SyncGroup v3: an assignment whose byte length claims 2 GiB.
+        let mut frame = header(ApiKey::SyncGroup, 3);
+        for s in [&b"g"[..], b"member"] {
+            frame.extend_from_slice(&(s.len() as i16).to_be_bytes());
+            frame.extend_from_slice(s);
+        }
+        frame.extend_from_slice(&1i32.to_be_bytes()); // generation
+        frame.extend_from_slice(&(-1i16).to_be_bytes()); // group instance id
+        frame.extend_from_slice(&1i32.to_be_bytes()); // one assignment
+        frame.extend_from_slice(&(6i16).to_be_bytes());
+        frame.extend_from_slice(b"member");
+        frame.extend_from_slice(&i32::MAX.to_be_bytes());
+        refused(frame);
+    }
+
     #[test]
     fn too_new_api_versions_is_answered_not_closed() {
         let frame = Bytes::from_static(&[0, 18, 0, 99, 0, 0, 0, 7, 0xff, 0xff]);
