@@ -6,6 +6,11 @@
                                              cooperative, static member) that commit; AdminClient
   capture-clients.py kafka-python BOOTSTRAP  kafka-python, negotiated and pinned to older protocol
                                              versions (api_version=(0, 11) ... (3, 0))
+  capture-clients.py restart-consumer BOOTSTRAP SECONDS
+                                             produces and consumes (a group, committing) for
+                                             SECONDS while capture-corpus.sh restarts the broker:
+                                             the new leader epoch makes librdkafka validate its
+                                             position with OffsetForLeaderEpoch
 
 Run with the repo's .venv (integration-tests/python/requirements.txt). Prints what it did; a
 failed step is printed and skipped, since the point is the frames sent, not the answers.
@@ -167,7 +172,31 @@ def kafka_python(bootstrap: str) -> None:
         step(f"{tag} delete topic", lambda: admin.delete_topics([topic]))
         admin.close()
 
+def restart_consumer(bootstrap: str, seconds: str) -> None:
+    from confluent_kafka import Consumer, Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ck-restart", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False, "topic.metadata.refresh.interval.ms": 1000})
+    consumer.subscribe(["restart-topic"])
+    seen, deadline, next_send = 0, time.time() + float(seconds), 0.0
+    while time.time() < deadline:
+        if time.time() >= next_send:
+            producer.produce("restart-topic", value=b"across a restart", partition=0)
+            producer.poll(0)
+            next_send = time.time() + 0.5
+        message = consumer.poll(0.2)
+        if message is not None and not message.error():
+            seen += 1
+            if seen % 5 == 0:
+                consumer.commit(message=message, asynchronous=False)
+    producer.flush(10)
+    consumer.close()
+    print(f"restart-consumer: {seen} records", flush=True)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] not in ("confluent", "kafka-python"):
+    commands = {"confluent": (confluent, 3), "kafka-python": (kafka_python, 3), "restart-consumer": (restart_consumer, 4)}
+    if len(sys.argv) < 2 or sys.argv[1] not in commands or len(sys.argv) != commands[sys.argv[1]][1]:
         sys.exit(__doc__)
-    {"confluent": confluent, "kafka-python": kafka_python}[sys.argv[1]](sys.argv[2])
+    commands[sys.argv[1]][0](*sys.argv[2:])

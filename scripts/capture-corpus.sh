@@ -3,7 +3,10 @@
 # sluice advertising a recording proxy (scripts/capture-frames.py), drives kcat, confluent-kafka,
 # kafka-python and Apache Kafka's Java CLI tools through it, and adds the recorded request frames to
 # fuzz/corpus/decode_request/ and the records of the recorded Produce requests to
-# fuzz/corpus/validate_batch/. Existing seeds are kept; identical frames collapse into one file.
+# fuzz/corpus/validate_batch/. Identical frames collapse into one file. Existing seeds are kept;
+# with --replace the two corpora are emptied first (fuzz/corpus/regressions/ is never touched).
+#
+#   scripts/capture-corpus.sh [--replace]
 #
 # Needs what scripts/test.sh installs: a release build of sluice ($SLUICE_BIN, default
 # $CARGO_TARGET_DIR/release/sluice or target/release/sluice), kcat, .venv with
@@ -11,6 +14,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
+REPLACE=0
+case ${1:-} in
+    --replace) REPLACE=1 ;;
+    "") ;;
+    *) echo "usage: scripts/capture-corpus.sh [--replace]" >&2; exit 2 ;;
+esac
 SLUICE_BIN=${SLUICE_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/sluice}
 PYTHON=$ROOT/.venv/bin/python
 for need in "$SLUICE_BIN" "$PYTHON" "$ROOT/.java-lib/.complete"; do
@@ -30,9 +39,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$SLUICE_BIN" --node-id 1 --data-dir "$WORK/data" --listen "127.0.0.1:$BROKER_PORT" --advertise "$B" \
-    --set num.partitions=3 >"$WORK/sluice.log" 2>&1 &
-PIDS+=($!)
+start_sluice() {
+    "$SLUICE_BIN" --node-id 1 --data-dir "$WORK/data" --listen "127.0.0.1:$BROKER_PORT" --advertise "$B" \
+        --set num.partitions=3 >>"$WORK/sluice.log" 2>&1 &
+    SLUICE_PID=$!
+    PIDS+=($SLUICE_PID)
+}
+start_sluice
 python3 scripts/capture-frames.py proxy --listen "$B" --upstream "127.0.0.1:$BROKER_PORT" \
     --out "$WORK/frames" >"$WORK/proxy.log" 2>&1 &
 PIDS+=($!)
@@ -57,6 +70,14 @@ timeout 25 kcat -b "$B" -G kcat-group kcat-none kcat-lz4 -o beginning -e -q \
 
 echo "== confluent-kafka"
 "$PYTHON" scripts/capture-clients.py confluent "$B"
+echo "== a broker restart under a consumer (OffsetForLeaderEpoch)"
+"$PYTHON" scripts/capture-clients.py restart-consumer "$B" 30 2>/dev/null &
+CONSUMER=$!
+sleep 10
+kill "$SLUICE_PID"
+wait "$SLUICE_PID" || true
+start_sluice
+wait "$CONSUMER"
 echo "== kafka-python"
 "$PYTHON" scripts/capture-clients.py kafka-python "$B"
 
@@ -103,6 +124,7 @@ topics --list
 cleanup
 trap - EXIT
 python3 scripts/capture-frames.py extract-records "$WORK/frames" "$WORK/records"
+if [ "$REPLACE" = 1 ]; then rm -rf fuzz/corpus/decode_request fuzz/corpus/validate_batch; fi
 mkdir -p fuzz/corpus/decode_request fuzz/corpus/validate_batch
 cp -n "$WORK"/frames/* fuzz/corpus/decode_request/
 cp -n "$WORK"/records/* fuzz/corpus/validate_batch/
