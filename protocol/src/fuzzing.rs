@@ -58,12 +58,23 @@ pub fn validate_batch(data: &[u8]) -> BatchOutcome {
     // The stored check only relaxes the record count, so whatever a producer may send a
     // follower may copy, with the same totals; and the log's CRC-less append check agrees too.
     if let Ok(info) = &produce {
-        assert_eq!(stored.as_ref(), Ok(info), "validate_stored_batches rejects what validate_batches accepts");
-        assert_eq!(batch::inspect_batches(data).as_ref(), Ok(info), "inspect_batches disagrees");
+        assert_eq!(
+            stored.as_ref(),
+            Ok(info),
+            "validate_stored_batches rejects what validate_batches accepts"
+        );
+        assert_eq!(
+            batch::inspect_batches(data).as_ref(),
+            Ok(info),
+            "inspect_batches disagrees"
+        );
         check_stamping(data, info);
     }
     if let Ok(info) = &stored {
-        assert_eq!(iterated_batches, info.batch_count, "BatchIter and the validator count different batches");
+        assert_eq!(
+            iterated_batches, info.batch_count,
+            "BatchIter and the validator count different batches"
+        );
         assert_eq!(info.total_bytes, data.len(), "validated batches do not cover the blob");
     }
     BatchOutcome {
@@ -79,17 +90,28 @@ fn walk(data: &[u8]) -> usize {
     let mut iter = BatchIter::new(data);
     let mut count = 0;
     let mut expected_start = 0;
-    while let Some((header, range)) = iter.next() {
+    for (header, range) in iter.by_ref() {
         assert_eq!(range.start, expected_start, "BatchIter ranges are not contiguous");
-        assert_eq!(range.len(), header.total_len(), "BatchIter range is not the header's length");
+        assert_eq!(
+            range.len(),
+            header.total_len(),
+            "BatchIter range is not the header's length"
+        );
         let Some(bytes) = data.get(range.clone()) else {
-            panic!("BatchIter returned {range:?} past the end of a {}-byte buffer", data.len());
+            panic!(
+                "BatchIter returned {range:?} past the end of a {}-byte buffer",
+                data.len()
+            );
         };
         check_one_batch(bytes, &header);
         expected_start = range.end;
         count += 1;
     }
-    assert_eq!(iter.position(), expected_start, "BatchIter::position is not the end of its last batch");
+    assert_eq!(
+        iter.position(),
+        expected_start,
+        "BatchIter::position is not the end of its last batch"
+    );
     assert_eq!(iter.at_end(), iter.position() == data.len());
     assert!(iter.next().is_none(), "BatchIter yields again after stopping");
     count
@@ -98,12 +120,20 @@ fn walk(data: &[u8]) -> usize {
 /// Checks one complete batch as [`BatchIter`] cut it out of the input. Record-level checks
 /// (decompression, the record walker) belong here: one more call on `batch`.
 fn check_one_batch(batch: &[u8], header: &BatchHeader) {
-    assert_eq!(BatchHeader::parse(batch).as_ref(), Ok(header), "re-parsing a batch changes its header");
+    assert_eq!(
+        BatchHeader::parse(batch).as_ref(),
+        Ok(header),
+        "re-parsing a batch changes its header"
+    );
     let produce = batch::validate_batch(batch);
     let stored = batch::validate_stored_batch(batch);
     if let Ok(validated) = &produce {
         assert_eq!(validated, header);
-        assert_eq!(stored.as_ref(), Ok(header), "validate_stored_batch rejects what validate_batch accepts");
+        assert_eq!(
+            stored.as_ref(),
+            Ok(header),
+            "validate_stored_batch rejects what validate_batch accepts"
+        );
     }
 }
 

@@ -54,7 +54,11 @@ fn advertised(key: i16, version: i16) -> bool {
 #[test]
 fn every_captured_client_frame_at_an_advertised_version_decodes() {
     let corpus = files(&corpus_dir("decode_request"));
-    assert!(corpus.len() >= 100, "expected the captured corpus, found {} files", corpus.len());
+    assert!(
+        corpus.len() >= 100,
+        "expected the captured corpus, found {} files",
+        corpus.len()
+    );
     let mut failures = Vec::new();
     let mut captured = 0;
     for (name, data) in &corpus {
@@ -76,13 +80,21 @@ fn every_captured_client_frame_at_an_advertised_version_decodes() {
         }
     }
     assert!(captured >= 100, "only {captured} captured frames");
-    assert!(failures.is_empty(), "real client frames that do not decode:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "real client frames that do not decode:\n{}",
+        failures.join("\n")
+    );
 }
 
 #[test]
 fn every_captured_produce_records_blob_validates() {
     let corpus = files(&corpus_dir("validate_batch"));
-    assert!(corpus.len() >= 10, "expected the captured corpus, found {} files", corpus.len());
+    assert!(
+        corpus.len() >= 10,
+        "expected the captured corpus, found {} files",
+        corpus.len()
+    );
     let mut failures = Vec::new();
     let mut captured = 0;
     for (name, data) in &corpus {
@@ -101,7 +113,11 @@ fn every_captured_produce_records_blob_validates() {
         }
     }
     assert!(captured >= 10, "only {captured} captured records blobs");
-    assert!(failures.is_empty(), "real producer batches that do not validate:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "real producer batches that do not validate:\n{}",
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -109,10 +125,16 @@ fn saved_crash_reproducers_do_not_panic() {
     // Calling the target is the test: a reproducer that panics again fails it.
     for (name, data) in files(&corpus_dir("regressions/decode_request")) {
         let result = fuzzing::decode_request(&data);
-        eprintln!("decode_request regression {name}: {}", if result.is_ok() { "decodes" } else { "refused" });
+        eprintln!(
+            "decode_request regression {name}: {}",
+            if result.is_ok() { "decodes" } else { "refused" }
+        );
     }
     for (name, data) in files(&corpus_dir("regressions/validate_batch")) {
         let outcome = fuzzing::validate_batch(&data);
-        eprintln!("validate_batch regression {name}: {:?}", outcome.produce.map(|i| i.batch_count));
+        eprintln!(
+            "validate_batch regression {name}: {:?}",
+            outcome.produce.map(|i| i.batch_count)
+        );
     }
 }
