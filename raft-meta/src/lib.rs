@@ -44,8 +44,10 @@ const COMMAND_QUEUE_DEPTH: usize = 1024;
 pub trait StateMachine: Send + 'static {
     /// Apply one committed entry's payload, in log order. Must be deterministic.
     fn apply(&mut self, index: u64, data: &[u8]);
-    /// Serialize the whole applied state (for raft snapshots / log compaction).
-    fn snapshot(&self) -> Vec<u8>;
+    /// Serialize the whole applied state (for raft snapshots / log compaction). An error means
+    /// no snapshot is taken; it must never be reported as an empty state, which a restart
+    /// would take for a fresh cluster.
+    fn snapshot(&self) -> Result<Vec<u8>, String>;
     /// Replace the state with a snapshot's: on a member that fell behind the leader's log start,
     /// and on restart before replaying the log after the snapshot. `data` is always something
     /// [`StateMachine::snapshot`] produced (possibly on another member).
@@ -152,6 +154,8 @@ pub enum QuorumError {
     },
     #[error("raft-rs refused to start: {0}")]
     Raft(#[from] raft::Error),
+    #[error("the metadata state could not be encoded for a snapshot: {0}; this is a bug, please report it")]
+    Snapshot(String),
     #[error("the metadata quorum stopped while starting; see the preceding log lines")]
     Stopped,
 }
@@ -209,7 +213,9 @@ impl Quorum {
     ) -> Result<Quorum, QuorumError> {
         validate(&config)?;
         let is_voter = config.voters.contains_key(&config.node_id);
-        let initial_data = || node::encode_snapshot_data(&BTreeMap::new(), &sm.snapshot());
+        // The state a fresh directory starts from (the state machine has applied nothing yet).
+        let initial_state = sm.snapshot().map_err(QuorumError::Snapshot)?;
+        let initial_data = || node::encode_snapshot_data(&BTreeMap::new(), &initial_state);
         let bootstrap = if is_voter {
             let mut conf_state = ConfState::default();
             conf_state.voters = config.voters.keys().copied().collect();

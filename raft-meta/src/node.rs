@@ -649,7 +649,16 @@ impl<S: StateMachine> Driver<S> {
         if !self.conf_changed && self.applied_index - last < self.snapshot_every_entries {
             return Ok(());
         }
-        let data = encode_snapshot_data(&self.learner_addrs, &self.sm.snapshot());
+        let state = match self.sm.snapshot() {
+            Ok(state) => state,
+            Err(e) => {
+                // Keep the log instead: it still holds every entry since the last snapshot.
+                tracing::error!(node_id = self.node_id, error = %e,
+                    "cannot encode the metadata state; no snapshot taken and the log is not compacted");
+                return Ok(());
+            }
+        };
+        let data = encode_snapshot_data(&self.learner_addrs, &state);
         let conf_state = self.raw.raft.prs().conf().to_conf_state();
         let index = self.applied_index;
         self.raw.mut_store().create_snapshot(index, conf_state, data)?;

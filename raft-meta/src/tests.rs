@@ -54,14 +54,14 @@ impl StateMachine for Recorder {
         self.applied.lock().unwrap().push((index, data.to_vec()));
     }
 
-    fn snapshot(&self) -> Vec<u8> {
+    fn snapshot(&self) -> Result<Vec<u8>, String> {
         let mut buf = Vec::new();
         for (index, payload) in self.applied.lock().unwrap().iter() {
             buf.extend_from_slice(&index.to_be_bytes());
             buf.extend_from_slice(&(payload.len() as u32).to_be_bytes());
             buf.extend_from_slice(payload);
         }
-        buf
+        Ok(buf)
     }
 
     fn restore(&mut self, mut data: &[u8]) {
@@ -713,4 +713,30 @@ async fn oversized_proposal_is_rejected_without_reaching_raft() {
     let result = quorum.propose(vec![0; MAX_PROPOSAL_BYTES + 1], PROPOSE_TIMEOUT).await;
     assert!(matches!(result, Err(ProposeError::TooLarge { .. })), "{result:?}");
     quorum.shutdown().await;
+}
+
+/// A state machine whose state cannot be encoded.
+struct Unencodable;
+
+impl StateMachine for Unencodable {
+    fn apply(&mut self, _index: u64, _data: &[u8]) {}
+    fn snapshot(&self) -> Result<Vec<u8>, String> {
+        Err("a value has no encoding".to_owned())
+    }
+    fn restore(&mut self, _data: &[u8]) {}
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_that_cannot_be_encoded_is_an_error_never_an_empty_snapshot() {
+    init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    let (listener, addr) = bind().await;
+    let config = config(1, &BTreeMap::from([(1, addr.to_string())]), addr, &dir, 100);
+    let err = Quorum::start_with_listener(config.clone(), listener, Unencodable)
+        .await
+        .err()
+        .expect("refused");
+    assert!(matches!(err, QuorumError::Snapshot(_)), "{err}");
+    // Nothing was initialized, so a later start is not mistaken for an existing cluster.
+    assert!(!config.data_dir.join("meta.properties").exists());
 }

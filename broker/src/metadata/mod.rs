@@ -221,9 +221,8 @@ impl StateMachine for MetadataStateMachine {
         }
     }
 
-    fn snapshot(&self) -> Vec<u8> {
-        // Serializing plain maps of strings and numbers cannot fail.
-        serde_json::to_vec(&self.image).unwrap_or_default()
+    fn snapshot(&self) -> Result<Vec<u8>, String> {
+        serde_json::to_vec(&self.image).map_err(|e| e.to_string())
     }
 
     fn restore(&mut self, data: &[u8]) {
