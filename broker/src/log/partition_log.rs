@@ -521,7 +521,13 @@ impl PartitionLog {
         } else {
             now_ms
         };
-        stamp_batches(records, first_offset, leader_epoch, log_append_time_ms)?;
+        let next_offset = stamp_batches(records, first_offset, leader_epoch, log_append_time_ms)?;
+        // Invariant: an append covers exactly the offsets after the log end, with no gap.
+        if next_offset != last_offset + 1 {
+            return Err(LogError::Corrupt(format!(
+                "an append stamped offsets {first_offset}..{next_offset} but was validated as {first_offset}..={last_offset}; nothing was written"
+            )));
+        }
         let new_epochs = match leader_epoch {
             Some(epoch) => self.leader_epoch_cache.new_entries([(epoch, first_offset)]),
             None => self.leader_epoch_cache.new_entries(stored_epochs(records)),
@@ -860,12 +866,13 @@ impl PartitionLog {
 
 /// Patches each batch in place: consecutive offsets from `first_offset`, the leader epoch if
 /// given, LogAppendTime if `log_append_time_ms` is set. Only LogAppendTime rewrites the CRC.
+/// Returns the offset after the last batch.
 fn stamp_batches(
     records: &mut [u8],
     first_offset: i64,
     leader_epoch: Option<i32>,
     log_append_time_ms: i64,
-) -> Result<(), BatchError> {
+) -> Result<i64, BatchError> {
     let mut next_offset = first_offset;
     let mut rest = records;
     while !rest.is_empty() {
@@ -882,7 +889,7 @@ fn stamp_batches(
         next_offset += header.offset_count();
         rest = tail;
     }
-    Ok(())
+    Ok(next_offset)
 }
 
 /// `(partitionLeaderEpoch, baseOffset)` of each batch, for the epoch cache.

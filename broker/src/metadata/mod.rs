@@ -413,7 +413,7 @@ mod tests {
         assert!(matches!(&outcomes[&3], Err(e) if e.error == kafka_protocol::error::ResponseError::TopicAlreadyExists));
 
         let (mut restored, restored_published) = state_machine(2, Uuid::new_v4());
-        restored.restore(&sm.snapshot());
+        restored.restore(&sm.snapshot().unwrap());
         assert_eq!(restored.image, sm.image);
         assert_eq!(**restored_published.borrow(), sm.image);
     }
