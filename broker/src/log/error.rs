@@ -52,6 +52,14 @@ pub enum LogError {
         epoch: i32,
         latest_epoch: i32,
     },
+    /// A read planned under the log's lock found a segment shorter than it was then: the log
+    /// was truncated meanwhile, which happens only when this replica stops leading. Not a disk
+    /// failure; the client is sent to refresh metadata and retry.
+    #[error(
+        "the log was truncated while a fetch read it ({path} ends before position {position}); \
+         refresh metadata and retry the fetch against the partition's current leader"
+    )]
+    TruncatedDuringRead { path: String, position: u64 },
     #[error(
         "log data is corrupt: {0}; restart the broker to recover the log, or delete the \
          partition directory and let it re-replicate"
@@ -73,7 +81,7 @@ impl LogError {
             LogError::RecordBatchTooLarge { .. } => RECORD_BATCH_TOO_LARGE,
             LogError::InvalidBatch(e) => e.kafka_error_code(),
             LogError::UnexpectedAppendOffset { .. } => UNKNOWN_SERVER_ERROR,
-            LogError::LeaderEpochRegression { .. } => NOT_LEADER_OR_FOLLOWER,
+            LogError::LeaderEpochRegression { .. } | LogError::TruncatedDuringRead { .. } => NOT_LEADER_OR_FOLLOWER,
             LogError::Corrupt(_) => CORRUPT_MESSAGE,
         }
     }

@@ -21,6 +21,12 @@ pub struct BrokerRegistration {
     /// (the liveness check must not unfence a broker that is on its way out).
     #[serde(default)]
     pub in_controlled_shutdown: bool,
+    /// Kafka's broker epoch: the metadata offset of this registration (`last_offset` once it was
+    /// applied), so every node derives the same value and each start of a broker gets a larger
+    /// one. A follower names it in its Fetch (`replica_state.replica_epoch`, KIP-903); a fetch
+    /// naming any other epoch is not a follower's fetch. 0 in images written before it existed.
+    #[serde(default)]
+    pub broker_epoch: i64,
 }
 
 impl BrokerRegistration {
@@ -138,6 +144,7 @@ impl MetadataImage {
                         rack: rack.clone(),
                         fenced: false,
                         in_controlled_shutdown: false,
+                        broker_epoch: self.last_offset as i64,
                     },
                 );
             }
@@ -327,6 +334,28 @@ mod tests {
             p.partition_epoch += 1;
         });
         assert_eq!(leaderless.invariant_violation(Some(&good)), None);
+    }
+
+    #[test]
+    fn each_registration_gets_a_new_broker_epoch_from_its_metadata_offset() {
+        let mut image = MetadataImage::new("c".into());
+        let register = |broker_id| MetadataRecord::RegisterBroker {
+            broker_id,
+            incarnation_id: Uuid::nil(),
+            endpoints: vec![],
+            rack: None,
+        };
+        image.apply(&register(1));
+        image.apply(&register(2));
+        let first = image.brokers[&1].broker_epoch;
+        assert_eq!((first, image.brokers[&2].broker_epoch), (1, 2));
+        image.apply(&MetadataRecord::FenceBroker { broker_id: 1 });
+        assert_eq!(image.brokers[&1].broker_epoch, first, "fencing keeps the registration");
+        image.apply(&register(1));
+        assert_eq!(
+            image.brokers[&1].broker_epoch, 4,
+            "a new start registers at a new epoch"
+        );
     }
 
     #[test]
