@@ -87,6 +87,7 @@ const BROKER_KEYS: &[(&str, &str, ConfigType)] = &[
     ("socket.request.max.bytes", "104857600", ConfigType::Int),
     ("queued.max.request.bytes", "536870912", ConfigType::Long),
     ("max.in.flight.requests.per.connection", "64", ConfigType::Int),
+    ("max.connections", "10000", ConfigType::Int),
     ("connections.max.idle.ms", "600000", ConfigType::Long),
     ("socket.request.read.timeout.ms", "30000", ConfigType::Long),
     ("log.retention.check.interval.ms", "300000", ConfigType::Long),
@@ -148,6 +149,8 @@ pub struct BrokerConfig {
     pub socket_request_max_bytes: usize,
     pub queued_max_request_bytes: usize,
     pub max_in_flight_requests_per_connection: usize,
+    /// Client connections open at once; more are refused at accept.
+    pub max_connections: usize,
     /// A connection with nothing in flight that sends nothing for this long is closed.
     pub connections_max_idle_ms: u64,
     /// A request whose first bytes arrived must arrive whole within this long (Sluice's own
@@ -247,6 +250,7 @@ impl BrokerConfig {
                 "max.in.flight.requests.per.connection",
                 &get("max.in.flight.requests.per.connection"),
             )?,
+            max_connections: parse_at_least("max.connections", &get("max.connections"), 1)?,
             connections_max_idle_ms: parse_num("connections.max.idle.ms", &get("connections.max.idle.ms"))?,
             socket_request_read_timeout_ms: parse_num(
                 "socket.request.read.timeout.ms",

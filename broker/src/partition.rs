@@ -423,6 +423,7 @@ impl Partition {
             .filter(|id| **id != self.node_id)
             .map(|id| leader.followers.get(id).map_or(-1, |p| p.log_end_offset))
             .fold(own_end, i64::min);
+        debug_assert!(candidate <= own_end, "HW {candidate} beyond the log end {own_end}");
         self.high_watermark.send_if_modified(|hw| {
             let advance = candidate > *hw;
             if advance {
@@ -450,16 +451,18 @@ impl Partition {
         Ok(end)
     }
 
-    /// A follower's high watermark: the leader's, as far as this replica's log reaches.
+    /// A follower's high watermark: the leader's, as far as this replica's log reaches. Like
+    /// Kafka's `maybeUpdateHighWatermark` it only moves forward (a new leader may report a
+    /// lower one until it catches up); only truncating the log lowers it.
     pub fn update_follower_high_watermark(&self, leader_high_watermark: i64) {
         let hw = leader_high_watermark.min(self.log_end_offset());
-        if hw >= 0 {
-            self.high_watermark.send_if_modified(|current| {
-                let changed = *current != hw;
+        self.high_watermark.send_if_modified(|current| {
+            let advance = hw > *current;
+            if advance {
                 *current = hw;
-                changed
-            });
-        }
+            }
+            advance
+        });
     }
 
     /// Drops everything from `offset` on, as a follower at `leader_epoch` reconciling its log
@@ -894,6 +897,10 @@ mod tests {
         assert_eq!(follower.latest_log_epoch(), Some(4));
         follower.update_follower_high_watermark(3);
         assert_eq!(follower.high_watermark(), 3);
+        follower.update_follower_high_watermark(9);
+        assert_eq!(follower.high_watermark(), 5, "never past the follower's log end");
+        follower.update_follower_high_watermark(1);
+        assert_eq!(follower.high_watermark(), 5, "never back, whatever the leader reports");
         let copied = follower.read(0, 1 << 20, true, ReadBound::LogEnd).unwrap().records;
         assert_eq!(copied, batches, "replicas hold identical bytes");
         // Appending as leader is refused to a follower, and so is a fetch from an older epoch.

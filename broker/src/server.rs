@@ -14,9 +14,6 @@ use crate::broker::{now_ms, Broker};
 use crate::connection;
 use crate::log::{read_cleaner_checkpoint, write_cleaner_checkpoint, CleanerConfig, LogCleaner};
 
-/// Upper bound on concurrently open client connections.
-const MAX_CONNECTIONS: usize = 10_000;
-
 /// Serves clients until `shutdown` turns true, then waits (bounded) for connections to end.
 pub async fn run(broker: Arc<Broker>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
     // Connections wait in the listen backlog until this broker is registered and its
@@ -28,7 +25,8 @@ pub async fn run(broker: Arc<Broker>, listener: TcpListener, mut shutdown: watch
     let mut connections = JoinSet::new();
     let housekeeping = tokio::spawn(run_housekeeping(broker.clone(), shutdown.clone()));
     let log_cleaner = tokio::spawn(run_log_cleaner(broker.clone(), shutdown.clone()));
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let max_connections = broker.config.max_connections;
+    let slots = Arc::new(tokio::sync::Semaphore::new(max_connections));
     loop {
         tokio::select! {
             _ = shutdown.changed() => break,
@@ -36,7 +34,7 @@ pub async fn run(broker: Arc<Broker>, listener: TcpListener, mut shutdown: watch
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let Ok(slot) = slots.clone().try_acquire_owned() else {
-                        tracing::warn!(%peer, "refusing a connection: {MAX_CONNECTIONS} connections are already open");
+                        tracing::warn!(%peer, "refusing a connection: max.connections={max_connections} connections are already open");
                         continue;
                     };
                     let _ = stream.set_nodelay(true);
