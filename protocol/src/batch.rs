@@ -582,6 +582,26 @@ pub mod test_support {
         batch
     }
 
+    /// `template`'s header over a new records section: `section` as stored (compressed with
+    /// `codec`, or not), `records_count` records spanning offset deltas `0..records_count`,
+    /// with the batch length and CRC made to match. For hostile batches that are otherwise valid.
+    pub fn with_records_section(template: &[u8], codec: u8, section: &[u8], records_count: i32) -> Vec<u8> {
+        let mut batch = template[..BATCH_HEADER_LEN].to_vec();
+        batch.extend_from_slice(section);
+        let batch_length = (batch.len() - LOG_OVERHEAD) as i32;
+        batch[BATCH_LENGTH_OFFSET..BATCH_LENGTH_OFFSET + 4].copy_from_slice(&batch_length.to_be_bytes());
+        let attributes = (read_i16(header_bytes(&batch).expect("61-byte header"), ATTRIBUTES_OFFSET)
+            & !COMPRESSION_CODEC_MASK)
+            | i16::from(codec);
+        batch[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2].copy_from_slice(&attributes.to_be_bytes());
+        let last_offset_delta = (records_count - 1).max(0);
+        batch[LAST_OFFSET_DELTA_OFFSET..LAST_OFFSET_DELTA_OFFSET + 4].copy_from_slice(&last_offset_delta.to_be_bytes());
+        batch[RECORDS_COUNT_OFFSET..RECORDS_COUNT_OFFSET + 4].copy_from_slice(&records_count.to_be_bytes());
+        let crc = crc32c::crc32c(&batch[CRC_COVERED_FROM..]);
+        batch[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+        batch
+    }
+
     /// A batch of `record_count` keyless records with `value_len`-byte values, record `i`
     /// timestamped `base_timestamp_ms + i`.
     pub fn encode_simple_batch(record_count: usize, value_len: usize, base_timestamp_ms: i64) -> Vec<u8> {

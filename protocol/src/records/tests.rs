@@ -10,10 +10,9 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions};
 
 use super::*;
-use crate::batch::test_support::{encode_batch, TestRecord};
+use crate::batch::test_support::{encode_batch, with_records_section, TestRecord};
 use crate::batch::{
-    validate_batch, BatchIter, BATCH_LENGTH_OFFSET, CORRUPT_MESSAGE, CRC_COVERED_FROM, CRC_OFFSET,
-    LAST_OFFSET_DELTA_OFFSET, LOG_OVERHEAD, MIN_RECORD_BYTES, RECORDS_COUNT_OFFSET, RECORD_LIST_TOO_LARGE,
+    validate_batch, BatchIter, CORRUPT_MESSAGE, MIN_RECORD_BYTES, RECORDS_COUNT_OFFSET, RECORD_LIST_TOO_LARGE,
 };
 
 const CODECS: [(Compression, u8); 4] = [
@@ -131,19 +130,10 @@ fn sample_records() -> Vec<Record> {
     ]
 }
 
-/// A batch whose records section is `section`, with the header of `template` (count and last
-/// offset delta from `records_count`), a matching length and a correct CRC.
+/// `template` (uncompressed or with its codec) over `section`, `records_count` records.
 fn with_section(template: &[u8], section: &[u8], records_count: i32) -> Vec<u8> {
-    let mut batch = template[..BATCH_HEADER_LEN].to_vec();
-    batch.extend_from_slice(section);
-    let batch_length = (batch.len() - LOG_OVERHEAD) as i32;
-    batch[BATCH_LENGTH_OFFSET..BATCH_LENGTH_OFFSET + 4].copy_from_slice(&batch_length.to_be_bytes());
-    batch[RECORDS_COUNT_OFFSET..RECORDS_COUNT_OFFSET + 4].copy_from_slice(&records_count.to_be_bytes());
-    let last_offset_delta = (records_count - 1).max(0);
-    batch[LAST_OFFSET_DELTA_OFFSET..LAST_OFFSET_DELTA_OFFSET + 4].copy_from_slice(&last_offset_delta.to_be_bytes());
-    let crc = crc32c::crc32c(&batch[CRC_COVERED_FROM..]);
-    batch[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
-    batch
+    let codec = BatchHeader::parse(template).unwrap().compression();
+    with_records_section(template, codec, section, records_count)
 }
 
 fn assert_matches_records(decoded: &BatchRecords<'_>, expected: &[Record]) {
@@ -235,10 +225,7 @@ fn raw_snappy_without_xerial_framing_is_accepted() {
     let raw = snap::raw::Encoder::new()
         .compress_vec(&plain[BATCH_HEADER_LEN..])
         .unwrap();
-    let mut batch = with_section(&plain, &raw, records.len() as i32);
-    batch[22] |= CODEC_SNAPPY; // attributes, low byte
-    let crc = crc32c::crc32c(&batch[CRC_COVERED_FROM..]);
-    batch[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+    let batch = with_records_section(&plain, CODEC_SNAPPY, &raw, records.len() as i32);
     let decoded = BatchRecords::decode(&batch, GENEROUS_LIMIT).unwrap();
     assert_eq!(decoded.header().compression(), CODEC_SNAPPY);
     assert_matches_records(&decoded, &records);
