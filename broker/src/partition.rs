@@ -606,6 +606,11 @@ impl Partition {
         self.log.lock().update_config(config);
     }
 
+    /// The log's `max.message.bytes` (its topic's setting, else the broker's default).
+    pub fn max_message_bytes(&self) -> u32 {
+        self.log.lock().config().max_message_bytes
+    }
+
     /// Periodic housekeeping: time-based roll and retention.
     pub fn run_retention(&self, now_ms: i64) -> Result<usize, LogError> {
         let mut log = self.log.lock();

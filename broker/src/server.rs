@@ -1,7 +1,7 @@
 //! The accept loop, the background log housekeeping and log cleaner, and graceful shutdown
 //! through one `watch` signal that every task listens to.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +12,7 @@ use tokio::task::JoinSet;
 
 use crate::broker::{now_ms, Broker};
 use crate::connection;
-use crate::log::{read_cleaner_checkpoint, write_cleaner_checkpoint, CleanerConfig, LogCleaner};
+use crate::log::{read_cleaner_checkpoint, write_cleaner_checkpoint, CleanerConfig, LogCleaner, LogError};
 
 /// Serves clients until `shutdown` turns true, then waits (bounded) for connections to end.
 pub async fn run(broker: Arc<Broker>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
@@ -144,6 +144,10 @@ struct CleanerState {
     /// First dirty offset per (topic, partition), as in `cleaner-offset-checkpoint`.
     checkpoints: HashMap<(String, i32), i64>,
     tombstone_deadlines_ms: HashMap<(String, i32), i64>,
+    /// Partitions holding a batch the cleaner cannot decode (Kafka's uncleanable partitions):
+    /// skipped until the broker restarts, so that one bad batch, failing the same way on every
+    /// pass, does not stop the compaction of every other log.
+    uncleanable: HashSet<(String, i32)>,
 }
 
 impl CleanerState {
@@ -152,6 +156,7 @@ impl CleanerState {
             cleaner: LogCleaner::new(config, stop),
             checkpoints: read_cleaner_checkpoint(&broker.config.data_dir),
             tombstone_deadlines_ms: HashMap::new(),
+            uncleanable: HashSet::new(),
         }
     }
 
@@ -160,6 +165,9 @@ impl CleanerState {
         let mut dirtiest = None;
         for partition in broker.replicas.all() {
             let key = (partition.topic.clone(), partition.index);
+            if self.uncleanable.contains(&key) {
+                continue;
+            }
             let to_clean = match partition.log_to_clean(self.checkpoints.get(&key).copied(), now) {
                 Ok(Some(to_clean)) => to_clean,
                 Ok(None) => continue,
@@ -184,6 +192,12 @@ impl CleanerState {
         let key = (partition.topic.clone(), partition.index);
         let stats = match partition.clean_log(&mut self.cleaner, &to_clean, now) {
             Ok(stats) => stats,
+            Err(e @ LogError::UncleanableBatch { .. }) => {
+                tracing::warn!(topic = %partition.topic, partition = partition.index, error = %e,
+                    "log cleaning failed; the partition's log is unchanged");
+                self.uncleanable.insert(key);
+                return false;
+            }
             Err(e) => {
                 tracing::warn!(topic = %partition.topic, partition = partition.index, error = %e,
                     "log cleaning failed; will retry after log.cleaner.backoff.ms");

@@ -33,6 +33,13 @@ pub enum LogError {
     RecordBatchTooLarge { batch_bytes: usize, segment_bytes: u64 },
     #[error("invalid record batch: {0}")]
     InvalidBatch(#[from] BatchError),
+    /// A stored batch whose records the log cleaner cannot decode (within the partition's
+    /// `max.message.bytes`). The same bytes fail the same way on every pass.
+    #[error(
+        "the stored batch at offset {base_offset} cannot be compacted: {source}. The log cleaner \
+         skips this partition until the broker restarts; the batch itself is kept and served"
+    )]
+    UncleanableBatch { base_offset: i64, source: BatchError },
     #[error(
         "follower append starts at offset {first_offset} but the log end offset is {log_end}; \
          the replica must truncate or catch up first"
@@ -79,7 +86,7 @@ impl LogError {
             LogError::OffsetOutOfRange { .. } => OFFSET_OUT_OF_RANGE,
             LogError::MessageTooLarge { .. } => MESSAGE_TOO_LARGE,
             LogError::RecordBatchTooLarge { .. } => RECORD_BATCH_TOO_LARGE,
-            LogError::InvalidBatch(e) => e.kafka_error_code(),
+            LogError::InvalidBatch(e) | LogError::UncleanableBatch { source: e, .. } => e.kafka_error_code(),
             LogError::UnexpectedAppendOffset { .. } => UNKNOWN_SERVER_ERROR,
             LogError::LeaderEpochRegression { .. } | LogError::TruncatedDuringRead { .. } => NOT_LEADER_OR_FOLLOWER,
             LogError::Corrupt(_) => CORRUPT_MESSAGE,
