@@ -96,9 +96,13 @@ pub enum HandshakeError {
 }
 
 impl HandshakeError {
-    /// Failures an operator must act on (as opposed to a peer that went away mid-handshake).
+    /// Failures worth a warning: a refused peer or bytes that are no handshake at all (an
+    /// oversized frame), as opposed to a peer that went away mid-handshake.
     pub(crate) fn is_misconfiguration(&self) -> bool {
-        !matches!(self, HandshakeError::Io(_))
+        match self {
+            HandshakeError::Io(e) => e.kind() == io::ErrorKind::InvalidData,
+            _ => true,
+        }
     }
 }
 
