@@ -2,10 +2,13 @@
 //! property names, resolved once at start-up into typed settings.
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::io::Read;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Parser;
+use sluice_raft_meta::{ClusterSecret, CREATE_SECRET_HINT};
 
 use crate::group::coordinator::GroupConfig;
 use crate::group::OffsetsSettings;
@@ -52,11 +55,44 @@ pub struct Cli {
     #[arg(long)]
     pub cluster_id: Option<String>,
 
+    /// File holding the secret the metadata quorum's members authenticate each other with
+    /// (its contents, trimmed; at least 16 bytes). Required when --voters names more than one
+    /// node, and the same on every node. Create it with
+    /// `head -c 32 /dev/urandom | base64 > cluster-secret`.
+    #[arg(long, value_name = "PATH", conflicts_with = "cluster_secret")]
+    pub cluster_secret_file: Option<PathBuf>,
+
+    /// The cluster secret itself, instead of --cluster-secret-file. Prefer setting it through
+    /// the environment: a value on the command line is visible to other users of the machine.
+    #[arg(long, env = "SLUICE_CLUSTER_SECRET", hide_env_values = true, value_name = "SECRET")]
+    pub cluster_secret: Option<SecretText>,
+
     /// Any broker setting by its Kafka property name, e.g. `--set num.partitions=3`.
     /// Repeat for several. Unknown names are refused so that typos do not go unnoticed.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub settings: Vec<String>,
 }
+
+/// Text that must not show up in logs or `Debug` output (the cluster secret).
+#[derive(Clone)]
+pub struct SecretText(String);
+
+impl std::str::FromStr for SecretText {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(SecretText(s.to_owned()))
+    }
+}
+
+impl fmt::Debug for SecretText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// A secret file larger than this is refused (32 random bytes in base64 are 45).
+const MAX_CLUSTER_SECRET_FILE_BYTES: u64 = 4096;
 
 /// A configuration problem found at start-up; the message says what to change.
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +113,16 @@ pub enum ConfigError {
     NotAVoter(i32),
     #[error("controller address {0:?} for this node cannot be resolved; give --controller-listen as ip:port")]
     BadControllerListen(String),
+    #[error("--voters names {0} nodes, so the metadata quorum's members must authenticate each other, but no cluster secret was given: {hint}", hint = CREATE_SECRET_HINT)]
+    NoClusterSecret(usize),
+    #[error("cannot read --cluster-secret-file {path}: {source}. Check the path and its permissions; {hint}", path = .path.display(), hint = CREATE_SECRET_HINT)]
+    SecretFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the cluster secret from {from} is unusable: {reason}")]
+    BadClusterSecret { from: String, reason: String },
 }
 
 /// Broker-level settings that are not topic-config defaults.
@@ -163,6 +209,8 @@ pub struct BrokerConfig {
     pub controller_listen: SocketAddr,
     /// Explicit or derived cluster id; `None` lets a single node pick a random one.
     pub cluster_id: Option<String>,
+    /// What quorum members prove to each other; `None` only for a single-node cluster.
+    pub cluster_secret: Option<ClusterSecret>,
     /// A broker the controller has not heard from for this long is fenced.
     pub broker_session_timeout_ms: u64,
     pub broker_heartbeat_interval_ms: u64,
@@ -203,6 +251,7 @@ impl BrokerConfig {
         };
         let get = |key: &str| broker_value(&overrides, key);
         let (voters, controller_listen) = quorum_membership(cli)?;
+        let cluster_secret = cluster_secret(cli, voters.len())?;
         let cluster_id = cli
             .cluster_id
             .clone()
@@ -211,6 +260,7 @@ impl BrokerConfig {
             voters,
             controller_listen,
             cluster_id,
+            cluster_secret,
             broker_session_timeout_ms: parse_num("broker.session.timeout.ms", &get("broker.session.timeout.ms"))?,
             broker_heartbeat_interval_ms: parse_num(
                 "broker.heartbeat.interval.ms",
@@ -337,6 +387,45 @@ fn group_config(get: &dyn Fn(&str) -> String) -> Result<GroupConfig, ConfigError
         // Set from the offsets topic's max.message.bytes once the broker config is complete.
         max_group_record_bytes: GroupConfig::default().max_group_record_bytes,
     })
+}
+
+/// The secret from --cluster-secret-file or SLUICE_CLUSTER_SECRET (trimmed), required when
+/// the quorum has more than one voter. Refusing to start without one is deliberate: node ids,
+/// the cluster id and addresses are all public, so without a secret anyone who can reach a
+/// controller port could join the quorum's conversation.
+fn cluster_secret(cli: &Cli, voters: usize) -> Result<Option<ClusterSecret>, ConfigError> {
+    let (bytes, from) = match (&cli.cluster_secret_file, &cli.cluster_secret) {
+        (Some(path), _) => (read_secret_file(path)?, format!("--cluster-secret-file {}", path.display())),
+        (None, Some(text)) => (text.0.clone().into_bytes(), "SLUICE_CLUSTER_SECRET".to_owned()),
+        (None, None) if voters > 1 => return Err(ConfigError::NoClusterSecret(voters)),
+        (None, None) => return Ok(None),
+    };
+    ClusterSecret::new(bytes.trim_ascii())
+        .map(Some)
+        .map_err(|e| ConfigError::BadClusterSecret {
+            from,
+            reason: e.to_string(),
+        })
+}
+
+fn read_secret_file(path: &std::path::Path) -> Result<Vec<u8>, ConfigError> {
+    let io = |source| ConfigError::SecretFile {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_CLUSTER_SECRET_FILE_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(io)?;
+    if bytes.len() as u64 > MAX_CLUSTER_SECRET_FILE_BYTES {
+        return Err(ConfigError::BadClusterSecret {
+            from: format!("--cluster-secret-file {}", path.display()),
+            reason: format!(
+                "the file is larger than {MAX_CLUSTER_SECRET_FILE_BYTES} bytes; is it the right file? {CREATE_SECRET_HINT}"
+            ),
+        });
+    }
+    Ok(bytes)
 }
 
 /// The voter set and this node's controller listener. A node alone (no --voters) is a
@@ -503,21 +592,49 @@ mod tests {
     #[test]
     fn voters_give_the_controller_listener_and_a_shared_cluster_id() {
         let voters = "1@127.0.0.1:9093,2@127.0.0.1:9193,3@127.0.0.1:9293";
-        let one = BrokerConfig::from_cli(&cli(&["--node-id", "1", "--voters", voters])).unwrap();
-        let two = BrokerConfig::from_cli(&cli(&["--node-id", "2", "--voters", voters])).unwrap();
+        let secret = "a-test-secret-of-enough-bytes";
+        let one = BrokerConfig::from_cli(&cli(&["--node-id", "1", "--voters", voters, "--cluster-secret", secret])).unwrap();
+        let two = BrokerConfig::from_cli(&cli(&["--node-id", "2", "--voters", voters, "--cluster-secret", secret])).unwrap();
         assert_eq!(one.controller_listen.to_string(), "127.0.0.1:9093");
         assert_eq!(two.controller_listen.to_string(), "127.0.0.1:9193");
         assert_eq!(one.voters.len(), 3);
         assert!(one.cluster_id.is_some());
         assert_eq!(one.cluster_id, two.cluster_id);
         assert!(matches!(
-            BrokerConfig::from_cli(&cli(&["--node-id", "4", "--voters", voters])),
+            BrokerConfig::from_cli(&cli(&["--node-id", "4", "--voters", voters, "--cluster-secret", secret])),
             Err(ConfigError::NotAVoter(4))
         ));
         assert!(matches!(
             BrokerConfig::from_cli(&cli(&["--voters", "1-127.0.0.1:9093"])),
             Err(ConfigError::BadVoter(_))
         ));
+    }
+
+    #[test]
+    fn a_multi_voter_cluster_needs_a_cluster_secret_of_at_least_16_bytes() {
+        let voters = "1@127.0.0.1:9093,2@127.0.0.1:9193";
+        let err = BrokerConfig::from_cli(&cli(&["--voters", voters])).unwrap_err();
+        assert!(matches!(err, ConfigError::NoClusterSecret(2)), "{err}");
+        assert!(err.to_string().contains("head -c 32 /dev/urandom"), "{err}");
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("cluster-secret");
+        std::fs::write(&file, "  short\n").unwrap();
+        let path = file.to_str().unwrap();
+        let err = BrokerConfig::from_cli(&cli(&["--voters", voters, "--cluster-secret-file", path])).unwrap_err();
+        assert!(err.to_string().contains("5 bytes long"), "{err}");
+
+        std::fs::write(&file, "c2x1aWNlLWNsdXN0ZXItc2VjcmV0LXRlc3Q=\n").unwrap();
+        let config = BrokerConfig::from_cli(&cli(&["--voters", voters, "--cluster-secret-file", path])).unwrap();
+        let shown = format!("{config:?}");
+        assert!(config.cluster_secret.is_some());
+        assert!(!shown.contains("c2x1aWNl"), "the secret leaked into Debug output");
+
+        let err = BrokerConfig::from_cli(&cli(&["--voters", voters, "--cluster-secret-file", "/nonexistent/secret"]))
+            .unwrap_err();
+        assert!(matches!(err, ConfigError::SecretFile { .. }), "{err}");
+        // A single node needs none.
+        assert!(BrokerConfig::from_cli(&cli(&[])).unwrap().cluster_secret.is_none());
     }
 
     #[test]

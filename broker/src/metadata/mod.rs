@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use sluice_raft_meta::{ProposeError, Quorum, QuorumConfig, QuorumError, QuorumStatus, StateMachine};
+use sluice_raft_meta::{ProposeError, Quorum, QuorumConfig, QuorumError, QuorumExit, QuorumStatus, StateMachine};
 use tokio::sync::watch;
 use uuid::Uuid;
 
@@ -116,6 +116,7 @@ impl MetadataStore {
             heartbeat_tick: 2,
             snapshot_every_entries: 1000,
             cluster_id,
+            secret: config.cluster_secret.clone(),
         };
         let quorum = Quorum::start(quorum_config, state_machine).await?;
         let image = published.borrow().clone();
@@ -172,6 +173,11 @@ impl MetadataStore {
             // Applied, but by a restore that skipped our entry: it did happen; report success.
             None => Ok((self.image(), Outcome::Done)),
         }
+    }
+
+    /// Resolves when this node's quorum member stops, saying how (see `Quorum::stopped`).
+    pub async fn quorum_stopped(&self) -> QuorumExit {
+        self.quorum.stopped().await
     }
 
     pub async fn shutdown(self) {
