@@ -7,7 +7,8 @@
 #   scripts/cluster.sh stop      SIGTERM every node (controlled shutdown) and wait
 #   scripts/cluster.sh kill N    SIGKILL node N (to try failover); `start` brings it back
 #
-# Data and logs live in ${SLUICE_CLUSTER_DIR:-./cluster-data}/node-N/.
+# Data and logs live in ${SLUICE_CLUSTER_DIR:-./cluster-data}/node-N/. The nodes authenticate
+# each other with the secret in $DIR/cluster-secret, made on the first start (keep it private).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${SLUICE_CLUSTER_DIR:-$(pwd)/cluster-data}
@@ -18,7 +19,12 @@ running() { local pid; pid=$(pid_of "$1"); [ -n "$pid" ] && kill -0 "$pid" 2>/de
 
 start() {
     cargo build --release -p sluice-broker --bin sluice
-    local bin
+    local bin secret="$DIR/cluster-secret"
+    if [ ! -s "$secret" ]; then
+        mkdir -p "$DIR"
+        (umask 077 && head -c 32 /dev/urandom | base64 >"$secret")
+        echo "created cluster secret $secret"
+    fi
     bin="$(cargo metadata --no-deps --format-version 1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/release/sluice"
     for n in 1 2 3; do
         if running "$n"; then echo "node $n already running (pid $(pid_of "$n"))"; continue; fi
@@ -26,7 +32,7 @@ start() {
         local port=$((9092 + (n - 1) * 100))
         "$bin" --node-id "$n" --data-dir "$DIR/node-$n/data" \
             --listen "127.0.0.1:$port" --controller-listen "127.0.0.1:$((port + 1))" --voters "$VOTERS" \
-            >>"$DIR/node-$n/sluice.log" 2>&1 &
+            --cluster-secret-file "$secret" >>"$DIR/node-$n/sluice.log" 2>&1 &
         echo $! >"$DIR/node-$n/sluice.pid"
         echo "node $n: pid $!, kafka 127.0.0.1:$port, controller 127.0.0.1:$((port + 1)), log $DIR/node-$n/sluice.log"
     done

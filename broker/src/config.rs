@@ -2,10 +2,13 @@
 //! property names, resolved once at start-up into typed settings.
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::io::Read;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Parser;
+use sluice_raft_meta::{ClusterSecret, CREATE_SECRET_HINT};
 
 use crate::group::coordinator::GroupConfig;
 use crate::group::OffsetsSettings;
@@ -52,11 +55,44 @@ pub struct Cli {
     #[arg(long)]
     pub cluster_id: Option<String>,
 
+    /// File holding the secret the metadata quorum's members authenticate each other with
+    /// (its contents, trimmed; at least 16 bytes). Required when --voters names more than one
+    /// node, and the same on every node. Create it with
+    /// `head -c 32 /dev/urandom | base64 > cluster-secret`.
+    #[arg(long, value_name = "PATH", conflicts_with = "cluster_secret")]
+    pub cluster_secret_file: Option<PathBuf>,
+
+    /// The cluster secret itself, instead of --cluster-secret-file. Prefer setting it through
+    /// the environment: a value on the command line is visible to other users of the machine.
+    #[arg(long, env = "SLUICE_CLUSTER_SECRET", hide_env_values = true, value_name = "SECRET")]
+    pub cluster_secret: Option<SecretText>,
+
     /// Any broker setting by its Kafka property name, e.g. `--set num.partitions=3`.
     /// Repeat for several. Unknown names are refused so that typos do not go unnoticed.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub settings: Vec<String>,
 }
+
+/// Text that must not show up in logs or `Debug` output (the cluster secret).
+#[derive(Clone)]
+pub struct SecretText(String);
+
+impl std::str::FromStr for SecretText {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(SecretText(s.to_owned()))
+    }
+}
+
+impl fmt::Debug for SecretText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// A secret file larger than this is refused (32 random bytes in base64 are 45).
+const MAX_CLUSTER_SECRET_FILE_BYTES: u64 = 4096;
 
 /// A configuration problem found at start-up; the message says what to change.
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +113,16 @@ pub enum ConfigError {
     NotAVoter(i32),
     #[error("controller address {0:?} for this node cannot be resolved; give --controller-listen as ip:port")]
     BadControllerListen(String),
+    #[error("--voters names {0} nodes, so the metadata quorum's members must authenticate each other, but no cluster secret was given: {hint}", hint = CREATE_SECRET_HINT)]
+    NoClusterSecret(usize),
+    #[error("cannot read --cluster-secret-file {path}: {source}. Check the path and its permissions; {hint}", path = .path.display(), hint = CREATE_SECRET_HINT)]
+    SecretFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the cluster secret from {from} is unusable: {reason}")]
+    BadClusterSecret { from: String, reason: String },
 }
 
 /// Broker-level settings that are not topic-config defaults.
@@ -87,6 +133,7 @@ const BROKER_KEYS: &[(&str, &str, ConfigType)] = &[
     ("socket.request.max.bytes", "104857600", ConfigType::Int),
     ("queued.max.request.bytes", "536870912", ConfigType::Long),
     ("max.in.flight.requests.per.connection", "64", ConfigType::Int),
+    ("max.connections", "10000", ConfigType::Int),
     ("connections.max.idle.ms", "600000", ConfigType::Long),
     ("socket.request.read.timeout.ms", "30000", ConfigType::Long),
     ("log.retention.check.interval.ms", "300000", ConfigType::Long),
@@ -112,6 +159,10 @@ const BROKER_KEYS: &[(&str, &str, ConfigType)] = &[
     ("auto.leader.rebalance.enable", "true", ConfigType::Boolean),
     ("leader.imbalance.check.interval.seconds", "300", ConfigType::Long),
     ("controlled.shutdown.enable", "true", ConfigType::Boolean),
+    // Fetch: the consumer response cap (followers' is replica.fetch.response.max.bytes) and how
+    // many fetch disk reads run at once on the blocking pool (Kafka's request handler threads).
+    ("fetch.max.bytes", "57671680", ConfigType::Int),
+    ("num.io.threads", "8", ConfigType::Int),
     // Consumer groups and their offsets topic.
     ("offsets.topic.num.partitions", "50", ConfigType::Int),
     ("offsets.topic.replication.factor", "3", ConfigType::Short),
@@ -144,6 +195,8 @@ pub struct BrokerConfig {
     pub socket_request_max_bytes: usize,
     pub queued_max_request_bytes: usize,
     pub max_in_flight_requests_per_connection: usize,
+    /// Client connections open at once; more are refused at accept.
+    pub max_connections: usize,
     /// A connection with nothing in flight that sends nothing for this long is closed.
     pub connections_max_idle_ms: u64,
     /// A request whose first bytes arrived must arrive whole within this long (Sluice's own
@@ -156,6 +209,8 @@ pub struct BrokerConfig {
     pub controller_listen: SocketAddr,
     /// Explicit or derived cluster id; `None` lets a single node pick a random one.
     pub cluster_id: Option<String>,
+    /// What quorum members prove to each other; `None` only for a single-node cluster.
+    pub cluster_secret: Option<ClusterSecret>,
     /// A broker the controller has not heard from for this long is fenced.
     pub broker_session_timeout_ms: u64,
     pub broker_heartbeat_interval_ms: u64,
@@ -168,6 +223,11 @@ pub struct BrokerConfig {
     pub auto_leader_rebalance_enable: bool,
     pub leader_imbalance_check_interval_seconds: u64,
     pub controlled_shutdown_enable: bool,
+    /// `fetch.max.bytes`: a consumer's Fetch response carries at most this many record bytes,
+    /// whatever the request asks (a first batch larger than it still goes whole, KIP-74).
+    pub fetch_max_bytes: i32,
+    /// `num.io.threads`: fetch disk reads running at once; more wait for a turn.
+    pub num_io_threads: usize,
     /// Consumer-group settings (`group.*`, `offsets.retention.minutes`, ...).
     pub group: GroupConfig,
     pub offsets: OffsetsSettings,
@@ -191,6 +251,7 @@ impl BrokerConfig {
         };
         let get = |key: &str| broker_value(&overrides, key);
         let (voters, controller_listen) = quorum_membership(cli)?;
+        let cluster_secret = cluster_secret(cli, voters.len())?;
         let cluster_id = cli
             .cluster_id
             .clone()
@@ -199,6 +260,7 @@ impl BrokerConfig {
             voters,
             controller_listen,
             cluster_id,
+            cluster_secret,
             broker_session_timeout_ms: parse_num("broker.session.timeout.ms", &get("broker.session.timeout.ms"))?,
             broker_heartbeat_interval_ms: parse_num(
                 "broker.heartbeat.interval.ms",
@@ -221,6 +283,8 @@ impl BrokerConfig {
                 &get("leader.imbalance.check.interval.seconds"),
             )?,
             controlled_shutdown_enable: get("controlled.shutdown.enable") == "true",
+            fetch_max_bytes: parse_at_least("fetch.max.bytes", &get("fetch.max.bytes"), 0)?,
+            num_io_threads: parse_at_least("num.io.threads", &get("num.io.threads"), 1)?,
             node_id: cli.node_id,
             data_dir: cli.data_dir.clone(),
             listen: cli.listen,
@@ -236,6 +300,7 @@ impl BrokerConfig {
                 "max.in.flight.requests.per.connection",
                 &get("max.in.flight.requests.per.connection"),
             )?,
+            max_connections: parse_at_least("max.connections", &get("max.connections"), 1)?,
             connections_max_idle_ms: parse_num("connections.max.idle.ms", &get("connections.max.idle.ms"))?,
             socket_request_read_timeout_ms: parse_num(
                 "socket.request.read.timeout.ms",
@@ -322,6 +387,45 @@ fn group_config(get: &dyn Fn(&str) -> String) -> Result<GroupConfig, ConfigError
         // Set from the offsets topic's max.message.bytes once the broker config is complete.
         max_group_record_bytes: GroupConfig::default().max_group_record_bytes,
     })
+}
+
+/// The secret from --cluster-secret-file or SLUICE_CLUSTER_SECRET (trimmed), required when
+/// the quorum has more than one voter. Refusing to start without one is deliberate: node ids,
+/// the cluster id and addresses are all public, so without a secret anyone who can reach a
+/// controller port could join the quorum's conversation.
+fn cluster_secret(cli: &Cli, voters: usize) -> Result<Option<ClusterSecret>, ConfigError> {
+    let (bytes, from) = match (&cli.cluster_secret_file, &cli.cluster_secret) {
+        (Some(path), _) => (read_secret_file(path)?, format!("--cluster-secret-file {}", path.display())),
+        (None, Some(text)) => (text.0.clone().into_bytes(), "SLUICE_CLUSTER_SECRET".to_owned()),
+        (None, None) if voters > 1 => return Err(ConfigError::NoClusterSecret(voters)),
+        (None, None) => return Ok(None),
+    };
+    ClusterSecret::new(bytes.trim_ascii())
+        .map(Some)
+        .map_err(|e| ConfigError::BadClusterSecret {
+            from,
+            reason: e.to_string(),
+        })
+}
+
+fn read_secret_file(path: &std::path::Path) -> Result<Vec<u8>, ConfigError> {
+    let io = |source| ConfigError::SecretFile {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_CLUSTER_SECRET_FILE_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(io)?;
+    if bytes.len() as u64 > MAX_CLUSTER_SECRET_FILE_BYTES {
+        return Err(ConfigError::BadClusterSecret {
+            from: format!("--cluster-secret-file {}", path.display()),
+            reason: format!(
+                "the file is larger than {MAX_CLUSTER_SECRET_FILE_BYTES} bytes; is it the right file? {CREATE_SECRET_HINT}"
+            ),
+        });
+    }
+    Ok(bytes)
 }
 
 /// The voter set and this node's controller listener. A node alone (no --voters) is a
@@ -414,6 +518,23 @@ fn parse_num<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, ConfigEr
     })
 }
 
+/// A number that must be at least `min` (Kafka's `atLeast` validator).
+fn parse_at_least<T: std::str::FromStr + PartialOrd + std::fmt::Display>(
+    key: &str,
+    value: &str,
+    min: T,
+) -> Result<T, ConfigError> {
+    let n: T = parse_num(key, value)?;
+    if n < min {
+        return Err(ConfigError::InvalidValue {
+            key: key.to_string(),
+            value: value.to_string(),
+            reason: format!("must be at least {min}"),
+        });
+    }
+    Ok(n)
+}
+
 fn split_host_port(addr: &str) -> Result<(String, i32), ConfigError> {
     let (host, port) = addr
         .rsplit_once(':')
@@ -471,21 +592,49 @@ mod tests {
     #[test]
     fn voters_give_the_controller_listener_and_a_shared_cluster_id() {
         let voters = "1@127.0.0.1:9093,2@127.0.0.1:9193,3@127.0.0.1:9293";
-        let one = BrokerConfig::from_cli(&cli(&["--node-id", "1", "--voters", voters])).unwrap();
-        let two = BrokerConfig::from_cli(&cli(&["--node-id", "2", "--voters", voters])).unwrap();
+        let secret = "a-test-secret-of-enough-bytes";
+        let one = BrokerConfig::from_cli(&cli(&["--node-id", "1", "--voters", voters, "--cluster-secret", secret])).unwrap();
+        let two = BrokerConfig::from_cli(&cli(&["--node-id", "2", "--voters", voters, "--cluster-secret", secret])).unwrap();
         assert_eq!(one.controller_listen.to_string(), "127.0.0.1:9093");
         assert_eq!(two.controller_listen.to_string(), "127.0.0.1:9193");
         assert_eq!(one.voters.len(), 3);
         assert!(one.cluster_id.is_some());
         assert_eq!(one.cluster_id, two.cluster_id);
         assert!(matches!(
-            BrokerConfig::from_cli(&cli(&["--node-id", "4", "--voters", voters])),
+            BrokerConfig::from_cli(&cli(&["--node-id", "4", "--voters", voters, "--cluster-secret", secret])),
             Err(ConfigError::NotAVoter(4))
         ));
         assert!(matches!(
             BrokerConfig::from_cli(&cli(&["--voters", "1-127.0.0.1:9093"])),
             Err(ConfigError::BadVoter(_))
         ));
+    }
+
+    #[test]
+    fn a_multi_voter_cluster_needs_a_cluster_secret_of_at_least_16_bytes() {
+        let voters = "1@127.0.0.1:9093,2@127.0.0.1:9193";
+        let err = BrokerConfig::from_cli(&cli(&["--voters", voters])).unwrap_err();
+        assert!(matches!(err, ConfigError::NoClusterSecret(2)), "{err}");
+        assert!(err.to_string().contains("head -c 32 /dev/urandom"), "{err}");
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("cluster-secret");
+        std::fs::write(&file, "  short\n").unwrap();
+        let path = file.to_str().unwrap();
+        let err = BrokerConfig::from_cli(&cli(&["--voters", voters, "--cluster-secret-file", path])).unwrap_err();
+        assert!(err.to_string().contains("5 bytes long"), "{err}");
+
+        std::fs::write(&file, "c2x1aWNlLWNsdXN0ZXItc2VjcmV0LXRlc3Q=\n").unwrap();
+        let config = BrokerConfig::from_cli(&cli(&["--voters", voters, "--cluster-secret-file", path])).unwrap();
+        let shown = format!("{config:?}");
+        assert!(config.cluster_secret.is_some());
+        assert!(!shown.contains("c2x1aWNl"), "the secret leaked into Debug output");
+
+        let err = BrokerConfig::from_cli(&cli(&["--voters", voters, "--cluster-secret-file", "/nonexistent/secret"]))
+            .unwrap_err();
+        assert!(matches!(err, ConfigError::SecretFile { .. }), "{err}");
+        // A single node needs none.
+        assert!(BrokerConfig::from_cli(&cli(&[])).unwrap().cluster_secret.is_none());
     }
 
     #[test]
@@ -510,6 +659,25 @@ mod tests {
             (set.enable, set.backoff_ms, set.dedupe_buffer_size),
             (false, 200, 1_048_576)
         );
+    }
+
+    #[test]
+    fn fetch_caps_use_kafkas_names_and_defaults() {
+        let defaults = BrokerConfig::from_cli(&cli(&[])).unwrap();
+        assert_eq!(defaults.fetch_max_bytes, 57_671_680, "Kafka's 55 MiB");
+        assert_eq!(defaults.num_io_threads, 8);
+        assert_eq!(defaults.replica_fetch_response_max_bytes, 10_485_760);
+        let set =
+            BrokerConfig::from_cli(&cli(&["--set", "fetch.max.bytes=1048576", "--set", "num.io.threads=2"])).unwrap();
+        assert_eq!((set.fetch_max_bytes, set.num_io_threads), (1_048_576, 2));
+        assert!(matches!(
+            BrokerConfig::from_cli(&cli(&["--set", "num.io.threads=0"])),
+            Err(ConfigError::InvalidValue { .. })
+        ));
+        assert!(matches!(
+            BrokerConfig::from_cli(&cli(&["--set", "fetch.max.bytes=-1"])),
+            Err(ConfigError::InvalidValue { .. })
+        ));
     }
 
     #[test]

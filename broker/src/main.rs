@@ -1,6 +1,7 @@
 //! The `sluice` binary: parse flags, open the broker, serve until SIGINT/SIGTERM.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
 use sluice_broker::broker::Broker;
@@ -9,6 +10,10 @@ use sluice_broker::server;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
+
+/// After a fatal error, how long blocking work (log cleaner, checkpoint writes) may finish
+/// before the process exits anyway.
+const FAILURE_EXIT_GRACE: Duration = Duration::from_secs(5);
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -36,6 +41,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             tracing::error!("{message}");
+            runtime.shutdown_timeout(FAILURE_EXIT_GRACE);
             ExitCode::FAILURE
         }
     }
@@ -65,6 +71,17 @@ async fn run(config: BrokerConfig) -> Result<(), String> {
     tokio::select! {
         _ = sigterm.recv() => tracing::info!("SIGTERM received; shutting down"),
         _ = sigint.recv() => tracing::info!("SIGINT received; shutting down"),
+        // Without its quorum member this node's metadata no longer changes: serving it would
+        // hand clients a frozen view (stale leaders, missing topics), so stop instead.
+        exit = broker.metadata.quorum_stopped() => {
+            let reason = match exit {
+                sluice_raft_meta::QuorumExit::Failed(reason) => reason,
+                sluice_raft_meta::QuorumExit::Shutdown => "it shut down unexpectedly".to_owned(),
+            };
+            return Err(format!(
+                "the metadata quorum member stopped ({reason}); this node exits instead of serving metadata that no longer changes. Fix the cause reported above and restart it; the other nodes carry on meanwhile"
+            ));
+        }
     }
     // Leadership moves away while this broker still serves, so clients fail over at once.
     broker.controlled_shutdown().await;

@@ -22,7 +22,7 @@ use uuid::Uuid;
 
 use sluice_protocol::batch::BatchIter;
 
-use crate::log::{AppendInfo, CleanStats, LogCleaner, LogConfig, LogError, LogToClean, PartitionLog};
+use crate::log::{AppendInfo, CleanStats, LogCleaner, LogConfig, LogError, LogToClean, PartitionLog, PlannedRead};
 use crate::metadata::image::PartitionRegistration;
 use crate::metadata::records::MetadataCommand;
 use crate::producer_state::{ProducerStateManager, SequenceCheck};
@@ -128,6 +128,28 @@ pub struct ReadOutcome {
     pub records: Bytes,
     pub high_watermark: i64,
     pub log_start_offset: i64,
+}
+
+/// A read planned under the partition's lock ([`Partition::plan_read`]), to be done without it
+/// ([`PartitionRead::read`]). The high watermark is the one the plan was bounded by, so the
+/// response reports the state the bytes were chosen from.
+pub struct PartitionRead {
+    planned: PlannedRead,
+    high_watermark: i64,
+    log_start_offset: i64,
+}
+
+impl PartitionRead {
+    /// The planned bytes, at most `max_bytes` (but the first batch whole if `min_one_message`).
+    /// Blocking positional reads: run it on a blocking thread.
+    pub fn read(&self, max_bytes: usize, min_one_message: bool) -> Result<ReadOutcome, LogError> {
+        let result = self.planned.read(max_bytes, min_one_message)?;
+        Ok(ReadOutcome {
+            records: result.records,
+            high_watermark: self.high_watermark,
+            log_start_offset: self.log_start_offset,
+        })
+    }
 }
 
 impl Partition {
@@ -289,10 +311,17 @@ impl Partition {
     /// A follower fetched from `fetch_offset`: that is its log end offset. Updates its
     /// progress (Kafka's `updateFetchState`), advances the high watermark, and returns the
     /// AlterPartition that adds the follower back to the ISR once it has caught up.
+    ///
+    /// The caller has checked the fetch's replica identity (broker epoch); here the replica
+    /// must also be in the applied replica set. A broker that is not is refused as Kafka
+    /// refuses it (KAFKA-13837): UNKNOWN_LEADER_EPOCH when the fetch named a leader epoch (the
+    /// pair is not one this leader knows yet; the follower retries), NOT_LEADER_OR_FOLLOWER
+    /// otherwise. A refused fetch changes no follower's progress, ISR or high watermark.
     pub fn record_follower_fetch(
         &self,
         replica_id: i32,
         fetch_offset: i64,
+        current_leader_epoch: i32,
         now_ms: i64,
     ) -> Result<Option<MetadataCommand>, ResponseError> {
         let mut guard = self.replica.lock();
@@ -302,8 +331,10 @@ impl Partition {
         let Role::Leader(leader) = &mut state.role else {
             return Err(ResponseError::NotLeaderOrFollower);
         };
-        let Some(progress) = leader.followers.get_mut(&replica_id) else {
-            return Err(ResponseError::NotLeaderOrFollower);
+        let progress = match leader.followers.get_mut(&replica_id) {
+            Some(progress) if replica_id != self.node_id && state.replicas.contains(&replica_id) => progress,
+            _ if current_leader_epoch >= 0 => return Err(ResponseError::UnknownLeaderEpoch),
+            _ => return Err(ResponseError::NotLeaderOrFollower),
         };
         if fetch_offset > leader_end {
             return Ok(None); // the read answers OFFSET_OUT_OF_RANGE; nothing to learn
@@ -392,6 +423,7 @@ impl Partition {
             .filter(|id| **id != self.node_id)
             .map(|id| leader.followers.get(id).map_or(-1, |p| p.log_end_offset))
             .fold(own_end, i64::min);
+        debug_assert!(candidate <= own_end, "HW {candidate} beyond the log end {own_end}");
         self.high_watermark.send_if_modified(|hw| {
             let advance = candidate > *hw;
             if advance {
@@ -419,16 +451,18 @@ impl Partition {
         Ok(end)
     }
 
-    /// A follower's high watermark: the leader's, as far as this replica's log reaches.
+    /// A follower's high watermark: the leader's, as far as this replica's log reaches. Like
+    /// Kafka's `maybeUpdateHighWatermark` it only moves forward (a new leader may report a
+    /// lower one until it catches up); only truncating the log lowers it.
     pub fn update_follower_high_watermark(&self, leader_high_watermark: i64) {
         let hw = leader_high_watermark.min(self.log_end_offset());
-        if hw >= 0 {
-            self.high_watermark.send_if_modified(|current| {
-                let changed = *current != hw;
+        self.high_watermark.send_if_modified(|current| {
+            let advance = hw > *current;
+            if advance {
                 *current = hw;
-                changed
-            });
-        }
+            }
+            advance
+        });
     }
 
     /// Drops everything from `offset` on, as a follower at `leader_epoch` reconciling its log
@@ -482,7 +516,9 @@ impl Partition {
         self.log.lock().latest_epoch()
     }
 
-    /// Reads up to `max_bytes` from `offset`, up to the high watermark or the log end.
+    /// Reads up to `max_bytes` from `offset`, up to the high watermark or the log end:
+    /// [`Partition::plan_read`] then [`PartitionRead::read`], the disk read after the lock is
+    /// released. Blocking: for callers already off the async workers.
     pub fn read(
         &self,
         offset: i64,
@@ -490,15 +526,24 @@ impl Partition {
         min_one_message: bool,
         bound: ReadBound,
     ) -> Result<ReadOutcome, LogError> {
+        self.plan_read(offset, max_bytes, bound)?
+            .read(max_bytes, min_one_message)
+    }
+
+    /// Plans a read of about `max_bytes` from `offset` under the log's lock, which is held only
+    /// to take the segments' shared file handles and sizes (no disk I/O): concurrent fetches of
+    /// this partition do not serialize on it while the disk is read, nor hold up appends.
+    pub fn plan_read(&self, offset: i64, max_bytes: usize, bound: ReadBound) -> Result<PartitionRead, LogError> {
+        // The HW before the log: it never passes the log end, so the plan stays below both.
         let high_watermark = self.high_watermark();
         let log = self.log.lock();
         let max_offset = match bound {
             ReadBound::HighWatermark => high_watermark,
             ReadBound::LogEnd => i64::MAX,
         };
-        let result = log.read(offset, max_bytes, max_offset, min_one_message)?;
-        Ok(ReadOutcome {
-            records: result.records,
+        let planned = log.plan_read(offset, max_offset, max_bytes)?;
+        Ok(PartitionRead {
+            planned,
             high_watermark,
             log_start_offset: log.log_start_offset(),
         })
@@ -559,6 +604,11 @@ impl Partition {
 
     pub fn update_config(&self, config: LogConfig) {
         self.log.lock().update_config(config);
+    }
+
+    /// The log's `max.message.bytes` (its topic's setting, else the broker's default).
+    pub fn max_message_bytes(&self) -> u32 {
+        self.log.lock().config().max_message_bytes
     }
 
     /// Periodic housekeeping: time-based roll and retention.
@@ -721,6 +771,18 @@ mod tests {
         Partition::open(dir, "t", Uuid::nil(), 0, node_id, LogConfig::default(), None, NOW).unwrap()
     }
 
+    /// Makes broker 1 the only replica, leader at epoch 0.
+    fn lead_alone(p: &Partition) {
+        let single = PartitionRegistration {
+            replicas: vec![1],
+            isr: vec![1],
+            leader: 1,
+            leader_epoch: 0,
+            partition_epoch: 0,
+        };
+        p.apply_registration(&single, NOW);
+    }
+
     fn append(p: &Partition, records: usize) -> i64 {
         let mut batch = encode_simple_batch(records, 10, NOW);
         match p.append_as_leader(&mut batch, NOW).unwrap() {
@@ -746,14 +808,14 @@ mod tests {
         );
         assert_eq!(append(&p, 5), 5);
         assert_eq!(p.high_watermark(), 0, "no follower has confirmed anything yet");
-        assert_eq!(p.record_follower_fetch(2, 5, NOW).unwrap(), None);
+        assert_eq!(p.record_follower_fetch(2, 5, -1, NOW).unwrap(), None);
         assert_eq!(p.high_watermark(), 0, "follower 3 has not fetched from this leader yet");
-        p.record_follower_fetch(3, 3, NOW).unwrap();
+        p.record_follower_fetch(3, 3, -1, NOW).unwrap();
         assert_eq!(p.high_watermark(), 3);
-        p.record_follower_fetch(3, 5, NOW).unwrap();
+        p.record_follower_fetch(3, 5, -1, NOW).unwrap();
         assert_eq!(p.high_watermark(), 5);
         // A follower that reports less later (it truncated) never moves the HW backwards.
-        p.record_follower_fetch(3, 4, NOW).unwrap();
+        p.record_follower_fetch(3, 4, -1, NOW).unwrap();
         assert_eq!(p.high_watermark(), 5);
         // Consumers read only below it; followers read to the log end.
         append(&p, 2);
@@ -769,7 +831,7 @@ mod tests {
         let p = open(dir.path(), 1);
         p.apply_registration(&registration(1, 0, 0, &[1, 2, 3]), NOW);
         append(&p, 10);
-        p.record_follower_fetch(2, 10, NOW + 1_000).unwrap();
+        p.record_follower_fetch(2, 10, -1, NOW + 1_000).unwrap();
         assert_eq!(
             p.isr_shrink(NOW + LAG_MS, LAG_MS),
             None,
@@ -781,8 +843,8 @@ mod tests {
         p.apply_registration(&registration(1, 0, 1, &[1, 2]), NOW + LAG_MS + 3);
         assert_eq!(p.high_watermark(), 10);
         // Follower 3 returns: behind the HW it stays out; at the HW it asks to rejoin.
-        assert_eq!(p.record_follower_fetch(3, 4, NOW + LAG_MS + 4).unwrap(), None);
-        let rejoin = p.record_follower_fetch(3, 10, NOW + LAG_MS + 5).unwrap();
+        assert_eq!(p.record_follower_fetch(3, 4, -1, NOW + LAG_MS + 4).unwrap(), None);
+        let rejoin = p.record_follower_fetch(3, 10, -1, NOW + LAG_MS + 5).unwrap();
         match rejoin {
             Some(MetadataCommand::AlterPartition {
                 leader_id,
@@ -799,9 +861,9 @@ mod tests {
         // While the expansion is decided the joining follower already holds the HW back, so
         // the HW never passes what a member-to-be has.
         append(&p, 5);
-        p.record_follower_fetch(2, 15, NOW + LAG_MS + 6).unwrap();
+        p.record_follower_fetch(2, 15, -1, NOW + LAG_MS + 6).unwrap();
         assert_eq!(p.high_watermark(), 10);
-        p.record_follower_fetch(3, 15, NOW + LAG_MS + 7).unwrap();
+        p.record_follower_fetch(3, 15, -1, NOW + LAG_MS + 7).unwrap();
         assert_eq!(p.high_watermark(), 15);
     }
 
@@ -809,18 +871,11 @@ mod tests {
     fn a_single_replica_commits_on_append_and_unknown_replicas_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let p = open(dir.path(), 1);
-        let single = PartitionRegistration {
-            replicas: vec![1],
-            isr: vec![1],
-            leader: 1,
-            leader_epoch: 0,
-            partition_epoch: 0,
-        };
-        p.apply_registration(&single, NOW);
+        lead_alone(&p);
         assert_eq!(append(&p, 3), 3);
         assert_eq!(p.high_watermark(), 3);
         assert_eq!(
-            p.record_follower_fetch(7, 0, NOW),
+            p.record_follower_fetch(7, 0, -1, NOW),
             Err(ResponseError::NotLeaderOrFollower)
         );
     }
@@ -847,6 +902,10 @@ mod tests {
         assert_eq!(follower.latest_log_epoch(), Some(4));
         follower.update_follower_high_watermark(3);
         assert_eq!(follower.high_watermark(), 3);
+        follower.update_follower_high_watermark(9);
+        assert_eq!(follower.high_watermark(), 5, "never past the follower's log end");
+        follower.update_follower_high_watermark(1);
+        assert_eq!(follower.high_watermark(), 5, "never back, whatever the leader reports");
         let copied = follower.read(0, 1 << 20, true, ReadBound::LogEnd).unwrap().records;
         assert_eq!(copied, batches, "replicas hold identical bytes");
         // Appending as leader is refused to a follower, and so is a fetch from an older epoch.
@@ -865,5 +924,64 @@ mod tests {
         follower.truncate_as_follower(2, 5, false).unwrap();
         assert_eq!(follower.log_end_offset(), 0, "a batch straddling the point goes whole");
         assert_eq!(follower.high_watermark(), 0);
+    }
+
+    #[test]
+    fn a_fetch_from_outside_the_replica_set_is_refused_and_moves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = open(dir.path(), 1);
+        p.apply_registration(&registration(1, 0, 0, &[1, 2, 3]), NOW);
+        append(&p, 5);
+        p.record_follower_fetch(2, 5, 0, NOW).unwrap();
+        p.record_follower_fetch(3, 3, 0, NOW).unwrap();
+        assert_eq!(p.high_watermark(), 3);
+        // Broker 3 is reassigned away; broker 2 drops out of the ISR meanwhile.
+        let moved = PartitionRegistration {
+            replicas: vec![1, 2],
+            isr: vec![1, 2],
+            leader: 1,
+            leader_epoch: 0,
+            partition_epoch: 1,
+        };
+        p.apply_registration(&moved, NOW);
+        append(&p, 5);
+        let hw = p.high_watermark();
+        assert_eq!(hw, 5, "the ISR {{1, 2}} holds offsets below 5");
+        assert_eq!(
+            p.record_follower_fetch(3, 10, 0, NOW),
+            Err(ResponseError::UnknownLeaderEpoch),
+            "a leader epoch was named: Kafka's answer is UNKNOWN_LEADER_EPOCH"
+        );
+        assert_eq!(
+            p.record_follower_fetch(3, 10, -1, NOW),
+            Err(ResponseError::NotLeaderOrFollower)
+        );
+        assert_eq!(
+            p.record_follower_fetch(1, 10, -1, NOW),
+            Err(ResponseError::NotLeaderOrFollower),
+            "the leader never fetches from itself"
+        );
+        assert_eq!(p.high_watermark(), hw, "refused fetches move no high watermark");
+        // Nothing was recorded for broker 3: a later legitimate fetch still starts from scratch.
+        assert_eq!(p.record_follower_fetch(2, 10, 0, NOW).unwrap(), None);
+        assert_eq!(p.high_watermark(), 10);
+    }
+
+    #[test]
+    fn a_planned_read_holds_no_lock_and_reads_what_was_there_when_planned() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = open(dir.path(), 1);
+        lead_alone(&p);
+        append(&p, 3);
+        let planned = p.plan_read(0, i32::MAX as usize, ReadBound::HighWatermark).unwrap();
+        let second = p.plan_read(0, i32::MAX as usize, ReadBound::HighWatermark).unwrap();
+        // Appends and other plans go ahead while plans are outstanding (the lock is not held).
+        assert_eq!(append(&p, 2), 5);
+        let read = planned.read(i32::MAX as usize, true).unwrap();
+        assert_eq!(BatchIter::new(&read.records).count(), 1);
+        assert_eq!(read.high_watermark, 3, "the HW the plan was bounded by");
+        assert_eq!(second.read(i32::MAX as usize, true).unwrap().records, read.records);
+        let now = p.read(0, i32::MAX as usize, true, ReadBound::HighWatermark).unwrap();
+        assert_eq!(BatchIter::new(&now.records).count(), 2);
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError;
 use parking_lot::RwLock;
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 use uuid::Uuid;
 
 use crate::config::BrokerConfig;
@@ -30,6 +30,31 @@ pub struct ReplicaManager {
     fetchers: ReplicaFetcherManager,
     /// High watermarks from the checkpoint read at start, for partitions not opened yet.
     checkpointed: parking_lot::Mutex<HashMap<(String, i32), i64>>,
+    /// Turns for fetch disk reads on the blocking pool, `num.io.threads` at once: bounds the
+    /// blocking threads and the read buffers being filled at any moment.
+    fetch_reads: Arc<Semaphore>,
+}
+
+/// Fetch v15 moved the replica id into `replica_state`, beside the broker epoch (KIP-903).
+pub const FIRST_FETCH_VERSION_WITH_REPLICA_STATE: i16 = 15;
+
+/// Kafka's replica identity check (KIP-903) for a Fetch that claims `replica_id` >= 0: it is a
+/// follower's fetch only if it names, in `replica_state` (v15+), the broker epoch of that
+/// broker's current registration in `image`. A claim without an epoch (before v15), with a
+/// stale or unknown epoch, or for an unregistered broker is refused with NOT_LEADER_OR_FOLLOWER,
+/// Kafka's answer to a stale broker epoch in a follower fetch; such a fetch must move no
+/// follower's progress, ISR or high watermark. Whether the broker is in each partition's replica
+/// set is checked per partition by `Partition::record_follower_fetch`. No allocation.
+pub fn check_follower_identity(
+    image: &MetadataImage,
+    replica_id: i32,
+    broker_epoch: Option<i64>,
+) -> Result<(), ResponseError> {
+    let registered = image.brokers.get(&replica_id).map(|b| b.broker_epoch);
+    match (broker_epoch, registered) {
+        (Some(claimed), Some(current)) if claimed == current => Ok(()),
+        _ => Err(ResponseError::NotLeaderOrFollower),
+    }
 }
 
 impl ReplicaManager {
@@ -37,11 +62,17 @@ impl ReplicaManager {
         let checkpointed = checkpoint::read(&config.data_dir);
         ReplicaManager {
             fetchers: ReplicaFetcherManager::new(config.clone(), images),
-            config,
             partitions: RwLock::default(),
             applied_configs: RwLock::default(),
             checkpointed: parking_lot::Mutex::new(checkpointed),
+            fetch_reads: Arc::new(Semaphore::new(config.num_io_threads.max(1))),
+            config,
         }
+    }
+
+    /// Turns for fetch disk reads (see `fetch_reads`): a fetch holds one while its bytes are read.
+    pub fn fetch_read_permits(&self) -> &Arc<Semaphore> {
+        &self.fetch_reads
     }
 
     pub fn get(&self, topic_id: Uuid, index: i32) -> Option<Arc<Partition>> {
@@ -262,7 +293,54 @@ pub fn partition_dir(data_dir: &Path, topic: &str, index: i32) -> PathBuf {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_partition_dir;
+    use super::{check_follower_identity, parse_partition_dir};
+    use crate::metadata::image::MetadataImage;
+    use crate::metadata::records::MetadataRecord;
+    use kafka_protocol::error::ResponseError;
+    use uuid::Uuid;
+
+    fn register(image: &mut MetadataImage, broker_id: i32) -> i64 {
+        image.apply(&MetadataRecord::RegisterBroker {
+            broker_id,
+            incarnation_id: Uuid::nil(),
+            endpoints: vec![],
+            rack: None,
+        });
+        image.brokers[&broker_id].broker_epoch
+    }
+
+    #[test]
+    fn only_the_current_broker_epoch_makes_a_fetch_a_followers() {
+        let mut image = MetadataImage::new("c".into());
+        let stale = register(&mut image, 2);
+        register(&mut image, 3);
+        let current = register(&mut image, 2);
+        assert!(current > stale);
+        assert_eq!(check_follower_identity(&image, 2, Some(current)), Ok(()));
+        let refused = Err(ResponseError::NotLeaderOrFollower);
+        assert_eq!(
+            check_follower_identity(&image, 2, Some(stale)),
+            refused,
+            "a previous start"
+        );
+        assert_eq!(
+            check_follower_identity(&image, 2, Some(current + 1)),
+            refused,
+            "not yet known"
+        );
+        assert_eq!(check_follower_identity(&image, 2, Some(-1)), refused, "no epoch given");
+        assert_eq!(check_follower_identity(&image, 2, None), refused, "Fetch before v15");
+        assert_eq!(
+            check_follower_identity(&image, 7, Some(current)),
+            refused,
+            "not registered"
+        );
+        assert_eq!(
+            check_follower_identity(&image, 3, Some(current)),
+            refused,
+            "another broker's epoch"
+        );
+    }
 
     #[test]
     fn partition_dirs_split_at_the_last_dash() {

@@ -1,7 +1,7 @@
 //! The accept loop, the background log housekeeping and log cleaner, and graceful shutdown
 //! through one `watch` signal that every task listens to.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,10 +12,7 @@ use tokio::task::JoinSet;
 
 use crate::broker::{now_ms, Broker};
 use crate::connection;
-use crate::log::{read_cleaner_checkpoint, write_cleaner_checkpoint, CleanerConfig, LogCleaner};
-
-/// Upper bound on concurrently open client connections.
-const MAX_CONNECTIONS: usize = 10_000;
+use crate::log::{read_cleaner_checkpoint, write_cleaner_checkpoint, CleanerConfig, LogCleaner, LogError};
 
 /// Serves clients until `shutdown` turns true, then waits (bounded) for connections to end.
 pub async fn run(broker: Arc<Broker>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
@@ -28,7 +25,8 @@ pub async fn run(broker: Arc<Broker>, listener: TcpListener, mut shutdown: watch
     let mut connections = JoinSet::new();
     let housekeeping = tokio::spawn(run_housekeeping(broker.clone(), shutdown.clone()));
     let log_cleaner = tokio::spawn(run_log_cleaner(broker.clone(), shutdown.clone()));
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let max_connections = broker.config.max_connections;
+    let slots = Arc::new(tokio::sync::Semaphore::new(max_connections));
     loop {
         tokio::select! {
             _ = shutdown.changed() => break,
@@ -36,7 +34,7 @@ pub async fn run(broker: Arc<Broker>, listener: TcpListener, mut shutdown: watch
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let Ok(slot) = slots.clone().try_acquire_owned() else {
-                        tracing::warn!(%peer, "refusing a connection: {MAX_CONNECTIONS} connections are already open");
+                        tracing::warn!(%peer, "refusing a connection: max.connections={max_connections} connections are already open");
                         continue;
                     };
                     let _ = stream.set_nodelay(true);
@@ -146,6 +144,10 @@ struct CleanerState {
     /// First dirty offset per (topic, partition), as in `cleaner-offset-checkpoint`.
     checkpoints: HashMap<(String, i32), i64>,
     tombstone_deadlines_ms: HashMap<(String, i32), i64>,
+    /// Partitions holding a batch the cleaner cannot decode (Kafka's uncleanable partitions):
+    /// skipped until the broker restarts, so that one bad batch, failing the same way on every
+    /// pass, does not stop the compaction of every other log.
+    uncleanable: HashSet<(String, i32)>,
 }
 
 impl CleanerState {
@@ -154,6 +156,7 @@ impl CleanerState {
             cleaner: LogCleaner::new(config, stop),
             checkpoints: read_cleaner_checkpoint(&broker.config.data_dir),
             tombstone_deadlines_ms: HashMap::new(),
+            uncleanable: HashSet::new(),
         }
     }
 
@@ -162,6 +165,9 @@ impl CleanerState {
         let mut dirtiest = None;
         for partition in broker.replicas.all() {
             let key = (partition.topic.clone(), partition.index);
+            if self.uncleanable.contains(&key) {
+                continue;
+            }
             let to_clean = match partition.log_to_clean(self.checkpoints.get(&key).copied(), now) {
                 Ok(Some(to_clean)) => to_clean,
                 Ok(None) => continue,
@@ -186,6 +192,12 @@ impl CleanerState {
         let key = (partition.topic.clone(), partition.index);
         let stats = match partition.clean_log(&mut self.cleaner, &to_clean, now) {
             Ok(stats) => stats,
+            Err(e @ LogError::UncleanableBatch { .. }) => {
+                tracing::warn!(topic = %partition.topic, partition = partition.index, error = %e,
+                    "log cleaning failed; the partition's log is unchanged");
+                self.uncleanable.insert(key);
+                return false;
+            }
             Err(e) => {
                 tracing::warn!(topic = %partition.topic, partition = partition.index, error = %e,
                     "log cleaning failed; will retry after log.cleaner.backoff.ms");

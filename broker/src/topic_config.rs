@@ -199,6 +199,15 @@ pub fn effective_value(name: &str, overrides: &BTreeMap<String, String>, broker:
     }
 }
 
+/// `max.message.bytes` in effect for a topic with `overrides`: the largest batch it accepts, and
+/// the most its batches' records may decompress to where they are decoded.
+pub fn max_message_bytes(overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -> u32 {
+    effective_value("max.message.bytes", overrides, broker)
+        .parse::<i64>()
+        .unwrap_or(i64::from(LogConfig::default().max_message_bytes))
+        .clamp(1, i64::from(u32::MAX)) as u32
+}
+
 /// In-sync replicas an `acks=all` write needs. An explicit setting (the topic's override, else
 /// the broker's `--set min.insync.replicas`) wins; otherwise Sluice derives it from the
 /// replication factor, 2 from three replicas up and 1 below, so that with the default
@@ -233,8 +242,7 @@ pub fn log_config(overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -
         retention_bytes: long("retention.bytes", defaults.retention_bytes),
         index_interval_bytes: long("index.interval.bytes", i64::from(defaults.index_interval_bytes))
             .clamp(1, i64::from(u32::MAX)) as u32,
-        max_message_bytes: long("max.message.bytes", i64::from(defaults.max_message_bytes))
-            .clamp(1, i64::from(u32::MAX)) as u32,
+        max_message_bytes: max_message_bytes(overrides, broker),
         message_timestamp_log_append: value("message.timestamp.type") == "LogAppendTime",
         flush_interval_messages: long("flush.messages", i64::MAX).max(1) as u64,
         flush_interval_ms: long("flush.ms", i64::MAX),

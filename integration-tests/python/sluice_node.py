@@ -9,6 +9,7 @@ ApiVersions and Metadata round-trips until a deadline.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import struct
@@ -193,13 +194,17 @@ class SluiceNode:
 def start_cluster(size: int, settings: dict[str, str] | None = None) -> list[SluiceNode]:
     """Starts `size` nodes (ids 1..size), each a broker and a metadata-quorum voter, and waits
     until every one lists itself. Ports are picked up front so every node gets the same
-    --voters list."""
+    --voters list, and every node reads the same fresh --cluster-secret-file."""
     ports = [(free_loopback_port(), free_loopback_port()) for _ in range(size)]
     voters = ",".join(f"{i + 1}@127.0.0.1:{controller}" for i, (_, controller) in enumerate(ports))
+    # The quorum's members authenticate each other with a secret shared by this cluster alone.
+    secret_file = Path(tempfile.mkdtemp(prefix="sluice-pytest-secret-")) / "cluster-secret"
+    secret_file.write_text(secrets.token_hex(32) + "\n")
     nodes = []
     for i, (port, controller) in enumerate(ports):
         node = SluiceNode(settings, node_id=i + 1, ready_timeout=30.0,
-                          extra_args=["--voters", voters, "--controller-listen", f"127.0.0.1:{controller}"])
+                          extra_args=["--voters", voters, "--controller-listen", f"127.0.0.1:{controller}",
+                                      "--cluster-secret-file", str(secret_file)])
         node.port = port
         nodes.append(node)
     try:

@@ -1,17 +1,37 @@
 //! Several `sluice` processes forming one cluster on loopback: each a broker and a voter of
-//! the metadata quorum (`--voters`), on ports picked up front so every node gets the same list.
+//! the metadata quorum (`--voters`), on ports picked up front so every node gets the same list,
+//! sharing a cluster secret made for this cluster alone (`--cluster-secret-file`).
 
+use std::io::Read;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use tempfile::TempDir;
 
 use crate::kafka_client;
 use crate::node::{free_loopback_port, NodeOptions, SluiceNode};
 
 pub struct Cluster {
     nodes: Vec<SluiceNode>,
+    /// Each node's controller (quorum) listener, by position (node id - 1).
+    controllers: Vec<SocketAddr>,
+    secret: String,
+    /// Holds the secret file the nodes read at every (re)start.
+    _secret_dir: TempDir,
+}
+
+/// A fresh random cluster secret (32 bytes from the OS, hex-encoded) in `dir/cluster-secret`.
+fn write_cluster_secret(dir: &Path) -> Result<(String, PathBuf)> {
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .context("reading /dev/urandom for a cluster secret")?;
+    let secret: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let path = dir.join("cluster-secret");
+    std::fs::write(&path, format!("{secret}\n"))?;
+    Ok((secret, path))
 }
 
 impl Cluster {
@@ -33,6 +53,8 @@ impl Cluster {
             .map(|(i, (_, controller))| format!("{}@127.0.0.1:{controller}", i + 1))
             .collect();
         let voters = voters.join(",");
+        let secret_dir = tempfile::Builder::new().prefix("sluice-it-secret-").tempdir()?;
+        let (secret, secret_path) = write_cluster_secret(secret_dir.path())?;
         let mut nodes = Vec::with_capacity(size);
         for (i, (port, _)) in ports.iter().enumerate() {
             let mut opts = NodeOptions {
@@ -40,7 +62,12 @@ impl Cluster {
                 ..NodeOptions::default()
             }
             .port(*port);
-            opts.extra_args = vec!["--voters".into(), voters.clone()];
+            opts.extra_args = vec![
+                "--voters".into(),
+                voters.clone(),
+                "--cluster-secret-file".into(),
+                secret_path.display().to_string(),
+            ];
             opts.ready_timeout = Duration::from_secs(30);
             opts.report_on_drop = report_on_drop;
             for (k, v) in settings {
@@ -51,7 +78,25 @@ impl Cluster {
         for node in &mut nodes {
             node.wait_ready()?;
         }
-        Ok(Cluster { nodes })
+        Ok(Cluster {
+            nodes,
+            controllers: ports
+                .iter()
+                .map(|(_, controller)| SocketAddr::from(([127, 0, 0, 1], *controller)))
+                .collect(),
+            secret,
+            _secret_dir: secret_dir,
+        })
+    }
+
+    /// The secret the nodes authenticate each other with (what their secret file holds).
+    pub fn cluster_secret(&self) -> &str {
+        &self.secret
+    }
+
+    /// The controller (metadata quorum) listener of node `id` (1-based).
+    pub fn controller_addr(&self, id: i32) -> SocketAddr {
+        self.controllers[id as usize - 1]
     }
 
     /// Every node's address, for `bootstrap.servers`.

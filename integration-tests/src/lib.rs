@@ -5,6 +5,7 @@
 //!   awaited by a real ApiVersions + Metadata round-trip, SIGKILL/SIGTERM/restart).
 //! - [`clients`]: rdkafka configurations (manual assignment, idempotence off) and helpers.
 //! - [`wire`]: hand-encoded requests for tests that send hostile or exact bytes.
+//! - [`canary::Canary`]: proof that a broker fed hostile input still serves other clients.
 //! - [`Cluster`]: several nodes forming one cluster (`--voters`), started together.
 //! - [`kafka_client`]: typed requests for fields client libraries hide (controller id, quorum).
 //! - [`groups`]: consumer-group members (in-process and as killable child processes) that commit
@@ -15,6 +16,7 @@
 //! The binary comes from `$SLUICE_BIN`, else `<target>/release/sluice`, else
 //! `<target>/debug/sluice`, where `<target>` is `$CARGO_TARGET_DIR` or `<workspace>/target`.
 
+pub mod canary;
 pub mod clients;
 pub mod cluster;
 pub mod faults;

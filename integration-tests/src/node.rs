@@ -177,6 +177,14 @@ impl SluiceNode {
         }
     }
 
+    /// How the process ended, or `None` while it runs (reaps it if it has exited).
+    pub fn exit_status(&mut self) -> Result<Option<ExitStatus>> {
+        match self.child.as_mut() {
+            Some(c) => Ok(c.try_wait()?),
+            None => bail!("broker is not started"),
+        }
+    }
+
     /// Fails with the log tail if the broker process has exited.
     pub fn assert_running(&mut self) -> Result<()> {
         if let Some(c) = self.child.as_mut() {

@@ -15,7 +15,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::Offset;
 use sluice_integration_tests::wire::{self, RawRecord};
-use sluice_integration_tests::{clients, NodeOptions, SluiceNode};
+use sluice_integration_tests::{clients, procstat, NodeOptions, SluiceNode};
 
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -720,15 +720,8 @@ async fn idle_connections_are_closed_but_busy_ones_are_not() -> Result<()> {
     node.assert_running()
 }
 
-/// The broker process's resident set size, from /proc.
+/// The broker process's resident set size.
 fn rss_bytes(node: &SluiceNode) -> Result<u64> {
     let pid = node.pid().context("the broker is not running")?;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .context("no VmRSS line")?
-        .parse()?;
-    Ok(kib * 1024)
+    Ok(procstat::status_kib(pid, "VmRSS")? * 1024)
 }

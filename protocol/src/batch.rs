@@ -22,8 +22,9 @@
 //! `partitionLeaderEpoch` can be patched in place without touching it.
 //!
 //! Errors: every [`BatchError`] is answered with `CORRUPT_MESSAGE` (2) except an old message format
-//! (magic 0 or 1), answered with `UNSUPPORTED_FOR_MESSAGE_FORMAT` (43); see
-//! [`BatchError::kafka_error_code`].
+//! (magic 0 or 1), answered with `UNSUPPORTED_FOR_MESSAGE_FORMAT` (43), and records that
+//! decompress past their limit (see [`crate::records`]), answered with `RECORD_LIST_TOO_LARGE`
+//! (18); see [`BatchError::kafka_error_code`].
 
 use std::ops::Range;
 
@@ -56,9 +57,13 @@ pub const NO_PARTITION_LEADER_EPOCH: i32 = -1;
 pub const NO_TIMESTAMP: i64 = -1;
 /// Highest codec id Kafka defines: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd.
 pub const MAX_COMPRESSION_CODEC: u8 = 4;
+/// The smallest v2 record: one byte each for its length, attributes, timestamp delta, offset
+/// delta, key length (-1), value length (-1) and header count.
+pub const MIN_RECORD_BYTES: usize = 7;
 
 /// Kafka error codes a batch problem maps to.
 pub const CORRUPT_MESSAGE: i16 = 2;
+pub const RECORD_LIST_TOO_LARGE: i16 = 18;
 pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
 
 const COMPRESSION_CODEC_MASK: i16 = 0x07;
@@ -94,14 +99,40 @@ pub enum BatchError {
     UnknownCompression { codec: u8 },
     #[error("records hold no record batch")]
     NoBatches,
+    #[error(
+        "record batch declares {records_count} records but its {section_bytes}-byte records section \
+         can hold at most {} (a record takes at least 7 bytes); the client wrote an invalid batch",
+        section_bytes / MIN_RECORD_BYTES
+    )]
+    RecordCountExceedsBytes { records_count: i32, section_bytes: usize },
+    #[error(
+        "record batch's {codec} records decompress to more than {max_bytes} bytes, the topic's \
+         max.message.bytes; send smaller batches (lower the producer's batch.size or linger.ms) \
+         or raise the topic's max.message.bytes"
+    )]
+    RecordsTooLarge { codec: &'static str, max_bytes: usize },
+    #[error(
+        "record batch's {codec} records cannot be decompressed ({reason}); the client's \
+         compression library wrote invalid data or the batch was damaged on the way"
+    )]
+    Decompression { codec: &'static str, reason: String },
+    #[error("record {index} of the batch is malformed: {reason}; the client wrote an invalid record")]
+    MalformedRecord { index: usize, reason: &'static str },
+    #[error(
+        "record batch declares {records_count} records but {trailing} bytes follow the last of \
+         them; the client wrote an invalid batch"
+    )]
+    TrailingRecordBytes { records_count: i32, trailing: usize },
 }
 
 impl BatchError {
     /// The Kafka error code to answer a producer with: `CORRUPT_MESSAGE` for everything except
-    /// an old message format (v0/v1), which Kafka answers with `UNSUPPORTED_FOR_MESSAGE_FORMAT`.
+    /// an old message format (v0/v1), which Kafka answers with `UNSUPPORTED_FOR_MESSAGE_FORMAT`,
+    /// and records decompressing past their limit, answered with `RECORD_LIST_TOO_LARGE`.
     pub fn kafka_error_code(&self) -> i16 {
         match self {
             BatchError::UnsupportedMagic { .. } => UNSUPPORTED_FOR_MESSAGE_FORMAT,
+            BatchError::RecordsTooLarge { .. } => RECORD_LIST_TOO_LARGE,
             _ => CORRUPT_MESSAGE,
         }
     }
@@ -167,6 +198,11 @@ impl BatchHeader {
     /// Compression codec id: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd.
     pub fn compression(&self) -> u8 {
         (self.attributes & COMPRESSION_CODEC_MASK) as u8
+    }
+
+    /// Bytes after the 61-byte header: the records section, compressed or not.
+    pub fn records_section_len(&self) -> usize {
+        self.total_len().saturating_sub(BATCH_HEADER_LEN)
     }
 
     /// True when the timestamps are the broker's LogAppendTime rather than the producer's CreateTime.
@@ -247,6 +283,11 @@ fn validate_one(batch: &[u8], compacted: bool) -> Result<BatchHeader, BatchError
             declared: header.total_len(),
             actual: batch.len(),
         });
+    }
+    // Uncompressed records are the section itself, so a count its bytes cannot hold is a lie
+    // found without decoding; compressed counts are checked when records are decoded.
+    if header.compression() == 0 {
+        check_records_fit(header.records_count, header.records_section_len())?;
     }
     let computed = crc32c::crc32c(batch.get(CRC_COVERED_FROM..).unwrap_or_default());
     if computed != header.crc {
@@ -425,6 +466,21 @@ fn next_batch_len(rest: &[u8]) -> Result<usize, BatchError> {
     Ok(len)
 }
 
+/// Refuses a record count that `section_bytes` of (uncompressed) records cannot hold. A negative
+/// count is refused by [`BatchHeader::validate_fields`], and counts as zero here.
+pub(crate) fn check_records_fit(records_count: i32, section_bytes: usize) -> Result<(), BatchError> {
+    let needed = usize::try_from(records_count)
+        .unwrap_or(0)
+        .saturating_mul(MIN_RECORD_BYTES);
+    if needed > section_bytes {
+        return Err(BatchError::RecordCountExceedsBytes {
+            records_count,
+            section_bytes,
+        });
+    }
+    Ok(())
+}
+
 fn check_magic(magic: i8) -> Result<(), BatchError> {
     match magic {
         MAGIC_V2 => Ok(()),
@@ -521,6 +577,26 @@ pub mod test_support {
         batch.extend_from_slice(&(-1i32).to_be_bytes()); // baseSequence
         batch.extend_from_slice(&(records.len() as i32).to_be_bytes());
         batch.extend_from_slice(&body);
+        let crc = crc32c::crc32c(&batch[CRC_COVERED_FROM..]);
+        batch[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+        batch
+    }
+
+    /// `template`'s header over a new records section: `section` as stored (compressed with
+    /// `codec`, or not), `records_count` records spanning offset deltas `0..records_count`,
+    /// with the batch length and CRC made to match. For hostile batches that are otherwise valid.
+    pub fn with_records_section(template: &[u8], codec: u8, section: &[u8], records_count: i32) -> Vec<u8> {
+        let mut batch = template[..BATCH_HEADER_LEN].to_vec();
+        batch.extend_from_slice(section);
+        let batch_length = (batch.len() - LOG_OVERHEAD) as i32;
+        batch[BATCH_LENGTH_OFFSET..BATCH_LENGTH_OFFSET + 4].copy_from_slice(&batch_length.to_be_bytes());
+        let attributes = (read_i16(header_bytes(&batch).expect("61-byte header"), ATTRIBUTES_OFFSET)
+            & !COMPRESSION_CODEC_MASK)
+            | i16::from(codec);
+        batch[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2].copy_from_slice(&attributes.to_be_bytes());
+        let last_offset_delta = (records_count - 1).max(0);
+        batch[LAST_OFFSET_DELTA_OFFSET..LAST_OFFSET_DELTA_OFFSET + 4].copy_from_slice(&last_offset_delta.to_be_bytes());
+        batch[RECORDS_COUNT_OFFSET..RECORDS_COUNT_OFFSET + 4].copy_from_slice(&records_count.to_be_bytes());
         let crc = crc32c::crc32c(&batch[CRC_COVERED_FROM..]);
         batch[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
         batch
@@ -732,6 +808,56 @@ mod tests {
             validate_batch(&batch),
             Err(BatchError::InvalidRecordCount { .. })
         ));
+    }
+
+    #[test]
+    fn an_uncompressed_record_count_its_bytes_cannot_hold_is_corrupt() {
+        // 2 records take 7 + 7 bytes at least; claim 1000 over the same bytes.
+        let mut batch = two_record_batch();
+        let section_bytes = batch.len() - BATCH_HEADER_LEN;
+        batch[RECORDS_COUNT_OFFSET..RECORDS_COUNT_OFFSET + 4].copy_from_slice(&1000i32.to_be_bytes());
+        batch[LAST_OFFSET_DELTA_OFFSET..LAST_OFFSET_DELTA_OFFSET + 4].copy_from_slice(&999i32.to_be_bytes());
+        recompute_crc(&mut batch);
+        let err = validate_batch(&batch).unwrap_err();
+        assert_eq!(
+            err,
+            BatchError::RecordCountExceedsBytes {
+                records_count: 1000,
+                section_bytes
+            }
+        );
+        assert_eq!(err.kafka_error_code(), CORRUPT_MESSAGE);
+        assert_eq!(validate_stored_batch(&batch), Err(err));
+        // The header-only check (crash recovery) leaves stored bytes to the record decoder.
+        assert!(BatchHeader::parse(&batch).unwrap().validate_fields().is_ok());
+
+        // A count the bytes could hold passes here; the record walk (records.rs) catches it.
+        let mut batch = two_record_batch();
+        let fits = (section_bytes / MIN_RECORD_BYTES) as i32;
+        batch[RECORDS_COUNT_OFFSET..RECORDS_COUNT_OFFSET + 4].copy_from_slice(&fits.to_be_bytes());
+        batch[LAST_OFFSET_DELTA_OFFSET..LAST_OFFSET_DELTA_OFFSET + 4].copy_from_slice(&(fits - 1).to_be_bytes());
+        recompute_crc(&mut batch);
+        assert!(validate_batch(&batch).is_ok());
+    }
+
+    #[test]
+    fn a_compressed_batch_needs_a_non_negative_consistent_record_count() {
+        let mut batch = two_record_batch();
+        batch[ATTRIBUTES_OFFSET + 1] = 4; // zstd: its count is checked once decompressed
+        batch[RECORDS_COUNT_OFFSET..RECORDS_COUNT_OFFSET + 4].copy_from_slice(&1000i32.to_be_bytes());
+        batch[LAST_OFFSET_DELTA_OFFSET..LAST_OFFSET_DELTA_OFFSET + 4].copy_from_slice(&999i32.to_be_bytes());
+        recompute_crc(&mut batch);
+        assert!(validate_batch(&batch).is_ok());
+        for (count, last_offset_delta) in [(-1, 999), (-5, -6), (1000, 5)] {
+            batch[RECORDS_COUNT_OFFSET..RECORDS_COUNT_OFFSET + 4].copy_from_slice(&i32::to_be_bytes(count));
+            batch[LAST_OFFSET_DELTA_OFFSET..LAST_OFFSET_DELTA_OFFSET + 4]
+                .copy_from_slice(&i32::to_be_bytes(last_offset_delta));
+            recompute_crc(&mut batch);
+            assert!(
+                matches!(validate_batch(&batch), Err(BatchError::InvalidRecordCount { .. })),
+                "count {count}, lastOffsetDelta {last_offset_delta}"
+            );
+        }
     }
 
     #[test]

@@ -15,11 +15,17 @@
 //! * [`Quorum::propose`] works on any member (followers forward to the leader) and returns once
 //!   the entry is applied locally, so the caller can read its own write.
 //! * A single voter is a one-member quorum that elects itself: the same code path as a cluster.
+//! * Members authenticate each other with a shared [`ClusterSecret`] (`handshake.rs`), and every
+//!   message from a peer is validated before raft-rs steps it (`validate.rs`).
+//! * [`Quorum::stopped`] tells the embedding process when the driver ends (a storage failure,
+//!   or a panic it caught), so it can exit instead of serving frozen state.
 
+pub mod handshake;
 mod logger;
 mod node;
 mod storage;
 mod transport;
+mod validate;
 
 use std::collections::BTreeMap;
 use std::io;
@@ -31,8 +37,15 @@ use raft::eraftpb::ConfState;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 
+pub use crate::handshake::{ClusterSecret, CREATE_SECRET_HINT, MIN_CLUSTER_SECRET_BYTES};
 use crate::node::{Command, Driver, DriverStatus};
 use crate::storage::{Bootstrap, DiskStorage};
+pub use crate::transport::PeerConnection;
+
+/// raft-rs's message types, for [`PeerConnection`] users.
+pub mod eraftpb {
+    pub use raft::eraftpb::{ConfState, Entry, EntryType, Message, MessageType, Snapshot, SnapshotMetadata};
+}
 
 /// Largest payload [`Quorum::propose`] accepts. Metadata records are small; this keeps one
 /// entry far below the transport's frame limit.
@@ -44,8 +57,10 @@ const COMMAND_QUEUE_DEPTH: usize = 1024;
 pub trait StateMachine: Send + 'static {
     /// Apply one committed entry's payload, in log order. Must be deterministic.
     fn apply(&mut self, index: u64, data: &[u8]);
-    /// Serialize the whole applied state (for raft snapshots / log compaction).
-    fn snapshot(&self) -> Vec<u8>;
+    /// Serialize the whole applied state (for raft snapshots / log compaction). An error means
+    /// no snapshot is taken; it must never be reported as an empty state, which a restart
+    /// would take for a fresh cluster.
+    fn snapshot(&self) -> Result<Vec<u8>, String>;
     /// Replace the state with a snapshot's: on a member that fell behind the leader's log start,
     /// and on restart before replaying the log after the snapshot. `data` is always something
     /// [`StateMachine::snapshot`] produced (possibly on another member).
@@ -73,6 +88,9 @@ pub struct QuorumConfig {
     pub snapshot_every_entries: u64,
     /// Persisted on first start; a data directory from another cluster is refused.
     pub cluster_id: String,
+    /// Shared by every member; peers prove they know it before any message is read. Required
+    /// unless this node is the only voter (then, without one, it accepts no peer connections).
+    pub secret: Option<ClusterSecret>,
 }
 
 /// A member's Raft role.
@@ -152,6 +170,8 @@ pub enum QuorumError {
     },
     #[error("raft-rs refused to start: {0}")]
     Raft(#[from] raft::Error),
+    #[error("the metadata state could not be encoded for a snapshot: {0}; this is a bug, please report it")]
+    Snapshot(String),
     #[error("the metadata quorum stopped while starting; see the preceding log lines")]
     Stopped,
 }
@@ -175,6 +195,16 @@ pub enum ProposeError {
     InvalidLearner { id: u64, reason: String },
 }
 
+/// How a member's driver ended (see [`Quorum::stopped`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QuorumExit {
+    /// [`Quorum::shutdown`] was called, or every handle was dropped.
+    Shutdown,
+    /// A storage failure, or a panic in the driver, stopped it: this member no longer takes
+    /// part in the quorum and its state machine no longer changes.
+    Failed(String),
+}
+
 /// Cloneable handle to a running quorum member. The member stops on [`Quorum::shutdown`], or
 /// once every handle is dropped.
 #[derive(Clone)]
@@ -182,7 +212,8 @@ pub struct Quorum {
     commands: mpsc::Sender<Command>,
     status: watch::Receiver<DriverStatus>,
     leader: watch::Receiver<Option<u64>>,
-    stopped: watch::Receiver<bool>,
+    /// Set by [`supervise`] once the driver task has ended, however it ended.
+    exit: watch::Receiver<Option<QuorumExit>>,
 }
 
 impl Quorum {
@@ -209,7 +240,9 @@ impl Quorum {
     ) -> Result<Quorum, QuorumError> {
         validate(&config)?;
         let is_voter = config.voters.contains_key(&config.node_id);
-        let initial_data = || node::encode_snapshot_data(&BTreeMap::new(), &sm.snapshot());
+        // The state a fresh directory starts from (the state machine has applied nothing yet).
+        let initial_state = sm.snapshot().map_err(QuorumError::Snapshot)?;
+        let initial_data = || node::encode_snapshot_data(&BTreeMap::new(), &initial_state);
         let bootstrap = if is_voter {
             let mut conf_state = ConfState::default();
             conf_state.voters = config.voters.keys().copied().collect();
@@ -229,13 +262,14 @@ impl Quorum {
         let (commands_tx, commands_rx) = mpsc::channel(COMMAND_QUEUE_DEPTH);
         let (replayed_tx, replayed_rx) = oneshot::channel();
         let parts = Driver::prepare(config, storage, sm, learner_addrs, listener, replayed_tx)?;
+        let (exit_tx, exit) = watch::channel(None);
         let handle = Quorum {
             commands: commands_tx,
             status: parts.status.clone(),
             leader: parts.leader.clone(),
-            stopped: parts.stopped.clone(),
+            exit,
         };
-        tokio::spawn(parts.driver.run(commands_rx));
+        tokio::spawn(supervise(tokio::spawn(parts.driver.run(commands_rx)), exit_tx));
         match replayed_rx.await {
             Ok(Ok(())) => Ok(handle),
             Ok(Err(e)) => Err(e),
@@ -297,18 +331,51 @@ impl Quorum {
         self.leader.clone()
     }
 
-    /// Whether the driver is still running (it stops on shutdown or on a storage failure).
+    /// Whether the driver is still running (it stops on shutdown, a storage failure or a panic).
     pub fn is_running(&self) -> bool {
-        !*self.stopped.borrow()
+        self.exit.borrow().is_none()
+    }
+
+    /// Resolves once the driver has stopped, saying how. An embedding process that did not ask
+    /// for the stop should exit: its state machine no longer follows the quorum.
+    pub async fn stopped(&self) -> QuorumExit {
+        let mut exit = self.exit.clone();
+        let reported = match exit.wait_for(Option::is_some).await {
+            Ok(reported) => reported.clone(),
+            // The supervisor always reports before it drops the sender.
+            Err(_) => None,
+        };
+        reported.unwrap_or_else(|| QuorumExit::Failed("the metadata quorum's supervisor ended without a report".into()))
     }
 
     /// Stops the driver and transport; returns when storage is closed and the listener released.
     pub async fn shutdown(self) {
         let _ = self.commands.send(Command::Shutdown).await;
-        let mut stopped = self.stopped;
-        // Err means the driver is gone already.
-        let _ = stopped.wait_for(|s| *s).await;
+        self.stopped().await;
     }
+}
+
+/// Waits for the driver task and publishes how it ended; a panic becomes
+/// [`QuorumExit::Failed`] (tokio caught it; the driver's transport and storage were dropped
+/// while unwinding).
+async fn supervise(driver: tokio::task::JoinHandle<Result<(), String>>, exit: watch::Sender<Option<QuorumExit>>) {
+    let outcome = match driver.await {
+        Ok(Ok(())) => QuorumExit::Shutdown,
+        Ok(Err(reason)) => QuorumExit::Failed(reason),
+        Err(e) => {
+            let reason = match e.try_into_panic() {
+                Ok(panic) => panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                    .unwrap_or_else(|| "a panic without a message".to_owned()),
+                Err(e) => e.to_string(),
+            };
+            tracing::error!(%reason, "the metadata quorum driver panicked; this member has stopped");
+            QuorumExit::Failed(format!("the metadata quorum driver panicked: {reason}"))
+        }
+    };
+    exit.send_replace(Some(outcome));
 }
 
 fn validate(config: &QuorumConfig) -> Result<(), QuorumError> {
@@ -337,6 +404,14 @@ fn validate(config: &QuorumConfig) -> Result<(), QuorumError> {
     let id = &config.cluster_id;
     if id.is_empty() || id.len() > 255 || id.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return bad(format!("cluster id {id:?} must be 1-255 characters without whitespace"));
+    }
+    let alone = config.voters.len() == 1 && config.voters.contains_key(&config.node_id);
+    if config.secret.is_none() && !alone {
+        return bad(format!(
+            "the quorum has {} voters (this node {}a voter), so its members must authenticate each other with a cluster secret, and none was given: {CREATE_SECRET_HINT}",
+            config.voters.len(),
+            if config.voters.contains_key(&config.node_id) { "" } else { "not " },
+        ));
     }
     Ok(())
 }

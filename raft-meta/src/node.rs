@@ -24,7 +24,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::storage::DiskStorage;
-use crate::transport::{is_snapshot, SendOutcome, Transport, TransportEvent};
+use crate::transport::{is_snapshot, Inbound, SendOutcome, Transport, TransportEvent};
+use crate::validate::{check_peer_message, Receiver};
 use crate::{ProposeError, QuorumConfig, QuorumError, QuorumStatus, ReplicaState, Role, StateMachine};
 
 /// Proposals in flight on this node (waiting to be applied) before `Busy`.
@@ -45,6 +46,10 @@ const MAX_UNCOMMITTED_BYTES: u64 = 64 << 20;
 const MAX_COMMITTED_BYTES_PER_READY: u64 = 16 << 20;
 const PROPOSAL_ID_BYTES: usize = 24;
 const SNAPSHOT_DATA_VERSION: u8 = 1;
+/// Refused peer messages logged per [`REFUSAL_LOG_WINDOW`]; the rest are counted and the count
+/// logged with the next line, so a misbehaving peer cannot flood the log.
+const REFUSAL_LOG_BURST: u32 = 20;
+const REFUSAL_LOG_WINDOW: Duration = Duration::from_secs(10);
 
 /// Requests from [`crate::Quorum`] handles.
 pub(crate) enum Command {
@@ -157,7 +162,6 @@ pub(crate) struct DriverParts<S> {
     pub(crate) driver: Driver<S>,
     pub(crate) status: watch::Receiver<DriverStatus>,
     pub(crate) leader: watch::Receiver<Option<u64>>,
-    pub(crate) stopped: watch::Receiver<bool>,
 }
 
 pub(crate) struct Driver<S> {
@@ -170,7 +174,7 @@ pub(crate) struct Driver<S> {
     /// Learners' controller addresses, replicated in their `AddLearnerNode` entries and snapshots.
     learner_addrs: BTreeMap<u64, String>,
     transport: Transport,
-    inbound: mpsc::Receiver<Message>,
+    inbound: mpsc::Receiver<Inbound>,
     events: mpsc::Receiver<TransportEvent>,
     tick: Duration,
     snapshot_every_entries: u64,
@@ -185,7 +189,7 @@ pub(crate) struct Driver<S> {
     last_contact: HashMap<u64, Instant>,
     status_tx: watch::Sender<DriverStatus>,
     leader_tx: watch::Sender<Option<u64>>,
-    stopped_tx: watch::Sender<bool>,
+    refusals: RefusalLog,
     /// Fired once the entries committed before this start are applied (see `Quorum::start`),
     /// or with the error that stopped the driver before that.
     replayed: Option<oneshot::Sender<Result<(), QuorumError>>>,
@@ -231,7 +235,14 @@ impl<S: StateMachine> Driver<S> {
 
         let (inbound_tx, inbound) = mpsc::channel(INBOUND_QUEUE_MESSAGES);
         let (events_tx, events) = mpsc::channel(EVENT_QUEUE_DEPTH);
-        let transport = Transport::start(listener, node_id, &config.cluster_id, inbound_tx, events_tx);
+        let transport = Transport::start(
+            listener,
+            node_id,
+            &config.cluster_id,
+            config.secret.clone(),
+            inbound_tx,
+            events_tx,
+        );
         let (status_tx, status) = watch::channel(DriverStatus {
             node_id,
             leader_id: None,
@@ -244,7 +255,6 @@ impl<S: StateMachine> Driver<S> {
             learners: Vec::new(),
         });
         let (leader_tx, leader) = watch::channel(None);
-        let (stopped_tx, stopped) = watch::channel(false);
         let mut driver = Driver {
             node_id,
             incarnation,
@@ -265,7 +275,7 @@ impl<S: StateMachine> Driver<S> {
             last_contact: HashMap::new(),
             status_tx,
             leader_tx,
-            stopped_tx,
+            refusals: RefusalLog::default(),
             replayed: Some(replayed),
             replay_target,
         };
@@ -274,36 +284,36 @@ impl<S: StateMachine> Driver<S> {
             driver,
             status,
             leader,
-            stopped,
         })
     }
 
     /// Runs until shutdown, all handles are dropped, or a storage failure (after which it is not
     /// safe to keep participating: the member stops, like a crash, and callers get `Stopped`).
-    pub(crate) async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
-        match self.serve(&mut commands).await {
-            Ok(()) => tracing::info!(node_id = self.node_id, "metadata quorum member stopped"),
+    /// Returns the failure, if any, once the transport and storage are closed.
+    pub(crate) async fn run(mut self, mut commands: mpsc::Receiver<Command>) -> Result<(), String> {
+        let outcome = match self.serve(&mut commands).await {
+            Ok(()) => {
+                tracing::info!(node_id = self.node_id, "metadata quorum member stopped");
+                Ok(())
+            }
             Err(e) => {
                 tracing::error!(node_id = self.node_id, error = %e, "metadata quorum member stopped after a failure");
+                let reason = e.to_string();
                 // Still starting: `Quorum::start` returns the error itself.
                 if let Some(replayed) = self.replayed.take() {
                     let _ = replayed.send(Err(e));
                 }
+                Err(reason)
             }
-        }
+        };
         // Dropping the reply senders tells every waiting caller `Stopped`.
         self.pending.clear();
         commands.close();
         while commands.try_recv().is_ok() {}
-        let Driver {
-            transport,
-            raw,
-            stopped_tx,
-            ..
-        } = self;
+        let Driver { transport, raw, .. } = self;
         transport.shutdown().await;
         drop(raw); // closes the storage files
-        stopped_tx.send_replace(true);
+        outcome
     }
 
     async fn serve(&mut self, commands: &mut mpsc::Receiver<Command>) -> Result<(), QuorumError> {
@@ -318,11 +328,11 @@ impl<S: StateMachine> Driver<S> {
                     self.pending.retain(|_, p| !p.is_abandoned());
                     self.transport.reap();
                 }
-                Some(msg) = self.inbound.recv() => {
-                    self.step(msg);
+                Some(inbound) = self.inbound.recv() => {
+                    self.step(inbound);
                     for _ in 1..STEP_BATCH_MESSAGES {
                         match self.inbound.try_recv() {
-                            Ok(msg) => self.step(msg),
+                            Ok(inbound) => self.step(inbound),
                             Err(_) => break,
                         }
                     }
@@ -337,18 +347,25 @@ impl<S: StateMachine> Driver<S> {
         }
     }
 
-    fn step(&mut self, msg: Message) {
-        let from = msg.from;
-        if self.is_member(from) {
-            self.last_contact.insert(from, Instant::now());
+    /// Steps a peer's message into raft-rs, unless `validate.rs` finds it forged or malformed.
+    fn step(&mut self, inbound: Inbound) {
+        let Inbound { peer_id, msg } = inbound;
+        let receiver = Receiver {
+            node_id: self.node_id,
+            voters: &self.voter_addrs,
+            learners: &self.learner_addrs,
+            last_index: self.raw.raft.raft_log.last_index(),
+            is_leader: self.raw.raft.state == StateRole::Leader,
+        };
+        if let Err(reason) = check_peer_message(&msg, peer_id, &receiver) {
+            self.refusals.refused(peer_id, msg.get_msg_type(), &reason);
+            return;
         }
+        let from = msg.from;
+        self.last_contact.insert(from, Instant::now());
         if let Err(e) = self.raw.step(msg) {
             tracing::debug!(from, error = %e, "raft ignored a message");
         }
-    }
-
-    fn is_member(&self, id: u64) -> bool {
-        self.voter_addrs.contains_key(&id) || self.learner_addrs.contains_key(&id)
     }
 
     fn handle_command(&mut self, command: Command) {
@@ -649,7 +666,16 @@ impl<S: StateMachine> Driver<S> {
         if !self.conf_changed && self.applied_index - last < self.snapshot_every_entries {
             return Ok(());
         }
-        let data = encode_snapshot_data(&self.learner_addrs, &self.sm.snapshot());
+        let state = match self.sm.snapshot() {
+            Ok(state) => state,
+            Err(e) => {
+                // Keep the log instead: it still holds every entry since the last snapshot.
+                tracing::error!(node_id = self.node_id, error = %e,
+                    "cannot encode the metadata state; no snapshot taken and the log is not compacted");
+                return Ok(());
+            }
+        };
+        let data = encode_snapshot_data(&self.learner_addrs, &state);
         let conf_state = self.raw.raft.prs().conf().to_conf_state();
         let index = self.applied_index;
         self.raw.mut_store().create_snapshot(index, conf_state, data)?;
@@ -707,6 +733,38 @@ impl<S: StateMachine> Driver<S> {
     }
 }
 
+/// Logs refused peer messages at warn, at most [`REFUSAL_LOG_BURST`] per [`REFUSAL_LOG_WINDOW`].
+#[derive(Default)]
+struct RefusalLog {
+    window_start: Option<Instant>,
+    logged_in_window: u32,
+    suppressed: u64,
+}
+
+impl RefusalLog {
+    fn refused(&mut self, peer_id: u64, msg_type: raft::eraftpb::MessageType, reason: &str) {
+        let now = Instant::now();
+        if self
+            .window_start
+            .is_none_or(|start| now.duration_since(start) >= REFUSAL_LOG_WINDOW)
+        {
+            self.window_start = Some(now);
+            self.logged_in_window = 0;
+        }
+        if self.logged_in_window >= REFUSAL_LOG_BURST {
+            self.suppressed += 1;
+            return;
+        }
+        self.logged_in_window += 1;
+        tracing::warn!(
+            peer_id,
+            ?msg_type,
+            earlier_refusals_not_logged = std::mem::take(&mut self.suppressed),
+            "refused a raft message from node {peer_id}: {reason}. The message was dropped; if this repeats, check that node's version and health"
+        );
+    }
+}
+
 fn corrupt_entry(entry: &Entry, e: &dyn std::fmt::Display) -> QuorumError {
     QuorumError::Corrupt {
         path: "committed configuration change".into(),
@@ -747,7 +805,7 @@ pub(crate) fn encode_snapshot_data(learner_addrs: &BTreeMap<u64, String>, sm: &[
     buf
 }
 
-fn decode_snapshot_data(data: &[u8]) -> Result<(BTreeMap<u64, String>, &[u8]), String> {
+pub(crate) fn decode_snapshot_data(data: &[u8]) -> Result<(BTreeMap<u64, String>, &[u8]), String> {
     fn take<'a>(data: &mut &'a [u8], n: usize) -> Result<&'a [u8], String> {
         if data.len() < n {
             return Err("snapshot data is truncated".to_owned());

@@ -54,14 +54,14 @@ impl StateMachine for Recorder {
         self.applied.lock().unwrap().push((index, data.to_vec()));
     }
 
-    fn snapshot(&self) -> Vec<u8> {
+    fn snapshot(&self) -> Result<Vec<u8>, String> {
         let mut buf = Vec::new();
         for (index, payload) in self.applied.lock().unwrap().iter() {
             buf.extend_from_slice(&index.to_be_bytes());
             buf.extend_from_slice(&(payload.len() as u32).to_be_bytes());
             buf.extend_from_slice(payload);
         }
-        buf
+        Ok(buf)
     }
 
     fn restore(&mut self, mut data: &[u8]) {
@@ -132,7 +132,12 @@ fn config(
         heartbeat_tick: 2,
         snapshot_every_entries: snapshot_every,
         cluster_id: "test-cluster".to_owned(),
+        secret: Some(test_secret()),
     }
+}
+
+fn test_secret() -> ClusterSecret {
+    ClusterSecret::new(b"raft-meta-test-cluster-secret".to_vec()).unwrap()
 }
 
 async fn bind() -> (TcpListener, SocketAddr) {
@@ -184,6 +189,17 @@ impl Cluster {
         self.members.values().filter(|m| m.quorum.is_some())
     }
 
+    /// Proposes `{prefix}-0` .. `{prefix}-{count - 1}` on member `id`, one after another.
+    async fn propose_numbered(&self, id: u64, prefix: &str, count: usize) {
+        for i in 0..count {
+            self.member(id)
+                .quorum()
+                .propose(format!("{prefix}-{i}").into_bytes(), PROPOSE_TIMEOUT)
+                .await
+                .unwrap_or_else(|e| panic!("proposal {prefix}-{i} on node {id}: {e}"));
+        }
+    }
+
     /// Waits until every running voter names the same leader, which is itself running.
     async fn agreed_leader(&self, within: Duration) -> u64 {
         wait_for("an agreed leader", within, || {
@@ -213,6 +229,13 @@ impl Cluster {
         }
         result.into_iter().map(|(_, p)| String::from_utf8(p).unwrap()).collect()
     }
+}
+
+/// Node 1 alone, on an ephemeral port, with its data in `dir`.
+async fn start_single_voter(dir: &TempDir, sm: impl StateMachine) -> Quorum {
+    let (listener, addr) = bind().await;
+    let config = config(1, &BTreeMap::from([(1, addr.to_string())]), addr, dir, 100);
+    Quorum::start_with_listener(config, listener, sm).await.unwrap()
 }
 
 /// Routes `tracing` (including raft-rs's lines) to the test output; `RUST_LOG` filters.
@@ -392,14 +415,7 @@ async fn leader_shutdown_elects_new_leader_and_restarted_node_catches_up() {
     init_tracing();
     let mut cluster = Cluster::start(3, 1000).await;
     let old_leader = cluster.agreed_leader(Duration::from_secs(10)).await;
-    for i in 0..5 {
-        cluster
-            .member(old_leader)
-            .quorum()
-            .propose(format!("before-{i}").into_bytes(), PROPOSE_TIMEOUT)
-            .await
-            .unwrap();
-    }
+    cluster.propose_numbered(old_leader, "before", 5).await;
     cluster.converged(5, Duration::from_secs(10)).await;
 
     cluster.member_mut(old_leader).stop().await;
@@ -705,12 +721,131 @@ async fn invalid_configuration_is_refused_with_a_reason() {
 async fn oversized_proposal_is_rejected_without_reaching_raft() {
     init_tracing();
     let dir = tempfile::tempdir().unwrap();
-    let (listener, addr) = bind().await;
-    let config = config(1, &BTreeMap::from([(1, addr.to_string())]), addr, &dir, 100);
-    let quorum = Quorum::start_with_listener(config, listener, Recorder::default())
-        .await
-        .unwrap();
+    let quorum = start_single_voter(&dir, Recorder::default()).await;
     let result = quorum.propose(vec![0; MAX_PROPOSAL_BYTES + 1], PROPOSE_TIMEOUT).await;
     assert!(matches!(result, Err(ProposeError::TooLarge { .. })), "{result:?}");
     quorum.shutdown().await;
+}
+
+/// A state machine whose state cannot be encoded.
+struct Unencodable;
+
+impl StateMachine for Unencodable {
+    fn apply(&mut self, _index: u64, _data: &[u8]) {}
+    fn snapshot(&self) -> Result<Vec<u8>, String> {
+        Err("a value has no encoding".to_owned())
+    }
+    fn restore(&mut self, _data: &[u8]) {}
+}
+
+/// Panics when it applies `trigger`, as a buggy state machine would.
+struct PanicsOn(&'static [u8]);
+
+impl StateMachine for PanicsOn {
+    fn apply(&mut self, _index: u64, data: &[u8]) {
+        assert!(data != self.0, "state machine cannot apply {:?}", String::from_utf8_lossy(data));
+    }
+
+    fn snapshot(&self) -> Result<Vec<u8>, String> {
+        Ok(Vec::new())
+    }
+
+    fn restore(&mut self, _data: &[u8]) {}
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_that_cannot_be_encoded_is_an_error_never_an_empty_snapshot() {
+    init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    let (listener, addr) = bind().await;
+    let config = config(1, &BTreeMap::from([(1, addr.to_string())]), addr, &dir, 100);
+    let err = Quorum::start_with_listener(config.clone(), listener, Unencodable)
+        .await
+        .err()
+        .expect("refused");
+    assert!(matches!(err, QuorumError::Snapshot(_)), "{err}");
+    // Nothing was initialized, so a later start is not mistaken for an existing cluster.
+    assert!(!config.data_dir.join("meta.properties").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_in_the_driver_is_reported_by_stopped_instead_of_freezing_the_member() {
+    init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    let quorum = start_single_voter(&dir, PanicsOn(b"boom")).await;
+    quorum.propose(b"fine".to_vec(), PROPOSE_TIMEOUT).await.unwrap();
+    assert!(quorum.is_running());
+
+    let result = quorum.propose(b"boom".to_vec(), PROPOSE_TIMEOUT).await;
+    assert_eq!(result, Err(ProposeError::Stopped), "the waiting proposer learns the member stopped");
+    let exit = tokio::time::timeout(Duration::from_secs(5), quorum.stopped())
+        .await
+        .expect("the supervisor reports within 5 s");
+    match exit {
+        QuorumExit::Failed(reason) => assert!(reason.contains("cannot apply \"boom\""), "{reason}"),
+        QuorumExit::Shutdown => panic!("a panic was reported as a clean shutdown"),
+    }
+    assert!(!quorum.is_running());
+    assert_eq!(
+        quorum.propose(b"after".to_vec(), PROPOSE_TIMEOUT).await,
+        Err(ProposeError::Stopped)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_messages_from_an_authenticated_peer_are_dropped_and_the_follower_keeps_following() {
+    init_tracing();
+    let cluster = Cluster::start(3, 1000).await;
+    let leader = cluster.agreed_leader(Duration::from_secs(10)).await;
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let other = (1..=3).find(|id| *id != leader && *id != follower).unwrap();
+    cluster.propose_numbered(leader, "before", 3).await;
+    cluster.converged(3, Duration::from_secs(10)).await;
+    let before = cluster.member(follower).status();
+
+    // Speak to the follower as its leader would, with the cluster's secret.
+    let follower_addr = cluster.member(follower).config.listen.to_string();
+    let mut conn = PeerConnection::connect(&follower_addr, leader, follower, "test-cluster", &test_secret())
+        .await
+        .expect("the right secret authenticates");
+    let forged = |kind: eraftpb::MessageType, from: u64| {
+        let mut m = eraftpb::Message::default();
+        m.set_msg_type(kind);
+        m.from = from;
+        m.to = follower;
+        m.term = before.term;
+        m
+    };
+    let mut heartbeat = forged(eraftpb::MessageType::MsgHeartbeat, leader);
+    heartbeat.commit = before.commit_index + 1_000_000;
+    let mut append = forged(eraftpb::MessageType::MsgAppend, leader);
+    append.index = before.commit_index + 500;
+    append.log_term = 0;
+    append.commit = u64::MAX;
+    let mut impostor = forged(eraftpb::MessageType::MsgRequestVote, other);
+    impostor.term = before.term + 5;
+    impostor.index = u64::MAX;
+    impostor.log_term = u64::MAX;
+    for msg in [heartbeat, append, impostor] {
+        conn.send(&msg).await.unwrap();
+    }
+    // Refused messages leave the (authenticated) connection open; they are only dropped.
+    assert!(!conn.closed_within(Duration::from_millis(300)).await);
+
+    let after = cluster.member(follower).status();
+    assert!(cluster.member(follower).quorum().is_running(), "the follower's driver survived");
+    assert_eq!(after.term, before.term, "the impostor's vote request moved no term: {after:?}");
+    assert_eq!(after.leader_id, Some(leader));
+    assert!(after.commit_index < before.commit_index + 1_000, "{after:?}");
+    let quorum = cluster.member(follower).quorum().clone();
+    propose_until_ok("a proposal through the follower", Duration::from_secs(10), || {
+        quorum.propose(b"after".to_vec(), Duration::from_secs(2))
+    })
+    .await;
+    let payloads = cluster.converged(4, Duration::from_secs(10)).await;
+    assert_eq!(payloads.last().map(String::as_str), Some("after"));
+
+    for mut member in cluster.members.into_values() {
+        member.stop().await;
+    }
 }

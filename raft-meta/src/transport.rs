@@ -1,14 +1,19 @@
 //! Raft transport: TCP between the controller listeners of quorum members.
 //!
-//! Every frame is `len u32 (big-endian), payload`. A connection is one-directional: the dialer
-//! first sends a handshake frame (magic, protocol version, its node id, the cluster id), then
-//! protobuf-encoded `raft::eraftpb::Message`s. Replies travel on the receiver's own outbound
-//! connection, so each peer pair uses two connections and no request/response matching.
+//! Every frame is `len u32 (big-endian), payload`. A connection is one-directional: it starts
+//! with the mutual authentication in `handshake.rs` (nothing else is read from a dialer that
+//! has not proved it knows the cluster secret), then carries protobuf-encoded
+//! `raft::eraftpb::Message`s from the dialer to the listener. Replies travel on the receiver's
+//! own outbound connection, so each peer pair uses two connections and no request/response
+//! matching. The listener tags each message with the authenticated peer id; the driver checks
+//! every message against it (`validate.rs`) before raft-rs sees it.
 //!
 //! Raft tolerates message loss, which keeps this layer simple and bounded: every queue has a
 //! fixed capacity and drops on overflow, a failed write drops the messages in flight, and the
 //! driver reports such losses to raft-rs (`report_unreachable`, `report_snapshot`) so it
-//! probes and retries instead of waiting.
+//! probes and retries instead of waiting. A frame's length is checked before anything is
+//! buffered for it, its buffer grows only as its bytes arrive, and a frame once started must
+//! finish within [`FRAME_READ_TIMEOUT`].
 
 use std::collections::HashMap;
 use std::io;
@@ -24,6 +29,8 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use crate::handshake::{self, ClusterSecret, HandshakeError};
+
 /// Largest frame accepted or sent. A Raft snapshot travels in one message, so this also bounds
 /// the size of the metadata state.
 pub(crate) const MAX_FRAME_BYTES: usize = 64 << 20;
@@ -31,17 +38,29 @@ pub(crate) const MAX_FRAME_BYTES: usize = 64 << 20;
 const OUTBOUND_QUEUE_MESSAGES: usize = 1024;
 /// Messages written back-to-back before one flush.
 const WRITE_BATCH_MESSAGES: usize = 64;
-/// Concurrent inbound connections; quorum members need a handful, the rest are refused.
+/// Concurrent inbound connections, authenticated or not; quorum members need a handful, the
+/// rest are refused.
 const MAX_INBOUND_CONNECTIONS: usize = 64;
-const MAX_HANDSHAKE_BYTES: usize = 1024;
-const HANDSHAKE_MAGIC: &[u8; 4] = b"SLRQ";
-const PROTOCOL_VERSION: u16 = 1;
+/// The whole handshake (both round trips) must finish within this.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Once a frame's first byte has arrived, the rest must arrive within this. A sender gives up
+/// on a batch after [`WRITE_TIMEOUT`], so a healthy peer always finishes sooner; a peer that
+/// starts a frame and stalls is disconnected instead of holding a buffer and a slot forever.
+pub(crate) const FRAME_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Initial buffer for a frame body; it grows as the body arrives, never from the length alone.
+const FRAME_CHUNK_BYTES: usize = 64 << 10;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// A peer that does not drain its socket for this long is treated as down.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(50);
 const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// A message read from an authenticated connection, with the peer the handshake proved.
+#[derive(Debug)]
+pub(crate) struct Inbound {
+    pub(crate) peer_id: u64,
+    pub(crate) msg: Message,
+}
 
 /// Delivery problems the driver must report to raft-rs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,11 +80,18 @@ pub(crate) enum SendOutcome {
 
 /// Owns the listener and one sender task per peer; dropped or shut down with the driver.
 pub(crate) struct Transport {
-    node_id: u64,
-    cluster_id: Arc<str>,
+    local: Arc<Local>,
     peers: HashMap<u64, PeerSender>,
     events: mpsc::Sender<TransportEvent>,
     tasks: JoinSet<()>,
+}
+
+/// What both directions need to know about this node.
+struct Local {
+    node_id: u64,
+    cluster_id: String,
+    /// `None` only on a lone voter, which has no peers to talk to.
+    secret: Option<ClusterSecret>,
 }
 
 struct PeerSender {
@@ -80,15 +106,19 @@ impl Transport {
         listener: TcpListener,
         node_id: u64,
         cluster_id: &str,
-        inbound: mpsc::Sender<Message>,
+        secret: Option<ClusterSecret>,
+        inbound: mpsc::Sender<Inbound>,
         events: mpsc::Sender<TransportEvent>,
     ) -> Transport {
-        let cluster_id: Arc<str> = Arc::from(cluster_id);
-        let mut tasks = JoinSet::new();
-        tasks.spawn(accept_loop(listener, node_id, cluster_id.clone(), inbound));
-        Transport {
+        let local = Arc::new(Local {
             node_id,
-            cluster_id,
+            cluster_id: cluster_id.to_owned(),
+            secret,
+        });
+        let mut tasks = JoinSet::new();
+        tasks.spawn(accept_loop(listener, local.clone(), inbound));
+        Transport {
+            local,
             peers: HashMap::new(),
             events,
             tasks,
@@ -111,8 +141,7 @@ impl Transport {
             self.tasks.spawn(run_peer_sender(
                 to,
                 addr.to_owned(),
-                self.node_id,
-                self.cluster_id.clone(),
+                self.local.clone(),
                 rx,
                 self.events.clone(),
             ));
@@ -141,7 +170,7 @@ impl Transport {
 }
 
 /// Accepts inbound connections, each served by its own task (dropped with this task).
-async fn accept_loop(listener: TcpListener, node_id: u64, cluster_id: Arc<str>, inbound: mpsc::Sender<Message>) {
+async fn accept_loop(listener: TcpListener, local: Arc<Local>, inbound: mpsc::Sender<Inbound>) {
     let slots = Arc::new(Semaphore::new(MAX_INBOUND_CONNECTIONS));
     let mut connections = JoinSet::new();
     loop {
@@ -159,48 +188,73 @@ async fn accept_loop(listener: TcpListener, node_id: u64, cluster_id: Arc<str>, 
             tracing::warn!(%remote, limit = MAX_INBOUND_CONNECTIONS, "refusing controller connection: too many open");
             continue;
         };
-        let cluster_id = cluster_id.clone();
+        let local = local.clone();
         let inbound = inbound.clone();
         connections.spawn(async move {
             let _permit = permit;
-            match serve_inbound(stream, node_id, &cluster_id, inbound).await {
-                Ok(()) => tracing::debug!(%remote, "controller connection closed"),
-                Err(e) => tracing::info!(%remote, error = %e, "closed controller connection"),
-            }
+            serve_inbound(stream, remote, &local, inbound).await;
         });
     }
 }
 
-/// Reads the handshake, then feeds decoded messages to the driver until the peer disconnects.
-async fn serve_inbound(
-    stream: TcpStream,
-    node_id: u64,
-    cluster_id: &str,
-    inbound: mpsc::Sender<Message>,
-) -> io::Result<()> {
+/// Authenticates the dialer, then feeds its decoded messages to the driver until it
+/// disconnects or breaks the framing.
+async fn serve_inbound(stream: TcpStream, remote: std::net::SocketAddr, local: &Local, inbound: mpsc::Sender<Inbound>) {
     let _ = stream.set_nodelay(true);
-    let mut reader = tokio::io::BufReader::new(stream);
-    let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, read_frame(&mut reader, MAX_HANDSHAKE_BYTES))
-        .await
-        .map_err(|_| invalid("no handshake within 5 s"))??
-        .ok_or_else(|| invalid("closed before the handshake"))?;
-    let (peer_id, peer_cluster) = decode_handshake(&handshake)?;
-    if peer_cluster != cluster_id {
-        return Err(invalid(&format!(
-            "node {peer_id} belongs to cluster {peer_cluster:?}, this node to {cluster_id:?}; check both nodes' cluster id and --voters"
-        )));
-    }
-    tracing::debug!(peer_id, "controller connection established");
-    while let Some(frame) = read_frame(&mut reader, MAX_FRAME_BYTES).await? {
-        let msg = Message::parse_from_bytes(&frame)
-            .map_err(|e| invalid(&format!("undecodable raft message from node {peer_id}: {e}")))?;
-        if msg.from != peer_id || msg.to != node_id {
-            return Err(invalid(&format!(
-                "node {peer_id} sent a message from {} to {} on its connection to {node_id}",
-                msg.from, msg.to
-            )));
+    let mut stream = tokio::io::BufReader::new(stream);
+    let accepted = tokio::time::timeout(
+        HANDSHAKE_TIMEOUT,
+        handshake::accept(&mut stream, local.node_id, &local.cluster_id, local.secret.as_ref()),
+    )
+    .await;
+    let peer_id = match accepted {
+        Ok(Ok(peer_id)) => peer_id,
+        Ok(Err(e)) if e.is_misconfiguration() => {
+            tracing::warn!(%remote, error = %e, "refused a controller connection");
+            return;
         }
-        match inbound.try_send(msg) {
+        Ok(Err(e)) => {
+            tracing::info!(%remote, error = %e, "controller connection closed during the handshake");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(%remote, timeout = ?HANDSHAKE_TIMEOUT, "refused a controller connection: no complete handshake in time (not a Sluice quorum peer?)");
+            return;
+        }
+    };
+    tracing::debug!(peer_id, %remote, "controller connection authenticated");
+    match forward_messages(&mut stream, peer_id, inbound, FRAME_READ_TIMEOUT).await {
+        Ok(()) => tracing::debug!(peer_id, %remote, "controller connection closed"),
+        Err(e) => tracing::warn!(peer_id, %remote, error = %e, "closed controller connection"),
+    }
+}
+
+/// Reads frames until the peer disconnects; each frame, once started, must finish within
+/// `frame_timeout`.
+async fn forward_messages(
+    stream: &mut (impl AsyncRead + Unpin),
+    peer_id: u64,
+    inbound: mpsc::Sender<Inbound>,
+    frame_timeout: Duration,
+) -> io::Result<()> {
+    loop {
+        // Between frames a peer may be idle; a frame once started must finish in time.
+        let mut first = [0u8; 1];
+        if stream.read(&mut first).await? == 0 {
+            return Ok(());
+        }
+        let frame = tokio::time::timeout(frame_timeout, read_frame_rest(stream, first[0], MAX_FRAME_BYTES))
+            .await
+            .map_err(|_| {
+                invalid(&format!(
+                    "node {peer_id} started a frame but did not finish it within {frame_timeout:?}"
+                ))
+            })??;
+        // Decoding from `Bytes` slices fields out of the frame instead of allocating from
+        // lengths the peer wrote.
+        let msg = Message::parse_from_carllerche_bytes(&bytes::Bytes::from(frame))
+            .map_err(|e| invalid(&format!("undecodable raft message from node {peer_id}: {e}")))?;
+        match inbound.try_send(Inbound { peer_id, msg }) {
             Ok(()) => {}
             // The driver is behind; raft retransmits what matters.
             Err(mpsc::error::TrySendError::Full(_)) => {
@@ -209,7 +263,6 @@ async fn serve_inbound(
             Err(mpsc::error::TrySendError::Closed(_)) => return Ok(()),
         }
     }
-    Ok(())
 }
 
 /// Delivers queued messages to one peer, (re)connecting lazily with capped exponential backoff.
@@ -217,8 +270,7 @@ async fn serve_inbound(
 async fn run_peer_sender(
     peer_id: u64,
     addr: String,
-    node_id: u64,
-    cluster_id: Arc<str>,
+    local: Arc<Local>,
     mut queue: mpsc::Receiver<Message>,
     events: mpsc::Sender<TransportEvent>,
 ) {
@@ -236,7 +288,7 @@ async fn run_peer_sender(
         }
         if conn.is_none() {
             if Instant::now() >= retry_at {
-                match connect(&addr, node_id, &cluster_id).await {
+                match connect(&addr, peer_id, &local).await {
                     Ok(c) => {
                         tracing::info!(peer_id, %addr, "connected to quorum peer");
                         conn = Some(c);
@@ -277,18 +329,26 @@ async fn run_peer_sender(
     }
 }
 
-async fn connect(addr: &str, node_id: u64, cluster_id: &str) -> io::Result<BufWriter<TcpStream>> {
+/// Connects to `peer_id` at `addr` and authenticates both ends.
+async fn connect(addr: &str, peer_id: u64, local: &Local) -> Result<BufWriter<TcpStream>, HandshakeError> {
+    let Some(secret) = local.secret.as_ref() else {
+        return Err(HandshakeError::NoSecret);
+    };
     let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
     let _ = stream.set_nodelay(true);
-    let mut writer = BufWriter::new(stream);
-    write_frame(&mut writer, &encode_handshake(node_id, cluster_id)).await?;
-    writer.flush().await?;
-    Ok(writer)
+    let mut stream = BufWriter::new(stream);
+    tokio::time::timeout(
+        HANDSHAKE_TIMEOUT,
+        handshake::dial(&mut stream, local.node_id, peer_id, &local.cluster_id, secret),
+    )
+    .await
+    .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "the peer did not complete the handshake in time"))??;
+    Ok(stream)
 }
 
-async fn write_batch(writer: &mut BufWriter<TcpStream>, batch: &[Message]) -> io::Result<()> {
+async fn write_batch(writer: &mut (impl AsyncWrite + Unpin), batch: &[Message]) -> io::Result<()> {
     for msg in batch {
         let bytes = msg.write_to_bytes().map_err(io::Error::other)?;
         if bytes.len() > MAX_FRAME_BYTES {
@@ -319,74 +379,98 @@ pub(crate) fn is_snapshot(msg: &Message) -> bool {
     msg.get_msg_type() == MessageType::MsgSnapshot
 }
 
-fn encode_handshake(node_id: u64, cluster_id: &str) -> Vec<u8> {
-    let mut buf = Vec::with_capacity(16 + cluster_id.len());
-    buf.extend_from_slice(HANDSHAKE_MAGIC);
-    buf.extend_from_slice(&PROTOCOL_VERSION.to_be_bytes());
-    buf.extend_from_slice(&node_id.to_be_bytes());
-    buf.extend_from_slice(&(cluster_id.len() as u16).to_be_bytes());
-    buf.extend_from_slice(cluster_id.as_bytes());
-    buf
-}
-
-/// Returns the dialer's node id and cluster id.
-fn decode_handshake(frame: &[u8]) -> io::Result<(u64, String)> {
-    let bad = || invalid("malformed handshake (not a Sluice quorum peer?)");
-    if frame.get(0..4) != Some(HANDSHAKE_MAGIC.as_slice()) {
-        return Err(bad());
-    }
-    let version = u16::from_be_bytes(frame.get(4..6).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
-    if version != PROTOCOL_VERSION {
-        return Err(invalid(&format!(
-            "peer speaks quorum protocol version {version}, this node {PROTOCOL_VERSION}; run matching Sluice versions"
-        )));
-    }
-    let node_id = u64::from_be_bytes(frame.get(6..14).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
-    let len = u16::from_be_bytes(frame.get(14..16).ok_or_else(bad)?.try_into().map_err(|_| bad())?) as usize;
-    let cluster = frame.get(16..16 + len).ok_or_else(bad)?;
-    if frame.len() != 16 + len {
-        return Err(bad());
-    }
-    let cluster = String::from_utf8(cluster.to_vec()).map_err(|_| bad())?;
-    Ok((node_id, cluster))
-}
-
-async fn write_frame(w: &mut (impl AsyncWrite + Unpin), payload: &[u8]) -> io::Result<()> {
+pub(crate) async fn write_frame(w: &mut (impl AsyncWrite + Unpin), payload: &[u8]) -> io::Result<()> {
     w.write_all(&(payload.len() as u32).to_be_bytes()).await?;
     w.write_all(payload).await
 }
 
 /// Reads one frame; `None` on a clean end of stream between frames.
-async fn read_frame(r: &mut (impl AsyncRead + Unpin), max: usize) -> io::Result<Option<Vec<u8>>> {
-    let mut len = [0u8; 4];
-    match r.read_exact(&mut len).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
+pub(crate) async fn read_frame(r: &mut (impl AsyncRead + Unpin), max: usize) -> io::Result<Option<Vec<u8>>> {
+    let mut first = [0u8; 1];
+    if r.read(&mut first).await? == 0 {
+        return Ok(None);
     }
-    let len = u32::from_be_bytes(len) as usize;
+    read_frame_rest(r, first[0], max).await.map(Some)
+}
+
+/// The rest of a frame whose first length byte was `first`. The length is checked against
+/// `max` before any buffer exists, and the buffer grows only as the body arrives, so a length
+/// alone (say 2 GiB, or `max` followed by silence) costs nothing.
+async fn read_frame_rest(r: &mut (impl AsyncRead + Unpin), first: u8, max: usize) -> io::Result<Vec<u8>> {
+    let mut rest = [0u8; 3];
+    r.read_exact(&mut rest).await?;
+    let len = u32::from_be_bytes([first, rest[0], rest[1], rest[2]]) as usize;
     if len > max {
         return Err(invalid(&format!("frame of {len} bytes exceeds the {max}-byte limit")));
     }
-    let mut buf = vec![0u8; len];
-    r.read_exact(&mut buf).await?;
-    Ok(Some(buf))
+    let mut buf = Vec::with_capacity(len.min(FRAME_CHUNK_BYTES));
+    (&mut *r).take(len as u64).read_to_end(&mut buf).await?;
+    if buf.len() != len {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("connection closed {} bytes into a {len}-byte frame", buf.len()),
+        ));
+    }
+    Ok(buf)
 }
 
 fn invalid(msg: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg.to_owned())
 }
 
+/// A connection to a quorum member's controller listener that speaks as node `node_id` would:
+/// for tests and tools that need to reach a node's Raft layer (e.g. to check that forged
+/// messages are refused). Sluice itself uses [`Transport`].
+pub struct PeerConnection {
+    stream: BufWriter<TcpStream>,
+}
+
+impl PeerConnection {
+    /// Connects to node `peer_id` at `addr` and runs the handshake as node `node_id`.
+    pub async fn connect(
+        addr: &str,
+        node_id: u64,
+        peer_id: u64,
+        cluster_id: &str,
+        secret: &ClusterSecret,
+    ) -> Result<PeerConnection, HandshakeError> {
+        let local = Local {
+            node_id,
+            cluster_id: cluster_id.to_owned(),
+            secret: Some(secret.clone()),
+        };
+        Ok(PeerConnection {
+            stream: connect(addr, peer_id, &local).await?,
+        })
+    }
+
+    /// Sends one Raft message as a frame.
+    pub async fn send(&mut self, msg: &Message) -> io::Result<()> {
+        write_batch(&mut self.stream, std::slice::from_ref(msg)).await
+    }
+
+    /// Writes `bytes` as they are, e.g. part of a frame, to test the node's framing.
+    pub async fn send_bytes(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.stream.write_all(bytes).await?;
+        self.stream.flush().await
+    }
+
+    /// Whether the node closed this connection within `within` (it never writes after the
+    /// handshake, so any read result but a timeout means closed).
+    pub async fn closed_within(&mut self, within: Duration) -> bool {
+        let mut byte = [0u8; 1];
+        tokio::time::timeout(within, self.stream.get_mut().read(&mut byte))
+            .await
+            .is_ok()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn handshake_round_trips_and_rejects_garbage() {
-        let frame = encode_handshake(3, "cluster-x");
-        assert_eq!(decode_handshake(&frame).unwrap(), (3, "cluster-x".to_owned()));
-        assert!(decode_handshake(b"GET / HTTP/1.1").is_err());
-        assert!(decode_handshake(&frame[..frame.len() - 1]).is_err());
+    fn secret() -> ClusterSecret {
+        ClusterSecret::new(b"transport-test-secret".to_vec()).unwrap()
     }
 
     #[tokio::test]
@@ -397,45 +481,61 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn peer_with_other_cluster_id_is_disconnected() {
+    async fn frame_cut_short_is_an_error_not_a_zero_filled_buffer() {
+        let mut bytes: &[u8] = &[0, 0, 0, 10, 1, 2, 3];
+        let err = read_frame(&mut bytes, MAX_FRAME_BYTES).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
+        let mut empty: &[u8] = &[];
+        assert!(read_frame(&mut empty, MAX_FRAME_BYTES).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_started_frame_that_stalls_is_dropped_after_the_timeout() {
+        let (mut peer, mut node) = tokio::io::duplex(64);
+        let (inbound_tx, mut inbound_rx) = mpsc::channel(8);
+        let timeout = Duration::from_millis(200);
+        let forwarding = tokio::spawn(async move { forward_messages(&mut node, 2, inbound_tx, timeout).await });
+        // Half of a 100-byte frame, then silence (the peer keeps the connection open).
+        peer.write_all(&[0, 0, 0, 100]).await.unwrap();
+        peer.write_all(&[0; 50]).await.unwrap();
+        let err = forwarding.await.unwrap().unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert!(err.to_string().contains("did not finish it"), "{err}");
+        assert!(inbound_rx.try_recv().is_err());
+    }
+
+    #[tokio::test]
+    async fn peer_with_wrong_secret_or_other_cluster_cannot_connect() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
         let (inbound_tx, mut inbound_rx) = mpsc::channel(8);
         let (events_tx, _events_rx) = mpsc::channel(8);
-        let transport = Transport::start(listener, 1, "cluster-a", inbound_tx, events_tx);
+        let transport = Transport::start(listener, 1, "cluster-a", Some(secret()), inbound_tx, events_tx);
 
-        let mut conn = connect(&addr.to_string(), 2, "cluster-b").await.unwrap();
-        let mut msg = Message::default();
-        msg.from = 2;
-        msg.to = 1;
-        // The receiver closes the connection after the handshake; writes eventually fail and
-        // nothing reaches the driver.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let mut closed = false;
-        while Instant::now() < deadline {
-            if write_batch(&mut conn, std::slice::from_ref(&msg)).await.is_err() {
-                closed = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        assert!(closed, "connection from another cluster stayed open");
+        let wrong = ClusterSecret::new(b"some-other-secret-value".to_vec()).unwrap();
+        let refused = PeerConnection::connect(&addr, 2, 1, "cluster-a", &wrong).await.err();
+        assert!(matches!(refused, Some(HandshakeError::BadProof { peer: 1 })), "{refused:?}");
+        let refused = PeerConnection::connect(&addr, 2, 1, "cluster-b", &secret()).await.err();
+        // The listener hangs up on a stranger's hello instead of answering it.
+        assert!(matches!(refused, Some(HandshakeError::Io(_))), "{refused:?}");
+        let refused = PeerConnection::connect(&addr, 2, 3, "cluster-a", &secret()).await.err();
+        assert!(matches!(refused, Some(HandshakeError::WrongPeer { expected: 3, answered: 1 })), "{refused:?}");
         assert!(inbound_rx.try_recv().is_err());
         transport.shutdown().await;
     }
 
     #[tokio::test]
-    async fn messages_reach_the_peer_in_order() {
+    async fn messages_reach_the_peer_in_order_tagged_with_the_authenticated_sender() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let (inbound_tx, mut inbound_rx) = mpsc::channel(64);
         let (events_tx, _events_rx) = mpsc::channel(8);
-        let receiver = Transport::start(listener, 1, "c", inbound_tx, events_tx);
+        let receiver = Transport::start(listener, 1, "c", Some(secret()), inbound_tx, events_tx);
 
         let sender_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let (tx2, _rx2) = mpsc::channel(8);
         let (ev2, _ev2_rx) = mpsc::channel(64);
-        let mut sender = Transport::start(sender_listener, 2, "c", tx2, ev2);
+        let mut sender = Transport::start(sender_listener, 2, "c", Some(secret()), tx2, ev2);
         for i in 1..=10u64 {
             let mut msg = Message::default();
             msg.from = 2;
@@ -444,11 +544,12 @@ mod tests {
             assert_eq!(sender.send(msg, &addr), SendOutcome::Queued);
         }
         for i in 1..=10u64 {
-            let msg = tokio::time::timeout(Duration::from_secs(5), inbound_rx.recv())
+            let inbound = tokio::time::timeout(Duration::from_secs(5), inbound_rx.recv())
                 .await
                 .expect("message within 5 s")
                 .expect("channel open");
-            assert_eq!(msg.index, i);
+            assert_eq!(inbound.peer_id, 2);
+            assert_eq!(inbound.msg.index, i);
         }
         sender.shutdown().await;
         receiver.shutdown().await;

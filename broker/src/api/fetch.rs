@@ -2,9 +2,19 @@
 //! than `min_bytes` waits until a partition's high watermark moves (never by polling) or
 //! `max_wait_ms` passes, then reads again.
 //!
-//! A fetch with a replica id is a follower's: its fetch offset reports its log end offset to
-//! the leader (which may advance the high watermark or bring it back into the ISR), it reads
-//! up to the log end rather than the high watermark, and it waits for the log to grow.
+//! A fetch with a replica id (>= 0) is a follower's only if it passes Kafka's replica identity
+//! check (KIP-903: v15+, the broker's current broker epoch, a member of the replica set). Then
+//! its fetch offset reports its log end offset to the leader (which may advance the high
+//! watermark or bring it back into the ISR), it reads up to the log end rather than the high
+//! watermark, and it waits for the log to grow. A claim that fails the check is answered with
+//! per-partition errors and changes nothing.
+//!
+//! Responses are capped: at most min(`max_bytes`, `fetch.max.bytes`) record bytes for a
+//! consumer, min(`max_bytes`, `replica.fetch.response.max.bytes`) for a follower, and at most
+//! `partition_max_bytes` per partition, except that the first batch of the first partition with
+//! data goes whole (KIP-74). Each read pass is planned under the partitions' locks in the
+//! handler (request order, no disk I/O) and the bytes are read on the blocking pool, at most
+//! `num.io.threads` reads at once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +26,7 @@ use kafka_protocol::messages::fetch_request::FetchPartition;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
 use sluice_protocol::ResponseBody;
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 use tokio::time::Instant;
 use uuid::Uuid;
 
@@ -24,12 +34,11 @@ use super::Reply;
 use crate::broker::now_ms;
 use crate::broker::Broker;
 use crate::log::LogError;
-use crate::partition::{Partition, ReadBound};
+use crate::partition::{Partition, PartitionRead, ReadBound};
+use crate::replica_manager::{check_follower_identity, FIRST_FETCH_VERSION_WITH_REPLICA_STATE};
 
 /// Fetch v13 names topics by id; earlier versions by name.
 const FIRST_VERSION_WITH_TOPIC_IDS: i16 = 13;
-/// Fetch v15 moved the replica id into `replica_state`.
-const FIRST_VERSION_WITH_REPLICA_STATE: i16 = 15;
 /// Kafka's `READ_COMMITTED` isolation level.
 const READ_COMMITTED: i8 = 1;
 /// Longest long-poll honoured, so a request cannot pin a connection indefinitely.
@@ -38,6 +47,7 @@ const MAX_WAIT_CAP: Duration = Duration::from_secs(60);
 /// One requested partition, resolved against the image once per request.
 struct Target {
     fetch_offset: i64,
+    /// `partition_max_bytes`, already clamped to the response cap.
     partition_max_bytes: usize,
     current_leader_epoch: i32,
     index: i32,
@@ -53,16 +63,29 @@ struct TopicTargets {
 /// The request, resolved, plus how to shape the response.
 struct FetchPlan {
     topics: Vec<TopicTargets>,
+    /// Record bytes the response may carry: the request's `max_bytes` within the broker's cap.
     max_bytes: usize,
     min_bytes: usize,
     read_committed: bool,
     by_topic_id: bool,
-    /// A follower's fetch: read to the log end.
+    /// A verified follower's fetch: read to the log end.
     from_follower: bool,
 }
 
+/// One partition of a read pass: its answer already (an error), or its read, planned.
+enum PartitionPass {
+    Answered(PartitionData),
+    Planned {
+        read: PartitionRead,
+        partition: Arc<Partition>,
+    },
+}
+
+/// A read pass over the plan: one entry per requested partition, in request order.
+type ReadPass = Vec<PartitionPass>;
+
 pub fn handle(broker: &Arc<Broker>, request: FetchRequest, version: i16) -> Reply {
-    let plan = resolve(broker, &request, version);
+    let plan = Arc::new(resolve(broker, &request, version));
     // Subscribe before the first read so a write between the read and the wait is not missed.
     let mut watchers: Vec<watch::Receiver<i64>> = plan
         .topics
@@ -77,18 +100,22 @@ pub fn handle(broker: &Arc<Broker>, request: FetchRequest, version: i16) -> Repl
             }
         })
         .collect();
-    let (response, bytes, had_error) = read(&plan);
+    // Planned here, in request order (a produce read after this fetch is not in its answer);
+    // read below, off the async workers.
+    let first_pass = plan_pass(&plan);
+    let permits = broker.replicas.fetch_read_permits().clone();
     let max_wait = Duration::from_millis(request.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
-    if bytes >= plan.min_bytes || had_error || max_wait.is_zero() || watchers.is_empty() {
-        return Reply::Now(ResponseBody::Fetch(response));
-    }
-    let deadline = Instant::now() + max_wait;
     Reply::Later(
         async move {
+            let (response, bytes, had_error) = read_pass(&permits, &plan, first_pass).await;
+            if bytes >= plan.min_bytes || had_error || max_wait.is_zero() || watchers.is_empty() {
+                return ResponseBody::Fetch(response);
+            }
+            let deadline = Instant::now() + max_wait;
             loop {
                 let changed = futures::future::select_all(watchers.iter_mut().map(|w| w.changed().boxed()));
                 let woken = tokio::time::timeout_at(deadline, changed).await;
-                let (response, bytes, had_error) = read(&plan);
+                let (response, bytes, had_error) = read_pass(&permits, &plan, plan_pass(&plan)).await;
                 let partition_gone = matches!(woken, Ok((Err(_), _, _)));
                 if woken.is_err() || bytes >= plan.min_bytes || had_error || partition_gone {
                     return ResponseBody::Fetch(response);
@@ -102,12 +129,34 @@ pub fn handle(broker: &Arc<Broker>, request: FetchRequest, version: i16) -> Repl
 fn resolve(broker: &Arc<Broker>, request: &FetchRequest, version: i16) -> FetchPlan {
     let image = broker.metadata.image();
     let by_topic_id = version >= FIRST_VERSION_WITH_TOPIC_IDS;
-    let replica_id = if version >= FIRST_VERSION_WITH_REPLICA_STATE {
-        request.replica_state.replica_id.0
+    let (replica_id, broker_epoch) = if version >= FIRST_FETCH_VERSION_WITH_REPLICA_STATE {
+        let state = &request.replica_state;
+        (state.replica_id.0, Some(state.replica_epoch))
     } else {
-        request.replica_id.0
+        (request.replica_id.0, None)
     };
     let from_follower = replica_id >= 0;
+    let identity = if from_follower {
+        check_follower_identity(&image, replica_id, broker_epoch)
+    } else {
+        Ok(())
+    };
+    if identity.is_err() {
+        tracing::debug!(
+            replica_id,
+            ?broker_epoch,
+            version,
+            "refused a fetch claiming a replica id: no current broker epoch of that broker (Fetch v15+ replica_state) was given"
+        );
+    }
+    let max_bytes = {
+        let cap = if from_follower {
+            broker.config.replica_fetch_response_max_bytes
+        } else {
+            broker.config.fetch_max_bytes
+        };
+        request.max_bytes.clamp(0, cap.max(0)) as usize
+    };
     let now = now_ms();
     let topics = request
         .topics
@@ -128,7 +177,7 @@ fn resolve(broker: &Arc<Broker>, request: &FetchRequest, version: i16) -> FetchP
                 .iter()
                 .map(|p: &FetchPartition| Target {
                     fetch_offset: p.fetch_offset,
-                    partition_max_bytes: p.partition_max_bytes.max(0) as usize,
+                    partition_max_bytes: (p.partition_max_bytes.max(0) as usize).min(max_bytes),
                     current_leader_epoch: p.current_leader_epoch,
                     index: p.partition,
                     partition: match topic {
@@ -139,9 +188,14 @@ fn resolve(broker: &Arc<Broker>, request: &FetchRequest, version: i16) -> FetchP
                                 .leader_partition(topic, p.partition)
                                 .and_then(|(partition, _)| {
                                     if from_follower {
+                                        identity?;
                                         partition.check_leader_epoch(p.current_leader_epoch)?;
-                                        let rejoin =
-                                            partition.record_follower_fetch(replica_id, p.fetch_offset, now)?;
+                                        let rejoin = partition.record_follower_fetch(
+                                            replica_id,
+                                            p.fetch_offset,
+                                            p.current_leader_epoch,
+                                            now,
+                                        )?;
                                         if let Some(command) = rejoin {
                                             broker.propose_isr_change(partition.clone(), command);
                                         }
@@ -161,7 +215,7 @@ fn resolve(broker: &Arc<Broker>, request: &FetchRequest, version: i16) -> FetchP
         .collect();
     FetchPlan {
         topics,
-        max_bytes: request.max_bytes.max(0) as usize,
+        max_bytes,
         min_bytes: request.min_bytes.max(0) as usize,
         read_committed: request.isolation_level == READ_COMMITTED,
         by_topic_id,
@@ -169,34 +223,155 @@ fn resolve(broker: &Arc<Broker>, request: &FetchRequest, version: i16) -> FetchP
     }
 }
 
-/// Reads every partition of the plan; returns the response, its record bytes and whether
-/// any partition reported an error (which, as in Kafka, ends the long poll).
-fn read(plan: &FetchPlan) -> (FetchResponse, usize, bool) {
+/// Plans one read pass: each partition's read under its lock (no disk I/O), or its error.
+fn plan_pass(plan: &FetchPlan) -> ReadPass {
     let bound = if plan.from_follower {
         ReadBound::LogEnd
     } else {
         ReadBound::HighWatermark
     };
+    plan.topics
+        .iter()
+        .flat_map(|topic| topic.partitions.iter())
+        .map(|target| plan_partition(plan, target, bound))
+        .collect()
+}
+
+fn plan_partition(plan: &FetchPlan, target: &Target, bound: ReadBound) -> PartitionPass {
+    let partition = match &target.partition {
+        Ok(p) => p,
+        Err(error) => return PartitionPass::Answered(failed(plan, target, *error, -1, -1)),
+    };
+    if let Err(error) = partition.check_leader_epoch(target.current_leader_epoch) {
+        return PartitionPass::Answered(failed_at(plan, target, partition, error));
+    }
+    match partition.plan_read(target.fetch_offset, target.partition_max_bytes, bound) {
+        Ok(read) => PartitionPass::Planned {
+            read,
+            partition: partition.clone(),
+        },
+        Err(e) => PartitionPass::Answered(failed_at(plan, target, partition, read_error(partition, target, &e))),
+    }
+}
+
+/// Reads a planned pass on the blocking pool once a `num.io.threads` turn is free. Returns the
+/// response, its record bytes and whether any partition reported an error (which, as in
+/// Kafka, ends the long poll).
+async fn read_pass(permits: &Arc<Semaphore>, plan: &Arc<FetchPlan>, pass: ReadPass) -> (FetchResponse, usize, bool) {
+    // The semaphore is never closed; without a turn the read still goes ahead.
+    let turn = permits.clone().acquire_owned().await.ok();
+    let for_read = plan.clone();
+    let read = tokio::task::spawn_blocking(move || {
+        let _turn = turn;
+        read_planned(&for_read, pass)
+    });
+    match read.await {
+        Ok(result) => result,
+        Err(e) => {
+            tracing::error!(error = %e, "a fetch read task failed; the client is answered UNKNOWN_SERVER_ERROR and retries");
+            let response = build_response(plan, |target| {
+                failed(plan, target, ResponseError::UnknownServerError, -1, -1)
+            });
+            (response, 0, true)
+        }
+    }
+}
+
+/// Does the disk reads of a planned pass, within the response's and each partition's caps.
+fn read_planned(plan: &FetchPlan, pass: ReadPass) -> (FetchResponse, usize, bool) {
     let mut remaining = plan.max_bytes;
     let mut total = 0;
     let mut had_error = false;
+    let mut passes = pass.into_iter();
+    let response = build_response(plan, |target| {
+        let data = match passes.next() {
+            Some(pass) => read_partition(
+                plan,
+                target,
+                pass,
+                target.partition_max_bytes.min(remaining),
+                total == 0,
+            ),
+            None => failed(plan, target, ResponseError::UnknownServerError, -1, -1), // one pass per target
+        };
+        let len = data.records.as_ref().map_or(0, Bytes::len);
+        remaining = remaining.saturating_sub(len);
+        total += len;
+        had_error |= data.error_code != 0;
+        data
+    });
+    (response, total, had_error)
+}
+
+fn read_partition(
+    plan: &FetchPlan,
+    target: &Target,
+    pass: PartitionPass,
+    max_bytes: usize,
+    min_one_message: bool,
+) -> PartitionData {
+    let (read, partition) = match pass {
+        PartitionPass::Answered(data) => return data,
+        PartitionPass::Planned { read, partition } => (read, partition),
+    };
+    match read.read(max_bytes, min_one_message) {
+        Ok(outcome) => empty(plan, target)
+            .with_high_watermark(outcome.high_watermark)
+            .with_last_stable_offset(outcome.high_watermark)
+            .with_log_start_offset(outcome.log_start_offset)
+            .with_records(Some(outcome.records)),
+        Err(e) => failed_at(plan, target, &partition, read_error(&partition, target, &e)),
+    }
+}
+
+/// The Kafka error for a failed read; failures other than a client's bad offset are logged.
+fn read_error(partition: &Partition, target: &Target, e: &LogError) -> ResponseError {
+    match e {
+        LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+        LogError::TruncatedDuringRead { .. } => {
+            tracing::info!(topic = %partition.topic, partition = target.index, error = %e, "fetch raced a log truncation");
+            ResponseError::NotLeaderOrFollower
+        }
+        other => {
+            tracing::error!(topic = %partition.topic, partition = target.index, error = %other, "fetch read failed");
+            ResponseError::try_from_code(other.kafka_error_code()).unwrap_or(ResponseError::KafkaStorageError)
+        }
+    }
+}
+
+fn empty(plan: &FetchPlan, target: &Target) -> PartitionData {
+    PartitionData::default()
+        .with_partition_index(target.index)
+        .with_aborted_transactions(plan.read_committed.then(Vec::new))
+        .with_records(Some(Bytes::new()))
+}
+
+fn failed(plan: &FetchPlan, target: &Target, error: ResponseError, hw: i64, log_start: i64) -> PartitionData {
+    empty(plan, target)
+        .with_error_code(error.code())
+        .with_high_watermark(hw)
+        .with_last_stable_offset(hw)
+        .with_log_start_offset(log_start)
+}
+
+fn failed_at(plan: &FetchPlan, target: &Target, partition: &Partition, error: ResponseError) -> PartitionData {
+    failed(
+        plan,
+        target,
+        error,
+        partition.high_watermark(),
+        partition.log_start_offset(),
+    )
+}
+
+/// The response with each requested partition's data from `partition`, in request order.
+fn build_response(plan: &FetchPlan, mut partition: impl FnMut(&Target) -> PartitionData) -> FetchResponse {
     let responses = plan
         .topics
         .iter()
         .map(|topic| {
-            let partitions = topic
-                .partitions
-                .iter()
-                .map(|target| {
-                    let data = read_partition(target, remaining, total == 0, plan.read_committed, bound);
-                    let len = data.records.as_ref().map_or(0, Bytes::len);
-                    remaining = remaining.saturating_sub(len);
-                    total += len;
-                    had_error |= data.error_code != 0;
-                    data
-                })
-                .collect();
-            let response = FetchableTopicResponse::default().with_partitions(partitions);
+            let response = FetchableTopicResponse::default()
+                .with_partitions(topic.partitions.iter().map(&mut partition).collect());
             if plan.by_topic_id {
                 response.with_topic_id(topic.topic_id)
             } else {
@@ -204,50 +379,5 @@ fn read(plan: &FetchPlan) -> (FetchResponse, usize, bool) {
             }
         })
         .collect();
-    (FetchResponse::default().with_responses(responses), total, had_error)
-}
-
-fn read_partition(
-    target: &Target,
-    remaining: usize,
-    min_one_message: bool,
-    read_committed: bool,
-    bound: ReadBound,
-) -> PartitionData {
-    let data = PartitionData::default()
-        .with_partition_index(target.index)
-        .with_aborted_transactions(read_committed.then(Vec::new))
-        .with_records(Some(Bytes::new()));
-    let failed = |error: ResponseError, hw: i64, log_start: i64| {
-        data.clone()
-            .with_error_code(error.code())
-            .with_high_watermark(hw)
-            .with_last_stable_offset(hw)
-            .with_log_start_offset(log_start)
-    };
-    let partition = match &target.partition {
-        Ok(p) => p,
-        Err(error) => return failed(*error, -1, -1),
-    };
-    if let Err(error) = partition.check_leader_epoch(target.current_leader_epoch) {
-        return failed(error, partition.high_watermark(), partition.log_start_offset());
-    }
-    let max_bytes = target.partition_max_bytes.min(remaining);
-    match partition.read(target.fetch_offset, max_bytes, min_one_message, bound) {
-        Ok(outcome) => data
-            .with_high_watermark(outcome.high_watermark)
-            .with_last_stable_offset(outcome.high_watermark)
-            .with_log_start_offset(outcome.log_start_offset)
-            .with_records(Some(outcome.records)),
-        Err(e) => {
-            let error = match e {
-                LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
-                ref other => {
-                    tracing::error!(topic = %partition.topic, partition = target.index, error = %other, "fetch read failed");
-                    ResponseError::try_from_code(other.kafka_error_code()).unwrap_or(ResponseError::KafkaStorageError)
-                }
-            };
-            failed(error, partition.high_watermark(), partition.log_start_offset())
-        }
-    }
+    FetchResponse::default().with_responses(responses)
 }

@@ -1,5 +1,7 @@
 //! Produce: validate each partition's record batches, stamp offsets, append them as received.
-//! No record is decoded; the only copy is from the request buffer into the batch we patch.
+//! Records are decoded only for compacted topics (every record needs a key), and then within
+//! the topic's `max.message.bytes`; the only copy is from the request buffer into the batch we
+//! patch.
 //!
 //! With `acks=all` the response waits (Kafka's delayed produce) until the high watermark
 //! passes every appended batch, woken by high-watermark and leadership changes, or until the
@@ -12,8 +14,8 @@ use futures::FutureExt;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
-use kafka_protocol::records::RecordBatchDecoder;
-use sluice_protocol::batch::{validate_batches, BatchIter};
+use sluice_protocol::batch::{validate_batches, BatchError, BatchIter};
+use sluice_protocol::records::BatchRecords;
 use sluice_protocol::ResponseBody;
 
 use super::{str_bytes, Reply};
@@ -133,21 +135,13 @@ fn append(
             "the produce request carries no record batch".to_string(),
         )
     })?;
-    validate_batches(&records).map_err(|e| {
-        (
-            ResponseError::try_from_code(e.kafka_error_code()).unwrap_or(ResponseError::CorruptMessage),
-            e.to_string(),
-        )
-    })?;
+    validate_batches(&records).map_err(|e| batch_error(&e))?;
     check_batch_headers(&records, &timestamp_limits(broker, topic), now)?;
     let cleanup_policy = topic_config::effective_value("cleanup.policy", &topic.configs, &broker.config);
-    if cleanup_policy.split(',').any(|p| p.trim() == "compact") {
-        reject_keyless_records(&records).map_err(|message| {
-            (
-                ResponseError::InvalidRecord,
-                format!("{message} (topic {} is compacted)", topic.name),
-            )
-        })?;
+    if topic_config::cleanup_policy_includes(&cleanup_policy, "compact") {
+        let max_message_bytes = topic_config::max_message_bytes(&topic.configs, &broker.config);
+        reject_keyless_records(&records, max_message_bytes as usize)
+            .map_err(|(error, message)| (error, format!("{message} (topic {} is compacted)", topic.name)))?;
     }
     let mut batches = BytesMut::from(&records[..]);
     let leader_epoch = partition.leader_epoch();
@@ -196,14 +190,27 @@ fn partition_response(index: i32, result: Result<Appended, (ResponseError, Strin
     }
 }
 
+/// The Kafka error a refused batch is answered with, and its reason.
+fn batch_error(error: &BatchError) -> (ResponseError, String) {
+    (
+        ResponseError::try_from_code(error.kafka_error_code()).unwrap_or(ResponseError::CorruptMessage),
+        error.to_string(),
+    )
+}
+
 /// Compaction keeps the latest record per key, so a compacted topic refuses records without
-/// one, as Kafka does. This is the one produce path that decodes records (decompressing if
-/// needed); topics that are not compacted never pay for it.
-fn reject_keyless_records(records: &Bytes) -> Result<(), String> {
-    let sets = RecordBatchDecoder::decode_all(&mut records.clone())
-        .map_err(|e| format!("records could not be decoded to check their keys: {e}"))?;
-    if sets.iter().flat_map(|s| s.records.iter()).any(|r| r.key.is_none()) {
-        return Err("a record has no key; compacted topics only accept keyed records".to_string());
+/// one, as Kafka does. This is the one produce path that decodes records, each batch's
+/// decompressing to at most `max_decompressed_bytes` (the topic's `max.message.bytes`);
+/// topics that are not compacted never pay for it. `records` passed [`validate_batches`].
+fn reject_keyless_records(records: &[u8], max_decompressed_bytes: usize) -> Result<(), (ResponseError, String)> {
+    for (_, range) in BatchIter::new(records) {
+        let batch = BatchRecords::decode(&records[range], max_decompressed_bytes).map_err(|e| batch_error(&e))?;
+        if batch.iter().any(|r| r.key.is_none()) {
+            return Err((
+                ResponseError::InvalidRecord,
+                "a record has no key; compacted topics only accept keyed records".to_string(),
+            ));
+        }
     }
     Ok(())
 }
@@ -261,7 +268,53 @@ fn check_batch_headers(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions};
     use sluice_protocol::batch::test_support::encode_simple_batch;
+    use sluice_protocol::batch::{CRC_COVERED_FROM, CRC_OFFSET, RECORDS_COUNT_OFFSET};
+    use sluice_protocol::records::producer_record;
+
+    /// One zstd batch of records with `keys` and 1000-byte values, as a client encodes it.
+    fn zstd_batch(keys: &[Option<&str>]) -> Vec<u8> {
+        let records: Vec<Record> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, key)| {
+                let key = key.map(|k| Bytes::copy_from_slice(k.as_bytes()));
+                producer_record(i as i64, NOW, key, Some(Bytes::from(vec![b'v'; 1000])))
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression: Compression::Zstd,
+        };
+        RecordBatchEncoder::encode(&mut buf, records.iter(), &options).unwrap();
+        buf.to_vec()
+    }
+
+    #[test]
+    fn compacted_topic_checks_answer_with_kafkas_error_codes() {
+        let keyed = zstd_batch(&[Some("a"), Some("b")]);
+        assert!(reject_keyless_records(&keyed, 1_000_000).is_ok());
+        let mut blob = keyed.clone();
+        blob.extend_from_slice(&zstd_batch(&[Some("c"), None]));
+        assert_eq!(
+            reject_keyless_records(&blob, 1_000_000).unwrap_err().0,
+            ResponseError::InvalidRecord
+        );
+        // Two 1000-byte values do not fit in 1500 bytes once decompressed.
+        let (error, message) = reject_keyless_records(&keyed, 1_500).unwrap_err();
+        assert_eq!(error, ResponseError::RecordListTooLarge, "{message}");
+        // A record count the decompressed records do not hold.
+        let mut lying = keyed.clone();
+        lying[RECORDS_COUNT_OFFSET..RECORDS_COUNT_OFFSET + 4].copy_from_slice(&1i32.to_be_bytes());
+        let crc = crc32c::crc32c(&lying[CRC_COVERED_FROM..]);
+        lying[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+        assert_eq!(
+            reject_keyless_records(&lying, 1_000_000).unwrap_err().0,
+            ResponseError::CorruptMessage
+        );
+    }
 
     const NOW: i64 = 1_800_000_000_000;
 

@@ -19,13 +19,12 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions};
 use parking_lot::Mutex;
 use tokio::sync::{oneshot, watch};
 
-use sluice_protocol::batch::BatchIter;
+use sluice_protocol::batch::{validate_stored_batch, BatchIter};
+use sluice_protocol::records::{producer_record, BatchRecords};
 
 use crate::broker::{now_ms, Broker};
 use crate::metadata::image::MetadataImage;
@@ -195,7 +194,10 @@ impl GroupMetadataManager {
             fx.extend(inner.coordinator.begin_load(index, epoch));
             let manager = self.inner.clone();
             let buffer = self.settings.load_buffer_size;
-            tokio::task::spawn_blocking(move || load_partition(manager, partition, index, epoch, buffer));
+            let max_message_bytes = partition.max_message_bytes();
+            tokio::task::spawn_blocking(move || {
+                load_partition(manager, partition, index, epoch, buffer, max_message_bytes)
+            });
         }
         let stores = inner.apply(fx);
         debug_assert!(stores.is_empty(), "loading and unloading only answer waiting requests");
@@ -475,22 +477,7 @@ fn encode_batch(entries: &[(Bytes, Option<Bytes>)], now: i64) -> anyhow::Result<
     let records: Vec<Record> = entries
         .iter()
         .enumerate()
-        .map(|(i, (key, value))| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            // offset - sequence stays constant, so the encoder keeps one batch (base sequence -1).
-            sequence: i as i32 - 1,
-            timestamp: now,
-            key: Some(key.clone()),
-            value: value.clone(),
-            headers: Default::default(),
-        })
+        .map(|(i, (key, value))| producer_record(i as i64, now, Some(key.clone()), value.clone()))
         .collect();
     let mut buf = BytesMut::new();
     RecordBatchEncoder::encode(
@@ -505,11 +492,21 @@ fn encode_batch(entries: &[(Bytes, Option<Bytes>)], now: i64) -> anyhow::Result<
 }
 
 /// Reads a `__consumer_offsets` partition from its start to its end and hands the records
-/// to the coordinator. Runs on a blocking thread: the log may be large.
-fn load_partition(manager: Arc<Mutex<Inner>>, partition: Arc<Partition>, index: i32, epoch: i32, buffer: usize) {
+/// to the coordinator. Runs on a blocking thread: the log may be large. A batch whose CRC or
+/// records are bad, or whose records decompress past the partition's `max.message.bytes`,
+/// counts as one skipped entry.
+fn load_partition(
+    manager: Arc<Mutex<Inner>>,
+    partition: Arc<Partition>,
+    index: i32,
+    epoch: i32,
+    buffer: usize,
+    max_message_bytes: u32,
+) {
     let started = std::time::Instant::now();
     let mut loaded = Vec::new();
     let mut skipped = 0usize;
+    let mut first_unreadable = None;
     let end = partition.log_end_offset();
     let mut offset = partition.log_start_offset();
     while offset < end {
@@ -526,23 +523,36 @@ fn load_partition(manager: Arc<Mutex<Inner>>, partition: Arc<Partition>, index: 
             if header.is_control() {
                 continue;
             }
-            let mut batch = read.records.slice(range);
-            match RecordBatchDecoder::decode(&mut batch) {
-                Ok(set) => {
-                    for record in set.records.into_iter().filter(|r| r.offset >= offset) {
-                        match records::decode(record.key.as_deref(), record.value.as_deref()) {
+            let batch = &read.records[range];
+            let decoded =
+                validate_stored_batch(batch).and_then(|_| BatchRecords::decode(batch, max_message_bytes as usize));
+            match decoded {
+                Ok(batch) => {
+                    let in_range = batch
+                        .iter()
+                        .filter(|r| header.base_offset.saturating_add(i64::from(r.offset_delta)) >= offset);
+                    for record in in_range {
+                        match records::decode(record.key, record.value) {
                             Ok(r) => loaded.push(r),
                             Err(_) => skipped += 1,
                         }
                     }
                 }
-                Err(_) => skipped += 1,
+                Err(e) => {
+                    skipped += 1;
+                    first_unreadable.get_or_insert((header.base_offset, e));
+                }
             }
         }
         if next <= offset {
             break;
         }
         offset = next;
+    }
+    if let Some((base_offset, error)) = first_unreadable {
+        tracing::warn!(partition = index, base_offset, %error,
+            "skipped unreadable batches of __consumer_offsets while loading groups (the first is named); \
+             the groups and offsets they held are not loaded");
     }
     let count = loaded.len();
     let done = manager.lock().coordinator.complete_load(index, epoch, loaded, now_ms());

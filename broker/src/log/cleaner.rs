@@ -19,11 +19,13 @@
 //!    the segments it replaces are still there; if retention or truncation removed them, the pass
 //!    is abandoned. The caller records the mapped end in `cleaner-offset-checkpoint`.
 //!
-//! This is the one place records are decoded. A batch that keeps every record is copied as
-//! stored; one that loses some is rebuilt from the surviving records' bytes (recompressed with
-//! its codec) keeping its base offset, last offset delta, timestamps, attributes, producer id,
-//! epoch and base sequence and partition leader epoch, with a new length, count and CRC; one that
-//! loses all is dropped, except control batches, which are kept.
+//! Records are decoded through [`BatchRecords`], decompressing to at most the partition's
+//! `max.message.bytes`; a batch that cannot be decoded ends the pass with
+//! [`LogError::UncleanableBatch`] before anything is swapped in. A batch that keeps every record
+//! is copied as stored; one that loses some is rebuilt from the surviving records' bytes
+//! (recompressed with its codec) keeping its base offset, last offset delta, timestamps,
+//! attributes, producer id, epoch and base sequence and partition leader epoch, with a new
+//! length, count and CRC; one that loses all is dropped, except control batches, which are kept.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
@@ -32,12 +34,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use bytes::{Buf, BufMut, Bytes};
+use bytes::BufMut;
 use parking_lot::Mutex;
 use sluice_protocol::batch::{
     BatchHeader, BATCH_HEADER_LEN, BATCH_LENGTH_OFFSET, CRC_COVERED_FROM, CRC_OFFSET, LOG_OVERHEAD,
     RECORDS_COUNT_OFFSET,
 };
+use sluice_protocol::records::{BatchRecords, RecordView};
 
 use super::checkpoint_file::OffsetCheckpoint;
 use super::index::remove_if_exists;
@@ -371,6 +374,7 @@ impl LogCleaner {
         self.map = OffsetMap::new(self.dedupe_buffer_size);
         let first_dirty = to_clean.first_dirty_offset;
         let mut end_offset = first_dirty;
+        let max_message_bytes = to_clean.config.max_message_bytes;
         for segment in to_clean.segments.iter().filter(|s| s.next_base_offset > first_dirty) {
             if self.stopped() {
                 break;
@@ -382,17 +386,18 @@ impl LogCleaner {
                 if full_at.is_some() || header.last_offset() < first_dirty || header.is_control() {
                     return Ok(());
                 }
-                for_each_record(header, batch, |record| {
-                    let offset = header.base_offset + i64::from(record.offset_delta);
+                for record in stored_records(header, batch, max_message_bytes)?.iter() {
+                    let offset = header.base_offset.saturating_add(i64::from(record.offset_delta));
                     if full_at.is_some() || offset < first_dirty {
-                        return;
+                        continue;
                     }
                     if let Some(key) = record.key {
                         if !map.put(&key_hash(key), offset) {
                             full_at = Some(offset);
                         }
                     }
-                })
+                }
+                Ok(())
             })?;
             if let Some(offset) = full_at {
                 if offset == first_dirty {
@@ -459,6 +464,7 @@ impl LogCleaner {
                     map: &self.map,
                     end_offset,
                     retain_tombstones,
+                    max_message_bytes: to_clean.config.max_message_bytes,
                 };
                 let filtered = filter_batch(header, batch, &filter)?;
                 stats.records_removed += filtered.removed;
@@ -528,11 +534,13 @@ struct RecordFilter<'a> {
     end_offset: i64,
     /// False once the segment is older than `delete.retention.ms`: its tombstones go.
     retain_tombstones: bool,
+    /// The partition's `max.message.bytes`: the most a batch's records may decompress to.
+    max_message_bytes: u32,
 }
 
 impl RecordFilter<'_> {
     /// Kafka's `shouldRetainRecord`.
-    fn retain(&self, offset: i64, record: &RawRecord<'_>) -> bool {
+    fn retain(&self, offset: i64, record: &RecordView<'_>) -> bool {
         if offset >= self.end_offset {
             return true;
         }
@@ -540,7 +548,7 @@ impl RecordFilter<'_> {
             return false; // keyless records have no place in a compacted log
         };
         let superseded = self.map.get(&key_hash(key)).is_some_and(|latest| offset < latest);
-        let expired_tombstone = !record.has_value && !self.retain_tombstones;
+        let expired_tombstone = record.value.is_none() && !self.retain_tombstones;
         !superseded && !expired_tombstone
     }
 }
@@ -566,17 +574,20 @@ fn filter_batch(header: &BatchHeader, batch: &[u8], filter: &RecordFilter<'_>) -
         });
     }
     let codec = header.compression();
-    let records = decompress(codec, &batch[BATCH_HEADER_LEN..])?;
-    let mut kept = Vec::with_capacity(records.len());
+    let records = stored_records(header, batch, filter.max_message_bytes)?;
+    let mut kept = Vec::with_capacity(records.section().len());
     let (mut kept_count, mut total, mut kept_tombstone) = (0i32, 0u64, false);
-    parse_records(&records, header, |record| {
+    for record in records.iter() {
         total += 1;
-        if filter.retain(header.base_offset + i64::from(record.offset_delta), &record) {
+        if filter.retain(
+            header.base_offset.saturating_add(i64::from(record.offset_delta)),
+            &record,
+        ) {
             kept.extend_from_slice(record.bytes);
             kept_count += 1;
-            kept_tombstone |= !record.has_value;
+            kept_tombstone |= record.value.is_none();
         }
-    })?;
+    }
     let removed = total - kept_count as u64;
     let outcome = if removed == 0 {
         BatchOutcome::Keep
@@ -607,23 +618,16 @@ fn rebuild_batch(original: &[u8], codec: u8, records: &[u8], count: i32) -> Resu
     Ok(out)
 }
 
-/// The records section of a batch, decompressed if its codec says so.
-fn decompress(codec: u8, data: &[u8]) -> Result<Vec<u8>, LogError> {
-    use kafka_protocol::compression::{Decompressor, Gzip, Lz4, Snappy, Zstd};
-    fn run<D: Decompressor<Bytes>>(data: &[u8]) -> anyhow::Result<Vec<u8>> {
-        D::decompress(&mut Bytes::copy_from_slice(data), |buf| {
-            Ok(buf.copy_to_bytes(buf.remaining()).to_vec())
-        })
-    }
-    let result = match codec {
-        0 => return Ok(data.to_vec()),
-        1 => run::<Gzip>(data),
-        2 => run::<Snappy>(data),
-        3 => run::<Lz4>(data),
-        4 => run::<Zstd>(data),
-        other => return Err(LogError::Corrupt(format!("unknown compression codec {other}"))),
-    };
-    result.map_err(|e| LogError::Corrupt(format!("cannot decompress a stored batch: {e:#}")))
+/// A stored batch's checked records, decompressed within the partition's `max.message.bytes`.
+fn stored_records<'a>(
+    header: &BatchHeader,
+    batch: &'a [u8],
+    max_message_bytes: u32,
+) -> Result<BatchRecords<'a>, LogError> {
+    BatchRecords::decode(batch, max_message_bytes as usize).map_err(|source| LogError::UncleanableBatch {
+        base_offset: header.base_offset,
+        source,
+    })
 }
 
 fn compress(codec: u8, records: &[u8], out: &mut Vec<u8>) -> Result<(), LogError> {
@@ -646,81 +650,6 @@ fn compress(codec: u8, records: &[u8], out: &mut Vec<u8>) -> Result<(), LogError
         other => return Err(LogError::Corrupt(format!("unknown compression codec {other}"))),
     };
     result.map_err(|e| LogError::Corrupt(format!("cannot recompress a cleaned batch: {e:#}")))
-}
-
-/// One record of a v2 batch, as stored: its bytes (length prefix included), offset delta, key,
-/// and whether it has a value (a null value is a tombstone).
-struct RawRecord<'a> {
-    bytes: &'a [u8],
-    offset_delta: i32,
-    key: Option<&'a [u8]>,
-    has_value: bool,
-}
-
-/// Calls `f` with each record of the batch whose decompressed records section is `records`.
-fn for_each_record(header: &BatchHeader, batch: &[u8], f: impl FnMut(RawRecord<'_>)) -> Result<(), LogError> {
-    let records = decompress(header.compression(), &batch[BATCH_HEADER_LEN..])?;
-    parse_records(&records, header, f)
-}
-
-fn parse_records(records: &[u8], header: &BatchHeader, mut f: impl FnMut(RawRecord<'_>)) -> Result<(), LogError> {
-    let corrupt = |what: &str| {
-        LogError::Corrupt(format!(
-            "stored batch at offset {} has a malformed record: {what}",
-            header.base_offset
-        ))
-    };
-    let mut pos = 0;
-    for _ in 0..header.records_count.max(0) {
-        let start = pos;
-        let len = read_varint(records, &mut pos).ok_or_else(|| corrupt("length"))?;
-        let end = usize::try_from(len)
-            .ok()
-            .and_then(|len| pos.checked_add(len))
-            .filter(|&end| end <= records.len())
-            .ok_or_else(|| corrupt("length past the batch"))?;
-        let body = &records[pos..end];
-        let mut at = 1; // attributes
-        read_varint(body, &mut at).ok_or_else(|| corrupt("timestamp delta"))?;
-        let offset_delta = read_varint(body, &mut at).ok_or_else(|| corrupt("offset delta"))?;
-        let key = read_bytes(body, &mut at).ok_or_else(|| corrupt("key"))?;
-        let value = read_bytes(body, &mut at).ok_or_else(|| corrupt("value"))?;
-        let offset_delta = i32::try_from(offset_delta).map_err(|_| corrupt("offset delta"))?;
-        f(RawRecord {
-            bytes: &records[start..end],
-            offset_delta,
-            key,
-            has_value: value.is_some(),
-        });
-        pos = end;
-    }
-    Ok(())
-}
-
-/// Kafka's zigzag varint/varlong.
-fn read_varint(buf: &[u8], pos: &mut usize) -> Option<i64> {
-    let mut raw: u64 = 0;
-    for shift in (0..64).step_by(7) {
-        let byte = *buf.get(*pos)?;
-        *pos += 1;
-        raw |= u64::from(byte & 0x7f) << shift;
-        if byte & 0x80 == 0 {
-            return Some((raw >> 1) as i64 ^ -((raw & 1) as i64));
-        }
-    }
-    None
-}
-
-/// A varint-length-prefixed byte string; -1 is null.
-fn read_bytes<'a>(buf: &'a [u8], pos: &mut usize) -> Option<Option<&'a [u8]>> {
-    let len = read_varint(buf, pos)?;
-    if len < 0 {
-        return Some(None);
-    }
-    let end = pos.checked_add(usize::try_from(len).ok()?)?;
-    let bytes = buf.get(*pos..end)?;
-    *pos = end;
-    Some(Some(bytes))
 }
 
 /// Reads `cleaner-offset-checkpoint` from the data dir (missing: empty).
@@ -752,16 +681,5 @@ mod tests {
         assert_eq!(map.get(&key_hash(&[3])), Some(100));
         assert_eq!(map.get(&key_hash(&[42])), None);
         assert_eq!(map.len(), 9);
-    }
-
-    #[test]
-    fn varints_decode_as_kafka_encodes_them() {
-        let mut pos = 0;
-        assert_eq!(read_varint(&[0x01], &mut pos), Some(-1));
-        pos = 0;
-        assert_eq!(read_varint(&[0xac, 0x02], &mut pos), Some(150));
-        assert_eq!(pos, 2);
-        pos = 0;
-        assert_eq!(read_varint(&[0x80], &mut pos), None, "truncated");
     }
 }

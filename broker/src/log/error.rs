@@ -33,6 +33,13 @@ pub enum LogError {
     RecordBatchTooLarge { batch_bytes: usize, segment_bytes: u64 },
     #[error("invalid record batch: {0}")]
     InvalidBatch(#[from] BatchError),
+    /// A stored batch whose records the log cleaner cannot decode (within the partition's
+    /// `max.message.bytes`). The same bytes fail the same way on every pass.
+    #[error(
+        "the stored batch at offset {base_offset} cannot be compacted: {source}. The log cleaner \
+         skips this partition until the broker restarts; the batch itself is kept and served"
+    )]
+    UncleanableBatch { base_offset: i64, source: BatchError },
     #[error(
         "follower append starts at offset {first_offset} but the log end offset is {log_end}; \
          the replica must truncate or catch up first"
@@ -52,6 +59,14 @@ pub enum LogError {
         epoch: i32,
         latest_epoch: i32,
     },
+    /// A read planned under the log's lock found a segment shorter than it was then: the log
+    /// was truncated meanwhile, which happens only when this replica stops leading. Not a disk
+    /// failure; the client is sent to refresh metadata and retry.
+    #[error(
+        "the log was truncated while a fetch read it ({path} ends before position {position}); \
+         refresh metadata and retry the fetch against the partition's current leader"
+    )]
+    TruncatedDuringRead { path: String, position: u64 },
     #[error(
         "log data is corrupt: {0}; restart the broker to recover the log, or delete the \
          partition directory and let it re-replicate"
@@ -71,9 +86,9 @@ impl LogError {
             LogError::OffsetOutOfRange { .. } => OFFSET_OUT_OF_RANGE,
             LogError::MessageTooLarge { .. } => MESSAGE_TOO_LARGE,
             LogError::RecordBatchTooLarge { .. } => RECORD_BATCH_TOO_LARGE,
-            LogError::InvalidBatch(e) => e.kafka_error_code(),
+            LogError::InvalidBatch(e) | LogError::UncleanableBatch { source: e, .. } => e.kafka_error_code(),
             LogError::UnexpectedAppendOffset { .. } => UNKNOWN_SERVER_ERROR,
-            LogError::LeaderEpochRegression { .. } => NOT_LEADER_OR_FOLLOWER,
+            LogError::LeaderEpochRegression { .. } | LogError::TruncatedDuringRead { .. } => NOT_LEADER_OR_FOLLOWER,
             LogError::Corrupt(_) => CORRUPT_MESSAGE,
         }
     }

@@ -12,6 +12,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// An offset index entry: the batch whose base offset is `offset` starts at `position` in the
 /// segment file.
@@ -91,7 +92,9 @@ impl IndexEntry for RawTimeEntry {
 #[derive(Debug)]
 struct IndexFile<E> {
     path: PathBuf,
-    file: File,
+    /// Shared with [`OffsetIndexView`]s, so a read planned under the log's lock can finish its
+    /// lookup after the lock is released (and after the file is deleted).
+    file: Arc<File>,
     len: usize,
     /// False when the file length is not a whole number of entries (torn write): rebuild it.
     whole: bool,
@@ -117,7 +120,7 @@ impl<E: IndexEntry> IndexFile<E> {
         let whole = file_len % E::SIZE as u64 == 0;
         let mut index = IndexFile {
             path,
-            file,
+            file: Arc::new(file),
             len,
             whole,
             was_missing,
@@ -138,35 +141,17 @@ impl<E: IndexEntry> IndexFile<E> {
         if let Some(cached) = &self.cached {
             return cached.get(i).copied().ok_or_else(|| out_of_bounds(i));
         }
-        if i >= self.len {
-            return Err(out_of_bounds(i));
-        }
-        let mut buf = [0u8; MAX_ENTRY_SIZE];
-        let bytes = &mut buf[..E::SIZE];
-        self.file.read_exact_at(bytes, (i * E::SIZE) as u64)?;
-        E::decode(bytes).ok_or_else(|| out_of_bounds(i))
+        read_entry(&self.file, self.len, i)
     }
 
     /// Number of leading entries for which `pred` holds (`pred` must hold for a prefix).
     fn partition_point(&self, pred: impl Fn(&E) -> bool) -> io::Result<usize> {
-        let (mut lo, mut hi) = (0, self.len);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if pred(&self.entry_at(mid)?) {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        Ok(lo)
+        partition_point(self.len, |i| self.entry_at(i), pred)
     }
 
     /// The last entry for which `pred` holds.
     fn floor(&self, pred: impl Fn(&E) -> bool) -> io::Result<Option<E>> {
-        match self.partition_point(pred)? {
-            0 => Ok(None),
-            n => self.entry_at(n - 1).map(Some),
-        }
+        floor(self.len, |i| self.entry_at(i), pred)
     }
 
     fn append(&mut self, entry: E) -> io::Result<()> {
@@ -226,9 +211,47 @@ impl<E: IndexEntry> IndexFile<E> {
         self.file.sync_all()
     }
 
+    /// Removes the file; holders of a view keep reading the unlinked inode.
     fn delete(self) -> io::Result<()> {
         drop(self.file);
         remove_if_exists(&self.path)
+    }
+}
+
+/// Entry `i` of an index file holding `len` entries, by a positional read.
+fn read_entry<E: IndexEntry>(file: &File, len: usize, i: usize) -> io::Result<E> {
+    if i >= len {
+        return Err(out_of_bounds(i));
+    }
+    let mut buf = [0u8; MAX_ENTRY_SIZE];
+    let bytes = &mut buf[..E::SIZE];
+    file.read_exact_at(bytes, (i * E::SIZE) as u64)?;
+    E::decode(bytes).ok_or_else(|| out_of_bounds(i))
+}
+
+/// Binary search over `len` entries: how many leading ones satisfy `pred` (true on a prefix).
+fn partition_point<E>(
+    len: usize,
+    entry_at: impl Fn(usize) -> io::Result<E>,
+    pred: impl Fn(&E) -> bool,
+) -> io::Result<usize> {
+    let (mut lo, mut hi) = (0, len);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if pred(&entry_at(mid)?) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(lo)
+}
+
+/// The last of `len` entries for which `pred` holds (true on a prefix).
+fn floor<E>(len: usize, entry_at: impl Fn(usize) -> io::Result<E>, pred: impl Fn(&E) -> bool) -> io::Result<Option<E>> {
+    match partition_point(len, &entry_at, pred)? {
+        0 => Ok(None),
+        n => entry_at(n - 1).map(Some),
     }
 }
 
@@ -264,15 +287,29 @@ impl OffsetIndex {
     /// The last entry at or below `offset`, or the segment start when there is none: the batch
     /// holding `offset` starts at or after the returned position.
     pub fn lookup(&self, offset: i64) -> io::Result<OffsetPosition> {
-        let relative = offset.saturating_sub(self.base_offset);
-        let found = self.file.floor(|e| i64::from(e.relative_offset) <= relative)?;
-        Ok(found.map_or(
-            OffsetPosition {
-                offset: self.base_offset,
-                position: 0,
-            },
-            |e| self.absolute(e),
-        ))
+        let found = self.file.floor(at_or_below(self.base_offset, offset))?;
+        Ok(absolute_or_start(self.base_offset, found))
+    }
+
+    /// Where the batch holding `offset` is searched from, without touching the disk: the position
+    /// when the entries are in memory (the active segment), otherwise a view that looks it up
+    /// later with positional reads (see [`OffsetIndexView::lookup`]), outside the log's lock.
+    pub fn start_for_read(&self, offset: i64) -> ReadStart {
+        match &self.file.cached {
+            Some(entries) => {
+                let below = at_or_below(self.base_offset, offset);
+                let found = entries
+                    .partition_point(below)
+                    .checked_sub(1)
+                    .and_then(|i| entries.get(i));
+                ReadStart::Position(u64::from(absolute_or_start(self.base_offset, found.copied()).position))
+            }
+            None => ReadStart::Lookup(OffsetIndexView {
+                base_offset: self.base_offset,
+                file: self.file.file.clone(),
+                len: self.file.len,
+            }),
+        }
     }
 
     /// Adds an entry for the batch with base offset `offset` at `position`. An offset that does
@@ -327,10 +364,54 @@ impl OffsetIndex {
     }
 
     fn absolute(&self, e: RawOffsetEntry) -> OffsetPosition {
+        absolute_or_start(self.base_offset, Some(e))
+    }
+}
+
+/// Predicate of the entries at or below `offset` in an index whose base offset is `base_offset`.
+fn at_or_below(base_offset: i64, offset: i64) -> impl Fn(&RawOffsetEntry) -> bool {
+    let relative = offset.saturating_sub(base_offset);
+    move |e| i64::from(e.relative_offset) <= relative
+}
+
+/// The entry made absolute, or the segment start when no entry was found.
+fn absolute_or_start(base_offset: i64, found: Option<RawOffsetEntry>) -> OffsetPosition {
+    found.map_or(
         OffsetPosition {
-            offset: self.base_offset + i64::from(e.relative_offset),
+            offset: base_offset,
+            position: 0,
+        },
+        |e| OffsetPosition {
+            offset: base_offset + i64::from(e.relative_offset),
             position: e.position,
-        }
+        },
+    )
+}
+
+/// Where a planned read starts searching a segment for its offset (see
+/// [`OffsetIndex::start_for_read`]).
+#[derive(Debug, Clone)]
+pub enum ReadStart {
+    Position(u64),
+    Lookup(OffsetIndexView),
+}
+
+/// A sealed segment's offset index as a read planned under the log's lock saw it: the file
+/// (shared, so retention may delete it meanwhile) and how many entries it held.
+#[derive(Debug, Clone)]
+pub struct OffsetIndexView {
+    base_offset: i64,
+    file: Arc<File>,
+    len: usize,
+}
+
+impl OffsetIndexView {
+    /// [`OffsetIndex::lookup`] by positional reads of the shared file. An entry gone since the
+    /// view was taken (the index was truncated) is an `UnexpectedEof` error.
+    pub fn lookup(&self, offset: i64) -> io::Result<u64> {
+        let entry_at = |i| read_entry::<RawOffsetEntry>(&self.file, self.len, i);
+        let found = floor(self.len, entry_at, at_or_below(self.base_offset, offset))?;
+        Ok(u64::from(absolute_or_start(self.base_offset, found).position))
     }
 }
 

@@ -49,5 +49,5 @@ pub use config::LogConfig;
 pub use error::LogError;
 pub use index::{OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset};
 pub use leader_epoch::{LEADER_EPOCH_CHECKPOINT_FILE, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET};
-pub use partition_log::{AppendInfo, PartitionLog, ReadResult, CLEAN_SHUTDOWN_FILE};
+pub use partition_log::{AppendInfo, PartitionLog, PlannedRead, ReadResult, CLEAN_SHUTDOWN_FILE};
 pub use segment::{LogSegment, RecoveryOutcome};

@@ -13,7 +13,8 @@ use super::cleaner::{CleanableSegment, LogToClean, CLEANED_FILE_SUFFIX, SWAP_FIL
 use super::index::remove_if_exists;
 use super::leader_epoch::{EpochScan, LeaderEpochCache};
 use super::segment::{
-    segment_file_name, LogSegment, SegmentSnapshot, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
+    segment_file_name, LogSegment, SegmentReader, SegmentSnapshot, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
 };
 use super::{LogConfig, LogError};
 
@@ -42,11 +43,86 @@ pub struct ReadResult {
     pub log_end_offset: i64,
 }
 
+/// A fetch's read planned under the log's lock (see [`PartitionLog::plan_read`]) and done after
+/// it is released by [`PlannedRead::read`]: the segments from the one that may hold the offset,
+/// each with its own reference to its file and its size at planning time. The lock is held only
+/// while this is built, which touches no disk; appends made since are not read, and a segment
+/// deleted since (retention, compaction) is still read through its open file.
+#[derive(Debug)]
+pub struct PlannedRead {
+    offset: i64,
+    max_offset: i64,
+    /// Oldest first; empty when the offset is the log end.
+    segments: Vec<SegmentReader>,
+    log_start_offset: i64,
+    log_end_offset: i64,
+}
+
+impl PlannedRead {
+    /// Reads whole stored batches from the one holding the planned offset, across segments, up
+    /// to `max_bytes` and never a batch at or beyond the planned `max_offset`; the first batch
+    /// whole even when larger than `max_bytes` if `min_one_message` (Kafka's KIP-74 rule). The
+    /// buffer is sized by the bytes present, never by `max_bytes` alone. Positional reads only:
+    /// call it off the async workers.
+    pub fn read(&self, max_bytes: usize, min_one_message: bool) -> Result<ReadResult, LogError> {
+        let mut records = Vec::new();
+        self.read_into(max_bytes as u64, min_one_message, &mut records)?;
+        if records.capacity() > 2 * records.len() {
+            // Most of what was read lay beyond `max_offset`: keep only what is sent.
+            records.shrink_to_fit();
+        }
+        Ok(ReadResult {
+            records: Bytes::from(records),
+            log_start_offset: self.log_start_offset,
+            log_end_offset: self.log_end_offset,
+        })
+    }
+
+    fn read_into(&self, max_bytes: u64, min_one_message: bool, out: &mut Vec<u8>) -> Result<(), LogError> {
+        let Some((segment_index, first, position)) = self.find_batch()? else {
+            return Ok(());
+        };
+        let first_len = first.total_len() as u64;
+        if first.base_offset >= self.max_offset || (first_len > max_bytes && !min_one_message) {
+            return Ok(());
+        }
+        let budget = max_bytes.max(first_len);
+        let segments = self.segments.get(segment_index..).unwrap_or_default();
+        let present: u64 = segments.iter().map(SegmentReader::size_bytes).sum();
+        out.reserve_exact(budget.min(present.saturating_sub(position)) as usize);
+        let mut position = position;
+        for segment in segments {
+            let want = (budget - out.len() as u64).min(segment.size_bytes().saturating_sub(position));
+            let start = out.len();
+            segment.read_into(position, want, out)?;
+            let complete = complete_batches_below(&out[start..], self.max_offset);
+            out.truncate(start + complete);
+            let consumed_segment = complete as u64 == want && position + want == segment.size_bytes();
+            if !consumed_segment || out.len() as u64 >= budget {
+                break;
+            }
+            position = 0;
+        }
+        Ok(())
+    }
+
+    /// The planned segment (by index) and position of the batch holding the offset.
+    fn find_batch(&self) -> Result<Option<(usize, BatchHeader, u64)>, LogError> {
+        for (i, segment) in self.segments.iter().enumerate() {
+            if let Some((header, position)) = segment.translate_offset(self.offset)? {
+                return Ok(Some((i, header, position)));
+            }
+        }
+        Ok(None)
+    }
+}
+
 /// One partition's log: a directory `<topic>-<partition>/` of segments. Appends go to the last
 /// (active) segment; older segments are sealed and only read or deleted.
 ///
-/// Reads take `&self` and use positional I/O only, so callers may serve concurrent fetches under
-/// a read lock while appends take the write lock.
+/// Fetches plan their reads under the caller's lock ([`PartitionLog::plan_read`], no disk I/O)
+/// and read the bytes after releasing it, so concurrent fetches never wait on each other or on
+/// appends while the disk is read.
 #[derive(Debug)]
 pub struct PartitionLog {
     dir: PathBuf,
@@ -171,7 +247,8 @@ impl PartitionLog {
     /// the whole batch), continuing across segments, up to `max_bytes` of whole batches and
     /// never a batch whose base offset is `max_offset` (the high watermark) or beyond. The first
     /// batch is returned whole even when larger than `max_bytes` if `min_one_message`, as Kafka
-    /// does so that a consumer can always make progress.
+    /// does so that a consumer can always make progress. [`PartitionLog::plan_read`] then
+    /// [`PlannedRead::read`], for callers that already own the log.
     pub fn read(
         &self,
         offset: i64,
@@ -179,15 +256,37 @@ impl PartitionLog {
         max_offset: i64,
         min_one_message: bool,
     ) -> Result<ReadResult, LogError> {
+        self.plan_read(offset, max_offset, max_bytes)?
+            .read(max_bytes, min_one_message)
+    }
+
+    /// Plans a read from `offset` below `max_offset` of about `max_bytes` (see [`PlannedRead`]):
+    /// the segment that may hold `offset` and as many after it as `max_bytes` could reach. No
+    /// disk I/O, so it is cheap to do under the partition's lock. `OffsetOutOfRange` outside the
+    /// log.
+    pub fn plan_read(&self, offset: i64, max_offset: i64, max_bytes: usize) -> Result<PlannedRead, LogError> {
         if offset < self.log_start_offset || offset > self.log_end_offset {
             return Err(self.out_of_range(offset));
         }
-        let mut records = Vec::new();
+        let mut segments = Vec::new();
         if offset < self.log_end_offset {
-            self.read_into(offset, max_bytes as u64, max_offset, min_one_message, &mut records)?;
+            let mut beyond_first = 0u64;
+            for segment in self.segments_from(self.floor_segment_index(offset)) {
+                // The first segment may end before `offset` (compaction gaps); the second one
+                // is always taken so the first batch at or after it can be found.
+                if segments.len() >= 2 && beyond_first >= max_bytes as u64 {
+                    break;
+                }
+                if !segments.is_empty() {
+                    beyond_first += segment.size_bytes();
+                }
+                segments.push(segment.reader(offset));
+            }
         }
-        Ok(ReadResult {
-            records: Bytes::from(records),
+        Ok(PlannedRead {
+            offset,
+            max_offset,
+            segments,
             log_start_offset: self.log_start_offset,
             log_end_offset: self.log_end_offset,
         })
@@ -521,7 +620,13 @@ impl PartitionLog {
         } else {
             now_ms
         };
-        stamp_batches(records, first_offset, leader_epoch, log_append_time_ms)?;
+        let next_offset = stamp_batches(records, first_offset, leader_epoch, log_append_time_ms)?;
+        // Invariant: an append covers exactly the offsets after the log end, with no gap.
+        if next_offset != last_offset + 1 {
+            return Err(LogError::Corrupt(format!(
+                "an append stamped offsets {first_offset}..{next_offset} but was validated as {first_offset}..={last_offset}; nothing was written"
+            )));
+        }
         let new_epochs = match leader_epoch {
             Some(epoch) => self.leader_epoch_cache.new_entries([(epoch, first_offset)]),
             None => self.leader_epoch_cache.new_entries(stored_epochs(records)),
@@ -672,50 +777,6 @@ impl PartitionLog {
         self.maybe_flush(now_ms)
     }
 
-    fn read_into(
-        &self,
-        offset: i64,
-        max_bytes: u64,
-        max_offset: i64,
-        min_one_message: bool,
-        out: &mut Vec<u8>,
-    ) -> Result<(), LogError> {
-        let Some((segment_index, first, position)) = self.find_batch(offset)? else {
-            return Ok(());
-        };
-        let first_len = first.total_len() as u64;
-        if first.base_offset >= max_offset || (first_len > max_bytes && !min_one_message) {
-            return Ok(());
-        }
-        let budget = max_bytes.max(first_len);
-        out.reserve_exact(budget.min(self.bytes_from(segment_index, position)) as usize);
-        let mut position = position;
-        for segment in self.segments_from(segment_index) {
-            let want = (budget - out.len() as u64).min(segment.size_bytes() - position);
-            let start = out.len();
-            segment.read_into(position, want, out)?;
-            let complete = complete_batches_below(&out[start..], max_offset);
-            out.truncate(start + complete);
-            let consumed_segment = complete as u64 == want && position + want == segment.size_bytes();
-            if !consumed_segment || out.len() as u64 >= budget {
-                break;
-            }
-            position = 0;
-        }
-        Ok(())
-    }
-
-    /// The segment (by index in oldest-first order) and position of the batch holding `offset`.
-    fn find_batch(&self, offset: i64) -> Result<Option<(usize, BatchHeader, u64)>, LogError> {
-        let first = self.floor_segment_index(offset);
-        for (i, segment) in self.segments_from(first).enumerate() {
-            if let Some((header, position)) = segment.translate_offset(offset)? {
-                return Ok(Some((first + i, header, position)));
-            }
-        }
-        Ok(None)
-    }
-
     /// Index of the last segment whose base offset is at most `offset` (0 if none is).
     fn floor_segment_index(&self, offset: i64) -> usize {
         let sealed_at_or_below = self.inactive.partition_point(|s| s.base_offset() <= offset);
@@ -723,11 +784,6 @@ impl PartitionLog {
             return self.inactive.len();
         }
         sealed_at_or_below.saturating_sub(1)
-    }
-
-    fn bytes_from(&self, segment_index: usize, position: u64) -> u64 {
-        let total: u64 = self.segments_from(segment_index).map(LogSegment::size_bytes).sum();
-        total.saturating_sub(position)
     }
 
     fn segments(&self) -> impl Iterator<Item = &LogSegment> {
@@ -860,12 +916,13 @@ impl PartitionLog {
 
 /// Patches each batch in place: consecutive offsets from `first_offset`, the leader epoch if
 /// given, LogAppendTime if `log_append_time_ms` is set. Only LogAppendTime rewrites the CRC.
+/// Returns the offset after the last batch.
 fn stamp_batches(
     records: &mut [u8],
     first_offset: i64,
     leader_epoch: Option<i32>,
     log_append_time_ms: i64,
-) -> Result<(), BatchError> {
+) -> Result<i64, BatchError> {
     let mut next_offset = first_offset;
     let mut rest = records;
     while !rest.is_empty() {
@@ -882,7 +939,7 @@ fn stamp_batches(
         next_offset += header.offset_count();
         rest = tail;
     }
-    Ok(())
+    Ok(next_offset)
 }
 
 /// `(partitionLeaderEpoch, baseOffset)` of each batch, for the epoch cache.

@@ -8,13 +8,14 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
 use sluice_protocol::batch::{
     BatchHeader, BatchIter, BATCH_HEADER_LEN, CRC_COVERED_FROM, MIN_BATCH_LENGTH, NO_TIMESTAMP,
 };
 
-use super::index::{remove_if_exists, OffsetIndex, TimeIndex, TimestampOffset};
+use super::index::{remove_if_exists, OffsetIndex, ReadStart, TimeIndex, TimestampOffset};
 use super::LogError;
 
 /// Header scans read this much at a time: several small batches per syscall.
@@ -44,8 +45,10 @@ pub struct RecoveryOutcome {
 #[derive(Debug)]
 pub struct LogSegment {
     base_offset: i64,
-    log_path: PathBuf,
-    log: File,
+    log_path: Arc<Path>,
+    /// Shared with [`SegmentReader`]s: a fetch reads through its own reference after the log's
+    /// lock is released, and on Linux the open file keeps working after retention unlinks it.
+    log: Arc<File>,
     size_bytes: u64,
     indexes: SegmentIndexes,
     /// `maxTimestamp` of the first batch: Kafka measures `segment.ms` from it.
@@ -179,8 +182,8 @@ impl LogSegment {
         };
         Ok(LogSegment {
             base_offset,
-            log_path,
-            log,
+            log_path: log_path.into(),
+            log: Arc::new(log),
             size_bytes: 0,
             indexes,
             rolling_base_timestamp: None,
@@ -238,7 +241,7 @@ impl LogSegment {
     pub fn recover(&mut self, index_interval_bytes: u32) -> Result<RecoveryOutcome, LogError> {
         self.indexes.reset()?;
         let file_len = self.log.metadata()?.len();
-        let mut reader = BufReader::with_capacity(RECOVERY_BUFFER_BYTES, &self.log);
+        let mut reader = BufReader::with_capacity(RECOVERY_BUFFER_BYTES, &*self.log);
         reader.seek(SeekFrom::Start(0))?;
         let mut position = 0u64;
         let mut next_offset = self.base_offset;
@@ -286,13 +289,19 @@ impl LogSegment {
     /// fetch offset inside a batch finds that whole batch. `None` if the segment ends first.
     pub fn translate_offset(&self, offset: i64) -> Result<Option<(BatchHeader, u64)>, LogError> {
         let start = self.indexes.offset_index.lookup(offset)?.position;
-        let mut scanner = self.scanner(u64::from(start));
-        while let Some((header, position)) = scanner.next()? {
-            if header.last_offset() >= offset {
-                return Ok(Some((header, position)));
-            }
+        self.scanner(u64::from(start)).first_batch_reaching(offset)
+    }
+
+    /// What a fetch needs to read this segment from `offset` on without the log's lock: the
+    /// shared file, its size now (bytes appended later are not read), and where to start looking
+    /// for `offset`. Touches no disk.
+    pub(super) fn reader(&self, offset: i64) -> SegmentReader {
+        SegmentReader {
+            size_bytes: self.size_bytes,
+            file: self.log.clone(),
+            path: self.log_path.clone(),
+            start: self.indexes.offset_index.start_for_read(offset),
         }
-        Ok(None)
     }
 
     /// Calls `f` with every batch header in order, reading headers only (a few KB per syscall,
@@ -303,18 +312,6 @@ impl LogSegment {
             f(&header);
         }
         Ok(())
-    }
-
-    /// Appends up to `len` bytes starting at `position` to `out`.
-    pub fn read_into(&self, position: u64, len: u64, out: &mut Vec<u8>) -> Result<(), LogError> {
-        let len = len.min(self.size_bytes.saturating_sub(position));
-        let start = out.len();
-        out.resize(start + len as usize, 0);
-        let result = self.log.read_exact_at(&mut out[start..], position);
-        if result.is_err() {
-            out.truncate(start);
-        }
-        Ok(result?)
     }
 
     /// The first batch whose max timestamp is at least `timestamp`: its base offset and max
@@ -429,7 +426,7 @@ impl LogSegment {
             size_bytes: self.size_bytes,
             file_id: self.file_id()?,
             largest_timestamp_ms: self.largest_timestamp_ms()?,
-            file: self.log.try_clone()?,
+            file: self.log.clone(),
             path: self.log_path.clone(),
         })
     }
@@ -457,8 +454,8 @@ pub(super) struct SegmentSnapshot {
     pub size_bytes: u64,
     pub file_id: u64,
     pub largest_timestamp_ms: i64,
-    file: File,
-    path: PathBuf,
+    file: Arc<File>,
+    path: Arc<Path>,
 }
 
 impl SegmentSnapshot {
@@ -476,6 +473,58 @@ impl SegmentSnapshot {
             f(&header, &buf)?;
         }
         Ok(())
+    }
+}
+
+/// One segment as a fetch planned it under the log's lock (see [`LogSegment::reader`]). Reads
+/// are positional and bounded by the size seen then; a segment that has since shrunk (the log
+/// was truncated) gives [`LogError::TruncatedDuringRead`], never a short or mixed answer.
+#[derive(Debug, Clone)]
+pub(super) struct SegmentReader {
+    size_bytes: u64,
+    file: Arc<File>,
+    path: Arc<Path>,
+    start: ReadStart,
+}
+
+impl SegmentReader {
+    pub fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    /// [`LogSegment::translate_offset`] on the planned view.
+    pub fn translate_offset(&self, offset: i64) -> Result<Option<(BatchHeader, u64)>, LogError> {
+        let start = match &self.start {
+            ReadStart::Position(position) => *position,
+            ReadStart::Lookup(index) => index.lookup(offset).map_err(|e| read_error(e, &self.path, 0))?,
+        };
+        HeaderScanner::new(&self.file, &self.path, start, self.size_bytes).first_batch_reaching(offset)
+    }
+
+    /// Appends up to `len` bytes starting at `position` to `out`, no further than the planned size.
+    pub fn read_into(&self, position: u64, len: u64, out: &mut Vec<u8>) -> Result<(), LogError> {
+        let len = len.min(self.size_bytes.saturating_sub(position));
+        let start = out.len();
+        out.resize(start + len as usize, 0);
+        let result = self.file.read_exact_at(&mut out[start..], position);
+        if let Err(e) = result {
+            out.truncate(start);
+            return Err(read_error(e, &self.path, position + len));
+        }
+        Ok(())
+    }
+}
+
+/// A failed positional read: past the end of the file means the file shrank after the read was
+/// planned (truncation), anything else is the disk.
+fn read_error(e: io::Error, path: &Path, position: u64) -> LogError {
+    if e.kind() == io::ErrorKind::UnexpectedEof {
+        LogError::TruncatedDuringRead {
+            path: path.display().to_string(),
+            position,
+        }
+    } else {
+        LogError::Io(e)
     }
 }
 
@@ -593,6 +642,16 @@ impl<'a> HeaderScanner<'a> {
         }
     }
 
+    /// The first batch whose last offset is at least `offset`, and its position.
+    fn first_batch_reaching(&mut self, offset: i64) -> Result<Option<(BatchHeader, u64)>, LogError> {
+        while let Some((header, position)) = self.next()? {
+            if header.last_offset() >= offset {
+                return Ok(Some((header, position)));
+            }
+        }
+        Ok(None)
+    }
+
     /// The next batch header and its position; `None` exactly at the end. A header that cannot
     /// be a batch, or a batch running past the end, is `Corrupt`: stored data is whole batches.
     fn next(&mut self) -> Result<Option<(BatchHeader, u64)>, LogError> {
@@ -617,7 +676,9 @@ impl<'a> HeaderScanner<'a> {
             position >= self.buf_start && position + BATCH_HEADER_LEN as u64 <= self.buf_start + self.buf_len as u64;
         if !buffered {
             let len = (self.end - position).min(SCAN_BUFFER_BYTES as u64) as usize;
-            self.file.read_exact_at(&mut self.buf[..len], position)?;
+            self.file
+                .read_exact_at(&mut self.buf[..len], position)
+                .map_err(|e| read_error(e, self.path, position + len as u64))?;
             self.buf_start = position;
             self.buf_len = len;
         }

@@ -21,6 +21,12 @@ pub struct BrokerRegistration {
     /// (the liveness check must not unfence a broker that is on its way out).
     #[serde(default)]
     pub in_controlled_shutdown: bool,
+    /// Kafka's broker epoch: the metadata offset of this registration (`last_offset` once it was
+    /// applied), so every node derives the same value and each start of a broker gets a larger
+    /// one. A follower names it in its Fetch (`replica_state.replica_epoch`, KIP-903); a fetch
+    /// naming any other epoch is not a follower's fetch. 0 in images written before it existed.
+    #[serde(default)]
+    pub broker_epoch: i64,
 }
 
 impl BrokerRegistration {
@@ -36,6 +42,37 @@ pub struct PartitionRegistration {
     pub leader: i32,
     pub leader_epoch: i32,
     pub partition_epoch: i32,
+}
+
+/// No partition has a leader (`-1`), as Kafka writes it.
+pub const NO_LEADER: i32 = -1;
+
+impl PartitionRegistration {
+    /// Which of the invariants the design relies on `self` would break as the successor of
+    /// `previous`, if any: the leader is in the ISR (or there is none), the ISR is a subset of
+    /// the replicas, replicas are distinct, and neither epoch goes back.
+    pub fn invariant_violation(&self, previous: Option<&PartitionRegistration>) -> Option<String> {
+        if self.leader != NO_LEADER && !self.isr.contains(&self.leader) {
+            return Some(format!("leader {} is not in the ISR {:?}", self.leader, self.isr));
+        }
+        if let Some(outsider) = self.isr.iter().find(|id| !self.replicas.contains(id)) {
+            return Some(format!("ISR member {outsider} is not a replica of {:?}", self.replicas));
+        }
+        let mut distinct = self.replicas.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        if distinct.len() != self.replicas.len() {
+            return Some(format!("replicas {:?} repeat a broker", self.replicas));
+        }
+        let previous = previous?;
+        if self.leader_epoch < previous.leader_epoch || self.partition_epoch < previous.partition_epoch {
+            return Some(format!(
+                "epochs go back from leader epoch {} / partition epoch {} to {} / {}",
+                previous.leader_epoch, previous.partition_epoch, self.leader_epoch, self.partition_epoch
+            ));
+        }
+        None
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,6 +144,7 @@ impl MetadataImage {
                         rack: rack.clone(),
                         fenced: false,
                         in_controlled_shutdown: false,
+                        broker_epoch: self.last_offset as i64,
                     },
                 );
             }
@@ -142,6 +180,14 @@ impl MetadataImage {
                     partition_epoch: *partition_epoch,
                 };
                 let index = *partition as usize;
+                if let Some(broken) = registration.invariant_violation(topic.partitions.get(index)) {
+                    // The controller never writes such a record; refusing it on every replica
+                    // keeps replay deterministic and the image sound.
+                    tracing::error!(topic = %topic.name, partition, %broken,
+                        "ignoring a metadata record that would break a partition invariant; this is a bug, please report it");
+                    debug_assert!(false, "{broken}");
+                    return;
+                }
                 if index < topic.partitions.len() {
                     topic.partitions[index] = registration;
                 } else if index == topic.partitions.len() {
@@ -256,6 +302,60 @@ mod tests {
         let old = r#"{"broker_id":1,"incarnation_id":"00000000-0000-0000-0000-000000000000","endpoints":[],"rack":null,"fenced":true}"#;
         let broker: BrokerRegistration = serde_json::from_str(old).unwrap();
         assert!(broker.fenced && !broker.in_controlled_shutdown);
+    }
+
+    #[test]
+    fn records_breaking_partition_invariants_are_refused() {
+        let id = Uuid::from_u128(9);
+        let mut image = MetadataImage::new("c".into());
+        for r in topic_records("t", id, 1) {
+            image.apply(&r);
+        }
+        let good = image.topic("t").unwrap().partitions[0].clone();
+        let change = |f: &dyn Fn(&mut PartitionRegistration)| {
+            let mut p = good.clone();
+            f(&mut p);
+            p
+        };
+        let broken = [
+            change(&|p| p.leader = 9),
+            change(&|p| p.isr = vec![p.leader, 42]),
+            change(&|p| p.replicas = vec![p.leader, p.leader]),
+            change(&|p| p.leader_epoch -= 1),
+            change(&|p| p.partition_epoch -= 1),
+        ];
+        for p in broken {
+            let reason = p.invariant_violation(Some(&good));
+            assert!(reason.is_some(), "{p:?} should be refused");
+        }
+        let leaderless = change(&|p| {
+            p.leader = NO_LEADER;
+            p.leader_epoch += 1;
+            p.partition_epoch += 1;
+        });
+        assert_eq!(leaderless.invariant_violation(Some(&good)), None);
+    }
+
+    #[test]
+    fn each_registration_gets_a_new_broker_epoch_from_its_metadata_offset() {
+        let mut image = MetadataImage::new("c".into());
+        let register = |broker_id| MetadataRecord::RegisterBroker {
+            broker_id,
+            incarnation_id: Uuid::nil(),
+            endpoints: vec![],
+            rack: None,
+        };
+        image.apply(&register(1));
+        image.apply(&register(2));
+        let first = image.brokers[&1].broker_epoch;
+        assert_eq!((first, image.brokers[&2].broker_epoch), (1, 2));
+        image.apply(&MetadataRecord::FenceBroker { broker_id: 1 });
+        assert_eq!(image.brokers[&1].broker_epoch, first, "fencing keeps the registration");
+        image.apply(&register(1));
+        assert_eq!(
+            image.brokers[&1].broker_epoch, 4,
+            "a new start registers at a new epoch"
+        );
     }
 
     #[test]

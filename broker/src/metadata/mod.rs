@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use sluice_raft_meta::{ProposeError, Quorum, QuorumConfig, QuorumError, QuorumStatus, StateMachine};
+use sluice_raft_meta::{ProposeError, Quorum, QuorumConfig, QuorumError, QuorumExit, QuorumStatus, StateMachine};
 use tokio::sync::watch;
 use uuid::Uuid;
 
@@ -116,6 +116,7 @@ impl MetadataStore {
             heartbeat_tick: 2,
             snapshot_every_entries: 1000,
             cluster_id,
+            secret: config.cluster_secret.clone(),
         };
         let quorum = Quorum::start(quorum_config, state_machine).await?;
         let image = published.borrow().clone();
@@ -174,6 +175,11 @@ impl MetadataStore {
         }
     }
 
+    /// Resolves when this node's quorum member stops, saying how (see `Quorum::stopped`).
+    pub async fn quorum_stopped(&self) -> QuorumExit {
+        self.quorum.stopped().await
+    }
+
     pub async fn shutdown(self) {
         self.quorum.shutdown().await;
     }
@@ -221,9 +227,8 @@ impl StateMachine for MetadataStateMachine {
         }
     }
 
-    fn snapshot(&self) -> Vec<u8> {
-        // Serializing plain maps of strings and numbers cannot fail.
-        serde_json::to_vec(&self.image).unwrap_or_default()
+    fn snapshot(&self) -> Result<Vec<u8>, String> {
+        serde_json::to_vec(&self.image).map_err(|e| e.to_string())
     }
 
     fn restore(&mut self, data: &[u8]) {
@@ -414,7 +419,7 @@ mod tests {
         assert!(matches!(&outcomes[&3], Err(e) if e.error == kafka_protocol::error::ResponseError::TopicAlreadyExists));
 
         let (mut restored, restored_published) = state_machine(2, Uuid::new_v4());
-        restored.restore(&sm.snapshot());
+        restored.restore(&sm.snapshot().unwrap());
         assert_eq!(restored.image, sm.image);
         assert_eq!(**restored_published.borrow(), sm.image);
     }

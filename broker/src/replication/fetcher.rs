@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
 use kafka_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
 use kafka_protocol::messages::{BrokerId, FetchRequest, OffsetForLeaderEpochRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
@@ -29,8 +29,9 @@ use crate::partition::Partition;
 
 type PartitionKey = (Uuid, i32);
 
-/// Fetch v13: topics by id, `replica_id` in the request body.
-const FETCH_VERSION: i16 = 13;
+/// Fetch v15: topics by id, and `replica_state` carrying this broker's id and broker epoch,
+/// without which the leader does not take the fetch for a follower's (KIP-903).
+const FETCH_VERSION: i16 = crate::replica_manager::FIRST_FETCH_VERSION_WITH_REPLICA_STATE;
 /// OffsetForLeaderEpoch v4: `replica_id` and `current_leader_epoch`.
 const OFFSET_FOR_LEADER_EPOCH_VERSION: i16 = 4;
 /// Pause before retrying a partition the leader could not serve yet (it has not applied the
@@ -179,7 +180,7 @@ async fn run_fetcher(
         let result = if !to_truncate.is_empty() {
             truncate(conn, &config, &shared, to_truncate).await
         } else {
-            fetch(conn, &config, &shared, to_fetch).await
+            fetch(conn, &config, own_broker_epoch(&config, &images), &shared, to_fetch).await
         };
         match result {
             Ok(()) => failures = 0,
@@ -212,6 +213,16 @@ async fn connect(
     BrokerConnection::connect(leader, &endpoint.host, endpoint.port, client_id).await
 }
 
+/// This broker's epoch in the applied metadata (its current registration), which its fetches
+/// name; -1 if it is not registered, which no leader accepts.
+fn own_broker_epoch(config: &BrokerConfig, images: &watch::Receiver<Arc<MetadataImage>>) -> i64 {
+    images
+        .borrow()
+        .brokers
+        .get(&config.node_id)
+        .map_or(-1, |b| b.broker_epoch)
+}
+
 /// Updates a partition's fetch state if it is still the one this round worked on (the
 /// partition may have moved to another leader or epoch meanwhile).
 fn update(shared: &Shared, key: PartitionKey, epoch: i32, f: impl FnOnce(&mut FetchState)) {
@@ -226,6 +237,37 @@ fn retry_later(shared: &Shared, key: PartitionKey, epoch: i32) {
     update(shared, key, epoch, |s| {
         s.retry_at = Some(Instant::now() + PARTITION_RETRY)
     });
+}
+
+/// A follower's Fetch: this broker's id and current broker epoch in `replica_state`, capped by
+/// `replica.fetch.response.max.bytes` (and `replica.fetch.max.bytes` per partition).
+fn follower_fetch_request(
+    config: &BrokerConfig,
+    broker_epoch: i64,
+    wait: Duration,
+    by_topic: HashMap<Uuid, Vec<FetchPartition>>,
+) -> FetchRequest {
+    FetchRequest::default()
+        .with_replica_state(
+            ReplicaState::default()
+                .with_replica_id(BrokerId(config.node_id))
+                .with_replica_epoch(broker_epoch),
+        )
+        .with_max_wait_ms(wait.as_millis().min(i32::MAX as u128) as i32)
+        .with_min_bytes(1)
+        .with_max_bytes(config.replica_fetch_response_max_bytes)
+        .with_session_id(0)
+        .with_session_epoch(-1)
+        .with_topics(
+            by_topic
+                .into_iter()
+                .map(|(topic_id, partitions)| {
+                    FetchTopic::default()
+                        .with_topic_id(topic_id)
+                        .with_partitions(partitions)
+                })
+                .collect(),
+        )
 }
 
 /// Kafka's truncation on becoming follower: ask the leader where our latest epoch ends in its
@@ -321,6 +363,7 @@ async fn truncate(
 async fn fetch(
     conn: &mut BrokerConnection,
     config: &BrokerConfig,
+    broker_epoch: i64,
     shared: &Shared,
     states: Vec<(PartitionKey, FetchState)>,
 ) -> Result<(), ClientError> {
@@ -341,23 +384,7 @@ async fn fetch(
         asked.insert(key, (state, fetch_offset));
     }
     let wait = Duration::from_millis(config.replica_fetch_wait_max_ms);
-    let request = FetchRequest::default()
-        .with_replica_id(BrokerId(config.node_id))
-        .with_max_wait_ms(wait.as_millis() as i32)
-        .with_min_bytes(1)
-        .with_max_bytes(config.replica_fetch_response_max_bytes)
-        .with_session_id(0)
-        .with_session_epoch(-1)
-        .with_topics(
-            by_topic
-                .into_iter()
-                .map(|(topic_id, partitions)| {
-                    FetchTopic::default()
-                        .with_topic_id(topic_id)
-                        .with_partitions(partitions)
-                })
-                .collect(),
-        );
+    let request = follower_fetch_request(config, broker_epoch, wait, by_topic);
     let response = conn.call(&request, FETCH_VERSION, wait + RESPONSE_TIMEOUT).await?;
     let now = now_ms();
     for topic in response.responses {
@@ -403,4 +430,28 @@ async fn fetch(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::BytesMut;
+    use kafka_protocol::protocol::{Decodable, Encodable};
+
+    #[test]
+    fn a_follower_fetch_names_its_broker_epoch_at_v15() {
+        let config =
+            crate::config::BrokerConfig::from_cli(&clap::Parser::parse_from(["sluice", "--node-id", "2"])).unwrap();
+        let topic = Uuid::from_u128(7);
+        let partitions = HashMap::from([(topic, vec![FetchPartition::default().with_partition(0)])]);
+        let request = follower_fetch_request(&config, 41, Duration::from_millis(500), partitions);
+        let mut buf = BytesMut::new();
+        request.encode(&mut buf, FETCH_VERSION).unwrap();
+        let decoded = FetchRequest::decode(&mut buf.freeze(), FETCH_VERSION).unwrap();
+        assert_eq!(FETCH_VERSION, 15);
+        assert_eq!(decoded.replica_state.replica_id, BrokerId(2));
+        assert_eq!(decoded.replica_state.replica_epoch, 41);
+        assert_eq!(decoded.max_bytes, config.replica_fetch_response_max_bytes);
+        assert_eq!(decoded.topics[0].topic_id, topic);
+    }
 }

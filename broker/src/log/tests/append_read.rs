@@ -335,3 +335,79 @@ fn reads_across_segments_stop_at_max_bytes_and_max_offset() {
     let expected: Vec<(i64, i64)> = (1..13).map(|i| (2 * i, 2 * i + 1)).collect();
     assert_eq!(batch_offsets(&read.records), expected);
 }
+
+#[test]
+fn a_planned_read_sees_the_log_as_planned_and_sizes_its_buffer_by_the_bytes_present() {
+    let root = tempfile::tempdir().unwrap();
+    let mut log = filled(root.path(), small_segments(), 12);
+    let end = log.log_end_offset();
+    let size_then = log.size_bytes();
+    let planned = log.plan_read(0, end, i32::MAX as usize).unwrap();
+    // Appends after planning are not part of the read.
+    append(&mut log, 2, 80, T0 + 20);
+    let read = planned.read(i32::MAX as usize, true).unwrap();
+    assert_eq!(batch_offsets(&read.records).last(), Some(&(end - 2, end - 1)));
+    // A request for 2 GiB gets (and allocated for) the data there was.
+    assert_eq!(read.records.len() as u64, size_then);
+    assert_eq!((read.log_start_offset, read.log_end_offset), (0, end));
+}
+
+#[test]
+fn a_planned_read_survives_retention_deleting_its_segments() {
+    let root = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        retention_bytes: 1,
+        retention_ms: -1,
+        ..small_segments()
+    };
+    let mut log = filled(root.path(), config, 30);
+    let planned = log.plan_read(0, i64::MAX, 1 << 20).unwrap();
+    assert!(log.delete_retained_segments(T0, i64::MAX).unwrap() > 0);
+    assert!(log.log_start_offset() > 0, "segment 0 is gone from the directory");
+    assert!(!partition_dir(root.path()).join("00000000000000000000.log").exists());
+    let read = planned.read(1 << 20, true).unwrap();
+    assert_eq!(first_header(&read.records).base_offset, 0, "read through the open file");
+    assert!(batch_offsets(&read.records).len() > 1);
+}
+
+#[test]
+fn a_planned_read_past_a_truncated_tail_is_an_error_not_a_panic() {
+    let root = tempfile::tempdir().unwrap();
+    let mut log = filled(root.path(), LogConfig::default(), 6);
+    let planned = log.plan_read(4, i64::MAX, 1 << 20).unwrap();
+    log.truncate_to(2).unwrap();
+    match planned.read(1 << 20, true) {
+        Err(LogError::TruncatedDuringRead { .. }) => {}
+        other => panic!("expected TruncatedDuringRead, got {other:?}"),
+    }
+    assert_eq!(
+        LogError::TruncatedDuringRead {
+            path: String::new(),
+            position: 0
+        }
+        .kafka_error_code(),
+        6,
+        "NOT_LEADER_OR_FOLLOWER: the client refreshes metadata and retries"
+    );
+    // Planned from offset 0, the read fails at the first byte the file no longer has.
+    let planned = log.plan_read(0, i64::MAX, 1 << 20).unwrap();
+    log.truncate_to(0).unwrap();
+    assert!(planned.read(1 << 20, true).is_err());
+}
+
+#[test]
+fn a_planned_read_of_a_sealed_segment_looks_its_index_up_after_planning() {
+    let root = tempfile::tempdir().unwrap();
+    let log = filled(root.path(), small_segments(), 30);
+    assert!(log.segment_count() > 3);
+    for offset in [0, 1, 7, 20, 33, 45] {
+        let planned = log.plan_read(offset, i64::MAX, 1).unwrap();
+        let read = planned.read(1, true).unwrap();
+        let (base, last) = batch_offsets(&read.records)[0];
+        assert!(
+            base <= offset && offset <= last,
+            "offset {offset} in batch {base}..={last}"
+        );
+        assert_eq!(read, log.read(offset, 1, i64::MAX, true).unwrap());
+    }
+}

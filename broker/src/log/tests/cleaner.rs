@@ -12,7 +12,7 @@ use sluice_protocol::batch::test_support::{encode_batch, TestRecord};
 use sluice_protocol::batch::{validate_stored_batch, CRC_COVERED_FROM, CRC_OFFSET};
 
 use super::*;
-use crate::log::{CleanStats, CleanerConfig, LogCleaner};
+use crate::log::{CleanStats, CleanerConfig, LogCleaner, LogError};
 
 const DAY_MS: i64 = 86_400_000;
 
@@ -329,9 +329,25 @@ fn a_dedupe_buffer_too_small_for_every_key_cleans_a_prefix_correctly() {
     assert_eq!(expected["k0"], (30, Some("last".to_string())));
 }
 
+/// `plain` (an uncompressed batch) with its records section gzipped, as a producer sends it.
+fn gzipped(plain: &[u8]) -> Vec<u8> {
+    use kafka_protocol::compression::{Compressor, Gzip};
+    let mut gzip = plain[..61].to_vec();
+    Gzip::compress(&mut gzip, |buf: &mut bytes::BytesMut| {
+        buf.extend_from_slice(&plain[61..]);
+        Ok(())
+    })
+    .unwrap();
+    let len = (gzip.len() - 12) as i32;
+    gzip[8..12].copy_from_slice(&len.to_be_bytes());
+    gzip[21..23].copy_from_slice(&1i16.to_be_bytes()); // attributes: gzip
+    let crc = crc32c::crc32c(&gzip[CRC_COVERED_FROM..]);
+    gzip[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+    gzip
+}
+
 #[test]
 fn compressed_batches_are_rebuilt_with_their_codec() {
-    use kafka_protocol::compression::{Compressor, Gzip};
     let root = tempfile::tempdir().unwrap();
     let mut log = open(root.path(), compacted());
     let plain = encode_batch(
@@ -350,18 +366,7 @@ fn compressed_batches_are_rebuilt_with_their_codec() {
             },
         ],
     );
-    let mut gzip = plain[..61].to_vec();
-    Gzip::compress(&mut gzip, |buf: &mut bytes::BytesMut| {
-        buf.extend_from_slice(&plain[61..]);
-        Ok(())
-    })
-    .unwrap();
-    let len = (gzip.len() - 12) as i32;
-    gzip[8..12].copy_from_slice(&len.to_be_bytes());
-    gzip[21..23].copy_from_slice(&1i16.to_be_bytes()); // attributes: gzip
-    let crc = crc32c::crc32c(&gzip[CRC_COVERED_FROM..]);
-    gzip[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
-    log.append(&mut gzip, T0).unwrap();
+    log.append(&mut gzipped(&plain), T0).unwrap();
     append_records(&mut log, &[("x", Some("2"))], T0);
     seal(&mut log);
     let end = log.log_end_offset();
@@ -372,6 +377,67 @@ fn compressed_batches_are_rebuilt_with_their_codec() {
     assert_eq!(first_header(&read.records).compression(), 1, "still gzip");
     let kept: Vec<(i64, String)> = records(&log).into_iter().map(|r| (r.0, r.1)).collect();
     assert_eq!(kept, vec![(1, "y".to_string()), (2, "x".to_string())]);
+}
+
+#[test]
+fn a_stored_batch_decompressing_past_max_message_bytes_fails_the_pass_and_changes_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        max_message_bytes: 5_000,
+        ..compacted()
+    };
+    let mut log = open(root.path(), config);
+    append_records(&mut log, &[("x", Some("1"))], T0);
+    // 20 KB of zeros gzip to a batch far below max.message.bytes (as appended before the
+    // produce path checked decompressed sizes); decompressed, they are four times over it.
+    let zeros = "0".repeat(20_000);
+    let bomb = gzipped(&encode_batch(
+        0,
+        T0,
+        &[TestRecord {
+            key: Some(b"x"),
+            value: Some(zeros.as_bytes()),
+            timestamp_delta_ms: 0,
+        }],
+    ));
+    assert!(bomb.len() < 1_000);
+    log.append(&mut bomb.clone(), T0).unwrap();
+    append_records(&mut log, &[("x", Some("3")), ("y", Some("1"))], T0);
+    seal(&mut log);
+    let before = records(&log);
+    let files_before = segment_files(root.path());
+    let end = log.log_end_offset();
+    let log = Mutex::new(log);
+    let to_clean = log.lock().log_to_clean(None, end, T0).unwrap();
+    let err = cleaner(1 << 20).clean(&log, &to_clean, T0).unwrap_err();
+    match &err {
+        LogError::UncleanableBatch { base_offset: 1, source } => {
+            assert_eq!(source.kafka_error_code(), 18, "RECORD_LIST_TOO_LARGE: {source}")
+        }
+        other => panic!("expected the batch at offset 1 to be uncleanable, got {other}"),
+    }
+    let log = log.into_inner();
+    assert_eq!(records(&log), before, "every record is still there");
+    assert_eq!(
+        segment_files(root.path()),
+        files_before,
+        "no cleaned segment was left behind"
+    );
+}
+
+/// Paths of every file below `dir`, sorted.
+fn segment_files(dir: &std::path::Path) -> Vec<String> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            names.extend(segment_files(&path));
+        } else {
+            names.push(path.display().to_string());
+        }
+    }
+    names.sort();
+    names
 }
 
 #[test]

@@ -32,6 +32,15 @@ fn append(log: &mut PartitionLog, records: usize, value_len: usize, ts: i64) -> 
     log.append(&mut batch, ts).unwrap().base_offset
 }
 
+/// A log opened with `config` holding `batches` batches of 2 records of 80-byte values.
+fn filled(root: &Path, config: LogConfig, batches: i64) -> PartitionLog {
+    let mut log = open(root, config);
+    for i in 0..batches {
+        append(&mut log, 2, 80, T0 + i);
+    }
+    log
+}
+
 /// (base offset, last offset) of every batch in a read.
 fn batch_offsets(bytes: &[u8]) -> Vec<(i64, i64)> {
     let mut iter = BatchIter::new(bytes);
