@@ -395,7 +395,10 @@ fn group_config(get: &dyn Fn(&str) -> String) -> Result<GroupConfig, ConfigError
 /// controller port could join the quorum's conversation.
 fn cluster_secret(cli: &Cli, voters: usize) -> Result<Option<ClusterSecret>, ConfigError> {
     let (bytes, from) = match (&cli.cluster_secret_file, &cli.cluster_secret) {
-        (Some(path), _) => (read_secret_file(path)?, format!("--cluster-secret-file {}", path.display())),
+        (Some(path), _) => (
+            read_secret_file(path)?,
+            format!("--cluster-secret-file {}", path.display()),
+        ),
         (None, Some(text)) => (text.0.clone().into_bytes(), "SLUICE_CLUSTER_SECRET".to_owned()),
         (None, None) if voters > 1 => return Err(ConfigError::NoClusterSecret(voters)),
         (None, None) => return Ok(None),
@@ -593,15 +596,38 @@ mod tests {
     fn voters_give_the_controller_listener_and_a_shared_cluster_id() {
         let voters = "1@127.0.0.1:9093,2@127.0.0.1:9193,3@127.0.0.1:9293";
         let secret = "a-test-secret-of-enough-bytes";
-        let one = BrokerConfig::from_cli(&cli(&["--node-id", "1", "--voters", voters, "--cluster-secret", secret])).unwrap();
-        let two = BrokerConfig::from_cli(&cli(&["--node-id", "2", "--voters", voters, "--cluster-secret", secret])).unwrap();
+        let one = BrokerConfig::from_cli(&cli(&[
+            "--node-id",
+            "1",
+            "--voters",
+            voters,
+            "--cluster-secret",
+            secret,
+        ]))
+        .unwrap();
+        let two = BrokerConfig::from_cli(&cli(&[
+            "--node-id",
+            "2",
+            "--voters",
+            voters,
+            "--cluster-secret",
+            secret,
+        ]))
+        .unwrap();
         assert_eq!(one.controller_listen.to_string(), "127.0.0.1:9093");
         assert_eq!(two.controller_listen.to_string(), "127.0.0.1:9193");
         assert_eq!(one.voters.len(), 3);
         assert!(one.cluster_id.is_some());
         assert_eq!(one.cluster_id, two.cluster_id);
         assert!(matches!(
-            BrokerConfig::from_cli(&cli(&["--node-id", "4", "--voters", voters, "--cluster-secret", secret])),
+            BrokerConfig::from_cli(&cli(&[
+                "--node-id",
+                "4",
+                "--voters",
+                voters,
+                "--cluster-secret",
+                secret
+            ])),
             Err(ConfigError::NotAVoter(4))
         ));
         assert!(matches!(
@@ -630,8 +656,13 @@ mod tests {
         assert!(config.cluster_secret.is_some());
         assert!(!shown.contains("c2x1aWNl"), "the secret leaked into Debug output");
 
-        let err = BrokerConfig::from_cli(&cli(&["--voters", voters, "--cluster-secret-file", "/nonexistent/secret"]))
-            .unwrap_err();
+        let err = BrokerConfig::from_cli(&cli(&[
+            "--voters",
+            voters,
+            "--cluster-secret-file",
+            "/nonexistent/secret",
+        ]))
+        .unwrap_err();
         assert!(matches!(err, ConfigError::SecretFile { .. }), "{err}");
         // A single node needs none.
         assert!(BrokerConfig::from_cli(&cli(&[])).unwrap().cluster_secret.is_none());

@@ -139,21 +139,34 @@ async fn strangers_wrong_secrets_and_bad_frames_on_the_quorum_port_are_disconnec
     // Random garbage: its first four bytes read as a length far above the handshake limit.
     let mut garbage = connect(addr)?;
     garbage.write_all(b"GET / HTTP/1.1\r\nHost: sluice\r\n\r\n\x00\xff\x13\x37 junk junk")?;
-    ensure!(closed_within(&mut garbage, Duration::from_secs(3))?, "garbage connection stayed open");
+    ensure!(
+        closed_within(&mut garbage, Duration::from_secs(3))?,
+        "garbage connection stayed open"
+    );
 
     // A 2 GiB length prefix, then silence: refused from the length alone, well before the
     // 5 s handshake timeout could be what closed it.
     let mut huge = connect(addr)?;
     let started = Instant::now();
     huge.write_all(&(2u32 << 30).to_be_bytes())?;
-    ensure!(closed_within(&mut huge, Duration::from_secs(3))?, "2 GiB length prefix kept the connection open");
-    ensure!(started.elapsed() < Duration::from_secs(3), "closed only after {:?}", started.elapsed());
+    ensure!(
+        closed_within(&mut huge, Duration::from_secs(3))?,
+        "2 GiB length prefix kept the connection open"
+    );
+    ensure!(
+        started.elapsed() < Duration::from_secs(3),
+        "closed only after {:?}",
+        started.elapsed()
+    );
 
     // Half a hello, then a stall: the handshake deadline ends it.
     let mut stalled = connect(addr)?;
     let hello = hello_frame(raft_id(claimed), &cluster_id);
     stalled.write_all(&hello[..hello.len() / 2])?;
-    ensure!(closed_within(&mut stalled, Duration::from_secs(10))?, "half a hello kept the connection open");
+    ensure!(
+        closed_within(&mut stalled, Duration::from_secs(10))?,
+        "half a hello kept the connection open"
+    );
 
     // The right cluster id and a real node id, but not the secret: the node's challenge comes
     // back, our made-up proof does not pass, and the connection closes.
@@ -161,27 +174,61 @@ async fn strangers_wrong_secrets_and_bad_frames_on_the_quorum_port_are_disconnec
     impostor.write_all(&hello_frame(raft_id(claimed), &cluster_id))?;
     let mut challenge = [0u8; 4 + 72];
     impostor.set_read_timeout(Some(Duration::from_secs(5)))?;
-    impostor.read_exact(&mut challenge).context("the node answers a well-formed hello")?;
-    ensure!(challenge[..4] == 72u32.to_be_bytes(), "challenge frame header {:?}", &challenge[..4]);
-    ensure!(challenge[4..12] == raft_id(target).to_be_bytes(), "challenge from the wrong node");
+    impostor
+        .read_exact(&mut challenge)
+        .context("the node answers a well-formed hello")?;
+    ensure!(
+        challenge[..4] == 72u32.to_be_bytes(),
+        "challenge frame header {:?}",
+        &challenge[..4]
+    );
+    ensure!(
+        challenge[4..12] == raft_id(target).to_be_bytes(),
+        "challenge from the wrong node"
+    );
     impostor.write_all(&frame(&[0x42; 32]))?;
-    ensure!(closed_within(&mut impostor, Duration::from_secs(3))?, "a wrong proof kept the connection open");
-    await_log_line(&mut cluster, target, "failed to prove it knows the cluster secret; give every node the same secret")?;
+    ensure!(
+        closed_within(&mut impostor, Duration::from_secs(3))?,
+        "a wrong proof kept the connection open"
+    );
+    await_log_line(
+        &mut cluster,
+        target,
+        "failed to prove it knows the cluster secret; give every node the same secret",
+    )?;
 
     // The same through the real handshake code with a wrong secret: it refuses the node too.
     let wrong = ClusterSecret::new(b"not-this-clusters-secret".to_vec())?;
-    let refused = PeerConnection::connect(&addr.to_string(), raft_id(claimed), raft_id(target), &cluster_id, &wrong)
-        .await
-        .err();
-    ensure!(matches!(refused, Some(HandshakeError::BadProof { .. })), "wrong secret: {refused:?}");
+    let refused = PeerConnection::connect(
+        &addr.to_string(),
+        raft_id(claimed),
+        raft_id(target),
+        &cluster_id,
+        &wrong,
+    )
+    .await
+    .err();
+    ensure!(
+        matches!(refused, Some(HandshakeError::BadProof { .. })),
+        "wrong secret: {refused:?}"
+    );
 
     // Authenticated, then half a frame and a stall: the frame deadline ends it.
     let secret = ClusterSecret::new(cluster.cluster_secret().as_bytes().to_vec())?;
-    let mut half = PeerConnection::connect(&addr.to_string(), raft_id(claimed), raft_id(target), &cluster_id, &secret)
-        .await
-        .context("the cluster's own secret authenticates")?;
+    let mut half = PeerConnection::connect(
+        &addr.to_string(),
+        raft_id(claimed),
+        raft_id(target),
+        &cluster_id,
+        &secret,
+    )
+    .await
+    .context("the cluster's own secret authenticates")?;
     half.send_bytes(&[0, 0, 0, 200, 8, 1]).await?;
-    ensure!(half.closed_within(Duration::from_secs(15)).await, "half a frame kept the connection open");
+    ensure!(
+        half.closed_within(Duration::from_secs(15)).await,
+        "half a frame kept the connection open"
+    );
     await_log_line(&mut cluster, target, "started a frame but did not finish it")?;
 
     cluster_still_serves(&mut cluster, "after-bad-connections").await
@@ -192,7 +239,11 @@ async fn forged_raft_messages_sent_with_the_right_secret_are_dropped_and_the_quo
     let mut cluster = Cluster::start(3, &[])?;
     let cluster_id = cluster_id(&cluster)?;
     let (leader, epoch) = quorum_leader(&cluster, 1)?;
-    let follower = cluster.ids().into_iter().find(|id| *id != leader).context("a follower")?;
+    let follower = cluster
+        .ids()
+        .into_iter()
+        .find(|id| *id != leader)
+        .context("a follower")?;
     let bystander = cluster
         .ids()
         .into_iter()
@@ -216,7 +267,11 @@ async fn forged_raft_messages_sent_with_the_right_secret_are_dropped_and_the_quo
     let mut heartbeat = forged(MessageType::MsgHeartbeat, leader);
     heartbeat.commit = 1 << 40;
     conn.send(&heartbeat).await?;
-    await_log_line(&mut cluster, follower, "its commit index 1099511627776 is beyond this node's log")?;
+    await_log_line(
+        &mut cluster,
+        follower,
+        "its commit index 1099511627776 is beyond this node's log",
+    )?;
     // An append after a missing index with term 0 and a huge commit (same panic).
     let mut append = forged(MessageType::MsgAppend, leader);
     append.index = 1 << 30;
@@ -239,7 +294,10 @@ async fn forged_raft_messages_sent_with_the_right_secret_are_dropped_and_the_quo
         ),
     )?;
     // Dropped, not disconnected: the peer is authenticated, only its messages were bad.
-    ensure!(!conn.closed_within(Duration::from_millis(200)).await, "forged messages closed the connection");
+    ensure!(
+        !conn.closed_within(Duration::from_millis(200)).await,
+        "forged messages closed the connection"
+    );
 
     let (leader_after, epoch_after) = quorum_leader(&cluster, follower)?;
     ensure!(
@@ -266,7 +324,8 @@ async fn a_node_whose_quorum_member_stops_exits_with_an_error_instead_of_serving
     }
     let log = node.log_tail(200);
     ensure!(
-        log.contains("the metadata quorum member stopped") && log.contains("this node exits instead of serving metadata"),
+        log.contains("the metadata quorum member stopped")
+            && log.contains("this node exits instead of serving metadata"),
         "the exit is not explained in the log:\n{log}"
     );
     Ok(())

@@ -11,6 +11,7 @@ use std::fmt::{self, Write as _};
 use bytes::Bytes;
 
 use crate::batch::{self, BatchError, BatchHeader, BatchIter, BatchesInfo};
+use crate::records;
 use crate::request::{self, Request, RequestError};
 use crate::RequestBody;
 
@@ -117,9 +118,28 @@ fn walk(data: &[u8]) -> usize {
     count
 }
 
-/// Checks one complete batch as [`BatchIter`] cut it out of the input. Record-level checks
-/// (decompression, the record walker) belong here: one more call on `batch`.
+/// Decompression limit for the record walk: the default `max.message.bytes`, as the broker
+/// passes it for a topic that does not override it.
+const MAX_DECOMPRESSED_BYTES: usize = 1_048_588;
+
+/// Checks one complete batch as [`BatchIter`] cut it out of the input, then decodes its records
+/// (bounded decompression and the record walker), as the keyless check, the cleaner and group
+/// loading do.
 fn check_one_batch(batch: &[u8], header: &BatchHeader) {
+    if let Ok(decoded) = records::BatchRecords::decode(batch, MAX_DECOMPRESSED_BYTES) {
+        if header.compression() != 0 {
+            assert!(
+                decoded.section().len() <= MAX_DECOMPRESSED_BYTES,
+                "decompressed past the limit"
+            );
+        }
+        let walked = decoded.iter().count();
+        assert_eq!(
+            walked as i64,
+            i64::from(header.records_count),
+            "a decoded batch walks a different number of records than it declares"
+        );
+    }
     assert_eq!(
         BatchHeader::parse(batch).as_ref(),
         Ok(header),

@@ -52,7 +52,9 @@ pub struct ClusterSecret(Arc<[u8]>);
 
 /// A secret shorter than [`MIN_CLUSTER_SECRET_BYTES`].
 #[derive(Debug, thiserror::Error)]
-#[error("the cluster secret is {0} bytes long; it must be at least {MIN_CLUSTER_SECRET_BYTES} bytes: {CREATE_SECRET_HINT}")]
+#[error(
+    "the cluster secret is {0} bytes long; it must be at least {MIN_CLUSTER_SECRET_BYTES} bytes: {CREATE_SECRET_HINT}"
+)]
 pub struct SecretTooShort(pub usize);
 
 impl ClusterSecret {
@@ -81,7 +83,9 @@ pub enum HandshakeError {
     Malformed,
     #[error("the peer speaks quorum protocol version {theirs}, this node {ours}; run matching Sluice versions on every node")]
     Version { theirs: u16, ours: u16 },
-    #[error("node {peer} belongs to cluster {theirs:?}, this node to {ours:?}; check both nodes' --cluster-id and --voters")]
+    #[error(
+        "node {peer} belongs to cluster {theirs:?}, this node to {ours:?}; check both nodes' --cluster-id and --voters"
+    )]
     OtherCluster { peer: u64, theirs: String, ours: String },
     #[error("the peer claims node id {0}, which is reserved or this node's own; check its --node-id")]
     BadPeerId(u64),
@@ -350,15 +354,28 @@ mod tests {
 
     #[tokio::test]
     async fn same_secret_authenticates_both_sides() {
-        let (accepted, dialed) = handshake(Some(secret("0123456789abcdef")), secret("0123456789abcdef"), "cluster-a").await;
+        let (accepted, dialed) = handshake(
+            Some(secret("0123456789abcdef")),
+            secret("0123456789abcdef"),
+            "cluster-a",
+        )
+        .await;
         assert_eq!(accepted.unwrap(), 2);
         dialed.unwrap();
     }
 
     #[tokio::test]
     async fn different_secrets_fail_on_the_dialer_which_never_sends_a_proof() {
-        let (accepted, dialed) = handshake(Some(secret("0123456789abcdef")), secret("fedcba9876543210"), "cluster-a").await;
-        assert!(matches!(dialed, Err(HandshakeError::BadProof { peer: 1 })), "{dialed:?}");
+        let (accepted, dialed) = handshake(
+            Some(secret("0123456789abcdef")),
+            secret("fedcba9876543210"),
+            "cluster-a",
+        )
+        .await;
+        assert!(
+            matches!(dialed, Err(HandshakeError::BadProof { peer: 1 })),
+            "{dialed:?}"
+        );
         // The listener saw the dialer hang up instead of proving anything.
         assert!(matches!(accepted, Err(HandshakeError::Io(_))), "{accepted:?}");
     }
@@ -368,19 +385,35 @@ mod tests {
         let (mut a, mut b) = tokio::io::duplex(4096);
         let listener =
             tokio::spawn(async move { accept(&mut a, 1, "cluster-a", Some(&secret("0123456789abcdef"))).await });
-        write_frame(&mut b, &encode_hello(2, "cluster-a", &[7; NONCE_BYTES])).await.unwrap();
+        write_frame(&mut b, &encode_hello(2, "cluster-a", &[7; NONCE_BYTES]))
+            .await
+            .unwrap();
         let challenge = read_frame(&mut b, MAX_HANDSHAKE_BYTES).await.unwrap().unwrap();
         // Echo the listener's own proof back: the direction label makes it worthless.
         write_frame(&mut b, &challenge[8 + NONCE_BYTES..]).await.unwrap();
         let accepted = listener.await.unwrap();
-        assert!(matches!(accepted, Err(HandshakeError::BadProof { peer: 2 })), "{accepted:?}");
-        assert!(accepted.unwrap_err().to_string().contains("give every node the same secret"));
+        assert!(
+            matches!(accepted, Err(HandshakeError::BadProof { peer: 2 })),
+            "{accepted:?}"
+        );
+        assert!(accepted
+            .unwrap_err()
+            .to_string()
+            .contains("give every node the same secret"));
     }
 
     #[tokio::test]
     async fn other_cluster_and_lone_voter_are_refused_before_any_proof() {
-        let (accepted, _) = handshake(Some(secret("0123456789abcdef")), secret("0123456789abcdef"), "cluster-b").await;
-        assert!(matches!(accepted, Err(HandshakeError::OtherCluster { .. })), "{accepted:?}");
+        let (accepted, _) = handshake(
+            Some(secret("0123456789abcdef")),
+            secret("0123456789abcdef"),
+            "cluster-b",
+        )
+        .await;
+        assert!(
+            matches!(accepted, Err(HandshakeError::OtherCluster { .. })),
+            "{accepted:?}"
+        );
         let (accepted, _) = handshake(None, secret("0123456789abcdef"), "cluster-a").await;
         assert!(matches!(accepted, Err(HandshakeError::NoSecret)), "{accepted:?}");
     }
@@ -389,11 +422,23 @@ mod tests {
     fn garbage_and_truncated_frames_do_not_decode() {
         let hello = encode_hello(3, "c", &[1; NONCE_BYTES]);
         assert!(decode_hello(&hello).is_ok());
-        assert!(matches!(decode_hello(b"GET / HTTP/1.1"), Err(HandshakeError::Malformed)));
-        assert!(matches!(decode_hello(&hello[..hello.len() - 1]), Err(HandshakeError::Malformed)));
+        assert!(matches!(
+            decode_hello(b"GET / HTTP/1.1"),
+            Err(HandshakeError::Malformed)
+        ));
+        assert!(matches!(
+            decode_hello(&hello[..hello.len() - 1]),
+            Err(HandshakeError::Malformed)
+        ));
         let mut old = hello.clone();
         old[5] = 1;
-        assert!(matches!(decode_hello(&old), Err(HandshakeError::Version { theirs: 1, .. })));
-        assert!(matches!(decode_challenge(&[0; CHALLENGE_BYTES - 1]), Err(HandshakeError::Malformed)));
+        assert!(matches!(
+            decode_hello(&old),
+            Err(HandshakeError::Version { theirs: 1, .. })
+        ));
+        assert!(matches!(
+            decode_challenge(&[0; CHALLENGE_BYTES - 1]),
+            Err(HandshakeError::Malformed)
+        ));
     }
 }

@@ -280,11 +280,7 @@ impl<S: StateMachine> Driver<S> {
             replay_target,
         };
         driver.publish_status();
-        Ok(DriverParts {
-            driver,
-            status,
-            leader,
-        })
+        Ok(DriverParts { driver, status, leader })
     }
 
     /// Runs until shutdown, all handles are dropped, or a storage failure (after which it is not

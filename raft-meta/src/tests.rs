@@ -743,7 +743,11 @@ struct PanicsOn(&'static [u8]);
 
 impl StateMachine for PanicsOn {
     fn apply(&mut self, _index: u64, data: &[u8]) {
-        assert!(data != self.0, "state machine cannot apply {:?}", String::from_utf8_lossy(data));
+        assert!(
+            data != self.0,
+            "state machine cannot apply {:?}",
+            String::from_utf8_lossy(data)
+        );
     }
 
     fn snapshot(&self) -> Result<Vec<u8>, String> {
@@ -777,7 +781,11 @@ async fn a_panic_in_the_driver_is_reported_by_stopped_instead_of_freezing_the_me
     assert!(quorum.is_running());
 
     let result = quorum.propose(b"boom".to_vec(), PROPOSE_TIMEOUT).await;
-    assert_eq!(result, Err(ProposeError::Stopped), "the waiting proposer learns the member stopped");
+    assert_eq!(
+        result,
+        Err(ProposeError::Stopped),
+        "the waiting proposer learns the member stopped"
+    );
     let exit = tokio::time::timeout(Duration::from_secs(5), quorum.stopped())
         .await
         .expect("the supervisor reports within 5 s");
@@ -833,8 +841,14 @@ async fn forged_messages_from_an_authenticated_peer_are_dropped_and_the_follower
     assert!(!conn.closed_within(Duration::from_millis(300)).await);
 
     let after = cluster.member(follower).status();
-    assert!(cluster.member(follower).quorum().is_running(), "the follower's driver survived");
-    assert_eq!(after.term, before.term, "the impostor's vote request moved no term: {after:?}");
+    assert!(
+        cluster.member(follower).quorum().is_running(),
+        "the follower's driver survived"
+    );
+    assert_eq!(
+        after.term, before.term,
+        "the impostor's vote request moved no term: {after:?}"
+    );
     assert_eq!(after.leader_id, Some(leader));
     assert!(after.commit_index < before.commit_index + 1_000, "{after:?}");
     let quorum = cluster.member(follower).quorum().clone();

@@ -344,7 +344,12 @@ async fn connect(addr: &str, peer_id: u64, local: &Local) -> Result<BufWriter<Tc
         handshake::dial(&mut stream, local.node_id, peer_id, &local.cluster_id, secret),
     )
     .await
-    .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "the peer did not complete the handshake in time"))??;
+    .map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the peer did not complete the handshake in time",
+        )
+    })??;
     Ok(stream)
 }
 
@@ -514,12 +519,24 @@ mod tests {
 
         let wrong = ClusterSecret::new(b"some-other-secret-value".to_vec()).unwrap();
         let refused = PeerConnection::connect(&addr, 2, 1, "cluster-a", &wrong).await.err();
-        assert!(matches!(refused, Some(HandshakeError::BadProof { peer: 1 })), "{refused:?}");
+        assert!(
+            matches!(refused, Some(HandshakeError::BadProof { peer: 1 })),
+            "{refused:?}"
+        );
         let refused = PeerConnection::connect(&addr, 2, 1, "cluster-b", &secret()).await.err();
         // The listener hangs up on a stranger's hello instead of answering it.
         assert!(matches!(refused, Some(HandshakeError::Io(_))), "{refused:?}");
         let refused = PeerConnection::connect(&addr, 2, 3, "cluster-a", &secret()).await.err();
-        assert!(matches!(refused, Some(HandshakeError::WrongPeer { expected: 3, answered: 1 })), "{refused:?}");
+        assert!(
+            matches!(
+                refused,
+                Some(HandshakeError::WrongPeer {
+                    expected: 3,
+                    answered: 1
+                })
+            ),
+            "{refused:?}"
+        );
         assert!(inbound_rx.try_recv().is_err());
         transport.shutdown().await;
     }

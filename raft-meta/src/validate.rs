@@ -63,7 +63,10 @@ pub(crate) fn check_peer_message(msg: &Message, peer_id: u64, at: &Receiver<'_>)
         return Err(format!("it is addressed to node {}, not to this node", msg.to));
     }
     if !at.voters.contains_key(&msg.from) && !at.learners.contains_key(&msg.from) {
-        return Err(format!("node {} is neither a voter nor a learner of this quorum", msg.from));
+        return Err(format!(
+            "node {} is neither a voter nor a learner of this quorum",
+            msg.from
+        ));
     }
     let kind = msg.get_msg_type();
     let is_proposal = kind == MessageType::MsgPropose;
@@ -71,7 +74,10 @@ pub(crate) fn check_peer_message(msg: &Message, peer_id: u64, at: &Receiver<'_>)
         return Err(format!("{kind:?} is never sent between Sluice quorum members"));
     }
     if is_proposal != (msg.term == 0) {
-        return Err(format!("{kind:?} with term {} (only a forwarded proposal has term 0)", msg.term));
+        return Err(format!(
+            "{kind:?} with term {} (only a forwarded proposal has term 0)",
+            msg.term
+        ));
     }
     match kind {
         MessageType::MsgPropose => check_proposal(msg, at),
@@ -172,7 +178,10 @@ fn check_entry_payload(entry: &Entry, at: &Receiver<'_>) -> Result<(), String> {
                 ));
             }
             if id == 0 || at.voters.contains_key(&id) {
-                return Err(format!("entry {} would add node {id} as a learner, but it is reserved or a voter", entry.index));
+                return Err(format!(
+                    "entry {} would add node {id} as a learner, but it is reserved or a voter",
+                    entry.index
+                ));
             }
             if change.context.is_empty()
                 || change.context.len() > MAX_LEARNER_ADDR_BYTES
@@ -355,7 +364,10 @@ mod tests {
         assert!(refusal.contains(reason), "{refusal}");
         let mut node = follower_of(leader);
         let stepped = catch_unwind(AssertUnwindSafe(|| node.step(msg)));
-        assert!(stepped.is_err(), "raft-rs would have survived this message; the check is not needed");
+        assert!(
+            stepped.is_err(),
+            "raft-rs would have survived this message; the check is not needed"
+        );
     }
 
     #[test]
@@ -449,7 +461,10 @@ mod tests {
         let stranger = message(MessageType::MsgHeartbeat, 7, 2);
         assert!(check(&node, &stranger, 7).unwrap_err().contains("neither a voter"));
         // Nothing was stepped: the follower is where it was.
-        assert_eq!((node.raft.term, node.raft.leader_id, node.raft.raft_log.committed), (2, 1, 3));
+        assert_eq!(
+            (node.raft.term, node.raft.leader_id, node.raft.raft_log.committed),
+            (2, 1, 3)
+        );
     }
 
     #[test]
