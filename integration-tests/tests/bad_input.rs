@@ -8,71 +8,17 @@ use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
 use rdkafka::admin::{NewTopic, TopicReplication};
-use rdkafka::consumer::StreamConsumer;
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::Offset;
+use sluice_integration_tests::canary::Canary;
 use sluice_integration_tests::wire::{self, RawRecord};
 use sluice_integration_tests::{clients, procstat, NodeOptions, SluiceNode};
 
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A producer and an assigned consumer on their own connections: `check` proves the broker
-/// still serves other clients (produce with acks=all, then read that record back).
-struct Canary {
-    producer: FutureProducer,
-    consumer: StreamConsumer,
-    next_offset: i64,
-}
-
-impl Canary {
-    const TOPIC: &'static str = "canary";
-
-    async fn new(node: &SluiceNode) -> Result<Self> {
-        let admin = clients::admin_client(&node.bootstrap())?;
-        clients::create_topic(&admin, Self::TOPIC, 1, &[]).await?;
-        let consumer = clients::stream_consumer(&node.bootstrap())?;
-        clients::assign(&consumer, Self::TOPIC, &[0], Offset::Offset(0))?;
-        let mut c = Self {
-            producer: clients::future_producer(&node.bootstrap())?,
-            consumer,
-            next_offset: 0,
-        };
-        c.check("initial").await?;
-        Ok(c)
-    }
-
-    async fn check(&mut self, label: &str) -> Result<()> {
-        let d = self
-            .producer
-            .send(
-                FutureRecord::<str, str>::to(Self::TOPIC).partition(0).payload(label),
-                Duration::from_secs(5),
-            )
-            .await
-            .map_err(|(e, _)| anyhow::anyhow!("canary produce ({label}) failed: {e}"))?;
-        ensure!(
-            d.offset == self.next_offset,
-            "canary ({label}) got offset {}, expected {}",
-            d.offset,
-            self.next_offset
-        );
-        let m = tokio::time::timeout(Duration::from_secs(20), self.consumer.recv())
-            .await
-            .with_context(|| format!("canary ({label}): record not consumed within 20 s"))??;
-        ensure!(
-            m.offset() == d.offset && m.payload() == Some(label.as_bytes()),
-            "canary ({label}): consumed offset {} payload {:?}",
-            m.offset(),
-            m.payload().map(String::from_utf8_lossy)
-        );
-        self.next_offset += 1;
-        Ok(())
-    }
-}
 
 /// Sends `bytes` on a fresh connection and requires the broker to close it; any bytes it sends
 /// first must be whole response frames (never a partial frame followed by silence).
@@ -85,7 +31,7 @@ fn send_and_expect_close(node: &SluiceNode, what: &str, bytes: &[u8]) -> Result<
 
 async fn start_with_canary() -> Result<(SluiceNode, Canary)> {
     let node = SluiceNode::start(NodeOptions::default())?;
-    let canary = Canary::new(&node).await?;
+    let canary = Canary::start(&node, "canary").await?;
     Ok((node, canary))
 }
 
@@ -663,7 +609,7 @@ async fn a_stalled_frame_times_out_and_returns_its_request_memory() -> Result<()
             .set("queued.max.request.bytes", 16 << 20)
             .set("socket.request.read.timeout.ms", 2000),
     )?;
-    let mut canary = Canary::new(&node).await?;
+    let mut canary = Canary::start(&node, "canary").await?;
     let mut node = node;
     for (what, prefix) in [
         ("a 2 GiB size prefix and silence", i32::MAX),
