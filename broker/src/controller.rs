@@ -8,7 +8,7 @@ use kafka_protocol::error::ResponseError;
 use uuid::Uuid;
 
 use crate::metadata::image::{MetadataImage, PartitionRegistration, TopicImage};
-use crate::metadata::records::{ConfigResource, MetadataCommand, MetadataRecord};
+use crate::metadata::records::{AlterOp, ConfigResource, MetadataCommand, MetadataRecord, NewTopic};
 use crate::topic_config;
 
 /// A refused request: the Kafka error for the client and a sentence for a human.
@@ -58,20 +58,6 @@ pub fn validate_topic_name(name: &str) -> Result<(), ApiError> {
         return invalid("only ASCII letters, digits, '.', '_' and '-' are allowed");
     }
     Ok(())
-}
-
-/// A topic to create, with defaults already filled in.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct NewTopic {
-    pub name: String,
-    pub num_partitions: i32,
-    pub replication_factor: i16,
-    /// The request left the replication factor to the broker default: see [`replication_factor`].
-    #[serde(default)]
-    pub replication_factor_defaulted: bool,
-    /// Explicit replica lists per partition, or `None` to let the controller place them.
-    pub assignments: Option<Vec<Vec<i32>>>,
-    pub configs: BTreeMap<String, String>,
 }
 
 /// Upper bound on partitions per request, so one request cannot exhaust file handles.
@@ -162,27 +148,6 @@ pub fn delete_topic(topic: &TopicImage) -> Vec<MetadataRecord> {
     vec![MetadataRecord::RemoveTopic {
         topic_id: topic.topic_id,
     }]
-}
-
-/// One IncrementalAlterConfigs operation, in Kafka's codes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum AlterOp {
-    Set,
-    Delete,
-    Append,
-    Subtract,
-}
-
-impl AlterOp {
-    pub fn from_code(code: i8) -> Option<AlterOp> {
-        Some(match code {
-            0 => AlterOp::Set,
-            1 => AlterOp::Delete,
-            2 => AlterOp::Append,
-            3 => AlterOp::Subtract,
-            _ => return None,
-        })
-    }
 }
 
 /// Validates config changes to a topic and returns the records that apply them.

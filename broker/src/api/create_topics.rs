@@ -11,8 +11,9 @@ use uuid::Uuid;
 
 use super::{commit_error, str_bytes};
 use crate::broker::Broker;
-use crate::controller::{self, ApiError, NewTopic};
+use crate::controller::{self, ApiError};
 use crate::metadata::records::MetadataCommand;
+use crate::metadata::records::NewTopic;
 use crate::topic_config;
 
 pub async fn handle(broker: Arc<Broker>, request: CreateTopicsRequest) -> CreateTopicsResponse {

@@ -17,10 +17,10 @@ use uuid::Uuid;
 
 use super::{commit_error, str_bytes};
 use crate::broker::Broker;
-use crate::controller::NewTopic;
 use crate::group::OFFSETS_TOPIC;
 use crate::metadata::image::MetadataImage;
 use crate::metadata::records::MetadataCommand;
+use crate::metadata::records::NewTopic;
 
 /// v4 batches keys into `coordinator_keys` and answers per key.
 const FIRST_BATCHED_VERSION: i16 = 4;

@@ -12,7 +12,8 @@ use kafka_protocol::messages::{IncrementalAlterConfigsRequest, IncrementalAlterC
 use super::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
 use super::{commit_error, str_bytes};
 use crate::broker::Broker;
-use crate::controller::{self, AlterOp};
+use crate::controller;
+use crate::metadata::records::AlterOp;
 use crate::metadata::records::MetadataCommand;
 use crate::metadata::CommitError;
 use crate::topic_config;

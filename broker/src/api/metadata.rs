@@ -18,9 +18,10 @@ use sluice_protocol::ResponseBody;
 
 use super::{str_bytes, Reply};
 use crate::broker::Broker;
-use crate::controller::{self, NewTopic};
+use crate::controller;
 use crate::metadata::image::{MetadataImage, TopicImage};
 use crate::metadata::records::MetadataCommand;
+use crate::metadata::records::NewTopic;
 use crate::metadata::CommitError;
 
 /// Answers at once unless unknown topics are to be auto-created: then after their creation

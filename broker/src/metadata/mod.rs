@@ -383,7 +383,7 @@ mod tests {
 
     fn create(name: &str, id: u128) -> MetadataCommand {
         MetadataCommand::CreateTopic {
-            topic: controller::NewTopic {
+            topic: records::NewTopic {
                 name: name.into(),
                 num_partitions: 2,
                 replication_factor: 1,

@@ -3,6 +3,8 @@
 //! They mirror KRaft's record types so that moving the log onto the Raft quorum changes
 //! where records come from, not what they mean.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -78,7 +80,7 @@ pub enum MetadataCommand {
         broker_id: i32,
     },
     CreateTopic {
-        topic: crate::controller::NewTopic,
+        topic: NewTopic,
         topic_id: Uuid,
     },
     /// A block of producer ids for a broker's InitProducerId answers.
@@ -100,8 +102,8 @@ pub enum MetadataCommand {
     /// so they travel with the command to keep apply deterministic).
     AlterTopicConfigs {
         name: String,
-        ops: Vec<(String, crate::controller::AlterOp, Option<String>)>,
-        list_bases: std::collections::BTreeMap<String, String>,
+        ops: Vec<(String, AlterOp, Option<String>)>,
+        list_bases: BTreeMap<String, String>,
     },
     /// Kafka's AlterPartition: a partition leader changes its ISR. Accepted only if the leader
     /// still leads at `leader_epoch` and the registration is still at `partition_epoch`
@@ -132,4 +134,39 @@ pub struct Proposal {
     pub proposer: i32,
     pub incarnation: Uuid,
     pub command: MetadataCommand,
+}
+
+/// A topic to create, with defaults already filled in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewTopic {
+    pub name: String,
+    pub num_partitions: i32,
+    pub replication_factor: i16,
+    /// The request left the replication factor to the broker default: see the controller's `replication_factor`.
+    #[serde(default)]
+    pub replication_factor_defaulted: bool,
+    /// Explicit replica lists per partition, or `None` to let the controller place them.
+    pub assignments: Option<Vec<Vec<i32>>>,
+    pub configs: BTreeMap<String, String>,
+}
+
+/// One IncrementalAlterConfigs operation, in Kafka's codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AlterOp {
+    Set,
+    Delete,
+    Append,
+    Subtract,
+}
+
+impl AlterOp {
+    pub fn from_code(code: i8) -> Option<AlterOp> {
+        Some(match code {
+            0 => AlterOp::Set,
+            1 => AlterOp::Delete,
+            2 => AlterOp::Append,
+            3 => AlterOp::Subtract,
+            _ => return None,
+        })
+    }
 }
