@@ -2,11 +2,12 @@
 //! background work that keeps it in step with the cluster.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::sync::{watch, Semaphore};
 use uuid::Uuid;
 
+use crate::clock::now_ms;
 use crate::config::BrokerConfig;
 use crate::controller::{self, Outcome};
 use crate::group::GroupMetadataManager;
@@ -18,10 +19,10 @@ use crate::topic_config;
 
 pub struct Broker {
     pub config: Arc<BrokerConfig>,
-    pub metadata: MetadataStore,
-    pub replicas: ReplicaManager,
+    pub metadata: Arc<MetadataStore>,
+    pub replicas: Arc<ReplicaManager>,
     /// Consumer groups this broker coordinates.
-    pub groups: GroupMetadataManager,
+    pub groups: Arc<GroupMetadataManager>,
     /// Bytes of requests being read or handled across all connections
     /// (`queued.max.request.bytes`): a flood of large requests waits instead of exhausting memory.
     pub request_memory: Arc<Semaphore>,
@@ -41,18 +42,6 @@ pub struct Broker {
     /// This process's registration; a controlled shutdown names it so that a stale one from a
     /// previous run cannot fence a restarted broker.
     pub incarnation_id: Uuid,
-    /// ISR changes on their way through the quorum, stopped at shutdown.
-    isr_proposals: parking_lot::Mutex<tokio::task::JoinSet<()>>,
-}
-
-/// Pause after a refused ISR change before the leader may propose another.
-const ISR_CHANGE_RETRY: Duration = Duration::from_secs(1);
-
-/// Milliseconds since the Unix epoch: Kafka's timestamp unit.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 impl Broker {
@@ -60,15 +49,22 @@ impl Broker {
     /// Partitions are opened once this start's registration is committed (see `register`).
     pub async fn open(config: BrokerConfig) -> Result<Arc<Broker>, MetadataError> {
         let config = Arc::new(config);
-        let metadata = MetadataStore::open(&config).await?;
-        let replicas = ReplicaManager::new(config.clone(), metadata.subscribe());
+        let metadata = Arc::new(MetadataStore::open(&config).await?);
+        let replicas = Arc::new(ReplicaManager::new(config.clone(), metadata.clone()));
         let permits = config
             .queued_max_request_bytes
             .clamp(1, (u32::MAX as usize).min(Semaphore::MAX_PERMITS));
         let mut group_config = config.group.clone();
-        let max_message_bytes = topic_config::effective_value("max.message.bytes", &Default::default(), &config);
+        let max_message_bytes =
+            topic_config::effective_value("max.message.bytes", &Default::default(), &config.overrides);
         group_config.max_group_record_bytes = max_message_bytes.parse().unwrap_or(group_config.max_group_record_bytes);
-        let groups = GroupMetadataManager::new(group_config, config.offsets.clone());
+        let groups = Arc::new(GroupMetadataManager::new(
+            group_config,
+            config.offsets.clone(),
+            replicas.clone(),
+            metadata.clone(),
+            config.overrides.clone(),
+        ));
         let broker = Arc::new(Broker {
             groups,
             request_memory: Arc::new(Semaphore::new(permits)),
@@ -80,7 +76,6 @@ impl Broker {
             serving: watch::channel(false).0,
             producer_ids: parking_lot::Mutex::new((0, 0)),
             incarnation_id: Uuid::new_v4(),
-            isr_proposals: parking_lot::Mutex::default(),
         });
         broker.replicas.remove_orphan_dirs(&broker.metadata.image());
         Ok(broker)
@@ -93,34 +88,9 @@ impl Broker {
             tokio::spawn(register(self.clone(), shutdown.clone())),
             tokio::spawn(follow_metadata(self.clone(), shutdown.clone())),
             tokio::spawn(run_controller(self.clone(), shutdown.clone())),
-            tokio::spawn(run_isr_maintenance(self.clone(), shutdown.clone())),
-            tokio::spawn(GroupMetadataManager::run_timers(self.clone(), shutdown)),
+            tokio::spawn(self.replicas.clone().run_isr_maintenance(shutdown.clone())),
+            tokio::spawn(self.groups.clone().run_timers(shutdown)),
         ]
-    }
-
-    /// Proposes an ISR change a partition leader decided on, in the background; the leader
-    /// may propose again once this one is decided.
-    pub fn propose_isr_change(self: &Arc<Self>, partition: Arc<crate::partition::Partition>, command: MetadataCommand) {
-        let broker = self.clone();
-        let mut proposals = self.isr_proposals.lock();
-        while proposals.try_join_next().is_some() {} // reap finished ones
-        proposals.spawn(async move {
-            if let Err(e) = broker.commit(command).await {
-                tracing::info!(
-                    topic = %partition.topic, partition = partition.index, error = %e,
-                    "ISR change not accepted; will re-evaluate shortly"
-                );
-                // Refused changes (a replica still fenced, say) are not retried at fetch rate.
-                tokio::time::sleep(ISR_CHANGE_RETRY).await;
-            }
-            partition.isr_change_finished();
-        });
-    }
-
-    /// Abandons ISR changes still in flight (they hold the broker) before the process stops.
-    pub async fn stop_isr_proposals(&self) {
-        let mut proposals = std::mem::take(&mut *self.isr_proposals.lock());
-        proposals.shutdown().await;
     }
 
     /// Kafka's controlled shutdown: moves leadership of this broker's partitions to other
@@ -186,9 +156,8 @@ impl Broker {
             return;
         }
         let _serial = self.reconcile_lock.lock();
-        let image = self.metadata.image();
-        self.replicas.reconcile(&image, now_ms());
-        self.groups.reconcile(&image, &self.replicas, self.config.node_id);
+        let image = self.replicas.reconcile(now_ms());
+        self.groups.reconcile(&image, self.config.node_id);
     }
 }
 
@@ -296,32 +265,6 @@ async fn run_controller(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>
             if let Err(e) = broker.commit(command).await {
                 tracing::warn!(error = %e, "controller could not record a liveness change; will retry");
             }
-        }
-    }
-}
-
-/// The partition leader's timer-driven duty: drop followers that have not caught up within
-/// `replica.lag.time.max.ms` from the ISR (checked every half lag period, as Kafka does), and
-/// checkpoint high watermarks every `replica.high.watermark.checkpoint.interval.ms`.
-async fn run_isr_maintenance(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
-    let lag_ms = broker.config.replica_lag_time_max_ms;
-    let mut isr_ticker = tokio::time::interval(Duration::from_millis((lag_ms / 2).max(10)));
-    isr_ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let checkpoint_period = Duration::from_millis(broker.config.replica_high_watermark_checkpoint_interval_ms.max(10));
-    let mut checkpoint_ticker = tokio::time::interval(checkpoint_period);
-    checkpoint_ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = shutdown.changed() => return,
-            _ = isr_ticker.tick() => {
-                let now = now_ms();
-                for partition in broker.replicas.all() {
-                    if let Some(command) = partition.isr_shrink(now, lag_ms as i64) {
-                        broker.propose_isr_change(partition, command);
-                    }
-                }
-            }
-            _ = checkpoint_ticker.tick() => broker.replicas.checkpoint_high_watermarks(),
         }
     }
 }

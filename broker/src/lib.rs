@@ -2,14 +2,17 @@
 
 pub mod api;
 pub mod broker;
+pub mod clock;
 pub mod config;
 pub mod connection;
 pub mod controller;
+pub mod fs;
 pub mod group;
 pub mod log;
 pub mod metadata;
 pub mod partition;
 pub mod producer_state;
+pub mod purgatory;
 pub mod replica_manager;
 pub mod replication;
 pub mod server;

@@ -91,11 +91,20 @@ async fn run(config: BrokerConfig) -> Result<(), String> {
     for task in background {
         let _ = task.await;
     }
-    broker.stop_isr_proposals().await;
+    broker.replicas.stop_isr_proposals().await;
     broker.replicas.shutdown();
-    match std::sync::Arc::try_unwrap(broker) {
-        Ok(broker) => broker.metadata.shutdown().await,
-        Err(_) => tracing::warn!("requests still hold the broker; the metadata quorum stops with the process"),
+    let metadata = match std::sync::Arc::try_unwrap(broker) {
+        // The replica manager shares the metadata store (it proposes ISR changes); it is done.
+        Ok(broker) => {
+            let metadata = broker.metadata;
+            drop(broker.replicas);
+            std::sync::Arc::try_unwrap(metadata).ok()
+        }
+        Err(_) => None,
+    };
+    match metadata {
+        Some(metadata) => metadata.shutdown().await,
+        None => tracing::warn!("requests still hold the broker; the metadata quorum stops with the process"),
     }
     tracing::info!("shutdown complete");
     Ok(())

@@ -1,21 +1,39 @@
-//! The partitions this broker hosts (Kafka's `ReplicaManager`), kept in step with the
-//! metadata image: logs are opened for new assignments, reconfigured on config changes and
-//! removed when their topic is deleted; each replica becomes leader or follower as its
-//! registration says, and followers are handed to the replica fetcher of their leader.
+//! The partitions this broker hosts (Kafka's `ReplicaManager`), and the one owner of the
+//! replica side:
+//!
+//! - kept in step with the metadata image: logs are opened for new assignments, reconfigured
+//!   on config changes and removed when their topic is deleted; each replica becomes leader or
+//!   follower as its registration says, and followers are handed to the replica fetcher of
+//!   their leader;
+//! - follower fetches: the replica identity check (KIP-903) and each follower's fetch state
+//!   ([`ReplicaManager::partition_for_fetch`], Kafka's `fetchMessages` →
+//!   `updateFollowerFetchState`), which moves the high watermark and may bring it back into
+//!   the ISR;
+//! - ISR changes: the AlterPartition a leader decides on (expand in a follower's fetch, shrink
+//!   in [`ReplicaManager::run_isr_maintenance`]) goes through the metadata quorum from here, and
+//!   the decision is applied to the hosted partitions before the leader may propose again;
+//! - the high-watermark checkpoint.
+//!
+//! What a partition decides (the high watermark, who is caught up) lives in
+//! `partition/leader.rs`; the waits on it (acks=all, long-poll fetch) in `purgatory.rs`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use kafka_protocol::error::ResponseError;
 use parking_lot::RwLock;
 use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
 use uuid::Uuid;
 
+use crate::clock::now_ms;
 use crate::config::BrokerConfig;
 use crate::log::{partition_metadata, LogError};
 use crate::metadata::image::{MetadataImage, PartitionRegistration, TopicImage};
-use crate::metadata::METADATA_LOG_DIR;
+use crate::metadata::records::MetadataCommand;
+use crate::metadata::{MetadataStore, METADATA_LOG_DIR};
 use crate::partition::{Partition, RoleChange};
 use crate::replication::{checkpoint, ReplicaFetcherManager};
 use crate::topic_config;
@@ -33,10 +51,30 @@ pub struct ReplicaManager {
     /// Turns for fetch disk reads on the blocking pool, `num.io.threads` at once: bounds the
     /// blocking threads and the read buffers being filled at any moment.
     fetch_reads: Arc<Semaphore>,
+    /// Where ISR changes are proposed and the image they are applied from.
+    metadata: Arc<MetadataStore>,
+    /// Serialises reconciliation so partitions always follow the newest image, never an older
+    /// one applied late by a slower task.
+    reconcile_lock: parking_lot::Mutex<()>,
+    /// ISR changes on their way through the quorum (at most one per led partition, see
+    /// `LeaderState::pending_isr`), stopped at shutdown.
+    isr_proposals: parking_lot::Mutex<JoinSet<()>>,
 }
 
-/// Fetch v15 moved the replica id into `replica_state`, beside the broker epoch (KIP-903).
-pub const FIRST_FETCH_VERSION_WITH_REPLICA_STATE: i16 = 15;
+/// Pause after a refused ISR change before the leader may propose another.
+const ISR_CHANGE_RETRY: Duration = Duration::from_secs(1);
+
+/// Who a fetch is from, once its replica identity has been checked.
+#[derive(Debug, Clone, Copy)]
+pub enum FetchParty {
+    Consumer,
+    /// A fetch claiming to be broker `replica_id`'s; `identity` is the outcome of
+    /// [`check_follower_identity`], so a failed claim is answered per partition.
+    Follower {
+        replica_id: i32,
+        identity: Result<(), ResponseError>,
+    },
+}
 
 /// Kafka's replica identity check (KIP-903) for a Fetch that claims `replica_id` >= 0: it is a
 /// follower's fetch only if it names, in `replica_state` (v15+), the broker epoch of that
@@ -58,10 +96,13 @@ pub fn check_follower_identity(
 }
 
 impl ReplicaManager {
-    pub fn new(config: Arc<BrokerConfig>, images: watch::Receiver<Arc<MetadataImage>>) -> Self {
+    pub fn new(config: Arc<BrokerConfig>, metadata: Arc<MetadataStore>) -> Self {
         let checkpointed = checkpoint::read(&config.data_dir);
         ReplicaManager {
-            fetchers: ReplicaFetcherManager::new(config.clone(), images),
+            fetchers: ReplicaFetcherManager::new(config.clone(), metadata.subscribe()),
+            metadata,
+            reconcile_lock: parking_lot::Mutex::new(()),
+            isr_proposals: parking_lot::Mutex::default(),
             partitions: RwLock::default(),
             applied_configs: RwLock::default(),
             checkpointed: parking_lot::Mutex::new(checkpointed),
@@ -108,14 +149,22 @@ impl ReplicaManager {
         partition_dir(&self.config.data_dir, topic, index)
     }
 
-    /// Brings hosted partitions in line with `image`. Errors opening one log are logged and
-    /// that partition stays offline; the others carry on.
-    pub fn reconcile(&self, image: &MetadataImage, now_ms: i64) {
+    /// Brings hosted partitions in line with the newest image, read under the reconcile lock,
+    /// and returns that image. Errors opening one log are logged and that partition stays
+    /// offline; the others carry on.
+    pub fn reconcile(&self, now_ms: i64) -> Arc<MetadataImage> {
+        let _serial = self.reconcile_lock.lock();
+        let image = self.metadata.image();
+        self.apply_image(&image, now_ms);
+        image
+    }
+
+    fn apply_image(&self, image: &MetadataImage, now_ms: i64) {
         let node = self.config.node_id;
         let mut wanted = std::collections::HashSet::new();
         for topic in image.topics.values() {
             let config_changed = self.applied_configs.read().get(&topic.topic_id) != Some(&topic.configs);
-            let log_config = topic_config::log_config(&topic.configs, &self.config);
+            let log_config = topic_config::log_config(&topic.configs, &self.config.overrides);
             for (index, registration) in topic.partitions.iter().enumerate() {
                 if !registration.replicas.contains(&node) {
                     continue;
@@ -205,6 +254,90 @@ impl ReplicaManager {
             };
             if let Err(e) = result {
                 tracing::warn!(dir = %dir.display(), error = %e, "could not delete a removed partition's directory; delete it by hand");
+            }
+        }
+    }
+
+    /// Kafka's `fetchMessages` before any read: partition `index` of `topic` when this broker
+    /// leads it. For a follower whose identity checked out, its fetch offset is its log end
+    /// offset (`updateFollowerFetchState`): that may advance the high watermark, and the
+    /// AlterPartition bringing it back into the ISR is proposed here. A refused fetch moves
+    /// no follower's progress, ISR or high watermark.
+    pub fn partition_for_fetch(
+        self: &Arc<Self>,
+        topic: &TopicImage,
+        index: i32,
+        fetch_offset: i64,
+        current_leader_epoch: i32,
+        party: FetchParty,
+        now_ms: i64,
+    ) -> Result<Arc<Partition>, ResponseError> {
+        let (partition, _) = self.leader_partition(topic, index)?;
+        if let FetchParty::Follower { replica_id, identity } = party {
+            identity?;
+            partition.check_leader_epoch(current_leader_epoch)?;
+            let expand = partition.record_follower_fetch(replica_id, fetch_offset, current_leader_epoch, now_ms)?;
+            if let Some(command) = expand {
+                self.propose_isr_change(partition.clone(), command);
+            }
+        }
+        Ok(partition)
+    }
+
+    /// Proposes an ISR change a partition leader decided on, in the background. Once the
+    /// quorum has decided, the hosted partitions are brought up to date before the leader may
+    /// propose again, so the leader never counts an ISR older than the one committed.
+    pub fn propose_isr_change(self: &Arc<Self>, partition: Arc<Partition>, command: MetadataCommand) {
+        let replicas = self.clone();
+        let mut proposals = self.isr_proposals.lock();
+        while proposals.try_join_next().is_some() {} // reap finished ones
+        proposals.spawn(async move {
+            match replicas.metadata.commit(command).await {
+                Ok(_) => {
+                    replicas.reconcile(now_ms());
+                }
+                Err(e) => {
+                    tracing::info!(
+                        topic = %partition.topic, partition = partition.index, error = %e,
+                        "ISR change not accepted; will re-evaluate shortly"
+                    );
+                    // Refused changes (a replica still fenced, say) are not retried at fetch rate.
+                    tokio::time::sleep(ISR_CHANGE_RETRY).await;
+                }
+            }
+            partition.isr_change_finished();
+        });
+    }
+
+    /// Abandons ISR changes still in flight before the process stops.
+    pub async fn stop_isr_proposals(&self) {
+        let mut proposals = std::mem::take(&mut *self.isr_proposals.lock());
+        proposals.shutdown().await;
+    }
+
+    /// The leaders' timer-driven duty: drop followers that have not caught up within
+    /// `replica.lag.time.max.ms` from the ISR (checked every half lag period, as Kafka does),
+    /// and checkpoint high watermarks every `replica.high.watermark.checkpoint.interval.ms`.
+    pub async fn run_isr_maintenance(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let lag_ms = self.config.replica_lag_time_max_ms;
+        let mut isr_ticker = tokio::time::interval(Duration::from_millis((lag_ms / 2).max(10)));
+        isr_ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let checkpoint_period =
+            Duration::from_millis(self.config.replica_high_watermark_checkpoint_interval_ms.max(10));
+        let mut checkpoint_ticker = tokio::time::interval(checkpoint_period);
+        checkpoint_ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = isr_ticker.tick() => {
+                    let now = now_ms();
+                    for partition in self.all() {
+                        if let Some(command) = partition.isr_shrink(now, lag_ms as i64) {
+                            self.propose_isr_change(partition, command);
+                        }
+                    }
+                }
+                _ = checkpoint_ticker.tick() => self.checkpoint_high_watermarks(),
             }
         }
     }

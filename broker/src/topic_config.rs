@@ -7,8 +7,12 @@
 
 use std::collections::BTreeMap;
 
-use crate::config::BrokerConfig;
 use crate::log::LogConfig;
+
+/// The broker's own settings (`--set key=value`, Kafka's names), where a topic config without an
+/// override finds its broker synonym (`retention.ms` ← `log.retention.ms`). Topic configs need
+/// only these, not the whole broker config.
+pub type BrokerOverrides = BTreeMap<String, String>;
 
 /// Value types, with Kafka's DescribeConfigs `config_type` codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,22 +153,22 @@ pub fn validate(name: &str, value: &str) -> Result<(), TopicConfigError> {
 }
 
 /// The broker-level value that applies to `def` when the topic has no override.
-fn broker_default(def: &ConfigDef, broker: &BrokerConfig) -> (String, ConfigSource) {
-    if let Some(v) = def.broker_synonym.and_then(|k| broker.static_override(k)) {
+fn broker_default(def: &ConfigDef, broker: &BrokerOverrides) -> (String, ConfigSource) {
+    if let Some(v) = def.broker_synonym.and_then(|k| broker.get(k).map(String::as_str)) {
         return (v.to_string(), ConfigSource::StaticBroker);
     }
     // Kafka derives the ms settings from their coarser-grained siblings.
     let derived = match def.name {
         "retention.ms" => broker
-            .static_override("log.retention.minutes")
+            .get("log.retention.minutes")
             .and_then(|m| m.parse::<i64>().ok().map(|m| m * 60_000))
             .or_else(|| {
                 broker
-                    .static_override("log.retention.hours")
+                    .get("log.retention.hours")
                     .and_then(|h| h.parse::<i64>().ok().map(|h| h * 3_600_000))
             }),
         "segment.ms" => broker
-            .static_override("log.roll.hours")
+            .get("log.roll.hours")
             .and_then(|h| h.parse::<i64>().ok().map(|h| h * 3_600_000)),
         _ => None,
     };
@@ -177,7 +181,7 @@ fn broker_default(def: &ConfigDef, broker: &BrokerConfig) -> (String, ConfigSour
 /// Effective value and source of every topic config for a topic with `overrides`.
 pub fn describe(
     overrides: &BTreeMap<String, String>,
-    broker: &BrokerConfig,
+    broker: &BrokerOverrides,
 ) -> Vec<(&'static ConfigDef, String, ConfigSource)> {
     DEFS.iter()
         .map(|def| match overrides.get(def.name) {
@@ -191,7 +195,7 @@ pub fn describe(
 }
 
 /// The effective value of one topic config (empty for a name Kafka does not define).
-pub fn effective_value(name: &str, overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -> String {
+pub fn effective_value(name: &str, overrides: &BTreeMap<String, String>, broker: &BrokerOverrides) -> String {
     match (overrides.get(name), def(name)) {
         (Some(v), _) => v.clone(),
         (None, Some(d)) => broker_default(d, broker).0,
@@ -201,7 +205,7 @@ pub fn effective_value(name: &str, overrides: &BTreeMap<String, String>, broker:
 
 /// `max.message.bytes` in effect for a topic with `overrides`: the largest batch it accepts, and
 /// the most its batches' records may decompress to where they are decoded.
-pub fn max_message_bytes(overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -> u32 {
+pub fn max_message_bytes(overrides: &BTreeMap<String, String>, broker: &BrokerOverrides) -> u32 {
     effective_value("max.message.bytes", overrides, broker)
         .parse::<i64>()
         .unwrap_or(i64::from(LogConfig::default().max_message_bytes))
@@ -213,7 +217,11 @@ pub fn max_message_bytes(overrides: &BTreeMap<String, String>, broker: &BrokerCo
 /// replication factor, 2 from three replicas up and 1 below, so that with the default
 /// replication factor of 3 an acknowledged write survives the loss of one broker while a
 /// single node or a two-replica topic still accepts writes with one replica down.
-pub fn min_insync_replicas(overrides: &BTreeMap<String, String>, broker: &BrokerConfig, replica_count: usize) -> usize {
+pub fn min_insync_replicas(
+    overrides: &BTreeMap<String, String>,
+    broker: &BrokerOverrides,
+    replica_count: usize,
+) -> usize {
     const NAME: &str = "min.insync.replicas";
     let explicit = match (overrides.get(NAME), def(NAME)) {
         (Some(v), _) => Some(v.clone()),
@@ -231,7 +239,7 @@ pub fn min_insync_replicas(overrides: &BTreeMap<String, String>, broker: &Broker
 }
 
 /// The partition-log settings for a topic with `overrides`.
-pub fn log_config(overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -> LogConfig {
+pub fn log_config(overrides: &BTreeMap<String, String>, broker: &BrokerOverrides) -> LogConfig {
     let value = |name: &str| effective_value(name, overrides, broker);
     let long = |name: &str, fallback: i64| value(name).parse::<i64>().unwrap_or(fallback);
     let defaults = LogConfig::default();
@@ -266,11 +274,13 @@ pub fn cleanup_policy_includes(list: &str, policy: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Cli;
-    use clap::Parser;
 
-    fn broker(args: &[&str]) -> BrokerConfig {
-        BrokerConfig::from_cli(&Cli::parse_from(std::iter::once("sluice").chain(args.iter().copied()))).unwrap()
+    /// The broker overrides `sluice --set k=v ...` would give.
+    fn broker(args: &[&str]) -> BrokerOverrides {
+        args.iter()
+            .filter(|a| **a != "--set")
+            .map(|kv| kv.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).unwrap())
+            .collect()
     }
 
     #[test]

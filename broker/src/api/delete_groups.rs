@@ -10,7 +10,7 @@ use crate::broker::Broker;
 pub async fn handle(broker: Arc<Broker>, request: DeleteGroupsRequest) -> DeleteGroupsResponse {
     let mut results = Vec::with_capacity(request.groups_names.len());
     for id in request.groups_names {
-        let outcome = broker.groups.delete_group(&broker, &id.0).await;
+        let outcome = broker.groups.delete_group(&id.0).await;
         if outcome.is_ok() {
             tracing::info!(group = %id.0, "deleted consumer group");
         }

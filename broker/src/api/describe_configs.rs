@@ -66,12 +66,13 @@ fn describe(
                 )
             })?;
             let replicas = topic.partitions.first().map_or(1, |p| p.replicas.len());
-            Ok(topic_config::describe(&topic.configs, &broker.config)
+            Ok(topic_config::describe(&topic.configs, &broker.config.overrides)
                 .into_iter()
                 .map(|(def, value, source)| {
                     // Unset, min.insync.replicas follows the replication factor: show what applies.
                     let value = if def.name == "min.insync.replicas" && source == ConfigSource::Default {
-                        topic_config::min_insync_replicas(&topic.configs, &broker.config, replicas).to_string()
+                        topic_config::min_insync_replicas(&topic.configs, &broker.config.overrides, replicas)
+                            .to_string()
                     } else {
                         value
                     };

@@ -6,7 +6,8 @@ use kafka_protocol::messages::describe_quorum_response::{Listener, Node, Partiti
 use kafka_protocol::messages::{BrokerId, DescribeQuorumRequest, DescribeQuorumResponse};
 
 use super::str_bytes;
-use crate::broker::{now_ms, Broker};
+use crate::broker::Broker;
+use crate::clock::now_ms;
 use crate::metadata::{node_id_of, METADATA_TOPIC};
 
 /// The `nodes` field (controller endpoints) exists from v2.

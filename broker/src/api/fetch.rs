@@ -4,10 +4,11 @@
 //!
 //! A fetch with a replica id (>= 0) is a follower's only if it passes Kafka's replica identity
 //! check (KIP-903: v15+, the broker's current broker epoch, a member of the replica set). Then
-//! its fetch offset reports its log end offset to the leader (which may advance the high
-//! watermark or bring it back into the ISR), it reads up to the log end rather than the high
-//! watermark, and it waits for the log to grow. A claim that fails the check is answered with
-//! per-partition errors and changes nothing.
+//! the replica manager records its fetch offset as its log end offset
+//! (`ReplicaManager::partition_for_fetch`, which may advance the high watermark or bring it
+//! back into the ISR), it reads up to the log end rather than the high watermark, and it waits
+//! for the log to grow. A claim that fails the check is answered with per-partition errors
+//! and changes nothing. The long poll itself is `purgatory::DelayedFetch`.
 //!
 //! Responses are capped: at most min(`max_bytes`, `fetch.max.bytes`) record bytes for a
 //! consumer, min(`max_bytes`, `replica.fetch.response.max.bytes`) for a follower, and at most
@@ -26,16 +27,18 @@ use kafka_protocol::messages::fetch_request::FetchPartition;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
 use sluice_protocol::ResponseBody;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::Reply;
-use crate::broker::now_ms;
 use crate::broker::Broker;
+use crate::clock::now_ms;
 use crate::log::LogError;
 use crate::partition::{Partition, PartitionRead, ReadBound};
-use crate::replica_manager::{check_follower_identity, FIRST_FETCH_VERSION_WITH_REPLICA_STATE};
+use crate::purgatory::{DelayedFetch, FetchWake};
+use crate::replica_manager::{check_follower_identity, FetchParty};
+use crate::replication::FIRST_FETCH_VERSION_WITH_REPLICA_STATE;
 
 /// Fetch v13 names topics by id; earlier versions by name.
 const FIRST_VERSION_WITH_TOPIC_IDS: i16 = 13;
@@ -86,38 +89,30 @@ type ReadPass = Vec<PartitionPass>;
 
 pub fn handle(broker: &Arc<Broker>, request: FetchRequest, version: i16) -> Reply {
     let plan = Arc::new(resolve(broker, &request, version));
-    // Subscribe before the first read so a write between the read and the wait is not missed.
-    let mut watchers: Vec<watch::Receiver<i64>> = plan
-        .topics
-        .iter()
-        .flat_map(|t| t.partitions.iter())
-        .filter_map(|p| p.partition.as_ref().ok())
-        .map(|p| {
-            if plan.from_follower {
-                p.watch_log_end_offset()
-            } else {
-                p.watch_high_watermark()
-            }
-        })
-        .collect();
+    let max_wait = Duration::from_millis(request.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
+    // Watching starts before the first read so a write between the read and the wait is not missed.
+    let mut delayed = DelayedFetch::new(
+        plan.topics
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .filter_map(|p| p.partition.as_ref().ok()),
+        plan.from_follower,
+        Instant::now() + max_wait,
+    );
     // Planned here, in request order (a produce read after this fetch is not in its answer);
     // read below, off the async workers.
     let first_pass = plan_pass(&plan);
     let permits = broker.replicas.fetch_read_permits().clone();
-    let max_wait = Duration::from_millis(request.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
     Reply::Later(
         async move {
             let (response, bytes, had_error) = read_pass(&permits, &plan, first_pass).await;
-            if bytes >= plan.min_bytes || had_error || max_wait.is_zero() || watchers.is_empty() {
+            if bytes >= plan.min_bytes || had_error || max_wait.is_zero() || delayed.is_empty() {
                 return ResponseBody::Fetch(response);
             }
-            let deadline = Instant::now() + max_wait;
             loop {
-                let changed = futures::future::select_all(watchers.iter_mut().map(|w| w.changed().boxed()));
-                let woken = tokio::time::timeout_at(deadline, changed).await;
+                let woken = delayed.wait().await;
                 let (response, bytes, had_error) = read_pass(&permits, &plan, plan_pass(&plan)).await;
-                let partition_gone = matches!(woken, Ok((Err(_), _, _)));
-                if woken.is_err() || bytes >= plan.min_bytes || had_error || partition_gone {
+                if woken != FetchWake::Changed || bytes >= plan.min_bytes || had_error {
                     return ResponseBody::Fetch(response);
                 }
             }
@@ -136,12 +131,15 @@ fn resolve(broker: &Arc<Broker>, request: &FetchRequest, version: i16) -> FetchP
         (request.replica_id.0, None)
     };
     let from_follower = replica_id >= 0;
-    let identity = if from_follower {
-        check_follower_identity(&image, replica_id, broker_epoch)
+    let party = if from_follower {
+        FetchParty::Follower {
+            replica_id,
+            identity: check_follower_identity(&image, replica_id, broker_epoch),
+        }
     } else {
-        Ok(())
+        FetchParty::Consumer
     };
-    if identity.is_err() {
+    if let FetchParty::Follower { identity: Err(_), .. } = party {
         tracing::debug!(
             replica_id,
             ?broker_epoch,
@@ -182,27 +180,14 @@ fn resolve(broker: &Arc<Broker>, request: &FetchRequest, version: i16) -> FetchP
                     index: p.partition,
                     partition: match topic {
                         None => Err(unknown),
-                        Some(topic) => {
-                            broker
-                                .replicas
-                                .leader_partition(topic, p.partition)
-                                .and_then(|(partition, _)| {
-                                    if from_follower {
-                                        identity?;
-                                        partition.check_leader_epoch(p.current_leader_epoch)?;
-                                        let rejoin = partition.record_follower_fetch(
-                                            replica_id,
-                                            p.fetch_offset,
-                                            p.current_leader_epoch,
-                                            now,
-                                        )?;
-                                        if let Some(command) = rejoin {
-                                            broker.propose_isr_change(partition.clone(), command);
-                                        }
-                                    }
-                                    Ok(partition)
-                                })
-                        }
+                        Some(topic) => broker.replicas.partition_for_fetch(
+                            topic,
+                            p.partition,
+                            p.fetch_offset,
+                            p.current_leader_epoch,
+                            party,
+                            now,
+                        ),
                     },
                 })
                 .collect();

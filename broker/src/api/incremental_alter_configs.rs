@@ -63,7 +63,7 @@ async fn alter(broker: &Broker, resource: &AlterConfigsResource, validate_only: 
         .map(|(key, _, _)| {
             (
                 key.clone(),
-                topic_config::effective_value(key, &Default::default(), &broker.config),
+                topic_config::effective_value(key, &Default::default(), &broker.config.overrides),
             )
         })
         .collect();

@@ -25,7 +25,7 @@ pub fn handle(broker: &Arc<Broker>, request: LeaveGroupRequest, version: i16) ->
             })
             .collect()
     };
-    match broker.groups.leave(broker, &request.group_id.0, &leaving) {
+    match broker.groups.leave(&request.group_id.0, &leaving) {
         Err(error) => LeaveGroupResponse::default().with_error_code(error.code()),
         Ok(errors) if version < FIRST_BATCHED_VERSION => {
             LeaveGroupResponse::default().with_error_code(errors.first().copied().flatten().map_or(0, |e| e.code()))

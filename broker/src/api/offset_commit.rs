@@ -7,7 +7,8 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
 use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
 
-use crate::broker::{now_ms, Broker};
+use crate::broker::Broker;
+use crate::clock::now_ms;
 use crate::group::records::OffsetAndMetadata;
 
 pub async fn handle(broker: Arc<Broker>, request: OffsetCommitRequest) -> OffsetCommitResponse {
@@ -47,7 +48,6 @@ pub async fn handle(broker: Arc<Broker>, request: OffsetCommitRequest) -> Offset
     let outcome = broker
         .groups
         .commit_offsets(
-            &broker,
             &request.group_id.0,
             &request.member_id,
             request.group_instance_id.as_deref(),

@@ -22,10 +22,7 @@ pub async fn handle(broker: Arc<Broker>, request: OffsetDeleteRequest) -> Offset
             );
         }
     }
-    let outcome = broker
-        .groups
-        .delete_offsets(&broker, &request.group_id.0, &wanted)
-        .await;
+    let outcome = broker.groups.delete_offsets(&request.group_id.0, &wanted).await;
     let errors = match outcome {
         Err(error) => return OffsetDeleteResponse::default().with_error_code(error.code()),
         Ok(errors) => errors,

@@ -19,9 +19,11 @@ use sluice_protocol::records::BatchRecords;
 use sluice_protocol::ResponseBody;
 
 use super::{str_bytes, Reply};
-use crate::broker::{now_ms, Broker};
+use crate::broker::Broker;
+use crate::clock::now_ms;
 use crate::metadata::image::TopicImage;
-use crate::partition::{AppendOutcome, AwaitReplication};
+use crate::partition::AppendOutcome;
+use crate::purgatory::DelayedProduce;
 use crate::topic_config;
 
 /// Produce v13 names topics by id; earlier versions by name.
@@ -31,7 +33,7 @@ pub fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> Reply {
     let image = broker.metadata.image();
     let now = now_ms();
     let acks = request.acks;
-    let mut waits: Vec<(usize, usize, AwaitReplication)> = Vec::new();
+    let mut waits: Vec<(usize, usize, DelayedProduce)> = Vec::new();
     let responses: Vec<TopicProduceResponse> = request
         .topic_data
         .into_iter()
@@ -111,7 +113,7 @@ fn append(
     records: Option<Bytes>,
     acks: i16,
     now: i64,
-) -> Result<(Appended, Option<AwaitReplication>), (ResponseError, String)> {
+) -> Result<(Appended, Option<DelayedProduce>), (ResponseError, String)> {
     let (partition, registration) = broker.replicas.leader_partition(topic, index).map_err(|error| {
         let message = match error {
             ResponseError::UnknownTopicOrPartition => format!("{} has no partition {index}", topic.name),
@@ -119,7 +121,8 @@ fn append(
         };
         (error, message)
     })?;
-    let min_isr = topic_config::min_insync_replicas(&topic.configs, &broker.config, registration.replicas.len());
+    let min_isr =
+        topic_config::min_insync_replicas(&topic.configs, &broker.config.overrides, registration.replicas.len());
     if acks == -1 {
         let isr = partition.isr_size();
         if isr < min_isr {
@@ -137,9 +140,9 @@ fn append(
     })?;
     validate_batches(&records).map_err(|e| batch_error(&e))?;
     check_batch_headers(&records, &timestamp_limits(broker, topic), now)?;
-    let cleanup_policy = topic_config::effective_value("cleanup.policy", &topic.configs, &broker.config);
+    let cleanup_policy = topic_config::effective_value("cleanup.policy", &topic.configs, &broker.config.overrides);
     if topic_config::cleanup_policy_includes(&cleanup_policy, "compact") {
-        let max_message_bytes = topic_config::max_message_bytes(&topic.configs, &broker.config);
+        let max_message_bytes = topic_config::max_message_bytes(&topic.configs, &broker.config.overrides);
         reject_keyless_records(&records, max_message_bytes as usize)
             .map_err(|(error, message)| (error, format!("{message} (topic {} is compacted)", topic.name)))?;
     }
@@ -165,7 +168,7 @@ fn append(
             base_offset + 1,
         ),
     };
-    let wait = (acks == -1 && partition.high_watermark() < required_offset).then(|| AwaitReplication {
+    let wait = (acks == -1 && partition.high_watermark() < required_offset).then(|| DelayedProduce {
         partition,
         required_offset,
         leader_epoch,
@@ -224,7 +227,7 @@ struct TimestampLimits {
 }
 
 fn timestamp_limits(broker: &Broker, topic: &TopicImage) -> Option<TimestampLimits> {
-    let value = |name: &str| topic_config::effective_value(name, &topic.configs, &broker.config);
+    let value = |name: &str| topic_config::effective_value(name, &topic.configs, &broker.config.overrides);
     if value("message.timestamp.type") == "LogAppendTime" {
         return None;
     }

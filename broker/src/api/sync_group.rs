@@ -22,7 +22,7 @@ pub async fn handle(broker: Arc<Broker>, request: SyncGroupRequest) -> SyncGroup
             .map(|a| (a.member_id.to_string(), a.assignment))
             .collect(),
     };
-    let result = broker.groups.sync(&broker, sync).await;
+    let result = broker.groups.sync(sync).await;
     SyncGroupResponse::default()
         .with_error_code(result.error.map_or(0, |e| e.code()))
         .with_protocol_type(result.protocol_type.map(str_bytes))

@@ -18,6 +18,7 @@ use indexmap::IndexMap;
 use kafka_protocol::error::ResponseError;
 
 use super::records::{GroupRecord, OffsetAndMetadata, StoredGroup, StoredMember};
+pub use crate::config::GroupConfig;
 
 /// Identifies a JoinGroup or SyncGroup request waiting for its answer.
 pub type ReplyId = u64;
@@ -25,43 +26,6 @@ pub type ReplyId = u64;
 /// A member that has not rejoined during a rebalance is dropped after this long if it is new
 /// (Kafka's `NewMemberJoinTimeoutMs`), so a client that vanished mid-join cannot hold a group.
 const NEW_MEMBER_JOIN_TIMEOUT_MS: i64 = 300_000;
-
-/// Group settings, by their Kafka broker property names.
-#[derive(Debug, Clone)]
-pub struct GroupConfig {
-    /// `offsets.topic.num.partitions`
-    pub num_partitions: i32,
-    /// `group.min.session.timeout.ms` / `group.max.session.timeout.ms`
-    pub min_session_timeout_ms: i32,
-    pub max_session_timeout_ms: i32,
-    /// `group.initial.rebalance.delay.ms`
-    pub initial_rebalance_delay_ms: i64,
-    /// `group.max.size`
-    pub max_size: usize,
-    /// `offset.metadata.max.bytes`
-    pub offset_metadata_max_bytes: usize,
-    /// `offsets.retention.minutes`, in ms
-    pub offsets_retention_ms: i64,
-    /// The largest group record `__consumer_offsets` takes (its `max.message.bytes`): a join
-    /// whose metadata would make the group's record larger is refused, since the group could
-    /// never be stored.
-    pub max_group_record_bytes: usize,
-}
-
-impl Default for GroupConfig {
-    fn default() -> Self {
-        GroupConfig {
-            num_partitions: 50,
-            min_session_timeout_ms: 6_000,
-            max_session_timeout_ms: 1_800_000,
-            initial_rebalance_delay_ms: 3_000,
-            max_size: i32::MAX as usize,
-            offset_metadata_max_bytes: 4096,
-            offsets_retention_ms: 7 * 24 * 3_600_000,
-            max_group_record_bytes: 1_048_588,
-        }
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GroupState {

@@ -26,11 +26,14 @@ use tokio::sync::{oneshot, watch};
 use sluice_protocol::batch::{validate_stored_batch, BatchIter};
 use sluice_protocol::records::{producer_record, BatchRecords};
 
-use crate::broker::{now_ms, Broker};
+use crate::clock::now_ms;
+pub use crate::config::OffsetsSettings;
 use crate::metadata::image::MetadataImage;
-use crate::partition::{AppendOutcome, AwaitReplication, Partition, ReadBound};
+use crate::metadata::MetadataStore;
+use crate::partition::{AppendOutcome, Partition, ReadBound};
+use crate::purgatory::DelayedProduce;
 use crate::replica_manager::ReplicaManager;
-use crate::topic_config;
+use crate::topic_config::{self, BrokerOverrides};
 use coordinator::{
     Effect, GroupConfig, GroupCoordinator, GroupSummary, JoinRequest, JoinResult, MemberError, ReplyId, SyncRequest,
     SyncResult,
@@ -43,20 +46,14 @@ pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// How often session, join and sync deadlines are checked.
 const TICK: Duration = Duration::from_millis(100);
 
-/// Settings of the glue, by Kafka property name.
-#[derive(Debug, Clone)]
-pub struct OffsetsSettings {
-    /// `offsets.commit.timeout.ms`: how long a commit waits for the ISR.
-    pub commit_timeout_ms: u64,
-    /// `offsets.load.buffer.size`: bytes read per step while loading a partition.
-    pub load_buffer_size: usize,
-    /// `offsets.retention.check.interval.ms`
-    pub retention_check_interval_ms: u64,
-}
-
 pub struct GroupMetadataManager {
     inner: Arc<Mutex<Inner>>,
     settings: OffsetsSettings,
+    /// Where `__consumer_offsets` partitions are hosted (records are appended as their leader).
+    replicas: Arc<ReplicaManager>,
+    metadata: Arc<MetadataStore>,
+    /// The broker's `--set` values: `min.insync.replicas` for `__consumer_offsets` falls back on them.
+    broker_overrides: BrokerOverrides,
 }
 
 struct Inner {
@@ -141,8 +138,17 @@ impl Inner {
 }
 
 impl GroupMetadataManager {
-    pub fn new(config: GroupConfig, settings: OffsetsSettings) -> Self {
+    pub fn new(
+        config: GroupConfig,
+        settings: OffsetsSettings,
+        replicas: Arc<ReplicaManager>,
+        metadata: Arc<MetadataStore>,
+        broker_overrides: BrokerOverrides,
+    ) -> Self {
         GroupMetadataManager {
+            replicas,
+            metadata,
+            broker_overrides,
             inner: Arc::new(Mutex::new(Inner {
                 coordinator: GroupCoordinator::new(config),
                 next_reply: 0,
@@ -163,14 +169,14 @@ impl GroupMetadataManager {
 
     /// Follows leadership of `__consumer_offsets` partitions: loads the groups of partitions
     /// this broker now leads (at a new leader epoch) and unloads those it no longer leads.
-    pub fn reconcile(&self, image: &MetadataImage, replicas: &ReplicaManager, node_id: i32) {
+    pub fn reconcile(&self, image: &MetadataImage, node_id: i32) {
         let mut wanted: HashMap<i32, (i32, Arc<Partition>)> = HashMap::new();
         if let Some(topic) = image.topic(OFFSETS_TOPIC) {
             for (index, registration) in topic.partitions.iter().enumerate() {
                 if registration.leader != node_id {
                     continue;
                 }
-                if let Some(partition) = replicas.get(topic.topic_id, index as i32) {
+                if let Some(partition) = self.replicas.get(topic.topic_id, index as i32) {
                     wanted.insert(index as i32, (registration.leader_epoch, partition));
                 }
             }
@@ -203,7 +209,7 @@ impl GroupMetadataManager {
         debug_assert!(stores.is_empty(), "loading and unloading only answer waiting requests");
     }
 
-    pub async fn join(&self, broker: &Arc<Broker>, request: JoinRequest) -> JoinResult {
+    pub async fn join(self: &Arc<Self>, request: JoinRequest) -> JoinResult {
         let (tx, rx) = oneshot::channel();
         let stores = {
             let mut inner = self.inner.lock();
@@ -212,11 +218,11 @@ impl GroupMetadataManager {
             let fx = inner.coordinator.join_group(request, id, now_ms());
             inner.apply(fx)
         };
-        self.run_stores(broker, stores);
+        self.run_stores(stores);
         rx.await.unwrap_or_else(|_| lost_join())
     }
 
-    pub async fn sync(&self, broker: &Arc<Broker>, request: SyncRequest) -> SyncResult {
+    pub async fn sync(self: &Arc<Self>, request: SyncRequest) -> SyncResult {
         let (tx, rx) = oneshot::channel();
         let stores = {
             let mut inner = self.inner.lock();
@@ -225,7 +231,7 @@ impl GroupMetadataManager {
             let fx = inner.coordinator.sync_group(request, id, now_ms());
             inner.apply(fx)
         };
-        self.run_stores(broker, stores);
+        self.run_stores(stores);
         rx.await.unwrap_or_else(|_| SyncResult {
             error: Some(ResponseError::CoordinatorNotAvailable),
             protocol_type: None,
@@ -248,8 +254,7 @@ impl GroupMetadataManager {
     }
 
     pub fn leave(
-        &self,
-        broker: &Arc<Broker>,
+        self: &Arc<Self>,
         group_id: &str,
         members: &[(String, Option<String>)],
     ) -> Result<Vec<MemberError>, ResponseError> {
@@ -258,7 +263,7 @@ impl GroupMetadataManager {
             let (errors, fx) = inner.coordinator.leave_group(group_id, members, now_ms())?;
             (errors, inner.apply(fx))
         };
-        self.run_stores(broker, stores);
+        self.run_stores(stores);
         Ok(errors)
     }
 
@@ -266,7 +271,6 @@ impl GroupMetadataManager {
     /// once the ISR has them, so a coordinator failover never loses an acknowledged commit.
     pub async fn commit_offsets(
         &self,
-        broker: &Arc<Broker>,
         group_id: &str,
         member_id: &str,
         instance_id: Option<&str>,
@@ -291,7 +295,7 @@ impl GroupMetadataManager {
                     )
                 })
                 .collect();
-            append(broker, partition, &records, now).map_err(commit_error)?
+            append(self, partition, &records, now).map_err(commit_error)?
         };
         let deadline = tokio::time::Instant::now() + Duration::from_millis(self.settings.commit_timeout_ms);
         wait.wait(deadline).await.map_err(|(e, _)| commit_error(e))?;
@@ -319,18 +323,17 @@ impl GroupMetadataManager {
     }
 
     /// Deletes an empty group: answered once its tombstones are committed.
-    pub async fn delete_group(&self, broker: &Arc<Broker>, group_id: &str) -> Result<(), ResponseError> {
+    pub async fn delete_group(&self, group_id: &str) -> Result<(), ResponseError> {
         let stores = {
             let mut inner = self.inner.lock();
             let effect = inner.coordinator.delete_group(group_id)?;
             inner.apply(vec![effect])
         };
-        self.store_and_wait(broker, stores).await
+        self.store_and_wait(stores).await
     }
 
     pub async fn delete_offsets(
         &self,
-        broker: &Arc<Broker>,
         group_id: &str,
         partitions: &[(String, i32)],
     ) -> Result<Vec<MemberError>, ResponseError> {
@@ -339,15 +342,15 @@ impl GroupMetadataManager {
             let (errors, effect) = inner.coordinator.delete_offsets(group_id, partitions, subscribes_to)?;
             (errors, inner.apply(effect.into_iter().collect()))
         };
-        self.store_and_wait(broker, stores).await?;
+        self.store_and_wait(stores).await?;
         Ok(errors)
     }
 
     /// Session expiry, rebalance deadlines and offset expiry, until shutdown.
-    pub async fn run_timers(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+    pub async fn run_timers(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
         let mut ticker = tokio::time::interval(TICK);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let retention_check = Duration::from_millis(broker.groups.settings.retention_check_interval_ms.max(1));
+        let retention_check = Duration::from_millis(self.settings.retention_check_interval_ms.max(1));
         let mut last_retention_check = tokio::time::Instant::now();
         loop {
             tokio::select! {
@@ -356,7 +359,7 @@ impl GroupMetadataManager {
             }
             let now = now_ms();
             let stores = {
-                let mut inner = broker.groups.inner.lock();
+                let mut inner = self.inner.lock();
                 let mut fx = inner.coordinator.tick(now);
                 if last_retention_check.elapsed() >= retention_check {
                     last_retention_check = tokio::time::Instant::now();
@@ -364,17 +367,17 @@ impl GroupMetadataManager {
                 }
                 inner.apply(fx)
             };
-            broker.groups.run_stores(&broker, stores);
+            self.run_stores(stores);
         }
     }
 
     /// Appends each store in the background; a stored assignment then completes its
     /// generation's SyncGroup answers.
-    fn run_stores(&self, broker: &Arc<Broker>, stores: Vec<Store>) {
+    fn run_stores(self: &Arc<Self>, stores: Vec<Store>) {
         for store in stores {
-            let broker = broker.clone();
+            let manager = self.clone();
             tokio::spawn(async move {
-                let outcome = store_one(&broker, &store).await;
+                let outcome = store_one(&manager, &store).await;
                 if let Store::Group {
                     group_id,
                     generation_id,
@@ -384,13 +387,13 @@ impl GroupMetadataManager {
                 {
                     let result = outcome.map_err(store_group_error);
                     let stores = {
-                        let mut inner = broker.groups.inner.lock();
+                        let mut inner = manager.inner.lock();
                         let fx = inner
                             .coordinator
                             .group_stored(group_id, *generation_id, result, now_ms());
                         inner.apply(fx)
                     };
-                    broker.groups.run_stores(&broker, stores);
+                    manager.run_stores(stores);
                 } else if let Err(e) = outcome {
                     tracing::warn!(error = ?e, "could not write a group record to __consumer_offsets; the coordinator's next change rewrites it");
                 }
@@ -398,9 +401,9 @@ impl GroupMetadataManager {
         }
     }
 
-    async fn store_and_wait(&self, broker: &Arc<Broker>, stores: Vec<Store>) -> Result<(), ResponseError> {
+    async fn store_and_wait(&self, stores: Vec<Store>) -> Result<(), ResponseError> {
         for store in &stores {
-            store_one(broker, store).await.map_err(commit_error)?;
+            store_one(self, store).await.map_err(commit_error)?;
         }
         Ok(())
     }
@@ -420,18 +423,18 @@ fn lost_join() -> JoinResult {
     }
 }
 
-async fn store_one(broker: &Arc<Broker>, store: &Store) -> Result<(), ResponseError> {
+async fn store_one(groups: &GroupMetadataManager, store: &Store) -> Result<(), ResponseError> {
     let now = now_ms();
     let wait = match store {
         Store::Group {
             partition, key, value, ..
-        } => append(broker, *partition, &[(key.clone(), Some(value.clone()))], now),
+        } => append(groups, *partition, &[(key.clone(), Some(value.clone()))], now),
         Store::Tombstones { partition, keys } => {
             let records: Vec<(Bytes, Option<Bytes>)> = keys.iter().map(|k| (k.clone(), None)).collect();
-            append(broker, *partition, &records, now)
+            append(groups, *partition, &records, now)
         }
     }?;
-    let timeout = Duration::from_millis(broker.groups.settings.commit_timeout_ms);
+    let timeout = Duration::from_millis(groups.settings.commit_timeout_ms);
     wait.wait(tokio::time::Instant::now() + timeout)
         .await
         .map_err(|(e, _)| e)
@@ -441,17 +444,18 @@ async fn store_one(broker: &Arc<Broker>, store: &Store) -> Result<(), ResponseEr
 /// produce with `acks=all` would, when the ISR is below `min.insync.replicas`) and returns the
 /// wait for their replication.
 fn append(
-    broker: &Arc<Broker>,
+    groups: &GroupMetadataManager,
     index: i32,
     entries: &[(Bytes, Option<Bytes>)],
     now: i64,
-) -> Result<AwaitReplication, ResponseError> {
-    let image = broker.metadata.image();
+) -> Result<DelayedProduce, ResponseError> {
+    let image = groups.metadata.image();
     let topic = image
         .topic(OFFSETS_TOPIC)
         .ok_or(ResponseError::UnknownTopicOrPartition)?;
-    let (partition, registration) = broker.replicas.leader_partition(topic, index)?;
-    let min_isr = topic_config::min_insync_replicas(&topic.configs, &broker.config, registration.replicas.len());
+    let (partition, registration) = groups.replicas.leader_partition(topic, index)?;
+    let min_isr =
+        topic_config::min_insync_replicas(&topic.configs, &groups.broker_overrides, registration.replicas.len());
     if partition.isr_size() < min_isr {
         return Err(ResponseError::NotEnoughReplicas);
     }
@@ -464,7 +468,7 @@ fn append(
         AppendOutcome::Appended(info) => info.last_offset + 1,
         AppendOutcome::Duplicate { base_offset } => base_offset + 1,
     };
-    Ok(AwaitReplication {
+    Ok(DelayedProduce {
         partition,
         required_offset,
         leader_epoch,

@@ -4,7 +4,7 @@
 //!
 //! Every one of them is replaced the same way, so a crash leaves the old file or the new one,
 //! whole, never a mix: write a temporary file beside it, fsync it, rename it over the target, and
-//! fsync the directory so the rename itself is durable. [`write_atomically`] is that one way.
+//! fsync the directory so the rename itself is durable: [`crate::fs::write_atomically`] is that one way.
 //!
 //! [`OffsetCheckpoint`] is Kafka's `OffsetCheckpointFile` format, shared by
 //! `replication-offset-checkpoint` and `cleaner-offset-checkpoint`:
@@ -17,33 +17,13 @@
 //! ```
 
 use std::collections::HashMap;
-use std::fs::{self, File};
-use std::io::{self, Write};
+use std::fs;
+use std::io;
 use std::path::Path;
 
-const OFFSET_CHECKPOINT_VERSION: &str = "0";
+use crate::fs::write_atomically;
 
-/// Replaces `path` with `contents` atomically and durably (temp file, fsync, rename, fsync of the
-/// directory). The temporary file is `<name>.tmp` in the same directory, so the rename never
-/// crosses file systems; a leftover one from a crash is simply overwritten next time.
-pub fn write_atomically(path: &Path, contents: &[u8]) -> io::Result<()> {
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
-    let file_name = path
-        .file_name()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "checkpoint path has no file name"))?;
-    let mut tmp_name = file_name.to_os_string();
-    tmp_name.push(".tmp");
-    let tmp = dir.join(tmp_name);
-    let mut file = File::create(&tmp)?;
-    file.write_all(contents)?;
-    file.sync_all()?;
-    drop(file);
-    fs::rename(&tmp, path)?;
-    File::open(dir)?.sync_all()
-}
+const OFFSET_CHECKPOINT_VERSION: &str = "0";
 
 /// Kafka's `OffsetCheckpointFile`: an offset per `(topic, partition)`.
 pub struct OffsetCheckpoint;
@@ -95,20 +75,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn write_atomically_replaces_the_file_and_leaves_no_temporary_behind() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("some-checkpoint");
-        write_atomically(&path, b"first\n").unwrap();
-        write_atomically(&path, b"second\n").unwrap();
-        assert_eq!(fs::read(&path).unwrap(), b"second\n");
-        let names: Vec<String> = fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        assert_eq!(names, vec!["some-checkpoint".to_string()]);
-    }
-
-    #[test]
     fn a_leftover_temporary_file_from_a_crash_does_not_change_what_is_read() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("cleaner-offset-checkpoint");
@@ -119,13 +85,6 @@ mod tests {
         OffsetCheckpoint::write(&path, &[("orders".into(), 0, 50)]).unwrap();
         assert_eq!(OffsetCheckpoint::read(&path).get(&("orders".into(), 0)), Some(&50));
         assert!(!dir.path().join("cleaner-offset-checkpoint.tmp").exists());
-    }
-
-    #[test]
-    fn write_atomically_fails_when_the_directory_is_missing() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("gone").join("checkpoint");
-        assert!(write_atomically(&path, b"x").is_err());
     }
 
     #[test]

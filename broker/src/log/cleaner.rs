@@ -30,7 +30,7 @@
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
 use std::hash::Hasher;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -43,16 +43,14 @@ use sluice_protocol::batch::{
 use sluice_protocol::records::{BatchRecords, RecordView};
 
 use super::checkpoint_file::OffsetCheckpoint;
-use super::index::remove_if_exists;
+use super::log_to_clean::{CleanableSegment, LogToClean};
 use super::segment::{
-    segment_file_name, LogSegment, SegmentSnapshot, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
+    segment_file_name, LogSegment, SegmentSnapshot, CLEANED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
 };
-use super::{LogConfig, LogError, PartitionLog};
+use super::{LogError, PartitionLog};
+use crate::fs::remove_if_exists;
 
-/// Suffix of a cleaned segment's files while they are written (deleted if found on open).
-pub const CLEANED_FILE_SUFFIX: &str = ".cleaned";
-/// Suffix of a cleaned segment's files while they replace the old ones (completed on open).
-pub const SWAP_FILE_SUFFIX: &str = ".swap";
 /// Kafka's file in the data dir: per partition, the offset up to which its log was cleaned.
 pub const CLEANER_OFFSET_CHECKPOINT_FILE: &str = "cleaner-offset-checkpoint";
 
@@ -81,90 +79,6 @@ impl Default for CleanerConfig {
             backoff_ms: 15_000,
             dedupe_buffer_size: 134_217_728,
         }
-    }
-}
-
-/// A sealed segment the cleaner may rewrite, with the base offset of the segment after it.
-#[derive(Debug)]
-pub(super) struct CleanableSegment {
-    pub snapshot: SegmentSnapshot,
-    pub next_base_offset: i64,
-}
-
-/// What one partition log offers the cleaner (Kafka's `LogToClean`): see
-/// [`PartitionLog::log_to_clean`].
-#[derive(Debug)]
-pub struct LogToClean {
-    name: String,
-    dir: PathBuf,
-    config: LogConfig,
-    first_dirty_offset: i64,
-    segments: Vec<CleanableSegment>,
-    /// The log's truncation count when the snapshot was taken.
-    truncations: u64,
-}
-
-impl LogToClean {
-    pub(super) fn new(
-        name: String,
-        dir: PathBuf,
-        config: LogConfig,
-        first_dirty_offset: i64,
-        segments: Vec<CleanableSegment>,
-        truncations: u64,
-    ) -> LogToClean {
-        LogToClean {
-            name,
-            dir,
-            config,
-            first_dirty_offset,
-            segments,
-            truncations,
-        }
-    }
-
-    /// Where the dirty section starts.
-    pub fn first_dirty_offset(&self) -> i64 {
-        self.first_dirty_offset
-    }
-
-    /// Bytes of cleanable segments wholly below the first dirty offset.
-    pub fn clean_bytes(&self) -> u64 {
-        self.segments
-            .iter()
-            .filter(|s| s.next_base_offset <= self.first_dirty_offset)
-            .map(|s| s.snapshot.size_bytes)
-            .sum()
-    }
-
-    /// Bytes of cleanable segments holding dirty offsets.
-    pub fn dirty_bytes(&self) -> u64 {
-        self.segments
-            .iter()
-            .filter(|s| s.next_base_offset > self.first_dirty_offset)
-            .map(|s| s.snapshot.size_bytes)
-            .sum()
-    }
-
-    /// Kafka's cleanable ratio: dirty bytes over all cleanable bytes (0 when there are none).
-    pub fn dirty_ratio(&self) -> f64 {
-        let dirty = self.dirty_bytes();
-        let total = dirty + self.clean_bytes();
-        if total == 0 {
-            0.0
-        } else {
-            dirty as f64 / total as f64
-        }
-    }
-
-    /// Whether the dirty section is large enough to clean (`min.cleanable.dirty.ratio`).
-    pub fn needs_cleaning(&self) -> bool {
-        self.dirty_bytes() > 0 && self.dirty_ratio() >= self.config.min_cleanable_dirty_ratio
-    }
-
-    /// Whether there is anything at all in reach of the cleaner.
-    pub fn is_empty(&self) -> bool {
-        self.segments.is_empty()
     }
 }
 

@@ -8,11 +8,13 @@
 //! memory (the hot tail that consumers read); older segments answer lookups with a binary search
 //! of positional reads, which the page cache serves, so index memory does not grow with retention.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
+
+use crate::fs::remove_if_exists;
 
 /// An offset index entry: the batch whose base offset is `offset` starts at `position` in the
 /// segment file.
@@ -260,13 +262,6 @@ fn out_of_bounds(i: usize) -> io::Error {
         io::ErrorKind::UnexpectedEof,
         format!("index entry {i} is past the end of the index"),
     )
-}
-
-pub(super) fn remove_if_exists(path: &Path) -> io::Result<()> {
-    match fs::remove_file(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
-    }
 }
 
 /// `.index`: maps offsets to file positions of batches in one segment.

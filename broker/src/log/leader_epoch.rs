@@ -23,8 +23,8 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use super::checkpoint_file::write_atomically;
 use super::LogError;
+use crate::fs::write_atomically;
 
 /// The checkpoint's name inside the partition directory, as Kafka names it.
 pub const LEADER_EPOCH_CHECKPOINT_FILE: &str = "leader-epoch-checkpoint";

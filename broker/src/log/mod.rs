@@ -33,6 +33,7 @@ mod config;
 mod error;
 mod index;
 mod leader_epoch;
+mod log_to_clean;
 mod partition_log;
 pub mod partition_metadata;
 mod segment;
@@ -40,14 +41,15 @@ mod segment;
 #[cfg(test)]
 mod tests;
 
-pub use checkpoint_file::{write_atomically, OffsetCheckpoint};
+pub use checkpoint_file::OffsetCheckpoint;
 pub use cleaner::{
-    read_cleaner_checkpoint, write_cleaner_checkpoint, CleanStats, CleanerConfig, LogCleaner, LogToClean,
+    read_cleaner_checkpoint, write_cleaner_checkpoint, CleanStats, CleanerConfig, LogCleaner,
     CLEANER_OFFSET_CHECKPOINT_FILE,
 };
 pub use config::LogConfig;
 pub use error::LogError;
 pub use index::{OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset};
 pub use leader_epoch::{LEADER_EPOCH_CHECKPOINT_FILE, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET};
+pub use log_to_clean::LogToClean;
 pub use partition_log::{AppendInfo, PartitionLog, PlannedRead, ReadResult, CLEAN_SHUTDOWN_FILE};
 pub use segment::{LogSegment, RecoveryOutcome};

@@ -9,14 +9,14 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use sluice_protocol::batch::{self, BatchError, BatchHeader, BatchIter, BatchesInfo, NO_TIMESTAMP};
 
-use super::cleaner::{CleanableSegment, LogToClean, CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX};
-use super::index::remove_if_exists;
 use super::leader_epoch::{EpochScan, LeaderEpochCache};
+use super::log_to_clean::{CleanableSegment, LogToClean};
 use super::segment::{
-    segment_file_name, LogSegment, SegmentReader, SegmentSnapshot, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX,
-    TIME_INDEX_FILE_SUFFIX,
+    segment_file_name, LogSegment, SegmentReader, SegmentSnapshot, CLEANED_FILE_SUFFIX, INDEX_FILE_SUFFIX,
+    LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
 };
 use super::{LogConfig, LogError};
+use crate::fs::{remove_if_exists, sync_dir};
 
 /// Written by [`PartitionLog::close`]; its presence at open means the tail needs no scan.
 pub const CLEAN_SHUTDOWN_FILE: &str = ".clean_shutdown";
@@ -1009,7 +1009,7 @@ fn complete_interrupted_swaps(dir: &Path) -> Result<(), LogError> {
             "completed a cleaned-segment swap interrupted by a crash"
         );
     }
-    sync_dir(dir)
+    Ok(sync_dir(dir)?)
 }
 
 /// Base offsets of the segments in `dir`, ascending. Index files without a `.log` are leftovers
@@ -1047,10 +1047,4 @@ fn parse_segment_file_name(name: &str, suffix: &str) -> Option<i64> {
     }
     let base = stem.parse().ok()?;
     (segment_file_name(base, suffix) == name).then_some(base)
-}
-
-/// Makes file creations and deletions in `dir` durable.
-pub(super) fn sync_dir(dir: &Path) -> Result<(), LogError> {
-    fs::File::open(dir)?.sync_all()?;
-    Ok(())
 }

@@ -16,8 +16,8 @@ use std::path::Path;
 
 use uuid::Uuid;
 
-use super::checkpoint_file::write_atomically;
 use super::LogError;
+use crate::fs::write_atomically;
 
 pub const PARTITION_METADATA_FILE: &str = "partition.metadata";
 const VERSION: i32 = 0;

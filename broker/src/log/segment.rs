@@ -15,8 +15,9 @@ use sluice_protocol::batch::{
     BatchHeader, BatchIter, BATCH_HEADER_LEN, CRC_COVERED_FROM, MIN_BATCH_LENGTH, NO_TIMESTAMP,
 };
 
-use super::index::{remove_if_exists, OffsetIndex, ReadStart, TimeIndex, TimestampOffset};
+use super::index::{OffsetIndex, ReadStart, TimeIndex, TimestampOffset};
 use super::LogError;
+use crate::fs::remove_if_exists;
 
 /// Header scans read this much at a time: several small batches per syscall.
 const SCAN_BUFFER_BYTES: usize = 8 * 1024;
@@ -26,6 +27,10 @@ const RECOVERY_BUFFER_BYTES: usize = 1024 * 1024;
 pub(super) const LOG_FILE_SUFFIX: &str = ".log";
 pub(super) const INDEX_FILE_SUFFIX: &str = ".index";
 pub(super) const TIME_INDEX_FILE_SUFFIX: &str = ".timeindex";
+/// Suffix of a cleaned segment's files while they are written (deleted if found on open).
+pub const CLEANED_FILE_SUFFIX: &str = ".cleaned";
+/// Suffix of a cleaned segment's files while they replace the old ones (completed on open).
+pub const SWAP_FILE_SUFFIX: &str = ".swap";
 
 /// Kafka's file name for a segment: the base offset zero-padded to 20 digits.
 pub(super) fn segment_file_name(base_offset: i64, suffix: &str) -> String {

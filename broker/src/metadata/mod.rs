@@ -302,7 +302,7 @@ fn load_or_create_identity(data_dir: &Path, node_id: i32, wanted: Option<&str>) 
             let text = format!(
                 "# Written by sluice; identifies this data directory.\nversion={DATA_DIR_VERSION}\nnode.id={node_id}\ncluster.id={cluster_id}\n"
             );
-            crate::log::write_atomically(&path, text.as_bytes()).map_err(io)?;
+            crate::fs::write_atomically(&path, text.as_bytes()).map_err(io)?;
             Ok(cluster_id)
         }
         Err(e) => Err(io(e)),

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::client::{BrokerConnection, ClientError};
-use crate::broker::now_ms;
+use crate::clock::now_ms;
 use crate::config::BrokerConfig;
 use crate::metadata::image::MetadataImage;
 use crate::partition::Partition;
@@ -31,7 +31,7 @@ type PartitionKey = (Uuid, i32);
 
 /// Fetch v15: topics by id, and `replica_state` carrying this broker's id and broker epoch,
 /// without which the leader does not take the fetch for a follower's (KIP-903).
-const FETCH_VERSION: i16 = crate::replica_manager::FIRST_FETCH_VERSION_WITH_REPLICA_STATE;
+const FETCH_VERSION: i16 = super::FIRST_FETCH_VERSION_WITH_REPLICA_STATE;
 /// OffsetForLeaderEpoch v4: `replica_id` and `current_leader_epoch`.
 const OFFSET_FOR_LEADER_EPOCH_VERSION: i16 = 4;
 /// Pause before retrying a partition the leader could not serve yet (it has not applied the

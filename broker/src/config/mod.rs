@@ -10,10 +10,12 @@ use std::path::PathBuf;
 use clap::Parser;
 use sluice_raft_meta::{ClusterSecret, CREATE_SECRET_HINT};
 
-use crate::group::coordinator::GroupConfig;
-use crate::group::OffsetsSettings;
 use crate::log::CleanerConfig;
 use crate::topic_config::{self, ConfigType};
+use group::group_config;
+pub use group::{GroupConfig, OffsetsSettings};
+
+mod group;
 
 /// Command-line interface of the `sluice` binary.
 #[derive(Debug, Clone, Parser)]
@@ -363,30 +365,6 @@ impl BrokerConfig {
         }
         out
     }
-}
-
-/// The group coordinator's settings from their Kafka property names.
-fn group_config(get: &dyn Fn(&str) -> String) -> Result<GroupConfig, ConfigError> {
-    let num = |key: &str| parse_num::<i64>(key, &get(key));
-    let partitions = num("offsets.topic.num.partitions")?;
-    if !(1..=crate::controller::MAX_PARTITIONS_PER_TOPIC as i64).contains(&partitions) {
-        return Err(ConfigError::InvalidValue {
-            key: "offsets.topic.num.partitions".into(),
-            value: partitions.to_string(),
-            reason: "must be between 1 and 10000".into(),
-        });
-    }
-    Ok(GroupConfig {
-        num_partitions: partitions as i32,
-        min_session_timeout_ms: num("group.min.session.timeout.ms")?.clamp(0, i32::MAX as i64) as i32,
-        max_session_timeout_ms: num("group.max.session.timeout.ms")?.clamp(0, i32::MAX as i64) as i32,
-        initial_rebalance_delay_ms: num("group.initial.rebalance.delay.ms")?.max(0),
-        max_size: num("group.max.size")?.max(1) as usize,
-        offset_metadata_max_bytes: num("offset.metadata.max.bytes")?.max(0) as usize,
-        offsets_retention_ms: num("offsets.retention.minutes")?.max(1).saturating_mul(60_000),
-        // Set from the offsets topic's max.message.bytes once the broker config is complete.
-        max_group_record_bytes: GroupConfig::default().max_group_record_bytes,
-    })
 }
 
 /// The secret from --cluster-secret-file or SLUICE_CLUSTER_SECRET (trimmed), required when

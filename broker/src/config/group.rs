@@ -1,0 +1,77 @@
+//! The group coordinator's settings (Kafka's `GroupCoordinatorConfig` and the offsets topic's
+//! `offsets.*` settings), parsed with the rest of the broker config. They live here, not in
+//! `group/`, so that the configuration sits below every module that reads it.
+
+use super::{parse_num, ConfigError};
+
+/// Group settings, by their Kafka broker property names.
+#[derive(Debug, Clone)]
+pub struct GroupConfig {
+    /// `offsets.topic.num.partitions`
+    pub num_partitions: i32,
+    /// `group.min.session.timeout.ms` / `group.max.session.timeout.ms`
+    pub min_session_timeout_ms: i32,
+    pub max_session_timeout_ms: i32,
+    /// `group.initial.rebalance.delay.ms`
+    pub initial_rebalance_delay_ms: i64,
+    /// `group.max.size`
+    pub max_size: usize,
+    /// `offset.metadata.max.bytes`
+    pub offset_metadata_max_bytes: usize,
+    /// `offsets.retention.minutes`, in ms
+    pub offsets_retention_ms: i64,
+    /// The largest group record `__consumer_offsets` takes (its `max.message.bytes`): a join
+    /// whose metadata would make the group's record larger is refused, since the group could
+    /// never be stored.
+    pub max_group_record_bytes: usize,
+}
+
+impl Default for GroupConfig {
+    fn default() -> Self {
+        GroupConfig {
+            num_partitions: 50,
+            min_session_timeout_ms: 6_000,
+            max_session_timeout_ms: 1_800_000,
+            initial_rebalance_delay_ms: 3_000,
+            max_size: i32::MAX as usize,
+            offset_metadata_max_bytes: 4096,
+            offsets_retention_ms: 7 * 24 * 3_600_000,
+            max_group_record_bytes: 1_048_588,
+        }
+    }
+}
+
+/// Settings of the group metadata manager (`__consumer_offsets` I/O), by Kafka property name.
+#[derive(Debug, Clone)]
+pub struct OffsetsSettings {
+    /// `offsets.commit.timeout.ms`: how long a commit waits for the ISR.
+    pub commit_timeout_ms: u64,
+    /// `offsets.load.buffer.size`: bytes read per step while loading a partition.
+    pub load_buffer_size: usize,
+    /// `offsets.retention.check.interval.ms`
+    pub retention_check_interval_ms: u64,
+}
+
+/// The group coordinator's settings from their Kafka property names.
+pub(super) fn group_config(get: &dyn Fn(&str) -> String) -> Result<GroupConfig, ConfigError> {
+    let num = |key: &str| parse_num::<i64>(key, &get(key));
+    let partitions = num("offsets.topic.num.partitions")?;
+    if !(1..=crate::controller::MAX_PARTITIONS_PER_TOPIC as i64).contains(&partitions) {
+        return Err(ConfigError::InvalidValue {
+            key: "offsets.topic.num.partitions".into(),
+            value: partitions.to_string(),
+            reason: "must be between 1 and 10000".into(),
+        });
+    }
+    Ok(GroupConfig {
+        num_partitions: partitions as i32,
+        min_session_timeout_ms: num("group.min.session.timeout.ms")?.clamp(0, i32::MAX as i64) as i32,
+        max_session_timeout_ms: num("group.max.session.timeout.ms")?.clamp(0, i32::MAX as i64) as i32,
+        initial_rebalance_delay_ms: num("group.initial.rebalance.delay.ms")?.max(0),
+        max_size: num("group.max.size")?.max(1) as usize,
+        offset_metadata_max_bytes: num("offset.metadata.max.bytes")?.max(0) as usize,
+        offsets_retention_ms: num("offsets.retention.minutes")?.max(1).saturating_mul(60_000),
+        // Set from the offsets topic's max.message.bytes once the broker config is complete.
+        max_group_record_bytes: GroupConfig::default().max_group_record_bytes,
+    })
+}

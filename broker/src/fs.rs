@@ -1,0 +1,68 @@
+//! File-system idioms every durable file in the broker relies on, in one leaf module (it
+//! imports nothing from the crate): replacing a file atomically and durably, making a
+//! directory's entries durable, and removing a file that may already be gone.
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::Path;
+
+/// Replaces `path` with `contents` atomically and durably (temp file, fsync, rename, fsync of the
+/// directory). The temporary file is `<name>.tmp` in the same directory, so the rename never
+/// crosses file systems; a leftover one from a crash is simply overwritten next time.
+pub fn write_atomically(path: &Path, contents: &[u8]) -> io::Result<()> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let file_name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "checkpoint path has no file name"))?;
+    let mut tmp_name = file_name.to_os_string();
+    tmp_name.push(".tmp");
+    let tmp = dir.join(tmp_name);
+    let mut file = File::create(&tmp)?;
+    file.write_all(contents)?;
+    file.sync_all()?;
+    drop(file);
+    fs::rename(&tmp, path)?;
+    sync_dir(dir)
+}
+
+/// Makes file creations, renames and deletions in `dir` durable.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Removes `path`; a file that is already gone is not an error.
+pub fn remove_if_exists(path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_atomically_replaces_the_file_and_leaves_no_temporary_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("some-checkpoint");
+        write_atomically(&path, b"first\n").unwrap();
+        write_atomically(&path, b"second\n").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"second\n");
+        let names: Vec<String> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, vec!["some-checkpoint".to_string()]);
+    }
+
+    #[test]
+    fn write_atomically_fails_when_the_directory_is_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gone").join("checkpoint");
+        assert!(write_atomically(&path, b"x").is_err());
+    }
+}

@@ -1,0 +1,87 @@
+//! The follower side of a partition replica: appending the leader's batches byte for byte,
+//! taking the leader's high watermark (forward only), and truncating to the leader's history
+//! (after OffsetForLeaderEpoch) — each only while this replica still follows at the leader
+//! epoch the replica fetcher worked from. The fetching itself is `replication/fetcher.rs`.
+
+use kafka_protocol::error::ResponseError;
+use sluice_protocol::batch::BatchIter;
+
+use std::sync::atomic::Ordering;
+
+use super::{log_error, rebuild_producer_state, AppendError, Partition, ReplicaState, Role};
+
+impl Partition {
+    /// Appends the leader's batches byte for byte, if this replica still follows at
+    /// `leader_epoch` (a fetch answered after a leadership change is dropped). Returns the new
+    /// log end offset.
+    pub fn append_as_follower(&self, records: &[u8], leader_epoch: i32, now_ms: i64) -> Result<i64, AppendError> {
+        let state = self.replica.lock();
+        self.check_following(&state, leader_epoch)?;
+        let mut log = self.log.lock();
+        let mut producers = self.producers.lock();
+        log.append_as_follower(records, now_ms).map_err(|e| log_error(&e))?;
+        for (header, _) in BatchIter::new(records) {
+            producers.record(&header);
+        }
+        self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
+        let end = log.log_end_offset();
+        self.log_end_offset.send_replace(end);
+        Ok(end)
+    }
+
+    /// A follower's high watermark: the leader's, as far as this replica's log reaches. Like
+    /// Kafka's `maybeUpdateHighWatermark` it only moves forward (a new leader may report a
+    /// lower one until it catches up); only truncating the log lowers it.
+    pub fn update_follower_high_watermark(&self, leader_high_watermark: i64) {
+        let hw = leader_high_watermark.min(self.log_end_offset());
+        self.high_watermark.send_if_modified(|current| {
+            let advance = hw > *current;
+            if advance {
+                *current = hw;
+            }
+            advance
+        });
+    }
+
+    /// Drops everything from `offset` on, as a follower at `leader_epoch` reconciling its log
+    /// with the leader's. `start_over` empties the log and restarts it at `offset` (the leader
+    /// no longer has anything this replica holds).
+    pub fn truncate_as_follower(&self, offset: i64, leader_epoch: i32, start_over: bool) -> Result<(), AppendError> {
+        let state = self.replica.lock();
+        self.check_following(&state, leader_epoch)?;
+        let mut log = self.log.lock();
+        let before = log.log_end_offset();
+        if start_over {
+            log.truncate_fully_and_start_at(offset)
+        } else {
+            log.truncate_to(offset)
+        }
+        .map_err(|e| log_error(&e))?;
+        let end = log.log_end_offset();
+        if end != before || start_over {
+            *self.producers.lock() = rebuild_producer_state(&log).map_err(|e| log_error(&e))?;
+        }
+        self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
+        self.log_end_offset.send_replace(end);
+        self.high_watermark.send_if_modified(|hw| {
+            let lower = (*hw).clamp(log.log_start_offset(), end);
+            let changed = lower != *hw;
+            *hw = lower;
+            changed
+        });
+        Ok(())
+    }
+
+    fn check_following(&self, state: &ReplicaState, leader_epoch: i32) -> Result<(), AppendError> {
+        match state.role {
+            Role::Follower { .. } if state.leader_epoch == leader_epoch => Ok(()),
+            _ => Err((
+                ResponseError::FencedLeaderEpoch,
+                format!(
+                    "replica moved on from leader epoch {leader_epoch} (now {})",
+                    state.leader_epoch
+                ),
+            )),
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! The leader side of a partition replica: each follower's progress (Kafka's `Replica` state,
+//! reported by its fetch offsets), the high watermark (the lowest log end offset over the ISR,
+//! never moving back), and the ISR changes (AlterPartition) the leader asks the controller for:
+//! expand when a follower catches up, shrink when one lags past `replica.lag.time.max.ms`. The
+//! ISR itself changes only when the controller's decision is applied
+//! ([`Partition::apply_registration`]).
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+use kafka_protocol::error::ResponseError;
+use sluice_protocol::batch::BatchIter;
+
+use super::{log_error, AppendError, AppendOutcome, Partition, ReplicaState, Role};
+use crate::metadata::records::MetadataCommand;
+use crate::producer_state::SequenceCheck;
+
+pub(super) struct LeaderState {
+    /// Log end offset when this leadership began: a follower rejoins the ISR only once it
+    /// holds everything up to here (Kafka's leader-epoch start offset rule).
+    pub(super) epoch_start_offset: i64,
+    pub(super) followers: HashMap<i32, FollowerProgress>,
+    /// The ISR of an AlterPartition on its way through the quorum. Until it is decided the
+    /// high watermark counts the union of both ISRs (Kafka's "maximal ISR"): a joining follower
+    /// is waited for before it is committed as a member, and a leaving one until it is gone.
+    pub(super) pending_isr: Option<Vec<i32>>,
+}
+
+/// What the leader knows of one follower (Kafka's `Replica` state).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct FollowerProgress {
+    /// The follower's last fetch offset; -1 until it fetches from this leader.
+    log_end_offset: i64,
+    /// When the follower last had everything the leader had (ms since the epoch).
+    last_caught_up_ms: i64,
+    last_fetch_ms: i64,
+    /// The leader's log end offset at the follower's last fetch.
+    leader_end_at_last_fetch: i64,
+}
+
+impl FollowerProgress {
+    pub(super) fn unknown(last_caught_up_ms: i64) -> Self {
+        FollowerProgress {
+            log_end_offset: -1,
+            last_caught_up_ms,
+            last_fetch_ms: 0,
+            leader_end_at_last_fetch: -1,
+        }
+    }
+}
+
+impl Partition {
+    /// Appends validated batches as leader and advances the high watermark as far as the ISR
+    /// allows (at once when this replica is the whole ISR). Idempotent producers' batches are
+    /// checked against their sequence first; a retry of batches already appended is answered
+    /// with their original offset and not appended again.
+    pub fn append_as_leader(&self, records: &mut [u8], now_ms: i64) -> Result<AppendOutcome, AppendError> {
+        let state = self.replica.lock();
+        if !matches!(state.role, Role::Leader(_)) {
+            return Err((
+                ResponseError::NotLeaderOrFollower,
+                "this broker is no longer the partition leader".into(),
+            ));
+        }
+        let info = {
+            let mut log = self.log.lock();
+            let mut producers = self.producers.lock();
+            let mut duplicate = None;
+            for (header, _) in BatchIter::new(records) {
+                match producers.check(&header)? {
+                    SequenceCheck::Append if duplicate.is_some() => {
+                        return Err((
+                            ResponseError::OutOfOrderSequenceNumber,
+                            "a request mixed retried and new batches".into(),
+                        ))
+                    }
+                    SequenceCheck::Append => {}
+                    SequenceCheck::Duplicate { base_offset } => duplicate = duplicate.or(Some(base_offset)),
+                }
+            }
+            if let Some(base_offset) = duplicate {
+                return Ok(AppendOutcome::Duplicate { base_offset });
+            }
+            let info = log
+                .append_as_leader(records, state.leader_epoch, now_ms)
+                .map_err(|e| log_error(&e))?;
+            for (header, _) in BatchIter::new(records) {
+                producers.record(&header);
+            }
+            self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
+            info
+        };
+        self.log_end_offset.send_replace(info.last_offset + 1);
+        self.maybe_advance_high_watermark(&state);
+        Ok(AppendOutcome::Appended(info))
+    }
+
+    /// A follower fetched from `fetch_offset`: that is its log end offset. Updates its
+    /// progress (Kafka's `updateFetchState`), advances the high watermark, and returns the
+    /// AlterPartition that adds the follower back to the ISR once it has caught up.
+    ///
+    /// The caller has checked the fetch's replica identity (broker epoch); here the replica
+    /// must also be in the applied replica set. A broker that is not is refused as Kafka
+    /// refuses it (KAFKA-13837): UNKNOWN_LEADER_EPOCH when the fetch named a leader epoch (the
+    /// pair is not one this leader knows yet; the follower retries), NOT_LEADER_OR_FOLLOWER
+    /// otherwise. A refused fetch changes no follower's progress, ISR or high watermark.
+    pub fn record_follower_fetch(
+        &self,
+        replica_id: i32,
+        fetch_offset: i64,
+        current_leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<Option<MetadataCommand>, ResponseError> {
+        let mut guard = self.replica.lock();
+        let state = &mut *guard;
+        let leader_end = self.log_end_offset();
+        let high_watermark = self.high_watermark();
+        let Role::Leader(leader) = &mut state.role else {
+            return Err(ResponseError::NotLeaderOrFollower);
+        };
+        let progress = match leader.followers.get_mut(&replica_id) {
+            Some(progress) if replica_id != self.node_id && state.replicas.contains(&replica_id) => progress,
+            _ if current_leader_epoch >= 0 => return Err(ResponseError::UnknownLeaderEpoch),
+            _ => return Err(ResponseError::NotLeaderOrFollower),
+        };
+        if fetch_offset > leader_end {
+            return Ok(None); // the read answers OFFSET_OUT_OF_RANGE; nothing to learn
+        }
+        if fetch_offset >= leader_end {
+            progress.last_caught_up_ms = progress.last_caught_up_ms.max(now_ms);
+        } else if fetch_offset >= progress.leader_end_at_last_fetch {
+            progress.last_caught_up_ms = progress.last_caught_up_ms.max(progress.last_fetch_ms);
+        }
+        progress.log_end_offset = fetch_offset;
+        progress.last_fetch_ms = now_ms;
+        progress.leader_end_at_last_fetch = leader_end;
+        let rejoin = !state.isr.contains(&replica_id)
+            && leader.pending_isr.is_none()
+            && fetch_offset >= high_watermark
+            && fetch_offset >= leader.epoch_start_offset;
+        let command = rejoin.then(|| {
+            let mut new_isr = state.isr.clone();
+            new_isr.push(replica_id);
+            self.propose_isr(state, new_isr)
+        });
+        self.maybe_advance_high_watermark(state);
+        Ok(command)
+    }
+
+    /// The AlterPartition that drops ISR members that have not caught up for `lag_ms`
+    /// (`replica.lag.time.max.ms`), if any; the change takes effect once committed.
+    pub fn isr_shrink(&self, now_ms: i64, lag_ms: i64) -> Option<MetadataCommand> {
+        let mut guard = self.replica.lock();
+        let state = &mut *guard;
+        let Role::Leader(leader) = &state.role else { return None };
+        if leader.pending_isr.is_some() {
+            return None;
+        }
+        let lagging = |id: &i32| {
+            *id != self.node_id
+                && leader
+                    .followers
+                    .get(id)
+                    .is_none_or(|p| now_ms.saturating_sub(p.last_caught_up_ms) > lag_ms)
+        };
+        if !state.isr.iter().any(lagging) {
+            return None;
+        }
+        let new_isr: Vec<i32> = state.isr.iter().copied().filter(|id| !lagging(id)).collect();
+        tracing::info!(
+            topic = %self.topic, partition = self.index, old_isr = ?state.isr, ?new_isr,
+            "shrinking the ISR: followers have not caught up within replica.lag.time.max.ms"
+        );
+        Some(self.propose_isr(state, new_isr))
+    }
+
+    /// An AlterPartition this leader proposed has been decided (either way): the next one
+    /// may go out. A committed change also arrives through [`Partition::apply_registration`].
+    pub fn isr_change_finished(&self) {
+        if let Role::Leader(leader) = &mut self.replica.lock().role {
+            leader.pending_isr = None;
+        }
+    }
+
+    /// Marks `new_isr` pending (see `LeaderState::pending_isr`) and returns the AlterPartition
+    /// that asks the controller for it, at this leader's epochs.
+    fn propose_isr(&self, state: &mut ReplicaState, new_isr: Vec<i32>) -> MetadataCommand {
+        if let Role::Leader(leader) = &mut state.role {
+            leader.pending_isr = Some(new_isr.clone());
+        }
+        MetadataCommand::AlterPartition {
+            topic_id: self.topic_id,
+            partition: self.index,
+            leader_id: self.node_id,
+            leader_epoch: state.leader_epoch,
+            partition_epoch: state.partition_epoch,
+            new_isr,
+        }
+    }
+
+    /// Kafka's `maybeIncrementLeaderHW`: the lowest log end offset over the (maximal) ISR,
+    /// never moving backwards. A follower whose position this leader has not yet heard holds it where it is.
+    pub(super) fn maybe_advance_high_watermark(&self, state: &ReplicaState) {
+        let Role::Leader(leader) = &state.role else { return };
+        let own_end = self.log_end_offset();
+        let candidate = state
+            .isr
+            .iter()
+            .chain(leader.pending_isr.iter().flatten())
+            .filter(|id| **id != self.node_id)
+            .map(|id| leader.followers.get(id).map_or(-1, |p| p.log_end_offset))
+            .fold(own_end, i64::min);
+        debug_assert!(candidate <= own_end, "HW {candidate} beyond the log end {own_end}");
+        self.high_watermark.send_if_modified(|hw| {
+            let advance = candidate > *hw;
+            if advance {
+                *hw = candidate;
+            }
+            advance
+        });
+    }
+}

@@ -1,0 +1,424 @@
+//! One partition replica hosted by this broker (Kafka's `Partition`): its log, its role in
+//! the replica set, and the offsets clients are served by.
+//!
+//! As leader it tracks each follower's log end offset (reported by the follower's fetch
+//! offset) and when it last caught up; the high watermark is the lowest log end offset over
+//! the ISR and only moves forward. As follower it appends the leader's batches byte for byte.
+//!
+//! Locks are never held across an await; the order is `replica` → `log` → `producers`.
+//! The high watermark, the log end offset and the leader epoch are published through `watch`
+//! channels, so waiting fetches and `acks=all` produces are woken by changes, not by polling.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use bytes::Bytes;
+use kafka_protocol::error::ResponseError;
+use parking_lot::Mutex;
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use sluice_protocol::batch::BatchIter;
+
+use crate::log::{AppendInfo, CleanStats, LogCleaner, LogConfig, LogError, LogToClean, PartitionLog, PlannedRead};
+use crate::metadata::image::PartitionRegistration;
+use crate::producer_state::ProducerStateManager;
+use leader::{FollowerProgress, LeaderState};
+
+mod follower;
+mod leader;
+
+/// Offsets of the log tail scanned on open to rebuild idempotent-producer state: retries
+/// concern only the last few batches of each producer.
+const PRODUCER_STATE_REBUILD_OFFSETS: i64 = 10_000;
+const REBUILD_READ_BYTES: usize = 8 * 1024 * 1024;
+
+pub struct Partition {
+    pub topic: String,
+    pub topic_id: Uuid,
+    pub index: i32,
+    /// This broker's id: which member of the replica set this replica is.
+    node_id: i32,
+    replica: Mutex<ReplicaState>,
+    log: Mutex<PartitionLog>,
+    /// Idempotent producers' recent batches; locked only while `log` is held, so the sequence
+    /// check and the append are one atomic step. Followers keep it too, to dedup after failover.
+    producers: Mutex<ProducerStateManager>,
+    /// Offsets below this are committed (on every ISR member) and visible to consumers.
+    high_watermark: watch::Sender<i64>,
+    /// Wakes followers' long-polling fetches when the leader appends.
+    log_end_offset: watch::Sender<i64>,
+    /// Wakes `acks=all` waiters when leadership moves.
+    leader_epoch: watch::Sender<i32>,
+    log_start_offset: AtomicI64,
+}
+
+/// The replica set as this broker last applied it, and this replica's role in it.
+struct ReplicaState {
+    role: Role,
+    leader_epoch: i32,
+    partition_epoch: i32,
+    replicas: Vec<i32>,
+    isr: Vec<i32>,
+}
+
+enum Role {
+    Leader(LeaderState),
+    /// Following `leader` (-1: the partition has no leader and this replica waits).
+    Follower {
+        leader: i32,
+    },
+}
+
+/// How this replica's role changed when a registration was applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoleChange {
+    Unchanged,
+    BecameLeader,
+    /// Now following `leader` (-1: none) at `leader_epoch`.
+    BecameFollower {
+        leader: i32,
+        leader_epoch: i32,
+    },
+}
+
+/// The upper bound of a read: consumers see committed records only, followers everything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadBound {
+    HighWatermark,
+    LogEnd,
+}
+
+/// Result of a leader append.
+pub enum AppendOutcome {
+    Appended(AppendInfo),
+    /// An idempotent producer's retry of batches already in the log at this offset.
+    Duplicate {
+        base_offset: i64,
+    },
+}
+
+/// A refused append: the Kafka error for the client and a sentence for the log.
+pub type AppendError = (ResponseError, String);
+
+/// What a read returned, with the offsets the fetch response reports beside it.
+pub struct ReadOutcome {
+    pub records: Bytes,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+}
+
+/// A read planned under the partition's lock ([`Partition::plan_read`]), to be done without it
+/// ([`PartitionRead::read`]). The high watermark is the one the plan was bounded by, so the
+/// response reports the state the bytes were chosen from.
+pub struct PartitionRead {
+    planned: PlannedRead,
+    high_watermark: i64,
+    log_start_offset: i64,
+}
+
+impl PartitionRead {
+    /// The planned bytes, at most `max_bytes` (but the first batch whole if `min_one_message`).
+    /// Blocking positional reads: run it on a blocking thread.
+    pub fn read(&self, max_bytes: usize, min_one_message: bool) -> Result<ReadOutcome, LogError> {
+        let result = self.planned.read(max_bytes, min_one_message)?;
+        Ok(ReadOutcome {
+            records: result.records,
+            high_watermark: self.high_watermark,
+            log_start_offset: self.log_start_offset,
+        })
+    }
+}
+
+impl Partition {
+    /// Opens the replica's log. It starts as a follower of no one; the registration applied
+    /// next (see [`Partition::apply_registration`]) gives it its role. `checkpointed_hw` is the
+    /// high watermark recorded before the last stop, if any.
+    #[allow(clippy::too_many_arguments)]
+    pub fn open(
+        dir: &Path,
+        topic: &str,
+        topic_id: Uuid,
+        index: i32,
+        node_id: i32,
+        config: LogConfig,
+        checkpointed_hw: Option<i64>,
+        now_ms: i64,
+    ) -> Result<Partition, LogError> {
+        let log = PartitionLog::open(dir, config, now_ms)?;
+        let producers = rebuild_producer_state(&log)?;
+        let end = log.log_end_offset();
+        let hw = checkpointed_hw.unwrap_or(0).clamp(log.log_start_offset(), end);
+        Ok(Partition {
+            topic: topic.to_string(),
+            topic_id,
+            index,
+            node_id,
+            replica: Mutex::new(ReplicaState {
+                role: Role::Follower { leader: -1 },
+                leader_epoch: -1,
+                partition_epoch: -1,
+                replicas: Vec::new(),
+                isr: Vec::new(),
+            }),
+            log_start_offset: AtomicI64::new(log.log_start_offset()),
+            log: Mutex::new(log),
+            producers: Mutex::new(producers),
+            high_watermark: watch::channel(hw).0,
+            log_end_offset: watch::channel(end).0,
+            leader_epoch: watch::channel(-1).0,
+        })
+    }
+
+    /// Applies the partition's registration from the metadata image: becomes leader or
+    /// follower when the leader or its epoch changed, and takes on the committed ISR.
+    pub fn apply_registration(&self, registration: &PartitionRegistration, now_ms: i64) -> RoleChange {
+        let mut state = self.replica.lock();
+        let new_epoch = registration.leader_epoch != state.leader_epoch;
+        let isr_changed = registration.partition_epoch != state.partition_epoch;
+        state.replicas.clone_from(&registration.replicas);
+        state.isr.clone_from(&registration.isr);
+        state.partition_epoch = registration.partition_epoch;
+        let change = if registration.leader == self.node_id {
+            if new_epoch || !matches!(state.role, Role::Leader(_)) {
+                let followers = registration
+                    .replicas
+                    .iter()
+                    .filter(|id| **id != self.node_id)
+                    .map(|id| {
+                        // ISR members get a full lag period to show up before they can be dropped.
+                        let caught_up = if registration.isr.contains(id) { now_ms } else { 0 };
+                        (*id, FollowerProgress::unknown(caught_up))
+                    })
+                    .collect();
+                state.role = Role::Leader(LeaderState {
+                    epoch_start_offset: self.log_end_offset(),
+                    followers,
+                    pending_isr: None,
+                });
+                RoleChange::BecameLeader
+            } else {
+                if let Role::Leader(leader) = &mut state.role {
+                    if isr_changed {
+                        leader.pending_isr = None;
+                    }
+                    for id in registration.replicas.iter().filter(|id| **id != self.node_id) {
+                        leader.followers.entry(*id).or_insert(FollowerProgress::unknown(0));
+                    }
+                }
+                RoleChange::Unchanged
+            }
+        } else {
+            let same = matches!(state.role, Role::Follower { leader } if leader == registration.leader);
+            state.role = Role::Follower {
+                leader: registration.leader,
+            };
+            if new_epoch || !same {
+                RoleChange::BecameFollower {
+                    leader: registration.leader,
+                    leader_epoch: registration.leader_epoch,
+                }
+            } else {
+                RoleChange::Unchanged
+            }
+        };
+        state.leader_epoch = registration.leader_epoch;
+        self.leader_epoch.send_if_modified(|e| {
+            let changed = *e != registration.leader_epoch;
+            *e = registration.leader_epoch;
+            changed
+        });
+        self.maybe_advance_high_watermark(&state);
+        change
+    }
+
+    pub fn is_leader(&self) -> bool {
+        matches!(self.replica.lock().role, Role::Leader(_))
+    }
+
+    /// Size of the committed ISR as this broker last applied it.
+    pub fn isr_size(&self) -> usize {
+        self.replica.lock().isr.len()
+    }
+
+    pub fn log_end_offset(&self) -> i64 {
+        *self.log_end_offset.borrow()
+    }
+
+    /// The newest leader epoch in this replica's log, which a new follower asks its leader about.
+    pub fn latest_log_epoch(&self) -> Option<i32> {
+        self.log.lock().latest_epoch()
+    }
+
+    /// Reads up to `max_bytes` from `offset`, up to the high watermark or the log end:
+    /// [`Partition::plan_read`] then [`PartitionRead::read`], the disk read after the lock is
+    /// released. Blocking: for callers already off the async workers.
+    pub fn read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        min_one_message: bool,
+        bound: ReadBound,
+    ) -> Result<ReadOutcome, LogError> {
+        self.plan_read(offset, max_bytes, bound)?
+            .read(max_bytes, min_one_message)
+    }
+
+    /// Plans a read of about `max_bytes` from `offset` under the log's lock, which is held only
+    /// to take the segments' shared file handles and sizes (no disk I/O): concurrent fetches of
+    /// this partition do not serialize on it while the disk is read, nor hold up appends.
+    pub fn plan_read(&self, offset: i64, max_bytes: usize, bound: ReadBound) -> Result<PartitionRead, LogError> {
+        // The HW before the log: it never passes the log end, so the plan stays below both.
+        let high_watermark = self.high_watermark();
+        let log = self.log.lock();
+        let max_offset = match bound {
+            ReadBound::HighWatermark => high_watermark,
+            ReadBound::LogEnd => i64::MAX,
+        };
+        let planned = log.plan_read(offset, max_offset, max_bytes)?;
+        Ok(PartitionRead {
+            planned,
+            high_watermark,
+            log_start_offset: log.log_start_offset(),
+        })
+    }
+
+    pub fn high_watermark(&self) -> i64 {
+        *self.high_watermark.borrow()
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start_offset.load(Ordering::Acquire)
+    }
+
+    pub fn leader_epoch(&self) -> i32 {
+        *self.leader_epoch.borrow()
+    }
+
+    /// Kafka's check of a client's `current_leader_epoch` (-1 = not checked): an older epoch
+    /// is fenced, a newer one means this broker has not caught up with the metadata yet.
+    pub fn check_leader_epoch(&self, requested: i32) -> Result<(), ResponseError> {
+        let epoch = self.leader_epoch();
+        match requested {
+            r if r < 0 || r == epoch => Ok(()),
+            r if r < epoch => Err(ResponseError::FencedLeaderEpoch),
+            _ => Err(ResponseError::UnknownLeaderEpoch),
+        }
+    }
+
+    /// A receiver that changes whenever the high watermark moves (consumer fetches and
+    /// `acks=all` produces wait on it).
+    pub fn watch_high_watermark(&self) -> watch::Receiver<i64> {
+        self.high_watermark.subscribe()
+    }
+
+    /// A receiver that changes whenever the log grows (followers' fetches wait on it).
+    pub fn watch_log_end_offset(&self) -> watch::Receiver<i64> {
+        self.log_end_offset.subscribe()
+    }
+
+    /// A receiver that changes whenever leadership moves.
+    pub fn watch_leader_epoch(&self) -> watch::Receiver<i32> {
+        self.leader_epoch.subscribe()
+    }
+
+    pub fn offset_for_timestamp(&self, timestamp_ms: i64) -> Result<Option<(i64, i64)>, LogError> {
+        self.log.lock().offset_for_timestamp(timestamp_ms)
+    }
+
+    /// Kafka's OffsetForLeaderEpoch answer: the largest epoch <= `epoch` in this log and the
+    /// offset where it ends.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
+        self.log.lock().end_offset_for_epoch(epoch)
+    }
+
+    pub fn max_timestamp_offset(&self) -> Option<(i64, i64)> {
+        self.log.lock().max_timestamp_offset()
+    }
+
+    pub fn update_config(&self, config: LogConfig) {
+        self.log.lock().update_config(config);
+    }
+
+    /// The log's `max.message.bytes` (its topic's setting, else the broker's default).
+    pub fn max_message_bytes(&self) -> u32 {
+        self.log.lock().config().max_message_bytes
+    }
+
+    /// Periodic housekeeping: time-based roll and retention.
+    pub fn run_retention(&self, now_ms: i64) -> Result<usize, LogError> {
+        let mut log = self.log.lock();
+        log.maybe_roll(now_ms)?;
+        let deleted = log.delete_retained_segments(now_ms, self.high_watermark())?;
+        self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
+        Ok(deleted)
+    }
+
+    pub fn flush(&self) -> Result<(), LogError> {
+        self.log.lock().flush()
+    }
+
+    /// What the log cleaner may compact in this replica's log below its high watermark, `None`
+    /// unless `cleanup.policy` includes `compact`. `first_dirty_offset` is the cleaner checkpoint.
+    pub fn log_to_clean(&self, first_dirty_offset: Option<i64>, now_ms: i64) -> Result<Option<LogToClean>, LogError> {
+        let high_watermark = self.high_watermark();
+        let log = self.log.lock();
+        if !log.config().cleanup_policy_compact {
+            return Ok(None);
+        }
+        log.log_to_clean(first_dirty_offset, high_watermark, now_ms).map(Some)
+    }
+
+    /// One compaction pass over `to_clean` (from [`Partition::log_to_clean`]). The log's lock is
+    /// taken only to swap each cleaned segment in, never while segments are read or written.
+    pub fn clean_log(
+        &self,
+        cleaner: &mut LogCleaner,
+        to_clean: &LogToClean,
+        now_ms: i64,
+    ) -> Result<CleanStats, LogError> {
+        cleaner.clean(&self.log, to_clean, now_ms)
+    }
+
+    /// Consumes the partition, closing (`delete == false`) or removing its log.
+    pub fn shutdown(self, delete: bool) -> Result<(), LogError> {
+        let log = self.log.into_inner();
+        if delete {
+            log.delete()
+        } else {
+            log.close()
+        }
+    }
+}
+
+/// The Kafka error for a failed log operation; storage failures are logged for the operator.
+pub fn log_error(e: &LogError) -> AppendError {
+    let error = ResponseError::try_from_code(e.kafka_error_code()).unwrap_or(ResponseError::KafkaStorageError);
+    if error == ResponseError::KafkaStorageError {
+        tracing::error!(error = %e, "partition log operation failed");
+    }
+    (error, e.to_string())
+}
+
+/// Rebuilds idempotent-producer state from the headers of the log's last batches.
+fn rebuild_producer_state(log: &PartitionLog) -> Result<ProducerStateManager, LogError> {
+    let mut state = ProducerStateManager::default();
+    let end = log.log_end_offset();
+    let mut offset = log.log_start_offset().max(end - PRODUCER_STATE_REBUILD_OFFSETS);
+    while offset < end {
+        let read = log.read(offset, REBUILD_READ_BYTES, end, true)?;
+        let mut next = offset;
+        for (header, _) in BatchIter::new(&read.records) {
+            state.record(&header);
+            next = header.last_offset() + 1;
+        }
+        if next <= offset {
+            break; // no whole batch came back: nothing more to learn
+        }
+        offset = next;
+    }
+    Ok(state)
+}
+
+#[cfg(test)]
+mod tests;

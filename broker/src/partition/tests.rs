@@ -1,0 +1,236 @@
+//! Unit tests of a partition replica: leader and follower sides, the ISR and the high watermark.
+
+use super::*;
+use crate::metadata::records::MetadataCommand;
+use sluice_protocol::batch::test_support::encode_simple_batch;
+
+const NOW: i64 = 1_800_000_000_000;
+const LAG_MS: i64 = 30_000;
+
+fn registration(leader: i32, leader_epoch: i32, partition_epoch: i32, isr: &[i32]) -> PartitionRegistration {
+    PartitionRegistration {
+        replicas: vec![1, 2, 3],
+        isr: isr.to_vec(),
+        leader,
+        leader_epoch,
+        partition_epoch,
+    }
+}
+
+fn open(dir: &Path, node_id: i32) -> Partition {
+    Partition::open(dir, "t", Uuid::nil(), 0, node_id, LogConfig::default(), None, NOW).unwrap()
+}
+
+/// Makes broker 1 the only replica, leader at epoch 0.
+fn lead_alone(p: &Partition) {
+    let single = PartitionRegistration {
+        replicas: vec![1],
+        isr: vec![1],
+        leader: 1,
+        leader_epoch: 0,
+        partition_epoch: 0,
+    };
+    p.apply_registration(&single, NOW);
+}
+
+fn append(p: &Partition, records: usize) -> i64 {
+    let mut batch = encode_simple_batch(records, 10, NOW);
+    match p.append_as_leader(&mut batch, NOW).unwrap() {
+        AppendOutcome::Appended(info) => info.last_offset + 1,
+        AppendOutcome::Duplicate { .. } => panic!("not a retry"),
+    }
+}
+
+fn new_isr(command: Option<MetadataCommand>) -> Vec<i32> {
+    match command {
+        Some(MetadataCommand::AlterPartition { new_isr, .. }) => new_isr,
+        other => panic!("expected an AlterPartition, got {other:?}"),
+    }
+}
+
+#[test]
+fn the_high_watermark_is_the_lowest_log_end_over_the_isr() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = open(dir.path(), 1);
+    assert_eq!(
+        p.apply_registration(&registration(1, 0, 0, &[1, 2, 3]), NOW),
+        RoleChange::BecameLeader
+    );
+    assert_eq!(append(&p, 5), 5);
+    assert_eq!(p.high_watermark(), 0, "no follower has confirmed anything yet");
+    assert_eq!(p.record_follower_fetch(2, 5, -1, NOW).unwrap(), None);
+    assert_eq!(p.high_watermark(), 0, "follower 3 has not fetched from this leader yet");
+    p.record_follower_fetch(3, 3, -1, NOW).unwrap();
+    assert_eq!(p.high_watermark(), 3);
+    p.record_follower_fetch(3, 5, -1, NOW).unwrap();
+    assert_eq!(p.high_watermark(), 5);
+    // A follower that reports less later (it truncated) never moves the HW backwards.
+    p.record_follower_fetch(3, 4, -1, NOW).unwrap();
+    assert_eq!(p.high_watermark(), 5);
+    // Consumers read only below it; followers read to the log end.
+    append(&p, 2);
+    let consumer = p.read(5, 1 << 20, true, ReadBound::HighWatermark).unwrap();
+    assert!(consumer.records.is_empty());
+    let follower = p.read(5, 1 << 20, true, ReadBound::LogEnd).unwrap();
+    assert_eq!(BatchIter::new(&follower.records).count(), 1);
+}
+
+#[test]
+fn a_lagging_follower_leaves_the_isr_once_committed_and_rejoins_when_caught_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = open(dir.path(), 1);
+    p.apply_registration(&registration(1, 0, 0, &[1, 2, 3]), NOW);
+    append(&p, 10);
+    p.record_follower_fetch(2, 10, -1, NOW + 1_000).unwrap();
+    assert_eq!(
+        p.isr_shrink(NOW + LAG_MS, LAG_MS),
+        None,
+        "everyone is within the lag time"
+    );
+    assert_eq!(new_isr(p.isr_shrink(NOW + LAG_MS + 1, LAG_MS)), vec![1, 2]);
+    assert_eq!(p.isr_shrink(NOW + LAG_MS + 2, LAG_MS), None, "one change at a time");
+    assert_eq!(p.high_watermark(), 0, "the shrink takes effect only once committed");
+    p.apply_registration(&registration(1, 0, 1, &[1, 2]), NOW + LAG_MS + 3);
+    assert_eq!(p.high_watermark(), 10);
+    // Follower 3 returns: behind the HW it stays out; at the HW it asks to rejoin.
+    assert_eq!(p.record_follower_fetch(3, 4, -1, NOW + LAG_MS + 4).unwrap(), None);
+    let rejoin = p.record_follower_fetch(3, 10, -1, NOW + LAG_MS + 5).unwrap();
+    match rejoin {
+        Some(MetadataCommand::AlterPartition {
+            leader_id,
+            leader_epoch,
+            partition_epoch,
+            new_isr,
+            ..
+        }) => {
+            assert_eq!((leader_id, leader_epoch, partition_epoch), (1, 0, 1));
+            assert_eq!(new_isr, vec![1, 2, 3]);
+        }
+        other => panic!("expected an ISR expansion, got {other:?}"),
+    }
+    // While the expansion is decided the joining follower already holds the HW back, so
+    // the HW never passes what a member-to-be has.
+    append(&p, 5);
+    p.record_follower_fetch(2, 15, -1, NOW + LAG_MS + 6).unwrap();
+    assert_eq!(p.high_watermark(), 10);
+    p.record_follower_fetch(3, 15, -1, NOW + LAG_MS + 7).unwrap();
+    assert_eq!(p.high_watermark(), 15);
+}
+
+#[test]
+fn a_single_replica_commits_on_append_and_unknown_replicas_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = open(dir.path(), 1);
+    lead_alone(&p);
+    assert_eq!(append(&p, 3), 3);
+    assert_eq!(p.high_watermark(), 3);
+    assert_eq!(
+        p.record_follower_fetch(7, 0, -1, NOW),
+        Err(ResponseError::NotLeaderOrFollower)
+    );
+}
+
+#[test]
+fn a_follower_copies_the_leaders_batches_and_drops_fetches_from_an_old_epoch() {
+    let leader_dir = tempfile::tempdir().unwrap();
+    let follower_dir = tempfile::tempdir().unwrap();
+    let leader = open(leader_dir.path(), 1);
+    let follower = open(follower_dir.path(), 2);
+    leader.apply_registration(&registration(1, 4, 0, &[1, 2, 3]), NOW);
+    let change = follower.apply_registration(&registration(1, 4, 0, &[1, 2, 3]), NOW);
+    assert_eq!(
+        change,
+        RoleChange::BecameFollower {
+            leader: 1,
+            leader_epoch: 4
+        }
+    );
+    append(&leader, 3);
+    append(&leader, 2);
+    let batches = leader.read(0, 1 << 20, true, ReadBound::LogEnd).unwrap().records;
+    assert_eq!(follower.append_as_follower(&batches, 4, NOW).unwrap(), 5);
+    assert_eq!(follower.latest_log_epoch(), Some(4));
+    follower.update_follower_high_watermark(3);
+    assert_eq!(follower.high_watermark(), 3);
+    follower.update_follower_high_watermark(9);
+    assert_eq!(follower.high_watermark(), 5, "never past the follower's log end");
+    follower.update_follower_high_watermark(1);
+    assert_eq!(follower.high_watermark(), 5, "never back, whatever the leader reports");
+    let copied = follower.read(0, 1 << 20, true, ReadBound::LogEnd).unwrap().records;
+    assert_eq!(copied, batches, "replicas hold identical bytes");
+    // Appending as leader is refused to a follower, and so is a fetch from an older epoch.
+    let mut batch = encode_simple_batch(1, 10, NOW);
+    assert_eq!(
+        follower.append_as_leader(&mut batch, NOW).err().map(|e| e.0),
+        Some(ResponseError::NotLeaderOrFollower)
+    );
+    follower.apply_registration(&registration(3, 5, 1, &[2, 3]), NOW);
+    let err = follower.append_as_follower(&batches, 4, NOW).unwrap_err();
+    assert_eq!(err.0, ResponseError::FencedLeaderEpoch);
+    // Truncation to the new leader's history drops the tail and lowers the HW with it.
+    follower.truncate_as_follower(3, 5, false).unwrap();
+    assert_eq!(follower.log_end_offset(), 3);
+    assert_eq!(follower.high_watermark(), 3);
+    follower.truncate_as_follower(2, 5, false).unwrap();
+    assert_eq!(follower.log_end_offset(), 0, "a batch straddling the point goes whole");
+    assert_eq!(follower.high_watermark(), 0);
+}
+
+#[test]
+fn a_fetch_from_outside_the_replica_set_is_refused_and_moves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = open(dir.path(), 1);
+    p.apply_registration(&registration(1, 0, 0, &[1, 2, 3]), NOW);
+    append(&p, 5);
+    p.record_follower_fetch(2, 5, 0, NOW).unwrap();
+    p.record_follower_fetch(3, 3, 0, NOW).unwrap();
+    assert_eq!(p.high_watermark(), 3);
+    // Broker 3 is reassigned away; broker 2 drops out of the ISR meanwhile.
+    let moved = PartitionRegistration {
+        replicas: vec![1, 2],
+        isr: vec![1, 2],
+        leader: 1,
+        leader_epoch: 0,
+        partition_epoch: 1,
+    };
+    p.apply_registration(&moved, NOW);
+    append(&p, 5);
+    let hw = p.high_watermark();
+    assert_eq!(hw, 5, "the ISR {{1, 2}} holds offsets below 5");
+    assert_eq!(
+        p.record_follower_fetch(3, 10, 0, NOW),
+        Err(ResponseError::UnknownLeaderEpoch),
+        "a leader epoch was named: Kafka's answer is UNKNOWN_LEADER_EPOCH"
+    );
+    assert_eq!(
+        p.record_follower_fetch(3, 10, -1, NOW),
+        Err(ResponseError::NotLeaderOrFollower)
+    );
+    assert_eq!(
+        p.record_follower_fetch(1, 10, -1, NOW),
+        Err(ResponseError::NotLeaderOrFollower),
+        "the leader never fetches from itself"
+    );
+    assert_eq!(p.high_watermark(), hw, "refused fetches move no high watermark");
+    // Nothing was recorded for broker 3: a later legitimate fetch still starts from scratch.
+    assert_eq!(p.record_follower_fetch(2, 10, 0, NOW).unwrap(), None);
+    assert_eq!(p.high_watermark(), 10);
+}
+
+#[test]
+fn a_planned_read_holds_no_lock_and_reads_what_was_there_when_planned() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = open(dir.path(), 1);
+    lead_alone(&p);
+    append(&p, 3);
+    let planned = p.plan_read(0, i32::MAX as usize, ReadBound::HighWatermark).unwrap();
+    let second = p.plan_read(0, i32::MAX as usize, ReadBound::HighWatermark).unwrap();
+    // Appends and other plans go ahead while plans are outstanding (the lock is not held).
+    assert_eq!(append(&p, 2), 5);
+    let read = planned.read(i32::MAX as usize, true).unwrap();
+    assert_eq!(BatchIter::new(&read.records).count(), 1);
+    assert_eq!(read.high_watermark, 3, "the HW the plan was bounded by");
+    assert_eq!(second.read(i32::MAX as usize, true).unwrap().records, read.records);
+    let now = p.read(0, i32::MAX as usize, true, ReadBound::HighWatermark).unwrap();
+    assert_eq!(BatchIter::new(&now.records).count(), 2);
+}
