@@ -106,6 +106,7 @@ TARGET_DIR=$(cargo metadata --no-deps --format-version 1 2>/dev/null \
 export RUST_LIB_BACKTRACE=${RUST_LIB_BACKTRACE:-0}
 export SLUICE_BIN="$TARGET_DIR/release/sluice"
 
+step "module layers (no import circles)" python3 scripts/check-module-cycles.py broker/src raft-meta/src protocol/src || true
 step "system packages" install_system_packages || true
 step "python venv (.venv) + pinned deps" python_env || true
 step "Kafka Java client + CLI tools (Maven)" java_classpath || true
