@@ -8,6 +8,7 @@
 //! once the entry is applied locally, so a client is answered only after the change is
 //! committed and visible on the broker it asked.
 
+pub mod codec;
 pub mod image;
 pub mod records;
 
