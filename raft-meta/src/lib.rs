@@ -18,7 +18,8 @@
 //! * Members authenticate each other with a shared [`ClusterSecret`] (`handshake.rs`), and every
 //!   message from a peer is validated before raft-rs steps it (`validate.rs`).
 //! * [`Quorum::stopped`] tells the embedding process when the driver ends (a storage failure,
-//!   or a panic it caught), so it can exit instead of serving frozen state.
+//!   the state machine refusing an entry or snapshot, or a panic it caught), so it can exit
+//!   instead of serving frozen state.
 
 pub mod handshake;
 mod logger;
@@ -56,15 +57,22 @@ const COMMAND_QUEUE_DEPTH: usize = 1024;
 /// What the quorum replicates into. Implemented by the broker (its metadata image).
 pub trait StateMachine: Send + 'static {
     /// Apply one committed entry's payload, in log order. Must be deterministic.
-    fn apply(&mut self, index: u64, data: &[u8]);
+    ///
+    /// An `Err` (an entry this build cannot read, say) stops this member with
+    /// [`QuorumExit::Failed`] carrying the message, which should tell the operator what to do:
+    /// an entry is never skipped, since a member that skipped one would silently diverge from
+    /// those that applied it. The entry stays in the log and is refused again on restart.
+    fn apply(&mut self, index: u64, data: &[u8]) -> Result<(), String>;
     /// Serialize the whole applied state (for raft snapshots / log compaction). An error means
     /// no snapshot is taken; it must never be reported as an empty state, which a restart
     /// would take for a fresh cluster.
     fn snapshot(&self) -> Result<Vec<u8>, String>;
     /// Replace the state with a snapshot's: on a member that fell behind the leader's log start,
     /// and on restart before replaying the log after the snapshot. `data` is always something
-    /// [`StateMachine::snapshot`] produced (possibly on another member).
-    fn restore(&mut self, data: &[u8]);
+    /// [`StateMachine::snapshot`] produced (possibly on another member, possibly another build).
+    /// An `Err` stops this member, as for [`StateMachine::apply`]; on start it is returned by
+    /// [`Quorum::start`] as [`QuorumError::StateMachine`].
+    fn restore(&mut self, data: &[u8]) -> Result<(), String>;
 }
 
 /// How to run one quorum member.
@@ -172,6 +180,9 @@ pub enum QuorumError {
     Raft(#[from] raft::Error),
     #[error("the metadata state could not be encoded for a snapshot: {0}; this is a bug, please report it")]
     Snapshot(String),
+    /// The state machine refused a committed entry or a snapshot; the message says what to do.
+    #[error("{0}")]
+    StateMachine(String),
     #[error("the metadata quorum stopped while starting; see the preceding log lines")]
     Stopped,
 }
@@ -200,7 +211,8 @@ pub enum ProposeError {
 pub enum QuorumExit {
     /// [`Quorum::shutdown`] was called, or every handle was dropped.
     Shutdown,
-    /// A storage failure, or a panic in the driver, stopped it: this member no longer takes
+    /// A storage failure, a state machine refusing an entry or snapshot, or a panic in the
+    /// driver stopped it (the string says why and what to do): this member no longer takes
     /// part in the quorum and its state machine no longer changes.
     Failed(String),
 }

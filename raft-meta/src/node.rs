@@ -558,7 +558,7 @@ impl<S: StateMachine> Driver<S> {
             detail,
         })?;
         self.raw.mut_store().apply_snapshot(snapshot)?;
-        self.sm.restore(sm_data);
+        self.sm.restore(sm_data).map_err(QuorumError::StateMachine)?;
         self.learner_addrs = learner_addrs;
         self.applied_index = index;
         tracing::info!(
@@ -572,7 +572,7 @@ impl<S: StateMachine> Driver<S> {
     fn apply_committed(&mut self, entries: Vec<Entry>) -> Result<(), QuorumError> {
         for entry in entries {
             match entry.get_entry_type() {
-                EntryType::EntryNormal => self.apply_normal(&entry),
+                EntryType::EntryNormal => self.apply_normal(&entry)?,
                 EntryType::EntryConfChange => self.apply_conf_change(&entry)?,
                 EntryType::EntryConfChangeV2 => self.apply_conf_change_v2(&entry)?,
             }
@@ -581,12 +581,14 @@ impl<S: StateMachine> Driver<S> {
         Ok(())
     }
 
-    fn apply_normal(&mut self, entry: &Entry) {
+    fn apply_normal(&mut self, entry: &Entry) -> Result<(), QuorumError> {
         // A new leader's empty entry, or a conf change the leader refused (raft-rs blanks it).
         if entry.data.is_empty() && entry.context.is_empty() {
-            return;
+            return Ok(());
         }
-        self.sm.apply(entry.index, &entry.data);
+        self.sm
+            .apply(entry.index, &entry.data)
+            .map_err(QuorumError::StateMachine)?;
         match self.take_pending(&entry.context) {
             Some(Pending::Entry(reply)) => {
                 let _ = reply.send(Ok(entry.index));
@@ -597,6 +599,7 @@ impl<S: StateMachine> Driver<S> {
             }
             None => {}
         }
+        Ok(())
     }
 
     fn apply_conf_change(&mut self, entry: &Entry) -> Result<(), QuorumError> {
@@ -781,7 +784,7 @@ pub(crate) fn restore_state_machine(
         path: "stored snapshot".into(),
         detail,
     })?;
-    sm.restore(sm_data);
+    sm.restore(sm_data).map_err(QuorumError::StateMachine)?;
     Ok(learner_addrs)
 }
 

@@ -50,8 +50,9 @@ impl Recorder {
 }
 
 impl StateMachine for Recorder {
-    fn apply(&mut self, index: u64, data: &[u8]) {
+    fn apply(&mut self, index: u64, data: &[u8]) -> Result<(), String> {
         self.applied.lock().unwrap().push((index, data.to_vec()));
+        Ok(())
     }
 
     fn snapshot(&self) -> Result<Vec<u8>, String> {
@@ -64,7 +65,7 @@ impl StateMachine for Recorder {
         Ok(buf)
     }
 
-    fn restore(&mut self, mut data: &[u8]) {
+    fn restore(&mut self, mut data: &[u8]) -> Result<(), String> {
         let mut entries = Vec::new();
         while !data.is_empty() {
             let index = u64::from_be_bytes(data[..8].try_into().unwrap());
@@ -74,6 +75,7 @@ impl StateMachine for Recorder {
         }
         *self.applied.lock().unwrap() = entries;
         self.restores.fetch_add(1, Ordering::SeqCst);
+        Ok(())
     }
 }
 
@@ -731,30 +733,57 @@ async fn oversized_proposal_is_rejected_without_reaching_raft() {
 struct Unencodable;
 
 impl StateMachine for Unencodable {
-    fn apply(&mut self, _index: u64, _data: &[u8]) {}
+    fn apply(&mut self, _index: u64, _data: &[u8]) -> Result<(), String> {
+        Ok(())
+    }
     fn snapshot(&self) -> Result<Vec<u8>, String> {
         Err("a value has no encoding".to_owned())
     }
-    fn restore(&mut self, _data: &[u8]) {}
+    fn restore(&mut self, _data: &[u8]) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// Panics when it applies `trigger`, as a buggy state machine would.
 struct PanicsOn(&'static [u8]);
 
 impl StateMachine for PanicsOn {
-    fn apply(&mut self, _index: u64, data: &[u8]) {
+    fn apply(&mut self, _index: u64, data: &[u8]) -> Result<(), String> {
         assert!(
             data != self.0,
             "state machine cannot apply {:?}",
             String::from_utf8_lossy(data)
         );
+        Ok(())
     }
 
     fn snapshot(&self) -> Result<Vec<u8>, String> {
         Ok(Vec::new())
     }
 
-    fn restore(&mut self, _data: &[u8]) {}
+    fn restore(&mut self, _data: &[u8]) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// Refuses to apply `trigger`, as a state machine does with an entry it cannot read.
+struct RefusesOn(&'static [u8]);
+
+impl StateMachine for RefusesOn {
+    fn apply(&mut self, index: u64, data: &[u8]) -> Result<(), String> {
+        if data == self.0 {
+            return Err(format!("entry {index} is unreadable: upgrade this node"));
+        }
+        Ok(())
+    }
+
+    fn snapshot(&self) -> Result<Vec<u8>, String> {
+        Ok(Vec::new())
+    }
+
+    fn restore(&mut self, _data: &[u8]) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -797,6 +826,37 @@ async fn a_panic_in_the_driver_is_reported_by_stopped_instead_of_freezing_the_me
     assert_eq!(
         quorum.propose(b"after".to_vec(), PROPOSE_TIMEOUT).await,
         Err(ProposeError::Stopped)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_the_state_machine_refuses_stops_the_member_and_is_refused_again_on_restart() {
+    init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    let quorum = start_single_voter(&dir, RefusesOn(b"v9")).await;
+    quorum.propose(b"v1".to_vec(), PROPOSE_TIMEOUT).await.unwrap();
+    let result = quorum.propose(b"v9".to_vec(), PROPOSE_TIMEOUT).await;
+    assert_eq!(result, Err(ProposeError::Stopped), "the entry was not applied");
+    let exit = tokio::time::timeout(Duration::from_secs(5), quorum.stopped())
+        .await
+        .expect("the supervisor reports within 5 s");
+    assert_eq!(
+        exit,
+        QuorumExit::Failed("entry 4 is unreadable: upgrade this node".to_owned()),
+        "the state machine's sentence reaches the embedding process unchanged"
+    );
+    assert!(!quorum.is_running());
+
+    // Not skipped: the committed entry is replayed on restart and refused again.
+    let (listener, addr) = bind().await;
+    let config = config(1, &BTreeMap::from([(1, addr.to_string())]), addr, &dir, 100);
+    let err = Quorum::start_with_listener(config, listener, RefusesOn(b"v9"))
+        .await
+        .err()
+        .expect("the restart refuses the entry too");
+    assert!(
+        matches!(&err, QuorumError::StateMachine(m) if m == "entry 4 is unreadable: upgrade this node"),
+        "{err}"
     );
 }
 

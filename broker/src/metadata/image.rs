@@ -4,13 +4,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use serde::{Deserialize, Serialize};
-
 use uuid::Uuid;
 
 use super::records::{ConfigResource, Endpoint, MetadataRecord};
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokerRegistration {
     pub broker_id: i32,
     pub incarnation_id: Uuid,
@@ -19,13 +17,11 @@ pub struct BrokerRegistration {
     pub fenced: bool,
     /// Set by a controlled shutdown: the broker is fenced and stays so until it registers again
     /// (the liveness check must not unfence a broker that is on its way out).
-    #[serde(default)]
     pub in_controlled_shutdown: bool,
     /// Kafka's broker epoch: the metadata offset of this registration (`last_offset` once it was
     /// applied), so every node derives the same value and each start of a broker gets a larger
     /// one. A follower names it in its Fetch (`replica_state.replica_epoch`, KIP-903); a fetch
-    /// naming any other epoch is not a follower's fetch. 0 in images written before it existed.
-    #[serde(default)]
+    /// naming any other epoch is not a follower's fetch.
     pub broker_epoch: i64,
 }
 
@@ -35,7 +31,7 @@ impl BrokerRegistration {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionRegistration {
     pub replicas: Vec<i32>,
     pub isr: Vec<i32>,
@@ -75,7 +71,7 @@ impl PartitionRegistration {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicImage {
     pub name: String,
     pub topic_id: Uuid,
@@ -85,8 +81,8 @@ pub struct TopicImage {
 }
 
 /// Cluster metadata as of `last_offset`, the number of records applied. It is also the
-/// quorum's snapshot: serialized whole, restored whole.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// quorum's snapshot: encoded whole (`codec.rs`), restored whole.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MetadataImage {
     pub cluster_id: String,
     pub last_offset: u64,
@@ -95,7 +91,6 @@ pub struct MetadataImage {
     pub topic_names: HashMap<Uuid, String>,
     pub broker_configs: BTreeMap<i32, BTreeMap<String, String>>,
     /// First producer id of the next block to hand out (ids are never reused).
-    #[serde(default)]
     pub next_producer_id: i64,
 }
 
@@ -284,7 +279,7 @@ mod tests {
     }
 
     #[test]
-    fn shutdown_fences_until_the_next_registration_and_old_snapshots_still_load() {
+    fn shutdown_fences_until_the_next_registration() {
         let mut image = MetadataImage::new("c".into());
         let register = MetadataRecord::RegisterBroker {
             broker_id: 1,
@@ -298,10 +293,6 @@ mod tests {
         assert_eq!(image.live_brokers().count(), 0);
         image.apply(&register);
         assert!(image.is_live(1) && !image.brokers[&1].in_controlled_shutdown);
-        // Snapshots written before the field existed.
-        let old = r#"{"broker_id":1,"incarnation_id":"00000000-0000-0000-0000-000000000000","endpoints":[],"rack":null,"fenced":true}"#;
-        let broker: BrokerRegistration = serde_json::from_str(old).unwrap();
-        assert!(broker.fenced && !broker.in_controlled_shutdown);
     }
 
     #[test]

@@ -7,7 +7,13 @@
 //! racing requests are decided in log order. The proposer gets the decision's outcome back
 //! once the entry is applied locally, so a client is answered only after the change is
 //! committed and visible on the broker it asked.
+//!
+//! Log entries and snapshots are prost messages in a versioned envelope (`codec.rs`,
+//! `metadata.proto`). An entry or snapshot this build cannot read (a newer metadata version,
+//! the JSON of earlier builds, damage) is never skipped: the quorum member stops with a
+//! sentence saying what to do, because skipping would let nodes silently diverge.
 
+pub mod codec;
 pub mod image;
 pub mod records;
 
@@ -159,12 +165,7 @@ impl MetadataStore {
             incarnation: self.incarnation,
             command,
         };
-        let data = serde_json::to_vec(&proposal).map_err(|e| {
-            CommitError::Refused(ApiError::new(
-                kafka_protocol::error::ResponseError::UnknownServerError,
-                format!("metadata command could not be encoded: {e}"),
-            ))
-        })?;
+        let data = codec::encode_proposal(&proposal);
         let index = self.quorum.propose(data, PROPOSE_TIMEOUT).await?;
         let outcome = self.outcomes.lock().remove(&index);
         match outcome {
@@ -195,15 +196,8 @@ struct MetadataStateMachine {
 }
 
 impl StateMachine for MetadataStateMachine {
-    fn apply(&mut self, index: u64, data: &[u8]) {
-        let proposal: Proposal = match serde_json::from_slice(data) {
-            Ok(p) => p,
-            Err(e) => {
-                // Every node skips the same undecodable entry, so images stay identical.
-                tracing::error!(index, error = %e, "skipping an undecodable metadata log entry");
-                return;
-            }
-        };
+    fn apply(&mut self, index: u64, data: &[u8]) -> Result<(), String> {
+        let proposal = codec::decode_proposal(data).map_err(|e| e.refusal(&format!("metadata log entry {index}")))?;
         let decision = controller::decide(&self.image, &proposal.command);
         let result = match decision {
             Ok((records, outcome)) => {
@@ -225,23 +219,20 @@ impl StateMachine for MetadataStateMachine {
             }
             outcomes.insert(index, result);
         }
+        Ok(())
     }
 
     fn snapshot(&self) -> Result<Vec<u8>, String> {
-        serde_json::to_vec(&self.image).map_err(|e| e.to_string())
+        Ok(codec::encode_image(&self.image))
     }
 
-    fn restore(&mut self, data: &[u8]) {
+    fn restore(&mut self, data: &[u8]) -> Result<(), String> {
         if data.is_empty() {
-            return; // the bootstrap snapshot: no metadata yet
+            return Ok(()); // the bootstrap snapshot: no metadata yet
         }
-        match serde_json::from_slice::<MetadataImage>(data) {
-            Ok(image) => {
-                self.image = image;
-                self.published.send_replace(Arc::new(self.image.clone()));
-            }
-            Err(e) => tracing::error!(error = %e, "metadata snapshot is unreadable; keeping the current image"),
-        }
+        self.image = codec::decode_image(data).map_err(|e| e.refusal("the metadata snapshot"))?;
+        self.published.send_replace(Arc::new(self.image.clone()));
+        Ok(())
     }
 }
 
@@ -373,12 +364,11 @@ mod tests {
     }
 
     fn entry(proposer: i32, incarnation: Uuid, command: MetadataCommand) -> Vec<u8> {
-        serde_json::to_vec(&Proposal {
+        codec::encode_proposal(&Proposal {
             proposer,
             incarnation,
             command,
         })
-        .unwrap()
     }
 
     fn create(name: &str, id: u128) -> MetadataCommand {
@@ -408,10 +398,9 @@ mod tests {
             }],
             rack: None,
         };
-        sm.apply(1, &entry(1, me, register));
-        sm.apply(2, &entry(2, Uuid::nil(), create("a", 1)));
-        sm.apply(3, &entry(1, me, create("a", 2)));
-        sm.apply(4, b"not json");
+        sm.apply(1, &entry(1, me, register)).unwrap();
+        sm.apply(2, &entry(2, Uuid::nil(), create("a", 1))).unwrap();
+        sm.apply(3, &entry(1, me, create("a", 2))).unwrap();
         assert_eq!(published.borrow().topic("a").unwrap().topic_id, Uuid::from_u128(1));
         // Only this process's own proposals keep an outcome: the racing creation lost.
         let outcomes = sm.outcomes.lock().clone();
@@ -419,9 +408,55 @@ mod tests {
         assert!(matches!(&outcomes[&3], Err(e) if e.error == kafka_protocol::error::ResponseError::TopicAlreadyExists));
 
         let (mut restored, restored_published) = state_machine(2, Uuid::new_v4());
-        restored.restore(&sm.snapshot().unwrap());
+        restored.restore(&sm.snapshot().unwrap()).unwrap();
         assert_eq!(restored.image, sm.image);
         assert_eq!(**restored_published.borrow(), sm.image);
+    }
+
+    #[test]
+    fn unreadable_entries_and_snapshots_are_refused_with_what_to_do_never_skipped() {
+        let (mut sm, published) = state_machine(1, Uuid::new_v4());
+        sm.apply(1, &entry(2, Uuid::nil(), create("a", 1))).unwrap();
+        let before = sm.image.clone();
+
+        let newer = codec::pb::Envelope {
+            metadata_version: codec::METADATA_VERSION + 6,
+            payload: b"a format from the future".to_vec(),
+        };
+        let err = sm.apply(42, &prost::Message::encode_to_vec(&newer)).unwrap_err();
+        assert_eq!(
+            err,
+            format!(
+                "metadata log entry 42 was written with metadata version {}, but this build of sluice understands versions up to {}: upgrade sluice on this node to the version the rest of the cluster runs",
+                codec::METADATA_VERSION + 6,
+                codec::METADATA_VERSION
+            )
+        );
+        // An entry as earlier builds wrote it (serde JSON).
+        let old_json = br#"{"proposer":1,"incarnation":"00000000-0000-0000-0000-000000000000","command":{"FenceBroker":{"broker_id":1}}}"#;
+        let err = sm.apply(43, old_json).unwrap_err();
+        assert!(
+            err.starts_with("metadata log entry 43 was written by an earlier Sluice build in an unversioned format"),
+            "{err}"
+        );
+        assert!(
+            err.ends_with("start this node with a fresh data directory (or use the previous build)"),
+            "{err}"
+        );
+        let err = sm.apply(44, b"\x08\x01\x12\x03garbage").unwrap_err();
+        assert!(
+            err.starts_with("metadata log entry 44 does not decode as metadata version 1"),
+            "{err}"
+        );
+
+        let old_snapshot = br#"{"cluster_id":"c","last_offset":3}"#;
+        let err = sm.restore(old_snapshot).unwrap_err();
+        assert!(
+            err.starts_with("the metadata snapshot was written by an earlier Sluice build"),
+            "{err}"
+        );
+        assert_eq!(sm.image, before, "nothing refused was applied");
+        assert_eq!(**published.borrow(), before);
     }
 
     #[test]

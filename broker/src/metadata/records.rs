@@ -5,24 +5,23 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 /// A Kafka listener endpoint as advertised to clients.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {
     pub host: String,
     pub port: i32,
 }
 
 /// What a config record applies to.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ConfigResource {
     Topic(String),
     Broker(i32),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MetadataRecord {
     /// A broker announced itself (on every start, with a fresh incarnation id).
     RegisterBroker {
@@ -65,7 +64,7 @@ pub enum MetadataRecord {
 /// A request to change metadata, proposed to the quorum by any broker and decided when it is
 /// applied, identically on every node (see `controller::decide`). Deciding at apply time, in
 /// log order, means two brokers racing to create one topic cannot both succeed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MetadataCommand {
     RegisterBroker {
         broker_id: i32,
@@ -129,7 +128,7 @@ pub enum MetadataCommand {
 
 /// One entry of the metadata log: a command and who proposed it, so that only the proposing
 /// process keeps the decision's outcome for its waiting client.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Proposal {
     pub proposer: i32,
     pub incarnation: Uuid,
@@ -137,13 +136,12 @@ pub struct Proposal {
 }
 
 /// A topic to create, with defaults already filled in.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewTopic {
     pub name: String,
     pub num_partitions: i32,
     pub replication_factor: i16,
     /// The request left the replication factor to the broker default: see the controller's `replication_factor`.
-    #[serde(default)]
     pub replication_factor_defaulted: bool,
     /// Explicit replica lists per partition, or `None` to let the controller place them.
     pub assignments: Option<Vec<Vec<i32>>>,
@@ -151,7 +149,7 @@ pub struct NewTopic {
 }
 
 /// One IncrementalAlterConfigs operation, in Kafka's codes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AlterOp {
     Set,
     Delete,

@@ -1,0 +1,943 @@
+//! The metadata log's on-disk and on-wire format: prost messages (`metadata.proto`, beside this
+//! file) wrapped in a versioned envelope, and their conversion to and from the domain types in
+//! [`records`](super::records) and [`image`](super::image).
+//!
+//! Encoding never fails. Decoding checks everything the domain types rely on (the version,
+//! required fields, enum values, UUID lengths, integer ranges) and says what was wrong, because
+//! a metadata entry that cannot be read must stop the node rather than be skipped: a node that
+//! skipped an entry its peers applied would silently serve different metadata.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Display;
+
+use prost::Message;
+use uuid::Uuid;
+
+use super::image::{BrokerRegistration, MetadataImage, PartitionRegistration, TopicImage};
+use super::records::{AlterOp, ConfigResource, Endpoint, MetadataCommand, MetadataRecord, NewTopic, Proposal};
+
+/// The prost types generated from `metadata.proto` by `build.rs`.
+#[allow(clippy::all, missing_docs)]
+pub mod pb {
+    include!(concat!(env!("OUT_DIR"), "/sluice.metadata.rs"));
+}
+
+/// The metadata format this build writes, and the newest it reads. Bump it whenever
+/// `metadata.proto` changes in a way an older build would misread, so that the older build
+/// refuses the new entries instead of misapplying them.
+pub const METADATA_VERSION: u32 = 1;
+
+/// Why metadata bytes were refused. Displayed after what was refused ("metadata log entry 7 ...").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("was written with metadata version {found}, but this build of sluice understands versions up to {METADATA_VERSION}")]
+    UnknownVersion { found: u32 },
+    #[error("was written by an earlier Sluice build in an unversioned format that this build no longer reads")]
+    Unversioned,
+    #[error("does not decode as metadata version {version}: {detail}")]
+    Malformed { version: u32, detail: String },
+}
+
+impl DecodeError {
+    /// The sentence an operator reads when the node stops: what was refused, why, what to do.
+    pub fn refusal(&self, what: &str) -> String {
+        let advice = match self {
+            DecodeError::UnknownVersion { .. } => {
+                "upgrade sluice on this node to the version the rest of the cluster runs"
+            }
+            DecodeError::Unversioned => {
+                "start this node with a fresh data directory (or use the previous build)"
+            }
+            DecodeError::Malformed { .. } => {
+                "the metadata on this node is damaged or was written by an incompatible build; restore the data directory from a backup, or run the sluice build that wrote it"
+            }
+        };
+        format!("{what} {self}: {advice}")
+    }
+}
+
+/// A log entry: the proposal, enveloped at [`METADATA_VERSION`].
+pub fn encode_proposal(proposal: &Proposal) -> Vec<u8> {
+    seal(&proposal_to_pb(proposal))
+}
+
+pub fn decode_proposal(data: &[u8]) -> Result<Proposal, DecodeError> {
+    let (version, proposal) = open::<pb::Proposal>(data)?;
+    proposal_from_pb(proposal).map_err(|detail| DecodeError::Malformed { version, detail })
+}
+
+/// A snapshot: the whole image, enveloped at [`METADATA_VERSION`].
+pub fn encode_image(image: &MetadataImage) -> Vec<u8> {
+    seal(&image_to_pb(image))
+}
+
+pub fn decode_image(data: &[u8]) -> Result<MetadataImage, DecodeError> {
+    let (version, image) = open::<pb::Image>(data)?;
+    image_from_pb(image).map_err(|detail| DecodeError::Malformed { version, detail })
+}
+
+/// One record, enveloped like a log entry. Records are derived from commands at apply time and
+/// not stored today; the format is fixed here so that a record log (as KRaft keeps) can adopt it.
+pub fn encode_record(record: &MetadataRecord) -> Vec<u8> {
+    seal(&record_to_pb(record))
+}
+
+pub fn decode_record(data: &[u8]) -> Result<MetadataRecord, DecodeError> {
+    let (version, record) = open::<pb::MetadataRecord>(data)?;
+    record_from_pb(record).map_err(|detail| DecodeError::Malformed { version, detail })
+}
+
+fn seal(payload: &impl Message) -> Vec<u8> {
+    pb::Envelope {
+        metadata_version: METADATA_VERSION,
+        payload: payload.encode_to_vec(),
+    }
+    .encode_to_vec()
+}
+
+/// Reads the envelope, checks its version, and decodes the payload as `M`.
+fn open<M: Message + Default>(data: &[u8]) -> Result<(u32, M), DecodeError> {
+    // Earlier builds wrote serde JSON objects; an envelope starts with its version's tag (0x08).
+    if data.first() == Some(&b'{') {
+        return Err(DecodeError::Unversioned);
+    }
+    let malformed = |version, detail: String| DecodeError::Malformed { version, detail };
+    let envelope = pb::Envelope::decode(data).map_err(|e| malformed(METADATA_VERSION, format!("envelope: {e}")))?;
+    let version = envelope.metadata_version;
+    if version == 0 {
+        return Err(malformed(version, "the envelope carries no metadata version".into()));
+    }
+    if version > METADATA_VERSION {
+        return Err(DecodeError::UnknownVersion { found: version });
+    }
+    let payload = M::decode(envelope.payload.as_slice()).map_err(|e| malformed(version, format!("payload: {e}")))?;
+    Ok((version, payload))
+}
+
+type Decoded<T> = Result<T, String>;
+
+fn required<T>(field: &str, value: Option<T>) -> Decoded<T> {
+    value.ok_or_else(|| format!("{field} is missing"))
+}
+
+fn uuid(field: &str, bytes: &[u8]) -> Decoded<Uuid> {
+    Uuid::from_slice(bytes).map_err(|_| format!("{field} is {} bytes, not a 16-byte UUID", bytes.len()))
+}
+
+fn in_range<T: TryFrom<i32>>(field: &str, value: i32) -> Decoded<T>
+where
+    T::Error: Display,
+{
+    T::try_from(value).map_err(|e| format!("{field} {value} is out of range: {e}"))
+}
+
+fn proposal_to_pb(p: &Proposal) -> pb::Proposal {
+    pb::Proposal {
+        proposer: p.proposer,
+        incarnation: p.incarnation.as_bytes().to_vec(),
+        command: Some(command_to_pb(&p.command)),
+    }
+}
+
+fn proposal_from_pb(p: pb::Proposal) -> Decoded<Proposal> {
+    Ok(Proposal {
+        proposer: p.proposer,
+        incarnation: uuid("proposal incarnation", &p.incarnation)?,
+        command: command_from_pb(required("proposal command", p.command)?)?,
+    })
+}
+
+fn endpoints_to_pb(endpoints: &[Endpoint]) -> Vec<pb::Endpoint> {
+    endpoints
+        .iter()
+        .map(|e| pb::Endpoint {
+            host: e.host.clone(),
+            port: e.port,
+        })
+        .collect()
+}
+
+fn endpoints_from_pb(endpoints: Vec<pb::Endpoint>) -> Vec<Endpoint> {
+    endpoints
+        .into_iter()
+        .map(|e| Endpoint {
+            host: e.host,
+            port: e.port,
+        })
+        .collect()
+}
+
+fn register_to_pb(
+    broker_id: i32,
+    incarnation_id: &Uuid,
+    endpoints: &[Endpoint],
+    rack: &Option<String>,
+) -> pb::RegisterBroker {
+    pb::RegisterBroker {
+        broker_id,
+        incarnation_id: incarnation_id.as_bytes().to_vec(),
+        endpoints: endpoints_to_pb(endpoints),
+        rack: rack.clone(),
+    }
+}
+
+/// The fields shared by the RegisterBroker command and record.
+struct Registration {
+    broker_id: i32,
+    incarnation_id: Uuid,
+    endpoints: Vec<Endpoint>,
+    rack: Option<String>,
+}
+
+fn register_from_pb(r: pb::RegisterBroker) -> Decoded<Registration> {
+    Ok(Registration {
+        broker_id: r.broker_id,
+        incarnation_id: uuid("register_broker incarnation_id", &r.incarnation_id)?,
+        endpoints: endpoints_from_pb(r.endpoints),
+        rack: r.rack,
+    })
+}
+
+fn assignments_to_pb(assignments: &Option<Vec<Vec<i32>>>) -> Option<pb::Assignments> {
+    assignments.as_ref().map(|partitions| pb::Assignments {
+        partitions: partitions
+            .iter()
+            .map(|replicas| pb::Replicas {
+                broker_ids: replicas.clone(),
+            })
+            .collect(),
+    })
+}
+
+fn assignments_from_pb(assignments: Option<pb::Assignments>) -> Option<Vec<Vec<i32>>> {
+    assignments.map(|a| a.partitions.into_iter().map(|r| r.broker_ids).collect())
+}
+
+fn alter_op_to_pb(op: AlterOp) -> pb::AlterOp {
+    match op {
+        AlterOp::Set => pb::AlterOp::Set,
+        AlterOp::Delete => pb::AlterOp::Delete,
+        AlterOp::Append => pb::AlterOp::Append,
+        AlterOp::Subtract => pb::AlterOp::Subtract,
+    }
+}
+
+fn alter_op_from_pb(code: i32) -> Decoded<AlterOp> {
+    match pb::AlterOp::try_from(code) {
+        Ok(pb::AlterOp::Set) => Ok(AlterOp::Set),
+        Ok(pb::AlterOp::Delete) => Ok(AlterOp::Delete),
+        Ok(pb::AlterOp::Append) => Ok(AlterOp::Append),
+        Ok(pb::AlterOp::Subtract) => Ok(AlterOp::Subtract),
+        Ok(pb::AlterOp::Unspecified) => Err("alter config op is missing".into()),
+        Err(_) => Err(format!("alter config op {code} is unknown")),
+    }
+}
+
+fn command_to_pb(command: &MetadataCommand) -> pb::MetadataCommand {
+    use pb::metadata_command::Command as C;
+    let command = match command {
+        MetadataCommand::RegisterBroker {
+            broker_id,
+            incarnation_id,
+            endpoints,
+            rack,
+        } => C::RegisterBroker(register_to_pb(*broker_id, incarnation_id, endpoints, rack)),
+        MetadataCommand::FenceBroker { broker_id } => C::FenceBroker(pb::BrokerId { broker_id: *broker_id }),
+        MetadataCommand::UnfenceBroker { broker_id } => C::UnfenceBroker(pb::BrokerId { broker_id: *broker_id }),
+        MetadataCommand::CreateTopic { topic, topic_id } => C::CreateTopic(pb::CreateTopic {
+            topic: Some(pb::NewTopic {
+                name: topic.name.clone(),
+                num_partitions: topic.num_partitions,
+                replication_factor: i32::from(topic.replication_factor),
+                replication_factor_defaulted: topic.replication_factor_defaulted,
+                assignments: assignments_to_pb(&topic.assignments),
+                configs: topic.configs.clone(),
+            }),
+            topic_id: topic_id.as_bytes().to_vec(),
+        }),
+        MetadataCommand::AllocateProducerIds { broker_id } => {
+            C::AllocateProducerIds(pb::BrokerId { broker_id: *broker_id })
+        }
+        MetadataCommand::DeleteTopic { name, topic_id } => C::DeleteTopic(pb::DeleteTopic {
+            name: name.clone(),
+            topic_id: topic_id.as_bytes().to_vec(),
+        }),
+        MetadataCommand::CreatePartitions {
+            name,
+            count,
+            assignments,
+        } => C::CreatePartitions(pb::CreatePartitions {
+            name: name.clone(),
+            count: *count,
+            assignments: assignments_to_pb(assignments),
+        }),
+        MetadataCommand::AlterTopicConfigs { name, ops, list_bases } => C::AlterTopicConfigs(pb::AlterTopicConfigs {
+            name: name.clone(),
+            ops: ops
+                .iter()
+                .map(|(name, op, value)| pb::AlterConfigOp {
+                    name: name.clone(),
+                    op: alter_op_to_pb(*op).into(),
+                    value: value.clone(),
+                })
+                .collect(),
+            list_bases: list_bases.clone(),
+        }),
+        MetadataCommand::AlterPartition {
+            topic_id,
+            partition,
+            leader_id,
+            leader_epoch,
+            partition_epoch,
+            new_isr,
+        } => C::AlterPartition(pb::AlterPartition {
+            topic_id: topic_id.as_bytes().to_vec(),
+            partition: *partition,
+            leader_id: *leader_id,
+            leader_epoch: *leader_epoch,
+            partition_epoch: *partition_epoch,
+            new_isr: new_isr.clone(),
+        }),
+        MetadataCommand::ControlledShutdown {
+            broker_id,
+            incarnation_id,
+        } => C::ControlledShutdown(pb::ControlledShutdown {
+            broker_id: *broker_id,
+            incarnation_id: incarnation_id.as_bytes().to_vec(),
+        }),
+        MetadataCommand::ElectPreferredLeaders => C::ElectPreferredLeaders(pb::Empty {}),
+    };
+    pb::MetadataCommand { command: Some(command) }
+}
+
+fn command_from_pb(command: pb::MetadataCommand) -> Decoded<MetadataCommand> {
+    use pb::metadata_command::Command as C;
+    // A command this build does not know decodes as an unknown field, so as missing.
+    Ok(
+        match required(
+            "command (absent, or of a kind this build does not know)",
+            command.command,
+        )? {
+            C::RegisterBroker(r) => {
+                let r = register_from_pb(r)?;
+                MetadataCommand::RegisterBroker {
+                    broker_id: r.broker_id,
+                    incarnation_id: r.incarnation_id,
+                    endpoints: r.endpoints,
+                    rack: r.rack,
+                }
+            }
+            C::FenceBroker(b) => MetadataCommand::FenceBroker { broker_id: b.broker_id },
+            C::UnfenceBroker(b) => MetadataCommand::UnfenceBroker { broker_id: b.broker_id },
+            C::CreateTopic(c) => {
+                let topic = required("create_topic topic", c.topic)?;
+                MetadataCommand::CreateTopic {
+                    topic: NewTopic {
+                        name: topic.name,
+                        num_partitions: topic.num_partitions,
+                        replication_factor: in_range("create_topic replication_factor", topic.replication_factor)?,
+                        replication_factor_defaulted: topic.replication_factor_defaulted,
+                        assignments: assignments_from_pb(topic.assignments),
+                        configs: topic.configs,
+                    },
+                    topic_id: uuid("create_topic topic_id", &c.topic_id)?,
+                }
+            }
+            C::AllocateProducerIds(b) => MetadataCommand::AllocateProducerIds { broker_id: b.broker_id },
+            C::DeleteTopic(d) => MetadataCommand::DeleteTopic {
+                name: d.name,
+                topic_id: uuid("delete_topic topic_id", &d.topic_id)?,
+            },
+            C::CreatePartitions(c) => MetadataCommand::CreatePartitions {
+                name: c.name,
+                count: c.count,
+                assignments: assignments_from_pb(c.assignments),
+            },
+            C::AlterTopicConfigs(a) => MetadataCommand::AlterTopicConfigs {
+                name: a.name,
+                ops: a
+                    .ops
+                    .into_iter()
+                    .map(|op| Ok((op.name, alter_op_from_pb(op.op)?, op.value)))
+                    .collect::<Decoded<_>>()?,
+                list_bases: a.list_bases,
+            },
+            C::AlterPartition(a) => MetadataCommand::AlterPartition {
+                topic_id: uuid("alter_partition topic_id", &a.topic_id)?,
+                partition: a.partition,
+                leader_id: a.leader_id,
+                leader_epoch: a.leader_epoch,
+                partition_epoch: a.partition_epoch,
+                new_isr: a.new_isr,
+            },
+            C::ControlledShutdown(c) => MetadataCommand::ControlledShutdown {
+                broker_id: c.broker_id,
+                incarnation_id: uuid("controlled_shutdown incarnation_id", &c.incarnation_id)?,
+            },
+            C::ElectPreferredLeaders(pb::Empty {}) => MetadataCommand::ElectPreferredLeaders,
+        },
+    )
+}
+
+fn partition_to_pb(p: &PartitionRegistration) -> pb::PartitionRegistration {
+    pb::PartitionRegistration {
+        replicas: p.replicas.clone(),
+        isr: p.isr.clone(),
+        leader: p.leader,
+        leader_epoch: p.leader_epoch,
+        partition_epoch: p.partition_epoch,
+    }
+}
+
+fn partition_from_pb(p: pb::PartitionRegistration) -> PartitionRegistration {
+    PartitionRegistration {
+        replicas: p.replicas,
+        isr: p.isr,
+        leader: p.leader,
+        leader_epoch: p.leader_epoch,
+        partition_epoch: p.partition_epoch,
+    }
+}
+
+fn record_to_pb(record: &MetadataRecord) -> pb::MetadataRecord {
+    use pb::metadata_record::Record as R;
+    let record = match record {
+        MetadataRecord::RegisterBroker {
+            broker_id,
+            incarnation_id,
+            endpoints,
+            rack,
+        } => R::RegisterBroker(register_to_pb(*broker_id, incarnation_id, endpoints, rack)),
+        MetadataRecord::Topic { name, topic_id } => R::Topic(topic_record_to_pb(name, topic_id)),
+        MetadataRecord::Partition {
+            topic_id,
+            partition,
+            replicas,
+            isr,
+            leader,
+            leader_epoch,
+            partition_epoch,
+        } => R::Partition(pb::PartitionRecord {
+            topic_id: topic_id.as_bytes().to_vec(),
+            partition: *partition,
+            registration: Some(pb::PartitionRegistration {
+                replicas: replicas.clone(),
+                isr: isr.clone(),
+                leader: *leader,
+                leader_epoch: *leader_epoch,
+                partition_epoch: *partition_epoch,
+            }),
+        }),
+        MetadataRecord::Config { resource, name, value } => {
+            use pb::config_resource::Resource;
+            let resource = match resource {
+                ConfigResource::Topic(topic) => Resource::Topic(topic.clone()),
+                ConfigResource::Broker(id) => Resource::Broker(*id),
+            };
+            R::Config(pb::ConfigRecord {
+                resource: Some(pb::ConfigResource {
+                    resource: Some(resource),
+                }),
+                name: name.clone(),
+                value: value.clone(),
+            })
+        }
+        MetadataRecord::RemoveTopic { topic_id } => R::RemoveTopic(pb::TopicId {
+            topic_id: topic_id.as_bytes().to_vec(),
+        }),
+        MetadataRecord::FenceBroker { broker_id } => R::FenceBroker(pb::BrokerId { broker_id: *broker_id }),
+        MetadataRecord::UnfenceBroker { broker_id } => R::UnfenceBroker(pb::BrokerId { broker_id: *broker_id }),
+        MetadataRecord::BrokerShutdown { broker_id } => R::BrokerShutdown(pb::BrokerId { broker_id: *broker_id }),
+        MetadataRecord::ProducerIds {
+            broker_id,
+            next_block_start,
+        } => R::ProducerIds(pb::ProducerIds {
+            broker_id: *broker_id,
+            next_block_start: *next_block_start,
+        }),
+    };
+    pb::MetadataRecord { record: Some(record) }
+}
+
+fn record_from_pb(record: pb::MetadataRecord) -> Decoded<MetadataRecord> {
+    use pb::config_resource::Resource;
+    use pb::metadata_record::Record as R;
+    Ok(
+        match required("record (absent, or of a kind this build does not know)", record.record)? {
+            R::RegisterBroker(r) => {
+                let r = register_from_pb(r)?;
+                MetadataRecord::RegisterBroker {
+                    broker_id: r.broker_id,
+                    incarnation_id: r.incarnation_id,
+                    endpoints: r.endpoints,
+                    rack: r.rack,
+                }
+            }
+            R::Topic(t) => MetadataRecord::Topic {
+                topic_id: uuid("topic record topic_id", &t.topic_id)?,
+                name: t.name,
+            },
+            R::Partition(p) => {
+                let registration = partition_from_pb(required("partition record registration", p.registration)?);
+                MetadataRecord::Partition {
+                    topic_id: uuid("partition record topic_id", &p.topic_id)?,
+                    partition: p.partition,
+                    replicas: registration.replicas,
+                    isr: registration.isr,
+                    leader: registration.leader,
+                    leader_epoch: registration.leader_epoch,
+                    partition_epoch: registration.partition_epoch,
+                }
+            }
+            R::Config(c) => {
+                let resource = required("config record resource", c.resource)?;
+                MetadataRecord::Config {
+                    resource: match required("config record resource kind", resource.resource)? {
+                        Resource::Topic(topic) => ConfigResource::Topic(topic),
+                        Resource::Broker(id) => ConfigResource::Broker(id),
+                    },
+                    name: c.name,
+                    value: c.value,
+                }
+            }
+            R::RemoveTopic(t) => MetadataRecord::RemoveTopic {
+                topic_id: uuid("remove_topic topic_id", &t.topic_id)?,
+            },
+            R::FenceBroker(b) => MetadataRecord::FenceBroker { broker_id: b.broker_id },
+            R::UnfenceBroker(b) => MetadataRecord::UnfenceBroker { broker_id: b.broker_id },
+            R::BrokerShutdown(b) => MetadataRecord::BrokerShutdown { broker_id: b.broker_id },
+            R::ProducerIds(p) => MetadataRecord::ProducerIds {
+                broker_id: p.broker_id,
+                next_block_start: p.next_block_start,
+            },
+        },
+    )
+}
+
+fn topic_record_to_pb(name: &str, topic_id: &Uuid) -> pb::TopicRecord {
+    pb::TopicRecord {
+        name: name.to_owned(),
+        topic_id: topic_id.as_bytes().to_vec(),
+    }
+}
+
+fn image_to_pb(image: &MetadataImage) -> pb::Image {
+    // Sorted, so that one image always encodes to the same bytes.
+    let topic_names: BTreeMap<&Uuid, &String> = image.topic_names.iter().collect();
+    pb::Image {
+        cluster_id: image.cluster_id.clone(),
+        last_offset: image.last_offset,
+        brokers: image
+            .brokers
+            .values()
+            .map(|b| pb::BrokerRegistration {
+                broker_id: b.broker_id,
+                incarnation_id: b.incarnation_id.as_bytes().to_vec(),
+                endpoints: endpoints_to_pb(&b.endpoints),
+                rack: b.rack.clone(),
+                fenced: b.fenced,
+                in_controlled_shutdown: b.in_controlled_shutdown,
+                broker_epoch: b.broker_epoch,
+            })
+            .collect(),
+        topics: image
+            .topics
+            .values()
+            .map(|t| pb::TopicImage {
+                name: t.name.clone(),
+                topic_id: t.topic_id.as_bytes().to_vec(),
+                partitions: t.partitions.iter().map(partition_to_pb).collect(),
+                configs: t.configs.clone(),
+            })
+            .collect(),
+        topic_names: topic_names
+            .into_iter()
+            .map(|(id, name)| topic_record_to_pb(name, id))
+            .collect(),
+        broker_configs: image
+            .broker_configs
+            .iter()
+            .map(|(broker_id, configs)| pb::BrokerConfigs {
+                broker_id: *broker_id,
+                configs: configs.clone(),
+            })
+            .collect(),
+        next_producer_id: image.next_producer_id,
+    }
+}
+
+fn image_from_pb(image: pb::Image) -> Decoded<MetadataImage> {
+    let mut brokers = BTreeMap::new();
+    for b in image.brokers {
+        let broker = BrokerRegistration {
+            broker_id: b.broker_id,
+            incarnation_id: uuid("broker incarnation_id", &b.incarnation_id)?,
+            endpoints: endpoints_from_pb(b.endpoints),
+            rack: b.rack,
+            fenced: b.fenced,
+            in_controlled_shutdown: b.in_controlled_shutdown,
+            broker_epoch: b.broker_epoch,
+        };
+        if brokers.insert(b.broker_id, broker).is_some() {
+            return Err(format!("broker {} is registered twice", b.broker_id));
+        }
+    }
+    let mut topics = BTreeMap::new();
+    for t in image.topics {
+        let topic = TopicImage {
+            name: t.name.clone(),
+            topic_id: uuid("topic topic_id", &t.topic_id)?,
+            partitions: t.partitions.into_iter().map(partition_from_pb).collect(),
+            configs: t.configs,
+        };
+        if let Some(twice) = topics.insert(t.name, topic) {
+            return Err(format!("topic {:?} appears twice", twice.name));
+        }
+    }
+    let mut topic_names = HashMap::new();
+    for t in image.topic_names {
+        topic_names.insert(uuid("topic name topic_id", &t.topic_id)?, t.name);
+    }
+    Ok(MetadataImage {
+        cluster_id: image.cluster_id,
+        last_offset: image.last_offset,
+        brokers,
+        topics,
+        topic_names,
+        broker_configs: image
+            .broker_configs
+            .into_iter()
+            .map(|b| (b.broker_id, b.configs))
+            .collect(),
+        next_producer_id: image.next_producer_id,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(n: u128) -> Uuid {
+        Uuid::from_u128(n)
+    }
+
+    fn endpoints() -> Vec<Endpoint> {
+        vec![
+            Endpoint {
+                host: "a.example".into(),
+                port: 9092,
+            },
+            Endpoint {
+                host: "b.example".into(),
+                port: 19092,
+            },
+        ]
+    }
+
+    fn configs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    /// One of every record, optional fields both set and unset.
+    fn every_record() -> Vec<MetadataRecord> {
+        vec![
+            MetadataRecord::RegisterBroker {
+                broker_id: 1,
+                incarnation_id: id(11),
+                endpoints: endpoints(),
+                rack: Some("rack-a".into()),
+            },
+            MetadataRecord::RegisterBroker {
+                broker_id: 0,
+                incarnation_id: Uuid::nil(),
+                endpoints: vec![],
+                rack: None,
+            },
+            MetadataRecord::Topic {
+                name: "orders".into(),
+                topic_id: id(7),
+            },
+            MetadataRecord::Partition {
+                topic_id: id(7),
+                partition: 3,
+                replicas: vec![1, 2, 3],
+                isr: vec![1, 3],
+                leader: -1,
+                leader_epoch: 5,
+                partition_epoch: 9,
+            },
+            MetadataRecord::Config {
+                resource: ConfigResource::Topic("orders".into()),
+                name: "retention.ms".into(),
+                value: Some("1000".into()),
+            },
+            MetadataRecord::Config {
+                resource: ConfigResource::Broker(2),
+                name: "log.retention.ms".into(),
+                value: None,
+            },
+            MetadataRecord::Config {
+                resource: ConfigResource::Topic(String::new()),
+                name: "x".into(),
+                value: Some(String::new()),
+            },
+            MetadataRecord::RemoveTopic { topic_id: id(7) },
+            MetadataRecord::FenceBroker { broker_id: 2 },
+            MetadataRecord::UnfenceBroker { broker_id: 2 },
+            MetadataRecord::BrokerShutdown { broker_id: 3 },
+            MetadataRecord::ProducerIds {
+                broker_id: 1,
+                next_block_start: 1 << 40,
+            },
+        ]
+    }
+
+    /// One of every command, optional fields both set and unset.
+    fn every_command() -> Vec<MetadataCommand> {
+        let topic = NewTopic {
+            name: "orders".into(),
+            num_partitions: 6,
+            replication_factor: 3,
+            replication_factor_defaulted: true,
+            assignments: Some(vec![vec![1, 2, 3], vec![], vec![3, 1]]),
+            configs: configs(&[("cleanup.policy", "compact"), ("retention.ms", "-1")]),
+        };
+        vec![
+            MetadataCommand::RegisterBroker {
+                broker_id: 4,
+                incarnation_id: id(44),
+                endpoints: endpoints(),
+                rack: None,
+            },
+            MetadataCommand::FenceBroker { broker_id: 1 },
+            MetadataCommand::UnfenceBroker { broker_id: 1 },
+            MetadataCommand::CreateTopic {
+                topic: topic.clone(),
+                topic_id: id(8),
+            },
+            MetadataCommand::CreateTopic {
+                topic: NewTopic {
+                    assignments: None,
+                    replication_factor: -1,
+                    configs: BTreeMap::new(),
+                    ..topic
+                },
+                topic_id: id(9),
+            },
+            MetadataCommand::AllocateProducerIds { broker_id: 2 },
+            MetadataCommand::DeleteTopic {
+                name: Some("orders".into()),
+                topic_id: Uuid::nil(),
+            },
+            MetadataCommand::DeleteTopic {
+                name: None,
+                topic_id: id(8),
+            },
+            MetadataCommand::CreatePartitions {
+                name: "orders".into(),
+                count: 12,
+                assignments: Some(vec![vec![2], vec![3]]),
+            },
+            MetadataCommand::CreatePartitions {
+                name: "orders".into(),
+                count: 12,
+                assignments: None,
+            },
+            MetadataCommand::AlterTopicConfigs {
+                name: "orders".into(),
+                ops: vec![
+                    ("retention.ms".into(), AlterOp::Set, Some("5".into())),
+                    ("segment.ms".into(), AlterOp::Delete, None),
+                    ("cleanup.policy".into(), AlterOp::Append, Some("delete".into())),
+                    ("cleanup.policy".into(), AlterOp::Subtract, Some("compact".into())),
+                ],
+                list_bases: configs(&[("cleanup.policy", "compact")]),
+            },
+            MetadataCommand::AlterPartition {
+                topic_id: id(8),
+                partition: 2,
+                leader_id: 1,
+                leader_epoch: 4,
+                partition_epoch: 7,
+                new_isr: vec![1, 2],
+            },
+            MetadataCommand::ControlledShutdown {
+                broker_id: 3,
+                incarnation_id: id(33),
+            },
+            MetadataCommand::ElectPreferredLeaders,
+        ]
+    }
+
+    #[test]
+    fn every_record_round_trips() {
+        for record in every_record() {
+            assert_eq!(decode_record(&encode_record(&record)), Ok(record.clone()), "{record:?}");
+        }
+    }
+
+    #[test]
+    fn every_command_round_trips_inside_a_proposal() {
+        for command in every_command() {
+            let proposal = Proposal {
+                proposer: 2,
+                incarnation: id(99),
+                command,
+            };
+            assert_eq!(
+                decode_proposal(&encode_proposal(&proposal)),
+                Ok(proposal.clone()),
+                "{proposal:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_image_round_trips_through_a_snapshot() {
+        let mut image = MetadataImage::new("cluster-1".into());
+        for record in every_record() {
+            image.apply(&record);
+        }
+        for record in [
+            MetadataRecord::Topic {
+                name: "payments".into(),
+                topic_id: id(5),
+            },
+            MetadataRecord::Partition {
+                topic_id: id(5),
+                partition: 0,
+                replicas: vec![1, 2],
+                isr: vec![1, 2],
+                leader: 1,
+                leader_epoch: 0,
+                partition_epoch: 0,
+            },
+            MetadataRecord::Config {
+                resource: ConfigResource::Topic("payments".into()),
+                name: "retention.ms".into(),
+                value: Some("1".into()),
+            },
+            MetadataRecord::Config {
+                resource: ConfigResource::Broker(1),
+                name: "log.segment.bytes".into(),
+                value: Some("1024".into()),
+            },
+            MetadataRecord::FenceBroker { broker_id: 1 },
+        ] {
+            image.apply(&record);
+        }
+        assert!(!image.brokers.is_empty() && !image.broker_configs.is_empty() && image.next_producer_id > 0);
+        assert_eq!(image.topic("payments").map(|t| t.partitions.len()), Some(1));
+        let bytes = encode_image(&image);
+        assert_eq!(decode_image(&bytes), Ok(image.clone()));
+        assert_eq!(
+            encode_image(&image),
+            bytes,
+            "one image always encodes to the same bytes"
+        );
+    }
+
+    #[test]
+    fn a_newer_version_is_refused_before_its_payload_is_read() {
+        let newer = pb::Envelope {
+            metadata_version: METADATA_VERSION + 1,
+            payload: vec![0xff; 3],
+        }
+        .encode_to_vec();
+        let err = decode_proposal(&newer).unwrap_err();
+        assert_eq!(
+            err,
+            DecodeError::UnknownVersion {
+                found: METADATA_VERSION + 1
+            }
+        );
+        assert_eq!(
+            err.refusal("metadata log entry 42"),
+            format!("metadata log entry 42 was written with metadata version {}, but this build of sluice understands versions up to {METADATA_VERSION}: upgrade sluice on this node to the version the rest of the cluster runs", METADATA_VERSION + 1)
+        );
+        assert_eq!(
+            decode_image(&newer),
+            Err(DecodeError::UnknownVersion {
+                found: METADATA_VERSION + 1
+            })
+        );
+    }
+
+    #[test]
+    fn json_from_earlier_builds_and_garbage_are_refused() {
+        let old =
+            br#"{"proposer":1,"incarnation":"00000000-0000-0000-0000-000000000000","command":"ElectPreferredLeaders"}"#;
+        assert_eq!(decode_proposal(old), Err(DecodeError::Unversioned));
+        assert_eq!(decode_image(br#"{"cluster_id":"c"}"#), Err(DecodeError::Unversioned));
+        for garbage in [&b""[..], b"\x00", b"\xff\xff\xff", b"\x08\x01\x12\x05abc"] {
+            let err = decode_proposal(garbage).unwrap_err();
+            assert!(matches!(err, DecodeError::Malformed { .. }), "{garbage:?}: {err:?}");
+        }
+    }
+
+    /// Decodes a hand-built payload as a version-1 proposal, returning the error's detail.
+    fn refusal_of(command: Option<pb::metadata_command::Command>, incarnation: Vec<u8>) -> String {
+        let proposal = pb::Proposal {
+            proposer: 1,
+            incarnation,
+            command: Some(pb::MetadataCommand { command }),
+        };
+        match decode_proposal(&seal(&proposal)) {
+            Err(DecodeError::Malformed { detail, .. }) => detail,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn missing_fields_unknown_values_and_bad_uuids_are_refused() {
+        use pb::metadata_command::Command as C;
+        let good_id = id(1).as_bytes().to_vec();
+        assert_eq!(
+            refusal_of(Some(C::ElectPreferredLeaders(pb::Empty {})), vec![1, 2, 3]),
+            "proposal incarnation is 3 bytes, not a 16-byte UUID"
+        );
+        assert!(refusal_of(None, good_id.clone()).starts_with("command (absent"));
+        let create = |topic: bool, replication_factor: i32| {
+            C::CreateTopic(pb::CreateTopic {
+                topic: topic.then(|| pb::NewTopic {
+                    replication_factor,
+                    ..Default::default()
+                }),
+                topic_id: id(2).as_bytes().to_vec(),
+            })
+        };
+        assert_eq!(
+            refusal_of(Some(create(false, 1)), good_id.clone()),
+            "create_topic topic is missing"
+        );
+        assert!(refusal_of(Some(create(true, 1 << 20)), good_id.clone())
+            .starts_with("create_topic replication_factor 1048576 is out of range"));
+        let alter = |op: i32| {
+            C::AlterTopicConfigs(pb::AlterTopicConfigs {
+                ops: vec![pb::AlterConfigOp {
+                    op,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })
+        };
+        assert_eq!(
+            refusal_of(Some(alter(77)), good_id.clone()),
+            "alter config op 77 is unknown"
+        );
+        assert_eq!(
+            refusal_of(Some(alter(0)), good_id.clone()),
+            "alter config op is missing"
+        );
+        let no_version = pb::Envelope::default().encode_to_vec();
+        assert!(
+            matches!(decode_proposal(&no_version), Err(DecodeError::Malformed { detail, .. }) if detail.contains("no metadata version"))
+        );
+        let record = pb::MetadataRecord {
+            record: Some(pb::metadata_record::Record::Config(pb::ConfigRecord::default())),
+        };
+        assert!(
+            matches!(decode_record(&seal(&record)), Err(DecodeError::Malformed { detail, .. }) if detail == "config record resource is missing")
+        );
+    }
+}
