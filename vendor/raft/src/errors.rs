@@ -24,7 +24,7 @@ pub enum Error {
     ConfigInvalid(String),
     /// A protobuf message codec failed in some manner.
     #[error("protobuf codec error {0:?}")]
-    CodecError(#[from] protobuf::ProtobufError),
+    CodecError(#[from] CodecError),
     /// The node exists, but should not.
     #[error("The node {id} already exists in the {set} set.")]
     Exists {
@@ -63,6 +63,29 @@ impl PartialEq for Error {
             (Error::ConfChangeError(e1), Error::ConfChangeError(e2)) => e1 == e2,
             _ => false,
         }
+    }
+}
+
+/// A prost encode or decode error (Sluice: replaces `protobuf::ProtobufError`).
+#[derive(Debug, Error)]
+pub enum CodecError {
+    /// A message did not fit the buffer it was encoded into.
+    #[error("{0}")]
+    Encode(#[from] prost::EncodeError),
+    /// Bytes did not decode as the expected message.
+    #[error("{0}")]
+    Decode(#[from] prost::DecodeError),
+}
+
+impl From<prost::EncodeError> for Error {
+    fn from(e: prost::EncodeError) -> Self {
+        Error::CodecError(e.into())
+    }
+}
+
+impl From<prost::DecodeError> for Error {
+    fn from(e: prost::DecodeError) -> Self {
+        Error::CodecError(e.into())
     }
 }
 

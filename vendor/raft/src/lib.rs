@@ -448,7 +448,7 @@ the following:
 For example to promote a learner 4 and demote an existing voter 3:
 ```no_run
 # use raft::{Config, storage::MemStorage, raw_node::RawNode, eraftpb::*};
-# use protobuf::Message as PbMessage;
+# use raft_proto::PbMessage;
 # use slog::{Drain, o};
 #
 # let mut config = Config { id: 1, ..Default::default() };
@@ -525,7 +525,7 @@ pub use crate::raft::{
 };
 pub use confchange::{Changer, MapChange};
 pub use config::Config;
-pub use errors::{Error, Result, StorageError};
+pub use errors::{CodecError, Error, Result, StorageError};
 pub use log_unstable::Unstable;
 pub use quorum::joint::Configuration as JointConfig;
 pub use quorum::majority::Configuration as MajorityConfig;

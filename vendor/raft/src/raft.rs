@@ -22,7 +22,7 @@ use crate::eraftpb::{
     ConfChange, ConfChangeV2, ConfState, Entry, EntryType, HardState, Message, MessageType,
     Snapshot,
 };
-use protobuf::Message as _;
+use raft_proto::PbMessage as _;
 use raft_proto::ConfChangeI;
 use rand::{self, Rng};
 use slog::{self, Logger};
