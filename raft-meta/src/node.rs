@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use protobuf::Message as _;
+use prost::Message as _;
 use raft::eraftpb::{ConfChange, ConfChangeType, ConfChangeV2, Entry, EntryType, Message, Snapshot};
 use raft::{RawNode, StateRole, INVALID_ID};
 use tokio::net::TcpListener;
@@ -606,7 +606,7 @@ impl<S: StateMachine> Driver<S> {
         if entry.data.is_empty() {
             return Ok(());
         }
-        let change = ConfChange::parse_from_bytes(&entry.data).map_err(|e| corrupt_entry(entry, &e))?;
+        let change = ConfChange::decode(entry.data.as_ref()).map_err(|e| corrupt_entry(entry, &e))?;
         self.raw.apply_conf_change(&change)?;
         let id = change.node_id;
         match change.get_change_type() {
@@ -627,7 +627,7 @@ impl<S: StateMachine> Driver<S> {
 
     /// Not proposed by Sluice; applied so a log containing one stays replayable.
     fn apply_conf_change_v2(&mut self, entry: &Entry) -> Result<(), QuorumError> {
-        let change = ConfChangeV2::parse_from_bytes(&entry.data).map_err(|e| corrupt_entry(entry, &e))?;
+        let change = ConfChangeV2::decode(entry.data.as_ref()).map_err(|e| corrupt_entry(entry, &e))?;
         self.raw.apply_conf_change(&change)?;
         self.conf_changed = true;
         self.resolve_conf_change(&entry.context);

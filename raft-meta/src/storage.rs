@@ -27,6 +27,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use prost::Message;
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, StorageError};
 
@@ -429,7 +430,7 @@ fn scan_log(log: &mut File, path: &Path) -> Result<Vec<Entry>, QuorumError> {
         let Some(payload) = record_at(&bytes, pos) else {
             break Some("torn or checksum-failing record");
         };
-        let entry: Entry = match protobuf::Message::parse_from_bytes(payload) {
+        let entry = match Entry::decode(payload) {
             Ok(e) => e,
             Err(_) => break Some("undecodable entry"),
         };
@@ -646,10 +647,8 @@ fn encode_record(buf: &mut Vec<u8>, entry: &Entry, path: &Path) -> Result<(), Qu
     Ok(())
 }
 
-fn encode_message(msg: &impl protobuf::Message, path: &Path) -> Result<Vec<u8>, QuorumError> {
-    let bytes = msg
-        .write_to_bytes()
-        .map_err(|e| io_err("encode a record for", path, io::Error::other(e)))?;
+fn encode_message(msg: &impl Message, path: &Path) -> Result<Vec<u8>, QuorumError> {
+    let bytes = msg.encode_to_vec();
     if bytes.len() > MAX_RECORD_BYTES {
         return Err(QuorumError::RecordTooLarge {
             path: path.to_owned(),
@@ -660,8 +659,8 @@ fn encode_message(msg: &impl protobuf::Message, path: &Path) -> Result<Vec<u8>, 
     Ok(bytes)
 }
 
-fn decode_message<M: protobuf::Message>(payload: &[u8], path: &Path) -> Result<M, QuorumError> {
-    M::parse_from_bytes(payload).map_err(|e| QuorumError::Corrupt {
+fn decode_message<M: Message + Default>(payload: &[u8], path: &Path) -> Result<M, QuorumError> {
+    M::decode(payload).map_err(|e| QuorumError::Corrupt {
         path: path.to_owned(),
         detail: format!("undecodable record: {e}"),
     })
@@ -834,6 +833,48 @@ mod tests {
         fs::write(&meta, text).unwrap();
         let err = open_voter(dir.path()).err().unwrap();
         assert!(matches!(err, QuorumError::FormatVersion { found: 99, .. }), "{err}");
+    }
+
+    /// A directory written by the build that encoded with rust-protobuf 2 (raft's
+    /// `protobuf-codec`; `testdata/protobuf2/`, repeated fields unpacked) opens under prost
+    /// with every field intact and keeps working, so upgrading needs no migration.
+    #[test]
+    fn directory_written_with_rust_protobuf_opens_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/protobuf2");
+        for name in [META_FILE, LOG_FILE, HARD_STATE_FILE, SNAPSHOT_FILE] {
+            fs::copy(fixture.join(name), dir.path().join(name)).unwrap();
+        }
+        let mut s = DiskStorage::open(dir.path(), "cluster-a", 1, Bootstrap::Learner).unwrap();
+        assert_eq!(s.incarnation(), 2);
+        let hs = s.hard_state();
+        assert_eq!((hs.term, hs.vote, hs.commit), (3, 2, 3));
+        let meta = s.latest_snapshot().get_metadata();
+        assert_eq!((meta.index, meta.term), (1, 1));
+        assert_eq!(meta.get_conf_state().voters, vec![1, 2, 3]);
+        assert_eq!(s.latest_snapshot().data.as_ref(), b"initial-state");
+        let got = s.entries(2, 5, None, GetEntriesContext::empty(false)).unwrap();
+        assert_eq!(got.len(), 3);
+        assert_eq!(got[0].get_entry_type(), raft::eraftpb::EntryType::EntryConfChange);
+        assert_eq!(got[0].context.as_ref(), 7u64.to_be_bytes());
+        let change = raft::eraftpb::ConfChange::decode(got[0].data.as_ref()).unwrap();
+        assert_eq!(change.get_change_type(), raft::eraftpb::ConfChangeType::AddLearnerNode);
+        assert_eq!((change.node_id, change.context.as_ref()), (4, &b"127.0.0.1:9094"[..]));
+        assert_eq!((got[1].index, got[1].term), (3, 2));
+        assert_eq!(
+            (got[1].data.as_ref(), got[1].context.as_ref()),
+            (&b"command-three"[..], &b"ctx3"[..])
+        );
+        assert_eq!((got[2].index, got[2].term, got[2].data.is_empty()), (4, 3, true));
+        // Entries appended under prost follow the old ones in the same file.
+        s.append(&[entry(5, 3, b"new")]).unwrap();
+        drop(s);
+        let s = DiskStorage::open(dir.path(), "cluster-a", 1, Bootstrap::Learner).unwrap();
+        assert_eq!(s.last_index(), 5);
+        assert_eq!(
+            s.entries(2, 6, None, GetEntriesContext::empty(false)).unwrap()[1..3],
+            got[1..3]
+        );
     }
 
     #[test]

@@ -20,7 +20,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use protobuf::Message as _;
+use prost::Message as _;
 use raft::eraftpb::{Message, MessageType};
 use raft::SnapshotStatus;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
@@ -251,8 +251,8 @@ async fn forward_messages(
                 ))
             })??;
         // Decoding from `Bytes` slices fields out of the frame instead of allocating from
-        // lengths the peer wrote.
-        let msg = Message::parse_from_carllerche_bytes(&bytes::Bytes::from(frame))
+        // lengths the peer wrote; prost refuses any length beyond the bytes left in the frame.
+        let msg = Message::decode(bytes::Bytes::from(frame))
             .map_err(|e| invalid(&format!("undecodable raft message from node {peer_id}: {e}")))?;
         match inbound.try_send(Inbound { peer_id, msg }) {
             Ok(()) => {}
@@ -355,7 +355,7 @@ async fn connect(addr: &str, peer_id: u64, local: &Local) -> Result<BufWriter<Tc
 
 async fn write_batch(writer: &mut (impl AsyncWrite + Unpin), batch: &[Message]) -> io::Result<()> {
     for msg in batch {
-        let bytes = msg.write_to_bytes().map_err(io::Error::other)?;
+        let bytes = msg.encode_to_vec();
         if bytes.len() > MAX_FRAME_BYTES {
             // Sending it would make the receiver drop the connection; skip just this message.
             tracing::error!(to = msg.to, bytes = bytes.len(), max = MAX_FRAME_BYTES, msg_type = ?msg.get_msg_type(), "raft message exceeds the frame limit; dropped");
@@ -507,6 +507,75 @@ mod tests {
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
         assert!(err.to_string().contains("did not finish it"), "{err}");
         assert!(inbound_rx.try_recv().is_err());
+    }
+
+    /// Runs `frames` through the listener's read loop as node 2's connection; returns what it
+    /// forwarded and how the loop ended.
+    async fn forward_frames(frames: &[&[u8]]) -> (Vec<Message>, io::Result<()>) {
+        let (mut peer, mut node) = tokio::io::duplex(1 << 16);
+        let (inbound_tx, mut inbound_rx) = mpsc::channel(8);
+        for frame in frames {
+            write_frame(&mut peer, frame).await.unwrap();
+        }
+        drop(peer);
+        let ended = forward_messages(&mut node, 2, inbound_tx, Duration::from_secs(5)).await;
+        let mut forwarded = Vec::new();
+        while let Ok(inbound) = inbound_rx.try_recv() {
+            forwarded.push(inbound.msg);
+        }
+        (forwarded, ended)
+    }
+
+    /// A message as a member built with rust-protobuf 2 (raft's `protobuf-codec`) sent it: in a
+    /// rolling upgrade, members on either side of the switch to prost must read each other.
+    #[tokio::test]
+    async fn message_written_with_rust_protobuf_decodes_field_for_field() {
+        let old = include_bytes!("../testdata/protobuf2/message.bin");
+        let (forwarded, ended) = forward_frames(&[old]).await;
+        ended.unwrap();
+        let [msg] = &forwarded[..] else {
+            panic!("one message, got {forwarded:?}")
+        };
+        assert_eq!(msg.get_msg_type(), MessageType::MsgAppend);
+        assert_eq!((msg.to, msg.from, msg.term, msg.log_term, msg.index), (2, 1, 3, 2, 2));
+        assert_eq!((msg.commit, msg.commit_term, msg.priority), (3, 2, -5));
+        assert_eq!((msg.reject, msg.reject_hint, msg.request_snapshot), (true, 9, 1));
+        assert_eq!(msg.context.as_ref(), b"mctx");
+        let indexes: Vec<_> = msg.entries.iter().map(|e| (e.index, e.term, e.data.len())).collect();
+        assert_eq!(indexes, [(2, 2, 20), (3, 2, 13), (4, 3, 0)]);
+        assert_eq!(
+            msg.entries[0].get_entry_type(),
+            raft::eraftpb::EntryType::EntryConfChange
+        );
+        assert_eq!(msg.entries[1].context.as_ref(), b"ctx3");
+        let snapshot = msg.get_snapshot();
+        assert_eq!(snapshot.data.as_ref(), b"snapdata");
+        let conf = snapshot.get_metadata().get_conf_state();
+        assert_eq!(
+            (&conf.voters[..], &conf.learners[..], conf.auto_leave),
+            (&[1, 2, 3][..], &[4][..], true)
+        );
+        // prost packs repeated numbers where rust-protobuf did not; each reads the other's.
+        assert_eq!(Message::decode(msg.encode_to_vec().as_slice()).unwrap(), *msg);
+    }
+
+    #[tokio::test]
+    async fn field_length_beyond_the_frame_is_refused_as_undecodable() {
+        // `context` (field 12) claiming 4 GiB, then `entries` (field 7) claiming 1 TiB, in a
+        // frame of a few bytes: refused before any buffer of that size exists.
+        for lying in [
+            &[0x62, 0xff, 0xff, 0xff, 0xff, 0x0f, 1, 2][..],
+            &[0x3a, 0x80, 0x80, 0x80, 0x80, 0x80, 0x20, 1],
+        ] {
+            let (forwarded, ended) = forward_frames(&[lying]).await;
+            let err = ended.unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+            assert!(
+                err.to_string().contains("undecodable raft message from node 2"),
+                "{err}"
+            );
+            assert!(forwarded.is_empty());
+        }
     }
 
     #[tokio::test]

@@ -32,7 +32,7 @@
 
 use std::collections::BTreeMap;
 
-use protobuf::Message as _;
+use prost::Message as _;
 use raft::eraftpb::{ConfChange, ConfChangeType, Entry, EntryType, Message, MessageType, Snapshot};
 use raft::INVALID_INDEX;
 
@@ -167,7 +167,7 @@ fn check_entry_payload(entry: &Entry, at: &Receiver<'_>) -> Result<(), String> {
             if entry.data.is_empty() {
                 return Ok(()); // a change the leader refused and blanked
             }
-            let change = ConfChange::parse_from_bytes(&entry.data)
+            let change = ConfChange::decode(entry.data.as_ref())
                 .map_err(|e| format!("entry {} holds an undecodable configuration change: {e}", entry.index))?;
             let id = change.node_id;
             if change.get_change_type() != ConfChangeType::AddLearnerNode {
@@ -327,7 +327,7 @@ mod tests {
         let mut m = message(MessageType::MsgAppend, 1, term);
         m.index = index;
         m.log_term = log_term;
-        m.set_entries(entries.iter().map(|&(i, t)| entry(i, t)).collect::<Vec<_>>().into());
+        m.set_entries(entries.iter().map(|&(i, t)| entry(i, t)).collect());
         m
     }
 
@@ -415,6 +415,18 @@ mod tests {
         refused_and_would_panic(raft::INVALID_ID, m, "term 0");
     }
 
+    /// prost keeps an enum value it does not know; reading it must not panic (protobuf-build's
+    /// accessor did) and, as under rust-protobuf, it reads as the default `MsgHup`, refused here.
+    #[test]
+    fn message_of_unknown_type_is_refused_not_a_panic() {
+        let mut m = message(MessageType::MsgHeartbeat, 1, 2);
+        m.msg_type = 99;
+        let decoded = Message::decode(m.encode_to_vec().as_slice()).unwrap();
+        assert_eq!(decoded.msg_type, 99);
+        let refusal = check_at(&decoded, 1, 5, false).unwrap_err();
+        assert!(refusal.contains("MsgHup is never sent"), "{refusal}");
+    }
+
     #[test]
     fn empty_proposal_to_the_leader_is_refused() {
         let m = message(MessageType::MsgPropose, 3, 0);
@@ -476,9 +488,9 @@ mod tests {
             change.context = b"127.0.0.1:9999".to_vec().into();
             let mut e = Entry::default();
             e.set_entry_type(EntryType::EntryConfChange);
-            e.data = change.write_to_bytes().unwrap().into();
+            e.data = change.encode_to_vec().into();
             let mut m = message(MessageType::MsgPropose, 3, 0);
-            m.set_entries(vec![e].into());
+            m.set_entries(vec![e]);
             m
         };
         assert!(check_at(&proposal(ConfChangeType::RemoveNode, 1), 3, 5, true)
