@@ -4,9 +4,28 @@
 
 use uuid::Uuid;
 
-use super::partition_change::take_out_of_service;
+use super::partition_change::{elect_leaders_for_returning, take_out_of_service};
 use crate::metadata::image::MetadataImage;
-use crate::metadata::records::{MetadataCommand, MetadataRecord};
+use crate::metadata::records::{Endpoint, MetadataCommand, MetadataRecord};
+
+/// A broker's registration, made on every start as a new incarnation: it is live again (even
+/// after a controlled shutdown), and partitions left offline waiting for it get it as leader.
+pub fn register_broker(
+    image: &MetadataImage,
+    broker_id: i32,
+    incarnation_id: Uuid,
+    endpoints: &[Endpoint],
+    rack: Option<&str>,
+) -> Vec<MetadataRecord> {
+    let mut records = vec![MetadataRecord::RegisterBroker {
+        broker_id,
+        incarnation_id,
+        endpoints: endpoints.to_vec(),
+        rack: rack.map(String::from),
+    }];
+    records.extend(elect_leaders_for_returning(image, broker_id));
+    records
+}
 
 /// Fences a broker the controller stopped hearing from: it leaves every ISR it is in (unless it
 /// is the last member) and the partitions it led get a new leader or go offline.
@@ -16,6 +35,21 @@ pub fn fence_broker(image: &MetadataImage, broker_id: i32) -> Vec<MetadataRecord
     }
     let mut records = vec![MetadataRecord::FenceBroker { broker_id }];
     records.extend(take_out_of_service(image, broker_id));
+    records
+}
+
+/// Unfences a broker the controller hears from again, bringing back partitions left offline
+/// waiting for it. A broker in controlled shutdown comes back only by registering again.
+pub fn unfence_broker(image: &MetadataImage, broker_id: i32) -> Vec<MetadataRecord> {
+    if image
+        .brokers
+        .get(&broker_id)
+        .is_none_or(|b| !b.fenced || b.in_controlled_shutdown)
+    {
+        return Vec::new();
+    }
+    let mut records = vec![MetadataRecord::UnfenceBroker { broker_id }];
+    records.extend(elect_leaders_for_returning(image, broker_id));
     records
 }
 

@@ -1,8 +1,26 @@
 //! Producer id blocks (Kafka's `ProducerIdControlManager`): each broker takes a block of ids
 //! at a time from the quorum, so no two producers anywhere get the same id.
 
+use super::outcome::Outcome;
+use crate::metadata::image::MetadataImage;
+use crate::metadata::records::MetadataRecord;
+
 /// Producer ids handed to a broker at a time (Kafka's block size).
 pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
+
+/// Hands `broker_id` the next unused block; the image remembers where the following one starts.
+pub fn allocate_producer_ids(image: &MetadataImage, broker_id: i32) -> (Vec<MetadataRecord>, Outcome) {
+    let first = image.next_producer_id;
+    let record = MetadataRecord::ProducerIds {
+        broker_id,
+        next_block_start: first + PRODUCER_ID_BLOCK_SIZE,
+    };
+    let outcome = Outcome::ProducerIdBlock {
+        first,
+        size: PRODUCER_ID_BLOCK_SIZE,
+    };
+    (vec![record], outcome)
+}
 
 #[cfg(test)]
 mod tests {

@@ -4,7 +4,7 @@
 use kafka_protocol::error::ResponseError;
 use uuid::Uuid;
 
-use super::outcome::ApiError;
+use super::outcome::{ApiError, Outcome};
 use super::placement::{check_partition_count, place_replicas, replication_factor, validate_assignments};
 use crate::metadata::image::{MetadataImage, TopicImage};
 use crate::metadata::records::{ConfigResource, MetadataRecord, NewTopic};
@@ -105,10 +105,27 @@ pub fn create_partitions(
     Ok(partition_records(topic.topic_id, current, new_assignments).collect())
 }
 
-pub fn delete_topic(topic: &TopicImage) -> Vec<MetadataRecord> {
-    vec![MetadataRecord::RemoveTopic {
+/// Deletes the topic named by `name`, or by `topic_id` when the request gave no name; the
+/// outcome carries both, since the request may have named only one.
+pub fn delete_topic(
+    image: &MetadataImage,
+    name: Option<&str>,
+    topic_id: &Uuid,
+) -> Result<(Vec<MetadataRecord>, Outcome), ApiError> {
+    let topic = match name {
+        Some(n) => existing_topic(image, n)?,
+        None => image
+            .topic_by_id(topic_id)
+            .ok_or_else(|| ApiError::new(ResponseError::UnknownTopicId, format!("no topic has id {topic_id}")))?,
+    };
+    let records = vec![MetadataRecord::RemoveTopic {
         topic_id: topic.topic_id,
-    }]
+    }];
+    let outcome = Outcome::TopicDeleted {
+        name: topic.name.clone(),
+        topic_id: topic.topic_id,
+    };
+    Ok((records, outcome))
 }
 
 pub(super) fn existing_topic<'a>(image: &'a MetadataImage, name: &str) -> Result<&'a TopicImage, ApiError> {
