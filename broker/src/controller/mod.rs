@@ -7,6 +7,9 @@
 //! `partition_change` (AlterPartition, elections, taking a broker out of service), `brokers`
 //! (registration, fencing, controlled shutdown, liveness), `configs` and `producer_ids`.
 //! Managers depend only on `outcome` and on each other downward, never on `decide`.
+//!
+//! `timer` is the one part with a clock: the active controller's loop that proposes fencing,
+//! unfencing and preferred leader elections, deciding what to propose with the pure functions.
 
 mod brokers;
 mod configs;
@@ -14,6 +17,7 @@ mod outcome;
 mod partition_change;
 mod placement;
 mod producer_ids;
+pub mod timer;
 mod topics;
 
 #[cfg(test)]
