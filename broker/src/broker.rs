@@ -87,7 +87,11 @@ impl Broker {
         vec![
             tokio::spawn(register(self.clone(), shutdown.clone())),
             tokio::spawn(follow_metadata(self.clone(), shutdown.clone())),
-            tokio::spawn(run_controller(self.clone(), shutdown.clone())),
+            tokio::spawn(controller::timer::run(
+                self.clone(),
+                controller_timer_config(&self.config),
+                shutdown.clone(),
+            )),
             tokio::spawn(self.replicas.clone().run_isr_maintenance(shutdown.clone())),
             tokio::spawn(self.groups.clone().run_timers(shutdown)),
         ]
@@ -161,6 +165,51 @@ impl Broker {
     }
 }
 
+/// The settings of `config` that the controller's timer runs by.
+fn controller_timer_config(config: &BrokerConfig) -> controller::timer::TimerConfig {
+    controller::timer::TimerConfig {
+        broker_heartbeat_interval_ms: config.broker_heartbeat_interval_ms,
+        broker_session_timeout_ms: config.broker_session_timeout_ms,
+        auto_leader_rebalance_enable: config.auto_leader_rebalance_enable,
+        leader_imbalance_check_interval_seconds: config.leader_imbalance_check_interval_seconds,
+    }
+}
+
+/// The broker as the controller's timer sees it: the quorum leader's contact times in broker
+/// ids, the image, and proposing through `commit` (so hosted partitions follow at once).
+impl controller::timer::ControllerHost for Broker {
+    type Error = CommitError;
+
+    fn broker_contacts(&self) -> Option<Vec<(i32, Option<u64>)>> {
+        let status = self.metadata.quorum_status();
+        if status.role != sluice_raft_meta::Role::Leader {
+            return None;
+        }
+        let contacts = status
+            .voters
+            .iter()
+            .chain(status.learners.iter())
+            .map(|r| {
+                let ms = if r.id == status.node_id {
+                    Some(0)
+                } else {
+                    r.last_contact_ms_ago
+                };
+                (node_id_of(r.id), ms)
+            })
+            .collect();
+        Some(contacts)
+    }
+
+    fn image(&self) -> Arc<MetadataImage> {
+        self.metadata.image()
+    }
+
+    async fn propose(&self, command: MetadataCommand) -> Result<(), CommitError> {
+        self.commit(command).await.map(|_| ())
+    }
+}
+
 /// Announces this broker (a new incarnation on every start), retrying until the quorum takes it.
 async fn register(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
     let command = MetadataCommand::RegisterBroker {
@@ -205,66 +254,5 @@ async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool
             changed = images.changed() => if changed.is_err() { return },
         }
         broker.reconcile();
-    }
-}
-
-/// The active controller's timer-driven duty: fence brokers it has not heard from for
-/// `broker.session.timeout.ms` and unfence them when they are back, and every
-/// `leader.imbalance.check.interval.seconds` move leadership back to preferred replicas
-/// (`auto.leader.rebalance.enable`). The quorum's own traffic
-/// is the heartbeat: every broker is a quorum member the leader hears from several times a second.
-async fn run_controller(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
-    let period = Duration::from_millis(broker.config.broker_heartbeat_interval_ms.clamp(100, 2000) / 2);
-    let mut ticker = tokio::time::interval(period);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut leading_since: Option<tokio::time::Instant> = None;
-    let rebalance_period = Duration::from_secs(broker.config.leader_imbalance_check_interval_seconds.max(1));
-    let mut last_rebalance = tokio::time::Instant::now();
-    loop {
-        tokio::select! {
-            _ = shutdown.changed() => return,
-            _ = ticker.tick() => {}
-        }
-        let status = broker.metadata.quorum_status();
-        if status.role != sluice_raft_meta::Role::Leader {
-            leading_since = None;
-            continue;
-        }
-        let since = *leading_since.get_or_insert_with(tokio::time::Instant::now);
-        if broker.config.auto_leader_rebalance_enable
-            && last_rebalance.elapsed() >= rebalance_period
-            && controller::preferred_leader_imbalance(&broker.metadata.image())
-        {
-            last_rebalance = tokio::time::Instant::now();
-            tracing::info!("controller: moving leadership back to preferred replicas");
-            if let Err(e) = broker.commit(MetadataCommand::ElectPreferredLeaders).await {
-                tracing::warn!(error = %e, "controller could not rebalance leaders; will retry");
-            }
-        }
-        let contacts: Vec<(i32, Option<u64>)> = status
-            .voters
-            .iter()
-            .chain(status.learners.iter())
-            .map(|r| {
-                let ms = if r.id == status.node_id {
-                    Some(0)
-                } else {
-                    r.last_contact_ms_ago
-                };
-                (node_id_of(r.id), ms)
-            })
-            .collect();
-        let commands = controller::liveness_changes(
-            &broker.metadata.image(),
-            &contacts,
-            since.elapsed().as_millis() as u64,
-            broker.config.broker_session_timeout_ms,
-        );
-        for command in commands {
-            tracing::info!(?command, "controller: broker liveness changed");
-            if let Err(e) = broker.commit(command).await {
-                tracing::warn!(error = %e, "controller could not record a liveness change; will retry");
-            }
-        }
     }
 }

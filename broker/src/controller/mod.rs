@@ -1,0 +1,90 @@
+//! Controller decisions: validating admin requests against the metadata image and turning
+//! them into metadata records. Pure functions of (image, request): no I/O, no clock, no
+//! randomness (ids are passed in), so every decision is unit-tested and replayable.
+//!
+//! Shaped like Kafka's `QuorumController`: [`decide`] dispatches each command to the manager
+//! that owns it. `topics` (names, creation, growth, deletion), `placement` (where replicas go),
+//! `partition_change` (AlterPartition, elections, taking a broker out of service), `brokers`
+//! (registration, fencing, controlled shutdown, liveness), `configs` and `producer_ids`.
+//! Managers depend only on `outcome` and on each other downward, never on `decide`.
+//!
+//! `timer` is the one part with a clock: the active controller's loop that proposes fencing,
+//! unfencing and preferred leader elections, deciding what to propose with the pure functions.
+
+mod brokers;
+mod configs;
+mod outcome;
+mod partition_change;
+mod placement;
+mod producer_ids;
+pub mod timer;
+mod topics;
+
+#[cfg(test)]
+mod test_support;
+
+use crate::metadata::image::MetadataImage;
+use crate::metadata::records::{MetadataCommand, MetadataRecord};
+
+pub use brokers::{controlled_shutdown, fence_broker, liveness_changes, register_broker, unfence_broker};
+pub use configs::alter_topic_configs;
+pub use outcome::{ApiError, Outcome};
+pub use partition_change::{alter_partition, elect_preferred_leaders, preferred_leader_imbalance};
+pub use placement::{replication_factor, MAX_PARTITIONS_PER_TOPIC};
+pub use producer_ids::{allocate_producer_ids, PRODUCER_ID_BLOCK_SIZE};
+pub use topics::{create_partitions, create_topic, delete_topic, validate_topic_name, MAX_TOPIC_NAME_LEN};
+
+/// Decides a proposed command against the image: the records that carry it out, or why not.
+/// Runs when the command is applied, in log order, identically on every node. Each command
+/// belongs to one manager; this only dispatches.
+pub fn decide(image: &MetadataImage, command: &MetadataCommand) -> Result<(Vec<MetadataRecord>, Outcome), ApiError> {
+    let done = |records| Ok((records, Outcome::Done));
+    match command {
+        MetadataCommand::RegisterBroker {
+            broker_id,
+            incarnation_id,
+            endpoints,
+            rack,
+        } => done(register_broker(
+            image,
+            *broker_id,
+            *incarnation_id,
+            endpoints,
+            rack.as_deref(),
+        )),
+        MetadataCommand::FenceBroker { broker_id } => done(fence_broker(image, *broker_id)),
+        MetadataCommand::UnfenceBroker { broker_id } => done(unfence_broker(image, *broker_id)),
+        MetadataCommand::ControlledShutdown {
+            broker_id,
+            incarnation_id,
+        } => done(controlled_shutdown(image, *broker_id, *incarnation_id)),
+        MetadataCommand::CreateTopic { topic, topic_id } => done(create_topic(image, topic, *topic_id)?),
+        MetadataCommand::CreatePartitions {
+            name,
+            count,
+            assignments,
+        } => done(create_partitions(image, name, *count, assignments.as_deref())?),
+        MetadataCommand::DeleteTopic { name, topic_id } => delete_topic(image, name.as_deref(), topic_id),
+        MetadataCommand::AlterTopicConfigs { name, ops, list_bases } => {
+            done(alter_topic_configs(image, name, ops, list_bases)?)
+        }
+        MetadataCommand::AlterPartition {
+            topic_id,
+            partition,
+            leader_id,
+            leader_epoch,
+            partition_epoch,
+            new_isr,
+        } => alter_partition(
+            image,
+            *topic_id,
+            *partition,
+            *leader_id,
+            *leader_epoch,
+            *partition_epoch,
+            new_isr,
+        ),
+        MetadataCommand::ElectPreferredLeaders => done(elect_preferred_leaders(image)),
+        MetadataCommand::AllocateProducerIds { broker_id } => Ok(allocate_producer_ids(image, *broker_id)),
+    }
+}

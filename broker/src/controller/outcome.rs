@@ -1,0 +1,49 @@
+//! What a controller decision hands back: records and an [`Outcome`] for the proposer, or an
+//! [`ApiError`] saying why the request was refused. A leaf of `controller/`, so every manager
+//! can return these without depending on `decide`.
+
+use kafka_protocol::error::ResponseError;
+use uuid::Uuid;
+
+/// A refused request: the Kafka error for the client and a sentence for a human.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub error: ResponseError,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(error: ResponseError, message: impl Into<String>) -> Self {
+        ApiError {
+            error,
+            message: message.into(),
+        }
+    }
+
+    pub fn code(&self) -> i16 {
+        self.error.code()
+    }
+}
+
+/// What a decided command reports back to the client that proposed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Done,
+    /// A topic was deleted: its name and id (the request may have named only one).
+    TopicDeleted {
+        name: String,
+        topic_id: Uuid,
+    },
+    /// Producer ids `first..first + size` now belong to the proposing broker.
+    ProducerIdBlock {
+        first: i64,
+        size: i64,
+    },
+    /// An AlterPartition was accepted: the partition's registration as it now stands (what
+    /// Kafka's AlterPartition response carries; the leader adopts the new partition epoch).
+    PartitionChanged {
+        leader_epoch: i32,
+        partition_epoch: i32,
+        isr: Vec<i32>,
+    },
+}

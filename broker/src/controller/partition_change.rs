@@ -1,0 +1,433 @@
+//! Changes to partition registrations (Kafka's `PartitionChangeBuilder` and the election half of
+//! `ReplicationControlManager`): AlterPartition from a partition leader, taking a broker out of
+//! service, leader elections (preferred, returning replicas, unclean), and the epoch bumps that
+//! make each registration a compare-and-set version.
+
+use kafka_protocol::error::ResponseError;
+use uuid::Uuid;
+
+use super::outcome::{ApiError, Outcome};
+use crate::metadata::image::{MetadataImage, PartitionRegistration, TopicImage};
+use crate::metadata::records::MetadataRecord;
+
+/// Kafka's AlterPartition (KIP-497): the partition leader `leader_id` replaces the ISR.
+/// A compare-and-set on the leader and partition epochs: a deposed leader or one acting on a
+/// stale registration is refused, as is an ISR without the leader or one that adds a replica
+/// which cannot be in sync (KIP-841: fenced, shutting down or not registered). An unchanged
+/// ISR writes nothing.
+pub fn alter_partition(
+    image: &MetadataImage,
+    topic_id: Uuid,
+    partition: i32,
+    leader_id: i32,
+    leader_epoch: i32,
+    partition_epoch: i32,
+    new_isr: &[i32],
+) -> Result<(Vec<MetadataRecord>, Outcome), ApiError> {
+    let topic = image
+        .topic_by_id(&topic_id)
+        .ok_or_else(|| ApiError::new(ResponseError::UnknownTopicId, format!("no topic has id {topic_id}")))?;
+    let p = usize::try_from(partition)
+        .ok()
+        .and_then(|i| topic.partitions.get(i))
+        .ok_or_else(|| {
+            ApiError::new(
+                ResponseError::UnknownTopicOrPartition,
+                format!("{} has no partition {partition}", topic.name),
+            )
+        })?;
+    let refuse = |error, why: String| {
+        Err(ApiError::new(
+            error,
+            format!("AlterPartition of {}-{partition} refused: {why}", topic.name),
+        ))
+    };
+    if leader_id != p.leader {
+        let why = format!("broker {leader_id} is not the leader, {} is", p.leader);
+        return refuse(ResponseError::NotLeaderOrFollower, why);
+    }
+    if leader_epoch != p.leader_epoch {
+        let error = if leader_epoch < p.leader_epoch {
+            ResponseError::FencedLeaderEpoch
+        } else {
+            ResponseError::UnknownLeaderEpoch
+        };
+        return refuse(
+            error,
+            format!("leader epoch {leader_epoch}, current {}", p.leader_epoch),
+        );
+    }
+    if partition_epoch != p.partition_epoch {
+        let why = format!("partition epoch {partition_epoch}, current {}", p.partition_epoch);
+        return refuse(ResponseError::InvalidUpdateVersion, why);
+    }
+    let mut distinct = new_isr.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() != new_isr.len()
+        || !new_isr.contains(&p.leader)
+        || new_isr.iter().any(|id| !p.replicas.contains(id))
+    {
+        let why = format!(
+            "ISR {new_isr:?} must be distinct replicas of {:?} including the leader {}",
+            p.replicas, p.leader
+        );
+        return refuse(ResponseError::InvalidRequest, why);
+    }
+    if let Some(id) = new_isr.iter().find(|id| !p.isr.contains(id) && !image.is_live(**id)) {
+        let why = format!("replica {id} is fenced, shutting down or not registered");
+        return refuse(ResponseError::IneligibleReplica, why);
+    }
+    // In the replicas' order, so that the same set always makes the same record.
+    let isr: Vec<i32> = p.replicas.iter().copied().filter(|id| new_isr.contains(id)).collect();
+    let changed = isr != p.isr;
+    let records = if changed {
+        vec![partition_change(
+            topic.topic_id,
+            partition as usize,
+            &p.replicas,
+            isr.clone(),
+            p.leader,
+            p,
+        )]
+    } else {
+        Vec::new()
+    };
+    let outcome = Outcome::PartitionChanged {
+        leader_epoch: p.leader_epoch,
+        partition_epoch: p.partition_epoch + i32::from(changed),
+        isr,
+    };
+    Ok((records, outcome))
+}
+
+/// The partition changes that follow a broker out of service: it leaves every ISR it is in
+/// (unless it is the last member), and the partitions it led move to another live in-sync
+/// replica. When none is left the partition goes offline (leader -1), or, if the topic allows
+/// unclean leader election, any live replica leads with itself as the whole ISR. Each change
+/// bumps the partition epoch, and the leader epoch when leadership moves. Partitions already
+/// in that state (a fenced broker now shutting down) are left alone.
+pub(super) fn take_out_of_service(image: &MetadataImage, broker_id: i32) -> Vec<MetadataRecord> {
+    let mut records = Vec::new();
+    let eligible = |id: &i32| *id != broker_id && image.is_live(*id);
+    for topic in image.topics.values() {
+        let unclean = unclean_leader_election_enabled(topic);
+        for (index, p) in topic.partitions.iter().enumerate() {
+            if p.leader != broker_id && !p.isr.contains(&broker_id) {
+                continue;
+            }
+            let remaining: Vec<i32> = p.isr.iter().copied().filter(|id| *id != broker_id).collect();
+            let (leader, isr) = if p.leader != broker_id {
+                (p.leader, remaining)
+            } else if let Some(leader) = p.isr.iter().copied().find(eligible) {
+                (leader, remaining)
+            } else if let Some(leader) = p.replicas.iter().copied().find(eligible).filter(|_| unclean) {
+                (leader, vec![leader])
+            } else {
+                (-1, remaining)
+            };
+            // Kafka keeps the last in-sync replica in the ISR so it can lead again when it returns.
+            let isr = if isr.is_empty() { p.isr.clone() } else { isr };
+            if leader == p.leader && isr == p.isr {
+                continue;
+            }
+            records.push(partition_change(topic.topic_id, index, &p.replicas, isr, leader, p));
+        }
+    }
+    records
+}
+
+/// The topic's own `unclean.leader.election.enable`. Only the topic-level setting counts:
+/// decisions run on every node, and broker-level settings may differ between nodes.
+fn unclean_leader_election_enabled(topic: &TopicImage) -> bool {
+    topic
+        .configs
+        .get("unclean.leader.election.enable")
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+}
+
+/// Moves leadership back to each partition's preferred replica (the first), wherever that
+/// replica is live, in sync and not already leading (Kafka's preferred leader election).
+pub fn elect_preferred_leaders(image: &MetadataImage) -> Vec<MetadataRecord> {
+    let mut records = Vec::new();
+    for topic in image.topics.values() {
+        for (index, p) in topic.partitions.iter().enumerate() {
+            if let Some(preferred) = preferred_leader_to_elect(image, p) {
+                records.push(partition_change(
+                    topic.topic_id,
+                    index,
+                    &p.replicas,
+                    p.isr.clone(),
+                    preferred,
+                    p,
+                ));
+            }
+        }
+    }
+    records
+}
+
+/// Whether [`elect_preferred_leaders`] would change anything: the controller checks this
+/// before proposing, so a balanced cluster does not fill the metadata log with no-ops.
+pub fn preferred_leader_imbalance(image: &MetadataImage) -> bool {
+    image
+        .topics
+        .values()
+        .flat_map(|t| &t.partitions)
+        .any(|p| preferred_leader_to_elect(image, p).is_some())
+}
+
+fn preferred_leader_to_elect(image: &MetadataImage, p: &PartitionRegistration) -> Option<i32> {
+    let preferred = *p.replicas.first()?;
+    (preferred != p.leader && p.isr.contains(&preferred) && image.is_live(preferred)).then_some(preferred)
+}
+
+/// Partitions left without a leader get one back when an in-sync replica returns, or, if the
+/// topic allows unclean leader election, when any of their replicas returns (leading with
+/// itself as the whole ISR).
+pub(super) fn elect_leaders_for_returning(image: &MetadataImage, broker_id: i32) -> Vec<MetadataRecord> {
+    let mut records = Vec::new();
+    for topic in image.topics.values() {
+        let unclean = unclean_leader_election_enabled(topic);
+        for (index, p) in topic.partitions.iter().enumerate() {
+            if p.leader != -1 {
+                continue;
+            }
+            let isr = if p.isr.contains(&broker_id) {
+                p.isr.clone()
+            } else if unclean && p.replicas.contains(&broker_id) {
+                vec![broker_id]
+            } else {
+                continue;
+            };
+            records.push(partition_change(topic.topic_id, index, &p.replicas, isr, broker_id, p));
+        }
+    }
+    records
+}
+
+fn partition_change(
+    topic_id: Uuid,
+    index: usize,
+    replicas: &[i32],
+    isr: Vec<i32>,
+    leader: i32,
+    previous: &PartitionRegistration,
+) -> MetadataRecord {
+    MetadataRecord::Partition {
+        topic_id,
+        partition: index as i32,
+        replicas: replicas.to_vec(),
+        isr,
+        leader,
+        // Kafka bumps the leader epoch only when leadership moves; every change bumps the
+        // partition epoch (the compare-and-set version of the registration).
+        leader_epoch: previous.leader_epoch + i32::from(leader != previous.leader),
+        partition_epoch: previous.partition_epoch + 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::test_support::*;
+    use crate::controller::{create_topic, decide, fence_broker};
+    use crate::metadata::records::{ConfigResource, MetadataCommand};
+
+    fn alter_isr(leader_id: i32, leader_epoch: i32, partition_epoch: i32, new_isr: &[i32]) -> MetadataCommand {
+        MetadataCommand::AlterPartition {
+            topic_id: Uuid::from_u128(1),
+            partition: 0,
+            leader_id,
+            leader_epoch,
+            partition_epoch,
+            new_isr: new_isr.to_vec(),
+        }
+    }
+
+    /// Brokers 1..=n and topic "t" (id 1) with one partition on all of them, led by 1.
+    fn one_partition_on(n: i32) -> MetadataImage {
+        let brokers: Vec<i32> = (1..=n).collect();
+        let mut image = image_with_brokers(&brokers);
+        let mut topic = new_topic("t", 1, n as i16);
+        topic.assignments = Some(vec![brokers]);
+        let records = create_topic(&image, &topic, Uuid::from_u128(1)).unwrap();
+        apply_all(&mut image, &records);
+        image
+    }
+
+    #[test]
+    fn alter_partition_shrinks_and_expands_the_isr_as_a_compare_and_set() {
+        let mut image = one_partition_on(3);
+        let outcome = decide_and_apply(&mut image, alter_isr(1, 0, 0, &[3, 1]));
+        let expected = Outcome::PartitionChanged {
+            leader_epoch: 0,
+            partition_epoch: 1,
+            isr: vec![1, 3],
+        };
+        assert_eq!(outcome, expected);
+        let p = &image.topic("t").unwrap().partitions[0];
+        assert_eq!(
+            (p.leader, p.leader_epoch, p.partition_epoch, &p.isr),
+            (1, 0, 1, &vec![1, 3])
+        );
+        // A request built on the old registration loses the race.
+        let err = decide(&image, &alter_isr(1, 0, 0, &[1, 2, 3])).unwrap_err();
+        assert_eq!(err.error, ResponseError::InvalidUpdateVersion);
+        decide_and_apply(&mut image, alter_isr(1, 0, 1, &[2, 1, 3]));
+        let p = &image.topic("t").unwrap().partitions[0];
+        assert_eq!((p.partition_epoch, &p.isr), (2, &p.replicas));
+        // The same ISR again writes nothing and reports the registration as it is.
+        let (records, outcome) = decide(&image, &alter_isr(1, 0, 2, &[1, 2, 3])).unwrap();
+        assert!(records.is_empty());
+        assert!(matches!(outcome, Outcome::PartitionChanged { partition_epoch: 2, .. }));
+    }
+
+    #[test]
+    fn alter_partition_refuses_unknown_partitions_deposed_leaders_and_stale_epochs() {
+        let mut image = one_partition_on(3);
+        let mut unknown_topic = alter_isr(1, 0, 0, &[1]);
+        if let MetadataCommand::AlterPartition { topic_id, .. } = &mut unknown_topic {
+            *topic_id = Uuid::from_u128(99);
+        }
+        let mut unknown_partition = alter_isr(1, 0, 0, &[1]);
+        if let MetadataCommand::AlterPartition { partition, .. } = &mut unknown_partition {
+            *partition = 1;
+        }
+        let cases = [
+            (unknown_topic, ResponseError::UnknownTopicId),
+            (unknown_partition, ResponseError::UnknownTopicOrPartition),
+            (alter_isr(2, 0, 0, &[2]), ResponseError::NotLeaderOrFollower),
+            (alter_isr(1, 1, 0, &[1]), ResponseError::UnknownLeaderEpoch),
+            (alter_isr(1, 0, 1, &[1]), ResponseError::InvalidUpdateVersion),
+        ];
+        for (command, error) in cases {
+            assert_eq!(decide(&image, &command).unwrap_err().error, error, "{command:?}");
+        }
+        // Broker 1 is fenced: broker 2 leads at epoch 1 and 1's last request is refused.
+        let records = fence_broker(&image, 1);
+        apply_all(&mut image, &records);
+        let err = decide(&image, &alter_isr(1, 0, 0, &[1, 2])).unwrap_err();
+        assert_eq!(err.error, ResponseError::NotLeaderOrFollower);
+        let err = decide(&image, &alter_isr(2, 0, 1, &[2, 3])).unwrap_err();
+        assert_eq!(err.error, ResponseError::FencedLeaderEpoch);
+        assert!(decide(&image, &alter_isr(2, 1, 1, &[2])).is_ok());
+    }
+
+    #[test]
+    fn alter_partition_refuses_malformed_isrs_and_ineligible_replicas() {
+        let mut image = one_partition_on(4);
+        decide_and_apply(&mut image, alter_isr(1, 0, 0, &[1]));
+        for isr in [&[][..], &[2, 3], &[1, 1], &[1, 9]] {
+            let err = decide(&image, &alter_isr(1, 0, 1, isr)).unwrap_err();
+            assert_eq!(err.error, ResponseError::InvalidRequest, "ISR {isr:?}");
+        }
+        let records = fence_broker(&image, 2);
+        apply_all(&mut image, &records);
+        let shutdown = shutdown_of(3);
+        decide_and_apply(&mut image, shutdown);
+        for isr in [[1, 2], [1, 3]] {
+            let err = decide(&image, &alter_isr(1, 0, 1, &isr)).unwrap_err();
+            assert_eq!(err.error, ResponseError::IneligibleReplica, "ISR {isr:?}");
+        }
+        decide_and_apply(&mut image, alter_isr(1, 0, 1, &[1, 4]));
+        assert_eq!(image.topic("t").unwrap().partitions[0].isr, vec![1, 4]);
+    }
+
+    #[test]
+    fn preferred_leaders_lead_again_once_live_and_in_sync() {
+        let mut image = one_partition_on(3);
+        assert!(!preferred_leader_imbalance(&image));
+        assert!(elect_preferred_leaders(&image).is_empty());
+        let records = fence_broker(&image, 1);
+        apply_all(&mut image, &records);
+        // Fenced and then back, but out of the ISR: not yet.
+        decide_and_apply(&mut image, MetadataCommand::UnfenceBroker { broker_id: 1 });
+        assert_eq!(image.topic("t").unwrap().partitions[0].leader, 2);
+        assert!(!preferred_leader_imbalance(&image));
+        decide_and_apply(&mut image, alter_isr(2, 1, 1, &[1, 2, 3]));
+        assert!(preferred_leader_imbalance(&image));
+        decide_and_apply(&mut image, MetadataCommand::ElectPreferredLeaders);
+        let p = &image.topic("t").unwrap().partitions[0];
+        assert_eq!((p.leader, p.leader_epoch, p.partition_epoch), (1, 2, 3));
+        assert!(!preferred_leader_imbalance(&image));
+    }
+
+    #[test]
+    fn a_shutting_down_preferred_replica_is_not_elected() {
+        let mut image = one_partition_on(2);
+        let records = fence_broker(&image, 1);
+        apply_all(&mut image, &records);
+        // Still in the ISR (re-added while it was briefly back), but shutting down.
+        decide_and_apply(&mut image, MetadataCommand::UnfenceBroker { broker_id: 1 });
+        decide_and_apply(&mut image, alter_isr(2, 1, 1, &[1, 2]));
+        let shutdown = shutdown_of(1);
+        let (records, _) = decide(&image, &shutdown).unwrap();
+        let mut after = image.clone();
+        apply_all(&mut after, &records[..1]);
+        assert!(!preferred_leader_imbalance(&after));
+        assert!(elect_preferred_leaders(&after).is_empty());
+    }
+
+    fn set_topic_config(image: &mut MetadataImage, name: &str, value: &str) {
+        image.apply(&MetadataRecord::Config {
+            resource: ConfigResource::Topic("t".into()),
+            name: name.into(),
+            value: Some(value.into()),
+        });
+    }
+
+    #[test]
+    fn unclean_election_lets_a_live_out_of_sync_replica_lead_when_the_topic_allows_it() {
+        for unclean in [false, true] {
+            let mut image = one_partition_on(3);
+            set_topic_config(&mut image, "unclean.leader.election.enable", &unclean.to_string());
+            decide_and_apply(&mut image, alter_isr(1, 0, 0, &[1]));
+            let records = fence_broker(&image, 1);
+            apply_all(&mut image, &records);
+            let p = &image.topic("t").unwrap().partitions[0];
+            if unclean {
+                assert_eq!((p.leader, p.leader_epoch, &p.isr), (2, 1, &vec![2]));
+            } else {
+                assert_eq!((p.leader, p.leader_epoch, &p.isr), (-1, 1, &vec![1]));
+            }
+        }
+    }
+
+    #[test]
+    fn an_offline_partition_waits_for_its_last_in_sync_replica_unless_unclean_election_is_enabled() {
+        for unclean in [false, true] {
+            let mut image = one_partition_on(2);
+            set_topic_config(&mut image, "unclean.leader.election.enable", &unclean.to_string());
+            decide_and_apply(&mut image, alter_isr(1, 0, 0, &[1]));
+            for broker_id in [2, 1] {
+                let records = fence_broker(&image, broker_id);
+                apply_all(&mut image, &records);
+            }
+            assert_eq!(image.topic("t").unwrap().partitions[0].leader, -1);
+            decide_and_apply(&mut image, MetadataCommand::UnfenceBroker { broker_id: 2 });
+            let p = &image.topic("t").unwrap().partitions[0];
+            if unclean {
+                assert_eq!((p.leader, &p.isr), (2, &vec![2]));
+            } else {
+                assert_eq!((p.leader, &p.isr), (-1, &vec![1]));
+                register(&mut image, 1, 2);
+                let p = &image.topic("t").unwrap().partitions[0];
+                assert_eq!((p.leader, &p.isr), (1, &vec![1]));
+            }
+        }
+    }
+
+    #[test]
+    fn unclean_election_never_picks_a_shutting_down_replica() {
+        let mut image = one_partition_on(3);
+        set_topic_config(&mut image, "unclean.leader.election.enable", "true");
+        decide_and_apply(&mut image, alter_isr(1, 0, 0, &[1]));
+        let shutdown = shutdown_of(2);
+        decide_and_apply(&mut image, shutdown);
+        let records = fence_broker(&image, 1);
+        apply_all(&mut image, &records);
+        let p = &image.topic("t").unwrap().partitions[0];
+        assert_eq!((p.leader, &p.isr), (3, &vec![3]));
+    }
+}

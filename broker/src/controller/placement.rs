@@ -1,0 +1,221 @@
+//! Where new partitions' replicas go (Kafka's `ReplicaPlacer`): round-robin over live brokers,
+//! leaders balanced, consecutive replicas on different racks; and the checks on a placement a
+//! request names itself.
+
+use std::collections::BTreeMap;
+
+use kafka_protocol::error::ResponseError;
+
+use super::outcome::ApiError;
+use crate::metadata::image::MetadataImage;
+use crate::metadata::records::NewTopic;
+
+/// Upper bound on partitions per request, so one request cannot exhaust file handles.
+pub const MAX_PARTITIONS_PER_TOPIC: i32 = 10_000;
+
+/// The replication factor a topic is created with: its assignment's, or the requested one.
+/// A factor left to the broker default is lowered to the number of live brokers (at least 1),
+/// so a default of 3 still lets a one- or two-node cluster create topics; an explicit factor
+/// above the live broker count is refused by the placement.
+pub fn replication_factor(image: &MetadataImage, topic: &NewTopic) -> i16 {
+    if let Some(replicas) = topic.assignments.as_ref().and_then(|a| a.first()) {
+        return replicas.len() as i16;
+    }
+    if !topic.replication_factor_defaulted {
+        return topic.replication_factor;
+    }
+    let live = image.live_brokers().count().min(i16::MAX as usize) as i16;
+    topic.replication_factor.min(live).max(1)
+}
+
+pub(super) fn check_partition_count(count: i32) -> Result<(), ApiError> {
+    if count <= 0 || count > MAX_PARTITIONS_PER_TOPIC {
+        return Err(ApiError::new(
+            ResponseError::InvalidPartitions,
+            format!("number of partitions must be between 1 and {MAX_PARTITIONS_PER_TOPIC}, got {count}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Spreads replicas round-robin over live brokers, starting each partition one broker
+/// further on so that leaders (the first replica) are balanced too. With racks, brokers are
+/// ordered alternating between racks, so consecutive replicas land on different racks.
+pub(super) fn place_replicas(
+    image: &MetadataImage,
+    first: i32,
+    count: i32,
+    rf: i16,
+) -> Result<Vec<Vec<i32>>, ApiError> {
+    let brokers = rack_alternating_brokers(image);
+    if rf <= 0 || rf as usize > brokers.len() {
+        return Err(ApiError::new(
+            ResponseError::InvalidReplicationFactor,
+            format!(
+                "replication factor {rf} is invalid with {} available broker(s)",
+                brokers.len()
+            ),
+        ));
+    }
+    Ok((first..first + count)
+        .map(|p| {
+            (0..rf as usize)
+                .map(|r| brokers[(p as usize + r) % brokers.len()])
+                .collect()
+        })
+        .collect())
+}
+
+/// Live broker ids, interleaved across racks (rack a's first, rack b's first, ..., rack a's
+/// second, ...). Without racks this is simply ascending id order.
+fn rack_alternating_brokers(image: &MetadataImage) -> Vec<i32> {
+    let mut by_rack: BTreeMap<Option<&str>, Vec<i32>> = BTreeMap::new();
+    for broker in image.live_brokers() {
+        by_rack
+            .entry(broker.rack.as_deref())
+            .or_default()
+            .push(broker.broker_id);
+    }
+    let longest = by_rack.values().map(Vec::len).max().unwrap_or(0);
+    (0..longest)
+        .flat_map(|i| by_rack.values().filter_map(move |ids| ids.get(i).copied()))
+        .collect()
+}
+
+pub(super) fn validate_assignments(
+    image: &MetadataImage,
+    assignments: &[Vec<i32>],
+    expected_rf: Option<usize>,
+) -> Result<Vec<Vec<i32>>, ApiError> {
+    let bad = |msg: String| ApiError::new(ResponseError::InvalidReplicaAssignment, msg);
+    check_partition_count(assignments.len() as i32)?;
+    for replicas in assignments {
+        if replicas.is_empty() {
+            return Err(bad("a partition's replica list is empty".to_string()));
+        }
+        if expected_rf.is_some_and(|rf| rf != replicas.len()) {
+            return Err(bad(format!(
+                "replica list {replicas:?} does not match the topic's replication factor"
+            )));
+        }
+        let mut seen = replicas.clone();
+        seen.sort_unstable();
+        seen.dedup();
+        if seen.len() != replicas.len() {
+            return Err(bad(format!("replica list {replicas:?} names a broker twice")));
+        }
+        if let Some(unknown) = replicas.iter().find(|id| !image.brokers.contains_key(id)) {
+            return Err(bad(format!(
+                "broker {unknown} in replica list {replicas:?} is not registered"
+            )));
+        }
+    }
+    Ok(assignments.to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::test_support::*;
+    use crate::controller::{create_topic, decide, fence_broker};
+    use crate::metadata::records::{MetadataCommand, MetadataRecord};
+    use kafka_protocol::error::ResponseError;
+    use uuid::Uuid;
+
+    #[test]
+    fn leaders_are_spread_over_brokers() {
+        let mut image = image_with_brokers(&[1, 2, 3]);
+        let records = create_topic(&image, &new_topic("t", 6, 3), Uuid::from_u128(7)).unwrap();
+        apply_all(&mut image, &records);
+        let topic = image.topic("t").unwrap();
+        let mut leaders: Vec<i32> = topic.partitions.iter().map(|p| p.leader).collect();
+        leaders.sort();
+        assert_eq!(leaders, vec![1, 1, 2, 2, 3, 3]);
+        assert!(topic
+            .partitions
+            .iter()
+            .all(|p| p.replicas.len() == 3 && p.isr == p.replicas));
+    }
+
+    #[test]
+    fn replicas_of_a_partition_land_on_different_racks() {
+        let mut image = MetadataImage::new("test".into());
+        for (id, rack) in [(1, "a"), (2, "a"), (3, "b"), (4, "b"), (5, "c"), (6, "c")] {
+            image.apply(&MetadataRecord::RegisterBroker {
+                broker_id: id,
+                incarnation_id: Uuid::nil(),
+                endpoints: vec![],
+                rack: Some(rack.to_string()),
+            });
+        }
+        let rack = |id: i32| image.brokers[&id].rack.clone();
+        let records = create_topic(&image, &new_topic("t", 12, 3), Uuid::from_u128(1)).unwrap();
+        let mut leaders = std::collections::BTreeMap::new();
+        for record in &records {
+            if let MetadataRecord::Partition { replicas, leader, .. } = record {
+                let mut racks: Vec<_> = replicas.iter().map(|id| rack(*id)).collect();
+                racks.sort();
+                racks.dedup();
+                assert_eq!(racks.len(), 3, "replicas {replicas:?} share a rack");
+                *leaders.entry(*leader).or_insert(0) += 1;
+            }
+        }
+        assert!(leaders.values().all(|n| *n == 2), "leaders per broker: {leaders:?}");
+    }
+
+    #[test]
+    fn new_partitions_are_not_placed_on_fenced_or_shutting_down_brokers() {
+        let mut image = image_with_brokers(&[1, 2, 3, 4]);
+        let records = fence_broker(&image, 2);
+        apply_all(&mut image, &records);
+        let shutdown = shutdown_of(3);
+        decide_and_apply(&mut image, shutdown);
+        let err = create_topic(&image, &new_topic("t", 1, 3), Uuid::from_u128(1)).unwrap_err();
+        assert_eq!(err.error, ResponseError::InvalidReplicationFactor);
+        let records = create_topic(&image, &new_topic("t", 4, 2), Uuid::from_u128(1)).unwrap();
+        apply_all(&mut image, &records);
+        for p in &image.topic("t").unwrap().partitions {
+            let mut replicas = p.replicas.clone();
+            replicas.sort();
+            assert_eq!(replicas, vec![1, 4]);
+        }
+    }
+
+    #[test]
+    fn a_default_replication_factor_is_lowered_to_the_live_broker_count() {
+        let mut image = image_with_brokers(&[1, 2]);
+        let mut topic = new_topic("t", 2, 3);
+        topic.replication_factor_defaulted = true;
+        assert_eq!(replication_factor(&image, &topic), 2);
+        let records = fence_broker(&image, 2);
+        apply_all(&mut image, &records);
+        assert_eq!(replication_factor(&image, &topic), 1);
+        let command = MetadataCommand::CreateTopic {
+            topic,
+            topic_id: Uuid::from_u128(1),
+        };
+        decide_and_apply(&mut image, command);
+        assert!(image.topic("t").unwrap().partitions.iter().all(|p| p.replicas == [1]));
+        // An explicit factor is never lowered.
+        let command = MetadataCommand::CreateTopic {
+            topic: new_topic("u", 1, 2),
+            topic_id: Uuid::from_u128(2),
+        };
+        assert_eq!(
+            decide(&image, &command).unwrap_err().error,
+            ResponseError::InvalidReplicationFactor
+        );
+    }
+
+    #[test]
+    fn topics_with_three_replicas_are_created_on_three_brokers() {
+        let mut image = image_with_brokers(&[1, 2, 3]);
+        let command = MetadataCommand::CreateTopic {
+            topic: new_topic("t", 1, 3),
+            topic_id: Uuid::from_u128(1),
+        };
+        decide_and_apply(&mut image, command);
+        let p = &image.topic("t").unwrap().partitions[0];
+        assert_eq!((p.replicas.len(), &p.isr), (3, &p.replicas));
+    }
+}

@@ -1,0 +1,65 @@
+//! Builders shared by the controller's unit tests: images with registered brokers, topics to
+//! create, and deciding and applying commands the way every node does.
+
+use std::collections::BTreeMap;
+
+use uuid::Uuid;
+
+use super::{decide, Outcome};
+use crate::metadata::image::MetadataImage;
+use crate::metadata::records::{Endpoint, MetadataCommand, MetadataRecord, NewTopic};
+
+pub(super) fn image_with_brokers(ids: &[i32]) -> MetadataImage {
+    let mut image = MetadataImage::new("test".into());
+    for id in ids {
+        image.apply(&MetadataRecord::RegisterBroker {
+            broker_id: *id,
+            incarnation_id: Uuid::nil(),
+            endpoints: vec![Endpoint {
+                host: "127.0.0.1".into(),
+                port: 9092 + id,
+            }],
+            rack: None,
+        });
+    }
+    image
+}
+
+pub(super) fn new_topic(name: &str, partitions: i32, rf: i16) -> NewTopic {
+    NewTopic {
+        name: name.into(),
+        num_partitions: partitions,
+        replication_factor: rf,
+        replication_factor_defaulted: false,
+        assignments: None,
+        configs: BTreeMap::new(),
+    }
+}
+
+pub(super) fn apply_all(image: &mut MetadataImage, records: &[MetadataRecord]) {
+    records.iter().for_each(|r| image.apply(r));
+}
+
+/// A controlled shutdown of a broker registered with the nil incarnation.
+pub(super) fn shutdown_of(broker_id: i32) -> MetadataCommand {
+    MetadataCommand::ControlledShutdown {
+        broker_id,
+        incarnation_id: Uuid::nil(),
+    }
+}
+
+pub(super) fn decide_and_apply(image: &mut MetadataImage, command: MetadataCommand) -> Outcome {
+    let (records, outcome) = decide(image, &command).unwrap();
+    apply_all(image, &records);
+    outcome
+}
+
+pub(super) fn register(image: &mut MetadataImage, broker_id: i32, incarnation: u128) {
+    let command = MetadataCommand::RegisterBroker {
+        broker_id,
+        incarnation_id: Uuid::from_u128(incarnation),
+        endpoints: vec![],
+        rack: None,
+    };
+    decide_and_apply(image, command);
+}

@@ -1,0 +1,234 @@
+//! Topic decisions (the topic half of Kafka's `ReplicationControlManager`): the topic-name
+//! rule, creating a topic, growing its partitions and deleting it.
+
+use kafka_protocol::error::ResponseError;
+use uuid::Uuid;
+
+use super::outcome::{ApiError, Outcome};
+use super::placement::{check_partition_count, place_replicas, replication_factor, validate_assignments};
+use crate::metadata::image::{MetadataImage, TopicImage};
+use crate::metadata::records::{ConfigResource, MetadataRecord, NewTopic};
+use crate::topic_config;
+
+/// Longest legal topic name, as in Kafka.
+pub const MAX_TOPIC_NAME_LEN: usize = 249;
+
+/// Kafka's topic-name rule: 1..=249 chars of `[a-zA-Z0-9._-]`, and not `.` or `..`.
+pub fn validate_topic_name(name: &str) -> Result<(), ApiError> {
+    let invalid = |why: &str| {
+        Err(ApiError::new(
+            ResponseError::InvalidTopicException,
+            format!("topic name {name:?} is invalid: {why}"),
+        ))
+    };
+    if name.is_empty() {
+        return invalid("it is empty");
+    }
+    if name == "." || name == ".." {
+        return invalid("'.' and '..' are reserved");
+    }
+    if name.len() > MAX_TOPIC_NAME_LEN {
+        return invalid("it is longer than 249 characters");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        return invalid("only ASCII letters, digits, '.', '_' and '-' are allowed");
+    }
+    Ok(())
+}
+
+/// Validates a topic creation and returns the records that perform it.
+pub fn create_topic(image: &MetadataImage, topic: &NewTopic, topic_id: Uuid) -> Result<Vec<MetadataRecord>, ApiError> {
+    validate_topic_name(&topic.name)?;
+    if image.topic(&topic.name).is_some() {
+        return Err(ApiError::new(
+            ResponseError::TopicAlreadyExists,
+            format!("topic {:?} already exists", topic.name),
+        ));
+    }
+    for (name, value) in &topic.configs {
+        topic_config::validate(name, value).map_err(|e| ApiError::new(ResponseError::InvalidConfig, e.to_string()))?;
+    }
+    let assignments = match &topic.assignments {
+        Some(a) => validate_assignments(image, a, None)?,
+        None => {
+            check_partition_count(topic.num_partitions)?;
+            place_replicas(image, 0, topic.num_partitions, replication_factor(image, topic))?
+        }
+    };
+    let mut records = vec![MetadataRecord::Topic {
+        name: topic.name.clone(),
+        topic_id,
+    }];
+    records.extend(partition_records(topic_id, 0, assignments));
+    records.extend(topic.configs.iter().map(|(name, value)| MetadataRecord::Config {
+        resource: ConfigResource::Topic(topic.name.clone()),
+        name: name.clone(),
+        value: Some(value.clone()),
+    }));
+    Ok(records)
+}
+
+/// Grows a topic to `count` partitions.
+pub fn create_partitions(
+    image: &MetadataImage,
+    name: &str,
+    count: i32,
+    assignments: Option<&[Vec<i32>]>,
+) -> Result<Vec<MetadataRecord>, ApiError> {
+    let topic = existing_topic(image, name)?;
+    let current = topic.partitions.len() as i32;
+    if count <= current {
+        return Err(ApiError::new(
+            ResponseError::InvalidPartitions,
+            format!("topic {name:?} has {current} partitions; the new count must be larger, not {count}"),
+        ));
+    }
+    check_partition_count(count)?;
+    let new_assignments = match assignments {
+        Some(a) => {
+            if a.len() as i32 != count - current {
+                return Err(ApiError::new(
+                    ResponseError::InvalidReplicaAssignment,
+                    format!("{} assignments given for {} new partitions", a.len(), count - current),
+                ));
+            }
+            validate_assignments(image, a, Some(topic.partitions[0].replicas.len()))?
+        }
+        None => {
+            let rf = topic.partitions.first().map_or(1, |p| p.replicas.len()) as i16;
+            place_replicas(image, current, count - current, rf)?
+        }
+    };
+    Ok(partition_records(topic.topic_id, current, new_assignments).collect())
+}
+
+/// Deletes the topic named by `name`, or by `topic_id` when the request gave no name; the
+/// outcome carries both, since the request may have named only one.
+pub fn delete_topic(
+    image: &MetadataImage,
+    name: Option<&str>,
+    topic_id: &Uuid,
+) -> Result<(Vec<MetadataRecord>, Outcome), ApiError> {
+    let topic = match name {
+        Some(n) => existing_topic(image, n)?,
+        None => image
+            .topic_by_id(topic_id)
+            .ok_or_else(|| ApiError::new(ResponseError::UnknownTopicId, format!("no topic has id {topic_id}")))?,
+    };
+    let records = vec![MetadataRecord::RemoveTopic {
+        topic_id: topic.topic_id,
+    }];
+    let outcome = Outcome::TopicDeleted {
+        name: topic.name.clone(),
+        topic_id: topic.topic_id,
+    };
+    Ok((records, outcome))
+}
+
+pub(super) fn existing_topic<'a>(image: &'a MetadataImage, name: &str) -> Result<&'a TopicImage, ApiError> {
+    image.topic(name).ok_or_else(|| {
+        ApiError::new(
+            ResponseError::UnknownTopicOrPartition,
+            format!("topic {name:?} does not exist"),
+        )
+    })
+}
+
+fn partition_records(topic_id: Uuid, first: i32, assignments: Vec<Vec<i32>>) -> impl Iterator<Item = MetadataRecord> {
+    assignments
+        .into_iter()
+        .enumerate()
+        .map(move |(i, replicas)| MetadataRecord::Partition {
+            topic_id,
+            partition: first + i as i32,
+            leader: replicas[0],
+            isr: replicas.clone(),
+            replicas,
+            leader_epoch: 0,
+            partition_epoch: 0,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::decide;
+    use crate::controller::test_support::*;
+    use crate::metadata::records::MetadataCommand;
+
+    #[test]
+    fn topic_names_follow_kafka_rules() {
+        assert!(validate_topic_name("orders.v1_2-x").is_ok());
+        for bad in ["", ".", "..", "bad topic", "ümlaut", &"x".repeat(250)] {
+            assert_eq!(
+                validate_topic_name(bad).unwrap_err().error,
+                ResponseError::InvalidTopicException
+            );
+        }
+    }
+
+    #[test]
+    fn too_high_replication_factor_and_duplicates_are_refused() {
+        let mut image = image_with_brokers(&[1]);
+        let err = create_topic(&image, &new_topic("t", 1, 3), Uuid::from_u128(1)).unwrap_err();
+        assert_eq!(err.error, ResponseError::InvalidReplicationFactor);
+        let records = create_topic(&image, &new_topic("t", 1, 1), Uuid::from_u128(1)).unwrap();
+        apply_all(&mut image, &records);
+        let err = create_topic(&image, &new_topic("t", 1, 1), Uuid::from_u128(2)).unwrap_err();
+        assert_eq!(err.error, ResponseError::TopicAlreadyExists);
+        let err = create_topic(&image, &new_topic("u", 0, 1), Uuid::from_u128(3)).unwrap_err();
+        assert_eq!(err.error, ResponseError::InvalidPartitions);
+    }
+
+    #[test]
+    fn invalid_configs_are_refused_at_creation() {
+        let image = image_with_brokers(&[1]);
+        let mut topic = new_topic("t", 1, 1);
+        topic.configs.insert("retention.ms".into(), "forever".into());
+        assert_eq!(
+            create_topic(&image, &topic, Uuid::from_u128(1)).unwrap_err().error,
+            ResponseError::InvalidConfig
+        );
+    }
+
+    #[test]
+    fn partitions_only_grow() {
+        let mut image = image_with_brokers(&[1]);
+        let records = create_topic(&image, &new_topic("t", 3, 1), Uuid::from_u128(1)).unwrap();
+        apply_all(&mut image, &records);
+        assert_eq!(
+            create_partitions(&image, "t", 3, None).unwrap_err().error,
+            ResponseError::InvalidPartitions
+        );
+        let records = create_partitions(&image, "t", 6, None).unwrap();
+        apply_all(&mut image, &records);
+        assert_eq!(image.topic("t").unwrap().partitions.len(), 6);
+        assert_eq!(
+            create_partitions(&image, "nope", 6, None).unwrap_err().error,
+            ResponseError::UnknownTopicOrPartition
+        );
+    }
+
+    #[test]
+    fn racing_creations_of_one_topic_decide_in_log_order() {
+        let mut image = image_with_brokers(&[1]);
+        let first = MetadataCommand::CreateTopic {
+            topic: new_topic("t", 1, 1),
+            topic_id: Uuid::from_u128(1),
+        };
+        let second = MetadataCommand::CreateTopic {
+            topic: new_topic("t", 2, 1),
+            topic_id: Uuid::from_u128(2),
+        };
+        let (records, _) = decide(&image, &first).unwrap();
+        apply_all(&mut image, &records);
+        assert_eq!(
+            decide(&image, &second).unwrap_err().error,
+            ResponseError::TopicAlreadyExists
+        );
+        assert_eq!(image.topic("t").unwrap().topic_id, Uuid::from_u128(1));
+    }
+}
