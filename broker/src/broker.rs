@@ -49,7 +49,7 @@ impl Broker {
     /// Partitions are opened once this start's registration is committed (see `register`).
     pub async fn open(config: BrokerConfig) -> Result<Arc<Broker>, MetadataError> {
         let config = Arc::new(config);
-        let metadata = Arc::new(MetadataStore::open(&config).await?);
+        let metadata = Arc::new(MetadataStore::open(&config, controller::decide).await?);
         let replicas = Arc::new(ReplicaManager::new(config.clone(), metadata.clone()));
         let permits = config
             .queued_max_request_bytes

@@ -3,6 +3,7 @@
 pub mod api;
 pub mod broker;
 pub mod clock;
+pub mod cluster_id;
 pub mod config;
 pub mod connection;
 pub mod controller;

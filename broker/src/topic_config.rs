@@ -14,6 +14,10 @@ use crate::log::LogConfig;
 /// only these, not the whole broker config.
 pub type BrokerOverrides = BTreeMap<String, String>;
 
+/// Upper bound on partitions per topic and per request, so one request cannot exhaust file
+/// handles (also bounds `offsets.topic.num.partitions`).
+pub const MAX_PARTITIONS_PER_TOPIC: i32 = 10_000;
+
 /// Value types, with Kafka's DescribeConfigs `config_type` codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigType {

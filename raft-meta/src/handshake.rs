@@ -26,7 +26,7 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
-use crate::transport::{read_frame, write_frame};
+use crate::frame::{read_frame, write_frame};
 
 /// Shortest cluster secret accepted: 128 bits, assuming random bytes.
 pub const MIN_CLUSTER_SECRET_BYTES: usize = 16;

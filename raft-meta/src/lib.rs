@@ -21,9 +21,11 @@
 //!   the state machine refusing an entry or snapshot, or a panic it caught), so it can exit
 //!   instead of serving frozen state.
 
+mod frame;
 pub mod handshake;
 mod logger;
 mod node;
+mod snapshot_data;
 mod storage;
 mod transport;
 mod validate;
@@ -254,7 +256,7 @@ impl Quorum {
         let is_voter = config.voters.contains_key(&config.node_id);
         // The state a fresh directory starts from (the state machine has applied nothing yet).
         let initial_state = sm.snapshot().map_err(QuorumError::Snapshot)?;
-        let initial_data = || node::encode_snapshot_data(&BTreeMap::new(), &initial_state);
+        let initial_data = || snapshot_data::encode_snapshot_data(&BTreeMap::new(), &initial_state);
         let bootstrap = if is_voter {
             let mut conf_state = ConfState::default();
             conf_state.voters = config.voters.keys().copied().collect();

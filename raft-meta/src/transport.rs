@@ -29,6 +29,7 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use crate::frame::{invalid, read_frame, read_frame_rest, write_frame};
 use crate::handshake::{self, ClusterSecret, HandshakeError};
 
 /// Largest frame accepted or sent. A Raft snapshot travels in one message, so this also bounds
@@ -47,8 +48,6 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// on a batch after [`WRITE_TIMEOUT`], so a healthy peer always finishes sooner; a peer that
 /// starts a frame and stalls is disconnected instead of holding a buffer and a slot forever.
 pub(crate) const FRAME_READ_TIMEOUT: Duration = Duration::from_secs(10);
-/// Initial buffer for a frame body; it grows as the body arrives, never from the length alone.
-const FRAME_CHUNK_BYTES: usize = 64 << 10;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// A peer that does not drain its socket for this long is treated as down.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -382,45 +381,6 @@ fn report_snapshots_sent(peer_id: u64, batch: &[Message], events: &mpsc::Sender<
 
 pub(crate) fn is_snapshot(msg: &Message) -> bool {
     msg.get_msg_type() == MessageType::MsgSnapshot
-}
-
-pub(crate) async fn write_frame(w: &mut (impl AsyncWrite + Unpin), payload: &[u8]) -> io::Result<()> {
-    w.write_all(&(payload.len() as u32).to_be_bytes()).await?;
-    w.write_all(payload).await
-}
-
-/// Reads one frame; `None` on a clean end of stream between frames.
-pub(crate) async fn read_frame(r: &mut (impl AsyncRead + Unpin), max: usize) -> io::Result<Option<Vec<u8>>> {
-    let mut first = [0u8; 1];
-    if r.read(&mut first).await? == 0 {
-        return Ok(None);
-    }
-    read_frame_rest(r, first[0], max).await.map(Some)
-}
-
-/// The rest of a frame whose first length byte was `first`. The length is checked against
-/// `max` before any buffer exists, and the buffer grows only as the body arrives, so a length
-/// alone (say 2 GiB, or `max` followed by silence) costs nothing.
-async fn read_frame_rest(r: &mut (impl AsyncRead + Unpin), first: u8, max: usize) -> io::Result<Vec<u8>> {
-    let mut rest = [0u8; 3];
-    r.read_exact(&mut rest).await?;
-    let len = u32::from_be_bytes([first, rest[0], rest[1], rest[2]]) as usize;
-    if len > max {
-        return Err(invalid(&format!("frame of {len} bytes exceeds the {max}-byte limit")));
-    }
-    let mut buf = Vec::with_capacity(len.min(FRAME_CHUNK_BYTES));
-    (&mut *r).take(len as u64).read_to_end(&mut buf).await?;
-    if buf.len() != len {
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            format!("connection closed {} bytes into a {len}-byte frame", buf.len()),
-        ));
-    }
-    Ok(buf)
-}
-
-fn invalid(msg: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, msg.to_owned())
 }
 
 /// A connection to a quorum member's controller listener that speaks as node `node_id` would:

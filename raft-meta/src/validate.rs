@@ -36,7 +36,7 @@ use prost::Message as _;
 use raft::eraftpb::{ConfChange, ConfChangeType, Entry, EntryType, Message, MessageType, Snapshot};
 use raft::INVALID_INDEX;
 
-use crate::node::decode_snapshot_data;
+use crate::snapshot_data::decode_snapshot_data;
 
 /// Longest learner address a configuration change may carry (as `Quorum::add_learner` allows).
 const MAX_LEARNER_ADDR_BYTES: usize = 255;
@@ -273,7 +273,7 @@ mod tests {
     use raft::RawNode;
 
     use super::*;
-    use crate::node::encode_snapshot_data;
+    use crate::snapshot_data::encode_snapshot_data;
 
     /// Node 2 of voters {1, 2, 3} in term 2, following leader 1, with entries 1..=5 of which
     /// 1..=3 are committed.

@@ -56,7 +56,7 @@ pub struct OffsetsSettings {
 pub(super) fn group_config(get: &dyn Fn(&str) -> String) -> Result<GroupConfig, ConfigError> {
     let num = |key: &str| parse_num::<i64>(key, &get(key));
     let partitions = num("offsets.topic.num.partitions")?;
-    if !(1..=crate::controller::MAX_PARTITIONS_PER_TOPIC as i64).contains(&partitions) {
+    if !(1..=crate::topic_config::MAX_PARTITIONS_PER_TOPIC as i64).contains(&partitions) {
         return Err(ConfigError::InvalidValue {
             key: "offsets.topic.num.partitions".into(),
             value: partitions.to_string(),

@@ -257,7 +257,7 @@ impl BrokerConfig {
         let cluster_id = cli
             .cluster_id
             .clone()
-            .or_else(|| (!cli.voters.is_empty()).then(|| crate::metadata::cluster_id_for_voters(&voters)));
+            .or_else(|| (!cli.voters.is_empty()).then(|| crate::cluster_id::cluster_id_for_voters(&voters)));
         Ok(BrokerConfig {
             voters,
             controller_listen,

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 
 use kafka_protocol::error::ResponseError;
 
-use super::outcome::ApiError;
 use super::topics::existing_topic;
 use crate::metadata::image::MetadataImage;
+use crate::metadata::outcome::ApiError;
 use crate::metadata::records::{AlterOp, ConfigResource, MetadataRecord};
 use crate::topic_config;
 

@@ -13,7 +13,6 @@
 
 mod brokers;
 mod configs;
-mod outcome;
 mod partition_change;
 mod placement;
 mod producer_ids;
@@ -26,11 +25,12 @@ mod test_support;
 use crate::metadata::image::MetadataImage;
 use crate::metadata::records::{MetadataCommand, MetadataRecord};
 
+pub use crate::metadata::outcome::{ApiError, Outcome};
+pub use crate::topic_config::MAX_PARTITIONS_PER_TOPIC;
 pub use brokers::{controlled_shutdown, fence_broker, liveness_changes, register_broker, unfence_broker};
 pub use configs::alter_topic_configs;
-pub use outcome::{ApiError, Outcome};
 pub use partition_change::{alter_partition, elect_preferred_leaders, preferred_leader_imbalance};
-pub use placement::{replication_factor, MAX_PARTITIONS_PER_TOPIC};
+pub use placement::replication_factor;
 pub use producer_ids::{allocate_producer_ids, PRODUCER_ID_BLOCK_SIZE};
 pub use topics::{create_partitions, create_topic, delete_topic, validate_topic_name, MAX_TOPIC_NAME_LEN};
 

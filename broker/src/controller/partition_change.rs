@@ -6,8 +6,8 @@
 use kafka_protocol::error::ResponseError;
 use uuid::Uuid;
 
-use super::outcome::{ApiError, Outcome};
 use crate::metadata::image::{MetadataImage, PartitionRegistration, TopicImage};
+use crate::metadata::outcome::{ApiError, Outcome};
 use crate::metadata::records::MetadataRecord;
 
 /// Kafka's AlterPartition (KIP-497): the partition leader `leader_id` replaces the ISR.

@@ -6,12 +6,10 @@ use std::collections::BTreeMap;
 
 use kafka_protocol::error::ResponseError;
 
-use super::outcome::ApiError;
 use crate::metadata::image::MetadataImage;
+use crate::metadata::outcome::ApiError;
 use crate::metadata::records::NewTopic;
-
-/// Upper bound on partitions per request, so one request cannot exhaust file handles.
-pub const MAX_PARTITIONS_PER_TOPIC: i32 = 10_000;
+use crate::topic_config::MAX_PARTITIONS_PER_TOPIC;
 
 /// The replication factor a topic is created with: its assignment's, or the requested one.
 /// A factor left to the broker default is lowered to the number of live brokers (at least 1),

@@ -1,8 +1,8 @@
 //! Producer id blocks (Kafka's `ProducerIdControlManager`): each broker takes a block of ids
 //! at a time from the quorum, so no two producers anywhere get the same id.
 
-use super::outcome::Outcome;
 use crate::metadata::image::MetadataImage;
+use crate::metadata::outcome::Outcome;
 use crate::metadata::records::MetadataRecord;
 
 /// Producer ids handed to a broker at a time (Kafka's block size).

@@ -4,9 +4,9 @@
 use kafka_protocol::error::ResponseError;
 use uuid::Uuid;
 
-use super::outcome::{ApiError, Outcome};
 use super::placement::{check_partition_count, place_replicas, replication_factor, validate_assignments};
 use crate::metadata::image::{MetadataImage, TopicImage};
+use crate::metadata::outcome::{ApiError, Outcome};
 use crate::metadata::records::{ConfigResource, MetadataRecord, NewTopic};
 use crate::topic_config;
 

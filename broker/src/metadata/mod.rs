@@ -15,6 +15,7 @@
 
 pub mod codec;
 pub mod image;
+pub mod outcome;
 pub mod records;
 
 use std::collections::{BTreeMap, HashMap};
@@ -27,10 +28,11 @@ use sluice_raft_meta::{ProposeError, Quorum, QuorumConfig, QuorumError, QuorumEx
 use tokio::sync::watch;
 use uuid::Uuid;
 
+use crate::cluster_id::new_cluster_id;
 use crate::config::BrokerConfig;
-use crate::controller::{self, ApiError, Outcome};
 use image::MetadataImage;
-use records::{MetadataCommand, Proposal};
+use outcome::{ApiError, Outcome};
+use records::{MetadataCommand, MetadataRecord, Proposal};
 
 /// The metadata log's topic name, as KRaft names it (DescribeQuorum asks for it).
 pub const METADATA_TOPIC: &str = "__cluster_metadata";
@@ -74,6 +76,10 @@ pub enum CommitError {
 
 type Outcomes = Arc<Mutex<HashMap<u64, Result<Outcome, ApiError>>>>;
 
+/// How a committed command becomes records and an outcome: the controller's `decide`, the same
+/// on every node, run against the image as it stands when the command is applied.
+pub type Decide = fn(&MetadataImage, &MetadataCommand) -> Result<(Vec<MetadataRecord>, Outcome), ApiError>;
+
 pub struct MetadataStore {
     quorum: Quorum,
     published: watch::Receiver<Arc<MetadataImage>>,
@@ -95,12 +101,13 @@ impl MetadataStore {
     /// Checks the data dir's identity (`meta.properties`), starts this node's quorum member
     /// (which restores the snapshot and replays the metadata log) and returns once the local
     /// image reflects everything this node had committed.
-    pub async fn open(config: &BrokerConfig) -> Result<MetadataStore, MetadataError> {
+    pub async fn open(config: &BrokerConfig, decide: Decide) -> Result<MetadataStore, MetadataError> {
         let cluster_id = load_or_create_identity(&config.data_dir, config.node_id, config.cluster_id.as_deref())?;
         let incarnation = Uuid::new_v4();
         let (sender, published) = watch::channel(Arc::new(MetadataImage::new(cluster_id.clone())));
         let outcomes = Outcomes::default();
         let state_machine = MetadataStateMachine {
+            decide,
             image: MetadataImage::new(cluster_id.clone()),
             published: sender,
             outcomes: outcomes.clone(),
@@ -189,6 +196,9 @@ impl MetadataStore {
 /// The broker's side of the quorum: applies each committed proposal to the image.
 struct MetadataStateMachine {
     image: MetadataImage,
+    /// The controller's decision function (`controller::decide`), passed in by the broker so
+    /// that the metadata layer sits below the controller.
+    decide: Decide,
     published: watch::Sender<Arc<MetadataImage>>,
     outcomes: Outcomes,
     node_id: i32,
@@ -198,7 +208,7 @@ struct MetadataStateMachine {
 impl StateMachine for MetadataStateMachine {
     fn apply(&mut self, index: u64, data: &[u8]) -> Result<(), String> {
         let proposal = codec::decode_proposal(data).map_err(|e| e.refusal(&format!("metadata log entry {index}")))?;
-        let decision = controller::decide(&self.image, &proposal.command);
+        let decision = (self.decide)(&self.image, &proposal.command);
         let result = match decision {
             Ok((records, outcome)) => {
                 for record in &records {
@@ -300,30 +310,6 @@ fn load_or_create_identity(data_dir: &Path, node_id: i32, wanted: Option<&str>) 
     }
 }
 
-/// A Kafka-style cluster id: 128 random bits in URL-safe base64 (22 chars).
-fn new_cluster_id() -> String {
-    cluster_id_from(Uuid::new_v4().as_u128())
-}
-
-/// A cluster id derived from the voter set, so that nodes started with the same `--voters`
-/// agree on it without a separate formatting step.
-pub fn cluster_id_for_voters(voters: &BTreeMap<i32, String>) -> String {
-    let text: String = voters.iter().map(|(id, addr)| format!("{id}@{addr},")).collect();
-    let value = [0u32, 0x5100_1ce5, 0x0b5e_55ed, 0x7a11_0c8d]
-        .iter()
-        .fold(0u128, |acc, seed| {
-            acc << 32 | u128::from(crc32c::crc32c_append(*seed, text.as_bytes()))
-        });
-    cluster_id_from(value)
-}
-
-fn cluster_id_from(value: u128) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    (0..22)
-        .map(|i| ALPHABET[((value >> (6 * i)) & 63) as usize] as char)
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -343,17 +329,10 @@ mod tests {
         ));
     }
 
-    #[test]
-    fn voters_determine_the_cluster_id() {
-        let a = BTreeMap::from([(1, "h:1".to_string()), (2, "h:2".to_string())]);
-        let b = BTreeMap::from([(1, "h:1".to_string()), (2, "h:3".to_string())]);
-        assert_eq!(cluster_id_for_voters(&a), cluster_id_for_voters(&a.clone()));
-        assert_ne!(cluster_id_for_voters(&a), cluster_id_for_voters(&b));
-    }
-
     fn state_machine(node_id: i32, incarnation: Uuid) -> (MetadataStateMachine, watch::Receiver<Arc<MetadataImage>>) {
         let (published, rx) = watch::channel(Arc::new(MetadataImage::new("c".into())));
         let sm = MetadataStateMachine {
+            decide: crate::controller::decide,
             image: MetadataImage::new("c".into()),
             published,
             outcomes: Outcomes::default(),
