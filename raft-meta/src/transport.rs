@@ -29,7 +29,7 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::frame::{invalid, read_frame, read_frame_rest, write_frame};
+use crate::frame::{invalid, read_frame_rest, write_frame};
 use crate::handshake::{self, ClusterSecret, HandshakeError};
 
 /// Largest frame accepted or sent. A Raft snapshot travels in one message, so this also bounds
@@ -433,6 +433,7 @@ impl PeerConnection {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::frame::read_frame;
 
     fn secret() -> ClusterSecret {
         ClusterSecret::new(b"transport-test-secret".to_vec()).unwrap()

@@ -1,0 +1,455 @@
+//! `PartitionLog` (Kafka's `UnifiedLog`): the segments of one partition, with the log start
+//! offset, the log end offset, the leader-epoch cache, rolling, retention, flushing and crash
+//! recovery.
+
+use std::collections::VecDeque;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::leader_epoch::LeaderEpochCache;
+use super::log_to_clean::{CleanableSegment, LogToClean};
+use super::segment::{
+    segment_file_name, LogSegment, SegmentSnapshot, CLEANED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX,
+    SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
+};
+use super::{LogConfig, LogError};
+use open::{complete_interrupted_swaps, list_segments};
+pub use read::{PlannedRead, ReadResult};
+
+mod append;
+mod open;
+mod read;
+use crate::fs::{remove_if_exists, sync_dir};
+
+/// Written by [`PartitionLog::close`]; its presence at open means the tail needs no scan.
+pub const CLEAN_SHUTDOWN_FILE: &str = ".clean_shutdown";
+
+/// What an append did, for the produce response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    /// The broker time stamped on the batches, -1 under CreateTime.
+    pub log_append_time_ms: i64,
+    pub log_start_offset: i64,
+    /// Largest batch timestamp appended and the last offset of its batch.
+    pub max_timestamp: i64,
+    pub offset_of_max_timestamp: i64,
+}
+
+/// One partition's log: a directory `<topic>-<partition>/` of segments. Appends go to the last
+/// (active) segment; older segments are sealed and only read or deleted.
+///
+/// Fetches plan their reads under the caller's lock ([`PartitionLog::plan_read`], no disk I/O)
+/// and read the bytes after releasing it, so concurrent fetches never wait on each other or on
+/// appends while the disk is read.
+#[derive(Debug)]
+pub struct PartitionLog {
+    dir: PathBuf,
+    /// `<topic>-<partition>`, for the operator's log lines.
+    name: String,
+    config: LogConfig,
+    /// Sealed segments, oldest first.
+    inactive: VecDeque<LogSegment>,
+    active: LogSegment,
+    log_start_offset: i64,
+    log_end_offset: i64,
+    unflushed_records: u64,
+    last_flush_ms: i64,
+    /// Latest broker clock reading passed in, for segments created by calls that take no clock.
+    clock_ms: i64,
+    /// Epoch -> first offset, kept in step with the batches' `partitionLeaderEpoch` fields.
+    leader_epoch_cache: LeaderEpochCache,
+    /// Bumped by every truncation: a cleaning pass whose offset map was built from records that
+    /// a truncation removed meanwhile must not swap its result in.
+    truncations: u64,
+}
+
+impl PartitionLog {
+    /// Opens or creates the log in `dir`. Without the clean-shutdown marker, the active segment
+    /// is recovered: every batch is validated and the file truncated at the first torn or invalid
+    /// one. Sealed segments were fsynced when rolled; their indexes are sanity-checked and
+    /// rebuilt if damaged.
+    pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<PartitionLog, LogError> {
+        fs::create_dir_all(dir)?;
+        let name = dir
+            .file_name()
+            .map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let marker = dir.join(CLEAN_SHUTDOWN_FILE);
+        let clean_shutdown = marker.exists();
+
+        complete_interrupted_swaps(dir)?;
+        let base_offsets = list_segments(dir)?;
+        let mut inactive = VecDeque::with_capacity(base_offsets.len());
+        let active = match base_offsets.split_last() {
+            None => LogSegment::create(dir, 0, now_ms)?,
+            Some((&last, older)) => {
+                for &base_offset in older {
+                    inactive.push_back(LogSegment::open(dir, base_offset, false, now_ms)?);
+                }
+                LogSegment::open(dir, last, true, now_ms)?
+            }
+        };
+        let log_start_offset = inactive.front().unwrap_or(&active).base_offset();
+        let mut log = PartitionLog {
+            dir: dir.to_path_buf(),
+            name,
+            config,
+            inactive,
+            active,
+            log_start_offset,
+            log_end_offset: log_start_offset,
+            unflushed_records: 0,
+            last_flush_ms: now_ms,
+            clock_ms: now_ms,
+            leader_epoch_cache: LeaderEpochCache::empty(dir),
+            truncations: 0,
+        };
+        log.check_sealed_segments()?;
+        log.log_end_offset = log.load_active_segment(clean_shutdown)?;
+        log.leader_epoch_cache = log.load_leader_epoch_cache()?;
+
+        // From here on a crash is unclean: the marker must be gone from disk before any append.
+        remove_if_exists(&marker)?;
+        sync_dir(dir)?;
+        Ok(log)
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start_offset
+    }
+
+    pub fn log_end_offset(&self) -> i64 {
+        self.log_end_offset
+    }
+
+    /// Kafka's `latestEpoch`: the leader epoch of the newest batch that carried one; a follower
+    /// sends it as `lastFetchedEpoch` and asks the leader where it ends.
+    pub fn latest_epoch(&self) -> Option<i32> {
+        self.leader_epoch_cache.latest_epoch()
+    }
+
+    /// OffsetForLeaderEpoch (Kafka's `endOffsetForEpoch`): `(epoch, end offset)` where epoch is
+    /// the largest this log knows that is <= `requested_epoch` and end offset is where the next
+    /// epoch starts (the log end offset for the latest epoch). `requested_epoch` below every
+    /// known epoch gives `(requested_epoch, start of the first one)`; an unknown answer is
+    /// `(UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)`. A follower truncates to the end offset.
+    pub fn end_offset_for_epoch(&self, requested_epoch: i32) -> (i32, i64) {
+        self.leader_epoch_cache
+            .end_offset_for(requested_epoch, self.log_end_offset)
+    }
+
+    /// The epoch cache's entries, oldest first.
+    #[cfg(test)]
+    pub(super) fn epoch_entries(&self) -> &[super::leader_epoch::EpochEntry] {
+        self.leader_epoch_cache.entries()
+    }
+
+    /// Retention: deletes the oldest sealed segments whose newest timestamp is older than
+    /// `retention.ms`, then more while the log exceeds `retention.bytes`, and advances the log
+    /// start offset. The active segment is never deleted, and neither is a segment holding
+    /// offsets at or above `high_watermark`: records not yet on every in-sync replica stay, as
+    /// in Kafka. Returns how many segments went.
+    pub fn delete_retained_segments(&mut self, now_ms: i64, high_watermark: i64) -> Result<usize, LogError> {
+        let mut deleted = 0;
+        // `cleanup.policy=compact` alone: old records go only through compaction (Kafka's
+        // `deleteOldSegments` returns 0 unless the policy includes delete).
+        if !self.config.cleanup_policy_delete {
+            return Ok(0);
+        }
+        if self.config.retention_ms >= 0 {
+            while let Some(oldest) = self.inactive.front() {
+                if now_ms.saturating_sub(oldest.largest_timestamp_ms()?) <= self.config.retention_ms
+                    || !self.oldest_segment_below(high_watermark)
+                {
+                    break;
+                }
+                self.delete_oldest_segment()?;
+                deleted += 1;
+            }
+        }
+        if self.config.retention_bytes >= 0 {
+            let mut excess = self.size_bytes() as i64 - self.config.retention_bytes;
+            while let Some(oldest) = self.inactive.front() {
+                let size = oldest.size_bytes() as i64;
+                if excess < size || !self.oldest_segment_below(high_watermark) {
+                    break;
+                }
+                excess -= size;
+                self.delete_oldest_segment()?;
+                deleted += 1;
+            }
+        }
+        if deleted > 0 {
+            tracing::info!(
+                partition = %self.name,
+                deleted_segments = deleted,
+                log_start_offset = self.log_start_offset,
+                "deleted segments past retention"
+            );
+        }
+        Ok(deleted)
+    }
+
+    /// What the log cleaner may work on (Kafka's `LogToClean`): snapshots of the sealed segments
+    /// that lie wholly below the first uncleanable offset, which is the lowest of the active
+    /// segment's base offset, the high watermark, and the base of the first segment holding a
+    /// record younger than `min.compaction.lag.ms`. `first_dirty_offset` is where the previous
+    /// cleaning stopped (the cleaner checkpoint); outside the log it restarts at the log start.
+    pub fn log_to_clean(
+        &self,
+        first_dirty_offset: Option<i64>,
+        high_watermark: i64,
+        now_ms: i64,
+    ) -> Result<LogToClean, LogError> {
+        let first_dirty = first_dirty_offset
+            .filter(|o| (self.log_start_offset..=self.log_end_offset).contains(o))
+            .unwrap_or(self.log_start_offset);
+        let mut uncleanable = self.active.base_offset().min(high_watermark);
+        if self.config.min_compaction_lag_ms > 0 {
+            for segment in &self.inactive {
+                if now_ms.saturating_sub(segment.largest_timestamp_ms()?) < self.config.min_compaction_lag_ms {
+                    uncleanable = uncleanable.min(segment.base_offset());
+                    break;
+                }
+            }
+        }
+        let mut segments = Vec::new();
+        for (i, segment) in self.inactive.iter().enumerate() {
+            let next_base = self.inactive.get(i + 1).unwrap_or(&self.active).base_offset();
+            if next_base > uncleanable {
+                break;
+            }
+            segments.push(CleanableSegment {
+                snapshot: segment.snapshot()?,
+                next_base_offset: next_base,
+            });
+        }
+        Ok(LogToClean::new(
+            self.name.clone(),
+            self.dir.clone(),
+            self.config.clone(),
+            first_dirty,
+            segments,
+            self.truncations,
+        ))
+    }
+
+    /// Swaps a cleaned segment (written as `<base>.log.cleaned` with its indexes, fsynced) in for
+    /// the sealed segments it replaces, as Kafka's `replaceSegments` does: the cleaned files are
+    /// renamed to `.swap`, the old segments deleted, then the `.swap` files renamed to their
+    /// final names, each step made durable, so that [`PartitionLog::open`] can finish or discard
+    /// an interrupted swap. Returns false, changing nothing, when the segments are no longer
+    /// all there as they were read (retention or truncation got to them first) or the log was
+    /// truncated at all since `truncations_seen` was read.
+    pub(super) fn replace_segments(
+        &mut self,
+        replaced: &[&SegmentSnapshot],
+        truncations_seen: u64,
+        now_ms: i64,
+    ) -> Result<bool, LogError> {
+        let Some(first) = replaced.first() else {
+            return Ok(false);
+        };
+        if truncations_seen != self.truncations {
+            return Ok(false); // the offset map may hold records that are gone
+        }
+        let Some(start) = self.inactive.iter().position(|s| s.base_offset() == first.base_offset) else {
+            return Ok(false);
+        };
+        for (i, old) in replaced.iter().enumerate() {
+            match self.inactive.get(start + i) {
+                Some(s)
+                    if s.base_offset() == old.base_offset
+                        && s.size_bytes() == old.size_bytes
+                        && s.file_id()? == old.file_id => {}
+                _ => return Ok(false),
+            }
+        }
+        let base = first.base_offset;
+        let suffixes = [INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX];
+        for suffix in suffixes {
+            let name = segment_file_name(base, suffix);
+            fs::rename(
+                self.dir.join(format!("{name}{CLEANED_FILE_SUFFIX}")),
+                self.dir.join(format!("{name}{SWAP_FILE_SUFFIX}")),
+            )?;
+        }
+        sync_dir(&self.dir)?;
+        for old in self.inactive.drain(start..start + replaced.len()) {
+            old.delete()?;
+        }
+        // The log file last: an open that finds `<base>.log.swap` completes the swap.
+        for suffix in suffixes {
+            let name = segment_file_name(base, suffix);
+            fs::rename(self.dir.join(format!("{name}{SWAP_FILE_SUFFIX}")), self.dir.join(&name))?;
+        }
+        sync_dir(&self.dir)?;
+        let cleaned = LogSegment::open(&self.dir, base, false, now_ms)?;
+        self.inactive.insert(start, cleaned);
+        Ok(true)
+    }
+
+    /// How many truncations this log has seen since it was opened (see `truncations`).
+    pub(super) fn truncations(&self) -> u64 {
+        self.truncations
+    }
+
+    /// Whether every offset of the oldest sealed segment is below `offset`.
+    fn oldest_segment_below(&self, offset: i64) -> bool {
+        let next_base = self.inactive.get(1).unwrap_or(&self.active).base_offset();
+        next_base <= offset
+    }
+
+    /// Rolls the active segment once it is older than `segment.ms`, even without appends, so
+    /// retention can delete idle data.
+    pub fn maybe_roll(&mut self, now_ms: i64) -> Result<(), LogError> {
+        self.clock_ms = now_ms;
+        let active = &self.active;
+        if !active.is_empty() && active.time_waited_for_roll_ms(now_ms, now_ms) > self.config.segment_ms {
+            self.roll(self.log_end_offset, now_ms)?;
+        }
+        Ok(())
+    }
+
+    /// `flush.ms`: fsyncs when the last fsync is older than the interval. For the periodic task.
+    pub fn maybe_flush(&mut self, now_ms: i64) -> Result<(), LogError> {
+        if now_ms.saturating_sub(self.last_flush_ms) >= self.config.flush_interval_ms {
+            self.last_flush_ms = now_ms;
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// fsyncs the active segment and its indexes (sealed segments were fsynced when rolled).
+    pub fn flush(&mut self) -> Result<(), LogError> {
+        self.active.flush()?;
+        self.unflushed_records = 0;
+        Ok(())
+    }
+
+    /// Drops the batch holding `offset` and everything after it (replica truncation). If
+    /// `offset` falls inside a batch the whole batch goes, so the log end offset becomes that
+    /// batch's base offset. At or below the log start offset, the log restarts empty at `offset`.
+    /// Epochs starting at or after the new log end offset leave the epoch cache.
+    pub fn truncate_to(&mut self, offset: i64) -> Result<(), LogError> {
+        if offset >= self.log_end_offset {
+            return Ok(());
+        }
+        if offset <= self.log_start_offset {
+            return self.truncate_fully_and_start_at(offset);
+        }
+        self.truncations += 1;
+        while self.active.base_offset() >= offset {
+            let Some(previous) = self.inactive.pop_back() else {
+                break;
+            };
+            std::mem::replace(&mut self.active, previous).delete()?;
+            self.active.on_become_active()?;
+        }
+        let (truncated_bytes, next_offset) = self.active.truncate_to(offset)?;
+        tracing::info!(partition = %self.name, offset, truncated_bytes, "truncated log");
+        self.log_end_offset = next_offset;
+        debug_assert!(self.log_end_offset <= offset && self.log_end_offset >= self.log_start_offset);
+        // The new end, not `offset`: a batch straddling `offset` went whole, epoch and all.
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+    }
+
+    /// New settings take effect from the next append, roll or retention pass.
+    pub fn update_config(&mut self, config: LogConfig) {
+        self.config = config;
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    /// Clean shutdown: seals the active segment's time index, fsyncs, and writes the marker that
+    /// lets the next open skip recovery.
+    pub fn close(mut self) -> Result<(), LogError> {
+        self.active.append_final_time_index_entry()?;
+        self.flush()?;
+        let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);
+        fs::File::create(&marker)?.sync_all()?;
+        sync_dir(&self.dir)?;
+        Ok(())
+    }
+
+    /// Removes the partition directory (topic deletion).
+    pub fn delete(self) -> Result<(), LogError> {
+        let dir = self.dir.clone();
+        drop(self);
+        fs::remove_dir_all(&dir)?;
+        Ok(())
+    }
+
+    /// Bytes stored in all segments.
+    pub fn size_bytes(&self) -> u64 {
+        self.segments().map(LogSegment::size_bytes).sum()
+    }
+
+    pub fn segment_count(&self) -> usize {
+        self.inactive.len() + 1
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Index of the last segment whose base offset is at most `offset` (0 if none is).
+    fn floor_segment_index(&self, offset: i64) -> usize {
+        let sealed_at_or_below = self.inactive.partition_point(|s| s.base_offset() <= offset);
+        if sealed_at_or_below == self.inactive.len() && self.active.base_offset() <= offset {
+            return self.inactive.len();
+        }
+        sealed_at_or_below.saturating_sub(1)
+    }
+
+    fn segments(&self) -> impl Iterator<Item = &LogSegment> {
+        self.segments_from(0)
+    }
+
+    fn segments_from(&self, index: usize) -> impl Iterator<Item = &LogSegment> {
+        let sealed = self.inactive.range(index.min(self.inactive.len())..);
+        sealed.chain(std::iter::once(&self.active))
+    }
+
+    fn delete_oldest_segment(&mut self) -> Result<(), LogError> {
+        if let Some(oldest) = self.inactive.pop_front() {
+            self.log_start_offset = self.inactive.front().unwrap_or(&self.active).base_offset();
+            oldest.delete()?;
+            self.leader_epoch_cache.truncate_from_start(self.log_start_offset)?;
+        }
+        Ok(())
+    }
+
+    /// Empties the log and restarts it at `offset`: a follower whose leader has deleted (by
+    /// retention) everything this replica holds starts over at the leader's log start.
+    pub fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LogError> {
+        self.truncations += 1;
+        let new_segment = LogSegment::create(&self.dir, offset, self.clock_ms)?;
+        let old_active = std::mem::replace(&mut self.active, new_segment);
+        if old_active.base_offset() != offset {
+            old_active.delete()?;
+        }
+        for segment in self.inactive.drain(..) {
+            if segment.base_offset() != offset {
+                segment.delete()?;
+            }
+        }
+        sync_dir(&self.dir)?;
+        self.log_start_offset = offset;
+        self.log_end_offset = offset;
+        self.leader_epoch_cache.clear()?;
+        tracing::info!(partition = %self.name, offset, "truncated log fully");
+        Ok(())
+    }
+
+    fn out_of_range(&self, offset: i64) -> LogError {
+        LogError::OffsetOutOfRange {
+            offset,
+            log_start: self.log_start_offset,
+            log_end: self.log_end_offset,
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! Opening a partition log after a stop: finishing interrupted cleaner swaps, listing the
+//! segment files, checking sealed segments, recovering the active segment's tail (truncated
+//! at the first invalid batch unless the stop was clean) and the leader-epoch cache.
+
+use std::fs;
+use std::path::Path;
+
+use super::PartitionLog;
+use crate::fs::{remove_if_exists, sync_dir};
+use crate::log::leader_epoch::{EpochScan, LeaderEpochCache};
+use crate::log::segment::{
+    segment_file_name, CLEANED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
+};
+use crate::log::LogError;
+
+impl PartitionLog {
+    /// Rebuilds indexes of sealed segments that fail the sanity check.
+    pub(super) fn check_sealed_segments(&mut self) -> Result<(), LogError> {
+        let interval = self.config.index_interval_bytes;
+        for segment in self.inactive.iter_mut().filter(|s| !s.is_sane()) {
+            let outcome = segment.recover(interval)?;
+            segment.on_become_inactive()?;
+            tracing::warn!(
+                partition = %self.name,
+                segment_base_offset = segment.base_offset(),
+                truncated_bytes = outcome.truncated_bytes,
+                reason = outcome.reason.as_deref().unwrap_or("damaged index"),
+                "rebuilt indexes of a sealed log segment"
+            );
+        }
+        Ok(())
+    }
+
+    /// Finds the log end offset: a header scan of the tail after a clean shutdown, full recovery
+    /// of the active segment otherwise (or when the quick path finds damage).
+    pub(super) fn load_active_segment(&mut self, clean_shutdown: bool) -> Result<i64, LogError> {
+        if clean_shutdown && self.active.is_sane() {
+            match self.active.load_tail() {
+                Ok(next_offset) => return Ok(next_offset),
+                Err(LogError::Corrupt(e)) => {
+                    tracing::warn!(partition = %self.name, error = %e, "damaged log tail despite clean shutdown")
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let outcome = self.active.recover(self.config.index_interval_bytes)?;
+        if outcome.truncated_bytes > 0 {
+            tracing::warn!(
+                partition = %self.name,
+                offset = outcome.next_offset,
+                truncated_bytes = outcome.truncated_bytes,
+                segment_base_offset = self.active.base_offset(),
+                reason = outcome.reason.as_deref().unwrap_or("unknown"),
+                "recovered partition log after an unclean shutdown: truncated a torn or invalid tail at this offset"
+            );
+        }
+        Ok(outcome.next_offset)
+    }
+
+    /// Kafka's load of the epoch cache: the checkpoint trimmed to the log (entries past a tail
+    /// lost in a crash, or before the log start, go), or, when the checkpoint is missing under a
+    /// non-empty log or corrupt, a cache rebuilt from the batch headers.
+    pub(super) fn load_leader_epoch_cache(&self) -> Result<LeaderEpochCache, LogError> {
+        match LeaderEpochCache::read(&self.dir) {
+            Ok(Some(mut cache)) => {
+                cache.truncate_from_end(self.log_end_offset)?;
+                cache.truncate_from_start(self.log_start_offset)?;
+                return Ok(cache);
+            }
+            Ok(None) if self.log_end_offset == self.log_start_offset => {
+                return Ok(LeaderEpochCache::empty(&self.dir));
+            }
+            Ok(None) => {}
+            Err(LogError::Corrupt(e)) => tracing::warn!(
+                partition = %self.name,
+                error = %e,
+                "corrupt leader-epoch-checkpoint; rebuilding it from the log's batch headers"
+            ),
+            Err(e) => return Err(e),
+        }
+        let mut scan = EpochScan::default();
+        for segment in self.segments() {
+            segment.for_each_batch_header(|header| {
+                scan.observe(header.partition_leader_epoch, header.base_offset);
+            })?;
+        }
+        let cache = LeaderEpochCache::rebuild(&self.dir, scan)?;
+        tracing::info!(
+            partition = %self.name,
+            epochs = cache.entries().len(),
+            "rebuilt the leader epoch cache from batch headers"
+        );
+        Ok(cache)
+    }
+}
+
+/// Finishes or discards what an interrupted log-cleaner swap left in `dir`, as Kafka does on
+/// load: `.cleaned` files were never swapped in and are deleted; a `<base>.log.swap` is a whole
+/// cleaned segment (fsynced before it was renamed), so the segments it replaces (base offsets
+/// from its base up to its next offset) are deleted and it takes its final name. Its indexes
+/// are dropped and rebuilt from the log file when the segment is opened.
+pub(super) fn complete_interrupted_swaps(dir: &Path) -> Result<(), LogError> {
+    let mut swaps = Vec::new();
+    let mut segment_files = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let file_name = entry.file_name();
+        let Some(name) = file_name.to_str() else {
+            continue;
+        };
+        if name.ends_with(CLEANED_FILE_SUFFIX) {
+            tracing::info!(file = %entry.path().display(), "deleting a cleaned segment file that was never swapped in");
+            remove_if_exists(&entry.path())?;
+        } else if let Some(stem) = name.strip_suffix(SWAP_FILE_SUFFIX) {
+            if let Some(base) = parse_segment_file_name(stem, LOG_FILE_SUFFIX) {
+                swaps.push(base);
+            } else if parse_segment_file_name(stem, INDEX_FILE_SUFFIX)
+                .or_else(|| parse_segment_file_name(stem, TIME_INDEX_FILE_SUFFIX))
+                .is_some()
+            {
+                remove_if_exists(&entry.path())?;
+            }
+        } else {
+            for suffix in [LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX] {
+                if let Some(base) = parse_segment_file_name(name, suffix) {
+                    segment_files.push((base, entry.path()));
+                }
+            }
+        }
+    }
+    for base in swaps {
+        let swap_path = dir.join(format!(
+            "{}{SWAP_FILE_SUFFIX}",
+            segment_file_name(base, LOG_FILE_SUFFIX)
+        ));
+        let next_offset = crate::log::segment::next_offset_of_file(&swap_path, base)?;
+        for (_, path) in segment_files
+            .iter()
+            .filter(|(b, _)| *b >= base && (*b < next_offset || *b == base))
+        {
+            remove_if_exists(path)?;
+        }
+        fs::rename(&swap_path, dir.join(segment_file_name(base, LOG_FILE_SUFFIX)))?;
+        tracing::warn!(
+            dir = %dir.display(),
+            base_offset = base,
+            next_offset,
+            "completed a cleaned-segment swap interrupted by a crash"
+        );
+    }
+    Ok(sync_dir(dir)?)
+}
+
+/// Base offsets of the segments in `dir`, ascending. Index files without a `.log` are leftovers
+/// of an interrupted deletion and are removed, as Kafka does.
+pub(super) fn list_segments(dir: &Path) -> Result<Vec<i64>, LogError> {
+    let mut log_bases = Vec::new();
+    let mut index_files = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let file_name = entry.file_name();
+        let Some(name) = file_name.to_str() else {
+            continue;
+        };
+        if let Some(base) = parse_segment_file_name(name, LOG_FILE_SUFFIX) {
+            log_bases.push(base);
+        } else if let Some(base) = parse_segment_file_name(name, INDEX_FILE_SUFFIX)
+            .or_else(|| parse_segment_file_name(name, TIME_INDEX_FILE_SUFFIX))
+        {
+            index_files.push((base, entry.path()));
+        }
+    }
+    log_bases.sort_unstable();
+    for (base, path) in index_files {
+        if log_bases.binary_search(&base).is_err() {
+            remove_if_exists(&path)?;
+        }
+    }
+    Ok(log_bases)
+}
+
+pub(super) fn parse_segment_file_name(name: &str, suffix: &str) -> Option<i64> {
+    let stem = name.strip_suffix(suffix)?;
+    if stem.len() != 20 || !stem.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let base = stem.parse().ok()?;
+    (segment_file_name(base, suffix) == name).then_some(base)
+}
