@@ -13,7 +13,7 @@ use kafka_protocol::messages::{CreateTopicsRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::BaseConsumer;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{ClientContext, Offset};
@@ -425,23 +425,14 @@ fn produce_loop(
                 outcome: None,
                 reported_at: None,
             });
-            let mut record = BaseRecord::<[u8], [u8], usize>::with_opaque_to(topic, seq as usize)
+            let record = BaseRecord::<[u8], [u8], usize>::with_opaque_to(topic, seq as usize)
                 .partition(partition)
                 .payload(value.as_bytes());
-            loop {
-                match producer.send(record) {
-                    Ok(()) => break,
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                        record = r;
-                        producer.poll(Duration::from_millis(10));
-                    }
-                    Err((e, _)) => {
-                        let mut deliveries = log.deliveries.lock().expect("delivery log lock");
-                        deliveries.pop();
-                        stopped_early = Some(format!("enqueue of {value} failed: {e}"));
-                        break 'outer;
-                    }
-                }
+            if let Err(e) = clients::send_when_room(producer, record, Duration::from_millis(10)) {
+                let mut deliveries = log.deliveries.lock().expect("delivery log lock");
+                deliveries.pop();
+                stopped_early = Some(format!("enqueue of {value} failed: {e}"));
+                break 'outer;
             }
             seq += 1;
         }

@@ -6,12 +6,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::ClientContext;
 
 use super::member_log::{MemberLog, Received};
+use crate::clients::send_when_room;
 
 /// Counts acks and keeps the first failures of an idempotent `acks=all` producer.
 #[derive(Default)]
@@ -53,19 +53,10 @@ pub fn produce_all(bootstrap: &str, topic: &str, partitions: i32, seqs: std::ops
     let expected = seqs.end - seqs.start;
     for seq in seqs {
         let value = crate::faults::record_value(seq);
-        let mut record = BaseRecord::<[u8], [u8], usize>::with_opaque_to(topic, seq as usize)
+        let record = BaseRecord::<[u8], [u8], usize>::with_opaque_to(topic, seq as usize)
             .partition((seq % partitions as u64) as i32)
             .payload(value.as_bytes());
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                    record = r;
-                    producer.poll(Duration::from_millis(5));
-                }
-                Err((e, _)) => bail!("enqueue {value}: {e}"),
-            }
-        }
+        send_when_room(&producer, record, Duration::from_millis(5)).with_context(|| format!("enqueue {value}"))?;
         producer.poll(Duration::ZERO);
     }
     producer.flush(Duration::from_secs(120)).context("flush")?;
