@@ -1,13 +1,14 @@
 """Starts a real `sluice` broker for the Python client tests.
 
-Mirrors the Rust harness (integration-tests/src/node.rs): binary from $SLUICE_BIN, else
-<workspace>/target/release/sluice, else target/debug/sluice; a free loopback port; a temporary
-data dir; stdout/stderr captured to a log file; readiness awaited by polling hand-encoded
-ApiVersions and Metadata round-trips until a deadline.
+How a node is started (binary lookup, command line, default settings, environment, work dir and
+log file, readiness deadline and probe, cluster flags) is read from integration-tests/node.json,
+the description the Rust harness (integration-tests/src/node_spec.rs) reads too. This file holds
+only the Python mechanics: processes, sockets, temporary directories.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
@@ -19,26 +20,37 @@ import time
 from pathlib import Path
 
 WORKSPACE = Path(__file__).resolve().parents[2]
+SPEC = json.loads((WORKSPACE / "integration-tests/node.json").read_text())
+HOST = SPEC["host"]
+
+
+def fill(template: str, **values: str) -> str:
+    """`template` with each {name} replaced; a KeyError names a placeholder without a value."""
+    return template.format(**values)
 
 
 def sluice_binary() -> Path:
-    env = os.environ.get("SLUICE_BIN")
+    spec = SPEC["binary"]
+    env = os.environ.get(spec["env"])
     if env:
         p = Path(env)
         if not p.is_file():
-            raise FileNotFoundError(f"SLUICE_BIN={p} does not exist")
+            raise FileNotFoundError(f"{spec['env']}={p} does not exist")
         return p
-    for c in (WORKSPACE / "target/release/sluice", WORKSPACE / "target/debug/sluice"):
+    target_dir = WORKSPACE / os.environ.get(spec["target_dir_env"], spec["default_target_dir"])
+    candidates = [target_dir / c for c in spec["in_target_dir"]]
+    for c in candidates:
         if c.is_file():
             return c
     raise FileNotFoundError(
-        "no sluice binary: set SLUICE_BIN or run `cargo build --release -p sluice-broker`"
+        f"no sluice binary: set {spec['env']} or run `cargo build --release -p sluice-broker` "
+        f"(looked at {[str(c) for c in candidates]})"
     )
 
 
 def free_loopback_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((HOST, 0))
         return s.getsockname()[1]
 
 
@@ -64,20 +76,24 @@ def _request(sock: socket.socket, api_key: int, version: int, corr: int, body: b
     return resp[4:]
 
 
-def probe(host: str, port: int, timeout: float = 2.0) -> list[tuple[int, str, int]]:
-    """Hand-encoded ApiVersions v0 + brokers-only Metadata (a non-flexible version the broker
-    advertises); returns the (node id, host, port) brokers listed. Readiness must not depend on
-    one client library's quirks: client incompatibilities fail that client's tests instead."""
-    with socket.create_connection((host, port), timeout=timeout) as s:
+def probe(host: str, port: int) -> list[tuple[int, str, int]]:
+    """Hand-encoded ApiVersions + brokers-only Metadata as node.json's `ready` says; returns the
+    (node id, host, port) brokers listed. Readiness must not depend on one client library's
+    quirks: client incompatibilities fail that client's tests instead."""
+    spec = SPEC["ready"]
+    if spec["api_versions_version"] != 0:
+        raise ValueError(f"the probe speaks ApiVersions v0 only, node.json asks for v{spec['api_versions_version']}")
+    lowest, highest = spec["metadata_versions"]
+    with socket.create_connection((host, port), timeout=spec["connect_timeout_ms"] / 1000) as s:
         body = _request(s, 18, 0, 1, b"")
         err, n = struct.unpack(">hi", body[:6])
         if err != 0:
             raise RuntimeError(f"ApiVersions error {err}")
         ranges = {k: (lo, hi) for k, lo, hi in struct.iter_unpack(">hhh", body[6:6 + 6 * n])}
         lo, hi = ranges[3]
-        version = max(lo, 1)
-        if version > min(hi, 8):
-            raise RuntimeError(f"no non-flexible Metadata version in {lo}..={hi}")
+        version = max(lo, lowest)
+        if version > min(hi, highest):
+            raise RuntimeError(f"no Metadata version of {lowest}..={highest} in the advertised {lo}..={hi}")
         req = struct.pack(">i", 0)  # no topics: brokers only
         if version >= 4:
             req += b"\x00"  # allow_auto_topic_creation
@@ -101,25 +117,26 @@ def probe(host: str, port: int, timeout: float = 2.0) -> list[tuple[int, str, in
 
 class SluiceNode:
     def __init__(self, settings: dict[str, str] | None = None, node_id: int = 1,
-                 ready_timeout: float = 20.0, extra_args: list[str] | None = None):
-        self.settings = dict(settings or {})
+                 ready_timeout: float | None = None, extra_args: list[str] | None = None):
+        self.settings = {**SPEC["settings"], **(settings or {})}
         self.node_id = node_id
         self.extra_args = list(extra_args or [])
-        self.ready_timeout = ready_timeout
+        self.ready_timeout = SPEC["ready"]["timeout_ms"] / 1000 if ready_timeout is None else ready_timeout
         self.binary = sluice_binary()
-        self.work_dir = Path(tempfile.mkdtemp(prefix="sluice-pytest-"))
-        self.data_dir = self.work_dir / "data"
-        self.log_path = self.work_dir / "sluice.log"
+        work = SPEC["work_dir"]
+        self.work_dir = Path(tempfile.mkdtemp(prefix=work["prefix"]))
+        self.data_dir = self.work_dir / work["data_dir"]
+        self.log_path = self.work_dir / work["log_file"]
         self.port = 0
         self.proc: subprocess.Popen | None = None
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{HOST}:{self.port}"
 
     def start(self) -> "SluiceNode":
         last = None
-        for _ in range(3):  # a fresh port per attempt, in case another process took ours
+        for _ in range(SPEC["start_attempts"]):  # a fresh port each, in case another process took ours
             self.port = free_loopback_port()
             try:
                 self._spawn_and_wait()
@@ -139,15 +156,17 @@ class SluiceNode:
     def spawn(self) -> None:
         """Starts the process on `self.port` without waiting (cluster members need each other)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        args = [str(self.binary), "--node-id", str(self.node_id), "--data-dir", str(self.data_dir),
-                "--listen", self.bootstrap, "--advertise", self.bootstrap, *self.extra_args]
+        args = [str(self.binary)] + [
+            fill(a, node_id=str(self.node_id), data_dir=str(self.data_dir), addr=self.bootstrap)
+            for a in SPEC["args"]
+        ]
         for k, v in self.settings.items():
-            args += ["--set", f"{k}={v}"]
-        env = dict(os.environ)
-        env.setdefault("RUST_LOG", "info")
-        env["NO_COLOR"] = "1"  # plain text in the captured log
+            args += [SPEC["setting_flag"], fill(SPEC["setting"], key=k, value=v)]
+        args += self.extra_args
+        env = {**SPEC["env_if_unset"], **os.environ, **SPEC["env"]}
         with open(self.log_path, "ab") as log:
-            log.write(f"=== harness: starting {' '.join(args)} ===\n".encode())
+            note = fill(SPEC["log_note"], note=f"starting {' '.join(args)}")
+            log.write(f"{note}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=env)
@@ -161,13 +180,13 @@ class SluiceNode:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode} ({last})")
             try:
-                brokers = probe("127.0.0.1", self.port)
+                brokers = probe(HOST, self.port)
                 if any(b[0] == self.node_id and b[2] == self.port for b in brokers):
                     return
                 last = f"metadata brokers {brokers}"
             except Exception as e:  # noqa: BLE001 - not ready yet; keep polling
                 last = repr(e)
-            time.sleep(0.05)
+            time.sleep(SPEC["ready"]["poll_interval_ms"] / 1000)
         raise TimeoutError(f"broker not ready in {self.ready_timeout}s: {last}")
 
     def is_running(self) -> bool:
@@ -193,18 +212,20 @@ class SluiceNode:
 
 def start_cluster(size: int, settings: dict[str, str] | None = None) -> list[SluiceNode]:
     """Starts `size` nodes (ids 1..size), each a broker and a metadata-quorum voter, and waits
-    until every one lists itself. Ports are picked up front so every node gets the same
-    --voters list, and every node reads the same fresh --cluster-secret-file."""
+    until every one lists itself (flags, secret and deadline as node.json's `cluster` says)."""
+    spec = SPEC["cluster"]
     ports = [(free_loopback_port(), free_loopback_port()) for _ in range(size)]
-    voters = ",".join(f"{i + 1}@127.0.0.1:{controller}" for i, (_, controller) in enumerate(ports))
+    voters = spec["voters_separator"].join(
+        fill(spec["voter"], node_id=str(i + 1), host=HOST, controller_port=str(controller))
+        for i, (_, controller) in enumerate(ports))
     # The quorum's members authenticate each other with a secret shared by this cluster alone.
-    secret_file = Path(tempfile.mkdtemp(prefix="sluice-pytest-secret-")) / "cluster-secret"
-    secret_file.write_text(secrets.token_hex(32) + "\n")
+    secret_file = Path(tempfile.mkdtemp(prefix=spec["secret_dir_prefix"])) / spec["secret_file"]
+    secret_file.write_text(secrets.token_hex(spec["secret_bytes"]) + "\n")
+    cluster_args = [fill(a, voters=voters, secret_file=str(secret_file)) for a in spec["args"]]
     nodes = []
-    for i, (port, controller) in enumerate(ports):
-        node = SluiceNode(settings, node_id=i + 1, ready_timeout=30.0,
-                          extra_args=["--voters", voters, "--controller-listen", f"127.0.0.1:{controller}",
-                                      "--cluster-secret-file", str(secret_file)])
+    for i, (port, _) in enumerate(ports):
+        node = SluiceNode(settings, node_id=i + 1, ready_timeout=spec["ready_timeout_ms"] / 1000,
+                          extra_args=cluster_args)
         node.port = port
         nodes.append(node)
     try:

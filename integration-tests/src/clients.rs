@@ -13,9 +13,10 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{BorrowedMessage, Message};
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
+use rdkafka::message::{BorrowedMessage, Message, ToBytes};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryFuture, FutureProducer, FutureRecord, ProducerContext};
 use rdkafka::types::RDKafkaErrorCode;
+
 use rdkafka::{Offset, TopicPartitionList};
 
 /// Producer: `acks=all`, idempotence off, small linger, bounded delivery time.
@@ -135,6 +136,30 @@ pub async fn enqueue<T>(
                 done.push((t, fut.await.context("delivery future cancelled")?));
             }
             Err((e, _)) => bail!("enqueue failed: {e}"),
+        }
+    }
+}
+
+/// Enqueues `record` on a polled producer; while librdkafka's queue is full, serves delivery
+/// reports for `poll` and tries again, so a fast sender waits for room instead of failing.
+pub fn send_when_room<'a, C, K, P>(
+    producer: &BaseProducer<C>,
+    mut record: BaseRecord<'a, K, P, C::DeliveryOpaque>,
+    poll: Duration,
+) -> std::result::Result<(), KafkaError>
+where
+    C: ProducerContext,
+    K: ToBytes + ?Sized,
+    P: ToBytes + ?Sized,
+{
+    loop {
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                record = r;
+                producer.poll(poll);
+            }
+            Err((e, _)) => return Err(e),
         }
     }
 }

@@ -11,7 +11,8 @@ use anyhow::{bail, Context, Result};
 use tempfile::TempDir;
 
 use crate::kafka_client;
-use crate::node::{free_loopback_port, NodeOptions, SluiceNode};
+use crate::node::{free_loopback_port, loopback_addr, NodeOptions, SluiceNode};
+use crate::node_spec::{fill, fill_all, node_spec};
 
 pub struct Cluster {
     nodes: Vec<SluiceNode>,
@@ -22,14 +23,16 @@ pub struct Cluster {
     _secret_dir: TempDir,
 }
 
-/// A fresh random cluster secret (32 bytes from the OS, hex-encoded) in `dir/cluster-secret`.
+/// A fresh random cluster secret (`secret_bytes` from the OS, hex-encoded) in
+/// `dir/<secret_file>` (`cluster` in `node.json`).
 fn write_cluster_secret(dir: &Path) -> Result<(String, PathBuf)> {
-    let mut bytes = [0u8; 32];
+    let spec = &node_spec().cluster;
+    let mut bytes = vec![0u8; spec.secret_bytes];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut bytes))
         .context("reading /dev/urandom for a cluster secret")?;
     let secret: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    let path = dir.join("cluster-secret");
+    let path = dir.join(&spec.secret_file);
     std::fs::write(&path, format!("{secret}\n"))?;
     Ok((secret, path))
 }
@@ -44,17 +47,31 @@ impl Cluster {
     /// [`Self::start`], choosing whether dropped nodes print their log tail (`report_on_drop`;
     /// off for non-test users such as the benchmark).
     pub fn start_with(size: usize, settings: &[(&str, &str)], report_on_drop: bool) -> Result<Cluster> {
+        let spec = node_spec();
         let ports: Vec<(u16, u16)> = (0..size)
             .map(|_| Ok((free_loopback_port()?, free_loopback_port()?)))
             .collect::<Result<_>>()?;
         let voters: Vec<String> = ports
             .iter()
             .enumerate()
-            .map(|(i, (_, controller))| format!("{}@127.0.0.1:{controller}", i + 1))
-            .collect();
-        let voters = voters.join(",");
-        let secret_dir = tempfile::Builder::new().prefix("sluice-it-secret-").tempdir()?;
+            .map(|(i, (_, controller))| {
+                let (id, port) = ((i + 1).to_string(), controller.to_string());
+                fill(
+                    &spec.cluster.voter,
+                    &[("node_id", &id), ("host", &spec.host), ("controller_port", &port)],
+                )
+            })
+            .collect::<Result<_>>()?;
+        let voters = voters.join(&spec.cluster.voters_separator);
+        let secret_dir = tempfile::Builder::new()
+            .prefix(&spec.cluster.secret_dir_prefix)
+            .tempdir()?;
         let (secret, secret_path) = write_cluster_secret(secret_dir.path())?;
+        let secret_file = secret_path.display().to_string();
+        let cluster_args = fill_all(
+            &spec.cluster.args,
+            &[("voters", &voters), ("secret_file", &secret_file)],
+        )?;
         let mut nodes = Vec::with_capacity(size);
         for (i, (port, _)) in ports.iter().enumerate() {
             let mut opts = NodeOptions {
@@ -62,13 +79,8 @@ impl Cluster {
                 ..NodeOptions::default()
             }
             .port(*port);
-            opts.extra_args = vec![
-                "--voters".into(),
-                voters.clone(),
-                "--cluster-secret-file".into(),
-                secret_path.display().to_string(),
-            ];
-            opts.ready_timeout = Duration::from_secs(30);
+            opts.extra_args = cluster_args.clone();
+            opts.ready_timeout = spec.cluster.ready_timeout();
             opts.report_on_drop = report_on_drop;
             for (k, v) in settings {
                 opts = opts.set(k, v);
@@ -80,10 +92,7 @@ impl Cluster {
         }
         Ok(Cluster {
             nodes,
-            controllers: ports
-                .iter()
-                .map(|(_, controller)| SocketAddr::from(([127, 0, 0, 1], *controller)))
-                .collect(),
+            controllers: ports.iter().map(|(_, controller)| loopback_addr(*controller)).collect(),
             secret,
             _secret_dir: secret_dir,
         })

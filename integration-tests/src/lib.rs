@@ -3,6 +3,9 @@
 //!
 //! - [`SluiceNode`]: one broker process (free port, temporary data dir, captured log, readiness
 //!   awaited by a real ApiVersions + Metadata round-trip, SIGKILL/SIGTERM/restart).
+//! - [`node_spec`]: how a test node is started (command line, settings, work dir, readiness
+//!   probe, cluster flags), read from `integration-tests/node.json`, which the Python harness
+//!   (`python/sluice_node.py`) reads too.
 //! - [`clients`]: rdkafka configurations (manual assignment, idempotence off) and helpers.
 //! - [`wire`]: hand-encoded requests for tests that send hostile or exact bytes.
 //! - [`canary::Canary`]: proof that a broker fed hostile input still serves other clients.
@@ -14,7 +17,8 @@
 //!   after a fault (acked records exactly once, nothing seen then lost, full ISR, equal replicas).
 //!
 //! The binary comes from `$SLUICE_BIN`, else `<target>/release/sluice`, else
-//! `<target>/debug/sluice`, where `<target>` is `$CARGO_TARGET_DIR` or `<workspace>/target`.
+//! `<target>/debug/sluice`, where `<target>` is `$CARGO_TARGET_DIR` or `<workspace>/target`
+//! (`binary` in `node.json`).
 
 pub mod canary;
 pub mod clients;
@@ -23,6 +27,7 @@ pub mod faults;
 pub mod groups;
 pub mod kafka_client;
 pub mod node;
+pub mod node_spec;
 pub mod procstat;
 pub mod wire;
 

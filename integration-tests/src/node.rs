@@ -1,4 +1,5 @@
-//! One real `sluice` broker process on a loopback port.
+//! One real `sluice` broker process on a loopback port, started as `node.json` describes
+//! ([`crate::node_spec`]).
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -10,6 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use tempfile::TempDir;
 
+use crate::node_spec::{fill, fill_all, node_spec};
 use crate::wire;
 
 /// How to start a node. `Default` gives node 1 on a fresh temporary data dir and a free port.
@@ -24,7 +26,8 @@ pub struct NodeOptions {
     pub settings: Vec<(String, String)>,
     /// Any further command-line arguments (e.g. `--voters` for a cluster, later).
     pub extra_args: Vec<String>,
-    /// How long to wait for the broker to answer ApiVersions and Metadata after spawning.
+    /// How long to wait for the broker to answer ApiVersions and Metadata after spawning
+    /// (`ready.timeout_ms` in `node.json` by default).
     pub ready_timeout: Duration,
     /// On drop, save the broker log and print its tail (captured by libtest, so shown only for
     /// failing tests). Off for non-test users such as the benchmark.
@@ -39,7 +42,7 @@ impl Default for NodeOptions {
             port: None,
             settings: Vec::new(),
             extra_args: Vec::new(),
-            ready_timeout: Duration::from_secs(20),
+            ready_timeout: node_spec().ready.timeout(),
             report_on_drop: true,
         }
     }
@@ -75,22 +78,19 @@ pub struct SluiceNode {
     child: Option<Child>,
 }
 
-/// Attempts to start on a freshly picked port, in case another process takes the port between
-/// our probe and the broker's bind.
-const PORT_ATTEMPTS: usize = 3;
-
 impl SluiceNode {
     /// Spawns the broker and waits until it answers ApiVersions and Metadata.
     pub fn start(opts: NodeOptions) -> Result<Self> {
         let mut node = Self::unstarted(opts, 0)?;
         let fixed_port = node.opts.port;
         let mut last_err = None;
-        for _ in 0..PORT_ATTEMPTS {
+        // Another process may take the port between our probe and the broker's bind.
+        for _ in 0..node_spec().start_attempts {
             let port = match fixed_port {
                 Some(p) => p,
                 None => free_loopback_port()?,
             };
-            node.addr = SocketAddr::from(([127, 0, 0, 1], port));
+            node.addr = loopback_addr(port);
             match node.spawn_and_await_ready() {
                 Ok(()) => return Ok(node),
                 Err(e) => {
@@ -120,11 +120,12 @@ impl SluiceNode {
 
     /// A node with its work dir and paths laid out, not yet running.
     fn unstarted(opts: NodeOptions, port: u16) -> Result<Self> {
+        let spec = &node_spec().work_dir;
         let binary = sluice_binary()?;
-        let work_dir = tempfile::Builder::new().prefix("sluice-it-").tempdir()?;
+        let work_dir = tempfile::Builder::new().prefix(&spec.prefix).tempdir()?;
         let work_path = work_dir.path().to_path_buf();
-        let data_dir = opts.data_dir.clone().unwrap_or_else(|| work_path.join("data"));
-        let log_path = work_path.join("sluice.log");
+        let data_dir = opts.data_dir.clone().unwrap_or_else(|| work_path.join(&spec.data_dir));
+        let log_path = work_path.join(&spec.log_file);
         Ok(Self {
             opts,
             binary,
@@ -132,7 +133,7 @@ impl SluiceNode {
             work_path,
             data_dir,
             log_path,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            addr: loopback_addr(port),
             child: None,
         })
     }
@@ -296,7 +297,7 @@ impl SluiceNode {
 
     fn note(&self, line: &str) -> Result<()> {
         let mut f = OpenOptions::new().create(true).append(true).open(&self.log_path)?;
-        writeln!(f, "=== harness: {line} ===")?;
+        writeln!(f, "{}", fill(&node_spec().log_note, &[("note", line)])?)?;
         Ok(())
     }
 
@@ -306,24 +307,32 @@ impl SluiceNode {
     }
 
     fn spawn_process(&mut self) -> Result<()> {
+        let spec = node_spec();
         std::fs::create_dir_all(&self.data_dir)?;
         let mut cmd = Command::new(&self.binary);
-        cmd.arg("--node-id")
-            .arg(self.opts.node_id.to_string())
-            .arg("--data-dir")
-            .arg(&self.data_dir)
-            .arg("--listen")
-            .arg(self.addr.to_string())
-            .arg("--advertise")
-            .arg(self.addr.to_string());
-        for (k, v) in &self.opts.settings {
-            cmd.arg("--set").arg(format!("{k}={v}"));
+        let (node_id, data_dir, addr) = (
+            self.opts.node_id.to_string(),
+            self.data_dir.display().to_string(),
+            self.addr.to_string(),
+        );
+        cmd.args(fill_all(
+            &spec.args,
+            &[("node_id", &node_id), ("data_dir", &data_dir), ("addr", &addr)],
+        )?);
+        // Every test node's settings first, so the node's own can override them.
+        let defaults = spec.settings.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        let own = self.opts.settings.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        for (k, v) in defaults.chain(own) {
+            cmd.arg(&spec.setting_flag)
+                .arg(fill(&spec.setting, &[("key", k), ("value", v)])?);
         }
         cmd.args(&self.opts.extra_args);
-        if std::env::var_os("RUST_LOG").is_none() {
-            cmd.env("RUST_LOG", "info");
+        for (k, v) in &spec.env_if_unset {
+            if std::env::var_os(k).is_none() {
+                cmd.env(k, v);
+            }
         }
-        cmd.env("NO_COLOR", "1"); // plain text in the captured log
+        cmd.envs(&spec.env);
         self.note(&format!("starting {cmd:?}"))?;
         let log = OpenOptions::new().create(true).append(true).open(&self.log_path)?;
         cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
@@ -349,13 +358,20 @@ impl SluiceNode {
                 Ok(()) => return Ok(()),
                 Err(e) => last = format!("{e:#}"),
             }
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(node_spec().ready.poll_interval());
         }
         bail!("broker not ready within {:?}: {last}", self.opts.ready_timeout)
     }
 
     fn probe_once(&self) -> Result<()> {
-        let mut stream = wire::connect(self.addr, Duration::from_secs(2))?;
+        let spec = &node_spec().ready;
+        if spec.api_versions_version != 0 {
+            bail!(
+                "the readiness probe speaks ApiVersions v0 only, node.json asks for v{}",
+                spec.api_versions_version
+            );
+        }
+        let mut stream = wire::connect(self.addr, spec.connect_timeout())?;
         let versions = wire::api_versions_v0(&mut stream, 1)?;
         if versions.error_code != wire::ERROR_NONE {
             bail!("ApiVersions v0 error code {}", versions.error_code);
@@ -363,10 +379,11 @@ impl SluiceNode {
         let range = versions
             .range(wire::API_KEY_METADATA)
             .context("Metadata not advertised")?;
-        let version = range.min_version.max(1);
-        if version > range.max_version.min(8) {
+        let [lowest, highest] = spec.metadata_versions;
+        let version = range.min_version.max(lowest);
+        if version > range.max_version.min(highest) {
             bail!(
-                "no non-flexible Metadata version in {}..={}",
+                "no Metadata version of {lowest}..={highest} in the advertised {}..={}",
                 range.min_version,
                 range.max_version
             );
@@ -437,36 +454,21 @@ impl SluiceNode {
 
 /// Picks a loopback port that is free right now (bind to port 0, read it, release it).
 pub fn free_loopback_port() -> Result<u16> {
-    let l = TcpListener::bind(("127.0.0.1", 0))?;
+    let l = TcpListener::bind(loopback_addr(0))?;
     Ok(l.local_addr()?.port())
 }
 
-/// The broker binary: `$SLUICE_BIN`, else `<target>/release/sluice`, else
-/// `<target>/debug/sluice`, where `<target>` is `$CARGO_TARGET_DIR` or `<workspace>/target`.
+/// `port` on the loopback host test nodes listen on (`host` in `node.json`).
+pub fn loopback_addr(port: u16) -> SocketAddr {
+    let host: std::net::IpAddr = node_spec().host.parse().expect("node.json host is an IP address");
+    SocketAddr::new(host, port)
+}
+
+/// The broker binary, looked up as `binary` in `node.json` says: `$SLUICE_BIN`, else
+/// `<target>/release/sluice`, else `<target>/debug/sluice`, where `<target>` is
+/// `$CARGO_TARGET_DIR` (cargo builds there when it is set) or `<workspace>/target`.
 pub fn sluice_binary() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("SLUICE_BIN") {
-        let p = PathBuf::from(p);
-        if !p.is_file() {
-            bail!("SLUICE_BIN={} does not exist", p.display());
-        }
-        return Ok(p);
-    }
-    let workspace = workspace_root();
-    // Cargo builds into $CARGO_TARGET_DIR when it is set, so look there first.
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .map(|dir| if dir.is_absolute() { dir } else { workspace.join(dir) })
-        .unwrap_or_else(|| workspace.join("target"));
-    let candidates = [target_dir.join("release/sluice"), target_dir.join("debug/sluice")];
-    for c in &candidates {
-        if c.is_file() {
-            return Ok(c.clone());
-        }
-    }
-    bail!(
-        "no sluice binary: set SLUICE_BIN or run `cargo build --release -p sluice-broker` (looked at {:?})",
-        candidates
-    )
+    node_spec().binary.locate(&workspace_root())
 }
 
 /// The cargo workspace root (the parent of this crate's directory).

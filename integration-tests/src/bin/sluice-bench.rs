@@ -23,7 +23,6 @@ use rdkafka::admin::{AdminClient, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::ClientContext;
@@ -124,17 +123,8 @@ fn producer(bootstrap: &str) -> Result<(BaseProducer<CountingContext>, Arc<Count
 
 /// Enqueues one record, serving delivery reports while librdkafka's queue is full.
 fn send(p: &BaseProducer<CountingContext>, topic: &str, key: &[u8], payload: &[u8]) -> Result<()> {
-    let mut rec = BaseRecord::to(topic).key(key).payload(payload);
-    loop {
-        match p.send(rec) {
-            Ok(()) => return Ok(()),
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                rec = r;
-                p.poll(Duration::from_millis(5));
-            }
-            Err((e, _)) => bail!("send: {e}"),
-        }
-    }
+    let rec = BaseRecord::to(topic).key(key).payload(payload);
+    clients::send_when_room(p, rec, Duration::from_millis(5)).context("send")
 }
 
 /// The brokers under test, kept alive for the whole run.

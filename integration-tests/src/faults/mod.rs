@@ -1,0 +1,37 @@
+//! Fault injection for replication tests: a workload that records what the cluster promised
+//! (an idempotent `acks=all` producer's delivery reports) and what it showed (a concurrent
+//! consumer's reads), and the invariant checks run once the fault is healed:
+//!
+//! 1. every acknowledged record is in the final log exactly once, at the offset it was acked at;
+//! 2. every record the consumer saw is in the final log where it saw it, and per partition the
+//!    consumer's offsets only increase;
+//! 3. the cluster returns to full ISR ([`Cluster::await_full_isr`]);
+//! 4. every replica of a partition holds the same bytes.
+//!
+//! The final log is read with a fresh consumer from offset 0 to each partition's high watermark,
+//! so it is what any client would see, not what happens to be in the files.
+//!
+//! - `workload.rs`: the topic, and the producer and consumer threads that record what happened;
+//! - `final_log.rs`: what the cluster holds afterwards, as a client reads it and as the files are;
+//! - `invariants.rs`: the checks 1-4 above, and [`stop_and_check`], which runs them all.
+
+mod final_log;
+mod invariants;
+mod workload;
+
+pub use final_log::{partition_log_bytes, read_final_log, FinalLog};
+pub use invariants::{
+    acked_but_missing, await_identical_replicas, check_acked_records_exactly_once, check_consumed_records_in_final_log,
+    check_progress_after, stop_and_check, stop_and_check_with, Acks, Settled,
+};
+pub use workload::{
+    create_topic, record_value, workload_producer_config, ConsumerOutcome, Delivery, ProducerOutcome, Seen, Workload,
+};
+
+/// Cluster settings that make failover take seconds: fencing after 3 s without a heartbeat, ISR
+/// shrink after 3 s without catching up, preferred-leader rebalance checked every 2 s.
+pub const FAST_FAILOVER: &[(&str, &str)] = &[
+    ("broker.session.timeout.ms", "3000"),
+    ("replica.lag.time.max.ms", "3000"),
+    ("leader.imbalance.check.interval.seconds", "2"),
+];
