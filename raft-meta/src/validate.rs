@@ -68,6 +68,11 @@ pub(crate) fn check_peer_message(msg: &Message, peer_id: u64, at: &Receiver<'_>)
             msg.from
         ));
     }
+    // prost keeps an enum field's raw number; raft-rs's getters read an unknown one as the
+    // default (MsgHup, EntryNormal). Name it instead of letting it pass as that default.
+    if MessageType::try_from(msg.msg_type).is_err() {
+        return Err(format!("its message type {} is unknown", msg.msg_type));
+    }
     let kind = msg.get_msg_type();
     let is_proposal = kind == MessageType::MsgPropose;
     if !is_peer_type(kind) {
@@ -157,6 +162,12 @@ fn check_append(msg: &Message, at: &Receiver<'_>) -> Result<(), String> {
 
 /// Sluice replicates normal entries and learner additions; nothing else may be committed.
 fn check_entry_payload(entry: &Entry, at: &Receiver<'_>) -> Result<(), String> {
+    if EntryType::try_from(entry.entry_type).is_err() {
+        return Err(format!(
+            "entry {} has the unknown entry type {}",
+            entry.index, entry.entry_type
+        ));
+    }
     match entry.get_entry_type() {
         EntryType::EntryNormal => Ok(()),
         EntryType::EntryConfChangeV2 => Err(format!(
@@ -407,6 +418,16 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_of_unknown_type_is_refused_by_number() {
+        // Decoded from the wire, as a peer would send it: prost keeps the raw number, which
+        // raft-rs's getter would read as EntryNormal.
+        let mut m = append(2, 5, 2, &[(6, 2)]);
+        m.entries[0].entry_type = 7;
+        let m = Message::decode(m.encode_to_vec().as_slice()).unwrap();
+        assert_refused(&m, "entry 6 has the unknown entry type 7");
+    }
+
+    #[test]
     fn vote_request_with_term_zero_is_refused() {
         let mut m = message(MessageType::MsgRequestVote, 3, 0);
         m.index = 10;
@@ -416,7 +437,7 @@ mod tests {
     }
 
     /// prost keeps an enum value it does not know; reading it must not panic (protobuf-build's
-    /// accessor did) and, as under rust-protobuf, it reads as the default `MsgHup`, refused here.
+    /// accessor did, and it reads as the default `MsgHup`); the validator names the number.
     #[test]
     fn message_of_unknown_type_is_refused_not_a_panic() {
         let mut m = message(MessageType::MsgHeartbeat, 1, 2);
@@ -424,7 +445,7 @@ mod tests {
         let decoded = Message::decode(m.encode_to_vec().as_slice()).unwrap();
         assert_eq!(decoded.msg_type, 99);
         let refusal = check_at(&decoded, 1, 5, false).unwrap_err();
-        assert!(refusal.contains("MsgHup is never sent"), "{refusal}");
+        assert!(refusal.contains("message type 99 is unknown"), "{refusal}");
     }
 
     #[test]
