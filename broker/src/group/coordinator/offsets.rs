@@ -10,6 +10,8 @@ use super::{CommittedOffsets, Effect, Fx, GroupCoordinator, GroupState, Load, Me
 use crate::group::records::OffsetAndMetadata;
 
 impl GroupCoordinator {
+    // ---- retention ----
+
     /// Drops offsets past `offsets.retention.minutes` (Kafka's KIP-211 rule: a consumer
     /// group's offsets expire once it has been empty that long; standalone commits that long
     /// after they were made) and forgets empty groups left with none.
@@ -56,7 +58,7 @@ impl GroupCoordinator {
         fx
     }
 
-    // ---- offsets ----
+    // ---- OffsetCommit, OffsetFetch and OffsetDelete ----
 
     /// Kafka's checks before an OffsetCommit is written; a group unknown here is created for
     /// a commit from outside group management (generation -1). Returns the group's partition.
