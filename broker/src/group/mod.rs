@@ -1,6 +1,6 @@
 //! Consumer groups (Kafka's classic group protocol) and their durable offsets.
 //!
-//! `coordinator.rs` is the pure state machine; `records.rs` the `__consumer_offsets` record
+//! `coordinator/` is the pure state machine; `records.rs` the `__consumer_offsets` record
 //! formats. This module is the glue (Kafka's `GroupMetadataManager`): it loads a partition's
 //! groups when this broker becomes its leader and drops them when leadership moves, appends the
 //! records the state machine asks for to `__consumer_offsets` and waits until they are

@@ -1,10 +1,15 @@
+//! Long by design: the state machine's scenario tests, one per Kafka behaviour; long because each
+//! scenario is spelled out.
+//!
 //! Unit tests of the group state machine (fake clock).
 //!
 //! Time is a plain `now` in ms that the tests advance; `tick(now)` fires whatever timers a real
 //! broker's timer loop would. Member ids are handed in by the test (`new_member_id`), so every
 //! answer can be checked exactly.
 use super::*;
-use crate::group::records::{decode, group_metadata_key, group_metadata_value, offset_commit_key, offset_commit_value};
+use crate::group::records::{
+    decode, group_metadata_key, group_metadata_value, offset_commit_key, offset_commit_value, StoredMember,
+};
 
 const GROUP: &str = "orders-sink";
 const OTHER: &str = "payments";

@@ -1,0 +1,422 @@
+//! Kafka's classic group protocol as a pure state machine (Kafka's `GroupCoordinator` and
+//! `GroupMetadata`): requests, loaded records and the time go in; responses, records to
+//! store and tombstones come out as [`Effect`]s. No I/O, no clock, no randomness (the glue
+//! passes new member ids in), so every rebalance can be replayed in a unit test.
+//!
+//! States: Empty → PreparingRebalance (members (re)join) → CompletingRebalance (the leader
+//! computes assignments) → Stable; Dead once deleted or moved away. A JoinGroup answer waits
+//! until every known member has rejoined or the rebalance timeout passes; a SyncGroup answer
+//! waits until the leader's assignment is stored in `__consumer_offsets`.
+//!
+//! The coordinator serves only groups whose `__consumer_offsets` partition this broker leads
+//! and has loaded: others get NOT_COORDINATOR, loading ones COORDINATOR_LOAD_IN_PROGRESS.
+//!
+//! This file holds the public types, the coordinator, partition loading and the admin calls;
+//! `group.rs` the group and member state, `members.rs` JoinGroup/SyncGroup/Heartbeat/LeaveGroup,
+//! `rebalance.rs` the rebalance transitions and timers, `offsets.rs` committed offsets (split
+//! so that no file runs past ~600 lines; `members.rs` uses `rebalance.rs`, and all three use
+//! `group.rs`, never the reverse).
+
+use std::collections::{HashMap, HashSet};
+
+use bytes::Bytes;
+use kafka_protocol::error::ResponseError;
+
+use super::records::{GroupRecord, OffsetAndMetadata, StoredGroup};
+pub use crate::config::GroupConfig;
+use group::{restore, Group};
+
+mod group;
+mod members;
+mod offsets;
+mod rebalance;
+
+/// Identifies a JoinGroup or SyncGroup request waiting for its answer.
+pub type ReplyId = u64;
+
+/// A member that has not rejoined during a rebalance is dropped after this long if it is new
+/// (Kafka's `NewMemberJoinTimeoutMs`), so a client that vanished mid-join cannot hold a group.
+const NEW_MEMBER_JOIN_TIMEOUT_MS: i64 = 300_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupState {
+    Empty,
+    PreparingRebalance,
+    CompletingRebalance,
+    Stable,
+    Dead,
+}
+
+impl GroupState {
+    /// The name Kafka's DescribeGroups and ListGroups report.
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupState::Empty => "Empty",
+            GroupState::PreparingRebalance => "PreparingRebalance",
+            GroupState::CompletingRebalance => "CompletingRebalance",
+            GroupState::Stable => "Stable",
+            GroupState::Dead => "Dead",
+        }
+    }
+}
+
+/// The `__consumer_offsets` partition that holds a group: Kafka's
+/// `Utils.abs(groupId.hashCode()) % partitions`, with Java's UTF-16 `String.hashCode`.
+pub fn partition_for(group_id: &str, num_partitions: i32) -> i32 {
+    let hash = group_id
+        .encode_utf16()
+        .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)));
+    let abs = if hash == i32::MIN { 0 } else { hash.abs() };
+    abs % num_partitions.max(1)
+}
+
+pub struct JoinRequest {
+    pub group_id: String,
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    pub protocol_type: String,
+    pub protocols: Vec<(String, Bytes)>,
+    /// JoinGroup v4+: a first join gets MEMBER_ID_REQUIRED and an id to rejoin with (KIP-394).
+    pub require_known_member_id: bool,
+    /// The id this member gets if it is new (`<client or instance id>-<uuid>`, made by the caller).
+    pub new_member_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinedMember {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub metadata: Bytes,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinResult {
+    pub error: Option<ResponseError>,
+    pub generation_id: i32,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub leader_id: String,
+    pub member_id: String,
+    /// Only the leader gets the members and their metadata, to compute the assignment.
+    pub members: Vec<JoinedMember>,
+}
+
+impl JoinResult {
+    fn failed(member_id: &str, error: ResponseError) -> Self {
+        JoinResult {
+            error: Some(error),
+            generation_id: -1,
+            protocol_type: None,
+            protocol_name: None,
+            leader_id: String::new(),
+            member_id: member_id.to_string(),
+            members: Vec::new(),
+        }
+    }
+}
+
+pub struct SyncRequest {
+    pub group_id: String,
+    pub generation_id: i32,
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub assignments: Vec<(String, Bytes)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncResult {
+    pub error: Option<ResponseError>,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub assignment: Bytes,
+}
+
+impl SyncResult {
+    /// A member's assignment in the group's current protocol.
+    fn assigned(protocol_type: &Option<String>, protocol_name: &Option<String>, assignment: &Bytes) -> Self {
+        SyncResult {
+            error: None,
+            protocol_type: protocol_type.clone(),
+            protocol_name: protocol_name.clone(),
+            assignment: assignment.clone(),
+        }
+    }
+
+    fn failed(error: ResponseError) -> Self {
+        SyncResult {
+            error: Some(error),
+            protocol_type: None,
+            protocol_name: None,
+            assignment: Bytes::new(),
+        }
+    }
+}
+
+/// What the glue must do for the state machine.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    Join(ReplyId, JoinResult),
+    Sync(ReplyId, SyncResult),
+    /// Append the group's record to its partition. With `completes_sync`, report the outcome
+    /// back through [`GroupCoordinator::group_stored`]: the generation's SyncGroup answers wait on it.
+    StoreGroup {
+        partition: i32,
+        group_id: String,
+        group: StoredGroup,
+        generation_id: i32,
+        completes_sync: bool,
+    },
+    /// Append tombstones: for these offsets, and for the group record itself if `group`.
+    Tombstones {
+        partition: i32,
+        group_id: String,
+        offsets: Vec<(String, i32)>,
+        group: bool,
+    },
+}
+
+/// Committed offsets as `(topic, partition, offset)`; `None` where nothing was committed.
+pub type CommittedOffsets = Vec<(String, i32, Option<OffsetAndMetadata>)>;
+
+/// A member's answer in a batched LeaveGroup.
+pub type MemberError = Option<ResponseError>;
+
+#[derive(Debug, Clone)]
+pub struct MemberSummary {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub metadata: Bytes,
+    pub assignment: Bytes,
+}
+
+#[derive(Debug, Clone)]
+pub struct GroupSummary {
+    pub state: GroupState,
+    pub protocol_type: String,
+    pub protocol_name: String,
+    pub members: Vec<MemberSummary>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Load {
+    Loading { epoch: i32 },
+    Loaded { epoch: i32 },
+}
+
+/// Every group this broker coordinates.
+pub struct GroupCoordinator {
+    config: GroupConfig,
+    groups: HashMap<String, Group>,
+    /// `__consumer_offsets` partitions this broker leads, by leader epoch.
+    partitions: HashMap<i32, Load>,
+}
+
+type Fx = Vec<Effect>;
+
+impl GroupCoordinator {
+    pub fn new(config: GroupConfig) -> Self {
+        GroupCoordinator {
+            config,
+            groups: HashMap::new(),
+            partitions: HashMap::new(),
+        }
+    }
+
+    pub fn config(&self) -> &GroupConfig {
+        &self.config
+    }
+
+    pub fn partition_for(&self, group_id: &str) -> i32 {
+        partition_for(group_id, self.config.num_partitions)
+    }
+
+    /// The partition of a group this broker serves, or the error that sends the client elsewhere.
+    fn owner(&self, group_id: &str) -> Result<i32, ResponseError> {
+        if group_id.is_empty() {
+            return Err(ResponseError::InvalidGroupId);
+        }
+        let partition = self.partition_for(group_id);
+        match self.partitions.get(&partition) {
+            Some(Load::Loaded { .. }) => Ok(partition),
+            Some(Load::Loading { .. }) => Err(ResponseError::CoordinatorLoadInProgress),
+            None => Err(ResponseError::NotCoordinator),
+        }
+    }
+
+    // ---- partition ownership ----
+
+    /// Partitions this broker leads (loaded or loading) with their leader epochs.
+    pub fn owned_partitions(&self) -> HashMap<i32, i32> {
+        self.partitions
+            .iter()
+            .map(|(p, l)| {
+                let (Load::Loading { epoch } | Load::Loaded { epoch }) = l;
+                (*p, *epoch)
+            })
+            .collect()
+    }
+
+    /// This broker became leader of `partition` at `epoch`: its groups load next.
+    pub fn begin_load(&mut self, partition: i32, epoch: i32) -> Fx {
+        let fx = self.unload(partition);
+        self.partitions.insert(partition, Load::Loading { epoch });
+        fx
+    }
+
+    /// Replays the partition's records (in log order) and starts serving its groups. Returns
+    /// false if leadership moved on since the load began (the records are dropped).
+    pub fn complete_load(
+        &mut self,
+        partition: i32,
+        epoch: i32,
+        records: impl IntoIterator<Item = GroupRecord>,
+        now: i64,
+    ) -> bool {
+        if self.partitions.get(&partition) != Some(&Load::Loading { epoch }) {
+            return false;
+        }
+        let mut stored: HashMap<String, StoredGroup> = HashMap::new();
+        let mut offsets: HashMap<String, HashMap<(String, i32), OffsetAndMetadata>> = HashMap::new();
+        for record in records {
+            match record {
+                GroupRecord::Offset {
+                    group_id,
+                    topic,
+                    partition: p,
+                    value,
+                } => {
+                    let group = offsets.entry(group_id).or_default();
+                    match value {
+                        Some(v) => group.insert((topic, p), v),
+                        None => group.remove(&(topic, p)),
+                    };
+                }
+                GroupRecord::Group { group_id, value } => match value {
+                    Some(v) => {
+                        stored.insert(group_id, v);
+                    }
+                    None => {
+                        stored.remove(&group_id);
+                    }
+                },
+            }
+        }
+        offsets.retain(|_, o| !o.is_empty());
+        let ids: HashSet<String> = stored.keys().chain(offsets.keys()).cloned().collect();
+        for id in ids {
+            if partition_for(&id, self.config.num_partitions) != partition {
+                continue;
+            }
+            let mut group = Group::new(&id, partition, now);
+            if let Some(s) = stored.remove(&id) {
+                restore(&mut group, s, now);
+            }
+            group.offsets = offsets.remove(&id).unwrap_or_default();
+            self.groups.insert(id, group);
+        }
+        self.partitions.insert(partition, Load::Loaded { epoch });
+        true
+    }
+
+    /// This broker no longer leads `partition`: its groups go (their clients find the new
+    /// coordinator), and requests waiting on them are answered NOT_COORDINATOR.
+    pub fn unload(&mut self, partition: i32) -> Fx {
+        let mut fx = Vec::new();
+        if self.partitions.remove(&partition).is_none() {
+            return fx;
+        }
+        let ids: Vec<String> = self
+            .groups
+            .iter()
+            .filter(|(_, g)| g.partition == partition)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in ids {
+            if let Some(mut group) = self.groups.remove(&id) {
+                for (member_id, member) in group.members.iter_mut() {
+                    member.fail_waiting(member_id, ResponseError::NotCoordinator, &mut fx);
+                }
+            }
+        }
+        fx
+    }
+
+    // ---- admin ----
+
+    /// Groups this broker coordinates, `(id, protocol type, state)`, and whether some of its
+    /// partitions are still loading (ListGroups answers COORDINATOR_LOAD_IN_PROGRESS then).
+    pub fn list_groups(&self) -> (Vec<(String, String, GroupState)>, bool) {
+        let loading = self.partitions.values().any(|l| matches!(l, Load::Loading { .. }));
+        let mut groups: Vec<_> = self
+            .groups
+            .iter()
+            .filter(|(_, g)| g.state != GroupState::Dead)
+            .map(|(id, g)| (id.clone(), g.protocol_type.clone().unwrap_or_default(), g.state))
+            .collect();
+        groups.sort_by(|a, b| a.0.cmp(&b.0));
+        (groups, loading)
+    }
+
+    /// DescribeGroups: `None` for a group this coordinator does not know (Kafka reports it Dead).
+    pub fn describe_group(&self, group_id: &str) -> Result<Option<GroupSummary>, ResponseError> {
+        self.owner(group_id)?;
+        let Some(group) = self.groups.get(group_id) else {
+            return Ok(None);
+        };
+        let stable = group.state == GroupState::Stable;
+        let protocol = group.protocol_name.as_deref();
+        Ok(Some(GroupSummary {
+            state: group.state,
+            protocol_type: group.protocol_type.clone().unwrap_or_default(),
+            protocol_name: if stable {
+                protocol.unwrap_or_default().to_string()
+            } else {
+                String::new()
+            },
+            members: group
+                .members
+                .iter()
+                .map(|(id, m)| MemberSummary {
+                    member_id: id.clone(),
+                    group_instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    metadata: if stable { m.metadata(protocol) } else { Bytes::new() },
+                    assignment: if stable { m.assignment.clone() } else { Bytes::new() },
+                })
+                .collect(),
+        }))
+    }
+
+    /// DeleteGroups for one group: only an empty group goes; its offsets and record are
+    /// tombstoned.
+    pub fn delete_group(&mut self, group_id: &str) -> Result<Effect, ResponseError> {
+        let partition = self.owner(group_id)?;
+        let group = self.groups.get(group_id).ok_or(ResponseError::GroupIdNotFound)?;
+        match group.state {
+            GroupState::Dead => return Err(ResponseError::GroupIdNotFound),
+            GroupState::Empty => {}
+            _ => return Err(ResponseError::NonEmptyGroup),
+        }
+        let group = self.groups.remove(group_id).expect("checked above");
+        let mut offsets: Vec<(String, i32)> = group.offsets.into_keys().collect();
+        offsets.sort();
+        Ok(Effect::Tombstones {
+            partition,
+            group_id: group_id.to_string(),
+            offsets,
+            group: true,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;
