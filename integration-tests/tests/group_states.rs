@@ -6,6 +6,9 @@
 //! rebalance, DescribeGroups/ListGroups/DeleteGroups, static membership (a restarted static
 //! member keeps its generation and fences its old member id), and offsets and group state
 //! surviving a broker SIGKILL.
+//!
+//! A test file: one test per group state transition Kafka clients depend on, long because each
+//! scenario is spelled out.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

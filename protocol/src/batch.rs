@@ -25,6 +25,9 @@
 //! (magic 0 or 1), answered with `UNSUPPORTED_FOR_MESSAGE_FORMAT` (43), and records that
 //! decompress past their limit (see [`crate::records`]), answered with `RECORD_LIST_TOO_LARGE`
 //! (18); see [`BatchError::kafka_error_code`].
+//!
+//! Over 700 lines only because the header parser's tests (every field, every corruption) sit beside
+//! it.
 
 use std::ops::Range;
 

@@ -12,6 +12,10 @@
 //! intact, so the proposer recognizes its entry when it applies it locally, whichever member
 //! appended it. The incarnation (bumped on every start, persisted) keeps a sequence number
 //! from a previous run from matching a new proposal.
+//!
+//! Long on purpose: the driver is one event loop over one `RawNode`, and raft-rs's `Ready` handling
+//! must be read in its documented order in one place; the snapshot data format, frames and
+//! validation live in their own files.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;

@@ -22,6 +22,9 @@
 //!
 //! Everything is also held in memory (the metadata log is small and compacted by snapshots), so
 //! the `raft::Storage` reads never touch the disk.
+//!
+//! Over 700 lines only because its crash and corruption tests sit beside the storage code they
+//! check.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};

@@ -2,6 +2,9 @@
 //!
 //! Conditions are awaited with bounded polling of `status()` / the recorded state; a deadline
 //! turns a hang into a failure that says what was awaited.
+//!
+//! A test file: the quorum's scenario tests (elections, restarts, snapshots, learners, refused
+//! entries), long because each scenario is spelled out.
 
 use std::collections::BTreeMap;
 use std::future::Future;

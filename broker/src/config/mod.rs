@@ -1,5 +1,8 @@
 //! Broker configuration: command-line flags plus `--set key=value` using Kafka's own
 //! property names, resolved once at start-up into typed settings.
+//!
+//! About 700 lines: the flag and setting parsing plus its unit tests; the group settings live in
+//! `config/group.rs`.
 
 use std::collections::BTreeMap;
 use std::fmt;
