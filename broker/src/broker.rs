@@ -180,22 +180,23 @@ fn controller_timer_config(config: &BrokerConfig) -> controller::timer::TimerCon
 impl controller::timer::ControllerHost for Broker {
     type Error = CommitError;
 
-    fn broker_contacts(&self) -> Option<Vec<(i32, Option<u64>)>> {
+    fn broker_contacts(&self) -> Option<Vec<controller::MemberContact>> {
         let status = self.metadata.quorum_status();
         if status.role != sluice_raft_meta::Role::Leader {
             return None;
         }
-        let contacts = status
-            .voters
-            .iter()
-            .chain(status.learners.iter())
-            .map(|r| {
-                let ms = if r.id == status.node_id {
+        let voters = status.voters.iter().map(|r| (r, true));
+        let learners = status.learners.iter().map(|r| (r, false));
+        let contacts = voters
+            .chain(learners)
+            .map(|(r, voter)| controller::MemberContact {
+                broker_id: node_id_of(r.id),
+                last_heard_ms: if r.id == status.node_id {
                     Some(0)
                 } else {
                     r.last_contact_ms_ago
-                };
-                (node_id_of(r.id), ms)
+                },
+                voter,
             })
             .collect();
         Some(contacts)

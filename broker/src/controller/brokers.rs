@@ -68,29 +68,49 @@ pub fn controlled_shutdown(image: &MetadataImage, broker_id: i32, incarnation_id
     records
 }
 
+/// What the active controller knows of one quorum member's liveness.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemberContact {
+    pub broker_id: i32,
+    /// How long ago the controller last heard from it (`None`: not yet known; itself: `Some(0)`).
+    pub last_heard_ms: Option<u64>,
+    /// A voter of the metadata quorum (otherwise a learner).
+    pub voter: bool,
+}
+
 /// Fence/unfence decisions of the active controller. `contacts` holds, per quorum member, how
-/// long ago the leader last heard from it (`None`: not yet known); `leading_for_ms` gives a new
-/// leader a full session before it fences anyone it has not heard from.
+/// long ago the leader last heard from it; `leading_for_ms` gives a new leader a full session
+/// before it fences anyone it has not heard from.
+///
+/// A controller that has not heard from a majority of the voters (itself included) within a
+/// session fences no one: its view is stale, not the brokers. That happens when its own
+/// process was paused (every member then looks silent, though the others have elected a new
+/// leader meanwhile, and a proposal made now would still be committed by that leader) or when
+/// it is about to lose leadership anyway. A live leader always hears from a majority.
 pub fn liveness_changes(
     image: &MetadataImage,
-    contacts: &[(i32, Option<u64>)],
+    contacts: &[MemberContact],
     leading_for_ms: u64,
     session_timeout_ms: u64,
 ) -> Vec<MetadataCommand> {
+    let heard_recently = |c: &MemberContact| c.last_heard_ms.is_some_and(|ms| ms < session_timeout_ms);
+    let voters = contacts.iter().filter(|c| c.voter).count();
+    let voters_heard = contacts.iter().filter(|c| c.voter && heard_recently(c)).count();
+    let view_is_fresh = voters_heard * 2 > voters;
     image
         .brokers
         .values()
         .filter_map(|b| {
             let contact = contacts
                 .iter()
-                .find(|(id, _)| *id == b.broker_id)
-                .and_then(|(_, ms)| *ms);
+                .find(|c| c.broker_id == b.broker_id)
+                .and_then(|c| c.last_heard_ms);
             let alive = match contact {
                 Some(ms) => ms < session_timeout_ms,
                 None => leading_for_ms < session_timeout_ms,
             };
             match (b.fenced, alive) {
-                (false, false) => Some(MetadataCommand::FenceBroker { broker_id: b.broker_id }),
+                (false, false) if view_is_fresh => Some(MetadataCommand::FenceBroker { broker_id: b.broker_id }),
                 (true, true) if contact.is_some() && !b.in_controlled_shutdown => {
                     Some(MetadataCommand::UnfenceBroker { broker_id: b.broker_id })
                 }
@@ -159,7 +179,7 @@ mod tests {
         }
         // Repeating the request, hearing from the broker, or an UnfenceBroker change nothing.
         assert!(decide(&image, &shutdown).unwrap().0.is_empty());
-        let contacts = [(1, Some(0)), (2, Some(0)), (3, Some(0))];
+        let contacts = voters(&[(1, Some(0)), (2, Some(0)), (3, Some(0))]);
         assert!(liveness_changes(&image, &contacts, 60_000, 9_000).is_empty());
         let unfence = MetadataCommand::UnfenceBroker { broker_id: 1 };
         assert!(decide(&image, &unfence).unwrap().0.is_empty());
@@ -197,21 +217,52 @@ mod tests {
     #[test]
     fn silent_brokers_are_fenced_after_the_session_timeout_and_unfenced_when_heard_again() {
         let mut image = image_with_brokers(&[1, 2, 3]);
-        let contacts = [(1, Some(0)), (2, Some(200)), (3, Some(9_500))];
+        let contacts = voters(&[(1, Some(0)), (2, Some(200)), (3, Some(9_500))]);
         assert_eq!(
             liveness_changes(&image, &contacts, 60_000, 9_000),
             vec![MetadataCommand::FenceBroker { broker_id: 3 }]
         );
         // A new leader that has heard nothing yet waits a full session before fencing.
-        let unknown = [(1, Some(0)), (2, None), (3, None)];
+        let unknown = [(1, Some(0)), (2, None), (3, None)].map(|(broker_id, last_heard_ms)| MemberContact {
+            broker_id,
+            last_heard_ms,
+            voter: broker_id == 1,
+        });
         assert!(liveness_changes(&image, &unknown, 1_000, 9_000).is_empty());
         assert_eq!(liveness_changes(&image, &unknown, 9_000, 9_000).len(), 2);
         let records = fence_broker(&image, 3);
         apply_all(&mut image, &records);
-        let back = [(1, Some(0)), (2, Some(0)), (3, Some(100))];
+        let back = voters(&[(1, Some(0)), (2, Some(0)), (3, Some(100))]);
         assert_eq!(
             liveness_changes(&image, &back, 60_000, 9_000),
             vec![MetadataCommand::UnfenceBroker { broker_id: 3 }]
         );
+    }
+
+    #[test]
+    fn a_controller_that_heard_from_no_majority_of_voters_fences_no_one() {
+        // Its process was paused past the session timeout: every member looks silent, and the
+        // other voters have elected a new leader meanwhile.
+        let image = image_with_brokers(&[1, 2, 3]);
+        let stale = voters(&[(1, Some(0)), (2, Some(9_500)), (3, Some(12_000))]);
+        assert!(liveness_changes(&image, &stale, 60_000, 9_000).is_empty());
+        // Hearing from one other voter of three is a majority: the silent one is fenced.
+        let fresh = voters(&[(1, Some(0)), (2, Some(100)), (3, Some(12_000))]);
+        assert_eq!(
+            liveness_changes(&image, &fresh, 60_000, 9_000),
+            vec![MetadataCommand::FenceBroker { broker_id: 3 }]
+        );
+    }
+
+    /// Every listed member as a voter.
+    fn voters(contacts: &[(i32, Option<u64>)]) -> Vec<MemberContact> {
+        contacts
+            .iter()
+            .map(|&(broker_id, last_heard_ms)| MemberContact {
+                broker_id,
+                last_heard_ms,
+                voter: true,
+            })
+            .collect()
     }
 }

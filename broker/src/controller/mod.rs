@@ -27,7 +27,9 @@ use crate::metadata::records::{MetadataCommand, MetadataRecord};
 
 pub use crate::metadata::outcome::{ApiError, Outcome};
 pub use crate::topic_config::MAX_PARTITIONS_PER_TOPIC;
-pub use brokers::{controlled_shutdown, fence_broker, liveness_changes, register_broker, unfence_broker};
+pub use brokers::{
+    controlled_shutdown, fence_broker, liveness_changes, register_broker, unfence_broker, MemberContact,
+};
 pub use configs::alter_topic_configs;
 pub use partition_change::{alter_partition, elect_preferred_leaders, preferred_leader_imbalance};
 pub use placement::replication_factor;

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::brokers::liveness_changes;
+use super::brokers::{liveness_changes, MemberContact};
 use super::partition_change::preferred_leader_imbalance;
 use crate::metadata::image::MetadataImage;
 use crate::metadata::records::MetadataCommand;
@@ -27,9 +27,9 @@ pub trait ControllerHost: Send + Sync + 'static {
     type Error: Display + Send;
 
     /// While this node is the active controller (the quorum leader): per quorum member, its
-    /// broker id and how long ago this node last heard from it (`None`: not yet known; itself:
-    /// `Some(0)`). `None` while another node leads or none does.
-    fn broker_contacts(&self) -> Option<Vec<(i32, Option<u64>)>>;
+    /// broker id, how long ago this node last heard from it (`None`: not yet known; itself:
+    /// `Some(0)`) and whether it votes. `None` while another node leads or none does.
+    fn broker_contacts(&self) -> Option<Vec<MemberContact>>;
 
     /// The current metadata image.
     fn image(&self) -> Arc<MetadataImage>;
@@ -86,6 +86,11 @@ pub async fn run<H: ControllerHost>(host: Arc<H>, config: TimerConfig, mut shutd
             config.broker_session_timeout_ms,
         );
         for command in commands {
+            // Leadership may have moved while an earlier command was decided: a follower's
+            // proposal is forwarded to the new leader, which would commit a stale decision.
+            if host.broker_contacts().is_none() {
+                break;
+            }
             tracing::info!(?command, "controller: broker liveness changed");
             if let Err(e) = host.propose(command).await {
                 tracing::warn!(error = %e, "controller could not record a liveness change; will retry");
@@ -105,7 +110,7 @@ mod tests {
     /// A node whose quorum view is fixed and whose proposals are decided and applied at once.
     struct FakeHost {
         leading: bool,
-        contacts: Vec<(i32, Option<u64>)>,
+        contacts: Vec<MemberContact>,
         image: Mutex<Arc<MetadataImage>>,
         proposed: Mutex<Vec<MetadataCommand>>,
     }
@@ -113,7 +118,7 @@ mod tests {
     impl ControllerHost for FakeHost {
         type Error = String;
 
-        fn broker_contacts(&self) -> Option<Vec<(i32, Option<u64>)>> {
+        fn broker_contacts(&self) -> Option<Vec<MemberContact>> {
             self.leading.then(|| self.contacts.clone())
         }
 
@@ -136,7 +141,19 @@ mod tests {
     async fn run_for(leading: bool, ms: u64) -> (Vec<MetadataCommand>, Arc<MetadataImage>) {
         let host = Arc::new(FakeHost {
             leading,
-            contacts: vec![(1, Some(0)), (2, Some(10_000))],
+            // Broker 2 is a learner: broker 1, the only voter, is a majority by itself.
+            contacts: vec![
+                MemberContact {
+                    broker_id: 1,
+                    last_heard_ms: Some(0),
+                    voter: true,
+                },
+                MemberContact {
+                    broker_id: 2,
+                    last_heard_ms: Some(10_000),
+                    voter: false,
+                },
+            ],
             image: Mutex::new(Arc::new(image_with_brokers(&[1, 2]))),
             proposed: Mutex::default(),
         });
