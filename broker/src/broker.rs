@@ -14,6 +14,7 @@ use crate::group::GroupMetadataManager;
 use crate::metadata::image::MetadataImage;
 use crate::metadata::records::{Endpoint, MetadataCommand};
 use crate::metadata::{node_id_of, CommitError, MetadataError, MetadataStore};
+use crate::quota::ClientQuotaManager;
 use crate::replica_manager::ReplicaManager;
 use crate::topic_config;
 
@@ -42,6 +43,10 @@ pub struct Broker {
     /// This process's registration; a controlled shutdown names it so that a stale one from a
     /// previous run cannot fence a restarted broker.
     pub incarnation_id: Uuid,
+    /// Client byte-rate quotas: `producer_byte_rate` on produce, `consumer_byte_rate` on
+    /// consumer fetches.
+    pub produce_quotas: ClientQuotaManager,
+    pub fetch_quotas: ClientQuotaManager,
 }
 
 impl Broker {
@@ -66,6 +71,8 @@ impl Broker {
             config.overrides.clone(),
         ));
         let broker = Arc::new(Broker {
+            produce_quotas: ClientQuotaManager::produce(&config.quota),
+            fetch_quotas: ClientQuotaManager::fetch(&config.quota),
             groups,
             request_memory: Arc::new(Semaphore::new(permits)),
             config,

@@ -11,9 +11,13 @@
 //! has run. Once a frame has started it must arrive whole within
 //! `socket.request.read.timeout.ms`. A connection that sends nothing for
 //! `connections.max.idle.ms`, with no response owed, is closed.
+//!
+//! A response carrying a quota's throttle time (Produce, Fetch) mutes the connection: as
+//! Kafka does since KIP-219, the response goes out at once and no further request from the
+//! client is read until the throttle time has passed.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +26,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use sluice_protocol::frame::{peek_frame_size, SIZE_PREFIX_LEN};
 use sluice_protocol::request::{decode_request, encode_api_versions_too_new, encode_response, RequestError};
+use sluice_protocol::ResponseBody;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
@@ -39,6 +44,46 @@ enum Outgoing {
 
 const READ_BUFFER_BYTES: usize = 64 * 1024;
 
+/// Until when the connection is muted by a quota throttle: ms after `since`, 0 when never.
+/// Set by whichever response carries the throttle (possibly a deferred one, on the writer),
+/// read by the reader before each request.
+struct Mute {
+    since: Instant,
+    until_ms: AtomicU64,
+}
+
+impl Mute {
+    fn new() -> Mute {
+        Mute {
+            since: Instant::now(),
+            until_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// Mutes for `throttle_time_ms` from now, unless already muted for longer.
+    fn throttle(&self, throttle_time_ms: i32) {
+        if throttle_time_ms > 0 {
+            let until = self.since.elapsed().as_millis() as u64 + throttle_time_ms as u64;
+            self.until_ms.fetch_max(until, Ordering::Relaxed);
+        }
+    }
+
+    /// When reading may resume, if the connection is muted now.
+    fn muted_until(&self) -> Option<Instant> {
+        let until = self.since + Duration::from_millis(self.until_ms.load(Ordering::Relaxed));
+        (until > Instant::now()).then_some(until)
+    }
+}
+
+/// The quota throttle time a response carries.
+fn throttle_time_ms(body: &ResponseBody) -> i32 {
+    match body {
+        ResponseBody::Produce(r) => r.throttle_time_ms,
+        ResponseBody::Fetch(r) => r.throttle_time_ms,
+        _ => 0,
+    }
+}
+
 pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, mut shutdown: watch::Receiver<bool>) {
     let (mut reader, writer) = stream.into_split();
     let (queue, pending) = mpsc::channel(broker.config.max_in_flight_requests_per_connection.max(1));
@@ -54,6 +99,7 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, mut
     let mut frame_started: Option<Instant> = None;
     // Request memory for the frame being received, taken as soon as its size prefix is in.
     let mut permit: Option<OwnedSemaphorePermit> = None;
+    let mute = Arc::new(Mute::new());
     let close_reason: Option<String> = loop {
         let size = match peek_frame_size(&buf, max_bytes) {
             Ok(size) => size,
@@ -72,11 +118,18 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, mut
             frame_started = Some(Instant::now());
         }
         if let Some(size) = size.filter(|size| buf.len() >= SIZE_PREFIX_LEN + size) {
+            if let Some(until) = mute.muted_until() {
+                tokio::select! {
+                    _ = shutdown.changed() => break None,
+                    _ = tokio::time::sleep_until(until) => {}
+                }
+                last_read = Instant::now();
+            }
             buf.advance(SIZE_PREFIX_LEN);
             let frame = buf.split_to(size);
             frame_started = (!buf.is_empty()).then(Instant::now);
             let request_memory = permit.take();
-            let outgoing = match answer(&broker, frame, peer) {
+            let outgoing = match answer(&broker, frame, peer, &mute) {
                 Ok(Some(outgoing)) => outgoing,
                 Ok(None) => continue,
                 Err(reason) => break Some(reason),
@@ -133,26 +186,44 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, mut
 
 /// Decodes a frame and runs its handler's synchronous part: the response to queue, `None`
 /// when the request gets no response (acks=0), or why the connection must close.
-fn answer(broker: &Arc<Broker>, frame: BytesMut, peer: SocketAddr) -> Result<Option<Outgoing>, String> {
+fn answer(
+    broker: &Arc<Broker>,
+    frame: BytesMut,
+    peer: SocketAddr,
+    mute: &Arc<Mute>,
+) -> Result<Option<Outgoing>, String> {
     match decode_request(frame.freeze()) {
         Ok(request) => {
             let (version, correlation_id) = (request.api_version, request.header.correlation_id);
             match api::handle(broker, request, peer) {
                 Reply::None => Ok(None),
-                Reply::Now(body) => encode_response(version, correlation_id, &body)
-                    .map(|bytes| Some(Outgoing::Ready(bytes)))
-                    .map_err(|e| e.to_string()),
-                Reply::Later(future) => Ok(Some(Outgoing::Deferred(
-                    future
-                        .map(move |body| match encode_response(version, correlation_id, &body) {
-                            Ok(bytes) => Some(bytes),
-                            Err(e) => {
-                                tracing::error!(%peer, error = %e, "dropping a response that failed to encode");
-                                None
-                            }
-                        })
-                        .boxed(),
-                ))),
+                Reply::Throttled(throttle_time_ms) => {
+                    mute.throttle(throttle_time_ms);
+                    Ok(None)
+                }
+                Reply::Now(body) => {
+                    mute.throttle(throttle_time_ms(&body));
+                    encode_response(version, correlation_id, &body)
+                        .map(|bytes| Some(Outgoing::Ready(bytes)))
+                        .map_err(|e| e.to_string())
+                }
+                Reply::Later(future) => {
+                    let mute = mute.clone();
+                    Ok(Some(Outgoing::Deferred(
+                        future
+                            .map(move |body| {
+                                mute.throttle(throttle_time_ms(&body));
+                                match encode_response(version, correlation_id, &body) {
+                                    Ok(bytes) => Some(bytes),
+                                    Err(e) => {
+                                        tracing::error!(%peer, error = %e, "dropping a response that failed to encode");
+                                        None
+                                    }
+                                }
+                            })
+                            .boxed(),
+                    )))
+                }
             }
         }
         Err(RequestError::ApiVersionsTooNew {

@@ -14,6 +14,7 @@ pub mod metadata;
 pub mod partition;
 pub mod producer_state;
 pub mod purgatory;
+pub mod quota;
 pub mod replica_manager;
 pub mod replication;
 pub mod server;

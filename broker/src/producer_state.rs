@@ -27,6 +27,17 @@ struct ProducerEntry {
     epoch: i16,
     batches: VecDeque<BatchMetadata>,
     last_write: u64,
+    /// The max timestamp of the producer's last batch (what DescribeProducers reports).
+    last_timestamp: i64,
+}
+
+/// One idempotent producer as DescribeProducers reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActiveProducer {
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub last_sequence: i32,
+    pub last_timestamp: i64,
 }
 
 /// What to do with an incoming batch.
@@ -138,6 +149,25 @@ impl ProducerStateManager {
             base_offset: header.base_offset,
         });
         entry.last_write = self.clock;
+        entry.last_timestamp = header.max_timestamp;
+    }
+
+    /// The producers remembered, by producer id: at most [`MAX_PRODUCERS_PER_PARTITION`].
+    pub fn active_producers(&self) -> Vec<ActiveProducer> {
+        let mut producers: Vec<ActiveProducer> = self
+            .producers
+            .iter()
+            .filter_map(|(&producer_id, entry)| {
+                Some(ActiveProducer {
+                    producer_id,
+                    epoch: entry.epoch,
+                    last_sequence: entry.batches.back()?.last_seq,
+                    last_timestamp: entry.last_timestamp,
+                })
+            })
+            .collect();
+        producers.sort_unstable_by_key(|p| p.producer_id);
+        producers
     }
 
     fn evict_oldest(&mut self) {
@@ -216,6 +246,35 @@ mod tests {
             ResponseError::OutOfOrderSequenceNumber
         );
         assert_eq!(state.check(&batch(7, 4, 0, 1, 0)), Ok(SequenceCheck::Append));
+    }
+
+    #[test]
+    fn active_producers_report_their_epoch_last_sequence_and_last_timestamp() {
+        let mut state = ProducerStateManager::default();
+        assert!(state.active_producers().is_empty());
+        let mut first = batch(9, 1, 0, 4, 0);
+        first.max_timestamp = 1_000;
+        state.record(&first);
+        let mut second = batch(9, 1, 4, 3, 4);
+        second.max_timestamp = 2_000;
+        state.record(&second);
+        state.record(&batch(-1, -1, -1, 5, 7));
+        state.record(&batch(3, 0, 0, 1, 12));
+        let expected = vec![
+            ActiveProducer {
+                producer_id: 3,
+                epoch: 0,
+                last_sequence: 0,
+                last_timestamp: 0,
+            },
+            ActiveProducer {
+                producer_id: 9,
+                epoch: 1,
+                last_sequence: 6,
+                last_timestamp: 2_000,
+            },
+        ];
+        assert_eq!(state.active_producers(), expected);
     }
 
     #[test]

@@ -5,6 +5,9 @@
 //!
 //! - [`DelayedProduce`]: an append with `acks=all` (and a group's offset commit or assignment)
 //!   completes when the high watermark passes it, fails when leadership moves or time runs out.
+//! - [`DelayedDeleteRecords`]: DeleteRecords completes when the low watermark (the lowest log
+//!   start offset over the ISR) reaches the new log start, fails when leadership moves or time
+//!   runs out.
 //! - [`DelayedFetch`]: a fetch that found fewer than `min_bytes` waits until one of its
 //!   partitions changes (the high watermark for a consumer, the log end for a follower) or
 //!   `max_wait_ms` passes, then reads again.
@@ -64,6 +67,49 @@ impl DelayedProduce {
                 _ = tokio::time::sleep_until(deadline) => return Err((
                     ResponseError::RequestTimedOut,
                     "the in-sync replicas did not confirm the records within the request timeout".to_string(),
+                )),
+            }
+        }
+    }
+}
+
+/// A DeleteRecords waiting until every ISR member has moved its log start offset to at least
+/// `log_start_offset` (Kafka's `DelayedDeleteRecords`).
+pub struct DelayedDeleteRecords {
+    pub partition: Arc<Partition>,
+    pub log_start_offset: i64,
+    pub leader_epoch: i32,
+}
+
+impl DelayedDeleteRecords {
+    /// The low watermark once it reaches the new log start; failed if leadership moves or the
+    /// deadline passes first. Woken by low-watermark and leader-epoch changes.
+    pub async fn wait(self, deadline: Instant) -> Result<i64, AppendError> {
+        let mut low_watermark = self.partition.watch_low_watermark();
+        let mut leader_epoch = self.partition.watch_leader_epoch();
+        let moved = || {
+            (
+                ResponseError::NotLeaderOrFollower,
+                "leadership moved before every replica had deleted the records; retry against the new leader".to_string(),
+            )
+        };
+        loop {
+            if *leader_epoch.borrow_and_update() != self.leader_epoch || !self.partition.is_leader() {
+                return Err(moved());
+            }
+            let low = *low_watermark.borrow_and_update();
+            if low >= self.log_start_offset {
+                return Ok(low);
+            }
+            tokio::select! {
+                changed = low_watermark.changed() => if changed.is_err() { return Err(moved()) },
+                changed = leader_epoch.changed() => if changed.is_err() { return Err(moved()) },
+                _ = tokio::time::sleep_until(deadline) => return Err((
+                    ResponseError::RequestTimedOut,
+                    format!(
+                        "the leader deleted the records, but not every in-sync replica confirmed it within the request timeout (low watermark {low}, wanted {})",
+                        self.log_start_offset
+                    ),
                 )),
             }
         }

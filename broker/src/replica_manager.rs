@@ -34,7 +34,7 @@ use crate::log::{partition_metadata, LogError};
 use crate::metadata::image::{MetadataImage, PartitionRegistration, TopicImage};
 use crate::metadata::records::MetadataCommand;
 use crate::metadata::{MetadataStore, METADATA_LOG_DIR};
-use crate::partition::{Partition, RoleChange};
+use crate::partition::{AppendError, Partition, RoleChange};
 use crate::replication::{checkpoint, ReplicaFetcherManager};
 use crate::topic_config;
 
@@ -123,6 +123,21 @@ impl ReplicaManager {
     /// Partition `index` of `topic` when this broker leads and hosts it, with its registration:
     /// UNKNOWN_TOPIC_OR_PARTITION if the topic has no such partition, NOT_LEADER_OR_FOLLOWER if
     /// another broker leads it (clients refresh metadata and move on).
+    /// [`Self::leader_partition`] with the sentence a client is told.
+    pub fn leader_partition_or_explain<'a>(
+        &self,
+        topic: &'a TopicImage,
+        index: i32,
+    ) -> Result<(Arc<Partition>, &'a PartitionRegistration), AppendError> {
+        self.leader_partition(topic, index).map_err(|error| {
+            let message = match error {
+                ResponseError::UnknownTopicOrPartition => format!("{} has no partition {index}", topic.name),
+                _ => "this broker is not the partition leader".to_string(),
+            };
+            (error, message)
+        })
+    }
+
     pub fn leader_partition<'a>(
         &self,
         topic: &'a TopicImage,
@@ -268,6 +283,7 @@ impl ReplicaManager {
         topic: &TopicImage,
         index: i32,
         fetch_offset: i64,
+        log_start_offset: i64,
         current_leader_epoch: i32,
         party: FetchParty,
         now_ms: i64,
@@ -276,7 +292,13 @@ impl ReplicaManager {
         if let FetchParty::Follower { replica_id, identity } = party {
             identity?;
             partition.check_leader_epoch(current_leader_epoch)?;
-            let expand = partition.record_follower_fetch(replica_id, fetch_offset, current_leader_epoch, now_ms)?;
+            let expand = partition.record_follower_fetch(
+                replica_id,
+                fetch_offset,
+                log_start_offset,
+                current_leader_epoch,
+                now_ms,
+            )?;
             if let Some(command) = expand {
                 self.propose_isr_change(partition.clone(), command);
             }

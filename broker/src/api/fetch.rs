@@ -10,6 +10,10 @@
 //! for the log to grow. A claim that fails the check is answered with per-partition errors
 //! and changes nothing. The long poll itself is `purgatory::DelayedFetch`.
 //!
+//! A consumer's response counts against its `consumer_byte_rate` quota: past it, the answer
+//! is empty with the throttle time, the bytes are not counted, and the connection pauses
+//! reading; a consumer never gets more in one response than its quota over the window.
+//!
 //! Responses are capped: at most min(`max_bytes`, `fetch.max.bytes`) record bytes for a
 //! consumer, min(`max_bytes`, `replica.fetch.response.max.bytes`) for a follower, and at most
 //! `partition_max_bytes` per partition, except that the first batch of the first partition with
@@ -37,6 +41,7 @@ use crate::clock::now_ms;
 use crate::log::LogError;
 use crate::partition::{Partition, PartitionRead, ReadBound};
 use crate::purgatory::{DelayedFetch, FetchWake};
+use crate::quota::ANONYMOUS;
 use crate::replica_manager::{check_follower_identity, FetchParty};
 use crate::replication::FIRST_FETCH_VERSION_WITH_REPLICA_STATE;
 
@@ -87,8 +92,8 @@ enum PartitionPass {
 /// A read pass over the plan: one entry per requested partition, in request order.
 type ReadPass = Vec<PartitionPass>;
 
-pub fn handle(broker: &Arc<Broker>, request: FetchRequest, version: i16) -> Reply {
-    let plan = Arc::new(resolve(broker, &request, version));
+pub fn handle(broker: &Arc<Broker>, request: FetchRequest, version: i16, client_id: &str) -> Reply {
+    let plan = Arc::new(resolve(broker, &request, version, client_id));
     let max_wait = Duration::from_millis(request.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
     // Watching starts before the first read so a write between the read and the wait is not missed.
     let mut delayed = DelayedFetch::new(
@@ -103,25 +108,47 @@ pub fn handle(broker: &Arc<Broker>, request: FetchRequest, version: i16) -> Repl
     // read below, off the async workers.
     let first_pass = plan_pass(&plan);
     let permits = broker.replicas.fetch_read_permits().clone();
+    // Followers are never client-throttled.
+    let quota = (!plan.from_follower).then(|| (broker.clone(), client_id.to_string()));
     Reply::Later(
         async move {
-            let (response, bytes, had_error) = read_pass(&permits, &plan, first_pass).await;
-            if bytes >= plan.min_bytes || had_error || max_wait.is_zero() || delayed.is_empty() {
-                return ResponseBody::Fetch(response);
-            }
-            loop {
-                let woken = delayed.wait().await;
-                let (response, bytes, had_error) = read_pass(&permits, &plan, plan_pass(&plan)).await;
-                if woken != FetchWake::Changed || bytes >= plan.min_bytes || had_error {
-                    return ResponseBody::Fetch(response);
+            let (response, bytes) = async {
+                let (response, bytes, had_error) = read_pass(&permits, &plan, first_pass).await;
+                if bytes >= plan.min_bytes || had_error || max_wait.is_zero() || delayed.is_empty() {
+                    return (response, bytes);
+                }
+                loop {
+                    let woken = delayed.wait().await;
+                    let (response, bytes, had_error) = read_pass(&permits, &plan, plan_pass(&plan)).await;
+                    if woken != FetchWake::Changed || bytes >= plan.min_bytes || had_error {
+                        return (response, bytes);
+                    }
                 }
             }
+            .await;
+            ResponseBody::Fetch(match quota {
+                Some((broker, client_id)) => apply_quota(&broker, &client_id, response, bytes),
+                None => response,
+            })
         }
         .boxed(),
     )
 }
 
-fn resolve(broker: &Arc<Broker>, request: &FetchRequest, version: i16) -> FetchPlan {
+/// Counts a consumer's response against its `consumer_byte_rate`. Past the quota the bytes
+/// are taken back and the answer is empty, with the throttle time (as Kafka answers).
+fn apply_quota(broker: &Broker, client_id: &str, response: FetchResponse, bytes: usize) -> FetchResponse {
+    let image = broker.metadata.image();
+    let now = now_ms();
+    let throttle_time_ms = broker.fetch_quotas.record(&image, ANONYMOUS, client_id, bytes, now);
+    if throttle_time_ms == 0 {
+        return response;
+    }
+    broker.fetch_quotas.unrecord(&image, ANONYMOUS, client_id, bytes, now);
+    FetchResponse::default().with_throttle_time_ms(throttle_time_ms)
+}
+
+fn resolve(broker: &Arc<Broker>, request: &FetchRequest, version: i16, client_id: &str) -> FetchPlan {
     let image = broker.metadata.image();
     let by_topic_id = version >= FIRST_VERSION_WITH_TOPIC_IDS;
     let (replica_id, broker_epoch) = if version >= FIRST_FETCH_VERSION_WITH_REPLICA_STATE {
@@ -153,7 +180,16 @@ fn resolve(broker: &Arc<Broker>, request: &FetchRequest, version: i16) -> FetchP
         } else {
             broker.config.fetch_max_bytes
         };
-        request.max_bytes.clamp(0, cap.max(0)) as usize
+        let within_cap = request.max_bytes.clamp(0, cap.max(0)) as usize;
+        // Kafka's getMaxValueInQuotaWindow: a consumer never gets more in one response than
+        // its quota allows over the window, so one fetch is not certain to be throttled.
+        match from_follower {
+            false => broker
+                .fetch_quotas
+                .max_bytes_in_window(&image, ANONYMOUS, client_id)
+                .map_or(within_cap, |quota_bytes| within_cap.min(quota_bytes)),
+            true => within_cap,
+        }
     };
     let now = now_ms();
     let topics = request
@@ -184,6 +220,7 @@ fn resolve(broker: &Arc<Broker>, request: &FetchRequest, version: i16) -> FetchP
                             topic,
                             p.partition,
                             p.fetch_offset,
+                            p.log_start_offset,
                             p.current_leader_epoch,
                             party,
                             now,

@@ -8,6 +8,7 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::incremental_alter_configs_request::AlterConfigsResource;
 use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::{IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse};
+use kafka_protocol::protocol::StrBytes;
 
 use super::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
 use super::{commit_error, str_bytes};
@@ -36,15 +37,6 @@ pub async fn handle(broker: Arc<Broker>, request: IncrementalAlterConfigsRequest
 
 async fn alter(broker: &Broker, resource: &AlterConfigsResource, validate_only: bool) -> Result<(), (i16, String)> {
     let invalid = |message: String| (ResponseError::InvalidRequest.code(), message);
-    match resource.resource_type {
-        RESOURCE_TOPIC => {}
-        RESOURCE_BROKER => {
-            return Err(invalid(
-                "broker configs are static in this version; restart the broker with --set KEY=VALUE".into(),
-            ))
-        }
-        other => return Err(invalid(format!("resource type {other} cannot be altered"))),
-    }
     let mut ops = Vec::with_capacity(resource.configs.len());
     for config in &resource.configs {
         let op = AlterOp::from_code(config.config_operation)
@@ -54,6 +46,11 @@ async fn alter(broker: &Broker, resource: &AlterConfigsResource, validate_only: 
             op,
             config.value.as_ref().map(|v| v.to_string()),
         ));
+    }
+    match resource.resource_type {
+        RESOURCE_TOPIC => {}
+        RESOURCE_BROKER => return delete_broker_configs(broker, &resource.resource_name, &ops),
+        other => return Err(invalid(format!("resource type {other} cannot be altered"))),
     }
     let name = resource.resource_name.to_string();
     // APPEND/SUBTRACT start from this broker's effective value when the topic has no override.
@@ -78,4 +75,31 @@ async fn alter(broker: &Broker, resource: &AlterConfigsResource, validate_only: 
             .map(|_| ())
     };
     outcome.map_err(|e| commit_error(&e))
+}
+
+/// Broker configs are static (set at start with `--set`), so no broker has a dynamic value to
+/// remove: DELETE of one succeeds without a change, as Kafka answers a DELETE of a config that
+/// has no dynamic value (`kafka-reassign-partitions --verify` clears throttle rates this way).
+/// SET, APPEND and SUBTRACT would need dynamic broker configs and are refused.
+fn delete_broker_configs(
+    broker: &Broker,
+    name: &StrBytes,
+    ops: &[(String, AlterOp, Option<String>)],
+) -> Result<(), (i16, String)> {
+    let invalid = |message: String| (ResponseError::InvalidRequest.code(), message);
+    if !name.is_empty() {
+        let id: i32 = name
+            .parse()
+            .map_err(|_| invalid(format!("broker resource name {name:?} is not a broker id; use an id or \"\"")))?;
+        if !broker.metadata.image().brokers.contains_key(&id) {
+            return Err(invalid(format!("broker {id} is not registered in this cluster")));
+        }
+    }
+    if let Some((key, _, _)) = ops.iter().find(|(_, op, _)| *op != AlterOp::Delete) {
+        return Err(invalid(format!(
+            "broker configs are static in this version, so {key} cannot be set while the broker runs; \
+             restart the broker with --set {key}=VALUE"
+        )));
+    }
+    Ok(())
 }

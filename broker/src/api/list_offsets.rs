@@ -1,11 +1,15 @@
 //! ListOffsets: earliest (-2), latest (-1), max timestamp (-3), or the first offset whose
-//! timestamp is at or after a given time (through the time index).
+//! timestamp is at or after a given time (through the time index). As in Kafka, a client
+//! (replica id -1) is answered from what it may fetch, below the high watermark (there are
+//! no transactions, so READ_COMMITTED's last stable offset is the HW too); a replica or a
+//! debugging tool from the whole log.
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
 use crate::broker::Broker;
+use crate::partition::ReadBound;
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
@@ -13,9 +17,15 @@ const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 const LATEST_TIERED: i64 = -5;
 const FIRST_VERSION_WITH_LEADER_EPOCH: i16 = 4;
+const CONSUMER_REPLICA_ID: i32 = -1;
 
 pub fn handle(broker: &Broker, request: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
     let image = broker.metadata.image();
+    let bound = if request.replica_id.0 == CONSUMER_REPLICA_ID {
+        ReadBound::HighWatermark
+    } else {
+        ReadBound::LogEnd
+    };
     let topics = request
         .topics
         .into_iter()
@@ -44,11 +54,12 @@ pub fn handle(broker: &Broker, request: ListOffsetsRequest, version: i16) -> Lis
                     let epoch = partition.leader_epoch();
                     let reported_epoch = if version >= FIRST_VERSION_WITH_LEADER_EPOCH { epoch } else { -1 };
                     let found = match p.timestamp {
-                        // No transactions yet, so the last stable offset is the high watermark.
-                        LATEST | LATEST_TIERED => Ok(Some((-1, partition.high_watermark()))),
+                        LATEST | LATEST_TIERED => Ok(Some((-1, partition.last_fetchable_offset(bound)))),
                         EARLIEST | EARLIEST_LOCAL => Ok(Some((-1, partition.log_start_offset()))),
-                        MAX_TIMESTAMP => Ok(partition.max_timestamp_offset().map(|(offset, ts)| (ts, offset))),
-                        ts if ts >= 0 => partition.offset_for_timestamp(ts).map(|o| o.map(|(offset, ts)| (ts, offset))),
+                        MAX_TIMESTAMP => Ok(partition.max_timestamp_offset(bound).map(|(offset, ts)| (ts, offset))),
+                        ts if ts >= 0 => partition
+                            .offset_for_timestamp(ts, bound)
+                            .map(|o| o.map(|(offset, ts)| (ts, offset))),
                         _ => return response.with_error_code(ResponseError::InvalidRequest.code()),
                     };
                     match found {

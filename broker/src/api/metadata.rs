@@ -19,13 +19,16 @@ use sluice_protocol::ResponseBody;
 use super::{str_bytes, Reply};
 use crate::broker::Broker;
 use crate::controller;
-use crate::metadata::image::{MetadataImage, TopicImage};
+use crate::metadata::image::{MetadataImage, PartitionRegistration, TopicImage};
 use crate::metadata::records::MetadataCommand;
 use crate::metadata::records::NewTopic;
 use crate::metadata::CommitError;
 
 /// Answers at once unless unknown topics are to be auto-created: then after their creation
-/// is committed, so the client gets real leaders rather than an error to retry on.
+/// is committed, with LEADER_NOT_AVAILABLE for each created topic, as Kafka answers. The
+/// client asks again (its retry backoff, 100 ms by default), by when every broker has applied
+/// the creation: had this broker named the leaders at once, a producer could reach a leader
+/// that has not yet heard of the topic, and an acks=0 batch refused there is lost unseen.
 pub fn handle(broker: &Arc<Broker>, request: MetadataRequest, version: i16) -> Reply {
     let image = broker.metadata.image();
     let to_create: Vec<String> = if request.allow_auto_topic_creation && broker.config.auto_create_topics_enable {
@@ -52,9 +55,8 @@ pub fn handle(broker: &Arc<Broker>, request: MetadataRequest, version: i16) -> R
         async move {
             let mut failures = HashMap::new();
             for name in to_create {
-                if let Err(error) = auto_create(&broker, &name).await {
-                    failures.insert(name, error);
-                }
+                let error = auto_create(&broker, &name).await.err();
+                failures.insert(name, error.unwrap_or(ResponseError::LeaderNotAvailable));
             }
             ResponseBody::Metadata(respond(&broker, &request, version, &failures))
         }
@@ -62,7 +64,8 @@ pub fn handle(broker: &Arc<Broker>, request: MetadataRequest, version: i16) -> R
     )
 }
 
-/// Builds the response from the current image; `failures` are auto-creations that failed.
+/// Builds the response from the current image; `failures` are the topics this request
+/// auto-created (LEADER_NOT_AVAILABLE) or failed to.
 fn respond(
     broker: &Broker,
     request: &MetadataRequest,
@@ -83,7 +86,10 @@ fn respond(
                 None => image.topic_by_id(&requested.topic_id).cloned(),
             };
             let entry = match (found, by_name) {
-                (Some(topic), _) => topic_metadata(&image, &topic),
+                (Some(topic), name) => match name.as_ref().and_then(|n| failures.get(n)) {
+                    Some(error) => error_topic(name, Uuid::nil(), *error),
+                    None => topic_metadata(&image, &topic),
+                },
                 (None, Some(name)) => {
                     let error = match (failures.get(&name), controller::validate_topic_name(&name)) {
                         (Some(error), _) => *error,
@@ -186,33 +192,64 @@ fn topic_metadata(image: &MetadataImage, topic: &TopicImage) -> MetadataResponse
         .iter()
         .enumerate()
         .map(|(index, p)| {
-            let ids = |v: &[i32]| v.iter().map(|&id| BrokerId(id)).collect::<Vec<_>>();
-            let offline: Vec<BrokerId> = p
-                .replicas
-                .iter()
-                .filter(|id| !image.live_brokers().any(|b| b.broker_id == **id))
-                .map(|&id| BrokerId(id))
-                .collect();
-            let leader_alive = image.live_brokers().any(|b| b.broker_id == p.leader);
+            let view = PartitionView::of(image, p);
             MetadataResponsePartition::default()
-                .with_error_code(if leader_alive {
-                    0
-                } else {
-                    ResponseError::LeaderNotAvailable.code()
-                })
+                .with_error_code(view.error_code)
                 .with_partition_index(index as i32)
-                .with_leader_id(BrokerId(if leader_alive { p.leader } else { -1 }))
-                .with_leader_epoch(p.leader_epoch)
-                .with_replica_nodes(ids(&p.replicas))
-                .with_isr_nodes(ids(&p.isr))
-                .with_offline_replicas(offline)
+                .with_leader_id(view.leader_id)
+                .with_leader_epoch(view.leader_epoch)
+                .with_replica_nodes(view.replica_nodes)
+                .with_isr_nodes(view.isr_nodes)
+                .with_offline_replicas(view.offline_replicas)
         })
         .collect();
     MetadataResponseTopic::default()
         .with_name(Some(TopicName(str_bytes(topic.name.clone()))))
         .with_topic_id(topic.topic_id)
-        .with_is_internal(topic.name.starts_with("__"))
+        .with_is_internal(is_internal(&topic.name))
         .with_partitions(partitions)
+}
+
+/// Kafka's internal topics (`__consumer_offsets`, `__transaction_state`) as clients see them.
+pub(crate) fn is_internal(topic: &str) -> bool {
+    topic.starts_with("__")
+}
+
+/// One partition as Metadata and DescribeTopicPartitions describe it: a leader that is not
+/// live is reported as -1 with LEADER_NOT_AVAILABLE (clients wait and refresh), and replicas
+/// on brokers that are not live are offline.
+pub(crate) struct PartitionView {
+    pub error_code: i16,
+    pub leader_id: BrokerId,
+    pub leader_epoch: i32,
+    pub replica_nodes: Vec<BrokerId>,
+    pub isr_nodes: Vec<BrokerId>,
+    pub offline_replicas: Vec<BrokerId>,
+}
+
+impl PartitionView {
+    pub(crate) fn of(image: &MetadataImage, p: &PartitionRegistration) -> PartitionView {
+        let ids = |v: &[i32]| v.iter().map(|&id| BrokerId(id)).collect::<Vec<_>>();
+        let live = |id: i32| image.live_brokers().any(|b| b.broker_id == id);
+        let leader_alive = live(p.leader);
+        PartitionView {
+            error_code: if leader_alive {
+                0
+            } else {
+                ResponseError::LeaderNotAvailable.code()
+            },
+            leader_id: BrokerId(if leader_alive { p.leader } else { -1 }),
+            leader_epoch: p.leader_epoch,
+            replica_nodes: ids(&p.replicas),
+            isr_nodes: ids(&p.isr),
+            offline_replicas: p
+                .replicas
+                .iter()
+                .filter(|id| !live(**id))
+                .map(|&id| BrokerId(id))
+                .collect(),
+        }
+    }
 }
 
 fn error_topic(name: Option<String>, topic_id: Uuid, error: ResponseError) -> MetadataResponseTopic {

@@ -2,15 +2,27 @@
 //! future of it when the API waits (a long-poll fetch). Handlers run their synchronous part
 //! in request order on the connection's reader.
 
+pub mod acls;
+pub mod alter_configs;
+pub mod alter_replica_log_dirs;
+pub mod alter_client_quotas;
+pub mod alter_partition_reassignments;
 pub mod api_versions;
 pub mod create_partitions;
 pub mod create_topics;
+pub mod delete_records;
 pub mod delete_groups;
 pub mod delete_topics;
+pub mod describe_client_quotas;
 pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_groups;
+pub mod describe_log_dirs;
+pub mod describe_producers;
 pub mod describe_quorum;
+pub mod describe_topic_partitions;
+pub mod elect_leaders;
+pub mod describe_user_scram_credentials;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod heartbeat;
@@ -18,6 +30,7 @@ pub mod incremental_alter_configs;
 pub mod init_producer_id;
 pub mod join_group;
 pub mod leave_group;
+pub mod list_partition_reassignments;
 pub mod list_groups;
 pub mod list_offsets;
 pub mod metadata;
@@ -45,6 +58,9 @@ use crate::metadata::CommitError;
 pub enum Reply {
     /// No response at all (Produce with acks=0, as Kafka does).
     None,
+    /// No response, but stop reading from the client for this many ms (an acks=0 Produce past
+    /// its quota: Kafka mutes the channel).
+    Throttled(i32),
     Now(ResponseBody),
     Later(BoxFuture<'static, ResponseBody>),
 }
@@ -53,9 +69,10 @@ pub fn handle(broker: &Arc<Broker>, request: Request, peer: SocketAddr) -> Reply
     let version = request.api_version;
     let now = |body| Reply::Now(body);
     let b = broker.clone();
+    let client_id = request.header.client_id.as_deref().unwrap_or_default();
     match request.body {
-        RequestBody::Produce(r) => produce::handle(broker, r, version),
-        RequestBody::Fetch(r) => fetch::handle(broker, r, version),
+        RequestBody::Produce(r) => produce::handle(broker, r, version, client_id),
+        RequestBody::Fetch(r) => fetch::handle(broker, r, version, client_id),
         RequestBody::ListOffsets(r) => now(ResponseBody::ListOffsets(list_offsets::handle(broker, r, version))),
         RequestBody::Metadata(r) => metadata::handle(broker, r, version),
         RequestBody::ApiVersions(_) => now(ResponseBody::ApiVersions(api_versions::handle())),
@@ -65,9 +82,16 @@ pub fn handle(broker: &Arc<Broker>, request: Request, peer: SocketAddr) -> Reply
             broker, r, version,
         ))),
         RequestBody::CreatePartitions(r) => later(create_partitions::handle(b, r).map(ResponseBody::CreatePartitions)),
+        RequestBody::AlterConfigs(r) => later(alter_configs::handle(b, r).map(ResponseBody::AlterConfigs)),
         RequestBody::IncrementalAlterConfigs(r) => {
             later(incremental_alter_configs::handle(b, r).map(ResponseBody::IncrementalAlterConfigs))
         }
+        RequestBody::AlterPartitionReassignments(r) => later(
+            alter_partition_reassignments::handle(b, r).map(ResponseBody::AlterPartitionReassignments),
+        ),
+        RequestBody::ListPartitionReassignments(r) => now(ResponseBody::ListPartitionReassignments(
+            list_partition_reassignments::handle(broker, r),
+        )),
         RequestBody::OffsetForLeaderEpoch(r) => now(ResponseBody::OffsetForLeaderEpoch(
             offset_for_leader_epoch::handle(broker, r),
         )),
@@ -76,8 +100,7 @@ pub fn handle(broker: &Arc<Broker>, request: Request, peer: SocketAddr) -> Reply
             later(find_coordinator::handle(b, r, version).map(ResponseBody::FindCoordinator))
         }
         RequestBody::JoinGroup(r) => {
-            let client_id = request.header.client_id.as_deref().unwrap_or_default().to_string();
-            later(join_group::handle(b, r, version, client_id, peer).map(ResponseBody::JoinGroup))
+            later(join_group::handle(b, r, version, client_id.to_string(), peer).map(ResponseBody::JoinGroup))
         }
         RequestBody::SyncGroup(r) => later(sync_group::handle(b, r).map(ResponseBody::SyncGroup)),
         RequestBody::Heartbeat(r) => now(ResponseBody::Heartbeat(heartbeat::handle(broker, r))),
@@ -90,7 +113,31 @@ pub fn handle(broker: &Arc<Broker>, request: Request, peer: SocketAddr) -> Reply
         ))),
         RequestBody::DeleteGroups(r) => later(delete_groups::handle(b, r).map(ResponseBody::DeleteGroups)),
         RequestBody::OffsetDelete(r) => later(offset_delete::handle(b, r).map(ResponseBody::OffsetDelete)),
+        RequestBody::DescribeClientQuotas(r) => now(ResponseBody::DescribeClientQuotas(
+            describe_client_quotas::handle(broker, r),
+        )),
+        RequestBody::DescribeUserScramCredentials(r) => now(ResponseBody::DescribeUserScramCredentials(
+            describe_user_scram_credentials::handle(r),
+        )),
+        RequestBody::AlterClientQuotas(r) => {
+            later(alter_client_quotas::handle(b, r).map(ResponseBody::AlterClientQuotas))
+        }
         RequestBody::DescribeCluster(r) => now(ResponseBody::DescribeCluster(describe_cluster::handle(broker, r))),
+        RequestBody::DeleteRecords(r) => later(delete_records::handle(b, r).map(ResponseBody::DeleteRecords)),
+        RequestBody::DescribeAcls(r) => now(ResponseBody::DescribeAcls(acls::describe(r))),
+        RequestBody::CreateAcls(r) => now(ResponseBody::CreateAcls(acls::create(r))),
+        RequestBody::DeleteAcls(r) => now(ResponseBody::DeleteAcls(acls::delete(r))),
+        RequestBody::AlterReplicaLogDirs(r) => now(ResponseBody::AlterReplicaLogDirs(alter_replica_log_dirs::handle(
+            broker, r,
+        ))),
+        RequestBody::DescribeLogDirs(r) => now(ResponseBody::DescribeLogDirs(describe_log_dirs::handle(broker, r))),
+        RequestBody::ElectLeaders(r) => later(elect_leaders::handle(b, r, version).map(ResponseBody::ElectLeaders)),
+        RequestBody::DescribeProducers(r) => {
+            now(ResponseBody::DescribeProducers(describe_producers::handle(broker, r)))
+        }
+        RequestBody::DescribeTopicPartitions(r) => now(ResponseBody::DescribeTopicPartitions(
+            describe_topic_partitions::handle(broker, r),
+        )),
         RequestBody::DescribeQuorum(r) => now(ResponseBody::DescribeQuorum(describe_quorum::handle(
             broker, r, version,
         ))),

@@ -1,7 +1,10 @@
 //! Produce: validate each partition's record batches, stamp offsets, append them as received.
-//! Records are decoded only for compacted topics (every record needs a key), and then within
-//! the topic's `max.message.bytes`; the only copy is from the request buffer into the batch we
-//! patch.
+//! Records are decoded only when a rule needs them (compacted topics: every record needs a key;
+//! a batch whose timestamps are out of range: which records are), and then within the topic's
+//! `max.message.bytes`; the only copy is from the request buffer into the batch we patch.
+//!
+//! The request's bytes count against the client's `producer_byte_rate` quota: past it, the
+//! response carries the throttle time and the connection pauses reading (`quota/`).
 //!
 //! With `acks=all` the response waits (Kafka's delayed produce) until the high watermark
 //! passes every appended batch, woken by high-watermark and leadership changes, or until the
@@ -12,7 +15,9 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use futures::FutureExt;
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use sluice_protocol::batch::{validate_batches, BatchError, BatchIter};
 use sluice_protocol::records::BatchRecords;
@@ -24,15 +29,26 @@ use crate::clock::now_ms;
 use crate::metadata::image::TopicImage;
 use crate::partition::AppendOutcome;
 use crate::purgatory::DelayedProduce;
+use crate::quota::ANONYMOUS;
 use crate::topic_config;
 
 /// Produce v13 names topics by id; earlier versions by name.
 const FIRST_VERSION_WITH_TOPIC_IDS: i16 = 13;
 
-pub fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> Reply {
+pub fn handle(broker: &Broker, request: ProduceRequest, version: i16, client_id: &str) -> Reply {
     let image = broker.metadata.image();
     let now = now_ms();
     let acks = request.acks;
+    // Kafka counts the whole request against producer_byte_rate, appended or not.
+    let produced_bytes: usize = request
+        .topic_data
+        .iter()
+        .flat_map(|t| t.partition_data.iter())
+        .map(|p| p.records.as_ref().map_or(0, Bytes::len))
+        .sum();
+    let throttle_time_ms = broker
+        .produce_quotas
+        .record(&image, ANONYMOUS, client_id, produced_bytes, now);
     let mut waits: Vec<(usize, usize, DelayedProduce)> = Vec::new();
     let responses: Vec<TopicProduceResponse> = request
         .topic_data
@@ -51,10 +67,10 @@ pub fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> Reply {
                 .map(|(partition_index, data)| {
                     let result = match topic {
                         None if version >= FIRST_VERSION_WITH_TOPIC_IDS => {
-                            Err((ResponseError::UnknownTopicId, "unknown topic id".to_string()))
+                            Err(Refusal::new(ResponseError::UnknownTopicId, "unknown topic id"))
                         }
-                        None => Err((ResponseError::UnknownTopicOrPartition, "unknown topic".to_string())),
-                        Some(_) if !(-1..=1).contains(&acks) => Err((
+                        None => Err(Refusal::new(ResponseError::UnknownTopicOrPartition, "unknown topic")),
+                        Some(_) if !(-1..=1).contains(&acks) => Err(Refusal::new(
                             ResponseError::InvalidRequiredAcks,
                             format!("acks={acks} is invalid; use 0, 1 or -1 (all)"),
                         )),
@@ -76,11 +92,17 @@ pub fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> Reply {
         })
         .collect();
     if acks == 0 {
-        return Reply::None;
+        return if throttle_time_ms > 0 {
+            Reply::Throttled(throttle_time_ms)
+        } else {
+            Reply::None
+        };
     }
     if waits.is_empty() {
         return Reply::Now(ResponseBody::Produce(
-            ProduceResponse::default().with_responses(responses),
+            ProduceResponse::default()
+                .with_responses(responses)
+                .with_throttle_time_ms(throttle_time_ms),
         ));
     }
     let deadline = tokio::time::Instant::now() + Duration::from_millis(request.timeout_ms.max(0) as u64);
@@ -90,10 +112,14 @@ pub fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> Reply {
             for (topic_index, partition_index, wait) in waits {
                 if let Err(error) = wait.wait(deadline).await {
                     let response = &mut responses[topic_index].partition_responses[partition_index];
-                    *response = partition_response(response.index, Err(error));
+                    *response = partition_response(response.index, Err(error.into()));
                 }
             }
-            ResponseBody::Produce(ProduceResponse::default().with_responses(responses))
+            ResponseBody::Produce(
+                ProduceResponse::default()
+                    .with_responses(responses)
+                    .with_throttle_time_ms(throttle_time_ms),
+            )
         }
         .boxed(),
     )
@@ -113,39 +139,30 @@ fn append(
     records: Option<Bytes>,
     acks: i16,
     now: i64,
-) -> Result<(Appended, Option<DelayedProduce>), (ResponseError, String)> {
-    let (partition, registration) = broker.replicas.leader_partition(topic, index).map_err(|error| {
-        let message = match error {
-            ResponseError::UnknownTopicOrPartition => format!("{} has no partition {index}", topic.name),
-            _ => "this broker is not the partition leader".to_string(),
-        };
-        (error, message)
-    })?;
+) -> Result<(Appended, Option<DelayedProduce>), Refusal> {
+    let (partition, registration) = broker.replicas.leader_partition_or_explain(topic, index)?;
     let min_isr =
         topic_config::min_insync_replicas(&topic.configs, &broker.config.overrides, registration.replicas.len());
     if acks == -1 {
         let isr = partition.isr_size();
         if isr < min_isr {
-            return Err((
+            return Err(Refusal::new(
                 ResponseError::NotEnoughReplicas,
                 format!("{isr} in-sync replica(s), fewer than min.insync.replicas={min_isr}; the write was refused"),
             ));
         }
     }
-    let records = records.filter(|r| !r.is_empty()).ok_or_else(|| {
-        (
-            ResponseError::CorruptMessage,
-            "the produce request carries no record batch".to_string(),
-        )
-    })?;
+    let records = records
+        .filter(|r| !r.is_empty())
+        .ok_or_else(|| Refusal::new(ResponseError::CorruptMessage, "the produce request carries no record batch"))?;
     validate_batches(&records).map_err(|e| batch_error(&e))?;
-    check_batch_headers(&records, &timestamp_limits(broker, topic), now)?;
     let cleanup_policy = topic_config::effective_value("cleanup.policy", &topic.configs, &broker.config.overrides);
-    if topic_config::cleanup_policy_includes(&cleanup_policy, "compact") {
-        let max_message_bytes = topic_config::max_message_bytes(&topic.configs, &broker.config.overrides);
-        reject_keyless_records(&records, max_message_bytes as usize)
-            .map_err(|(error, message)| (error, format!("{message} (topic {} is compacted)", topic.name)))?;
-    }
+    let rules = RecordRules {
+        timestamps: timestamp_limits(broker, topic),
+        keys_required: topic_config::cleanup_policy_includes(&cleanup_policy, "compact"),
+        max_decompressed_bytes: topic_config::max_message_bytes(&topic.configs, &broker.config.overrides) as usize,
+    };
+    check_records(&records, &rules, now)?;
     let mut batches = BytesMut::from(&records[..]);
     let leader_epoch = partition.leader_epoch();
     let (appended, required_offset) = match partition.append_as_leader(&mut batches, now)? {
@@ -177,53 +194,89 @@ fn append(
     Ok((appended, wait))
 }
 
-fn partition_response(index: i32, result: Result<Appended, (ResponseError, String)>) -> PartitionProduceResponse {
+fn partition_response(index: i32, result: Result<Appended, Refusal>) -> PartitionProduceResponse {
     let response = PartitionProduceResponse::default().with_index(index);
     match result {
         Ok(a) => response
             .with_base_offset(a.base_offset)
             .with_log_append_time_ms(a.log_append_time_ms)
             .with_log_start_offset(a.log_start_offset),
-        Err((error, message)) => response
-            .with_error_code(error.code())
+        Err(refusal) => response
+            .with_error_code(refusal.error.code())
             .with_base_offset(-1)
             .with_log_append_time_ms(-1)
             .with_log_start_offset(-1)
-            .with_error_message(Some(str_bytes(message))),
+            .with_error_message(Some(str_bytes(refusal.message)))
+            .with_record_errors(
+                refusal
+                    .record_errors
+                    .into_iter()
+                    .map(|(batch_index, message)| {
+                        BatchIndexAndErrorMessage::default()
+                            .with_batch_index(batch_index)
+                            .with_batch_index_error_message(Some(str_bytes(message)))
+                    })
+                    .collect(),
+            ),
+    }
+}
+
+/// Why a partition's records were refused: the Kafka error and its reason, plus (KIP-467,
+/// Produce v8+) the records at fault by their index in the partition's records, so the client
+/// fails only those. An empty list fails the whole batch.
+struct Refusal {
+    error: ResponseError,
+    message: String,
+    record_errors: Vec<(i32, String)>,
+}
+
+impl Refusal {
+    fn new(error: ResponseError, message: impl Into<String>) -> Refusal {
+        Refusal {
+            error,
+            message: message.into(),
+            record_errors: Vec::new(),
+        }
+    }
+}
+
+impl From<(ResponseError, String)> for Refusal {
+    fn from((error, message): (ResponseError, String)) -> Refusal {
+        Refusal::new(error, message)
     }
 }
 
 /// The Kafka error a refused batch is answered with, and its reason.
-fn batch_error(error: &BatchError) -> (ResponseError, String) {
-    (
+fn batch_error(error: &BatchError) -> Refusal {
+    Refusal::new(
         ResponseError::try_from_code(error.kafka_error_code()).unwrap_or(ResponseError::CorruptMessage),
         error.to_string(),
     )
 }
 
-/// Compaction keeps the latest record per key, so a compacted topic refuses records without
-/// one, as Kafka does. This is the one produce path that decodes records, each batch's
-/// decompressing to at most `max_decompressed_bytes` (the topic's `max.message.bytes`);
-/// topics that are not compacted never pay for it. `records` passed [`validate_batches`].
-fn reject_keyless_records(records: &[u8], max_decompressed_bytes: usize) -> Result<(), (ResponseError, String)> {
-    for (_, range) in BatchIter::new(records) {
-        let batch = BatchRecords::decode(&records[range], max_decompressed_bytes).map_err(|e| batch_error(&e))?;
-        if batch.iter().any(|r| r.key.is_none()) {
-            return Err((
-                ResponseError::InvalidRecord,
-                "a record has no key; compacted topics only accept keyed records".to_string(),
-            ));
-        }
-    }
-    Ok(())
+/// The per-record rules a topic's records must meet.
+struct RecordRules {
+    /// CreateTime limits; `None` for LogAppendTime topics.
+    timestamps: Option<TimestampLimits>,
+    /// Compaction keeps the latest record per key, so a compacted topic refuses records
+    /// without one, as Kafka does.
+    keys_required: bool,
+    /// A compressed batch may decompress to at most this (the topic's `max.message.bytes`).
+    max_decompressed_bytes: usize,
 }
 
 /// How far CreateTime timestamps may stray from the broker's clock
-/// (`message.timestamp.before.max.ms` / `message.timestamp.after.max.ms`); `None` for
-/// LogAppendTime topics, whose timestamps the broker sets itself.
+/// (`message.timestamp.before.max.ms` / `message.timestamp.after.max.ms`).
 struct TimestampLimits {
     before_ms: i64,
     after_ms: i64,
+}
+
+impl TimestampLimits {
+    fn allows(&self, timestamp: i64, now: i64) -> bool {
+        timestamp < 0
+            || (timestamp.saturating_sub(now) <= self.after_ms && now.saturating_sub(timestamp) <= self.before_ms)
+    }
 }
 
 fn timestamp_limits(broker: &Broker, topic: &TopicImage) -> Option<TimestampLimits> {
@@ -237,35 +290,68 @@ fn timestamp_limits(broker: &Broker, topic: &TopicImage) -> Option<TimestampLimi
     })
 }
 
-/// Header-only checks of each batch: no control batches from clients, and CreateTime
-/// timestamps within the topic's limits. Timestamps are judged by the batch's first and
-/// largest timestamps, so no record is decoded.
-fn check_batch_headers(
-    records: &[u8],
-    limits: &Option<TimestampLimits>,
-    now: i64,
-) -> Result<(), (ResponseError, String)> {
-    for (header, _) in BatchIter::new(records) {
+/// Checks every batch against the topic's rules. Control batches from clients fail whole.
+/// Records are decoded only when a rule needs them: on compacted topics (every record needs a
+/// key) and when a batch's first or largest timestamp is out of range (to find which records
+/// are); other batches are judged by their header alone. Offending records are reported by
+/// index (KIP-467) with INVALID_TIMESTAMP if any timestamp is at fault, else INVALID_RECORD,
+/// as Kafka's log validator answers. `records` passed [`validate_batches`].
+fn check_records(records: &[u8], rules: &RecordRules, now: i64) -> Result<(), Refusal> {
+    let mut record_errors: Vec<(i32, String)> = Vec::new();
+    let mut any_timestamp_error = false;
+    let mut first_index = 0i32;
+    for (header, range) in BatchIter::new(records) {
         if header.is_control() {
-            return Err((
+            return Err(Refusal::new(
                 ResponseError::InvalidRecord,
-                "clients may not produce control batches".to_string(),
+                "clients may not produce control batches",
             ));
         }
-        let Some(limits) = limits else { continue };
-        let too_late = header.max_timestamp >= 0 && header.max_timestamp.saturating_sub(now) > limits.after_ms;
-        let too_early = header.base_timestamp >= 0 && now.saturating_sub(header.base_timestamp) > limits.before_ms;
-        if too_late || too_early {
-            return Err((
-                ResponseError::InvalidTimestamp,
-                format!(
-                    "batch timestamps {}..{} are outside message.timestamp.before.max.ms={} / after.max.ms={} of the broker clock {now}",
-                    header.base_timestamp, header.max_timestamp, limits.before_ms, limits.after_ms
-                ),
-            ));
+        let limits = rules.timestamps.as_ref();
+        let timestamps_suspect = limits.is_some_and(|l| {
+            !l.allows(header.base_timestamp, now) || !l.allows(header.max_timestamp, now)
+        });
+        if rules.keys_required || timestamps_suspect {
+            let batch = BatchRecords::decode(&records[range], rules.max_decompressed_bytes).map_err(|e| batch_error(&e))?;
+            for (i, record) in batch.iter().enumerate() {
+                let index = first_index.saturating_add(i as i32);
+                if rules.keys_required && record.key.is_none() {
+                    record_errors.push((index, "compacted topics only accept records with a key".to_string()));
+                }
+                let timestamp = header.base_timestamp.saturating_add(record.timestamp_delta);
+                if let Some(limits) = limits.filter(|l| !l.allows(timestamp, now)) {
+                    any_timestamp_error = true;
+                    record_errors.push((
+                        index,
+                        format!(
+                            "timestamp {timestamp} is outside message.timestamp.before.max.ms={} / after.max.ms={} of the broker clock {now}",
+                            limits.before_ms, limits.after_ms
+                        ),
+                    ));
+                }
+            }
         }
+        first_index = first_index.saturating_add(header.records_count);
     }
-    Ok(())
+    if record_errors.is_empty() {
+        return Ok(());
+    }
+    let (error, what) = if any_timestamp_error {
+        (ResponseError::InvalidTimestamp, "an invalid timestamp")
+    } else {
+        (ResponseError::InvalidRecord, "no key on a compacted topic")
+    };
+    let message = format!(
+        "{} record(s) refused for {what}; the first at index {}: {}",
+        record_errors.len(),
+        record_errors[0].0,
+        record_errors[0].1
+    );
+    Err(Refusal {
+        error,
+        message,
+        record_errors,
+    })
 }
 
 #[cfg(test)]
@@ -276,14 +362,18 @@ mod tests {
     use sluice_protocol::batch::{CRC_COVERED_FROM, CRC_OFFSET, RECORDS_COUNT_OFFSET};
     use sluice_protocol::records::producer_record;
 
-    /// One zstd batch of records with `keys` and 1000-byte values, as a client encodes it.
-    fn zstd_batch(keys: &[Option<&str>]) -> Vec<u8> {
+    const NOW: i64 = 1_800_000_000_000;
+
+    /// One zstd batch of records with `keys`, 1000-byte values and `timestamps`, as a client
+    /// encodes it.
+    fn zstd_batch_at(keys: &[Option<&str>], timestamps: &[i64]) -> Vec<u8> {
         let records: Vec<Record> = keys
             .iter()
+            .zip(timestamps)
             .enumerate()
-            .map(|(i, key)| {
+            .map(|(i, (key, &timestamp))| {
                 let key = key.map(|k| Bytes::copy_from_slice(k.as_bytes()));
-                producer_record(i as i64, NOW, key, Some(Bytes::from(vec![b'v'; 1000])))
+                producer_record(i as i64, timestamp, key, Some(Bytes::from(vec![b'v'; 1000])))
             })
             .collect();
         let mut buf = BytesMut::new();
@@ -295,44 +385,97 @@ mod tests {
         buf.to_vec()
     }
 
+    fn zstd_batch(keys: &[Option<&str>]) -> Vec<u8> {
+        zstd_batch_at(keys, &vec![NOW; keys.len()])
+    }
+
+    fn compacted(max_decompressed_bytes: usize) -> RecordRules {
+        RecordRules {
+            timestamps: None,
+            keys_required: true,
+            max_decompressed_bytes,
+        }
+    }
+
+    fn within(before_ms: i64, after_ms: i64) -> RecordRules {
+        RecordRules {
+            timestamps: Some(TimestampLimits { before_ms, after_ms }),
+            keys_required: false,
+            max_decompressed_bytes: 1_000_000,
+        }
+    }
+
+    fn indexes(refusal: &Refusal) -> Vec<i32> {
+        refusal.record_errors.iter().map(|(i, _)| *i).collect()
+    }
+
     #[test]
-    fn compacted_topic_checks_answer_with_kafkas_error_codes() {
+    fn keyless_records_on_a_compacted_topic_are_listed_by_index() {
         let keyed = zstd_batch(&[Some("a"), Some("b")]);
-        assert!(reject_keyless_records(&keyed, 1_000_000).is_ok());
+        assert!(check_records(&keyed, &compacted(1_000_000), NOW).is_ok());
+        // Indexes count across the batches of the partition's records.
         let mut blob = keyed.clone();
-        blob.extend_from_slice(&zstd_batch(&[Some("c"), None]));
-        assert_eq!(
-            reject_keyless_records(&blob, 1_000_000).unwrap_err().0,
-            ResponseError::InvalidRecord
-        );
+        blob.extend_from_slice(&zstd_batch(&[Some("c"), None, Some("d"), None]));
+        let refusal = check_records(&blob, &compacted(1_000_000), NOW).unwrap_err();
+        assert_eq!(refusal.error, ResponseError::InvalidRecord);
+        assert_eq!(indexes(&refusal), vec![3, 5], "{}", refusal.message);
+        // Not compacted: keyless records are fine and nothing is decoded.
+        let plain = RecordRules {
+            keys_required: false,
+            ..compacted(1)
+        };
+        assert!(check_records(&blob, &plain, NOW).is_ok());
+    }
+
+    #[test]
+    fn batches_that_cannot_be_decoded_fail_whole() {
+        let keyed = zstd_batch(&[Some("a"), Some("b")]);
         // Two 1000-byte values do not fit in 1500 bytes once decompressed.
-        let (error, message) = reject_keyless_records(&keyed, 1_500).unwrap_err();
-        assert_eq!(error, ResponseError::RecordListTooLarge, "{message}");
+        let refusal = check_records(&keyed, &compacted(1_500), NOW).unwrap_err();
+        assert_eq!(refusal.error, ResponseError::RecordListTooLarge, "{}", refusal.message);
+        assert!(refusal.record_errors.is_empty());
         // A record count the decompressed records do not hold.
         let mut lying = keyed.clone();
         lying[RECORDS_COUNT_OFFSET..RECORDS_COUNT_OFFSET + 4].copy_from_slice(&1i32.to_be_bytes());
         let crc = crc32c::crc32c(&lying[CRC_COVERED_FROM..]);
         lying[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
         assert_eq!(
-            reject_keyless_records(&lying, 1_000_000).unwrap_err().0,
+            check_records(&lying, &compacted(1_000_000), NOW).unwrap_err().error,
             ResponseError::CorruptMessage
         );
     }
 
-    const NOW: i64 = 1_800_000_000_000;
+    #[test]
+    fn timestamps_beyond_the_topic_limits_are_listed_by_index() {
+        let rules = within(60_000, 3_600_000);
+        assert!(check_records(&encode_simple_batch(3, 10, NOW), &rules, NOW).is_ok());
+        let future = check_records(&encode_simple_batch(3, 10, NOW + 3_700_000), &rules, NOW).unwrap_err();
+        assert_eq!(future.error, ResponseError::InvalidTimestamp);
+        assert_eq!(indexes(&future), vec![0, 1, 2]);
+        let past = check_records(&encode_simple_batch(3, 10, NOW - 120_000), &rules, NOW).unwrap_err();
+        assert_eq!(past.error, ResponseError::InvalidTimestamp);
+        // Only the record out of range is at fault, not its batch.
+        let mixed = zstd_batch_at(&[Some("a"), Some("b"), Some("c")], &[NOW, NOW + 7_200_000, NOW - 1]);
+        let refusal = check_records(&mixed, &rules, NOW).unwrap_err();
+        assert_eq!(refusal.error, ResponseError::InvalidTimestamp);
+        assert_eq!(indexes(&refusal), vec![1], "{}", refusal.message);
+        // LogAppendTime topics take any client timestamp.
+        let log_append_time = RecordRules {
+            timestamps: None,
+            ..within(0, 0)
+        };
+        assert!(check_records(&encode_simple_batch(3, 10, NOW + 3_700_000), &log_append_time, NOW).is_ok());
+    }
 
     #[test]
-    fn timestamps_beyond_the_topic_limits_are_invalid() {
-        let limits = Some(TimestampLimits {
-            before_ms: 60_000,
-            after_ms: 3_600_000,
-        });
-        assert!(check_batch_headers(&encode_simple_batch(3, 10, NOW), &limits, NOW).is_ok());
-        let future = check_batch_headers(&encode_simple_batch(3, 10, NOW + 3_700_000), &limits, NOW).unwrap_err();
-        assert_eq!(future.0, ResponseError::InvalidTimestamp);
-        let past = check_batch_headers(&encode_simple_batch(3, 10, NOW - 120_000), &limits, NOW).unwrap_err();
-        assert_eq!(past.0, ResponseError::InvalidTimestamp);
-        // LogAppendTime topics take any client timestamp.
-        assert!(check_batch_headers(&encode_simple_batch(3, 10, NOW + 3_700_000), &None, NOW).is_ok());
+    fn a_timestamp_error_outranks_a_missing_key() {
+        let rules = RecordRules {
+            keys_required: true,
+            ..within(60_000, 60_000)
+        };
+        let batch = zstd_batch_at(&[None, Some("b")], &[NOW, NOW + 120_000]);
+        let refusal = check_records(&batch, &rules, NOW).unwrap_err();
+        assert_eq!(refusal.error, ResponseError::InvalidTimestamp);
+        assert_eq!(indexes(&refusal), vec![0, 1]);
     }
 }

@@ -17,8 +17,11 @@ use crate::log::CleanerConfig;
 use crate::topic_config::{self, ConfigType};
 use group::group_config;
 pub use group::{GroupConfig, OffsetsSettings};
+use quota::quota_config;
+pub use quota::QuotaConfig;
 
 mod group;
+mod quota;
 
 /// Command-line interface of the `sluice` binary.
 #[derive(Debug, Clone, Parser)]
@@ -168,6 +171,8 @@ const BROKER_KEYS: &[(&str, &str, ConfigType)] = &[
     // many fetch disk reads run at once on the blocking pool (Kafka's request handler threads).
     ("fetch.max.bytes", "57671680", ConfigType::Int),
     ("num.io.threads", "8", ConfigType::Int),
+    // DescribeTopicPartitions (KIP-966): partitions in one response, whatever the client asks.
+    ("max.request.partition.size.limit", "2000", ConfigType::Int),
     // Consumer groups and their offsets topic.
     ("offsets.topic.num.partitions", "50", ConfigType::Int),
     ("offsets.topic.replication.factor", "3", ConfigType::Short),
@@ -181,6 +186,10 @@ const BROKER_KEYS: &[(&str, &str, ConfigType)] = &[
     ("group.min.session.timeout.ms", "6000", ConfigType::Int),
     ("group.max.session.timeout.ms", "1800000", ConfigType::Int),
     ("group.max.size", "2147483647", ConfigType::Int),
+    // Client quotas: the byte-rate measurement window and the cap on tracked entities.
+    ("quota.window.num", "11", ConfigType::Int),
+    ("quota.window.size.seconds", "1", ConfigType::Int),
+    ("quota.max.tracked.entities", "10000", ConfigType::Int),
 ];
 
 /// Resolved configuration of one broker.
@@ -233,6 +242,9 @@ pub struct BrokerConfig {
     pub fetch_max_bytes: i32,
     /// `num.io.threads`: fetch disk reads running at once; more wait for a turn.
     pub num_io_threads: usize,
+    /// `max.request.partition.size.limit`: a DescribeTopicPartitions response describes at
+    /// most this many partitions; the client pages on with the cursor it is given.
+    pub max_request_partition_size_limit: i32,
     /// Consumer-group settings (`group.*`, `offsets.retention.minutes`, ...).
     pub group: GroupConfig,
     pub offsets: OffsetsSettings,
@@ -240,6 +252,8 @@ pub struct BrokerConfig {
     pub offsets_topic_replication_factor: i16,
     /// `offsets.topic.segment.bytes`
     pub offsets_topic_segment_bytes: i32,
+    /// Client quota measurement (`quota.window.*`).
+    pub quota: QuotaConfig,
     /// Every `--set` value, by Kafka name: broker-level defaults for topic configs live here.
     pub overrides: BTreeMap<String, String>,
 }
@@ -290,6 +304,11 @@ impl BrokerConfig {
             controlled_shutdown_enable: get("controlled.shutdown.enable") == "true",
             fetch_max_bytes: parse_at_least("fetch.max.bytes", &get("fetch.max.bytes"), 0)?,
             num_io_threads: parse_at_least("num.io.threads", &get("num.io.threads"), 1)?,
+            max_request_partition_size_limit: parse_at_least(
+                "max.request.partition.size.limit",
+                &get("max.request.partition.size.limit"),
+                1,
+            )?,
             node_id: cli.node_id,
             data_dir: cli.data_dir.clone(),
             listen: cli.listen,
@@ -330,6 +349,7 @@ impl BrokerConfig {
                 &get("offsets.topic.replication.factor"),
             )?,
             offsets_topic_segment_bytes: parse_num("offsets.topic.segment.bytes", &get("offsets.topic.segment.bytes"))?,
+            quota: quota_config(&get)?,
             overrides,
         })
     }
@@ -551,6 +571,19 @@ mod tests {
         assert_eq!(config.default_replication_factor, 3);
         assert!(config.auto_create_topics_enable);
         assert_eq!(config.socket_request_max_bytes, 104_857_600);
+    }
+
+    #[test]
+    fn quota_windows_default_to_kafkas_and_refuse_zero() {
+        let config = BrokerConfig::from_cli(&cli(&[])).unwrap();
+        assert_eq!(config.quota, QuotaConfig::default());
+        assert_eq!((config.quota.window_num, config.quota.window_ms()), (11, 1000));
+        let set = BrokerConfig::from_cli(&cli(&["--set", "quota.window.size.seconds=2"])).unwrap();
+        assert_eq!(set.quota.window_ms(), 2000);
+        assert!(matches!(
+            BrokerConfig::from_cli(&cli(&["--set", "quota.window.num=0"])),
+            Err(ConfigError::InvalidValue { .. })
+        ));
     }
 
     #[test]

@@ -4,8 +4,10 @@
 //!
 //! Shaped like Kafka's `QuorumController`: [`decide`] dispatches each command to the manager
 //! that owns it. `topics` (names, creation, growth, deletion), `placement` (where replicas go),
-//! `partition_change` (AlterPartition, elections, taking a broker out of service), `brokers`
-//! (registration, fencing, controlled shutdown, liveness), `configs` and `producer_ids`.
+//! `partition_change` (AlterPartition, elections, taking a broker out of service),
+//! `elect_leaders` (the ElectLeaders admin request), `reassignment` (moving a partition to new
+//! replicas), `brokers` (registration, fencing, controlled shutdown, liveness), `configs`,
+//! `quotas` (client quotas) and `producer_ids`.
 //! Managers depend only on `outcome` and on each other downward, never on `decide`.
 //!
 //! `timer` is the one part with a clock: the active controller's loop that proposes fencing,
@@ -13,9 +15,12 @@
 
 mod brokers;
 mod configs;
+mod elect_leaders;
 mod partition_change;
 mod placement;
 mod producer_ids;
+mod reassignment;
+pub mod quotas;
 pub mod timer;
 mod topics;
 
@@ -30,10 +35,13 @@ pub use crate::topic_config::MAX_PARTITIONS_PER_TOPIC;
 pub use brokers::{
     controlled_shutdown, fence_broker, liveness_changes, register_broker, unfence_broker, MemberContact,
 };
-pub use configs::alter_topic_configs;
+pub use configs::{alter_topic_configs, replace_topic_configs_ops};
+pub use elect_leaders::elect_leaders;
 pub use partition_change::{alter_partition, elect_preferred_leaders, preferred_leader_imbalance};
 pub use placement::replication_factor;
 pub use producer_ids::{allocate_producer_ids, PRODUCER_ID_BLOCK_SIZE};
+pub use reassignment::reassign_partition;
+pub use quotas::alter_client_quotas;
 pub use topics::{create_partitions, create_topic, delete_topic, validate_topic_name, MAX_TOPIC_NAME_LEN};
 
 /// Decides a proposed command against the image: the records that carry it out, or why not.
@@ -87,6 +95,15 @@ pub fn decide(image: &MetadataImage, command: &MetadataCommand) -> Result<(Vec<M
             new_isr,
         ),
         MetadataCommand::ElectPreferredLeaders => done(elect_preferred_leaders(image)),
+        MetadataCommand::ElectLeaders { election, partitions } => {
+            Ok(elect_leaders(image, *election, partitions.as_deref()))
+        }
         MetadataCommand::AllocateProducerIds { broker_id } => Ok(allocate_producer_ids(image, *broker_id)),
+        MetadataCommand::ReassignPartition {
+            name,
+            partition,
+            target,
+        } => done(reassign_partition(image, name, *partition, target.as_deref())?),
+        MetadataCommand::AlterClientQuotas { entity, ops } => done(alter_client_quotas(image, entity, ops)?),
     }
 }

@@ -1,12 +1,13 @@
 //! Changes to partition registrations (Kafka's `PartitionChangeBuilder` and the election half of
 //! `ReplicationControlManager`): AlterPartition from a partition leader, taking a broker out of
-//! service, leader elections (preferred, returning replicas, unclean), and the epoch bumps that
+//! service, leader elections (preferred, returning replicas, unclean), finishing a reassignment
+//! (see `reassignment.rs`) once its target is in sync, and the epoch bumps that
 //! make each registration a compare-and-set version.
 
 use kafka_protocol::error::ResponseError;
 use uuid::Uuid;
 
-use crate::metadata::image::{MetadataImage, PartitionRegistration, TopicImage};
+use crate::metadata::image::{MetadataImage, PartitionRegistration, TopicImage, NO_LEADER};
 use crate::metadata::outcome::{ApiError, Outcome};
 use crate::metadata::records::MetadataRecord;
 
@@ -80,6 +81,23 @@ pub fn alter_partition(
     }
     // In the replicas' order, so that the same set always makes the same record.
     let isr: Vec<i32> = p.replicas.iter().copied().filter(|id| new_isr.contains(id)).collect();
+    // The last replica a reassignment waits for is in sync: finish the move in the same step.
+    let target = p.target_replicas();
+    if p.is_reassigning() && target.iter().all(|id| isr.contains(id)) {
+        let records = finish_reassignment(image, topic.topic_id, partition, p, &target, isr)?;
+        let mut after = p.clone();
+        for record in &records {
+            if let MetadataRecord::Partition { isr, leader_epoch, partition_epoch, .. } = record {
+                (after.isr, after.leader_epoch, after.partition_epoch) = (isr.clone(), *leader_epoch, *partition_epoch);
+            }
+        }
+        let outcome = Outcome::PartitionChanged {
+            leader_epoch: after.leader_epoch,
+            partition_epoch: after.partition_epoch,
+            isr: after.isr,
+        };
+        return Ok((records, outcome));
+    }
     let changed = isr != p.isr;
     let records = if changed {
         vec![partition_change(
@@ -206,7 +224,7 @@ pub(super) fn elect_leaders_for_returning(image: &MetadataImage, broker_id: i32)
     records
 }
 
-fn partition_change(
+pub(super) fn partition_change(
     topic_id: Uuid,
     index: usize,
     replicas: &[i32],
@@ -227,34 +245,54 @@ fn partition_change(
     }
 }
 
+/// The records that finish a reassignment whose target is wholly in `isr` (in replica order):
+/// the target becomes the replica set, and leadership moves to an in-sync target replica if
+/// the leader is leaving. Used when a reassignment starts already in sync, and by AlterPartition when the last added
+/// replica catches up.
+pub(super) fn finish_reassignment(
+    image: &MetadataImage,
+    topic_id: Uuid,
+    partition: i32,
+    p: &PartitionRegistration,
+    target: &[i32],
+    isr: Vec<i32>,
+) -> Result<Vec<MetadataRecord>, ApiError> {
+    let isr = in_order(target, &isr);
+    let leader = if p.leader != NO_LEADER && isr.contains(&p.leader) {
+        p.leader
+    } else {
+        isr.iter()
+            .copied()
+            .find(|id| image.is_live(*id))
+            .or_else(|| isr.first().copied())
+            .unwrap_or(NO_LEADER)
+    };
+    let mut records = Vec::new();
+    if target != p.replicas || isr != p.isr || leader != p.leader {
+        records.push(partition_change(topic_id, partition as usize, target, isr, leader, p));
+    }
+    if p.is_reassigning() {
+        records.push(MetadataRecord::PartitionReassignment {
+            topic_id,
+            partition,
+            adding: Vec::new(),
+            removing: Vec::new(),
+        });
+    }
+    Ok(records)
+}
+
+/// The members of `set` in the order of `order`.
+pub(super) fn in_order(order: &[i32], set: &[i32]) -> Vec<i32> {
+    order.iter().copied().filter(|id| set.contains(id)).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::controller::test_support::*;
-    use crate::controller::{create_topic, decide, fence_broker};
+    use crate::controller::{decide, fence_broker};
     use crate::metadata::records::{ConfigResource, MetadataCommand};
-
-    fn alter_isr(leader_id: i32, leader_epoch: i32, partition_epoch: i32, new_isr: &[i32]) -> MetadataCommand {
-        MetadataCommand::AlterPartition {
-            topic_id: Uuid::from_u128(1),
-            partition: 0,
-            leader_id,
-            leader_epoch,
-            partition_epoch,
-            new_isr: new_isr.to_vec(),
-        }
-    }
-
-    /// Brokers 1..=n and topic "t" (id 1) with one partition on all of them, led by 1.
-    fn one_partition_on(n: i32) -> MetadataImage {
-        let brokers: Vec<i32> = (1..=n).collect();
-        let mut image = image_with_brokers(&brokers);
-        let mut topic = new_topic("t", 1, n as i16);
-        topic.assignments = Some(vec![brokers]);
-        let records = create_topic(&image, &topic, Uuid::from_u128(1)).unwrap();
-        apply_all(&mut image, &records);
-        image
-    }
 
     #[test]
     fn alter_partition_shrinks_and_expands_the_isr_as_a_compare_and_set() {

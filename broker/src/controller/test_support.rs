@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use uuid::Uuid;
 
-use super::{decide, Outcome};
+use super::{create_topic, decide, Outcome};
 use crate::metadata::image::MetadataImage;
 use crate::metadata::records::{Endpoint, MetadataCommand, MetadataRecord, NewTopic};
 
@@ -62,4 +62,27 @@ pub(super) fn register(image: &mut MetadataImage, broker_id: i32, incarnation: u
         rack: None,
     };
     decide_and_apply(image, command);
+}
+
+/// Brokers 1..=n and topic "t" (id 1) with one partition on all of them, led by 1.
+pub(super) fn one_partition_on(n: i32) -> MetadataImage {
+    let brokers: Vec<i32> = (1..=n).collect();
+    let mut image = image_with_brokers(&brokers);
+    let mut topic = new_topic("t", 1, n as i16);
+    topic.assignments = Some(vec![brokers]);
+    let records = create_topic(&image, &topic, Uuid::from_u128(1)).unwrap();
+    apply_all(&mut image, &records);
+    image
+}
+
+/// An AlterPartition of "t"-0 (topic id 1), as its leader would send it.
+pub(super) fn alter_isr(leader_id: i32, leader_epoch: i32, partition_epoch: i32, new_isr: &[i32]) -> MetadataCommand {
+    MetadataCommand::AlterPartition {
+        topic_id: Uuid::from_u128(1),
+        partition: 0,
+        leader_id,
+        leader_epoch,
+        partition_epoch,
+        new_isr: new_isr.to_vec(),
+    }
 }

@@ -319,9 +319,9 @@ impl LogSegment {
         Ok(())
     }
 
-    /// The first batch whose max timestamp is at least `timestamp`: its base offset and max
-    /// timestamp. Starts from the time index, then scans headers.
-    pub fn find_offset_by_timestamp(&self, timestamp: i64) -> Result<Option<(i64, i64)>, LogError> {
+    /// The first batch whose max timestamp is at least `timestamp`: its header and position.
+    /// Starts from the time index, then scans headers.
+    pub fn find_batch_by_timestamp(&self, timestamp: i64) -> Result<Option<(BatchHeader, u64)>, LogError> {
         if self.indexes.max_timestamp.is_none_or(|m| m.timestamp < timestamp) {
             return Ok(None);
         }
@@ -332,12 +332,20 @@ impl LogSegment {
             .map_or(self.base_offset, |e| e.offset);
         let start = self.indexes.offset_index.lookup(from_offset)?.position;
         let mut scanner = self.scanner(u64::from(start));
-        while let Some((header, _)) = scanner.next()? {
+        while let Some((header, position)) = scanner.next()? {
             if header.max_timestamp >= timestamp {
-                return Ok(Some((header.base_offset, header.max_timestamp)));
+                return Ok(Some((header, position)));
             }
         }
         Ok(None)
+    }
+
+    /// The stored bytes of the batch `header` starts at `position` (as found by a scan of this
+    /// segment, so its length is within the segment).
+    pub fn read_batch(&self, header: &BatchHeader, position: u64) -> Result<Vec<u8>, LogError> {
+        let mut batch = vec![0; header.total_len()];
+        self.log.read_exact_at(&mut batch, position)?;
+        Ok(batch)
     }
 
     /// Drops the batch holding `offset` and everything after it. Returns the bytes removed and

@@ -17,7 +17,10 @@ use prost::Message;
 use uuid::Uuid;
 
 use super::image::{BrokerRegistration, MetadataImage, PartitionRegistration, TopicImage};
-use super::records::{AlterOp, ConfigResource, Endpoint, MetadataCommand, MetadataRecord, NewTopic, Proposal};
+use super::records::{
+    AlterOp, ConfigResource, ElectionType, Endpoint, MetadataCommand, MetadataRecord, NewTopic, Proposal,
+    QuotaEntity, QuotaName, QuotaValue,
+};
 
 /// The prost types generated from `metadata.proto` by `build.rs`.
 #[allow(clippy::all, missing_docs)]
@@ -28,7 +31,9 @@ pub mod pb {
 /// The metadata format this build writes, and the newest it reads. Bump it whenever
 /// `metadata.proto` changes in a way an older build would misread, so that the older build
 /// refuses the new entries instead of misapplying them.
-pub const METADATA_VERSION: u32 = 1;
+/// Version 2 added client quotas (a command, a record and an image field a version-1 build
+/// would silently drop from a snapshot).
+pub const METADATA_VERSION: u32 = 2;
 
 /// Why metadata bytes were refused. Displayed after what was refused ("metadata log entry 7 ...").
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -236,6 +241,22 @@ fn alter_op_from_pb(code: i32) -> Decoded<AlterOp> {
     }
 }
 
+fn election_type_to_pb(election: ElectionType) -> pb::ElectionType {
+    match election {
+        ElectionType::Preferred => pb::ElectionType::Preferred,
+        ElectionType::Unclean => pb::ElectionType::Unclean,
+    }
+}
+
+fn election_type_from_pb(code: i32) -> Decoded<ElectionType> {
+    match pb::ElectionType::try_from(code) {
+        Ok(pb::ElectionType::Preferred) => Ok(ElectionType::Preferred),
+        Ok(pb::ElectionType::Unclean) => Ok(ElectionType::Unclean),
+        Ok(pb::ElectionType::Unspecified) => Err("election type is missing".into()),
+        Err(_) => Err(format!("election type {code} is unknown")),
+    }
+}
+
 fn command_to_pb(command: &MetadataCommand) -> pb::MetadataCommand {
     use pb::metadata_command::Command as C;
     let command = match command {
@@ -309,6 +330,38 @@ fn command_to_pb(command: &MetadataCommand) -> pb::MetadataCommand {
             incarnation_id: incarnation_id.as_bytes().to_vec(),
         }),
         MetadataCommand::ElectPreferredLeaders => C::ElectPreferredLeaders(pb::Empty {}),
+        MetadataCommand::ReassignPartition {
+            name,
+            partition,
+            target,
+        } => C::ReassignPartition(pb::ReassignPartition {
+            name: name.clone(),
+            partition: *partition,
+            cancel: target.is_none(),
+            target: target.clone().unwrap_or_default(),
+        }),
+        MetadataCommand::ElectLeaders { election, partitions } => C::ElectLeaders(pb::ElectLeaders {
+            election_type: election_type_to_pb(*election).into(),
+            partitions: partitions.as_ref().map(|topics| pb::PartitionSelection {
+                topics: topics
+                    .iter()
+                    .map(|(topic, partitions)| pb::TopicPartitions {
+                        topic: topic.clone(),
+                        partitions: partitions.clone(),
+                    })
+                    .collect(),
+            }),
+        }),
+        MetadataCommand::AlterClientQuotas { entity, ops } => C::AlterClientQuotas(pb::AlterClientQuotas {
+            entity: Some(quota_entity_to_pb(entity)),
+            ops: ops
+                .iter()
+                .map(|(key, value)| pb::QuotaOp {
+                    key: key.clone(),
+                    value: value.map(|v| v.0),
+                })
+                .collect(),
+        }),
     };
     pb::MetadataCommand { command: Some(command) }
 }
@@ -378,8 +431,44 @@ fn command_from_pb(command: pb::MetadataCommand) -> Decoded<MetadataCommand> {
                 incarnation_id: uuid("controlled_shutdown incarnation_id", &c.incarnation_id)?,
             },
             C::ElectPreferredLeaders(pb::Empty {}) => MetadataCommand::ElectPreferredLeaders,
+            C::ReassignPartition(r) => MetadataCommand::ReassignPartition {
+                name: r.name,
+                partition: r.partition,
+                target: (!r.cancel).then_some(r.target),
+            },
+            C::ElectLeaders(e) => MetadataCommand::ElectLeaders {
+                election: election_type_from_pb(e.election_type)?,
+                partitions: e
+                    .partitions
+                    .map(|selection| selection.topics.into_iter().map(|t| (t.topic, t.partitions)).collect()),
+            },
+            C::AlterClientQuotas(a) => MetadataCommand::AlterClientQuotas {
+                entity: quota_entity_from_pb(required("alter_client_quotas entity", a.entity)?),
+                ops: a.ops.into_iter().map(|op| (op.key, op.value.map(QuotaValue))).collect(),
+            },
         },
     )
+}
+
+fn quota_name_to_pb(name: &QuotaName) -> pb::QuotaName {
+    pb::QuotaName {
+        name: name.as_wire().map(str::to_string),
+    }
+}
+
+fn quota_entity_to_pb(entity: &QuotaEntity) -> pb::QuotaEntity {
+    pb::QuotaEntity {
+        user: entity.user.as_ref().map(quota_name_to_pb),
+        client_id: entity.client_id.as_ref().map(quota_name_to_pb),
+    }
+}
+
+fn quota_entity_from_pb(entity: pb::QuotaEntity) -> QuotaEntity {
+    let name = |n: pb::QuotaName| QuotaName::from_wire(n.name.as_deref());
+    QuotaEntity {
+        user: entity.user.map(name),
+        client_id: entity.client_id.map(name),
+    }
 }
 
 fn partition_to_pb(p: &PartitionRegistration) -> pb::PartitionRegistration {
@@ -389,6 +478,8 @@ fn partition_to_pb(p: &PartitionRegistration) -> pb::PartitionRegistration {
         leader: p.leader,
         leader_epoch: p.leader_epoch,
         partition_epoch: p.partition_epoch,
+        adding_replicas: p.adding_replicas.clone(),
+        removing_replicas: p.removing_replicas.clone(),
     }
 }
 
@@ -399,6 +490,8 @@ fn partition_from_pb(p: pb::PartitionRegistration) -> PartitionRegistration {
         leader: p.leader,
         leader_epoch: p.leader_epoch,
         partition_epoch: p.partition_epoch,
+        adding_replicas: p.adding_replicas,
+        removing_replicas: p.removing_replicas,
     }
 }
 
@@ -429,6 +522,8 @@ fn record_to_pb(record: &MetadataRecord) -> pb::MetadataRecord {
                 leader: *leader,
                 leader_epoch: *leader_epoch,
                 partition_epoch: *partition_epoch,
+                // A Partition record leaves a reassignment under way as it is.
+                ..Default::default()
             }),
         }),
         MetadataRecord::Config { resource, name, value } => {
@@ -457,6 +552,22 @@ fn record_to_pb(record: &MetadataRecord) -> pb::MetadataRecord {
         } => R::ProducerIds(pb::ProducerIds {
             broker_id: *broker_id,
             next_block_start: *next_block_start,
+        }),
+        MetadataRecord::PartitionReassignment {
+            topic_id,
+            partition,
+            adding,
+            removing,
+        } => R::PartitionReassignment(pb::PartitionReassignment {
+            topic_id: topic_id.as_bytes().to_vec(),
+            partition: *partition,
+            adding_replicas: adding.clone(),
+            removing_replicas: removing.clone(),
+        }),
+        MetadataRecord::ClientQuota { entity, key, value } => R::ClientQuota(pb::ClientQuotaRecord {
+            entity: Some(quota_entity_to_pb(entity)),
+            key: key.clone(),
+            value: value.map(|v| v.0),
         }),
     };
     pb::MetadataRecord { record: Some(record) }
@@ -513,6 +624,17 @@ fn record_from_pb(record: pb::MetadataRecord) -> Decoded<MetadataRecord> {
                 broker_id: p.broker_id,
                 next_block_start: p.next_block_start,
             },
+            R::PartitionReassignment(r) => MetadataRecord::PartitionReassignment {
+                topic_id: uuid("partition_reassignment topic_id", &r.topic_id)?,
+                partition: r.partition,
+                adding: r.adding_replicas,
+                removing: r.removing_replicas,
+            },
+            R::ClientQuota(q) => MetadataRecord::ClientQuota {
+                entity: quota_entity_from_pb(required("client_quota record entity", q.entity)?),
+                key: q.key,
+                value: q.value.map(QuotaValue),
+            },
         },
     )
 }
@@ -566,6 +688,14 @@ fn image_to_pb(image: &MetadataImage) -> pb::Image {
             })
             .collect(),
         next_producer_id: image.next_producer_id,
+        client_quotas: image
+            .client_quotas
+            .iter()
+            .map(|(entity, values)| pb::ClientQuotas {
+                entity: Some(quota_entity_to_pb(entity)),
+                values: values.iter().map(|(key, value)| (key.clone(), value.0)).collect(),
+            })
+            .collect(),
     }
 }
 
@@ -613,6 +743,15 @@ fn image_from_pb(image: pb::Image) -> Decoded<MetadataImage> {
             .map(|b| (b.broker_id, b.configs))
             .collect(),
         next_producer_id: image.next_producer_id,
+        client_quotas: image
+            .client_quotas
+            .into_iter()
+            .map(|q| {
+                let entity = quota_entity_from_pb(required("client quotas entity", q.entity)?);
+                let values = q.values.into_iter().map(|(k, v)| (k, QuotaValue(v))).collect();
+                Ok((entity, values))
+            })
+            .collect::<Decoded<_>>()?,
     })
 }
 
@@ -692,6 +831,30 @@ mod tests {
                 broker_id: 1,
                 next_block_start: 1 << 40,
             },
+            MetadataRecord::ClientQuota {
+                entity: QuotaEntity {
+                    user: Some(QuotaName::Named("alice".into())),
+                    client_id: Some(QuotaName::Default),
+                },
+                key: "producer_byte_rate".into(),
+                value: Some(QuotaValue(1024.0)),
+            },
+            MetadataRecord::ClientQuota {
+                entity: QuotaEntity {
+                    user: None,
+                    client_id: Some(QuotaName::Named("app".into())),
+                },
+                key: "request_percentage".into(),
+                value: Some(QuotaValue(12.5)),
+            },
+            MetadataRecord::ClientQuota {
+                entity: QuotaEntity {
+                    user: Some(QuotaName::Default),
+                    client_id: None,
+                },
+                key: "consumer_byte_rate".into(),
+                value: None,
+            },
         ]
     }
 
@@ -769,6 +932,28 @@ mod tests {
                 incarnation_id: id(33),
             },
             MetadataCommand::ElectPreferredLeaders,
+            MetadataCommand::ElectLeaders {
+                election: ElectionType::Unclean,
+                partitions: Some(vec![("orders".into(), vec![0, 2]), ("empty".into(), vec![])]),
+            },
+            MetadataCommand::ElectLeaders {
+                election: ElectionType::Preferred,
+                partitions: Some(vec![]),
+            },
+            MetadataCommand::ElectLeaders {
+                election: ElectionType::Preferred,
+                partitions: None,
+            },
+            MetadataCommand::AlterClientQuotas {
+                entity: QuotaEntity {
+                    user: None,
+                    client_id: Some(QuotaName::Default),
+                },
+                ops: vec![
+                    ("producer_byte_rate".into(), Some(QuotaValue(2048.0))),
+                    ("consumer_byte_rate".into(), None),
+                ],
+            },
         ]
     }
 
@@ -830,6 +1015,7 @@ mod tests {
             image.apply(&record);
         }
         assert!(!image.brokers.is_empty() && !image.broker_configs.is_empty() && image.next_producer_id > 0);
+        assert_eq!(image.client_quotas.len(), 2, "client quotas are part of the snapshot");
         assert_eq!(image.topic("payments").map(|t| t.partitions.len()), Some(1));
         let bytes = encode_image(&image);
         assert_eq!(decode_image(&bytes), Ok(image.clone()));
@@ -931,6 +1117,17 @@ mod tests {
         assert_eq!(
             refusal_of(Some(alter(0)), good_id.clone()),
             "alter config op is missing"
+        );
+        let elect = |election_type: i32| {
+            C::ElectLeaders(pb::ElectLeaders {
+                election_type,
+                partitions: None,
+            })
+        };
+        assert_eq!(refusal_of(Some(elect(0)), good_id.clone()), "election type is missing");
+        assert_eq!(
+            refusal_of(Some(elect(9)), good_id.clone()),
+            "election type 9 is unknown"
         );
         let no_version = pb::Envelope::default().encode_to_vec();
         assert!(

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use uuid::Uuid;
 
-use super::records::{ConfigResource, Endpoint, MetadataRecord};
+use super::records::{ConfigResource, Endpoint, MetadataRecord, QuotaEntity, QuotaValue};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokerRegistration {
@@ -31,19 +31,46 @@ impl BrokerRegistration {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PartitionRegistration {
+    /// During a reassignment: the target replicas, then the ones being removed.
     pub replicas: Vec<i32>,
     pub isr: Vec<i32>,
     pub leader: i32,
     pub leader_epoch: i32,
     pub partition_epoch: i32,
+    /// An ongoing reassignment (Kafka's KIP-455): replicas joining and leaving; both empty when
+    /// there is none. The target is `replicas` without `removing_replicas`.
+    pub adding_replicas: Vec<i32>,
+    pub removing_replicas: Vec<i32>,
 }
 
 /// No partition has a leader (`-1`), as Kafka writes it.
 pub const NO_LEADER: i32 = -1;
 
 impl PartitionRegistration {
+    pub fn is_reassigning(&self) -> bool {
+        !self.adding_replicas.is_empty() || !self.removing_replicas.is_empty()
+    }
+
+    /// The replicas a reassignment moves to (all replicas when none is under way).
+    pub fn target_replicas(&self) -> Vec<i32> {
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|id| !self.removing_replicas.contains(id))
+            .collect()
+    }
+
+    /// The replicas before the reassignment began (all replicas when none is under way).
+    pub fn original_replicas(&self) -> Vec<i32> {
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|id| !self.adding_replicas.contains(id))
+            .collect()
+    }
+
     /// Which of the invariants the design relies on `self` would break as the successor of
     /// `previous`, if any: the leader is in the ISR (or there is none), the ISR is a subset of
     /// the replicas, replicas are distinct, and neither epoch goes back.
@@ -92,6 +119,9 @@ pub struct MetadataImage {
     pub broker_configs: BTreeMap<i32, BTreeMap<String, String>>,
     /// First producer id of the next block to hand out (ids are never reused).
     pub next_producer_id: i64,
+    /// Client quotas by entity (Kafka's `ClientQuotasImage`); an entity with no keys left is
+    /// removed, so every entry holds at least one value.
+    pub client_quotas: BTreeMap<QuotaEntity, BTreeMap<String, QuotaValue>>,
 }
 
 impl MetadataImage {
@@ -167,14 +197,22 @@ impl MetadataImage {
                 let Some(topic) = self.topic_names.get(topic_id).and_then(|n| self.topics.get_mut(n)) else {
                     return;
                 };
+                let index = *partition as usize;
+                // A reassignment under way stays as it is (PartitionReassignment records change
+                // it); replicas it no longer lists leave it.
+                let (adding_replicas, removing_replicas) = topic.partitions.get(index).map_or_else(Default::default, |p| {
+                    let listed = |ids: &Vec<i32>| ids.iter().copied().filter(|id| replicas.contains(id)).collect();
+                    (listed(&p.adding_replicas), listed(&p.removing_replicas))
+                });
                 let registration = PartitionRegistration {
                     replicas: replicas.clone(),
                     isr: isr.clone(),
                     leader: *leader,
                     leader_epoch: *leader_epoch,
                     partition_epoch: *partition_epoch,
+                    adding_replicas,
+                    removing_replicas,
                 };
-                let index = *partition as usize;
                 if let Some(broken) = registration.invariant_violation(topic.partitions.get(index)) {
                     // The controller never writes such a record; refusing it on every replica
                     // keeps replay deterministic and the image sound.
@@ -215,12 +253,49 @@ impl MetadataImage {
                     broker.fenced = matches!(record, MetadataRecord::FenceBroker { .. });
                 }
             }
+            MetadataRecord::PartitionReassignment {
+                topic_id,
+                partition,
+                adding,
+                removing,
+            } => {
+                let Some(topic) = self.topic_names.get(topic_id).and_then(|n| self.topics.get_mut(n)) else {
+                    return;
+                };
+                let Some(p) = usize::try_from(*partition).ok().and_then(|i| topic.partitions.get_mut(i)) else {
+                    return;
+                };
+                if adding.iter().chain(removing).any(|id| !p.replicas.contains(id)) {
+                    tracing::error!(topic = %topic.name, partition, ?adding, ?removing, replicas = ?p.replicas,
+                        "ignoring a reassignment record naming brokers that are not replicas; this is a bug, please report it");
+                    debug_assert!(false, "reassignment outside the replica set");
+                    return;
+                }
+                p.adding_replicas.clone_from(adding);
+                p.removing_replicas.clone_from(removing);
+            }
             MetadataRecord::BrokerShutdown { broker_id } => {
                 if let Some(broker) = self.brokers.get_mut(broker_id) {
                     broker.fenced = true;
                     broker.in_controlled_shutdown = true;
                 }
             }
+            MetadataRecord::ClientQuota { entity, key, value } => match value {
+                Some(value) => {
+                    self.client_quotas
+                        .entry(entity.clone())
+                        .or_default()
+                        .insert(key.clone(), *value);
+                }
+                None => {
+                    if let Some(values) = self.client_quotas.get_mut(entity) {
+                        values.remove(key);
+                        if values.is_empty() {
+                            self.client_quotas.remove(entity);
+                        }
+                    }
+                }
+            },
         }
     }
 }

@@ -424,7 +424,10 @@ mod tests {
         );
         let err = sm.apply(44, b"\x08\x01\x12\x03garbage").unwrap_err();
         assert!(
-            err.starts_with("metadata log entry 44 does not decode as metadata version 1"),
+            err.starts_with(&format!(
+                "metadata log entry 44 does not decode as metadata version {}",
+                codec::METADATA_VERSION
+            )),
             "{err}"
         );
 

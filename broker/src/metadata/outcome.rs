@@ -46,4 +46,14 @@ pub enum Outcome {
         partition_epoch: i32,
         isr: Vec<i32>,
     },
+    /// An ElectLeaders request was decided: per topic, per partition, whether a leader was
+    /// elected (`None`) or why not.
+    LeadersElected(Vec<TopicElection>),
+}
+
+/// One topic's part of an ElectLeaders outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicElection {
+    pub topic: String,
+    pub partitions: Vec<(i32, Option<ApiError>)>,
 }

@@ -59,6 +59,20 @@ pub enum MetadataRecord {
     BrokerShutdown { broker_id: i32 },
     /// A block of producer ids was handed to a broker; the next block starts here.
     ProducerIds { broker_id: i32, next_block_start: i64 },
+    /// A partition's reassignment began, changed or ended (both lists empty). Partition records
+    /// leave it as it is; the replica set during a move is in the Partition record.
+    PartitionReassignment {
+        topic_id: Uuid,
+        partition: i32,
+        adding: Vec<i32>,
+        removing: Vec<i32>,
+    },
+    /// A client quota was set (`Some`) or removed (`None`), as KRaft's `QuotaRecord`.
+    ClientQuota {
+        entity: QuotaEntity,
+        key: String,
+        value: Option<QuotaValue>,
+    },
 }
 
 /// A request to change metadata, proposed to the quorum by any broker and decided when it is
@@ -124,6 +138,43 @@ pub enum MetadataCommand {
     /// Moves leadership back to each partition's preferred (first) replica where it is live,
     /// in sync and not leading (`auto.leader.rebalance.enable`).
     ElectPreferredLeaders,
+    /// One entity of an AlterClientQuotas request: each key set to a value, or removed (`None`).
+    AlterClientQuotas {
+        entity: QuotaEntity,
+        ops: Vec<(String, Option<QuotaValue>)>,
+    },
+    /// AlterPartitionReassignments for one partition: move it to `target` (add the new replicas,
+    /// and once they are in sync switch to `target`), or with `None` cancel an ongoing move.
+    ReassignPartition {
+        name: String,
+        partition: i32,
+        target: Option<Vec<i32>>,
+    },
+    /// Kafka's ElectLeaders (KIP-460) as an admin asked for it: `partitions` names topics and
+    /// their partition indexes, or `None` for every partition of every topic.
+    ElectLeaders {
+        election: ElectionType,
+        partitions: Option<Vec<(String, Vec<i32>)>>,
+    },
+}
+
+/// Which leader an ElectLeaders request asks for, in Kafka's codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ElectionType {
+    /// The first replica of the assignment, if it is live and in sync.
+    Preferred,
+    /// Any live replica, even one out of sync, for a partition without a live leader.
+    Unclean,
+}
+
+impl ElectionType {
+    pub fn from_code(code: i8) -> Option<ElectionType> {
+        match code {
+            0 => Some(ElectionType::Preferred),
+            1 => Some(ElectionType::Unclean),
+            _ => None,
+        }
+    }
 }
 
 /// One entry of the metadata log: a command and who proposed it, so that only the proposing
@@ -168,3 +219,47 @@ impl AlterOp {
         })
     }
 }
+
+/// A client quota entity (Kafka's `ClientQuotaEntity` without `ip`): which of the `user` and
+/// `client-id` dimensions it names, each a name or the default. `None` means the entity does
+/// not have that dimension at all, which differs from naming the default.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct QuotaEntity {
+    pub user: Option<QuotaName>,
+    pub client_id: Option<QuotaName>,
+}
+
+/// One dimension of a quota entity: a specific name, or the default (`<default>` in
+/// `kafka-configs`, a null entity name on the wire).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum QuotaName {
+    Default,
+    Named(String),
+}
+
+impl QuotaName {
+    /// The wire form: the name, or null for the default.
+    pub fn from_wire(name: Option<&str>) -> QuotaName {
+        name.map_or(QuotaName::Default, |n| QuotaName::Named(n.to_string()))
+    }
+
+    pub fn as_wire(&self) -> Option<&str> {
+        match self {
+            QuotaName::Default => None,
+            QuotaName::Named(name) => Some(name),
+        }
+    }
+}
+
+/// A quota value (Kafka sends every quota as a double). Compared bit for bit so that records
+/// and images stay `Eq`; the controller refuses NaN, so equal values have equal bits.
+#[derive(Debug, Clone, Copy)]
+pub struct QuotaValue(pub f64);
+
+impl PartialEq for QuotaValue {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+
+impl Eq for QuotaValue {}

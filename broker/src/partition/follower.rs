@@ -43,6 +43,19 @@ impl Partition {
         });
     }
 
+    /// Copies the leader's log start offset (DeleteRecords), as far as this replica's high
+    /// watermark reaches so it never passes committed data; forward only. Cheap when unchanged.
+    pub fn update_follower_log_start_offset(&self, leader_log_start_offset: i64) -> Result<(), AppendError> {
+        if leader_log_start_offset <= self.log_start_offset() {
+            return Ok(());
+        }
+        let mut log = self.log.lock();
+        let target = leader_log_start_offset.min(self.high_watermark()).min(log.log_end_offset());
+        log.advance_log_start_offset(target).map_err(|e| log_error(&e))?;
+        self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
+        Ok(())
+    }
+
     /// Drops everything from `offset` on, as a follower at `leader_epoch` reconciling its log
     /// with the leader's. `start_over` empties the log and restarts it at `offset` (the leader
     /// no longer has anything this replica holds).

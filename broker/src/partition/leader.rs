@@ -36,6 +36,8 @@ pub(super) struct FollowerProgress {
     last_fetch_ms: i64,
     /// The leader's log end offset at the follower's last fetch.
     leader_end_at_last_fetch: i64,
+    /// The follower's log start offset as its last fetch reported it; -1 until then.
+    log_start_offset: i64,
 }
 
 impl FollowerProgress {
@@ -45,8 +47,16 @@ impl FollowerProgress {
             last_caught_up_ms,
             last_fetch_ms: 0,
             leader_end_at_last_fetch: -1,
+            log_start_offset: -1,
         }
     }
+}
+
+fn no_longer_leader() -> AppendError {
+    (
+        ResponseError::NotLeaderOrFollower,
+        "this broker is no longer the partition leader".into(),
+    )
 }
 
 impl Partition {
@@ -57,10 +67,7 @@ impl Partition {
     pub fn append_as_leader(&self, records: &mut [u8], now_ms: i64) -> Result<AppendOutcome, AppendError> {
         let state = self.replica.lock();
         if !matches!(state.role, Role::Leader(_)) {
-            return Err((
-                ResponseError::NotLeaderOrFollower,
-                "this broker is no longer the partition leader".into(),
-            ));
+            return Err(no_longer_leader());
         }
         let info = {
             let mut log = self.log.lock();
@@ -108,6 +115,7 @@ impl Partition {
         &self,
         replica_id: i32,
         fetch_offset: i64,
+        follower_log_start_offset: i64,
         current_leader_epoch: i32,
         now_ms: i64,
     ) -> Result<Option<MetadataCommand>, ResponseError> {
@@ -132,6 +140,7 @@ impl Partition {
             progress.last_caught_up_ms = progress.last_caught_up_ms.max(progress.last_fetch_ms);
         }
         progress.log_end_offset = fetch_offset;
+        progress.log_start_offset = follower_log_start_offset;
         progress.last_fetch_ms = now_ms;
         progress.leader_end_at_last_fetch = leader_end;
         let rejoin = !state.isr.contains(&replica_id)
@@ -144,7 +153,58 @@ impl Partition {
             self.propose_isr(state, new_isr)
         });
         self.maybe_advance_high_watermark(state);
+        self.update_low_watermark(state);
         Ok(command)
+    }
+
+    /// DeleteRecords on the leader (Kafka's `deleteRecordsOnLeader`): moves the log start
+    /// offset to `offset` (-1: the high watermark), which may not pass the high watermark, so
+    /// only committed records are ever deleted. Returns the new log start offset; followers
+    /// copy it from their next fetch response, and [`Partition::watch_low_watermark`] says when
+    /// the whole ISR has.
+    pub fn delete_records(&self, offset: i64) -> Result<i64, AppendError> {
+        let state = self.replica.lock();
+        if !matches!(state.role, Role::Leader(_)) {
+            return Err(no_longer_leader());
+        }
+        let high_watermark = self.high_watermark();
+        let target = if offset == -1 { high_watermark } else { offset };
+        if target < 0 || target > high_watermark {
+            return Err((
+                ResponseError::OffsetOutOfRange,
+                format!(
+                    "cannot delete records before offset {offset}: it is beyond the high watermark {high_watermark}; pass an offset up to the high watermark, or -1 for the high watermark"
+                ),
+            ));
+        }
+        let new_start = {
+            let mut log = self.log.lock();
+            log.advance_log_start_offset(target).map_err(|e| log_error(&e))?;
+            let start = log.log_start_offset();
+            self.log_start_offset.store(start, Ordering::Release);
+            start
+        };
+        debug_assert!(new_start <= high_watermark, "log start {new_start} beyond the HW {high_watermark}");
+        self.update_low_watermark(&state);
+        Ok(new_start)
+    }
+
+    /// Kafka's low watermark, as a leader sees it: the lowest log start offset over this replica
+    /// and the ISR's followers (one not yet heard from counts as -1). DeleteRecords waits for it.
+    pub(super) fn update_low_watermark(&self, state: &ReplicaState) {
+        let Role::Leader(leader) = &state.role else { return };
+        let own_start = self.log_start_offset();
+        let low = state
+            .isr
+            .iter()
+            .filter(|id| **id != self.node_id)
+            .map(|id| leader.followers.get(id).map_or(-1, |p| p.log_start_offset))
+            .fold(own_start, i64::min);
+        self.low_watermark.send_if_modified(|current| {
+            let changed = *current != low;
+            *current = low;
+            changed
+        });
     }
 
     /// The AlterPartition that drops ISR members that have not caught up for `lag_ms`

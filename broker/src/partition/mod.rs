@@ -22,7 +22,7 @@ use sluice_protocol::batch::BatchIter;
 
 use crate::log::{AppendInfo, CleanStats, LogCleaner, LogConfig, LogError, LogToClean, PartitionLog, PlannedRead};
 use crate::metadata::image::PartitionRegistration;
-use crate::producer_state::ProducerStateManager;
+use crate::producer_state::{ActiveProducer, ProducerStateManager};
 use leader::{FollowerProgress, LeaderState};
 
 mod follower;
@@ -51,6 +51,8 @@ pub struct Partition {
     /// Wakes `acks=all` waiters when leadership moves.
     leader_epoch: watch::Sender<i32>,
     log_start_offset: AtomicI64,
+    /// Leader only: the lowest log start offset over the ISR (DeleteRecords waits on it).
+    low_watermark: watch::Sender<i64>,
 }
 
 /// The replica set as this broker last applied it, and this replica's role in it.
@@ -162,6 +164,7 @@ impl Partition {
                 isr: Vec::new(),
             }),
             log_start_offset: AtomicI64::new(log.log_start_offset()),
+            low_watermark: watch::channel(log.log_start_offset()).0,
             log: Mutex::new(log),
             producers: Mutex::new(producers),
             high_watermark: watch::channel(hw).0,
@@ -229,7 +232,14 @@ impl Partition {
             changed
         });
         self.maybe_advance_high_watermark(&state);
+        self.update_low_watermark(&state);
         change
+    }
+
+    /// The idempotent producers this replica remembers (DescribeProducers). Takes only the
+    /// producer-state lock, the last in the lock order, and copies out before returning.
+    pub fn active_producers(&self) -> Vec<ActiveProducer> {
+        self.producers.lock().active_producers()
     }
 
     pub fn is_leader(&self) -> bool {
@@ -283,6 +293,11 @@ impl Partition {
         })
     }
 
+    /// Bytes of this replica's log on disk (DescribeLogDirs).
+    pub fn size_bytes(&self) -> u64 {
+        self.log.lock().size_bytes()
+    }
+
     pub fn high_watermark(&self) -> i64 {
         *self.high_watermark.borrow()
     }
@@ -318,12 +333,32 @@ impl Partition {
     }
 
     /// A receiver that changes whenever leadership moves.
+    pub fn watch_low_watermark(&self) -> watch::Receiver<i64> {
+        self.low_watermark.subscribe()
+    }
+
     pub fn watch_leader_epoch(&self) -> watch::Receiver<i32> {
         self.leader_epoch.subscribe()
     }
 
-    pub fn offset_for_timestamp(&self, timestamp_ms: i64) -> Result<Option<(i64, i64)>, LogError> {
-        self.log.lock().offset_for_timestamp(timestamp_ms)
+    /// ListOffsets by timestamp: the first record whose timestamp reaches `timestamp_ms`, as
+    /// (offset, timestamp), when it lies below `bound` (Kafka's last fetchable offset). A
+    /// consumer cannot read past the HW, so a first match at or past it means no record it
+    /// may read has reached the time: `None`, which Kafka answers as offset -1.
+    pub fn offset_for_timestamp(&self, timestamp_ms: i64, bound: ReadBound) -> Result<Option<(i64, i64)>, LogError> {
+        let last_fetchable = self.last_fetchable_offset(bound);
+        let found = self.log.lock().offset_for_timestamp(timestamp_ms)?;
+        Ok(found.filter(|(offset, _)| *offset < last_fetchable))
+    }
+
+    /// The offset a reader bounded by `bound` cannot reach: the HW for consumers, the log end
+    /// for replicas. The HW is read before the log, so a lookup after it is never judged
+    /// against a bound newer than the log it searched.
+    pub fn last_fetchable_offset(&self, bound: ReadBound) -> i64 {
+        match bound {
+            ReadBound::HighWatermark => self.high_watermark(),
+            ReadBound::LogEnd => self.log_end_offset(),
+        }
     }
 
     /// Kafka's OffsetForLeaderEpoch answer: the largest epoch <= `epoch` in this log and the
@@ -332,8 +367,12 @@ impl Partition {
         self.log.lock().end_offset_for_epoch(epoch)
     }
 
-    pub fn max_timestamp_offset(&self) -> Option<(i64, i64)> {
-        self.log.lock().max_timestamp_offset()
+    /// ListOffsets MAX_TIMESTAMP: (offset, timestamp) of the largest timestamp, when that offset
+    /// lies below `bound`, as Kafka filters it (else `None`, answered as offset -1).
+    pub fn max_timestamp_offset(&self, bound: ReadBound) -> Option<(i64, i64)> {
+        let last_fetchable = self.last_fetchable_offset(bound);
+        let found = self.log.lock().max_timestamp_offset();
+        found.filter(|(offset, _)| *offset < last_fetchable)
     }
 
     pub fn update_config(&self, config: LogConfig) {

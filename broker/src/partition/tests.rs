@@ -14,6 +14,7 @@ fn registration(leader: i32, leader_epoch: i32, partition_epoch: i32, isr: &[i32
         leader,
         leader_epoch,
         partition_epoch,
+        ..Default::default()
     }
 }
 
@@ -29,6 +30,7 @@ fn lead_alone(p: &Partition) {
         leader: 1,
         leader_epoch: 0,
         partition_epoch: 0,
+        ..Default::default()
     };
     p.apply_registration(&single, NOW);
 }
@@ -58,14 +60,14 @@ fn the_high_watermark_is_the_lowest_log_end_over_the_isr() {
     );
     assert_eq!(append(&p, 5), 5);
     assert_eq!(p.high_watermark(), 0, "no follower has confirmed anything yet");
-    assert_eq!(p.record_follower_fetch(2, 5, -1, NOW).unwrap(), None);
+    assert_eq!(p.record_follower_fetch(2, 5, 0, -1, NOW).unwrap(), None);
     assert_eq!(p.high_watermark(), 0, "follower 3 has not fetched from this leader yet");
-    p.record_follower_fetch(3, 3, -1, NOW).unwrap();
+    p.record_follower_fetch(3, 3, 0, -1, NOW).unwrap();
     assert_eq!(p.high_watermark(), 3);
-    p.record_follower_fetch(3, 5, -1, NOW).unwrap();
+    p.record_follower_fetch(3, 5, 0, -1, NOW).unwrap();
     assert_eq!(p.high_watermark(), 5);
     // A follower that reports less later (it truncated) never moves the HW backwards.
-    p.record_follower_fetch(3, 4, -1, NOW).unwrap();
+    p.record_follower_fetch(3, 4, 0, -1, NOW).unwrap();
     assert_eq!(p.high_watermark(), 5);
     // Consumers read only below it; followers read to the log end.
     append(&p, 2);
@@ -81,7 +83,7 @@ fn a_lagging_follower_leaves_the_isr_once_committed_and_rejoins_when_caught_up()
     let p = open(dir.path(), 1);
     p.apply_registration(&registration(1, 0, 0, &[1, 2, 3]), NOW);
     append(&p, 10);
-    p.record_follower_fetch(2, 10, -1, NOW + 1_000).unwrap();
+    p.record_follower_fetch(2, 10, 0, -1, NOW + 1_000).unwrap();
     assert_eq!(
         p.isr_shrink(NOW + LAG_MS, LAG_MS),
         None,
@@ -93,8 +95,8 @@ fn a_lagging_follower_leaves_the_isr_once_committed_and_rejoins_when_caught_up()
     p.apply_registration(&registration(1, 0, 1, &[1, 2]), NOW + LAG_MS + 3);
     assert_eq!(p.high_watermark(), 10);
     // Follower 3 returns: behind the HW it stays out; at the HW it asks to rejoin.
-    assert_eq!(p.record_follower_fetch(3, 4, -1, NOW + LAG_MS + 4).unwrap(), None);
-    let rejoin = p.record_follower_fetch(3, 10, -1, NOW + LAG_MS + 5).unwrap();
+    assert_eq!(p.record_follower_fetch(3, 4, 0, -1, NOW + LAG_MS + 4).unwrap(), None);
+    let rejoin = p.record_follower_fetch(3, 10, 0, -1, NOW + LAG_MS + 5).unwrap();
     match rejoin {
         Some(MetadataCommand::AlterPartition {
             leader_id,
@@ -111,9 +113,9 @@ fn a_lagging_follower_leaves_the_isr_once_committed_and_rejoins_when_caught_up()
     // While the expansion is decided the joining follower already holds the HW back, so
     // the HW never passes what a member-to-be has.
     append(&p, 5);
-    p.record_follower_fetch(2, 15, -1, NOW + LAG_MS + 6).unwrap();
+    p.record_follower_fetch(2, 15, 0, -1, NOW + LAG_MS + 6).unwrap();
     assert_eq!(p.high_watermark(), 10);
-    p.record_follower_fetch(3, 15, -1, NOW + LAG_MS + 7).unwrap();
+    p.record_follower_fetch(3, 15, 0, -1, NOW + LAG_MS + 7).unwrap();
     assert_eq!(p.high_watermark(), 15);
 }
 
@@ -125,7 +127,7 @@ fn a_single_replica_commits_on_append_and_unknown_replicas_are_refused() {
     assert_eq!(append(&p, 3), 3);
     assert_eq!(p.high_watermark(), 3);
     assert_eq!(
-        p.record_follower_fetch(7, 0, -1, NOW),
+        p.record_follower_fetch(7, 0, 0, -1, NOW),
         Err(ResponseError::NotLeaderOrFollower)
     );
 }
@@ -182,8 +184,8 @@ fn a_fetch_from_outside_the_replica_set_is_refused_and_moves_nothing() {
     let p = open(dir.path(), 1);
     p.apply_registration(&registration(1, 0, 0, &[1, 2, 3]), NOW);
     append(&p, 5);
-    p.record_follower_fetch(2, 5, 0, NOW).unwrap();
-    p.record_follower_fetch(3, 3, 0, NOW).unwrap();
+    p.record_follower_fetch(2, 5, 0, 0, NOW).unwrap();
+    p.record_follower_fetch(3, 3, 0, 0, NOW).unwrap();
     assert_eq!(p.high_watermark(), 3);
     // Broker 3 is reassigned away; broker 2 drops out of the ISR meanwhile.
     let moved = PartitionRegistration {
@@ -192,28 +194,29 @@ fn a_fetch_from_outside_the_replica_set_is_refused_and_moves_nothing() {
         leader: 1,
         leader_epoch: 0,
         partition_epoch: 1,
+        ..Default::default()
     };
     p.apply_registration(&moved, NOW);
     append(&p, 5);
     let hw = p.high_watermark();
     assert_eq!(hw, 5, "the ISR {{1, 2}} holds offsets below 5");
     assert_eq!(
-        p.record_follower_fetch(3, 10, 0, NOW),
+        p.record_follower_fetch(3, 10, 0, 0, NOW),
         Err(ResponseError::UnknownLeaderEpoch),
         "a leader epoch was named: Kafka's answer is UNKNOWN_LEADER_EPOCH"
     );
     assert_eq!(
-        p.record_follower_fetch(3, 10, -1, NOW),
+        p.record_follower_fetch(3, 10, 0, -1, NOW),
         Err(ResponseError::NotLeaderOrFollower)
     );
     assert_eq!(
-        p.record_follower_fetch(1, 10, -1, NOW),
+        p.record_follower_fetch(1, 10, 0, -1, NOW),
         Err(ResponseError::NotLeaderOrFollower),
         "the leader never fetches from itself"
     );
     assert_eq!(p.high_watermark(), hw, "refused fetches move no high watermark");
     // Nothing was recorded for broker 3: a later legitimate fetch still starts from scratch.
-    assert_eq!(p.record_follower_fetch(2, 10, 0, NOW).unwrap(), None);
+    assert_eq!(p.record_follower_fetch(2, 10, 0, 0, NOW).unwrap(), None);
     assert_eq!(p.high_watermark(), 10);
 }
 
@@ -233,4 +236,56 @@ fn a_planned_read_holds_no_lock_and_reads_what_was_there_when_planned() {
     assert_eq!(second.read(i32::MAX as usize, true).unwrap().records, read.records);
     let now = p.read(0, i32::MAX as usize, true, ReadBound::HighWatermark).unwrap();
     assert_eq!(BatchIter::new(&now.records).count(), 2);
+}
+
+#[test]
+fn timestamp_lookups_answer_consumers_only_from_records_below_the_high_watermark() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = open(dir.path(), 1);
+    p.apply_registration(&registration(1, 0, 0, &[1, 2, 3]), NOW);
+    for (i, timestamp) in [NOW, NOW + 1_000, NOW + 2_000].into_iter().enumerate() {
+        let mut batch = encode_simple_batch(1, 10, timestamp);
+        assert!(matches!(
+            p.append_as_leader(&mut batch, NOW).unwrap(),
+            AppendOutcome::Appended(info) if info.last_offset == i as i64
+        ));
+    }
+    p.record_follower_fetch(2, 2, 0, -1, NOW).unwrap();
+    p.record_follower_fetch(3, 2, 0, -1, NOW).unwrap();
+    assert_eq!(p.high_watermark(), 2, "offset 2 is not replicated yet");
+    let consumer = ReadBound::HighWatermark;
+    assert_eq!(p.last_fetchable_offset(consumer), 2);
+    assert_eq!(p.last_fetchable_offset(ReadBound::LogEnd), 3);
+
+    assert_eq!(
+        p.offset_for_timestamp(NOW + 500, consumer).unwrap(),
+        Some((1, NOW + 1_000))
+    );
+    assert_eq!(
+        p.offset_for_timestamp(NOW + 2_000, consumer).unwrap(),
+        None,
+        "the only record reaching the time sits past the HW"
+    );
+    assert_eq!(p.max_timestamp_offset(consumer), None);
+    // A replica (or a debugging tool) is answered from the whole log.
+    assert_eq!(
+        p.offset_for_timestamp(NOW + 2_000, ReadBound::LogEnd).unwrap(),
+        Some((2, NOW + 2_000))
+    );
+    assert_eq!(p.max_timestamp_offset(ReadBound::LogEnd), Some((2, NOW + 2_000)));
+
+    // Once replicated, the record is visible to consumers' lookups too.
+    p.record_follower_fetch(2, 3, 0, -1, NOW).unwrap();
+    p.record_follower_fetch(3, 3, 0, -1, NOW).unwrap();
+    assert_eq!(p.high_watermark(), 3);
+    assert_eq!(
+        p.offset_for_timestamp(NOW + 2_000, consumer).unwrap(),
+        Some((2, NOW + 2_000))
+    );
+    assert_eq!(p.max_timestamp_offset(consumer), Some((2, NOW + 2_000)));
+    assert_eq!(
+        p.offset_for_timestamp(NOW + 2_001, consumer).unwrap(),
+        None,
+        "past every record"
+    );
 }

@@ -412,6 +412,10 @@ async fn fetch(
                         }
                     }
                     p.update_follower_high_watermark(data.high_watermark);
+                    if let Err((_, message)) = p.update_follower_log_start_offset(data.log_start_offset) {
+                        tracing::warn!(topic = %p.topic, partition = p.index, %message,
+                            "could not move the log start offset to the leader's; retrying on the next fetch");
+                    }
                 }
                 Some(ResponseError::OffsetOutOfRange) if fetch_offset < data.log_start_offset => {
                     // The leader deleted (retention) everything we have: start over at its log start.

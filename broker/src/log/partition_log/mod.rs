@@ -19,10 +19,15 @@ pub use read::{PlannedRead, ReadResult};
 mod append;
 mod open;
 mod read;
-use crate::fs::{remove_if_exists, sync_dir};
+use crate::fs::{remove_if_exists, sync_dir, write_atomically};
 
 /// Written by [`PartitionLog::close`]; its presence at open means the tail needs no scan.
 pub const CLEAN_SHUTDOWN_FILE: &str = ".clean_shutdown";
+
+/// The log start offset once it lies inside a segment (DeleteRecords, or a follower copying its
+/// leader's), which segment base offsets alone cannot tell after a restart. One decimal line,
+/// replaced atomically on every move (Kafka keeps these in `log-start-offset-checkpoint`).
+pub const LOG_START_OFFSET_FILE: &str = "log-start-offset";
 
 /// What an append did, for the produce response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,6 +113,13 @@ impl PartitionLog {
         log.check_sealed_segments()?;
         log.log_end_offset = log.load_active_segment(clean_shutdown)?;
         log.leader_epoch_cache = log.load_leader_epoch_cache()?;
+        if let Some(saved) = read_log_start_offset(dir) {
+            // A recovered tail may end below a start saved before the crash: never past the end.
+            let saved = saved.min(log.log_end_offset);
+            if saved > log.log_start_offset {
+                log.advance_log_start_offset(saved)?;
+            }
+        }
 
         // From here on a crash is unclean: the marker must be gone from disk before any append.
         remove_if_exists(&marker)?;
@@ -414,9 +426,33 @@ impl PartitionLog {
         sealed.chain(std::iter::once(&self.active))
     }
 
+    /// Raises the log start offset to `offset` (never lowers it), as Kafka's
+    /// `maybeIncrementLogStartOffset` does for DeleteRecords and for a follower copying its
+    /// leader's: offsets below it are no longer readable, sealed segments wholly below it are
+    /// deleted, and the epoch cache drops what lies below it. The new start is durable before
+    /// any segment goes, so a crash in between leaves a start that reopening completes.
+    /// `offset` may not pass the log end offset. Returns whether the start moved.
+    pub fn advance_log_start_offset(&mut self, offset: i64) -> Result<bool, LogError> {
+        if offset <= self.log_start_offset {
+            return Ok(false);
+        }
+        if offset > self.log_end_offset {
+            return Err(self.out_of_range(offset));
+        }
+        write_atomically(&self.dir.join(LOG_START_OFFSET_FILE), format!("{offset}\n").as_bytes())?;
+        while !self.inactive.is_empty() && self.oldest_segment_below(offset) {
+            self.delete_oldest_segment()?;
+        }
+        self.log_start_offset = offset;
+        self.leader_epoch_cache.truncate_from_start(offset)?;
+        tracing::info!(partition = %self.name, log_start_offset = offset, "log start offset moved");
+        Ok(true)
+    }
+
     fn delete_oldest_segment(&mut self) -> Result<(), LogError> {
         if let Some(oldest) = self.inactive.pop_front() {
-            self.log_start_offset = self.inactive.front().unwrap_or(&self.active).base_offset();
+            let next_base = self.inactive.front().unwrap_or(&self.active).base_offset();
+            self.log_start_offset = self.log_start_offset.max(next_base);
             oldest.delete()?;
             self.leader_epoch_cache.truncate_from_start(self.log_start_offset)?;
         }
@@ -438,6 +474,8 @@ impl PartitionLog {
             }
         }
         sync_dir(&self.dir)?;
+        // The segment base says where the log starts now; a saved start would contradict it.
+        remove_if_exists(&self.dir.join(LOG_START_OFFSET_FILE))?;
         self.log_start_offset = offset;
         self.log_end_offset = offset;
         self.leader_epoch_cache.clear()?;
@@ -450,6 +488,20 @@ impl PartitionLog {
             offset,
             log_start: self.log_start_offset,
             log_end: self.log_end_offset,
+        }
+    }
+}
+
+/// The saved log start offset, if any. A file that does not parse is ignored with a warning:
+/// the worst outcome is records below a DeleteRecords offset becoming readable again.
+fn read_log_start_offset(dir: &Path) -> Option<i64> {
+    let path = dir.join(LOG_START_OFFSET_FILE);
+    let text = fs::read_to_string(&path).ok()?;
+    match text.trim().parse::<i64>() {
+        Ok(offset) if offset >= 0 => Some(offset),
+        _ => {
+            tracing::warn!(path = %path.display(), "ignoring a log start offset file that does not hold an offset");
+            None
         }
     }
 }

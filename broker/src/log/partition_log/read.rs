@@ -3,6 +3,7 @@
 
 use bytes::Bytes;
 use sluice_protocol::batch::{BatchHeader, BatchIter};
+use sluice_protocol::records::BatchRecords;
 
 use super::PartitionLog;
 use crate::log::segment::{LogSegment, SegmentReader};
@@ -141,15 +142,42 @@ impl PartitionLog {
         })
     }
 
-    /// ListOffsets by timestamp: the first batch whose max timestamp is at least `timestamp`, as
-    /// (its base offset, its max timestamp). Records are not decoded, so the offset is that of
-    /// the batch's first record: a consumer seeking there may see a few older records, never
-    /// miss a newer one.
+    /// ListOffsets by timestamp: the first record whose timestamp is at least `timestamp`, as
+    /// (offset, timestamp), as Kafka answers. The time index and batch headers find the batch;
+    /// its records are then decoded (within `max.message.bytes`) to find the record, so a
+    /// consumer seeking by time does not re-read the batch's earlier records. A batch with
+    /// LogAppendTime gives every record its max timestamp, so its first record answers; a
+    /// batch that cannot be decoded answers with its first offset and max timestamp (Kafka's
+    /// shallow answer, never later than the record sought).
     pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<(i64, i64)>, LogError> {
         for segment in self.segments() {
-            if let Some(found) = segment.find_offset_by_timestamp(timestamp)? {
-                return Ok(Some(found));
+            let Some((header, position)) = segment.find_batch_by_timestamp(timestamp)? else {
+                continue;
+            };
+            let shallow = (header.base_offset.max(self.log_start_offset), header.max_timestamp);
+            if header.timestamp_type_is_log_append() {
+                return Ok(Some(shallow));
             }
+            let batch = segment.read_batch(&header, position)?;
+            let records = match BatchRecords::decode(&batch, self.config.max_message_bytes as usize) {
+                Ok(records) => records,
+                Err(e) => {
+                    tracing::warn!(dir = %self.dir.display(), offset = header.base_offset, error = %e,
+                        "cannot decode a stored batch's records for a timestamp lookup; answering with the batch's first offset");
+                    return Ok(Some(shallow));
+                }
+            };
+            let found = records
+                .iter()
+                .map(|r| {
+                    (
+                        header.base_offset + i64::from(r.offset_delta),
+                        header.base_timestamp + r.timestamp_delta,
+                    )
+                })
+                // Records below the log start offset (DeleteRecords) are gone for readers.
+                .find(|(offset, ts)| *offset >= self.log_start_offset && *ts >= timestamp);
+            return Ok(Some(found.unwrap_or(shallow)));
         }
         Ok(None)
     }

@@ -2,6 +2,7 @@
 
 mod append_read;
 mod cleaner;
+mod delete_records;
 mod leader_epoch;
 mod recovery;
 mod retention;

@@ -198,8 +198,8 @@ fn missing_index_files_of_a_sealed_segment_are_rebuilt() {
     let log = open(root.path(), small_segments());
     assert_eq!(
         by_time,
-        Some((4, T0 + 21)),
-        "batch 2 is the first whose max timestamp reaches it"
+        Some((4, T0 + 20)),
+        "batch 2 is the first whose max timestamp reaches it; its first record (offset 4) is at T0 + 20"
     );
     assert_eq!(log.offset_for_timestamp(T0 + 15).unwrap(), by_time);
     let timeindex = partition_dir(root.path()).join("00000000000000000000.timeindex");
