@@ -54,11 +54,12 @@ def node(start_node) -> SluiceNode:
 @pytest.fixture
 def cluster(request):
     """Factory: cluster({"broker.session.timeout.ms": "3000"}) -> three ready SluiceNodes (ids
-    1-3, every one a quorum voter), stopped after the test; on failure their logs are kept."""
+    1-3, every one a quorum voter; `size=5` for five), stopped after the test; on failure their
+    logs are kept."""
     started: list[SluiceNode] = []
 
-    def start(settings: dict[str, str] | None = None) -> list[SluiceNode]:
-        nodes = start_cluster(3, settings)
+    def start(settings: dict[str, str] | None = None, size: int = 3) -> list[SluiceNode]:
+        nodes = start_cluster(size, settings)
         started.extend(nodes)
         return nodes
 

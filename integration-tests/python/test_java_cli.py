@@ -14,13 +14,15 @@ import pytest
 JAVA_LIB = Path(os.environ.get("SLUICE_JAVA_LIB", Path(__file__).resolve().parents[2] / ".java-lib"))
 
 
-def kafka_tool(main_class: str, *args: str, stdin: str | None = None, timeout: float = 90) -> str:
-    """Runs one Kafka CLI tool class; fails the test with its output if it exits non-zero."""
+def kafka_tool(main_class: str, *args: str, stdin: str | None = None, timeout: float = 90,
+               exit_code: int = 0) -> str:
+    """Runs one Kafka CLI tool class and returns its stdout; fails the test with its output if it
+    exits with another code than `exit_code`."""
     jars = sorted(JAVA_LIB.glob("*.jar"))
     assert jars, f"no Kafka jars in {JAVA_LIB}; scripts/test.sh fetches them with Maven"
     cmd = ["java", "-cp", os.pathsep.join(str(j) for j in jars), main_class, *args]
     done = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, f"{main_class} {args} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    assert done.returncode == exit_code, f"{main_class} {args} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
 

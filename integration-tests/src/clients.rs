@@ -113,6 +113,23 @@ pub fn future_producer(bootstrap: &str) -> Result<FutureProducer> {
     Ok(producer_config(bootstrap).create()?)
 }
 
+/// Produces `n` records `record-0` .. `record-{n-1}` to partition 0 of `topic` (acks=all), one
+/// at a time, so record `i` lands at offset `i` of an empty partition.
+pub async fn produce_numbered(bootstrap: &str, topic: &str, n: usize) -> Result<()> {
+    let producer = future_producer(bootstrap)?;
+    for i in 0..n {
+        let payload = format!("record-{i}");
+        producer
+            .send(
+                FutureRecord::<str, str>::to(topic).partition(0).payload(&payload),
+                Duration::from_secs(15),
+            )
+            .await
+            .map_err(|(e, _)| anyhow::anyhow!("produce record {i}: {e}"))?;
+    }
+    Ok(())
+}
+
 /// Enqueues a record, waiting for queue space by awaiting the oldest outstanding delivery when
 /// librdkafka's queue is full. `outstanding` holds deliveries not yet awaited, oldest first.
 pub async fn enqueue<T>(

@@ -222,6 +222,33 @@ impl Cluster {
         Ok(partitions)
     }
 
+    /// Partition 0 of `topic` as node `asking` reports it.
+    pub fn partition_0(&self, asking: i32, topic: &str) -> Result<PartitionState> {
+        self.partitions(asking, topic)?
+            .into_iter()
+            .next()
+            .context("no partition 0")
+    }
+
+    /// Waits until every node in `among` reports partition 0 of `topic` as `accept` wants it;
+    /// returns the first node's view. `what` names the condition for the timeout error.
+    pub fn await_partition_0(
+        &self,
+        among: &[i32],
+        topic: &str,
+        what: &str,
+        timeout: Duration,
+        accept: impl Fn(&PartitionState) -> bool,
+    ) -> Result<PartitionState> {
+        crate::clients::wait_until(timeout, what, || {
+            let views: Vec<PartitionState> = among
+                .iter()
+                .map(|id| self.partition_0(*id, topic).ok())
+                .collect::<Option<_>>()?;
+            views.iter().all(&accept).then(|| views[0].clone())
+        })
+    }
+
     /// The leader of `topic`/`partition` as node `asking` reports it, waiting until there is one.
     pub fn partition_leader(&self, asking: i32, topic: &str, partition: i32, timeout: Duration) -> Result<i32> {
         crate::clients::wait_until(timeout, &format!("a leader of {topic}-{partition}"), || {

@@ -8,43 +8,70 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
 use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
 use kafka_protocol::messages::{
-    ApiKey, CreateTopicsRequest, DescribeQuorumRequest, MetadataRequest, RequestHeader, ResponseHeader, TopicName,
+    ApiKey, BrokerId, CreateTopicsRequest, DescribeQuorumRequest, MetadataRequest, RequestHeader, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 
 /// Sends one request at `version` and decodes its response.
 pub fn call<R: Request>(addr: SocketAddr, request: &R, version: i16, timeout: Duration) -> Result<R::Response> {
-    let mut stream =
-        TcpStream::connect_timeout(&addr, Duration::from_secs(5)).with_context(|| format!("connect {addr}"))?;
-    stream.set_read_timeout(Some(timeout))?;
-    let header = RequestHeader::default()
-        .with_request_api_key(R::KEY)
-        .with_request_api_version(version)
-        .with_correlation_id(1)
-        .with_client_id(Some(StrBytes::from_static_str("sluice-it")));
-    let mut buf = BytesMut::new();
-    buf.put_i32(0);
-    header.encode(&mut buf, R::header_version(version))?;
-    request.encode(&mut buf, version)?;
-    let size = (buf.len() - 4) as i32;
-    buf[..4].copy_from_slice(&size.to_be_bytes());
-    stream.write_all(&buf)?;
-    let mut len = [0u8; 4];
-    stream.read_exact(&mut len).context("read response size")?;
-    let mut body = vec![0u8; i32::from_be_bytes(len) as usize];
-    stream.read_exact(&mut body).context("read response body")?;
-    let mut body = Bytes::from(body);
-    let response_header = ResponseHeader::decode(&mut body, R::Response::header_version(version))?;
-    ensure!(response_header.correlation_id == 1, "correlation id mismatch");
-    let response = R::Response::decode(&mut body, version)?;
-    ensure!(
-        !body.has_remaining() || ApiKey::try_from(R::KEY).is_ok(),
-        "trailing bytes"
-    );
-    Ok(response)
+    KafkaConnection::connect(addr, "sluice-it", timeout)?.call(request, version)
+}
+
+/// One client connection, kept across requests, with its own client id (quotas apply per
+/// client id, and a throttled client's next request waits on the same connection).
+pub struct KafkaConnection {
+    stream: TcpStream,
+    client_id: StrBytes,
+    correlation_id: i32,
+}
+
+impl KafkaConnection {
+    pub fn connect(addr: SocketAddr, client_id: &str, timeout: Duration) -> Result<KafkaConnection> {
+        let stream =
+            TcpStream::connect_timeout(&addr, Duration::from_secs(5)).with_context(|| format!("connect {addr}"))?;
+        stream.set_read_timeout(Some(timeout))?;
+        Ok(KafkaConnection {
+            stream,
+            client_id: StrBytes::from_string(client_id.to_string()),
+            correlation_id: 0,
+        })
+    }
+
+    /// Sends one request at `version` and decodes its response.
+    pub fn call<R: Request>(&mut self, request: &R, version: i16) -> Result<R::Response> {
+        self.correlation_id += 1;
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(self.correlation_id)
+            .with_client_id(Some(self.client_id.clone()));
+        let mut buf = BytesMut::new();
+        buf.put_i32(0);
+        header.encode(&mut buf, R::header_version(version))?;
+        request.encode(&mut buf, version)?;
+        let size = (buf.len() - 4) as i32;
+        buf[..4].copy_from_slice(&size.to_be_bytes());
+        self.stream.write_all(&buf)?;
+        let mut len = [0u8; 4];
+        self.stream.read_exact(&mut len).context("read response size")?;
+        let mut body = vec![0u8; i32::from_be_bytes(len) as usize];
+        self.stream.read_exact(&mut body).context("read response body")?;
+        let mut body = Bytes::from(body);
+        let response_header = ResponseHeader::decode(&mut body, R::Response::header_version(version))?;
+        ensure!(
+            response_header.correlation_id == self.correlation_id,
+            "correlation id mismatch"
+        );
+        let response = R::Response::decode(&mut body, version)?;
+        ensure!(
+            !body.has_remaining() || ApiKey::try_from(R::KEY).is_ok(),
+            "trailing bytes"
+        );
+        Ok(response)
+    }
 }
 
 /// All-topics Metadata v12 (controller id, brokers, topics with leaders).
@@ -69,6 +96,30 @@ pub fn create_topic(addr: SocketAddr, name: &str, partitions: i32, timeout: Dura
     let response = call(addr, &request, 7, timeout)?;
     let result = response.topics.first().context("no topic result")?;
     Ok(result.error_code)
+}
+
+/// CreateTopics v7 with explicit replica lists, one per partition; fails unless created.
+pub fn create_topic_on(addr: SocketAddr, topic: &str, assignments: &[&[i32]]) -> Result<()> {
+    let assignments = assignments
+        .iter()
+        .enumerate()
+        .map(|(i, replicas)| {
+            CreatableReplicaAssignment::default()
+                .with_partition_index(i as i32)
+                .with_broker_ids(replicas.iter().map(|id| BrokerId(*id)).collect())
+        })
+        .collect();
+    let request = CreateTopicsRequest::default()
+        .with_topics(vec![CreatableTopic::default()
+            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_num_partitions(-1)
+            .with_replication_factor(-1)
+            .with_assignments(assignments)])
+        .with_timeout_ms(30_000);
+    let response = call(addr, &request, 7, Duration::from_secs(30))?;
+    let code = response.topics.first().context("no topic result")?.error_code;
+    ensure!(code == 0, "creating {topic} failed with error code {code}");
+    Ok(())
 }
 
 /// DescribeQuorum v2 for the metadata log.

@@ -1,5 +1,5 @@
 //! One consumer-group member as its own process, for tests that must kill a member outright
-//! (`tests/groups.rs`): an in-process librdkafka client keeps heartbeating from its own threads,
+//! (`tests/it/groups.rs`): an in-process librdkafka client keeps heartbeating from its own threads,
 //! so only a killed process stops heartbeating for real.
 //!
 //! Usage: `sluice-group-member <bootstrap> <group> <topic> <client-id> [librdkafka-key=value ...]`

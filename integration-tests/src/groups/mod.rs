@@ -1,4 +1,4 @@
-//! Consumer-group members and checks for the group tests (`tests/groups.rs`).
+//! Consumer-group members and checks for the group tests (`tests/it/groups.rs`).
 //!
 //! A [`GroupMember`] is an rdkafka `BaseConsumer` that subscribes with a `group.id` (Kafka's
 //! classic group protocol: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, OffsetCommit,

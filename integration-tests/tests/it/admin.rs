@@ -279,6 +279,54 @@ async fn list_offsets_by_timestamp_and_watermarks_match_produced_records() -> Re
     Ok(())
 }
 
+/// The issue's case: one batch holding a record at timestamp 1234 (offset 0) and one at
+/// 999999999999 (offset 1). Asking for 999999999999 must answer offset 1, the record, not the
+/// batch's first offset, or a consumer seeking by time re-reads earlier records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_offsets_by_timestamp_finds_the_record_inside_a_batch() -> Result<()> {
+    let node = SluiceNode::start(NodeOptions::default())?;
+    let admin = clients::admin_client(&node.bootstrap())?;
+    clients::create_topic(&admin, "timed-batch", 1, &[]).await?;
+    let mut config = clients::producer_config(&node.bootstrap());
+    config.set("linger.ms", "500");
+    let producer: rdkafka::producer::FutureProducer = config.create()?;
+    // Both enqueued before either is sent (send_result enqueues at once), so with a long
+    // linger they travel in one batch.
+    let mut deliveries = Vec::new();
+    for ts in [1234i64, 999_999_999_999] {
+        let record = FutureRecord::<str, str>::to("timed-batch")
+            .partition(0)
+            .payload("r")
+            .timestamp(ts);
+        deliveries.push(
+            producer
+                .send_result(record)
+                .map_err(|(e, _)| anyhow::anyhow!("enqueue: {e}"))?,
+        );
+    }
+    let mut offsets = Vec::new();
+    for delivery in deliveries {
+        let d = delivery.await?.map_err(|(e, _)| anyhow::anyhow!("produce: {e}"))?;
+        offsets.push(d.offset);
+    }
+    ensure!(offsets == [0, 1], "records at offsets {offsets:?}, want [0, 1]");
+    let consumer = clients::base_consumer(&node.bootstrap())?;
+    for (ts, want) in [(1234, 0), (999_999_999_999, 1), (1235, 1)] {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset("timed-batch", 0, Offset::Offset(ts))?;
+        let got = consumer.offsets_for_times(tpl, Duration::from_secs(5))?;
+        let elem = got
+            .find_partition("timed-batch", 0)
+            .context("no result for timed-batch/0")?;
+        ensure!(
+            elem.offset() == Offset::Offset(want),
+            "offsets_for_times({ts}): {:?}, want offset {want}",
+            elem.offset()
+        );
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn produce_to_unknown_topic_auto_creates_it_with_num_partitions() -> Result<()> {
     let node = SluiceNode::start(NodeOptions::default().set("num.partitions", 4))?;

@@ -505,6 +505,50 @@ async fn keyless_record_on_compacted_topic_is_rejected_invalid_record() -> Resul
     }
 }
 
+/// KIP-467: in one batch of keyed and keyless records to a compacted topic, the broker lists
+/// the keyless records by index, so librdkafka fails those with INVALID_RECORD and the others
+/// with its "different record" error (the batch is refused whole, as Kafka refuses it), rather
+/// than failing every record with INVALID_RECORD.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyless_records_in_a_mixed_batch_are_named_by_index() -> Result<()> {
+    let node = SluiceNode::start(NodeOptions::default())?;
+    let admin = clients::admin_client(&node.bootstrap())?;
+    clients::create_topic(&admin, "compacted-mixed", 1, &[("cleanup.policy", "compact")]).await?;
+    let mut config = clients::producer_config(&node.bootstrap());
+    config.set("linger.ms", "500");
+    let producer: FutureProducer = config.create()?;
+    // All enqueued before any is sent, so with a long linger they travel in one batch.
+    let keys = [Some("a"), None, Some("c"), None];
+    let mut deliveries = Vec::new();
+    for key in keys {
+        let mut record = FutureRecord::<str, str>::to("compacted-mixed").partition(0).payload("v");
+        if let Some(key) = key {
+            record = record.key(key);
+        }
+        deliveries.push(producer.send_result(record).map_err(|(e, _)| anyhow::anyhow!("enqueue: {e}"))?);
+    }
+    let mut codes = Vec::new();
+    for delivery in deliveries {
+        codes.push(match delivery.await? {
+            Ok(_) => None,
+            Err((KafkaError::MessageProduction(code), _)) => Some(code),
+            Err((other, _)) => bail!("unexpected delivery error {other}"),
+        });
+    }
+    use RDKafkaErrorCode::{InvalidDifferentRecord, InvalidRecord};
+    ensure!(
+        codes
+            == [
+                Some(InvalidDifferentRecord),
+                Some(InvalidRecord),
+                Some(InvalidDifferentRecord),
+                Some(InvalidRecord)
+            ],
+        "delivery results {codes:?}: want only the keyless records (1 and 3) failed as invalid"
+    );
+    Ok(())
+}
+
 /// Request bodies whose counts or lengths claim far more than the frame holds, in several APIs,
 /// flexible and not. Each used to make the codec reserve gigabytes and abort the process.
 fn oversized_count_frames() -> Vec<(&'static str, Vec<u8>)> {

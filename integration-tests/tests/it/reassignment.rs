@@ -1,0 +1,231 @@
+//! Partition reassignment (AlterPartitionReassignments / ListPartitionReassignments, KIP-455)
+//! on real 3-node clusters, sent as typed Kafka requests (rdkafka's admin client has neither):
+//! a partition moves to other brokers with every record, the broker it left deletes its log,
+//! a move waits while a new replica is down and completes once it is back, a cancelled move
+//! reverts, and refused targets get Kafka's error codes.
+//!
+//! `kafka-reassign-partitions` itself is run in `integration-tests/python/test_java_records_and_log_dirs.py`.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::alter_partition_reassignments_request::{ReassignablePartition, ReassignableTopic};
+use kafka_protocol::messages::list_partition_reassignments_response::OngoingPartitionReassignment;
+use kafka_protocol::messages::{
+    AlterPartitionReassignmentsRequest, BrokerId, ListPartitionReassignmentsRequest, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use rdkafka::message::Message;
+use rdkafka::Offset;
+use sluice_integration_tests::clients::{self, wait_until};
+use sluice_integration_tests::{kafka_client, Cluster};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Fencing within seconds, and no automatic preferred-leader election moving leaders meanwhile.
+const SETTINGS: &[(&str, &str)] = &[
+    ("broker.session.timeout.ms", "3000"),
+    ("auto.leader.rebalance.enable", "false"),
+];
+
+/// AlterPartitionReassignments for partition 0 of `topic` (`None` cancels) at `version`, with
+/// `allow_rf_change` (v1); the partition's error code.
+fn reassign_with(
+    addr: SocketAddr,
+    topic: &str,
+    target: Option<&[i32]>,
+    version: i16,
+    allow_rf_change: bool,
+) -> Result<i16> {
+    let request = AlterPartitionReassignmentsRequest::default()
+        .with_timeout_ms(30_000)
+        .with_allow_replication_factor_change(allow_rf_change)
+        .with_topics(vec![ReassignableTopic::default()
+            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partitions(vec![ReassignablePartition::default()
+                .with_partition_index(0)
+                .with_replicas(
+                    target.map(|ids| ids.iter().map(|id| BrokerId(*id)).collect()),
+                )])]);
+    let response = kafka_client::call(addr, &request, version, TIMEOUT)?;
+    ensure!(response.error_code == 0, "top-level error {}", response.error_code);
+    let p = response
+        .responses
+        .first()
+        .and_then(|t| t.partitions.first())
+        .context("no partition result")?;
+    Ok(p.error_code)
+}
+
+fn reassign(addr: SocketAddr, topic: &str, target: Option<&[i32]>) -> Result<i16> {
+    reassign_with(addr, topic, target, 0, true)
+}
+
+/// The ongoing reassignment of partition 0 of `topic`, if any.
+fn ongoing(addr: SocketAddr, topic: &str) -> Result<Option<OngoingPartitionReassignment>> {
+    let response = kafka_client::call(
+        addr,
+        &ListPartitionReassignmentsRequest::default().with_timeout_ms(30_000),
+        0,
+        TIMEOUT,
+    )?;
+    ensure!(response.error_code == 0, "top-level error {}", response.error_code);
+    Ok(response
+        .topics
+        .into_iter()
+        .find(|t| t.name.0.as_str() == topic)
+        .and_then(|t| t.partitions.into_iter().find(|p| p.partition_index == 0)))
+}
+
+fn ids(v: &[BrokerId]) -> Vec<i32> {
+    v.iter().map(|b| b.0).collect()
+}
+
+/// Reads partition 0 of `topic` from the beginning and checks it holds exactly
+/// `record-0` .. `record-{n-1}` at offsets 0 .. n-1.
+fn assert_all_records(bootstrap: &str, topic: &str, n: usize) -> Result<()> {
+    let consumer = clients::base_consumer(bootstrap)?;
+    clients::assign(&consumer, topic, &[0], Offset::Beginning)?;
+    let mut next = 0usize;
+    wait_until(TIMEOUT, &format!("{n} records of {topic}"), || {
+        while let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
+            let value = m.payload().map(|p| String::from_utf8_lossy(p).into_owned());
+            assert_eq!(m.offset(), next as i64, "records out of order");
+            assert_eq!(value.as_deref(), Some(format!("record-{next}").as_str()));
+            next += 1;
+        }
+        (next >= n).then_some(())
+    })?;
+    ensure!(next == n, "read {next} records of {topic}, expected {n}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partition_moves_to_other_brokers_with_every_record_and_the_old_replica_deletes_its_log() -> Result<()> {
+    let cluster = Cluster::start(3, SETTINGS)?;
+    kafka_client::create_topic_on(cluster.addr(1), "moving", &[&[1]])?;
+    cluster.partition_leader(1, "moving", 0, TIMEOUT)?;
+    let bootstrap = cluster.bootstrap();
+    clients::produce_numbered(&bootstrap, "moving", 500).await?;
+    let old_dir = cluster.data_dir(1).join("moving-0");
+    ensure!(
+        old_dir.is_dir(),
+        "broker 1 should hold the log at {}",
+        old_dir.display()
+    );
+
+    ensure!(
+        reassign(cluster.addr(2), "moving", Some(&[2, 3]))? == 0,
+        "the move should start"
+    );
+    let moved = cluster.await_partition_0(
+        &[1, 2, 3],
+        "moving",
+        "the partition on brokers 2 and 3, in sync",
+        TIMEOUT,
+        |p| p.replicas == [2, 3] && p.has_full_isr(),
+    )?;
+    ensure!(moved.leader == 2, "the first in-sync target replica leads: {moved:?}");
+    wait_until(TIMEOUT, "no reassignment listed", || {
+        ongoing(cluster.addr(3), "moving").ok()?.is_none().then_some(())
+    })?;
+    wait_until(TIMEOUT, "broker 1 to delete the partition it left", || {
+        (!old_dir.exists()).then_some(())
+    })?;
+    assert_all_records(&bootstrap, "moving", 500)?;
+
+    // And back onto three replicas: broker 1 copies the log anew to rejoin the ISR.
+    ensure!(reassign(cluster.addr(1), "moving", Some(&[3, 2, 1]))? == 0);
+    cluster.await_partition_0(
+        &[1, 2, 3],
+        "moving",
+        "the partition on all three brokers, in sync",
+        TIMEOUT,
+        |p| p.replicas == [3, 2, 1] && p.has_full_isr(),
+    )?;
+    assert_all_records(&bootstrap, "moving", 500)?;
+    Ok(())
+}
+
+#[test]
+fn a_move_onto_a_down_broker_waits_for_it_and_a_cancelled_move_reverts() -> Result<()> {
+    let mut cluster = Cluster::start(3, SETTINGS)?;
+    kafka_client::create_topic_on(cluster.addr(1), "waiting", &[&[1]])?;
+    kafka_client::create_topic_on(cluster.addr(1), "cancelled", &[&[2]])?;
+    cluster.partition_leader(1, "waiting", 0, TIMEOUT)?;
+    cluster.partition_leader(1, "cancelled", 0, TIMEOUT)?;
+    cluster.node(3).kill()?;
+
+    ensure!(reassign(cluster.addr(1), "waiting", Some(&[1, 3]))? == 0);
+    let under_way = ongoing(cluster.addr(1), "waiting")?.context("the move should be listed while broker 3 is down")?;
+    ensure!(
+        (
+            ids(&under_way.replicas),
+            ids(&under_way.adding_replicas),
+            ids(&under_way.removing_replicas)
+        ) == (vec![1, 3], vec![3], vec![]),
+        "{under_way:?}"
+    );
+    let p = cluster.partitions(2, "waiting")?.remove(0);
+    ensure!(p.isr == [1] && p.leader == 1, "the ISR waits for broker 3: {p:?}");
+
+    ensure!(reassign(cluster.addr(2), "cancelled", Some(&[3]))? == 0);
+    let listed = ongoing(cluster.addr(2), "cancelled")?.context("the second move should be listed")?;
+    ensure!(ids(&listed.removing_replicas) == [2], "{listed:?}");
+    ensure!(
+        reassign(cluster.addr(1), "cancelled", None)? == 0,
+        "cancelling should succeed"
+    );
+    ensure!(
+        ongoing(cluster.addr(1), "cancelled")?.is_none(),
+        "a cancelled move is no longer listed"
+    );
+    let reverted = cluster.partitions(1, "cancelled")?.remove(0);
+    ensure!(reverted.replicas == [2] && reverted.leader == 2, "{reverted:?}");
+    ensure!(
+        reassign(cluster.addr(1), "cancelled", None)? == ResponseError::NoReassignmentInProgress.code(),
+        "nothing left to cancel"
+    );
+
+    cluster.node(3).respawn()?;
+    cluster.node(3).wait_ready()?;
+    cluster.await_partition_0(
+        &[1, 2, 3],
+        "waiting",
+        "broker 3 caught up and the move finished",
+        TIMEOUT,
+        |p| p.replicas == [1, 3] && p.has_full_isr(),
+    )?;
+    wait_until(TIMEOUT, "the finished move unlisted", || {
+        ongoing(cluster.addr(3), "waiting").ok()?.is_none().then_some(())
+    })?;
+    Ok(())
+}
+
+#[test]
+fn refused_targets_get_kafkas_error_codes() -> Result<()> {
+    let cluster = Cluster::start(3, SETTINGS)?;
+    kafka_client::create_topic_on(cluster.addr(1), "fixed", &[&[1, 2]])?;
+    let addr = cluster.addr(3);
+    let invalid = ResponseError::InvalidReplicaAssignment.code();
+    for target in [&[][..], &[2, 2][..], &[1, 9][..]] {
+        ensure!(
+            reassign(addr, "fixed", Some(target))? == invalid,
+            "{target:?} should be refused"
+        );
+    }
+    ensure!(reassign(addr, "absent", Some(&[1]))? == ResponseError::UnknownTopicOrPartition.code());
+    ensure!(
+        reassign_with(addr, "fixed", Some(&[1, 2, 3]), 1, false)? == ResponseError::InvalidReplicationFactor.code(),
+        "v1 without allow_replication_factor_change may not resize"
+    );
+    ensure!(
+        reassign(addr, "fixed", None)? == ResponseError::NoReassignmentInProgress.code(),
+        "nothing to cancel"
+    );
+    let p = cluster.partitions(3, "fixed")?.remove(0);
+    ensure!(p.replicas == [1, 2], "a refused move changes nothing: {p:?}");
+    Ok(())
+}
