@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sluice's test command: unit tests, Rust integration tests with rdkafka, and Python/kcat client
-# tests, all against a real release build of the broker on 127.0.0.1.
+# Sluice's test command: unit tests, Rust integration tests with rdkafka, Python/kcat client tests,
+# and the client compatibility matrix (scripts/compat.sh), all against a real release build of the
+# broker on 127.0.0.1.
 #
 # Works on a fresh Debian bookworm machine with Rust, Python 3.11 and a C toolchain; installs
 # what is missing with apt-get (as root, or via sudo) only when something is missing:
@@ -76,26 +77,6 @@ install_system_packages() {
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
-python_env() {
-    if ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
-        python3 -m venv --clear .venv
-    fi
-    .venv/bin/python -m pip install -q --disable-pip-version-check -r integration-tests/python/requirements.txt
-}
-
-# Apache Kafka's CLI tools and Java client from Maven Central, for the Java compatibility tests.
-java_classpath() {
-    if ! command -v mvn >/dev/null 2>&1 || ! command -v java >/dev/null 2>&1; then
-        echo "mvn and java are needed for the Java client tests" >&2
-        return 1
-    fi
-    if [ ! -f .java-lib/.complete ]; then
-        rm -rf .java-lib
-        mvn -q -B -f integration-tests/java/pom.xml dependency:copy-dependencies -DoutputDirectory="$ROOT/.java-lib"
-        touch .java-lib/.complete
-    fi
-    echo "$(ls .java-lib/*.jar | wc -l) jars in .java-lib"
-}
 export SLUICE_JAVA_LIB="$ROOT/.java-lib"
 
 # Where cargo puts binaries (honours CARGO_TARGET_DIR and build.target-dir in cargo config).
@@ -108,8 +89,8 @@ export SLUICE_BIN="$TARGET_DIR/release/sluice"
 
 step "module layers (no import circles)" python3 scripts/check-module-cycles.py broker/src raft-meta/src protocol/src || true
 step "system packages" install_system_packages || true
-step "python venv (.venv) + pinned deps" python_env || true
-step "Kafka Java client + CLI tools (Maven)" java_classpath || true
+step "python venv (.venv) + pinned deps" bash scripts/python-venv.sh || true
+step "Kafka Java client + CLI tools (Maven)" bash scripts/java-lib.sh || true
 if step "cargo build --release -p sluice-broker" cargo build --release -p sluice-broker; then
     echo "broker binary: $SLUICE_BIN"
     # shellcheck disable=SC2086
@@ -120,9 +101,11 @@ if step "cargo build --release -p sluice-broker" cargo build --release -p sluice
     else
         skip "pytest integration-tests/python" "no .venv"
     fi
+    step "compatibility matrix (scripts/compat.sh)" bash scripts/compat.sh || true
 else
     skip "cargo test --workspace --release" "broker build failed"
     skip "pytest integration-tests/python" "broker build failed"
+    skip "compatibility matrix (scripts/compat.sh)" "broker build failed"
 fi
 
 [ "$FAILED" -eq 0 ]

@@ -1,0 +1,140 @@
+#!/usr/bin/env node
+// The compatibility-matrix adapter for @confluentinc/kafka-javascript (issue 11 §3, driven by
+// compat/run.py), through its KafkaJS-compatible layer, plus its classic (node-rdkafka) API for
+// the two calls that layer lacks: broker metadata and create partitions.
+// Usage: adapter.js --bootstrap HOST:PORT[,...] --brokers N --prefix P --scenarios s1,s2,...
+'use strict'
+
+const rdkafka = require('@confluentinc/kafka-javascript')
+const { Kafka, CompressionTypes, ConsumerGroupStates, logLevel } = rdkafka.KafkaJS
+const h = require('../js-common/harness')
+const scenarios = require('../js-common/scenarios')
+
+const NAME = 'confluent-kafka-javascript'
+
+/**
+ * Logs to stderr (the default logger writes to stdout, which the contract keeps for results)
+ * and remembers errors, which this client reports through its logger rather than by throwing.
+ */
+function stderrLogger(errors) {
+  const line = (level, message, extra) => console.error(`[${NAME} ${level}] ${message} ${extra ? JSON.stringify(extra) : ''}`)
+  const logger = {
+    info: (m, e) => line('info', m, e),
+    warn: (m, e) => line('warn', m, e),
+    debug: () => {},
+    error: (m, e) => {
+      errors.push(m)
+      line('error', m, e)
+    },
+    namespace: () => logger,
+    setLogLevel: () => {},
+  }
+  return logger
+}
+
+function kafka(opts, errors = []) {
+  return new Kafka({ kafkaJS: { brokers: opts.brokers, clientId: 'compat-ckjs', logLevel: logLevel.WARN, logger: stderrLogger(errors) } })
+}
+
+async function admin(opts) {
+  const a = kafka(opts).admin()
+  await a.connect()
+  return a
+}
+
+async function produce(opts, topic, records, { acks = -1, compression, idempotent = false }) {
+  const kafkaJS = { acks, idempotent }
+  if (compression) kafkaJS.compression = compression
+  const producer = kafka(opts).producer({ kafkaJS })
+  await producer.connect()
+  try {
+    await producer.send({ topic, messages: records.map(r => ({ ...r, partition: 0 })) })
+  } finally {
+    await producer.disconnect()
+  }
+}
+
+/**
+ * A running group member; nothing is auto-committed, so the scenario commits what it means.
+ * While a regex subscription matches nothing, librdkafka reports "Unknown topic or partition"
+ * itself (the same against Kafka); that notice is not counted as an error.
+ */
+async function consumer(opts, groupId, topics, { fromBeginning = true, metadataRefreshMs, onMessage }) {
+  const logged = []
+  const isRegex = topics.some(t => t instanceof RegExp)
+  const errors = {
+    push: m => (isRegex && /Unknown topic or partition/.test(m) ? console.error(`[${NAME}] (regex notice, not an error)`) : logged.push(m)),
+  }
+  const kafkaJS = { groupId, fromBeginning, autoCommit: false }
+  // metadataMaxAge is this layer's name for librdkafka's topic.metadata.refresh.interval.ms.
+  if (metadataRefreshMs) kafkaJS.metadataMaxAge = metadataRefreshMs
+  const c = kafka(opts, errors).consumer({ kafkaJS })
+  await c.connect()
+  await c.subscribe({ topics })
+  await c.run({ eachMessage: async ({ message }) => onMessage(message) })
+  const failIfCrashed = () => {
+    if (logged.length) throw new Error(`consumer error: ${logged.join('; ')}`)
+  }
+  return {
+    failIfCrashed,
+    assigned: () =>
+      h.waitFor(`consumer in ${groupId} gets its assignment`, 20000, () => (failIfCrashed(), c.assignment().length ? null : 'none yet')),
+    commit: (topic, offset) => c.commitOffsets([{ topic, partition: 0, offset: String(offset) }]),
+    close: () => c.disconnect().catch(e => console.error(`[${NAME}] disconnect failed: ${e.message}`)),
+  }
+}
+
+/** Runs `fn(client, callback)` on a connected classic-API client and disconnects it. */
+function withClassic(client, fn) {
+  return new Promise((resolve, reject) => {
+    fn(client, (err, value) => {
+      client.disconnect()
+      return err ? reject(err) : resolve(value)
+    })
+  })
+}
+
+async function brokers(opts) {
+  const producer = new rdkafka.Producer({ 'bootstrap.servers': opts.brokers.join(',') })
+  await new Promise((resolve, reject) => producer.connect({}, err => (err ? reject(err) : resolve())))
+  const md = await withClassic(producer, (p, done) => p.getMetadata({ timeout: 10000 }, done))
+  return md.brokers.map(b => `${b.host}:${b.port}`)
+}
+
+function addPartitions(opts, _admin, topic, count) {
+  const client = rdkafka.AdminClient.create({ 'bootstrap.servers': opts.brokers.join(',') })
+  return withClassic(client, (a, done) => a.createPartitions(topic, count, 10000, done))
+}
+
+const noConfigs = () => {
+  throw new h.NotApplicable(`${NAME} 1.10.1 has no call to alter or describe configs`)
+}
+
+// Built here from its bundled librdkafka against the system's libraries (CKJS_LINKING=dynamic),
+// since the prebuilt binary cannot be downloaded: a codec whose library was missing at build
+// time is absent.
+const codec = (name, value) =>
+  rdkafka.features.includes(name)
+    ? value
+    : new h.NotApplicable(`this build of librdkafka ${rdkafka.librdkafkaVersion} has no ${name} (built without lib${name}-dev; features: ${rdkafka.features.join(',')})`)
+
+h.main(
+  NAME,
+  scenarios({
+    admin,
+    produce,
+    consumer,
+    brokers,
+    setRetention: noConfigs,
+    retention: noConfigs,
+    addPartitions,
+    stable: group => group.state === ConsumerGroupStates.STABLE,
+    compression: {
+      gzip: codec('gzip', CompressionTypes.GZIP),
+      snappy: codec('snappy', CompressionTypes.SNAPPY),
+      lz4: codec('lz4', CompressionTypes.LZ4),
+      zstd: codec('zstd', CompressionTypes.ZSTD),
+    },
+    regexNotApplicable: null,
+  })
+)

@@ -1,0 +1,350 @@
+"""confluent-kafka-python (librdkafka inside) in the compatibility matrix: every scenario through
+the library's own Producer, Consumer and AdminClient with default settings, except where the
+scenario names a setting."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import harness  # noqa: E402
+from harness import Context, Record, check, compare_records, sample_records, wait_for  # noqa: E402
+
+from confluent_kafka import (  # noqa: E402
+    OFFSET_BEGINNING, OFFSET_END, TIMESTAMP_CREATE_TIME, ConsumerGroupTopicPartitions, Consumer, KafkaError,
+    Producer, TopicCollection, TopicPartition,
+)
+from confluent_kafka.admin import (  # noqa: E402
+    AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic, OffsetSpec,
+)
+
+TIMEOUT_S = 30
+
+
+def admin(ctx: Context) -> AdminClient:
+    return AdminClient({"bootstrap.servers": ctx.bootstrap})
+
+
+def result(futures: dict, what: str):
+    """Waits for every future of an admin call; fails naming the first error."""
+    out = {}
+    for k, f in futures.items():
+        try:
+            out[k] = f.result(timeout=TIMEOUT_S)
+        except Exception as e:  # noqa: BLE001 - reported as the scenario's error
+            raise harness.ScenarioFailed(f"{what} {k}: {e}") from e
+    return out
+
+
+def create_topic(ctx: Context, name: str, partitions: int = 1) -> str:
+    a = admin(ctx)
+    result(a.create_topics([NewTopic(name, partitions, ctx.replication)]), "create_topics")
+    wait_for(lambda: leaders_known(a, name, partitions), TIMEOUT_S, f"leaders of {name}")
+    return name
+
+
+def leaders_known(a: AdminClient, name: str, partitions: int) -> bool:
+    t = a.list_topics(name, timeout=10).topics.get(name)
+    return t is not None and t.error is None and len(t.partitions) == partitions and all(
+        p.leader >= 0 for p in t.partitions.values())
+
+
+def produce(ctx: Context, topic: str, records: list[Record], **conf) -> None:
+    p = Producer({"bootstrap.servers": ctx.bootstrap, **conf})
+    errors: list[str] = []
+
+    def delivered(err, _msg):
+        if err is not None:
+            errors.append(str(err))
+
+    for r in records:
+        p.produce(topic, key=r.key, value=r.value, headers=list(r.headers), timestamp=r.timestamp,
+                  on_delivery=delivered)
+        p.poll(0)
+    left = p.flush(TIMEOUT_S)
+    check(left == 0, f"{left} records still undelivered after {TIMEOUT_S}s")
+    check(not errors, f"{len(errors)} delivery errors, first: {errors[:1]}")
+
+
+def consumer(ctx: Context, group: str, **conf) -> Consumer:
+    return Consumer({"bootstrap.servers": ctx.bootstrap, "group.id": ctx.name(group), **conf})
+
+
+def read(c: Consumer, count: int, timeout_s: float = TIMEOUT_S) -> list:
+    """Polls until `count` messages arrived; fails on an error message or at the deadline."""
+    got = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < count and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is None:
+            continue
+        check(m.error() is None, f"consumer error after {len(got)} records: {m.error()}")
+        got.append(m)
+    check(len(got) == count, f"read {len(got)} of {count} records in {timeout_s}s")
+    return got
+
+
+def read_from_beginning(ctx: Context, topic: str, count: int) -> list:
+    c = consumer(ctx, "reader", **{"enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        return read(c, count)
+    finally:
+        c.close()
+
+
+def as_record(m) -> Record:
+    ts_type, ts = m.timestamp()
+    check(ts_type == TIMESTAMP_CREATE_TIME, f"offset {m.offset()}: timestamp type {ts_type}, not CreateTime")
+    return Record(m.key(), m.value(), tuple(m.headers() or ()), ts)
+
+
+def round_trip(ctx: Context, name: str, count: int = 100, **conf) -> None:
+    topic = create_topic(ctx, ctx.name(name))
+    sent = sample_records(count)
+    produce(ctx, topic, sent, **conf)
+    got = read_from_beginning(ctx, topic, count)
+    check([m.offset() for m in got] == list(range(count)), "offsets are not 0..n-1 in order")
+    compare_records(sent, [as_record(m) for m in got])
+
+
+def metadata(ctx: Context) -> str | None:
+    topic = create_topic(ctx, ctx.name("metadata"))
+    a = admin(ctx)
+    requests = []
+
+    def listed():  # brokers learn of a new topic one after another, as in Kafka: poll
+        requests.append(1)
+        md = a.list_topics(timeout=10)
+        return md if topic in md.topics else None
+
+    md = wait_for(listed, TIMEOUT_S, f"{topic} in an all-topics metadata request")
+    brokers = sorted(f"{b.host}:{b.port}" for b in md.brokers.values())
+    check(brokers == sorted(ctx.bootstrap.split(",")), f"brokers {brokers}, expected {ctx.bootstrap}")
+    t = md.topics[topic]
+    check(t.error is None and len(t.partitions) == 1, f"topic {topic} listed as {t}")
+    return f"the topic appeared in metadata request {len(requests)}" if len(requests) > 1 else None
+
+
+def admin_topics(ctx: Context) -> None:
+    a = admin(ctx)
+    topic = create_topic(ctx, ctx.name("admin"), 3)
+
+    def partitions() -> int:
+        d = result(a.describe_topics(TopicCollection([topic])), "describe_topics")[topic]
+        return len(d.partitions)
+
+    # Another broker may not know the topic yet (as with Kafka): poll.
+    wait_for(lambda: partitions() == 3, TIMEOUT_S, "describe_topics to show 3 partitions")
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)])
+    result(a.incremental_alter_configs([res]), "incremental_alter_configs")
+
+    def retention_ms() -> str:
+        configs = result(a.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)]), "describe_configs")
+        return next(iter(configs.values()))["retention.ms"].value
+
+    # Brokers apply a config change asynchronously (Kafka too): poll for the new value.
+    wait_for(lambda: retention_ms() == "3600000", TIMEOUT_S, "describe_configs to show retention.ms=3600000")
+    result(a.create_partitions([NewPartitions(topic, 5)]), "create_partitions")
+    wait_for(lambda: partitions() == 5, TIMEOUT_S, "5 partitions after create_partitions")
+    result(a.delete_topics([topic]), "delete_topics")
+    wait_for(lambda: topic not in a.list_topics(timeout=10).topics, TIMEOUT_S, f"{topic} to be gone")
+
+
+def group_resume(ctx: Context) -> None:
+    topic = create_topic(ctx, ctx.name("resume"))
+    produce(ctx, topic, sample_records(100))
+    conf = {"auto.offset.reset": "earliest", "enable.auto.commit": False}
+    first = consumer(ctx, "resume", **conf)
+    first.subscribe([topic])
+    got = read(first, 50)
+    check([m.offset() for m in got] == list(range(50)), "first consumer did not read offsets 0..49")
+    first.commit(offsets=[TopicPartition(topic, 0, 50)], asynchronous=False)
+    first.close()
+    second = consumer(ctx, "resume", **conf)
+    second.subscribe([topic])
+    try:
+        rest = read(second, 50)
+        offsets = [m.offset() for m in rest]
+        check(offsets == list(range(50, 100)), f"second consumer read offsets {offsets[:3]}..., expected 50..99")
+        extra = second.poll(1.0)
+        check(extra is None or extra.error() is not None, f"a duplicate after 100: offset {extra and extra.offset()}")
+    finally:
+        second.close()
+
+
+def two_groups(ctx: Context) -> None:
+    topic = create_topic(ctx, ctx.name("twogroups"))
+    produce(ctx, topic, sample_records(100))
+
+    def drain(group: str) -> list[int]:
+        c = consumer(ctx, group, **{"auto.offset.reset": "earliest"})
+        try:
+            c.subscribe([topic])
+            return [m.offset() for m in read(c, 100)]
+        finally:
+            c.close()
+
+    harness.each_group_reads_all(("group-a", "group-b"), drain, 100)
+
+
+def groups_describe_lag(ctx: Context) -> None:
+    topic = create_topic(ctx, ctx.name("lag"))
+    produce(ctx, topic, sample_records(100))
+    group = ctx.name("lag")
+    c = consumer(ctx, "lag", **{"auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        c.subscribe([topic])
+        read(c, 60)
+        c.commit(offsets=[TopicPartition(topic, 0, 60)], asynchronous=False)
+        a = admin(ctx)
+        listed = a.list_consumer_groups().result(timeout=TIMEOUT_S)
+        check(group in [g.group_id for g in listed.valid], f"list_consumer_groups lacks {group}")
+        desc = result(a.describe_consumer_groups([group]), "describe_consumer_groups")[group]
+        check(desc.state.name == "STABLE", f"group state {desc.state}, expected STABLE")
+        check(len(desc.members) == 1, f"{len(desc.members)} members, expected 1")
+        assigned = [(tp.topic, tp.partition) for tp in desc.members[0].assignment.topic_partitions]
+        check(assigned == [(topic, 0)], f"member assignment {assigned}")
+        committed = result(a.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]),
+                           "list_consumer_group_offsets")[group].topic_partitions
+        offsets = {(tp.topic, tp.partition): tp.offset for tp in committed}
+        check(offsets.get((topic, 0)) == 60, f"committed offsets {offsets}")
+        end = result(a.list_offsets({TopicPartition(topic, 0): OffsetSpec.latest()}), "list_offsets")
+        lag = next(iter(end.values())).offset - offsets[(topic, 0)]
+        check(lag == 40, f"lag {lag}, expected 40")
+    finally:
+        c.close()
+
+
+def offsets_for_times(ctx: Context) -> None:
+    topic = create_topic(ctx, ctx.name("times"))
+    t0 = harness.now_ms() - 60_000
+    produce(ctx, topic, [Record(b"k", b"v", (), t0 + i * 1000) for i in range(3)])
+    c = consumer(ctx, "times")
+    try:
+        def lookup(ts: int) -> int:
+            return c.offsets_for_times([TopicPartition(topic, 0, ts)], timeout=10)[0].offset
+
+        got = [lookup(t0 + 500), lookup(t0 + 2000), lookup(t0 + 3000)]
+        check(got == [1, 2, -1], f"offsets for t0+500, t0+2000, t0+3000: {got}, expected [1, 2, -1]")
+    finally:
+        c.close()
+
+
+def delete_records(ctx: Context) -> None:
+    topic = create_topic(ctx, ctx.name("delrec"))
+    produce(ctx, topic, sample_records(100))
+    a = admin(ctx)
+    deleted = result(a.delete_records([TopicPartition(topic, 0, 30)]), "delete_records")
+    low = next(iter(deleted.values())).low_watermark
+    check(low == 30, f"delete_records answered low watermark {low}")
+    earliest = result(a.list_offsets({TopicPartition(topic, 0): OffsetSpec.earliest()}), "list_offsets")
+    check(next(iter(earliest.values())).offset == 30, "earliest offset is not 30 after delete_records")
+    first = read_from_beginning(ctx, topic, 70)
+    check(first[0].offset() == 30, f"consuming from the beginning starts at {first[0].offset()}")
+
+
+def empty_topic(ctx: Context) -> None:
+    topic = create_topic(ctx, ctx.name("empty"))
+    # enable.partition.eof makes "reached the end, nothing here" an observable event, so the test
+    # knows the consumer from the end has its position before the record is produced.
+    conf = {"enable.auto.commit": False, "enable.partition.eof": True}
+    readers = {"beginning": consumer(ctx, "empty-b", **conf), "end": consumer(ctx, "empty-e", **conf)}
+    try:
+        readers["beginning"].assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        readers["end"].assign([TopicPartition(topic, 0, OFFSET_END)])
+        for name, c in readers.items():
+            m = c.poll(TIMEOUT_S)
+            check(m is not None, f"the consumer from the {name} reached no end in {TIMEOUT_S}s")
+            check(m.error() is not None and m.error().code() == KafkaError._PARTITION_EOF,
+                  f"consumer from the {name} got {m.error() or m.offset()} from an empty topic, not the end")
+        produce(ctx, topic, [Record(b"k", b"only", (), harness.now_ms())])
+        for name, c in readers.items():
+            m = wait_for(lambda c=c: record_or_none(c), TIMEOUT_S, f"the record at the consumer from the {name}")
+            check(m.value() == b"only", f"consumer from the {name} read {m.value()!r}")
+    finally:
+        for c in readers.values():
+            c.close()
+
+
+def record_or_none(c: Consumer):
+    """The next message, None for an end-of-partition event; fails on any other error."""
+    m = c.poll(0.5)
+    if m is None or (m.error() is not None and m.error().code() == KafkaError._PARTITION_EOF):
+        return None
+    check(m.error() is None, f"consumer error: {m.error()}")
+    return m
+
+
+def many_topics(ctx: Context) -> None:
+    a = admin(ctx)
+    names = [ctx.name(f"many-{i:03d}") for i in range(200)]
+    result(a.create_topics([NewTopic(n, 1, ctx.replication) for n in names]), "create_topics")
+
+    def all_led() -> bool:
+        topics = a.list_topics(timeout=10).topics  # one Metadata request for every topic
+        return all(n in topics and topics[n].partitions and topics[n].partitions[0].leader >= 0 for n in names)
+
+    wait_for(all_led, TIMEOUT_S, "all 200 topics listed with leaders")
+    result(a.delete_topics(names), "delete_topics")
+
+
+def regex_subscribe(ctx: Context) -> str | None:
+    c = consumer(ctx, "regex", **{"auto.offset.reset": "earliest", "topic.metadata.refresh.interval.ms": 2000})
+    topic = ctx.name("regex-late")
+    pattern = f"^{ctx.prefix}regex-.*"
+    notes = []
+    try:
+        c.subscribe([pattern])
+        # librdkafka reports a pattern that matches nothing yet as "Subscribed topic not
+        # available: <pattern>" (UNKNOWN_TOPIC_OR_PART), against Kafka too; any other event fails.
+        early = c.poll(1.0)
+        if early is not None and early.error() is not None and early.error().code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            notes.append(f"before the topic existed: {early.error().str()}")
+        else:
+            check(early is None, f"before any matching topic exists the consumer got {early and (early.error() or early.topic())}")
+        create_topic(ctx, topic)
+        produce(ctx, topic, [Record(b"k", b"late", (), harness.now_ms())])
+        m = wait_for(lambda: matching_record(c, pattern), TIMEOUT_S, f"a record from {topic}")
+        check((m.topic(), m.value()) == (topic, b"late"), f"read {m.topic()} {m.value()!r}")
+        return "; ".join(notes) or None
+    finally:
+        c.close()
+
+
+def matching_record(c: Consumer, pattern: str):
+    """The next message; None on nothing or on librdkafka's repeated no-match report for `pattern`."""
+    m = c.poll(0.5)
+    if m is None or (m.error() is not None and pattern in m.error().str()):
+        return None
+    check(m.error() is None, f"consumer error: {m.error()}")
+    return m
+
+
+SCENARIOS = {
+    "metadata": metadata,
+    "admin_topics": admin_topics,
+    "produce_acks0": lambda ctx: round_trip(ctx, "acks0", acks=0),
+    "produce_acks1": lambda ctx: round_trip(ctx, "acks1", acks=1),
+    "produce_acksall": lambda ctx: round_trip(ctx, "acksall", acks="all"),
+    "compression_gzip": lambda ctx: round_trip(ctx, "gzip", acks="all", **{"compression.type": "gzip"}),
+    "compression_snappy": lambda ctx: round_trip(ctx, "snappy", acks="all", **{"compression.type": "snappy"}),
+    "compression_lz4": lambda ctx: round_trip(ctx, "lz4", acks="all", **{"compression.type": "lz4"}),
+    "compression_zstd": lambda ctx: round_trip(ctx, "zstd", acks="all", **{"compression.type": "zstd"}),
+    "idempotent_produce": lambda ctx: round_trip(ctx, "idempotent", 1000, acks="all", **{"enable.idempotence": True}),
+    "group_resume": group_resume,
+    "two_groups": two_groups,
+    "groups_describe_lag": groups_describe_lag,
+    "offsets_for_times": offsets_for_times,
+    "delete_records": delete_records,
+    "empty_topic": empty_topic,
+    "many_topics": many_topics,
+    "regex_subscribe": regex_subscribe,
+}
+
+if __name__ == "__main__":
+    sys.exit(harness.main(SCENARIOS))

@@ -1,0 +1,193 @@
+"""What every Python adapter of the compatibility matrix shares: the command line, running the
+requested scenarios side by side, one JSON result line per scenario on stdout, and the records
+the produce scenarios send and compare.
+
+The contract (compat/README.md): `adapter --bootstrap H:P[,..] --brokers N --prefix P
+--scenarios s1,s2`; for each scenario one line `{"scenario", "result", "detail"}`. One scenario's
+failure never stops another: each runs in its own try block, and its exception becomes its
+`fail` detail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable
+
+# Scenarios of one adapter run side by side: most of their time is waiting on the broker
+# (group rebalance delays, metadata refreshes), and the driver's time budget is tight.
+PARALLEL_SCENARIOS = 4
+
+# The kafka-tools-only rows are named tool_*.
+NOT_A_LIBRARY_FEATURE = "not a client-library feature (kafka-tools only)"
+
+
+class NotApplicable(Exception):
+    """Raised by a scenario the client cannot express; its message says why."""
+
+
+class ScenarioFailed(AssertionError):
+    """A check of a scenario did not hold; the message is the table cell's error."""
+
+
+def check(condition: bool, message: str) -> None:
+    if not condition:
+        raise ScenarioFailed(message)
+
+
+@dataclass
+class Context:
+    """What one adapter run was given: where the cluster is, its size, and the name prefix every
+    topic and group it creates must start with."""
+    bootstrap: str
+    brokers: int
+    prefix: str
+
+    def name(self, suffix: str) -> str:
+        return f"{self.prefix}{suffix}"
+
+    @property
+    def replication(self) -> int:
+        return self.brokers
+
+
+@dataclass(frozen=True)
+class Record:
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+    timestamp: int
+
+    def describe(self) -> str:
+        return f"key={self.key!r} value={self.value!r} headers={list(self.headers)!r} ts={self.timestamp}"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def sample_records(count: int, t0: int | None = None, binary: bytes = b"\x00\xff\x80\x01") -> list[Record]:
+    """`count` records with keys, two headers (the second binary) and CreateTime t0+i. t0 lies a
+    minute in the past: explicit, distinct from the broker's clock, and inside every limit."""
+    t0 = now_ms() - 60_000 if t0 is None else t0
+    return [
+        Record(key=f"key-{i}".encode(), value=f"value-{i}-".encode() * 3,
+               headers=(("trace", f"t-{i}".encode()), ("bin", binary + bytes([i % 97 + 2]))),
+               timestamp=t0 + i)
+        for i in range(count)
+    ]
+
+
+def compare_records(sent: list[Record], got: list[Record], what: str = "records") -> None:
+    """Fails with the first difference between what was sent and what was read back, in order."""
+    for i, (s, g) in enumerate(zip(sent, got)):
+        if s != g:
+            raise ScenarioFailed(f"{what}: record {i} read back as {g.describe()}, sent {s.describe()}")
+    check(len(got) == len(sent), f"{what}: read back {len(got)} records, sent {len(sent)}")
+
+
+def wait_for(condition: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.2):
+    """Polls `condition` until it returns something truthy (returned) or the deadline passes."""
+    deadline = time.monotonic() + timeout_s
+    last_error: Exception | None = None
+    while True:
+        try:
+            value = condition()
+            if value:
+                return value
+        except Exception as e:  # noqa: BLE001 - retried until the deadline, then reported
+            last_error = e
+        if time.monotonic() >= deadline:
+            suffix = f" (last error: {last_error})" if last_error else ""
+            raise ScenarioFailed(f"timed out after {timeout_s:.0f}s waiting for {what}{suffix}")
+        time.sleep(interval_s)
+
+
+def each_group_reads_all(groups: tuple[str, ...], drain: Callable[[str], list[int]], count: int) -> None:
+    """Runs `drain(group)` for every group at once (each a consumer of its own group, returning
+    the offsets it read) and fails unless every group read offsets 0..count-1."""
+    outcomes: dict[str, object] = {}
+
+    def run(group: str) -> None:
+        try:
+            outcomes[group] = drain(group)
+        except Exception as e:  # noqa: BLE001 - reported below with the group's name
+            outcomes[group] = e
+
+    threads = [threading.Thread(target=run, args=(g,)) for g in groups]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for g in groups:
+        o = outcomes.get(g)
+        check(o == list(range(count)), f"{g}: {o if isinstance(o, Exception) else f'offsets not 0..{count - 1}'}")
+
+
+Scenario = Callable[[Context], "str | None"]
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[Context, list[str]]:
+    p = argparse.ArgumentParser(description="compatibility-matrix adapter (see compat/README.md)")
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--brokers", type=int, required=True)
+    p.add_argument("--prefix", required=True)
+    p.add_argument("--scenarios", required=True)
+    a = p.parse_args(argv)
+    return Context(a.bootstrap, a.brokers, a.prefix), [s for s in a.scenarios.split(",") if s]
+
+
+_out_lock = threading.Lock()
+
+
+def emit(scenario: str, result: str, detail: str = "") -> None:
+    line = json.dumps({"scenario": scenario, "result": result, "detail": detail})
+    with _out_lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+def one_line(e: BaseException) -> str:
+    text = f"{type(e).__name__}: {e}" if not isinstance(e, ScenarioFailed) else str(e)
+    return " ".join(text.split())
+
+
+def run_one(ctx: Context, scenario: str, table: dict[str, Scenario], not_applicable: dict[str, str]) -> None:
+    started = time.monotonic()
+    try:
+        if scenario in not_applicable:
+            emit(scenario, "n/a", not_applicable[scenario])
+            return
+        if scenario.startswith("tool_"):
+            emit(scenario, "n/a", NOT_A_LIBRARY_FEATURE)
+            return
+        fn = table.get(scenario)
+        if fn is None:
+            emit(scenario, "fail", "this adapter does not know the scenario")
+            return
+        note = fn(ctx)
+        emit(scenario, "pass", note or "")
+    except NotApplicable as e:
+        emit(scenario, "n/a", str(e))
+    except BaseException as e:  # noqa: BLE001 - one scenario's failure never stops the others
+        print(f"[{scenario}] failed:\n{traceback.format_exc()}", file=sys.stderr)
+        emit(scenario, "fail", one_line(e))
+    finally:
+        print(f"[{scenario}] {time.monotonic() - started:.1f}s", file=sys.stderr)
+
+
+def main(table: dict[str, Scenario], not_applicable: dict[str, str] | None = None,
+         argv: list[str] | None = None) -> int:
+    """Runs the requested scenarios of `table` (name -> function), up to PARALLEL_SCENARIOS at a
+    time; `not_applicable` maps scenarios the client cannot express to the reason."""
+    ctx, scenarios = parse_args(argv)
+    with ThreadPoolExecutor(max_workers=PARALLEL_SCENARIOS) as pool:
+        for s in scenarios:
+            pool.submit(run_one, ctx, s, table, not_applicable or {})
+    return 0

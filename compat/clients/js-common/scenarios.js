@@ -1,0 +1,322 @@
+// The matrix scenarios for clients with a KafkaJS-shaped API (kafkajs itself and
+// @confluentinc/kafka-javascript's KafkaJS layer). Each adapter passes a `client` facade for
+// what differs between them:
+//   admin(opts)                          connected admin (createTopics, deleteTopics, listTopics,
+//                                        fetchTopicMetadata, fetchTopicOffsets[ByTimestamp],
+//                                        deleteTopicRecords, listGroups, describeGroups,
+//                                        fetchOffsets, disconnect)
+//   produce(opts, topic, records, {acks, compression, idempotent})
+//   consumer(opts, groupId, topics, {fromBeginning, metadataRefreshMs}) -> started consumer
+//                                        whose messages go to an `onMessage(message)` callback,
+//                                        with commit(topic, offset), assigned() and close()
+//   brokers(opts, admin)                 ["host:port", ...] from the client's metadata call
+//   setRetention(admin, topic), retention(admin, topic)   (may throw NotApplicable)
+//   addPartitions(opts, admin, topic, count)
+//   stable(describedGroup)               whether its state is Stable
+//   compression.{gzip,snappy,lz4,zstd}   the codec value, or a NotApplicable to throw
+//   regexNotApplicable                   a reason, or null when regex subscribe is supported
+'use strict'
+
+const h = require('./harness')
+
+module.exports = function scenarios(client) {
+  async function withAdmin(opts, fn) {
+    const admin = await client.admin(opts)
+    try {
+      return await fn(admin)
+    } finally {
+      await admin.disconnect()
+    }
+  }
+
+  // kafkajs answers {topics: [...]}, the confluent layer the array itself.
+  const topicMetadata = async (admin, topics) => {
+    const md = await admin.fetchTopicMetadata({ topics })
+    return md.topics || md
+  }
+
+  async function awaitLeaders(admin, topics, partitions) {
+    await h.waitFor(`${topics.length} topic(s) with ${partitions} partition(s) with leaders`, 15000, async () => {
+      // One Metadata request naming every topic.
+      const md = await topicMetadata(admin, topics)
+      const ready = md.filter(t => t.partitions.length === partitions && t.partitions.every(p => p.leader >= 0))
+      return ready.length === topics.length ? null : `${ready.length} ready`
+    })
+  }
+
+  async function createTopics(opts, admin, topics, numPartitions = 1) {
+    const created = await admin.createTopics({
+      topics: topics.map(topic => ({ topic, numPartitions, replicationFactor: opts.clusterSize })),
+    })
+    if (!created) throw new Error(`create topics ${topics[0]}...: a topic already exists`)
+    await awaitLeaders(admin, topics, numPartitions)
+  }
+
+  const createTopic = (opts, topic, partitions) => withAdmin(opts, admin => createTopics(opts, admin, [topic], partitions))
+
+  async function topicWith(opts, topic, records) {
+    await createTopic(opts, topic)
+    await client.produce(opts, topic, records, {})
+  }
+
+  /** A consumer that collects what it receives; `received(n)` waits for the first n. */
+  async function collector(opts, groupId, topics, options = {}) {
+    const got = []
+    const c = await client.consumer(opts, groupId, topics, { ...options, onMessage: m => got.push(m) })
+    return {
+      ...c,
+      got,
+      async received(n, ms = 25000) {
+        await h.waitFor(`${n} records in ${groupId}`, ms, () => (c.failIfCrashed(), got.length >= n ? null : `${got.length} so far`))
+        return got.slice(0, n)
+      },
+    }
+  }
+
+  async function readBack(opts, topic, n) {
+    const reader = await collector(opts, `${opts.prefix}reader-${topic}`, [topic])
+    try {
+      return await reader.received(n)
+    } finally {
+      reader.close()
+    }
+  }
+
+  async function produceVerify(opts, name, n, produceOptions) {
+    const topic = `${opts.prefix}${name}`
+    const sent = h.testRecords(n)
+    await createTopic(opts, topic)
+    await client.produce(opts, topic, sent, produceOptions)
+    h.sameRecords(sent, await readBack(opts, topic, n))
+  }
+
+  const compression = codec => opts => {
+    const value = client.compression[codec]
+    if (value instanceof h.NotApplicable) throw value
+    return produceVerify(opts, `compression-${codec}`, 100, { acks: -1, compression: value })
+  }
+
+  async function describeAndLag(admin, group, topic) {
+    const { groups } = await admin.listGroups()
+    if (!groups.some(g => g.groupId === group)) throw new Error(`list groups does not show ${group}`)
+    const described = (await admin.describeGroups([group])).groups[0]
+    if (!client.stable(described) || described.members.length !== 1) {
+      throw new Error(`describe group: state ${described.state} with ${described.members.length} members, want Stable with 1`)
+    }
+    const [committed] = await admin.fetchOffsets({ groupId: group, topics: [topic] })
+    const at = Number(committed.partitions[0].offset)
+    const [end] = await admin.fetchTopicOffsets(topic)
+    const lag = Number(end.high) - at
+    if (at !== 60 || lag !== 40) throw new Error(`committed ${at}, end ${end.high}, lag ${lag}; want 60, 100, 40`)
+  }
+
+  return {
+    async metadata(opts) {
+      const topic = `${opts.prefix}metadata`
+      await createTopic(opts, topic)
+      await withAdmin(opts, async admin => {
+        const listed = (await client.brokers(opts, admin)).sort()
+        const want = [...opts.brokers].sort()
+        if (listed.join() !== want.join()) throw new Error(`metadata lists brokers ${listed}, want ${want}`)
+        const topics = await topicMetadata(admin, [topic])
+        if (topics.length !== 1 || topics[0].partitions.length !== 1) {
+          throw new Error(`topic metadata ${JSON.stringify(topics)}, want ${topic} with 1 partition`)
+        }
+      })
+    },
+
+    // Every step runs even after one fails (each later step needs only the topic), so one
+    // answer shows all that differs. A config step the client cannot express makes the
+    // scenario n/a only when every other step passed.
+    async admin_topics(opts) {
+      const topic = `${opts.prefix}admin`
+      const failures = []
+      let notApplicable
+      const step = async (what, fn) => {
+        try {
+          await fn()
+          return true
+        } catch (e) {
+          if (e instanceof h.NotApplicable) notApplicable = e
+          else failures.push(`${what}: ${e.message}${e.type ? ` (${e.type})` : ''}`)
+          return false
+        }
+      }
+      await withAdmin(opts, async admin => {
+        await createTopics(opts, admin, [topic], 3)
+        const altered = await step('alter configs', () => client.setRetention(admin, topic))
+        if (altered) {
+          await step('describe configs', async () => {
+            const value = await client.retention(admin, topic)
+            if (value !== '3600000') throw new Error(`retention.ms is ${value}, want 3600000`)
+          })
+        }
+        await step('create partitions to 5', async () => {
+          await client.addPartitions(opts, admin, topic, 5)
+          await awaitLeaders(admin, [topic], 5)
+        })
+        await step('delete topic', async () => {
+          await admin.deleteTopics({ topics: [topic] })
+          await h.waitFor('deleted topic gone from list topics', 10000, async () =>
+            (await admin.listTopics()).includes(topic) ? 'still listed' : null
+          )
+        })
+      })
+      if (failures.length) throw new Error(failures.join('; '))
+      if (notApplicable) throw new h.NotApplicable(`${notApplicable.message}; create, describe, add partitions and delete passed`)
+    },
+
+    produce_acks0: opts => produceVerify(opts, 'acks0', 100, { acks: 0 }),
+    produce_acks1: opts => produceVerify(opts, 'acks1', 100, { acks: 1 }),
+    produce_acksall: opts => produceVerify(opts, 'acksall', 100, { acks: -1 }),
+    compression_gzip: compression('gzip'),
+    compression_snappy: compression('snappy'),
+    compression_lz4: compression('lz4'),
+    compression_zstd: compression('zstd'),
+    idempotent_produce: opts => produceVerify(opts, 'idempotent', 1000, { acks: -1, idempotent: true }),
+
+    async group_resume(opts) {
+      const [topic, group] = [`${opts.prefix}resume`, `${opts.prefix}resume-group`]
+      const sent = h.testRecords(100)
+      await topicWith(opts, topic, sent)
+      const first = await collector(opts, group, [topic])
+      try {
+        h.sameRecords(sent.slice(0, 50), await first.received(50))
+        await first.commit(topic, 50)
+      } finally {
+        // The next member must find the group empty, not wait for this one to leave.
+        await first.close()
+      }
+      const second = await collector(opts, group, [topic])
+      try {
+        h.sameRecords(sent.slice(50), await second.received(50), 50)
+      } finally {
+        second.close()
+      }
+    },
+
+    async two_groups(opts) {
+      const topic = `${opts.prefix}twogroups`
+      const sent = h.testRecords(100)
+      await topicWith(opts, topic, sent)
+      await Promise.all(
+        ['a', 'b'].map(async g => {
+          const c = await collector(opts, `${opts.prefix}twogroups-${g}`, [topic])
+          try {
+            h.sameRecords(sent, await c.received(100))
+          } finally {
+            c.close()
+          }
+        })
+      )
+    },
+
+    async groups_describe_lag(opts) {
+      const [topic, group] = [`${opts.prefix}lag`, `${opts.prefix}lag-group`]
+      const sent = h.testRecords(100)
+      await topicWith(opts, topic, sent)
+      const live = await collector(opts, group, [topic])
+      try {
+        h.sameRecords(sent.slice(0, 60), await live.received(60))
+        await live.commit(topic, 60)
+        await withAdmin(opts, admin => describeAndLag(admin, group, topic))
+      } finally {
+        live.close()
+      }
+    },
+
+    // Both clients answer "no record at or after" with the end offset, not -1.
+    async offsets_for_times(opts) {
+      const topic = `${opts.prefix}times`
+      const sent = h.testRecords(3)
+      const t0 = Number(sent[0].timestamp)
+      sent.forEach((r, i) => (r.timestamp = String(t0 + 1000 * i)))
+      await topicWith(opts, topic, sent)
+      await withAdmin(opts, async admin => {
+        for (const [dt, want] of [[500, '1'], [2000, '2'], [3000, '3']]) {
+          const [p] = await admin.fetchTopicOffsetsByTimestamp(topic, t0 + dt)
+          if (String(p.offset) !== want) throw new Error(`offsets for time t0+${dt}: ${p.offset}, want ${want}`)
+        }
+      })
+      return 'past the last record answers the end offset (3), the client\'s stand-in for -1'
+    },
+
+    async delete_records(opts) {
+      const topic = `${opts.prefix}delrecords`
+      const sent = h.testRecords(100)
+      await topicWith(opts, topic, sent)
+      await withAdmin(opts, async admin => {
+        // kafkajs 2.2.4's deleteTopicRecords looks leaders up in its metadata cache without
+        // loading it ("Topic metadata not loaded"); listing offsets loads it.
+        await admin.fetchTopicOffsets(topic)
+        await admin.deleteTopicRecords({ topic, partitions: [{ partition: 0, offset: '30' }] })
+        const [p] = await admin.fetchTopicOffsets(topic)
+        if (String(p.low) !== '30') throw new Error(`low watermark after delete records: ${p.low}, want 30`)
+      })
+      h.sameRecords(sent.slice(30), await readBack(opts, topic, 70), 30)
+    },
+
+    async empty_topic(opts) {
+      const topic = `${opts.prefix}empty`
+      await createTopic(opts, topic)
+      const readers = await Promise.all([
+        collector(opts, `${opts.prefix}empty-start`, [topic], { fromBeginning: true }),
+        collector(opts, `${opts.prefix}empty-end`, [topic], { fromBeginning: false }),
+      ])
+      try {
+        await Promise.all(readers.map(r => r.assigned()))
+        await h.sleep(1500) // the short poll: nothing may arrive and nothing may fail
+        for (const r of readers) {
+          r.failIfCrashed()
+          if (r.got.length) throw new Error(`a consumer got ${r.got.length} records from the empty topic`)
+        }
+        const sent = h.testRecords(1)
+        await client.produce(opts, topic, sent, {})
+        for (const r of readers) h.sameRecords(sent, await r.received(1, 10000))
+      } finally {
+        readers.forEach(r => r.close())
+      }
+    },
+
+    async many_topics(opts) {
+      const topics = Array.from({ length: 200 }, (_, i) => `${opts.prefix}many-${String(i).padStart(3, '0')}`)
+      const started = Date.now()
+      await withAdmin(opts, async admin => {
+        for (let i = 0; i < topics.length; i += 50) {
+          const created = await admin.createTopics({
+            topics: topics.slice(i, i + 50).map(topic => ({ topic, numPartitions: 1, replicationFactor: opts.clusterSize })),
+          })
+          if (!created) throw new Error(`create topics ${i}..${i + 49}: a topic already exists`)
+        }
+        await awaitLeaders(admin, topics, 1)
+        for (let i = 0; i < topics.length; i += 50) await admin.deleteTopics({ topics: topics.slice(i, i + 50) })
+        await h.waitFor('deleted topics gone', 20000, async () => {
+          const left = (await admin.listTopics()).filter(t => topics.includes(t))
+          return left.length ? `${left.length} still listed` : null
+        })
+      })
+      return `200 topics with leaders ${Date.now() - started} ms after the first create`
+    },
+
+    async regex_subscribe(opts) {
+      if (client.regexNotApplicable) throw new h.NotApplicable(client.regexNotApplicable)
+      const topic = `${opts.prefix}regex-late`
+      const pattern = new RegExp(`^${h.escapeRegExp(opts.prefix)}regex-.*`)
+      // The one allowed non-default: a 2 s metadata refresh, so the new topic is seen.
+      const c = await collector(opts, `${opts.prefix}regex-group`, [pattern], { metadataRefreshMs: 2000 })
+      try {
+        // A window in which the subscription runs before the topic exists: nothing may arrive.
+        await h.sleep(1000)
+        c.failIfCrashed()
+        if (c.got.length) throw new Error(`regex consumer got ${c.got.length} records before the topic existed`)
+        const sent = h.testRecords(1)
+        await topicWith(opts, topic, sent)
+        const produced = Date.now()
+        h.sameRecords(sent, await c.received(1, 20000))
+        return `record arrived ${Date.now() - produced} ms after it was produced`
+      } finally {
+        c.close()
+      }
+    },
+  }
+}

@@ -1,0 +1,106 @@
+#!/usr/bin/env node
+// The compatibility-matrix adapter for kafkajs (issue 11 §3, driven by compat/run.py).
+// Usage: adapter.js --bootstrap HOST:PORT[,...] --brokers N --prefix P --scenarios s1,s2,...
+'use strict'
+
+const { Kafka, CompressionTypes, CompressionCodecs, ConfigResourceTypes, logLevel } = require('kafkajs')
+const SnappyCodec = require('kafkajs-snappy')
+const LZ4Codec = require('kafkajs-lz4')
+const h = require('../js-common/harness')
+const scenarios = require('../js-common/scenarios')
+
+// kafkajs ships gzip only; snappy and lz4 come from the codec packages its docs name.
+CompressionCodecs[CompressionTypes.Snappy] = SnappyCodec
+CompressionCodecs[CompressionTypes.LZ4] = new LZ4Codec().codec
+
+// kafkajs logs to stdout by default; the contract keeps stdout for results.
+const toStderr = () => ({ namespace, label, log }) => {
+  const { message, ...extra } = log
+  console.error(`[kafkajs ${label}] ${namespace}: ${message} ${JSON.stringify(extra)}`)
+}
+
+function kafka(opts) {
+  return new Kafka({ clientId: 'compat-kafkajs', brokers: opts.brokers, logLevel: logLevel.WARN, logCreator: toStderr })
+}
+
+async function admin(opts) {
+  const a = kafka(opts).admin()
+  await a.connect()
+  return a
+}
+
+async function produce(opts, topic, records, { acks = -1, compression, idempotent = false }) {
+  const producer = kafka(opts).producer({ idempotent })
+  await producer.connect()
+  try {
+    await producer.send({ topic, acks, compression, messages: records.map(r => ({ ...r, partition: 0 })) })
+  } finally {
+    await producer.disconnect()
+  }
+}
+
+/**
+ * A running group member. kafkajs commits nothing by itself here (autoCommit off) so the
+ * scenario commits exactly the offset it means. close() resolves when the member has left;
+ * callers that do not need that leave it running in the background: kafkajs's disconnect
+ * waits out the fetch in flight (maxWaitTimeInMs, 5 s by default, on a drained partition).
+ */
+async function consumer(opts, groupId, topics, { fromBeginning = true, onMessage }) {
+  const c = kafka(opts).consumer({ groupId })
+  let crash
+  let joined = false
+  c.on(c.events.CRASH, e => (crash = e.payload.error))
+  c.on(c.events.GROUP_JOIN, () => (joined = true))
+  await c.connect()
+  await c.subscribe({ topics, fromBeginning })
+  await c.run({ autoCommit: false, eachMessage: async ({ message }) => onMessage(message) })
+  const failIfCrashed = () => {
+    if (crash) throw new Error(`consumer crashed: ${crash.message}`)
+  }
+  return {
+    failIfCrashed,
+    assigned: () => h.waitFor(`consumer in ${groupId} joins`, 20000, () => (failIfCrashed(), joined ? null : 'not joined')),
+    commit: (topic, offset) => c.commitOffsets([{ topic, partition: 0, offset: String(offset) }]),
+    close: () => c.disconnect().catch(e => console.error(`[kafkajs] disconnect failed: ${e.message}`)),
+  }
+}
+
+const topicResource = topic => ({ type: ConfigResourceTypes.TOPIC, name: topic })
+
+h.main(
+  'kafkajs',
+  scenarios({
+    admin,
+    produce,
+    consumer,
+    async brokers(opts, a) {
+      return (await a.describeCluster()).brokers.map(b => `${b.host}:${b.port}`)
+    },
+    // kafkajs has only the legacy AlterConfigs (API 33), no IncrementalAlterConfigs.
+    setRetention: (a, topic) =>
+      a.alterConfigs({
+        validateOnly: false,
+        resources: [{ ...topicResource(topic), configEntries: [{ name: 'retention.ms', value: '3600000' }] }],
+      }),
+    async retention(a, topic) {
+      const { resources } = await a.describeConfigs({
+        includeSynonyms: false,
+        resources: [{ ...topicResource(topic), configNames: ['retention.ms'] }],
+      })
+      const entry = resources[0].configEntries.find(c => c.configName === 'retention.ms')
+      return entry && entry.configValue
+    },
+    addPartitions: (opts, a, topic, count) => a.createPartitions({ topicPartitions: [{ topic, count }] }),
+    stable: group => group.state === 'Stable',
+    compression: {
+      gzip: CompressionTypes.GZIP,
+      snappy: CompressionTypes.Snappy,
+      lz4: CompressionTypes.LZ4,
+      zstd: new h.NotApplicable(
+        'kafkajs has no zstd codec built in, and the one its docs name (@kafkajs/zstd 0.1.1) does not install here: its native dependency cppzst 2.0.6 fails to compile against Node 20 headers'
+      ),
+    },
+    regexNotApplicable:
+      'kafkajs matches a RegExp subscription once, against the topics that exist when subscribe() is called (consumer/index.js); a topic created later is never picked up',
+  })
+)

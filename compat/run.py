@@ -1,0 +1,359 @@
+#!/usr/bin/env python3
+"""The compatibility matrix driver (issue 11 §3; the contract is compat/README.md).
+
+Installs every client listed in compat/clients.json and compat/clients.*.json, starts a fresh
+single node and then a fresh 3-node cluster of real `sluice` processes (with
+integration-tests/python/sluice_node.py, the harness the client tests use), runs every client's
+adapter once per cluster with all scenarios, writes the scenario x client tables to
+docs/compatibility.md, prints a summary, and exits non-zero on any unexpected result: a `fail`
+not listed in compat/known-failures.txt, or a listed pair that now passes (the list only shrinks).
+
+Standard library only, so it runs before any virtualenv exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "integration-tests/python"))
+
+from sluice_node import SluiceNode, start_cluster  # noqa: E402
+
+SCENARIOS = [
+    "metadata", "admin_topics", "produce_acks0", "produce_acks1", "produce_acksall",
+    "compression_gzip", "compression_snappy", "compression_lz4", "compression_zstd",
+    "idempotent_produce", "group_resume", "two_groups", "groups_describe_lag", "offsets_for_times",
+    "delete_records", "empty_topic", "many_topics", "regex_subscribe",
+    "tool_topics", "tool_configs", "tool_console", "tool_consumer_groups", "tool_delete_records",
+    "tool_log_dirs", "tool_leader_election", "tool_reassign_partitions", "tool_metadata_quorum",
+    "tool_perf", "tool_verifiable", "tool_client_compatibility",
+]
+# Column order of the tables; clients.json files may add others, which go last.
+CLIENT_ORDER = [
+    "kcat", "rdkafka-rust", "confluent-kafka-python", "kafka-python", "java-client", "kafka-tools",
+    "franz-go", "kafkajs", "confluent-kafka-javascript",
+]
+CLUSTERS = {"single": 1, "three": 3}
+CLUSTER_TITLES = {"single": "Single node", "three": "3-node cluster"}
+INSTALL_TIMEOUT_S = 1800
+CELL_MAX_CHARS = 160
+
+
+@dataclass
+class Client:
+    id: str
+    version: str
+    install: list[str]
+    run: list[str]
+    timeout_s: float
+    install_error: str | None = None
+
+
+@dataclass
+class Outcome:
+    result: str  # pass | fail | n/a
+    detail: str = ""
+
+    def cell(self) -> str:
+        return self.result if not self.detail else f"{self.result}: {self.detail}"
+
+
+@dataclass
+class KnownFailure:
+    client: str
+    scenario: str
+    cluster: str
+    reason: str
+    line: int
+
+    def matches(self, client: str, scenario: str, cluster: str) -> bool:
+        return (self.client, self.scenario) == (client, scenario) and self.cluster in ("*", cluster)
+
+
+@dataclass
+class Matrix:
+    """(client, scenario, cluster) -> outcome."""
+    outcomes: dict[tuple[str, str, str], Outcome] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def put(self, client: str, scenario: str, cluster: str, outcome: Outcome) -> None:
+        with self.lock:
+            self.outcomes[(client, scenario, cluster)] = outcome
+
+    def counts(self, cluster: str) -> dict[str, int]:
+        return {r: sum(1 for (_, _, cl), o in self.outcomes.items() if cl == cluster and o.result == r)
+                for r in ("pass", "fail", "n/a")}
+
+
+def load_clients() -> list[Client]:
+    """Every client of compat/clients.json and compat/clients.*.json, in the table's order."""
+    files = [ROOT / "compat/clients.json"] + sorted((ROOT / "compat").glob("clients.*.json"))
+    clients: dict[str, Client] = {}
+    for f in files:
+        for entry in json.loads(f.read_text()):
+            c = Client(entry["id"], entry["version"], entry["install"], entry["run"], float(entry["timeout_s"]))
+            if c.id in clients:
+                raise SystemExit(f"{f}: client {c.id} is already listed in another clients file; keep one entry")
+            clients[c.id] = c
+    rank = {c: i for i, c in enumerate(CLIENT_ORDER)}
+    return sorted(clients.values(), key=lambda c: (rank.get(c.id, len(rank)), c.id))
+
+
+def load_known_failures(path: Path) -> list[KnownFailure]:
+    """Lines `client scenario cluster  # reason`; blank lines and whole-line comments are skipped."""
+    known = []
+    for n, raw in enumerate(path.read_text().splitlines(), 1):
+        body, _, reason = raw.partition("#")
+        words = body.split()
+        if not words:
+            continue
+        if len(words) != 3 or words[2] not in ("single", "three", "*") or words[1] not in SCENARIOS:
+            raise SystemExit(f"{path}:{n}: expected `client scenario single|three|*  # reason`, got {raw!r}")
+        known.append(KnownFailure(words[0], words[1], words[2], reason.strip(), n))
+    return known
+
+
+def install(client: Client, log_dir: Path) -> None:
+    """Runs the client's install command from the repository root; a failure is recorded, and every
+    scenario of that client then fails with it."""
+    log = log_dir / f"install-{client.id}.log"
+    t0 = time.monotonic()
+    try:
+        done = subprocess.run(client.install, cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, timeout=INSTALL_TIMEOUT_S)
+        log.write_text(done.stdout + done.stderr)
+        if done.returncode != 0:
+            tail = " ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
+            client.install_error = f"install: exit {done.returncode}" + (f": {tail}" if tail else "")
+    except (OSError, subprocess.TimeoutExpired) as e:
+        client.install_error = f"install: {e}"
+    state = client.install_error or "ok"
+    print(f"install {client.id}: {state} ({time.monotonic() - t0:.0f}s, log {log})", flush=True)
+
+
+def run_adapter(client: Client, cluster: str, bootstrap: str, brokers: int, matrix: Matrix, log_dir: Path) -> None:
+    """One adapter process for all scenarios on one cluster; scenarios it does not report in time
+    fail with `no result`."""
+    if client.install_error:
+        for s in SCENARIOS:
+            matrix.put(client.id, s, cluster, Outcome("fail", client.install_error))
+        return
+    prefix = f"{client.id}-{secrets.token_hex(2)}-"
+    argv = client.run + ["--bootstrap", bootstrap, "--brokers", str(brokers), "--prefix", prefix,
+                         "--scenarios", ",".join(SCENARIOS)]
+    stderr_path = log_dir / f"{cluster}-{client.id}.stderr"
+    reported: set[str] = set()
+    t0 = time.monotonic()
+    with open(stderr_path, "w") as err:
+        try:
+            # A session of its own, so a timeout kills what the adapter started too (kcat
+            # processes, tool JVMs), which would otherwise hold its stdout open.
+            proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=err, text=True, start_new_session=True)
+        except OSError as e:
+            for s in SCENARIOS:
+                matrix.put(client.id, s, cluster, Outcome("fail", f"cannot start the adapter {argv[0]}: {e}"))
+            return
+        killed = threading.Event()
+
+        def kill() -> None:
+            killed.set()
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+        timer = threading.Timer(client.timeout_s, kill)
+        timer.start()
+        try:
+            for line in proc.stdout:
+                outcome = parse_result(line)
+                if outcome is None:
+                    err.write(f"[driver] not a result line on stdout: {line}")
+                    continue
+                scenario, o = outcome
+                if scenario in SCENARIOS:
+                    reported.add(scenario)
+                    matrix.put(client.id, scenario, cluster, o)
+            proc.wait()
+        finally:
+            timer.cancel()
+    elapsed = time.monotonic() - t0
+    why = f"no result (adapter killed after its {client.timeout_s:.0f}s timeout)" if killed.is_set() else \
+        f"no result (adapter exited {proc.returncode})"
+    for s in SCENARIOS:
+        if s not in reported:
+            matrix.put(client.id, s, cluster, Outcome("fail", why))
+    print(f"  {cluster} {client.id}: {len(reported)}/{len(SCENARIOS)} reported, exit {proc.returncode}, "
+          f"{elapsed:.0f}s (stderr {stderr_path})", flush=True)
+
+
+def parse_result(line: str) -> tuple[str, Outcome] | None:
+    try:
+        obj = json.loads(line)
+        result = obj["result"]
+        if result not in ("pass", "fail", "n/a"):
+            return None
+        return obj["scenario"], Outcome(result, " ".join(str(obj.get("detail") or "").split()))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def run_cluster(cluster: str, clients: list[Client], matrix: Matrix, log_dir: Path, parallel: int) -> None:
+    size = CLUSTERS[cluster]
+    t0 = time.monotonic()
+    try:
+        nodes = [SluiceNode().start()] if size == 1 else start_cluster(size)
+    except Exception as e:  # noqa: BLE001 - every scenario on this cluster fails with the reason
+        reason = " ".join(str(e).split("\n")[0].split())
+        print(f"{CLUSTER_TITLES[cluster]} did not start: {e}", flush=True)
+        for c in clients:
+            for s in SCENARIOS:
+                matrix.put(c.id, s, cluster, Outcome("fail", f"the cluster did not start: {reason}"))
+        return
+    bootstrap = ",".join(n.bootstrap for n in nodes)
+    print(f"{CLUSTER_TITLES[cluster]}: {bootstrap} (ready in {time.monotonic() - t0:.1f}s)", flush=True)
+    try:
+        with ThreadPoolExecutor(max_workers=parallel) as pool:
+            for f in [pool.submit(run_adapter, c, cluster, bootstrap, size, matrix, log_dir) for c in clients]:
+                f.result()
+    finally:
+        for n in nodes:
+            alive = n.is_running()
+            n.kill()
+            dest = log_dir / f"{cluster}-node{n.node_id}.log"
+            shutil.copy(n.log_path, dest)
+            if not alive:
+                print(f"  node {n.node_id} had exited before the end of the run; its log: {dest}", flush=True)
+            shutil.rmtree(n.work_dir, ignore_errors=True)
+
+
+def judge(matrix: Matrix, known: list[KnownFailure]) -> list[str]:
+    """The unexpected results: unlisted failures (one line per client, cluster and error, so a
+    cluster that did not start is one line per client), and listed pairs that now pass."""
+    unlisted: dict[tuple[str, str, str], list[str]] = {}
+    problems = []
+    in_table_order = sorted(matrix.outcomes.items(), key=lambda kv: (kv[0][0], kv[0][2], SCENARIOS.index(kv[0][1])))
+    for (client, scenario, cluster), o in in_table_order:
+        listed = [k for k in known if k.matches(client, scenario, cluster)]
+        if o.result == "fail" and not listed:
+            unlisted.setdefault((client, cluster, o.detail), []).append(scenario)
+        elif o.result == "pass" and listed:
+            problems.append(f"now passes, remove compat/known-failures.txt line {listed[0].line}: "
+                            f"{client} {scenario} {cluster}")
+    for (client, cluster, detail), scenarios in unlisted.items():
+        which = scenarios[0] if len(scenarios) == 1 else f"{len(scenarios)} scenarios ({', '.join(scenarios[:3])}, ...)"
+        problems.append(f"unexpected fail: {client} {which} {cluster}: {detail}")
+    return problems
+
+
+def git(*args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else "unknown"
+
+
+def cell_text(o: Outcome | None) -> str:
+    text = "fail: not run" if o is None else o.cell()
+    if len(text) > CELL_MAX_CHARS:
+        text = text[:CELL_MAX_CHARS - 1] + "…"
+    return text.replace("|", "\\|")
+
+
+def render(clients: list[Client], clusters: list[str], matrix: Matrix) -> str:
+    dirty = " (with uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no") else ""
+    lines = [
+        "# Client compatibility",
+        "",
+        "<!-- Generated by scripts/compat.sh (compat/run.py). Do not edit by hand: run the command. -->",
+        "",
+        "Generated by `scripts/compat.sh` on "
+        f"{datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} "
+        f"from sluice commit `{git('rev-parse', '--short=12', 'HEAD')}`{dirty}. Do not edit by hand.",
+        "Each client runs every scenario against a fresh single node and then a fresh 3-node cluster of",
+        "real `sluice` processes; what each scenario checks is described in compat/README.md. A cell is",
+        "`pass`, `fail: <error>` or `n/a: <why>`; long errors are cut, and the full text is in the",
+        "per-cluster sections' details below each table.",
+        "",
+        "| client | pinned version |",
+        "|---|---|",
+        *[f"| {c.id} | {c.version} |" for c in clients],
+    ]
+    for cluster in clusters:
+        counts = matrix.counts(cluster)
+        lines += ["", f"## {CLUSTER_TITLES[cluster]}", "",
+                  f"{counts['pass']} pass, {counts['fail']} fail, {counts['n/a']} n/a.", "",
+                  "| scenario | " + " | ".join(c.id for c in clients) + " |",
+                  "|---|" + "---|" * len(clients)]
+        for s in SCENARIOS:
+            cells = [cell_text(matrix.outcomes.get((c.id, s, cluster))) for c in clients]
+            lines.append(f"| {s} | " + " | ".join(cells) + " |")
+        long_ones = [(c.id, s, matrix.outcomes[(c.id, s, cluster)]) for s in SCENARIOS for c in clients
+                     if (c.id, s, cluster) in matrix.outcomes
+                     and len(matrix.outcomes[(c.id, s, cluster)].cell()) > CELL_MAX_CHARS]
+        if long_ones:
+            lines += ["", "Full text of the cut cells:", ""]
+            lines += [f"- {cid} / {s}: {o.cell()}" for cid, s, o in long_ones]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--clients", help="comma-separated client ids to run (default: all); a partial run "
+                   "writes no docs/compatibility.md unless --out is given")
+    p.add_argument("--clusters", default="single,three", help="single, three or both (default)")
+    p.add_argument("--parallel", type=int, default=3, help="adapters running at once against one cluster")
+    p.add_argument("--out", help="where to write the tables (default docs/compatibility.md on a full run)")
+    p.add_argument("--logs", help="directory for install and adapter logs (default: a fresh temporary one)")
+    a = p.parse_args()
+
+    t_start = time.monotonic()
+    clients = load_clients()
+    if a.clients:
+        wanted = a.clients.split(",")
+        unknown = set(wanted) - {c.id for c in clients}
+        if unknown:
+            raise SystemExit(f"unknown client ids {sorted(unknown)}; known: {[c.id for c in clients]}")
+        clients = [c for c in clients if c.id in wanted]
+    clusters = [c for c in a.clusters.split(",") if c]
+    out = Path(a.out) if a.out else (None if a.clients or clusters != list(CLUSTERS) else ROOT / "docs/compatibility.md")
+    known = load_known_failures(ROOT / "compat/known-failures.txt")
+    log_dir = Path(a.logs) if a.logs else Path(subprocess.check_output(["mktemp", "-d", "/tmp/sluice-compat-XXXXXX"], text=True).strip())
+    log_dir.mkdir(parents=True, exist_ok=True)
+    print(f"compatibility matrix: {len(clients)} clients x {len(SCENARIOS)} scenarios; logs in {log_dir}", flush=True)
+
+    for c in clients:
+        install(c, log_dir)
+    matrix = Matrix()
+    for cluster in clusters:
+        run_cluster(cluster, clients, matrix, log_dir, a.parallel)
+
+    if out:
+        out.write_text(render(clients, clusters, matrix))
+        print(f"wrote {out}")
+    problems = judge(matrix, [k for k in known if k.client in {c.id for c in clients}])
+    for cluster in clusters:
+        counts = matrix.counts(cluster)
+        print(f"{CLUSTER_TITLES[cluster]}: {counts['pass']} pass, {counts['fail']} fail, {counts['n/a']} n/a")
+    for line in problems:
+        print(line)
+    verdict = "unexpected results" if problems else "all results as expected"
+    print(f"compatibility matrix: {verdict} ({time.monotonic() - t_start:.0f}s)")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
