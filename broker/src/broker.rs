@@ -1,6 +1,7 @@
 //! The broker's shared state, handed to every connection and request handler, and the
 //! background work that keeps it in step with the cluster.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +17,7 @@ use crate::metadata::records::{Endpoint, MetadataCommand};
 use crate::metadata::{node_id_of, CommitError, MetadataError, MetadataStore};
 use crate::quota::ClientQuotaManager;
 use crate::replica_manager::ReplicaManager;
-use crate::topic_config;
+use crate::topic_config::{self, BrokerOverrides};
 
 pub struct Broker {
     pub config: Arc<BrokerConfig>,
@@ -123,6 +124,16 @@ impl Broker {
                 "controlled shutdown timed out; stopping anyway (clients fail over once this broker is fenced)"
             ),
         }
+    }
+
+    /// The broker-level values this broker's topic configs fall back to: its `--set` values with
+    /// the dynamic broker configs of the newest metadata image on top.
+    pub fn topic_defaults(&self) -> Cow<'_, BrokerOverrides> {
+        topic_config::broker_defaults(
+            &self.config.overrides,
+            &self.metadata.image().broker_configs,
+            self.config.node_id,
+        )
     }
 
     /// Commits a metadata change through the quorum and applies it to the hosted partitions

@@ -45,6 +45,8 @@ pub struct ReplicaManager {
     partitions: RwLock<HashMap<PartitionKey, Arc<Partition>>>,
     /// Topic configs each hosted topic was last opened/updated with, to spot changes.
     applied_configs: RwLock<HashMap<Uuid, std::collections::BTreeMap<String, String>>>,
+    /// The broker-level topic defaults (static and dynamic) those were resolved against.
+    applied_defaults: parking_lot::Mutex<topic_config::BrokerOverrides>,
     fetchers: ReplicaFetcherManager,
     /// High watermarks from the checkpoint read at start, for partitions not opened yet.
     checkpointed: parking_lot::Mutex<HashMap<(String, i32), i64>>,
@@ -105,6 +107,7 @@ impl ReplicaManager {
             isr_proposals: parking_lot::Mutex::default(),
             partitions: RwLock::default(),
             applied_configs: RwLock::default(),
+            applied_defaults: parking_lot::Mutex::new(config.overrides.clone()),
             checkpointed: parking_lot::Mutex::new(checkpointed),
             fetch_reads: Arc::new(Semaphore::new(config.num_io_threads.max(1))),
             config,
@@ -177,9 +180,20 @@ impl ReplicaManager {
     fn apply_image(&self, image: &MetadataImage, now_ms: i64) {
         let node = self.config.node_id;
         let mut wanted = std::collections::HashSet::new();
+        let defaults = topic_config::broker_defaults(&self.config.overrides, &image.broker_configs, node);
+        // A dynamic broker config (log.retention.ms, ...) changes every topic's fallback.
+        let defaults_changed = {
+            let mut applied = self.applied_defaults.lock();
+            let changed = *applied != *defaults;
+            if changed {
+                *applied = defaults.clone().into_owned();
+            }
+            changed
+        };
         for topic in image.topics.values() {
-            let config_changed = self.applied_configs.read().get(&topic.topic_id) != Some(&topic.configs);
-            let log_config = topic_config::log_config(&topic.configs, &self.config.overrides);
+            let config_changed =
+                defaults_changed || self.applied_configs.read().get(&topic.topic_id) != Some(&topic.configs);
+            let log_config = topic_config::log_config(&topic.configs, &defaults);
             for (index, registration) in topic.partitions.iter().enumerate() {
                 if !registration.replicas.contains(&node) {
                     continue;

@@ -5,6 +5,7 @@
 //! Resolution order is Kafka's: a topic override, else the broker's `--set` value of the
 //! synonym, else the built-in default. DescribeConfigs reports which one applied.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use crate::log::LogConfig;
@@ -13,6 +14,25 @@ use crate::log::LogConfig;
 /// override finds its broker synonym (`retention.ms` ← `log.retention.ms`). Topic configs need
 /// only these, not the whole broker config.
 pub type BrokerOverrides = BTreeMap<String, String>;
+
+/// The broker-level values topic configs of broker `broker_id` fall back to, in Kafka's order:
+/// its own dynamic configs, then the cluster-wide dynamic ones (`dynamic[BROKER_DEFAULT]`,
+/// id -1), then its static `--set` values. Borrowed when no dynamic broker config is set.
+pub fn broker_defaults<'a>(
+    static_overrides: &'a BrokerOverrides,
+    dynamic: &BTreeMap<i32, BTreeMap<String, String>>,
+    broker_id: i32,
+) -> Cow<'a, BrokerOverrides> {
+    let layers = [dynamic.get(&-1), dynamic.get(&broker_id)];
+    if layers.iter().all(|l| l.is_none_or(BTreeMap::is_empty)) {
+        return Cow::Borrowed(static_overrides);
+    }
+    let mut merged = static_overrides.clone();
+    for layer in layers.into_iter().flatten() {
+        merged.extend(layer.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    Cow::Owned(merged)
+}
 
 /// Upper bound on partitions per topic and per request, so one request cannot exhaust file
 /// handles (also bounds `offsets.topic.num.partitions`).
@@ -53,6 +73,8 @@ impl ConfigType {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigSource {
     DynamicTopic = 1,
+    DynamicBroker = 2,
+    DynamicDefaultBroker = 3,
     StaticBroker = 4,
     Default = 5,
 }
@@ -88,7 +110,9 @@ defs! {
     "file.delete.delay.ms", "60000", Long, Some("log.segment.delete.delay.ms"), [], "Delay before a deleted segment's files are removed.";
     "flush.messages", LONG_MAX, Long, Some("log.flush.interval.messages"), [], "fsync after this many messages (durability normally comes from replication).";
     "flush.ms", LONG_MAX, Long, Some("log.flush.interval.ms"), [], "fsync after this many milliseconds.";
+    "follower.replication.throttled.replicas", "", List, None, [], "Replicas (partition:broker, or *) whose follower fetches count against follower.replication.throttled.rate.";
     "index.interval.bytes", "4096", Int, Some("log.index.interval.bytes"), [], "Bytes between offset-index entries.";
+    "leader.replication.throttled.replicas", "", List, None, [], "Replicas (partition:broker, or *) whose reads by followers count against leader.replication.throttled.rate.";
     "max.compaction.lag.ms", LONG_MAX, Long, Some("log.cleaner.max.compaction.lag.ms"), [], "Longest time a record stays uncompacted.";
     "max.message.bytes", "1048588", Int, Some("message.max.bytes"), [], "Largest record batch accepted.";
     "message.timestamp.after.max.ms", "3600000", Long, Some("log.message.timestamp.after.max.ms"), [], "Largest allowed future skew of a CreateTime timestamp.";
@@ -145,6 +169,9 @@ pub fn validate(name: &str, value: &str) -> Result<(), TopicConfigError> {
     if name == "cleanup.policy" && value.split(',').any(|p| !matches!(p.trim(), "delete" | "compact")) {
         return Err(invalid("must be a list of delete and compact".to_string()));
     }
+    if name.ends_with(".replication.throttled.replicas") && !valid_throttled_replicas(value) {
+        return Err(invalid("must be * or a list of partition:broker pairs such as 0:1,0:2".to_string()));
+    }
     if name == "min.cleanable.dirty.ratio" && value.parse::<f64>().map_or(true, |r| !(0.0..=1.0).contains(&r)) {
         return Err(invalid("must be between 0 and 1".to_string()));
     }
@@ -154,6 +181,60 @@ pub fn validate(name: &str, value: &str) -> Result<(), TopicConfigError> {
         return Err(invalid("must be positive".to_string()));
     }
     Ok(())
+}
+
+fn valid_throttled_replicas(value: &str) -> bool {
+    let value = value.trim();
+    value.is_empty()
+        || value == "*"
+        || value.split(',').all(|pair| {
+            pair.trim()
+                .split_once(':')
+                .is_some_and(|(p, b)| p.trim().parse::<u32>().is_ok() && b.trim().parse::<u32>().is_ok())
+        })
+}
+
+/// Whether a `*.replication.throttled.replicas` list names the replica of `partition` on
+/// `broker` (`*` names every replica).
+pub fn throttled_replicas_include(list: &str, partition: i32, broker: i32) -> bool {
+    list.trim() == "*"
+        || list.split(',').any(|pair| {
+            pair.trim().split_once(':').is_some_and(|(p, b)| {
+                p.trim().parse::<i32>() == Ok(partition) && b.trim().parse::<i32>() == Ok(broker)
+            })
+        })
+}
+
+/// The broker configs Kafka's replication throttle is set with (bytes/s, per broker; unset or
+/// no `*.replication.throttled.replicas` named on a topic: no throttle).
+pub const LEADER_THROTTLED_RATE: &str = "leader.replication.throttled.rate";
+pub const FOLLOWER_THROTTLED_RATE: &str = "follower.replication.throttled.rate";
+
+/// Whether brokers take `name` while they run (see [`validate_dynamic_broker_config`]).
+pub fn is_dynamic_broker_config(name: &str) -> bool {
+    name == LEADER_THROTTLED_RATE || name == FOLLOWER_THROTTLED_RATE || by_broker_synonym(name).is_some()
+}
+
+/// Validates a dynamic broker config (IncrementalAlterConfigs on a broker resource): a topic
+/// config's broker synonym (`log.retention.ms`, ...) or a replication throttle rate. Other
+/// broker settings are static: the error says so, as a phrase for a sentence.
+pub fn validate_dynamic_broker_config(name: &str, value: &str) -> Result<(), String> {
+    if name == LEADER_THROTTLED_RATE || name == FOLLOWER_THROTTLED_RATE {
+        return match value.parse::<i64>() {
+            Ok(v) if v >= 0 => Ok(()),
+            _ => Err(format!("{name} must be a byte rate of 0 or more, not {value:?}")),
+        };
+    }
+    let def = by_broker_synonym(name).ok_or_else(|| {
+        format!(
+            "{name} is not a dynamic broker config: set it at start with --set {name}=VALUE \
+             (dynamic ones are the topic defaults such as log.retention.ms and the replication throttle rates)"
+        )
+    })?;
+    validate(def.name, value).map_err(|e| match e {
+        TopicConfigError::Invalid { reason, .. } => format!("invalid value {value:?} for {name}: {reason}"),
+        other => other.to_string(),
+    })
 }
 
 /// The broker-level value that applies to `def` when the topic has no override.

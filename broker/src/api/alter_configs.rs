@@ -1,5 +1,6 @@
 //! AlterConfigs (the legacy API 33, which kafkajs, kafka-python and rust-rdkafka send): the
-//! request carries a topic's whole config set, so every override it leaves out is removed.
+//! request carries a topic's (or a broker's dynamic) whole config set, so every override it
+//! leaves out is removed.
 //! It is turned into IncrementalAlterConfigs' SET and DELETE operations and committed through
 //! the same metadata command, so both APIs validate and apply configs the same way.
 
@@ -11,6 +12,7 @@ use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceRespon
 use kafka_protocol::messages::{AlterConfigsRequest, AlterConfigsResponse};
 
 use super::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
+use super::incremental_alter_configs::broker_resource_id;
 use super::{commit_error, str_bytes};
 use crate::broker::Broker;
 use crate::controller;
@@ -35,22 +37,32 @@ pub async fn handle(broker: Arc<Broker>, request: AlterConfigsRequest) -> AlterC
 
 async fn alter(broker: &Broker, resource: &AlterConfigsResource, validate_only: bool) -> Result<(), (i16, String)> {
     let invalid = |message: String| (ResponseError::InvalidRequest.code(), message);
-    match resource.resource_type {
-        RESOURCE_TOPIC => {}
-        RESOURCE_BROKER => {
-            return Err(invalid(
-                "broker configs are static in this version; restart the broker with --set KEY=VALUE".into(),
-            ))
-        }
-        other => return Err(invalid(format!("resource type {other} cannot be altered"))),
-    }
-    let name = resource.resource_name.to_string();
     let given: Vec<(String, Option<String>)> = resource
         .configs
         .iter()
         .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
         .collect();
     let image = broker.metadata.image();
+    match resource.resource_type {
+        RESOURCE_TOPIC => {}
+        RESOURCE_BROKER => {
+            let broker_id = broker_resource_id(&resource.resource_name)?;
+            let ops = controller::replace_broker_configs_ops(&image, broker_id, &given).map_err(invalid)?;
+            let outcome = if validate_only {
+                controller::alter_broker_configs(&image, broker_id, &ops)
+                    .map(|_| ())
+                    .map_err(CommitError::Refused)
+            } else {
+                broker
+                    .commit(MetadataCommand::AlterBrokerConfigs { broker_id, ops })
+                    .await
+                    .map(|_| ())
+            };
+            return outcome.map_err(|e| commit_error(&e));
+        }
+        other => return Err(invalid(format!("resource type {other} cannot be altered"))),
+    }
+    let name = resource.resource_name.to_string();
     let ops = controller::replace_topic_configs_ops(&image, &name, &given).map_err(invalid)?;
     let outcome = if validate_only {
         controller::alter_topic_configs(&image, &name, &ops, &Default::default())

@@ -10,6 +10,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::str_bytes;
 use crate::broker::Broker;
+use crate::metadata::records::BROKER_DEFAULT;
 use crate::topic_config::{self, ConfigDef, ConfigSource, ConfigType};
 
 pub const RESOURCE_TOPIC: i8 = 2;
@@ -66,52 +67,106 @@ fn describe(
                 )
             })?;
             let replicas = topic.partitions.first().map_or(1, |p| p.replicas.len());
-            Ok(topic_config::describe(&topic.configs, &broker.config.overrides)
+            let defaults = broker.topic_defaults();
+            let dynamic = |id: i32, key: Option<&str>| {
+                key.zip(image.broker_configs.get(&id))
+                    .is_some_and(|(k, configs)| configs.contains_key(k))
+            };
+            Ok(topic_config::describe(&topic.configs, &defaults)
                 .into_iter()
                 .map(|(def, value, source)| {
                     // Unset, min.insync.replicas follows the replication factor: show what applies.
                     let value = if def.name == "min.insync.replicas" && source == ConfigSource::Default {
-                        topic_config::min_insync_replicas(&topic.configs, &broker.config.overrides, replicas)
-                            .to_string()
+                        topic_config::min_insync_replicas(&topic.configs, &defaults, replicas).to_string()
                     } else {
                         value
+                    };
+                    // A broker-level value may be a dynamic broker config rather than `--set`.
+                    let source = match source {
+                        ConfigSource::StaticBroker if dynamic(broker.config.node_id, def.broker_synonym) => {
+                            ConfigSource::DynamicBroker
+                        }
+                        ConfigSource::StaticBroker if dynamic(BROKER_DEFAULT, def.broker_synonym) => {
+                            ConfigSource::DynamicDefaultBroker
+                        }
+                        other => other,
                     };
                     topic_entry(broker, def, value, source, options)
                 })
                 .collect())
         }
-        RESOURCE_BROKER => {
-            let own_id = broker.config.node_id.to_string();
-            if !name.is_empty() && name.as_str() != own_id {
-                return Err((
-                    ResponseError::InvalidRequest,
-                    format!("broker {} is not this broker ({own_id})", name.as_str()),
-                ));
-            }
-            Ok(broker
-                .config
-                .describe()
-                .into_iter()
-                .map(|(key, value, explicit)| {
-                    let source = if explicit {
-                        ConfigSource::StaticBroker
-                    } else {
-                        ConfigSource::Default
-                    };
-                    DescribeConfigsResourceResult::default()
-                        .with_name(str_bytes(key))
-                        .with_value(Some(str_bytes(value)))
-                        .with_read_only(true)
-                        .with_config_source(source as i8)
-                        .with_config_type(ConfigType::String as i8)
-                })
-                .collect())
-        }
+        RESOURCE_BROKER => Ok(describe_broker(broker, name, options)?),
         other => Err((
             ResponseError::InvalidRequest,
             format!("resource type {other} is not supported; use 2 (topic) or 4 (broker)"),
         )),
     }
+}
+
+/// A broker's configs: the static ones (`--set`, else the default) with its dynamic ones and
+/// the cluster-wide dynamic ones on top; for the resource `""`, the cluster-wide dynamic ones
+/// alone, as Kafka describes it.
+fn describe_broker(
+    broker: &Broker,
+    name: &StrBytes,
+    options: Options,
+) -> Result<Vec<DescribeConfigsResourceResult>, (ResponseError, String)> {
+    let image = broker.metadata.image();
+    let cluster_wide = image.broker_configs.get(&BROKER_DEFAULT);
+    if name.is_empty() {
+        return Ok(cluster_wide
+            .into_iter()
+            .flatten()
+            .map(|(key, value)| {
+                let layers = [(value.as_str(), ConfigSource::DynamicDefaultBroker)];
+                broker_entry(key, &layers, options)
+            })
+            .collect());
+    }
+    let own_id = broker.config.node_id;
+    if name.as_str() != own_id.to_string() {
+        return Err((
+            ResponseError::InvalidRequest,
+            format!("broker {} is not this broker ({own_id}); send the request to that broker", name.as_str()),
+        ));
+    }
+    let own = image.broker_configs.get(&own_id);
+    let mut rows = broker.config.describe();
+    for rate in [topic_config::LEADER_THROTTLED_RATE, topic_config::FOLLOWER_THROTTLED_RATE] {
+        rows.push((rate.to_string(), i64::MAX.to_string(), false));
+    }
+    Ok(rows
+        .iter()
+        .map(|(key, value, explicit)| {
+            let mut layers = Vec::with_capacity(3);
+            if let Some(v) = own.and_then(|c| c.get(key)) {
+                layers.push((v.as_str(), ConfigSource::DynamicBroker));
+            }
+            if let Some(v) = cluster_wide.and_then(|c| c.get(key)) {
+                layers.push((v.as_str(), ConfigSource::DynamicDefaultBroker));
+            }
+            let base = if *explicit { ConfigSource::StaticBroker } else { ConfigSource::Default };
+            layers.push((value.as_str(), base));
+            broker_entry(key, &layers, options)
+        })
+        .collect())
+}
+
+/// One broker config whose value comes from the first of `layers`, the rest its synonyms.
+fn broker_entry(key: &str, layers: &[(&str, ConfigSource)], options: Options) -> DescribeConfigsResourceResult {
+    let (value, source) = layers[0];
+    let synonyms = if options.synonyms {
+        layers.iter().map(|(v, s)| synonym(key, v, *s)).collect()
+    } else {
+        Vec::new()
+    };
+    DescribeConfigsResourceResult::default()
+        .with_name(str_bytes(key))
+        .with_value(Some(str_bytes(value)))
+        .with_read_only(!topic_config::is_dynamic_broker_config(key))
+        .with_config_source(source as i8)
+        .with_config_type(ConfigType::String as i8)
+        .with_synonyms(synonyms)
 }
 
 fn topic_entry(

@@ -1,5 +1,6 @@
-//! IncrementalAlterConfigs: SET, DELETE, APPEND and SUBTRACT on topic configs; the change is
-//! committed through the metadata quorum and the topic's logs pick it up at once.
+//! IncrementalAlterConfigs: SET, DELETE, APPEND and SUBTRACT on topic configs, SET and DELETE on
+//! dynamic broker configs; the change is committed through the metadata quorum and the logs
+//! pick it up at once.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,7 +15,7 @@ use super::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
 use super::{commit_error, str_bytes};
 use crate::broker::Broker;
 use crate::controller;
-use crate::metadata::records::AlterOp;
+use crate::metadata::records::{AlterOp, BROKER_DEFAULT};
 use crate::metadata::records::MetadataCommand;
 use crate::metadata::CommitError;
 use crate::topic_config;
@@ -49,7 +50,7 @@ async fn alter(broker: &Broker, resource: &AlterConfigsResource, validate_only: 
     }
     match resource.resource_type {
         RESOURCE_TOPIC => {}
-        RESOURCE_BROKER => return delete_broker_configs(broker, &resource.resource_name, &ops),
+        RESOURCE_BROKER => return alter_broker_configs(broker, &resource.resource_name, ops, validate_only).await,
         other => return Err(invalid(format!("resource type {other} cannot be altered"))),
     }
     let name = resource.resource_name.to_string();
@@ -60,7 +61,7 @@ async fn alter(broker: &Broker, resource: &AlterConfigsResource, validate_only: 
         .map(|(key, _, _)| {
             (
                 key.clone(),
-                topic_config::effective_value(key, &Default::default(), &broker.config.overrides),
+                topic_config::effective_value(key, &Default::default(), &broker.topic_defaults()),
             )
         })
         .collect();
@@ -77,29 +78,37 @@ async fn alter(broker: &Broker, resource: &AlterConfigsResource, validate_only: 
     outcome.map_err(|e| commit_error(&e))
 }
 
-/// Broker configs are static (set at start with `--set`), so no broker has a dynamic value to
-/// remove: DELETE of one succeeds without a change, as Kafka answers a DELETE of a config that
-/// has no dynamic value (`kafka-reassign-partitions --verify` clears throttle rates this way).
-/// SET, APPEND and SUBTRACT would need dynamic broker configs and are refused.
-fn delete_broker_configs(
+/// A broker resource names one broker by id, or (`""`) the cluster-wide dynamic defaults.
+pub fn broker_resource_id(name: &StrBytes) -> Result<i32, (i16, String)> {
+    if name.is_empty() {
+        return Ok(BROKER_DEFAULT);
+    }
+    name.parse::<i32>().ok().filter(|id| *id >= 0).ok_or_else(|| {
+        (
+            ResponseError::InvalidRequest.code(),
+            format!("broker resource name {name:?} is not a broker id; use an id, or \"\" for the cluster-wide default"),
+        )
+    })
+}
+
+/// Dynamic broker configs (Kafka's `kafka-configs --entity-type brokers`): committed through
+/// the quorum; every broker's topic defaults and replication throttles follow at once.
+async fn alter_broker_configs(
     broker: &Broker,
     name: &StrBytes,
-    ops: &[(String, AlterOp, Option<String>)],
+    ops: Vec<(String, AlterOp, Option<String>)>,
+    validate_only: bool,
 ) -> Result<(), (i16, String)> {
-    let invalid = |message: String| (ResponseError::InvalidRequest.code(), message);
-    if !name.is_empty() {
-        let id: i32 = name
-            .parse()
-            .map_err(|_| invalid(format!("broker resource name {name:?} is not a broker id; use an id or \"\"")))?;
-        if !broker.metadata.image().brokers.contains_key(&id) {
-            return Err(invalid(format!("broker {id} is not registered in this cluster")));
-        }
-    }
-    if let Some((key, _, _)) = ops.iter().find(|(_, op, _)| *op != AlterOp::Delete) {
-        return Err(invalid(format!(
-            "broker configs are static in this version, so {key} cannot be set while the broker runs; \
-             restart the broker with --set {key}=VALUE"
-        )));
-    }
-    Ok(())
+    let broker_id = broker_resource_id(name)?;
+    let outcome = if validate_only {
+        controller::alter_broker_configs(&broker.metadata.image(), broker_id, &ops)
+            .map(|_| ())
+            .map_err(CommitError::Refused)
+    } else {
+        broker
+            .commit(MetadataCommand::AlterBrokerConfigs { broker_id, ops })
+            .await
+            .map(|_| ())
+    };
+    outcome.map_err(|e| commit_error(&e))
 }

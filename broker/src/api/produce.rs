@@ -30,7 +30,7 @@ use crate::metadata::image::TopicImage;
 use crate::partition::AppendOutcome;
 use crate::purgatory::DelayedProduce;
 use crate::quota::ANONYMOUS;
-use crate::topic_config;
+use crate::topic_config::{self, BrokerOverrides};
 
 /// Produce v13 names topics by id; earlier versions by name.
 const FIRST_VERSION_WITH_TOPIC_IDS: i16 = 13;
@@ -141,8 +141,8 @@ fn append(
     now: i64,
 ) -> Result<(Appended, Option<DelayedProduce>), Refusal> {
     let (partition, registration) = broker.replicas.leader_partition_or_explain(topic, index)?;
-    let min_isr =
-        topic_config::min_insync_replicas(&topic.configs, &broker.config.overrides, registration.replicas.len());
+    let defaults = broker.topic_defaults();
+    let min_isr = topic_config::min_insync_replicas(&topic.configs, &defaults, registration.replicas.len());
     if acks == -1 {
         let isr = partition.isr_size();
         if isr < min_isr {
@@ -156,11 +156,11 @@ fn append(
         .filter(|r| !r.is_empty())
         .ok_or_else(|| Refusal::new(ResponseError::CorruptMessage, "the produce request carries no record batch"))?;
     validate_batches(&records).map_err(|e| batch_error(&e))?;
-    let cleanup_policy = topic_config::effective_value("cleanup.policy", &topic.configs, &broker.config.overrides);
+    let cleanup_policy = topic_config::effective_value("cleanup.policy", &topic.configs, &defaults);
     let rules = RecordRules {
-        timestamps: timestamp_limits(broker, topic),
+        timestamps: timestamp_limits(&defaults, topic),
         keys_required: topic_config::cleanup_policy_includes(&cleanup_policy, "compact"),
-        max_decompressed_bytes: topic_config::max_message_bytes(&topic.configs, &broker.config.overrides) as usize,
+        max_decompressed_bytes: topic_config::max_message_bytes(&topic.configs, &defaults) as usize,
     };
     check_records(&records, &rules, now)?;
     let mut batches = BytesMut::from(&records[..]);
@@ -279,8 +279,8 @@ impl TimestampLimits {
     }
 }
 
-fn timestamp_limits(broker: &Broker, topic: &TopicImage) -> Option<TimestampLimits> {
-    let value = |name: &str| topic_config::effective_value(name, &topic.configs, &broker.config.overrides);
+fn timestamp_limits(defaults: &BrokerOverrides, topic: &TopicImage) -> Option<TimestampLimits> {
+    let value = |name: &str| topic_config::effective_value(name, &topic.configs, defaults);
     if value("message.timestamp.type") == "LogAppendTime" {
         return None;
     }

@@ -8,7 +8,7 @@ use kafka_protocol::error::ResponseError;
 use super::topics::existing_topic;
 use crate::metadata::image::MetadataImage;
 use crate::metadata::outcome::ApiError;
-use crate::metadata::records::{AlterOp, ConfigResource, MetadataRecord};
+use crate::metadata::records::{AlterOp, ConfigResource, MetadataRecord, BROKER_DEFAULT};
 use crate::topic_config;
 
 /// Validates config changes to a topic and returns the records that apply them.
@@ -85,6 +85,60 @@ pub fn alter_topic_configs(
     Ok(records)
 }
 
+/// Validates dynamic config changes to one broker (`broker_id`) or to the cluster-wide
+/// defaults ([`BROKER_DEFAULT`]) and returns the records that apply them. Only SET and DELETE:
+/// none of the dynamic broker configs is a list.
+pub fn alter_broker_configs(
+    image: &MetadataImage,
+    broker_id: i32,
+    ops: &[(String, AlterOp, Option<String>)],
+) -> Result<Vec<MetadataRecord>, ApiError> {
+    if broker_id != BROKER_DEFAULT && !image.brokers.contains_key(&broker_id) {
+        return Err(ApiError::new(
+            ResponseError::InvalidRequest,
+            format!("broker {broker_id} is not registered in this cluster; name a registered broker id, or \"\" for the cluster-wide default"),
+        ));
+    }
+    let current = image.broker_configs.get(&broker_id);
+    let invalid = |msg: String| ApiError::new(ResponseError::InvalidConfig, msg);
+    let mut records = Vec::with_capacity(ops.len());
+    for (key, op, value) in ops {
+        let value = match op {
+            // As for topics, removing what is not there succeeds (kafka-reassign-partitions
+            // --verify clears throttle rates that may never have been set).
+            AlterOp::Delete if current.is_none_or(|c| !c.contains_key(key.as_str())) => continue,
+            AlterOp::Delete => None,
+            AlterOp::Set => {
+                let v = value
+                    .clone()
+                    .ok_or_else(|| invalid(format!("SET of {key} needs a value")))?;
+                topic_config::validate_dynamic_broker_config(key, &v).map_err(|e| {
+                    // Kafka answers a static config with INVALID_REQUEST, a bad value with
+                    // INVALID_CONFIG.
+                    let code = if topic_config::is_dynamic_broker_config(key) {
+                        ResponseError::InvalidConfig
+                    } else {
+                        ResponseError::InvalidRequest
+                    };
+                    ApiError::new(code, e)
+                })?;
+                Some(v)
+            }
+            AlterOp::Append | AlterOp::Subtract => {
+                return Err(invalid(format!(
+                    "{key} is not a list; APPEND and SUBTRACT apply only to lists, and no dynamic broker config is one"
+                )))
+            }
+        };
+        records.push(MetadataRecord::Config {
+            resource: ConfigResource::Broker(broker_id),
+            name: key.clone(),
+            value,
+        });
+    }
+    Ok(records)
+}
+
 /// AlterConfigs' whole-set replace as IncrementalAlterConfigs operations: the ones that make `given` the topic's whole override set: DELETE for each current
 /// override it leaves out, SET for each value it names (a null value removes the override,
 /// as Kafka treats it). A name given twice is refused, as Kafka refuses it.
@@ -93,18 +147,33 @@ pub fn replace_topic_configs_ops(
     topic: &str,
     given: &[(String, Option<String>)],
 ) -> Result<Vec<(String, AlterOp, Option<String>)>, String> {
+    replace_configs_ops(image.topic(topic).map(|t| &t.configs), given)
+}
+
+/// The same for a broker resource's dynamic configs (`broker_id` or [`BROKER_DEFAULT`]).
+pub fn replace_broker_configs_ops(
+    image: &MetadataImage,
+    broker_id: i32,
+    given: &[(String, Option<String>)],
+) -> Result<Vec<(String, AlterOp, Option<String>)>, String> {
+    replace_configs_ops(image.broker_configs.get(&broker_id), given)
+}
+
+fn replace_configs_ops(
+    current: Option<&BTreeMap<String, String>>,
+    given: &[(String, Option<String>)],
+) -> Result<Vec<(String, AlterOp, Option<String>)>, String> {
     let mut named = BTreeSet::new();
     for (key, _) in given {
         if !named.insert(key.as_str()) {
             return Err(format!("config {key:?} is given more than once; name each config once"));
         }
     }
-    let current = image.topic(topic).map(|t| t.configs.keys().cloned().collect::<Vec<_>>());
     let mut ops: Vec<(String, AlterOp, Option<String>)> = current
-        .unwrap_or_default()
         .into_iter()
+        .flat_map(BTreeMap::keys)
         .filter(|key| !named.contains(key.as_str()))
-        .map(|key| (key, AlterOp::Delete, None))
+        .map(|key| (key.clone(), AlterOp::Delete, None))
         .collect();
     ops.extend(given.iter().map(|(key, value)| match value {
         Some(v) => (key.clone(), AlterOp::Set, Some(v.clone())),
@@ -199,5 +268,52 @@ mod tests {
         let image = image_with_brokers(&[1]);
         let err = replace_topic_configs_ops(&image, "t", &[set("retention.ms", "1"), set("retention.ms", "2")]).unwrap_err();
         assert!(err.contains("more than once"), "{err}");
+    }
+
+    #[test]
+    fn dynamic_broker_configs_are_set_and_removed_per_broker_and_cluster_wide() {
+        let mut image = image_with_brokers(&[1, 2]);
+        let ops = vec![
+            ("log.retention.ms".to_string(), AlterOp::Set, Some("60000".to_string())),
+            ("follower.replication.throttled.rate".to_string(), AlterOp::Set, Some("1000".to_string())),
+        ];
+        let records = alter_broker_configs(&image, 2, &ops).unwrap();
+        apply_all(&mut image, &records);
+        let cluster_wide = vec![("log.segment.bytes".to_string(), AlterOp::Set, Some("1048576".to_string()))];
+        let records = alter_broker_configs(&image, BROKER_DEFAULT, &cluster_wide).unwrap();
+        apply_all(&mut image, &records);
+        assert_eq!(image.broker_configs[&2]["log.retention.ms"], "60000");
+        assert_eq!(image.broker_configs[&2]["follower.replication.throttled.rate"], "1000");
+        assert_eq!(image.broker_configs[&BROKER_DEFAULT]["log.segment.bytes"], "1048576");
+        assert!(!image.broker_configs.contains_key(&1));
+
+        let static_overrides = BTreeMap::new();
+        let defaults = topic_config::broker_defaults(&static_overrides, &image.broker_configs, 2);
+        assert_eq!(topic_config::log_config(&BTreeMap::new(), &defaults).retention_ms, 60_000);
+        assert_eq!(topic_config::log_config(&BTreeMap::new(), &defaults).segment_bytes, 1_048_576);
+
+        let delete = vec![
+            ("log.retention.ms".to_string(), AlterOp::Delete, None),
+            ("leader.replication.throttled.rate".to_string(), AlterOp::Delete, None),
+        ];
+        let records = alter_broker_configs(&image, 2, &delete).unwrap();
+        assert_eq!(records.len(), 1, "removing what is not set writes nothing: {records:?}");
+        apply_all(&mut image, &records);
+        assert!(!image.broker_configs[&2].contains_key("log.retention.ms"));
+    }
+
+    #[test]
+    fn static_or_invalid_broker_configs_are_refused_with_kafkas_codes() {
+        let image = image_with_brokers(&[1]);
+        let set = |key: &str, value: &str| vec![(key.to_string(), AlterOp::Set, Some(value.to_string()))];
+        let code = |broker_id, ops: &[(String, AlterOp, Option<String>)]| {
+            alter_broker_configs(&image, broker_id, ops).unwrap_err().error
+        };
+        assert_eq!(code(1, &set("num.io.threads", "4")), ResponseError::InvalidRequest);
+        assert_eq!(code(1, &set("log.retention.ms", "soon")), ResponseError::InvalidConfig);
+        assert_eq!(code(1, &set("leader.replication.throttled.rate", "-5")), ResponseError::InvalidConfig);
+        assert_eq!(code(7, &set("log.retention.ms", "1")), ResponseError::InvalidRequest);
+        let append = vec![("log.retention.ms".to_string(), AlterOp::Append, Some("1".to_string()))];
+        assert_eq!(code(1, &append), ResponseError::InvalidConfig);
     }
 }

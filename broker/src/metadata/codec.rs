@@ -241,6 +241,22 @@ fn alter_op_from_pb(code: i32) -> Decoded<AlterOp> {
     }
 }
 
+fn alter_ops_to_pb(ops: &[(String, AlterOp, Option<String>)]) -> Vec<pb::AlterConfigOp> {
+    ops.iter()
+        .map(|(name, op, value)| pb::AlterConfigOp {
+            name: name.clone(),
+            op: alter_op_to_pb(*op).into(),
+            value: value.clone(),
+        })
+        .collect()
+}
+
+fn alter_ops_from_pb(ops: Vec<pb::AlterConfigOp>) -> Decoded<Vec<(String, AlterOp, Option<String>)>> {
+    ops.into_iter()
+        .map(|op| Ok((op.name, alter_op_from_pb(op.op)?, op.value)))
+        .collect()
+}
+
 fn election_type_to_pb(election: ElectionType) -> pb::ElectionType {
     match election {
         ElectionType::Preferred => pb::ElectionType::Preferred,
@@ -297,15 +313,12 @@ fn command_to_pb(command: &MetadataCommand) -> pb::MetadataCommand {
         }),
         MetadataCommand::AlterTopicConfigs { name, ops, list_bases } => C::AlterTopicConfigs(pb::AlterTopicConfigs {
             name: name.clone(),
-            ops: ops
-                .iter()
-                .map(|(name, op, value)| pb::AlterConfigOp {
-                    name: name.clone(),
-                    op: alter_op_to_pb(*op).into(),
-                    value: value.clone(),
-                })
-                .collect(),
+            ops: alter_ops_to_pb(ops),
             list_bases: list_bases.clone(),
+        }),
+        MetadataCommand::AlterBrokerConfigs { broker_id, ops } => C::AlterBrokerConfigs(pb::AlterBrokerConfigs {
+            broker_id: *broker_id,
+            ops: alter_ops_to_pb(ops),
         }),
         MetadataCommand::AlterPartition {
             topic_id,
@@ -411,12 +424,12 @@ fn command_from_pb(command: pb::MetadataCommand) -> Decoded<MetadataCommand> {
             },
             C::AlterTopicConfigs(a) => MetadataCommand::AlterTopicConfigs {
                 name: a.name,
-                ops: a
-                    .ops
-                    .into_iter()
-                    .map(|op| Ok((op.name, alter_op_from_pb(op.op)?, op.value)))
-                    .collect::<Decoded<_>>()?,
+                ops: alter_ops_from_pb(a.ops)?,
                 list_bases: a.list_bases,
+            },
+            C::AlterBrokerConfigs(a) => MetadataCommand::AlterBrokerConfigs {
+                broker_id: a.broker_id,
+                ops: alter_ops_from_pb(a.ops)?,
             },
             C::AlterPartition(a) => MetadataCommand::AlterPartition {
                 topic_id: uuid("alter_partition topic_id", &a.topic_id)?,
@@ -758,6 +771,7 @@ fn image_from_pb(image: pb::Image) -> Decoded<MetadataImage> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metadata::records::BROKER_DEFAULT;
 
     fn id(n: u128) -> Uuid {
         Uuid::from_u128(n)
@@ -918,6 +932,13 @@ mod tests {
                     ("cleanup.policy".into(), AlterOp::Subtract, Some("compact".into())),
                 ],
                 list_bases: configs(&[("cleanup.policy", "compact")]),
+            },
+            MetadataCommand::AlterBrokerConfigs {
+                broker_id: BROKER_DEFAULT,
+                ops: vec![
+                    ("log.retention.ms".into(), AlterOp::Set, Some("60000".into())),
+                    ("leader.replication.throttled.rate".into(), AlterOp::Delete, None),
+                ],
             },
             MetadataCommand::AlterPartition {
                 topic_id: id(8),

@@ -18,8 +18,13 @@ pub struct Endpoint {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ConfigResource {
     Topic(String),
+    /// One broker's dynamic configs, or with [`BROKER_DEFAULT`] the cluster-wide ones.
     Broker(i32),
 }
+
+/// The broker id under which the cluster-wide dynamic broker configs are kept: Kafka's broker
+/// config resource named `""`. No broker has a negative id, so it names none.
+pub const BROKER_DEFAULT: i32 = -1;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MetadataRecord {
@@ -117,6 +122,12 @@ pub enum MetadataCommand {
         name: String,
         ops: Vec<(String, AlterOp, Option<String>)>,
         list_bases: BTreeMap<String, String>,
+    },
+    /// IncrementalAlterConfigs on a broker resource: `broker_id` names one broker, or is
+    /// [`BROKER_DEFAULT`] for the cluster-wide dynamic defaults. Only SET and DELETE.
+    AlterBrokerConfigs {
+        broker_id: i32,
+        ops: Vec<(String, AlterOp, Option<String>)>,
     },
     /// Kafka's AlterPartition: a partition leader changes its ISR. Accepted only if the leader
     /// still leads at `leader_epoch` and the registration is still at `partition_epoch`

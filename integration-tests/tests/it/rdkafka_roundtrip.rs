@@ -213,11 +213,11 @@ async fn hundred_thousand_keyed_records_read_back_in_order_with_headers_and_time
     Ok(())
 }
 
-/// Count of stored batches per compression codec (attributes & 7) in the `.log` segments of
-/// `topic` under `data_dir` (layout `<topic>-<partition>/<base_offset>.log`, batches stored as
-/// received: see DESIGN.md).
-fn stored_batch_codecs(data_dir: &Path, topic: &str) -> Result<BTreeMap<i16, usize>> {
-    let mut codecs = BTreeMap::new();
+/// Stored batches per compression codec (attributes & 7) in the `.log` segments of `topic` under
+/// `data_dir` (layout `<topic>-<partition>/<base_offset>.log`, batches stored as received: see
+/// DESIGN.md), each codec with the record counts of its batches.
+fn stored_batch_codecs(data_dir: &Path, topic: &str) -> Result<BTreeMap<i16, Vec<i32>>> {
+    let mut codecs: BTreeMap<i16, Vec<i32>> = BTreeMap::new();
     for entry in std::fs::read_dir(data_dir)? {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy().to_string();
@@ -236,12 +236,13 @@ fn stored_batch_codecs(data_dir: &Path, topic: &str) -> Result<BTreeMap<i16, usi
             let bytes = std::fs::read(&path)?;
             let mut pos = 0usize;
             // Batch header: base offset i64, batch length i32, leader epoch i32, magic i8,
-            // crc u32, attributes i16 (at byte 21).
+            // crc u32, attributes i16 (at byte 21), ..., record count i32 (at byte 57).
             while pos + 61 <= bytes.len() {
                 let len = i32::from_be_bytes(bytes[pos + 8..pos + 12].try_into()?);
                 ensure!(len >= 49, "{}: batch length {len} at byte {pos}", path.display());
                 let attributes = i16::from_be_bytes(bytes[pos + 21..pos + 23].try_into()?);
-                *codecs.entry(attributes & 7).or_default() += 1;
+                let records = i32::from_be_bytes(bytes[pos + 57..pos + 61].try_into()?);
+                codecs.entry(attributes & 7).or_default().push(records);
                 pos += 12 + len as usize;
             }
         }
@@ -283,11 +284,20 @@ async fn compressed_round_trip(codec: &str, codec_id: i16) -> Result<()> {
         "{codec}: no batches found in segment files under {}",
         node.data_dir().display()
     );
+    // librdkafka sends a batch uncompressed when compressing did not make it smaller
+    // (rdkafka_msgset_writer.c), which happens to a batch of one or two short records when a
+    // loaded machine cuts batches small. Any larger uncompressed batch means the client chose
+    // not to compress: it enables LZ4 only if the broker advertises FindCoordinator, and ZSTD
+    // only with Produce >= v7 and Fetch >= v10 (librdkafka src/rdkafka_feature.c).
+    let compressed = codecs.get(&codec_id).map_or(0, Vec::len);
+    let wrong: Vec<_> = codecs
+        .iter()
+        .filter(|(&c, counts)| c != codec_id && !(c == 0 && counts.iter().all(|&n| n <= 2)))
+        .collect();
     ensure!(
-        codecs.keys().all(|&c| c == codec_id),
-        "{codec}: stored batches by codec id {codecs:?}, want only {codec_id}. Codec 0 means librdkafka sent \
-         them uncompressed: it enables LZ4 only if the broker advertises FindCoordinator, and ZSTD only \
-         with Produce >= v7 and Fetch >= v10 (librdkafka src/rdkafka_feature.c)"
+        compressed > 0 && wrong.is_empty(),
+        "{codec}: record counts of the stored batches by codec id {codecs:?}; want codec {codec_id}, \
+         or 0 only for batches of at most 2 records"
     );
     Ok(())
 }
@@ -334,7 +344,7 @@ async fn consumer_starting_inside_a_batch_reads_the_rest_of_that_batch() -> Resu
     .await?;
     let codecs = stored_batch_codecs(node.data_dir(), "one-batch")?;
     ensure!(
-        codecs == BTreeMap::from([(1, 1)]),
+        codecs.len() == 1 && codecs.get(&1).is_some_and(|counts| counts.len() == 1),
         "expected one gzip batch, stored {codecs:?}"
     );
     let order = produced_order(&delivered, 1)?;
