@@ -56,6 +56,42 @@ def test_kafka_topics_and_kafka_configs_create_describe_and_alter(start_node):
     assert "java-admin" not in listed.split()
 
 
+def test_kafka_configs_dynamic_broker_configs_are_topic_defaults_per_broker_and_cluster_wide(cluster):
+    nodes = cluster()
+    bootstrap = ",".join(n.bootstrap for n in nodes)
+    configs = "kafka.admin.ConfigCommand"
+
+    def describe(*entity: str) -> str:
+        return kafka_tool(configs, "--bootstrap-server", bootstrap, "--describe", *entity)
+
+    kafka_tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", bootstrap, "--create",
+               "--topic", "java-dynamic", "--partitions", "1")
+    kafka_tool(configs, "--bootstrap-server", bootstrap, "--alter", "--entity-type", "brokers",
+               "--entity-default", "--add-config", "log.retention.ms=3600000")
+    kafka_tool(configs, "--bootstrap-server", bootstrap, "--alter", "--entity-type", "brokers",
+               "--entity-name", "2", "--add-config", "log.retention.ms=1800000")
+    assert "log.retention.ms=3600000" in describe("--entity-type", "brokers", "--entity-default")
+    # Each broker reports the value that applies to it, with where it came from.
+    broker_2 = describe("--entity-type", "brokers", "--entity-name", "2")
+    assert "log.retention.ms=1800000" in broker_2, broker_2
+    broker_3 = describe("--entity-type", "brokers", "--entity-name", "3", "--all")
+    assert "log.retention.ms=3600000" in broker_3 and "DYNAMIC_DEFAULT_BROKER_CONFIG" in broker_3, broker_3
+    topic = describe("--entity-type", "topics", "--entity-name", "java-dynamic", "--all")
+    assert "retention.ms=3600000" in topic or "retention.ms=1800000" in topic, topic
+
+    refused = subprocess.run(
+        ["java", "-cp", os.pathsep.join(str(j) for j in sorted(JAVA_LIB.glob("*.jar"))), configs,
+         "--bootstrap-server", bootstrap, "--alter", "--entity-type", "brokers", "--entity-name", "1",
+         "--add-config", "num.io.threads=2"], capture_output=True, text=True, timeout=90)
+    assert refused.returncode != 0 and "not a dynamic broker config" in refused.stdout + refused.stderr, refused
+
+    kafka_tool(configs, "--bootstrap-server", bootstrap, "--alter", "--entity-type", "brokers",
+               "--entity-default", "--delete-config", "log.retention.ms")
+    assert "log.retention.ms" not in describe("--entity-type", "brokers", "--entity-default")
+    broker_3 = describe("--entity-type", "brokers", "--entity-name", "3", "--all")
+    assert "log.retention.ms=604800000" in broker_3, broker_3
+
+
 def test_kafka_metadata_quorum_describe_status(start_node):
     node = start_node()
     status = kafka_tool("org.apache.kafka.tools.MetadataQuorumCommand", "--bootstrap-server", node.bootstrap,
