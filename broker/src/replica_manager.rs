@@ -35,6 +35,7 @@ use crate::metadata::image::{MetadataImage, PartitionRegistration, TopicImage};
 use crate::metadata::records::MetadataCommand;
 use crate::metadata::{MetadataStore, METADATA_LOG_DIR};
 use crate::partition::{AppendError, Partition, RoleChange};
+use crate::quota::ReplicationQuota;
 use crate::replication::{checkpoint, ReplicaFetcherManager};
 use crate::topic_config;
 
@@ -48,6 +49,8 @@ pub struct ReplicaManager {
     /// The broker-level topic defaults (static and dynamic) those were resolved against.
     applied_defaults: parking_lot::Mutex<topic_config::BrokerOverrides>,
     fetchers: ReplicaFetcherManager,
+    /// The leader side of the replication throttle (the follower side is the fetchers').
+    leader_quota: Arc<ReplicationQuota>,
     /// High watermarks from the checkpoint read at start, for partitions not opened yet.
     checkpointed: parking_lot::Mutex<HashMap<(String, i32), i64>>,
     /// Turns for fetch disk reads on the blocking pool, `num.io.threads` at once: bounds the
@@ -101,7 +104,15 @@ impl ReplicaManager {
     pub fn new(config: Arc<BrokerConfig>, metadata: Arc<MetadataStore>) -> Self {
         let checkpointed = checkpoint::read(&config.data_dir);
         ReplicaManager {
-            fetchers: ReplicaFetcherManager::new(config.clone(), metadata.subscribe()),
+            fetchers: ReplicaFetcherManager::new(
+                config.clone(),
+                metadata.subscribe(),
+                ReplicationQuota::follower(config.quota.replication_window_num, config.quota.replication_window_ms()),
+            ),
+            leader_quota: Arc::new(ReplicationQuota::leader(
+                config.quota.replication_window_num,
+                config.quota.replication_window_ms(),
+            )),
             metadata,
             reconcile_lock: parking_lot::Mutex::new(()),
             isr_proposals: parking_lot::Mutex::default(),
@@ -112,6 +123,11 @@ impl ReplicaManager {
             fetch_reads: Arc::new(Semaphore::new(config.num_io_threads.max(1))),
             config,
         }
+    }
+
+    /// The leader side of the replication throttle, for follower fetches this broker serves.
+    pub fn leader_quota(&self) -> &Arc<ReplicationQuota> {
+        &self.leader_quota
     }
 
     /// Turns for fetch disk reads (see `fetch_reads`): a fetch holds one while its bytes are read.

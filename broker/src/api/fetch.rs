@@ -41,7 +41,7 @@ use crate::clock::now_ms;
 use crate::log::LogError;
 use crate::partition::{Partition, PartitionRead, ReadBound};
 use crate::purgatory::{DelayedFetch, FetchWake};
-use crate::quota::ANONYMOUS;
+use crate::quota::{ReplicationQuota, ANONYMOUS};
 use crate::replica_manager::{check_follower_identity, FetchParty};
 use crate::replication::FIRST_FETCH_VERSION_WITH_REPLICA_STATE;
 
@@ -60,6 +60,8 @@ struct Target {
     current_leader_epoch: i32,
     index: i32,
     partition: Result<Arc<Partition>, ResponseError>,
+    /// An out-of-sync follower's read of a replica the leader throttles.
+    throttled: bool,
 }
 
 struct TopicTargets {
@@ -78,6 +80,9 @@ struct FetchPlan {
     by_topic_id: bool,
     /// A verified follower's fetch: read to the log end.
     from_follower: bool,
+    /// The leader's replication throttle and its bound (bytes/s), when one is set and this
+    /// is a follower's fetch.
+    throttle: Option<(Arc<ReplicationQuota>, f64)>,
 }
 
 /// One partition of a read pass: its answer already (an error), or its read, planned.
@@ -192,6 +197,14 @@ fn resolve(broker: &Arc<Broker>, request: &FetchRequest, version: i16, client_id
         }
     };
     let now = now_ms();
+    let throttle = match party {
+        FetchParty::Follower { identity: Ok(()), .. } => {
+            let quota = broker.replicas.leader_quota();
+            quota.bound(&broker.topic_defaults()).map(|bound| (quota.clone(), bound))
+        }
+        _ => None,
+    };
+    let node_id = broker.config.node_id;
     let topics = request
         .topics
         .iter()
@@ -214,6 +227,17 @@ fn resolve(broker: &Arc<Broker>, request: &FetchRequest, version: i16, client_id
                     partition_max_bytes: (p.partition_max_bytes.max(0) as usize).min(max_bytes),
                     current_leader_epoch: p.current_leader_epoch,
                     index: p.partition,
+                    throttled: throttle.is_some()
+                        && topic.is_some_and(|topic| {
+                            let in_sync = topic
+                                .partitions
+                                .get(p.partition.max(0) as usize)
+                                .is_some_and(|r| r.isr.contains(&replica_id));
+                            broker
+                                .replicas
+                                .leader_quota()
+                                .applies_to(&topic.configs, p.partition, node_id, in_sync)
+                        }),
                     partition: match topic {
                         None => Err(unknown),
                         Some(topic) => broker.replicas.partition_for_fetch(
@@ -242,6 +266,7 @@ fn resolve(broker: &Arc<Broker>, request: &FetchRequest, version: i16, client_id
         read_committed: request.isolation_level == READ_COMMITTED,
         by_topic_id,
         from_follower,
+        throttle,
     }
 }
 
@@ -336,12 +361,27 @@ fn read_partition(
         PartitionPass::Answered(data) => return data,
         PartitionPass::Planned { read, partition } => (read, partition),
     };
+    let throttle = plan.throttle.as_ref().filter(|_| target.throttled);
+    if let Some((quota, bound)) = throttle {
+        if quota.is_exceeded(*bound, now_ms()) {
+            // Kafka's leader throttle: no records for this replica until the rate falls back.
+            return empty(plan, target)
+                .with_high_watermark(partition.high_watermark())
+                .with_last_stable_offset(partition.high_watermark())
+                .with_log_start_offset(partition.log_start_offset());
+        }
+    }
     match read.read(max_bytes, min_one_message) {
-        Ok(outcome) => empty(plan, target)
+        Ok(outcome) => {
+            if let Some((quota, _)) = throttle {
+                quota.record(outcome.records.len(), now_ms());
+            }
+            empty(plan, target)
             .with_high_watermark(outcome.high_watermark)
             .with_last_stable_offset(outcome.high_watermark)
             .with_log_start_offset(outcome.log_start_offset)
-            .with_records(Some(outcome.records)),
+            .with_records(Some(outcome.records))
+        }
         Err(e) => failed_at(plan, target, &partition, read_error(&partition, target, &e)),
     }
 }

@@ -190,6 +190,9 @@ const BROKER_KEYS: &[(&str, &str, ConfigType)] = &[
     ("quota.window.num", "11", ConfigType::Int),
     ("quota.window.size.seconds", "1", ConfigType::Int),
     ("quota.max.tracked.entities", "10000", ConfigType::Int),
+    // Replication throttles (leader/follower.replication.throttled.rate, dynamic broker configs).
+    ("replication.quota.window.num", "11", ConfigType::Int),
+    ("replication.quota.window.size.seconds", "1", ConfigType::Int),
 ];
 
 /// Resolved configuration of one broker.

@@ -7,11 +7,14 @@
 //! when the rate passes the quota the answer carries Kafka's throttle time. The connection then
 //! stops reading from the client for that long (KIP-219: respond at once, then mute).
 //!
+//! `replication.rs` holds the replication throttles, which use the same sampled rate.
+//!
 //! No quota configured costs one emptiness check of the image's quotas. Rates live under a
 //! mutex never held across an await, capped at `quota.max.tracked.entities` entities.
 
 mod precedence;
 mod rate;
+mod replication;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,6 +25,7 @@ use crate::config::QuotaConfig;
 use crate::controller::quotas::{CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE};
 use crate::metadata::image::MetadataImage;
 pub use precedence::QuotaTable;
+pub use replication::ReplicationQuota;
 use rate::{throttle_time_ms, RateWindow, SampledRate};
 
 /// The principal of every connection until authentication exists (Kafka's unauthenticated

@@ -26,6 +26,8 @@ use crate::clock::now_ms;
 use crate::config::BrokerConfig;
 use crate::metadata::image::MetadataImage;
 use crate::partition::Partition;
+use crate::quota::ReplicationQuota;
+use crate::topic_config;
 
 type PartitionKey = (Uuid, i32);
 
@@ -41,6 +43,8 @@ const PARTITION_RETRY: Duration = Duration::from_millis(50);
 const RECONNECT_BACKOFF: Duration = Duration::from_millis(500);
 /// Slack beyond the fetch's own wait before a silent leader is given up on.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pause when every partition of a fetcher waits on the follower replication throttle.
+const THROTTLE_PAUSE: Duration = Duration::from_millis(100);
 
 /// One followed partition as its fetcher sees it.
 #[derive(Clone)]
@@ -50,6 +54,8 @@ struct FetchState {
     /// Truncated to the leader's history for this epoch; fetching from the log end.
     truncated: bool,
     retry_at: Option<Instant>,
+    /// Its bytes count against the follower replication throttle (set for each fetch).
+    throttled: bool,
 }
 
 struct Shared {
@@ -66,14 +72,21 @@ pub struct ReplicaFetcherManager {
     config: Arc<BrokerConfig>,
     images: watch::Receiver<Arc<MetadataImage>>,
     fetchers: Mutex<HashMap<i32, Fetcher>>,
+    /// The follower side of the replication throttle, shared by every fetcher of this broker.
+    quota: Arc<ReplicationQuota>,
 }
 
 impl ReplicaFetcherManager {
-    pub fn new(config: Arc<BrokerConfig>, images: watch::Receiver<Arc<MetadataImage>>) -> Self {
+    pub fn new(
+        config: Arc<BrokerConfig>,
+        images: watch::Receiver<Arc<MetadataImage>>,
+        quota: ReplicationQuota,
+    ) -> Self {
         ReplicaFetcherManager {
             config,
             images,
             fetchers: Mutex::default(),
+            quota: Arc::new(quota),
         }
     }
 
@@ -96,6 +109,7 @@ impl ReplicaFetcherManager {
                 shared.clone(),
                 self.config.clone(),
                 self.images.clone(),
+                self.quota.clone(),
             ));
             Fetcher { shared, task }
         });
@@ -106,6 +120,7 @@ impl ReplicaFetcherManager {
                 leader_epoch,
                 truncated: false,
                 retry_at: None,
+                throttled: false,
             },
         );
         fetcher.shared.wake.notify_one();
@@ -139,6 +154,7 @@ async fn run_fetcher(
     shared: Arc<Shared>,
     config: Arc<BrokerConfig>,
     images: watch::Receiver<Arc<MetadataImage>>,
+    quota: Arc<ReplicationQuota>,
 ) {
     let mut connection: Option<BrokerConnection> = None;
     let mut failures = 0u32;
@@ -180,7 +196,14 @@ async fn run_fetcher(
         let result = if !to_truncate.is_empty() {
             truncate(conn, &config, &shared, to_truncate).await
         } else {
-            fetch(conn, &config, own_broker_epoch(&config, &images), &shared, to_fetch).await
+            let image = images.borrow().clone();
+            let to_fetch = hold_back_throttled(&config, &image, &quota, to_fetch);
+            if to_fetch.is_empty() {
+                // Every ready partition waits on the follower throttle.
+                tokio::time::sleep(THROTTLE_PAUSE).await;
+                continue;
+            }
+            fetch(conn, &config, own_broker_epoch(&config, &images), &shared, &quota, to_fetch).await
         };
         match result {
             Ok(()) => failures = 0,
@@ -360,11 +383,40 @@ async fn truncate(
     Ok(())
 }
 
+/// The partitions to fetch now, each flagged when its bytes count against the follower
+/// throttle; throttled ones are left out while the throttle's rate is above its bound.
+fn hold_back_throttled(
+    config: &BrokerConfig,
+    image: &MetadataImage,
+    quota: &ReplicationQuota,
+    states: Vec<(PartitionKey, FetchState)>,
+) -> Vec<(PartitionKey, FetchState)> {
+    let defaults = topic_config::broker_defaults(&config.overrides, &image.broker_configs, config.node_id);
+    let Some(bound) = quota.bound(&defaults) else {
+        return states.into_iter().map(|(k, s)| (k, FetchState { throttled: false, ..s })).collect();
+    };
+    let exceeded = quota.is_exceeded(bound, now_ms());
+    states
+        .into_iter()
+        .filter_map(|(key, state)| {
+            let throttled = image.topic_by_id(&key.0).is_some_and(|topic| {
+                let in_sync = topic
+                    .partitions
+                    .get(key.1.max(0) as usize)
+                    .is_some_and(|r| r.isr.contains(&config.node_id));
+                quota.applies_to(&topic.configs, key.1, config.node_id, in_sync)
+            });
+            (!(throttled && exceeded)).then_some((key, FetchState { throttled, ..state }))
+        })
+        .collect()
+}
+
 async fn fetch(
     conn: &mut BrokerConnection,
     config: &BrokerConfig,
     broker_epoch: i64,
     shared: &Shared,
+    quota: &ReplicationQuota,
     states: Vec<(PartitionKey, FetchState)>,
 ) -> Result<(), ClientError> {
     let mut by_topic: HashMap<Uuid, Vec<FetchPartition>> = HashMap::new();
@@ -409,6 +461,9 @@ async fn fetch(
                                 update(shared, key, epoch, |s| s.truncated = false);
                             }
                             continue;
+                        }
+                        if state.throttled {
+                            quota.record(records.len(), now);
                         }
                     }
                     p.update_follower_high_watermark(data.high_watermark);

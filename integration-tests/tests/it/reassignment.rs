@@ -2,7 +2,8 @@
 //! on real 3-node clusters, sent as typed Kafka requests (rdkafka's admin client has neither):
 //! a partition moves to other brokers with every record, the broker it left deletes its log,
 //! a move waits while a new replica is down and completes once it is back, a cancelled move
-//! reverts, and refused targets get Kafka's error codes.
+//! reverts, a throttled move copies no faster than its throttle, and refused targets get
+//! Kafka's error codes.
 //!
 //! `kafka-reassign-partitions` itself is run in `integration-tests/python/test_java_records_and_log_dirs.py`.
 
@@ -13,8 +14,10 @@ use anyhow::{ensure, Context, Result};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::alter_partition_reassignments_request::{ReassignablePartition, ReassignableTopic};
 use kafka_protocol::messages::list_partition_reassignments_response::OngoingPartitionReassignment;
+use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
 use kafka_protocol::messages::{
-    AlterPartitionReassignmentsRequest, BrokerId, ListPartitionReassignmentsRequest, TopicName,
+    AlterPartitionReassignmentsRequest, BrokerId, IncrementalAlterConfigsRequest, ListPartitionReassignmentsRequest,
+    TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::message::Message;
@@ -77,6 +80,37 @@ fn ongoing(addr: SocketAddr, topic: &str) -> Result<Option<OngoingPartitionReass
         .into_iter()
         .find(|t| t.name.0.as_str() == topic)
         .and_then(|t| t.partitions.into_iter().find(|p| p.partition_index == 0)))
+}
+
+/// IncrementalAlterConfigs SET (`Some`) or DELETE (`None`) of one config of a broker (`"1"`)
+/// or topic resource; the resource's error code.
+fn alter_config(addr: SocketAddr, resource_type: i8, name: &str, key: &str, value: Option<&str>) -> Result<i16> {
+    let request = IncrementalAlterConfigsRequest::default().with_resources(vec![AlterConfigsResource::default()
+        .with_resource_type(resource_type)
+        .with_resource_name(StrBytes::from_string(name.to_string()))
+        .with_configs(vec![AlterableConfig::default()
+            .with_name(StrBytes::from_string(key.to_string()))
+            .with_config_operation(if value.is_some() { 0 } else { 1 })
+            .with_value(value.map(|v| StrBytes::from_string(v.to_string())))])]);
+    let response = kafka_client::call(addr, &request, 1, TIMEOUT)?;
+    Ok(response.responses.first().context("no resource result")?.error_code)
+}
+
+const BROKER: i8 = 4;
+const TOPIC: i8 = 2;
+
+/// Bytes of the segment files of partition 0 of `topic` in `data_dir`.
+fn log_bytes(data_dir: &std::path::Path, topic: &str) -> u64 {
+    std::fs::read_dir(data_dir.join(format!("{topic}-0")))
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
 }
 
 fn ids(v: &[BrokerId]) -> Vec<i32> {
@@ -201,6 +235,71 @@ fn a_move_onto_a_down_broker_waits_for_it_and_a_cancelled_move_reverts() -> Resu
     wait_until(TIMEOUT, "the finished move unlisted", || {
         ongoing(cluster.addr(3), "waiting").ok()?.is_none().then_some(())
     })?;
+    Ok(())
+}
+
+/// `kafka-reassign-partitions --throttle` as the tool sets it: the rates on the brokers, the
+/// moving replicas on the topic. The new replica copies no faster than the throttle allows
+/// (after the first fetch, whose megabyte alone is ten seconds' worth at 100 KB/s) and
+/// finishes once the throttle is lifted.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_throttled_move_copies_no_faster_than_the_throttle_until_it_is_lifted() -> Result<()> {
+    const RECORDS: usize = 3_000;
+    let cluster = Cluster::start(3, SETTINGS)?;
+    kafka_client::create_topic_on(cluster.addr(1), "throttled", &[&[1]])?;
+    cluster.partition_leader(1, "throttled", 0, TIMEOUT)?;
+    let producer = clients::future_producer(&cluster.bootstrap())?;
+    let value = vec![b'x'; 2048];
+    let mut outstanding = std::collections::VecDeque::new();
+    let mut done = Vec::new();
+    for i in 0..RECORDS {
+        let record = rdkafka::producer::FutureRecord::<[u8], [u8]>::to("throttled").partition(0).payload(&value[..]);
+        clients::enqueue(&producer, record, &mut outstanding, &mut done, i).await?;
+    }
+    for (i, delivery) in outstanding {
+        done.push((i, delivery.await?));
+    }
+    ensure!(done.iter().all(|(_, d)| d.is_ok()), "every record should be acknowledged");
+    let leader_bytes = log_bytes(&cluster.data_dir(1), "throttled");
+    ensure!(leader_bytes > 5_000_000, "the leader holds {leader_bytes} bytes");
+
+    let addr = cluster.addr(1);
+    for (resource_type, name, key, value) in [
+        (BROKER, "1", "leader.replication.throttled.rate", "100000"),
+        (BROKER, "2", "follower.replication.throttled.rate", "100000"),
+        (TOPIC, "throttled", "leader.replication.throttled.replicas", "0:1"),
+        (TOPIC, "throttled", "follower.replication.throttled.replicas", "0:2"),
+    ] {
+        ensure!(alter_config(addr, resource_type, name, key, Some(value))? == 0, "setting {key}");
+    }
+    ensure!(reassign(addr, "throttled", Some(&[1, 2]))? == 0, "the move should start");
+    wait_until(TIMEOUT, "broker 2 to start copying", || {
+        (log_bytes(&cluster.data_dir(2), "throttled") > 0).then_some(())
+    })?;
+    std::thread::sleep(Duration::from_secs(3)); // what the throttle lets through meanwhile is the point
+    let copied = log_bytes(&cluster.data_dir(2), "throttled");
+    ensure!(
+        copied < leader_bytes / 2,
+        "broker 2 copied {copied} of {leader_bytes} bytes within 3 s of a 100 KB/s throttle"
+    );
+    let p = cluster.partition_0(1, "throttled")?;
+    ensure!(p.isr == [1], "the throttled replica is still catching up: {p:?}");
+    ensure!(ongoing(addr, "throttled")?.is_some(), "the move is still under way");
+
+    for (resource_type, name, key) in [
+        (BROKER, "1", "leader.replication.throttled.rate"),
+        (BROKER, "2", "follower.replication.throttled.rate"),
+    ] {
+        ensure!(alter_config(addr, resource_type, name, key, None)? == 0, "removing {key}");
+    }
+    cluster.await_partition_0(
+        &[1, 2],
+        "throttled",
+        "the move to finish once the throttle is lifted",
+        TIMEOUT,
+        |p| p.replicas == [1, 2] && p.has_full_isr(),
+    )?;
+    ensure!(log_bytes(&cluster.data_dir(2), "throttled") == leader_bytes, "broker 2 holds the whole log");
     Ok(())
 }
 
