@@ -5,7 +5,7 @@
 //! reverts, a throttled move copies no faster than its throttle, and refused targets get
 //! Kafka's error codes.
 //!
-//! `kafka-reassign-partitions` itself is run in `integration-tests/python/test_java_records_and_log_dirs.py`.
+//! `kafka-reassign-partitions` itself is run in `integration-tests/python/test_java_reassign.py`.
 
 use std::net::SocketAddr;
 use std::time::Duration;
