@@ -197,6 +197,7 @@ fn answer(
             let (version, correlation_id) = (request.api_version, request.header.correlation_id);
             match api::handle(broker, request, peer) {
                 Reply::None => Ok(None),
+                Reply::Close(reason) => Err(reason),
                 Reply::Throttled(throttle_time_ms) => {
                     mute.throttle(throttle_time_ms);
                     Ok(None)

@@ -61,6 +61,9 @@ pub enum Reply {
     /// No response, but stop reading from the client for this many ms (an acks=0 Produce past
     /// its quota: Kafka mutes the channel).
     Throttled(i32),
+    /// No response, and the connection closes for the reason given (an acks=0 Produce that
+    /// failed, as Kafka does).
+    Close(String),
     Now(ResponseBody),
     Later(BoxFuture<'static, ResponseBody>),
 }

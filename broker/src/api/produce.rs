@@ -92,6 +92,21 @@ pub fn handle(broker: &Broker, request: ProduceRequest, version: i16, client_id:
         })
         .collect();
     if acks == 0 {
+        // Kafka closes the connection when an acks=0 produce fails, the one signal such a
+        // producer gets: it reconnects and refreshes its metadata (a moved leader, say).
+        let failed = responses.iter().find_map(|t| {
+            t.partition_responses
+                .iter()
+                .find(|p| p.error_code != 0)
+                .map(|p| (t.name.0.clone(), p.index, p.error_code))
+        });
+        if let Some((topic, partition, code)) = failed {
+            let error = ResponseError::try_from_code(code).map_or_else(|| code.to_string(), |e| format!("{e:?}"));
+            return Reply::Close(format!(
+                "an acks=0 produce to {topic}-{partition} failed with {error}; closing the connection so the client \
+                 refreshes its metadata, as Kafka does"
+            ));
+        }
         return if throttle_time_ms > 0 {
             Reply::Throttled(throttle_time_ms)
         } else {

@@ -314,6 +314,45 @@ async fn produce_to_nonexistent_partition_is_rejected_unknown_topic_or_partition
     node.assert_running()
 }
 
+/// An acks=0 produce gets no response, so Kafka signals its failure the one way it can: by
+/// closing the connection, after which the client reconnects and refreshes its metadata. A
+/// successful one leaves the connection open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_acks0_produce_closes_the_connection_and_a_good_one_does_not() -> Result<()> {
+    let mut node = SluiceNode::start(NodeOptions::default())?;
+    let admin = clients::admin_client(&node.bootstrap())?;
+    clients::create_topic(&admin, "fire-and-forget", 1, &[]).await?;
+    let batch = wire::record_batch_v2(
+        clients::now_ms(),
+        &[RawRecord {
+            key: Some(b"k"),
+            value: Some(b"v"),
+        }],
+    );
+    let acks0 = |s: &mut TcpStream, version: i16, corr: i32, partition: i32| -> Result<()> {
+        let body = wire::produce_body_v3(0, 5000, "fire-and-forget", partition, &batch);
+        s.write_all(&wire::request_frame(wire::API_KEY_PRODUCE, version, corr, Some("raw"), false, &body))?;
+        Ok(())
+    };
+
+    let mut s = wire::connect(node.addr(), IO_TIMEOUT)?;
+    let v = produce_version(&mut s)?;
+    acks0(&mut s, v, 2, 0)?;
+    // Answered in order: the ApiVersions after it proves the connection is still open.
+    wire::api_versions_v0(&mut s, 3).context("the connection should stay open after a good acks=0 produce")?;
+
+    acks0(&mut s, v, 4, 7)?;
+    wire::await_close_by_broker(&mut s, CLOSE_TIMEOUT).context("an acks=0 produce to partition 7 should close")?;
+
+    let consumer = clients::stream_consumer(&node.bootstrap())?;
+    clients::assign(&consumer, "fire-and-forget", &[0], Offset::Offset(0))?;
+    let m = tokio::time::timeout(Duration::from_secs(20), consumer.recv())
+        .await
+        .context("consume the acks=0 record")??;
+    ensure!(m.offset() == 0 && m.payload() == Some(b"v"), "read back {m:?}");
+    node.assert_running()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batch_with_bad_crc_is_rejected_corrupt_message_and_not_appended() -> Result<()> {
     let mut node = SluiceNode::start(NodeOptions::default())?;
