@@ -12,7 +12,7 @@ use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceRespon
 use kafka_protocol::messages::{AlterConfigsRequest, AlterConfigsResponse};
 
 use super::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
-use super::incremental_alter_configs::broker_resource_id;
+use super::incremental_alter_configs::{alter_broker_configs, broker_resource_id};
 use super::{commit_error, str_bytes};
 use crate::broker::Broker;
 use crate::controller;
@@ -48,17 +48,7 @@ async fn alter(broker: &Broker, resource: &AlterConfigsResource, validate_only: 
         RESOURCE_BROKER => {
             let broker_id = broker_resource_id(&resource.resource_name)?;
             let ops = controller::replace_broker_configs_ops(&image, broker_id, &given).map_err(invalid)?;
-            let outcome = if validate_only {
-                controller::alter_broker_configs(&image, broker_id, &ops)
-                    .map(|_| ())
-                    .map_err(CommitError::Refused)
-            } else {
-                broker
-                    .commit(MetadataCommand::AlterBrokerConfigs { broker_id, ops })
-                    .await
-                    .map(|_| ())
-            };
-            return outcome.map_err(|e| commit_error(&e));
+            return alter_broker_configs(broker, broker_id, ops, validate_only).await;
         }
         other => return Err(invalid(format!("resource type {other} cannot be altered"))),
     }

@@ -50,7 +50,10 @@ async fn alter(broker: &Broker, resource: &AlterConfigsResource, validate_only: 
     }
     match resource.resource_type {
         RESOURCE_TOPIC => {}
-        RESOURCE_BROKER => return alter_broker_configs(broker, &resource.resource_name, ops, validate_only).await,
+        RESOURCE_BROKER => {
+            let broker_id = broker_resource_id(&resource.resource_name)?;
+            return alter_broker_configs(broker, broker_id, ops, validate_only).await;
+        }
         other => return Err(invalid(format!("resource type {other} cannot be altered"))),
     }
     let name = resource.resource_name.to_string();
@@ -91,15 +94,15 @@ pub fn broker_resource_id(name: &StrBytes) -> Result<i32, (i16, String)> {
     })
 }
 
-/// Dynamic broker configs (Kafka's `kafka-configs --entity-type brokers`): committed through
-/// the quorum; every broker's topic defaults and replication throttles follow at once.
-async fn alter_broker_configs(
+/// Dynamic broker configs (Kafka's `kafka-configs --entity-type brokers`) of `broker_id` (or
+/// [`BROKER_DEFAULT`]): committed through the quorum; every broker's topic defaults and
+/// replication throttles follow at once. Also AlterConfigs' path for a broker resource.
+pub(super) async fn alter_broker_configs(
     broker: &Broker,
-    name: &StrBytes,
+    broker_id: i32,
     ops: Vec<(String, AlterOp, Option<String>)>,
     validate_only: bool,
 ) -> Result<(), (i16, String)> {
-    let broker_id = broker_resource_id(name)?;
     let outcome = if validate_only {
         controller::alter_broker_configs(&broker.metadata.image(), broker_id, &ops)
             .map(|_| ())
