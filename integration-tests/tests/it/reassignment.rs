@@ -191,6 +191,14 @@ fn a_move_onto_a_down_broker_waits_for_it_and_a_cancelled_move_reverts() -> Resu
     cluster.partition_leader(1, "waiting", 0, TIMEOUT)?;
     cluster.partition_leader(1, "cancelled", 0, TIMEOUT)?;
     cluster.node(3).kill()?;
+    // Once the live brokers fence broker 3, the quorum has a leader among them: a proposal
+    // forwarded to a leader that just died is lost, and its request would wait out its timeout.
+    wait_until(TIMEOUT, "brokers 1 and 2 to fence broker 3", || {
+        [1, 2]
+            .iter()
+            .all(|&n| cluster.listed_brokers(n).is_ok_and(|ids| ids == [1, 2]))
+            .then_some(())
+    })?;
 
     ensure!(reassign(cluster.addr(1), "waiting", Some(&[1, 3]))? == 0);
     let under_way = ongoing(cluster.addr(1), "waiting")?.context("the move should be listed while broker 3 is down")?;
