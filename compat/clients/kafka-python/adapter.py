@@ -86,6 +86,11 @@ def produce(ctx: Context, topic: str, records: list[Record], **conf) -> None:
         p.close(timeout=TIMEOUT_S)
 
 
+def acks0_unusable() -> None:
+    raise harness.NotApplicable("kafka-python 2.3.3 never writes an acks=0 Produce request to the socket (seen on "
+                                "the wire), so no record arrives at any broker; it fails the same against Kafka 4.1")
+
+
 def consumer(ctx: Context, group: str | None, **conf) -> KafkaConsumer:
     return KafkaConsumer(bootstrap_servers=servers(ctx), group_id=ctx.name(group) if group else None, **conf)
 
@@ -315,7 +320,7 @@ def regex_subscribe(ctx: Context) -> None:
 SCENARIOS = {
     "metadata": metadata,
     "admin_topics": admin_topics,
-    "produce_acks0": lambda ctx: round_trip(ctx, "acks0", acks=0),
+    "produce_acks0": lambda ctx: acks0_unusable(),
     "produce_acks1": lambda ctx: round_trip(ctx, "acks1", acks=1),
     "produce_acksall": lambda ctx: round_trip(ctx, "acksall", acks="all"),
     "compression_gzip": lambda ctx: round_trip(ctx, "gzip", acks="all", compression_type="gzip"),
