@@ -589,7 +589,8 @@ async fn keyless_records_in_a_mixed_batch_are_named_by_index() -> Result<()> {
 }
 
 /// Request bodies whose counts or lengths claim far more than the frame holds, in several APIs,
-/// flexible and not. Each used to make the codec reserve gigabytes and abort the process.
+/// flexible and not, and in every admin API of issue 11. Each used to make the codec reserve
+/// gigabytes and abort the process.
 fn oversized_count_frames() -> Vec<(&'static str, Vec<u8>)> {
     let mut produce = wire::Encoder::new();
     produce.nullable_string(None).i16(-1).i32(1000).i32(i32::MAX);
@@ -623,7 +624,7 @@ fn oversized_count_frames() -> Vec<(&'static str, Vec<u8>)> {
         .i32(0)
         .i32(-1)
         .uvarint(u64::from(u32::MAX));
-    vec![
+    let frames = [
         (
             "Metadata v0 with 0x7fffffff topics",
             (3, 0, false, i32::MAX.to_be_bytes().to_vec()),
@@ -649,8 +650,35 @@ fn oversized_count_frames() -> Vec<(&'static str, Vec<u8>)> {
             "SyncGroup v3 with a 2 GiB assignment",
             (14, 3, false, sync_group.buf.clone()),
         ),
+    ];
+    // The admin APIs whose request opens with (after at most one fixed field) a compact array:
+    // each claims 4 billion entries in a few bytes.
+    let four_billion = |prefix: &[u8]| {
+        let mut body = wire::Encoder::new();
+        body.bytes(prefix).uvarint(u64::from(u32::MAX));
+        body.buf
+    };
+    let timeout_ms = 30_000i32.to_be_bytes();
+    let admin = [
+        ("DeleteRecords v2 with 4 billion topics", 21, 2, four_billion(&[])),
+        ("CreateAcls v3 with 4 billion creations", 30, 3, four_billion(&[])),
+        ("DeleteAcls v3 with 4 billion filters", 31, 3, four_billion(&[])),
+        ("AlterConfigs v2 with 4 billion resources", 33, 2, four_billion(&[])),
+        ("AlterReplicaLogDirs v2 with 4 billion dirs", 34, 2, four_billion(&[])),
+        ("DescribeLogDirs v4 with 4 billion topics", 35, 4, four_billion(&[])),
+        ("ElectLeaders v2 with 4 billion topics", 43, 2, four_billion(&[0])),
+        ("IncrementalAlterConfigs v1 with 4 billion resources", 44, 1, four_billion(&[])),
+        ("AlterPartitionReassignments v0 with 4 billion topics", 45, 0, four_billion(&timeout_ms)),
+        ("ListPartitionReassignments v0 with 4 billion topics", 46, 0, four_billion(&timeout_ms)),
+        ("DescribeClientQuotas v1 with 4 billion components", 48, 1, four_billion(&[])),
+        ("AlterClientQuotas v1 with 4 billion entries", 49, 1, four_billion(&[])),
+        ("DescribeProducers v0 with 4 billion topics", 61, 0, four_billion(&[])),
+        ("DescribeTopicPartitions v0 with 4 billion topics", 75, 0, four_billion(&[])),
     ]
-    .into_iter()
+    .map(|(what, key, version, body)| (what, (key, version, true, body)));
+    frames
+        .into_iter()
+        .chain(admin)
     .map(|(what, (key, version, flexible, body))| {
         (
             what,
