@@ -127,13 +127,9 @@ impl Broker {
     }
 
     /// The broker-level values this broker's topic configs fall back to: its `--set` values with
-    /// the dynamic broker configs of the newest metadata image on top.
-    pub fn topic_defaults(&self) -> Cow<'_, BrokerOverrides> {
-        topic_config::broker_defaults(
-            &self.config.overrides,
-            &self.metadata.image().broker_configs,
-            self.config.node_id,
-        )
+    /// the dynamic broker configs of `image` (the one the request is served from) on top.
+    pub fn topic_defaults(&self, image: &MetadataImage) -> Cow<'_, BrokerOverrides> {
+        topic_config::broker_defaults(&self.config.overrides, &image.broker_configs, self.config.node_id)
     }
 
     /// Commits a metadata change through the quorum and applies it to the hosted partitions

@@ -145,7 +145,7 @@ fn succeeded(
     replication_factor: i16,
     topic_id: Uuid,
 ) -> CreatableTopicResult {
-    let configs = topic_config::describe(&topic.configs, &broker.topic_defaults())
+    let configs = topic_config::describe(&topic.configs, &broker.topic_defaults(&broker.metadata.image()))
         .into_iter()
         .map(|(def, value, source)| {
             CreatableTopicConfigs::default()

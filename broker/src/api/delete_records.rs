@@ -67,7 +67,7 @@ pub async fn handle(broker: Arc<Broker>, request: DeleteRecordsRequest) -> Delet
 /// Moves the log start of partition `index` on this leader and returns the wait for the ISR.
 fn start(broker: &Broker, topic: &TopicImage, index: i32, offset: i64) -> Result<DelayedDeleteRecords, AppendError> {
     let (partition, _) = broker.replicas.leader_partition_or_explain(topic, index)?;
-    let policy = topic_config::effective_value("cleanup.policy", &topic.configs, &broker.topic_defaults());
+    let policy = topic_config::effective_value("cleanup.policy", &topic.configs, &broker.topic_defaults(&broker.metadata.image()));
     if !topic_config::cleanup_policy_includes(&policy, "delete") {
         return Err((
             ResponseError::PolicyViolation,

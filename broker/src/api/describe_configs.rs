@@ -67,7 +67,7 @@ fn describe(
                 )
             })?;
             let replicas = topic.partitions.first().map_or(1, |p| p.replicas.len());
-            let defaults = broker.topic_defaults();
+            let defaults = broker.topic_defaults(&image);
             let dynamic = |id: i32, key: Option<&str>| {
                 key.zip(image.broker_configs.get(&id))
                     .is_some_and(|(k, configs)| configs.contains_key(k))

@@ -200,7 +200,7 @@ fn resolve(broker: &Arc<Broker>, request: &FetchRequest, version: i16, client_id
     let throttle = match party {
         FetchParty::Follower { identity: Ok(()), .. } => {
             let quota = broker.replicas.leader_quota();
-            quota.bound(&broker.topic_defaults()).map(|bound| (quota.clone(), bound))
+            quota.bound(&broker.topic_defaults(&image)).map(|bound| (quota.clone(), bound))
         }
         _ => None,
     };
@@ -227,17 +227,9 @@ fn resolve(broker: &Arc<Broker>, request: &FetchRequest, version: i16, client_id
                     partition_max_bytes: (p.partition_max_bytes.max(0) as usize).min(max_bytes),
                     current_leader_epoch: p.current_leader_epoch,
                     index: p.partition,
-                    throttled: throttle.is_some()
-                        && topic.is_some_and(|topic| {
-                            let in_sync = topic
-                                .partitions
-                                .get(p.partition.max(0) as usize)
-                                .is_some_and(|r| r.isr.contains(&replica_id));
-                            broker
-                                .replicas
-                                .leader_quota()
-                                .applies_to(&topic.configs, p.partition, node_id, in_sync)
-                        }),
+                    throttled: throttle.as_ref().is_some_and(|(quota, _)| {
+                        topic.is_some_and(|topic| quota.applies_to(topic, p.partition, node_id, replica_id))
+                    }),
                     partition: match topic {
                         None => Err(unknown),
                         Some(topic) => broker.replicas.partition_for_fetch(

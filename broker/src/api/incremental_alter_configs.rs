@@ -64,7 +64,7 @@ async fn alter(broker: &Broker, resource: &AlterConfigsResource, validate_only: 
         .map(|(key, _, _)| {
             (
                 key.clone(),
-                topic_config::effective_value(key, &Default::default(), &broker.topic_defaults()),
+                topic_config::effective_value(key, &Default::default(), &broker.topic_defaults(&broker.metadata.image())),
             )
         })
         .collect();

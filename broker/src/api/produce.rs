@@ -26,7 +26,7 @@ use sluice_protocol::ResponseBody;
 use super::{str_bytes, Reply};
 use crate::broker::Broker;
 use crate::clock::now_ms;
-use crate::metadata::image::TopicImage;
+use crate::metadata::image::{MetadataImage, TopicImage};
 use crate::partition::AppendOutcome;
 use crate::purgatory::DelayedProduce;
 use crate::quota::ANONYMOUS;
@@ -74,7 +74,7 @@ pub fn handle(broker: &Broker, request: ProduceRequest, version: i16, client_id:
                             ResponseError::InvalidRequiredAcks,
                             format!("acks={acks} is invalid; use 0, 1 or -1 (all)"),
                         )),
-                        Some(topic) => append(broker, topic, data.index, data.records, acks, now),
+                        Some(topic) => append(broker, &image, topic, data.index, data.records, acks, now),
                     };
                     let result = result.map(|(appended, wait)| {
                         if let Some(wait) = wait {
@@ -149,6 +149,7 @@ struct Appended {
 
 fn append(
     broker: &Broker,
+    image: &MetadataImage,
     topic: &TopicImage,
     index: i32,
     records: Option<Bytes>,
@@ -156,7 +157,7 @@ fn append(
     now: i64,
 ) -> Result<(Appended, Option<DelayedProduce>), Refusal> {
     let (partition, registration) = broker.replicas.leader_partition_or_explain(topic, index)?;
-    let defaults = broker.topic_defaults();
+    let defaults = broker.topic_defaults(image);
     let min_isr = topic_config::min_insync_replicas(&topic.configs, &defaults, registration.replicas.len());
     if acks == -1 {
         let isr = partition.isr_size();

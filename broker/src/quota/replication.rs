@@ -12,11 +12,10 @@
 //! `leader.replication.throttled.rate` or `follower.replication.throttled.rate`, throttled
 //! partitions get no records (leader) or are left out of the fetch (follower).
 
-use std::collections::BTreeMap;
-
 use parking_lot::Mutex;
 
 use super::rate::{RateWindow, SampledRate};
+use crate::metadata::image::TopicImage;
 use crate::topic_config::{self, BrokerOverrides};
 
 /// One direction's throttle on one broker.
@@ -73,11 +72,17 @@ impl ReplicationQuota {
             .map(|v| v as f64)
     }
 
-    /// Whether the replica of `partition` on `broker` of a topic with `configs` is throttled,
-    /// given whether the follower concerned is in the ISR.
-    pub fn applies_to(&self, configs: &BTreeMap<String, String>, partition: i32, broker: i32, in_sync: bool) -> bool {
+    /// Whether `follower`'s copying of `partition` of `topic` counts against this throttle: the
+    /// topic lists the replica on `broker` (the leader's own on the leader side, the
+    /// follower's on the follower side) and `follower` is not in the partition's ISR.
+    pub fn applies_to(&self, topic: &TopicImage, partition: i32, broker: i32, follower: i32) -> bool {
+        let in_sync = usize::try_from(partition)
+            .ok()
+            .and_then(|p| topic.partitions.get(p))
+            .is_some_and(|r| r.isr.contains(&follower));
         !in_sync
-            && configs
+            && topic
+                .configs
                 .get(self.replicas_key)
                 .is_some_and(|list| topic_config::throttled_replicas_include(list, partition, broker))
     }
@@ -97,24 +102,43 @@ impl ReplicationQuota {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
+    use crate::metadata::image::PartitionRegistration;
 
     fn configs(key: &str, value: &str) -> BTreeMap<String, String> {
         BTreeMap::from([(key.to_string(), value.to_string())])
     }
 
+    /// A topic of 8 partitions whose ISR is broker 1 alone, with `configs`.
+    fn topic(configs: BTreeMap<String, String>) -> TopicImage {
+        let registration = PartitionRegistration {
+            replicas: vec![1, 2, 3],
+            isr: vec![1],
+            leader: 1,
+            ..Default::default()
+        };
+        TopicImage {
+            name: "t".into(),
+            topic_id: uuid::Uuid::from_u128(1),
+            partitions: vec![registration; 8],
+            configs,
+        }
+    }
+
     #[test]
     fn only_listed_out_of_sync_replicas_are_throttled() {
         let quota = ReplicationQuota::leader(11, 1000);
-        let listed = configs("leader.replication.throttled.replicas", "0:1,1:2");
-        assert!(quota.applies_to(&listed, 0, 1, false));
-        assert!(quota.applies_to(&listed, 1, 2, false));
-        assert!(!quota.applies_to(&listed, 0, 2, false));
-        assert!(!quota.applies_to(&listed, 0, 1, true), "an in-sync follower is never throttled");
-        let every = configs("leader.replication.throttled.replicas", "*");
-        assert!(quota.applies_to(&every, 7, 3, false));
-        let follower_list = configs("follower.replication.throttled.replicas", "*");
-        assert!(!quota.applies_to(&follower_list, 0, 1, false), "the leader reads its own list only");
+        let listed = topic(configs("leader.replication.throttled.replicas", "0:1,1:2"));
+        assert!(quota.applies_to(&listed, 0, 1, 2));
+        assert!(quota.applies_to(&listed, 1, 2, 3));
+        assert!(!quota.applies_to(&listed, 0, 2, 3));
+        assert!(!quota.applies_to(&listed, 0, 1, 1), "an in-sync follower is never throttled");
+        let every = topic(configs("leader.replication.throttled.replicas", "*"));
+        assert!(quota.applies_to(&every, 7, 3, 2));
+        let follower_list = topic(configs("follower.replication.throttled.replicas", "*"));
+        assert!(!quota.applies_to(&follower_list, 0, 1, 2), "the leader reads its own list only");
     }
 
     #[test]

@@ -393,19 +393,15 @@ fn hold_back_throttled(
 ) -> Vec<(PartitionKey, FetchState)> {
     let defaults = topic_config::broker_defaults(&config.overrides, &image.broker_configs, config.node_id);
     let Some(bound) = quota.bound(&defaults) else {
-        return states.into_iter().map(|(k, s)| (k, FetchState { throttled: false, ..s })).collect();
+        return states; // `throttled` is false as the fetcher's shared state holds it
     };
     let exceeded = quota.is_exceeded(bound, now_ms());
     states
         .into_iter()
         .filter_map(|(key, state)| {
-            let throttled = image.topic_by_id(&key.0).is_some_and(|topic| {
-                let in_sync = topic
-                    .partitions
-                    .get(key.1.max(0) as usize)
-                    .is_some_and(|r| r.isr.contains(&config.node_id));
-                quota.applies_to(&topic.configs, key.1, config.node_id, in_sync)
-            });
+            let throttled = image
+                .topic_by_id(&key.0)
+                .is_some_and(|topic| quota.applies_to(topic, key.1, config.node_id, config.node_id));
             (!(throttled && exceeded)).then_some((key, FetchState { throttled, ..state }))
         })
         .collect()
