@@ -230,10 +230,17 @@ async fn register(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
     let command = MetadataCommand::RegisterBroker {
         broker_id: broker.config.node_id,
         incarnation_id: broker.incarnation_id,
-        endpoints: vec![Endpoint {
-            host: broker.config.advertised_host.clone(),
-            port: broker.config.advertised_port,
-        }],
+        endpoints: broker
+            .config
+            .listeners
+            .all
+            .iter()
+            .map(|l| Endpoint {
+                listener: l.name.clone(),
+                host: l.advertised_host.clone(),
+                port: l.advertised_port,
+            })
+            .collect(),
         rack: broker.config.rack.clone(),
     };
     let mut attempt = 0u32;

@@ -33,7 +33,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
 use tokio::time::Instant;
 
-use crate::api::{self, Reply};
+use crate::api::{self, Reply, Session};
 use crate::broker::Broker;
 
 /// A response slot in the writer's queue.
@@ -84,7 +84,8 @@ fn throttle_time_ms(body: &ResponseBody) -> i32 {
     }
 }
 
-pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, mut shutdown: watch::Receiver<bool>) {
+pub async fn serve(broker: Arc<Broker>, stream: TcpStream, session: Session, mut shutdown: watch::Receiver<bool>) {
+    let peer = session.peer;
     let (mut reader, writer) = stream.into_split();
     let (queue, pending) = mpsc::channel(broker.config.max_in_flight_requests_per_connection.max(1));
     let unanswered = Arc::new(AtomicUsize::new(0));
@@ -129,7 +130,7 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, mut
             let frame = buf.split_to(size);
             frame_started = (!buf.is_empty()).then(Instant::now);
             let request_memory = permit.take();
-            let outgoing = match answer(&broker, frame, peer, &mute) {
+            let outgoing = match answer(&broker, frame, &session, &mute) {
                 Ok(Some(outgoing)) => outgoing,
                 Ok(None) => continue,
                 Err(reason) => break Some(reason),
@@ -189,13 +190,14 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, mut
 fn answer(
     broker: &Arc<Broker>,
     frame: BytesMut,
-    peer: SocketAddr,
+    session: &Session,
     mute: &Arc<Mute>,
 ) -> Result<Option<Outgoing>, String> {
+    let peer = session.peer;
     match decode_request(frame.freeze()) {
         Ok(request) => {
             let (version, correlation_id) = (request.api_version, request.header.correlation_id);
-            match api::handle(broker, request, peer) {
+            match api::handle(broker, request, session) {
                 Reply::None => Ok(None),
                 Reply::Close(reason) => Err(reason),
                 Reply::Throttled(throttle_time_ms) => {

@@ -48,15 +48,23 @@ fn main() -> ExitCode {
 }
 
 async fn run(config: BrokerConfig) -> Result<(), String> {
-    let listen = config.listen;
-    let listener = TcpListener::bind(listen).await.map_err(|e| {
-        format!("cannot listen on {listen}: {e}; is another broker running there? Use --listen to pick another address")
-    })?;
+    let mut listeners = Vec::new();
+    for listener in &config.listeners.all {
+        let bind = listener.bind;
+        let socket = TcpListener::bind(bind).await.map_err(|e| {
+            format!(
+                "cannot listen on {bind} (listener {}): {e}; is another broker running there? Use --listen or --set listeners=... to pick another address",
+                listener.name
+            )
+        })?;
+        listeners.push((std::sync::Arc::<str>::from(listener.name.as_str()), socket));
+    }
     let broker = Broker::open(config).await.map_err(|e| e.to_string())?;
     tracing::info!(
         node_id = broker.config.node_id,
-        %listen,
-        advertised = %format!("{}:{}", broker.config.advertised_host, broker.config.advertised_port),
+        listeners = %broker.config.listeners.describe_bound(),
+        advertised = %broker.config.listeners.describe_advertised(),
+        inter_broker_listener = %broker.config.listeners.inter_broker,
         data_dir = %broker.config.data_dir.display(),
         cluster_id = %broker.metadata.image().cluster_id,
         controller_listen = %broker.config.controller_listen,
@@ -67,7 +75,7 @@ async fn run(config: BrokerConfig) -> Result<(), String> {
         signal(SignalKind::terminate()).map_err(|e| format!("cannot install the SIGTERM handler: {e}"))?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| format!("cannot install the SIGINT handler: {e}"))?;
     let background = broker.spawn_background(stopped.clone());
-    let serving = tokio::spawn(server::run(broker.clone(), listener, stopped));
+    let serving = tokio::spawn(server::run(broker.clone(), listeners, stopped));
     tokio::select! {
         _ = sigterm.recv() => tracing::info!("SIGTERM received; shutting down"),
         _ = sigint.recv() => tracing::info!("SIGINT received; shutting down"),

@@ -90,7 +90,8 @@ impl DelayedDeleteRecords {
         let moved = || {
             (
                 ResponseError::NotLeaderOrFollower,
-                "leadership moved before every replica had deleted the records; retry against the new leader".to_string(),
+                "leadership moved before every replica had deleted the records; retry against the new leader"
+                    .to_string(),
             )
         };
         loop {

@@ -107,7 +107,10 @@ impl ReplicaManager {
             fetchers: ReplicaFetcherManager::new(
                 config.clone(),
                 metadata.subscribe(),
-                ReplicationQuota::follower(config.quota.replication_window_num, config.quota.replication_window_ms()),
+                ReplicationQuota::follower(
+                    config.quota.replication_window_num,
+                    config.quota.replication_window_ms(),
+                ),
             ),
             leader_quota: Arc::new(ReplicationQuota::leader(
                 config.quota.replication_window_num,

@@ -1,5 +1,5 @@
-//! The accept loop, the background log housekeeping and log cleaner, and graceful shutdown
-//! through one `watch` signal that every task listens to.
+//! The accept loops (one per Kafka listener), the background log housekeeping and log
+//! cleaner, and graceful shutdown through one `watch` signal that every task listens to.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,24 +10,46 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use crate::api::Session;
 use crate::broker::Broker;
 use crate::clock::now_ms;
 use crate::connection;
 use crate::log::{read_cleaner_checkpoint, write_cleaner_checkpoint, CleanerConfig, LogCleaner, LogError};
 
-/// Serves clients until `shutdown` turns true, then waits (bounded) for connections to end.
-pub async fn run(broker: Arc<Broker>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+/// Serves clients on every listener (its name and bound socket) until `shutdown` turns true,
+/// then waits (bounded) for connections to end.
+pub async fn run(broker: Arc<Broker>, listeners: Vec<(Arc<str>, TcpListener)>, mut shutdown: watch::Receiver<bool>) {
     // Connections wait in the listen backlog until this broker is registered and its
     // partitions are open.
     tokio::select! {
         _ = shutdown.changed() => return,
         _ = broker.wait_until_serving() => tracing::info!("serving clients"),
     }
-    let mut connections = JoinSet::new();
     let housekeeping = tokio::spawn(run_housekeeping(broker.clone(), shutdown.clone()));
     let log_cleaner = tokio::spawn(run_log_cleaner(broker.clone(), shutdown.clone()));
+    // `max.connections` counts the connections of every listener together.
+    let slots = Arc::new(tokio::sync::Semaphore::new(broker.config.max_connections));
+    let accepting: Vec<_> = listeners
+        .into_iter()
+        .map(|(name, listener)| tokio::spawn(accept(broker.clone(), name, listener, slots.clone(), shutdown.clone())))
+        .collect();
+    for task in accepting {
+        let _ = task.await;
+    }
+    let _ = housekeeping.await;
+    let _ = log_cleaner.await;
+}
+
+/// One listener's accept loop; on shutdown it waits up to 5 s for its connections to end.
+async fn accept(
+    broker: Arc<Broker>,
+    name: Arc<str>,
+    listener: TcpListener,
+    slots: Arc<tokio::sync::Semaphore>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let max_connections = broker.config.max_connections;
-    let slots = Arc::new(tokio::sync::Semaphore::new(max_connections));
+    let mut connections = JoinSet::new();
     loop {
         tokio::select! {
             _ = shutdown.changed() => break,
@@ -40,8 +62,9 @@ pub async fn run(broker: Arc<Broker>, listener: TcpListener, mut shutdown: watch
                     };
                     let _ = stream.set_nodelay(true);
                     let (broker, shutdown) = (broker.clone(), shutdown.clone());
+                    let session = Session { peer, listener: name.clone() };
                     connections.spawn(async move {
-                        connection::serve(broker, stream, peer, shutdown).await;
+                        connection::serve(broker, stream, session, shutdown).await;
                         drop(slot);
                     });
                 }
@@ -53,15 +76,13 @@ pub async fn run(broker: Arc<Broker>, listener: TcpListener, mut shutdown: watch
             },
         }
     }
-    tracing::info!(open = connections.len(), "shutting down: closing client connections");
+    tracing::info!(listener = %name, open = connections.len(), "shutting down: closing client connections");
     let drained = tokio::time::timeout(Duration::from_secs(5), async {
         while connections.join_next().await.is_some() {}
     });
     if drained.await.is_err() {
         connections.abort_all();
     }
-    let _ = housekeeping.await;
-    let _ = log_cleaner.await;
 }
 
 /// Time-based segment rolls and retention, every `log.retention.check.interval.ms`.

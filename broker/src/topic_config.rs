@@ -170,7 +170,9 @@ pub fn validate(name: &str, value: &str) -> Result<(), TopicConfigError> {
         return Err(invalid("must be a list of delete and compact".to_string()));
     }
     if name.ends_with(".replication.throttled.replicas") && !valid_throttled_replicas(value) {
-        return Err(invalid("must be * or a list of partition:broker pairs such as 0:1,0:2".to_string()));
+        return Err(invalid(
+            "must be * or a list of partition:broker pairs such as 0:1,0:2".to_string(),
+        ));
     }
     if name == "min.cleanable.dirty.ratio" && value.parse::<f64>().map_or(true, |r| !(0.0..=1.0).contains(&r)) {
         return Err(invalid("must be between 0 and 1".to_string()));
@@ -199,9 +201,9 @@ fn valid_throttled_replicas(value: &str) -> bool {
 pub fn throttled_replicas_include(list: &str, partition: i32, broker: i32) -> bool {
     list.trim() == "*"
         || list.split(',').any(|pair| {
-            pair.trim().split_once(':').is_some_and(|(p, b)| {
-                p.trim().parse::<i32>() == Ok(partition) && b.trim().parse::<i32>() == Ok(broker)
-            })
+            pair.trim()
+                .split_once(':')
+                .is_some_and(|(p, b)| p.trim().parse::<i32>() == Ok(partition) && b.trim().parse::<i32>() == Ok(broker))
         })
 }
 

@@ -11,7 +11,8 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
 use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, CreateTopicsRequest, DescribeQuorumRequest, MetadataRequest, RequestHeader, ResponseHeader, TopicName,
+    ApiKey, BrokerId, CreateTopicsRequest, DescribeQuorumRequest, MetadataRequest, RequestHeader, ResponseHeader,
+    TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 

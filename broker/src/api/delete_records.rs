@@ -59,7 +59,11 @@ pub async fn handle(broker: Arc<Broker>, request: DeleteRecordsRequest) -> Delet
                     .with_error_code(error),
             );
         }
-        topics.push(DeleteRecordsTopicResult::default().with_name(name).with_partitions(partitions));
+        topics.push(
+            DeleteRecordsTopicResult::default()
+                .with_name(name)
+                .with_partitions(partitions),
+        );
     }
     DeleteRecordsResponse::default().with_topics(topics)
 }
@@ -67,11 +71,18 @@ pub async fn handle(broker: Arc<Broker>, request: DeleteRecordsRequest) -> Delet
 /// Moves the log start of partition `index` on this leader and returns the wait for the ISR.
 fn start(broker: &Broker, topic: &TopicImage, index: i32, offset: i64) -> Result<DelayedDeleteRecords, AppendError> {
     let (partition, _) = broker.replicas.leader_partition_or_explain(topic, index)?;
-    let policy = topic_config::effective_value("cleanup.policy", &topic.configs, &broker.topic_defaults(&broker.metadata.image()));
+    let policy = topic_config::effective_value(
+        "cleanup.policy",
+        &topic.configs,
+        &broker.topic_defaults(&broker.metadata.image()),
+    );
     if !topic_config::cleanup_policy_includes(&policy, "delete") {
         return Err((
             ResponseError::PolicyViolation,
-            format!("records of {} cannot be deleted: its cleanup.policy is {policy}", topic.name),
+            format!(
+                "records of {} cannot be deleted: its cleanup.policy is {policy}",
+                topic.name
+            ),
         ));
     }
     let leader_epoch = partition.leader_epoch();

@@ -10,7 +10,8 @@ use crate::broker::Broker;
 /// Kafka's endpoint types: 1 = brokers, 2 = controllers.
 const ENDPOINT_TYPE_BROKERS: i8 = 1;
 
-pub fn handle(broker: &Broker, request: DescribeClusterRequest) -> DescribeClusterResponse {
+/// Brokers are described by their endpoint on the client's `listener`.
+pub fn handle(broker: &Broker, request: DescribeClusterRequest, listener: &str) -> DescribeClusterResponse {
     let image = broker.metadata.image();
     let response = DescribeClusterResponse::default()
         .with_endpoint_type(request.endpoint_type)
@@ -26,7 +27,7 @@ pub fn handle(broker: &Broker, request: DescribeClusterRequest) -> DescribeClust
         .values()
         .filter(|b| request.include_fenced_brokers || !b.fenced)
         .filter_map(|b| {
-            let endpoint = b.endpoints.first()?;
+            let endpoint = b.endpoint(listener)?;
             Some(
                 DescribeClusterBroker::default()
                     .with_broker_id(b.broker_id.into())

@@ -127,12 +127,18 @@ fn describe_broker(
     if name.as_str() != own_id.to_string() {
         return Err((
             ResponseError::InvalidRequest,
-            format!("broker {} is not this broker ({own_id}); send the request to that broker", name.as_str()),
+            format!(
+                "broker {} is not this broker ({own_id}); send the request to that broker",
+                name.as_str()
+            ),
         ));
     }
     let own = image.broker_configs.get(&own_id);
     let mut rows = broker.config.describe();
-    for rate in [topic_config::LEADER_THROTTLED_RATE, topic_config::FOLLOWER_THROTTLED_RATE] {
+    for rate in [
+        topic_config::LEADER_THROTTLED_RATE,
+        topic_config::FOLLOWER_THROTTLED_RATE,
+    ] {
         rows.push((rate.to_string(), i64::MAX.to_string(), false));
     }
     Ok(rows
@@ -145,7 +151,11 @@ fn describe_broker(
             if let Some(v) = cluster_wide.and_then(|c| c.get(key)) {
                 layers.push((v.as_str(), ConfigSource::DynamicDefaultBroker));
             }
-            let base = if *explicit { ConfigSource::StaticBroker } else { ConfigSource::Default };
+            let base = if *explicit {
+                ConfigSource::StaticBroker
+            } else {
+                ConfigSource::Default
+            };
             layers.push((value.as_str(), base));
             broker_entry(key, &layers, options)
         })

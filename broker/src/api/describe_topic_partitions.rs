@@ -22,18 +22,25 @@ use crate::broker::Broker;
 use crate::controller;
 use crate::metadata::image::{MetadataImage, TopicImage};
 
-pub fn handle(broker: &Broker, request: DescribeTopicPartitionsRequest) -> DescribeTopicPartitionsResponse {
+pub fn handle(
+    broker: &Broker,
+    request: DescribeTopicPartitionsRequest,
+    listener: &str,
+) -> DescribeTopicPartitionsResponse {
     describe(
         &broker.metadata.image(),
         &request,
         broker.config.max_request_partition_size_limit,
+        listener,
     )
 }
 
+/// `listener`: the client's, which partition leaders must have (as in Metadata).
 fn describe(
     image: &MetadataImage,
     request: &DescribeTopicPartitionsRequest,
     max_partitions: i32,
+    listener: &str,
 ) -> DescribeTopicPartitionsResponse {
     let (cursor_topic, cursor_partition) = match &request.cursor {
         Some(cursor) => (cursor.topic_name.0.as_str(), cursor.partition_index),
@@ -76,7 +83,7 @@ fn describe(
             0
         };
         let end = topic.partitions.len().min(start.saturating_add(remaining));
-        topics.push(topic_partitions(image, topic, start..end));
+        topics.push(topic_partitions(image, topic, start..end, listener));
         if end < topic.partitions.len() {
             next_cursor = Some(cursor(name, end as i32));
             break;
@@ -92,6 +99,7 @@ fn topic_partitions(
     image: &MetadataImage,
     topic: &TopicImage,
     indexes: std::ops::Range<usize>,
+    listener: &str,
 ) -> DescribeTopicPartitionsResponseTopic {
     let partitions = topic
         .partitions
@@ -100,7 +108,7 @@ fn topic_partitions(
         .iter()
         .zip(indexes)
         .map(|(p, index)| {
-            let view = PartitionView::of(image, p);
+            let view = PartitionView::of(image, p, listener);
             // No KIP-966 eligible leader replicas: both lists are empty, not null.
             DescribeTopicPartitionsResponsePartition::default()
                 .with_error_code(view.error_code)
@@ -149,10 +157,7 @@ mod tests {
         image.apply(&MetadataRecord::RegisterBroker {
             broker_id: 1,
             incarnation_id: Uuid::nil(),
-            endpoints: vec![Endpoint {
-                host: "127.0.0.1".into(),
-                port: 9092,
-            }],
+            endpoints: vec![Endpoint::plaintext("127.0.0.1", 9092)],
             rack: None,
         });
         for (n, (name, count)) in [("a", 3), ("b", 2)].into_iter().enumerate() {
@@ -223,7 +228,7 @@ mod tests {
         let mut pages = 0;
         loop {
             let request = request(&[], 2, cursor.as_ref().map(|(t, p)| (t.as_str(), *p)));
-            let (described, next) = page(&describe(&image, &request, 2000));
+            let (described, next) = page(&describe(&image, &request, 2000, "PLAINTEXT"));
             assert!(described.len() <= 2, "page {pages} holds {described:?}");
             seen.extend(described);
             pages += 1;
@@ -238,18 +243,18 @@ mod tests {
 
     #[test]
     fn a_full_page_that_ends_with_a_topic_points_at_the_next_topic() {
-        let (described, next) = page(&describe(&image(), &request(&[], 3, None), 2000));
+        let (described, next) = page(&describe(&image(), &request(&[], 3, None), 2000, "PLAINTEXT"));
         assert_eq!(described, pairs(&[("a", 0), ("a", 1), ("a", 2)]));
         assert_eq!(next, Some(("b".to_string(), 0)));
     }
 
     #[test]
     fn the_broker_limit_caps_what_the_client_asks_for() {
-        let (described, next) = page(&describe(&image(), &request(&["b", "a"], 100, None), 1));
+        let (described, next) = page(&describe(&image(), &request(&["b", "a"], 100, None), 1, "PLAINTEXT"));
         assert_eq!(described, pairs(&[("a", 0)]));
         assert_eq!(next, Some(("a".to_string(), 1)));
         // A limit of 0 or less still describes one partition.
-        let (described, _) = page(&describe(&image(), &request(&["b"], 0, None), 2000));
+        let (described, _) = page(&describe(&image(), &request(&["b"], 0, None), 2000, "PLAINTEXT"));
         assert_eq!(described, pairs(&[("b", 0)]));
     }
 
@@ -259,6 +264,7 @@ mod tests {
             &image(),
             &request(&["zz", "b", "b", "bad/name"], 10, Some(("b", 1))),
             2000,
+            "PLAINTEXT",
         );
         let topics: Vec<(String, i16)> = response
             .topics
@@ -283,7 +289,7 @@ mod tests {
     #[test]
     fn a_negative_cursor_partition_or_a_cursor_outside_the_named_topics_is_an_invalid_request() {
         for cursor in [("a", -1), ("b", 0)] {
-            let response = describe(&image(), &request(&["a"], 10, Some(cursor)), 2000);
+            let response = describe(&image(), &request(&["a"], 10, Some(cursor)), 2000, "PLAINTEXT");
             assert_eq!(response.topics.len(), 1, "{cursor:?}");
             assert_eq!(
                 response.topics[0].error_code,

@@ -200,7 +200,9 @@ fn resolve(broker: &Arc<Broker>, request: &FetchRequest, version: i16, client_id
     let throttle = match party {
         FetchParty::Follower { identity: Ok(()), .. } => {
             let quota = broker.replicas.leader_quota();
-            quota.bound(&broker.topic_defaults(&image)).map(|bound| (quota.clone(), bound))
+            quota
+                .bound(&broker.topic_defaults(&image))
+                .map(|bound| (quota.clone(), bound))
         }
         _ => None,
     };
@@ -369,10 +371,10 @@ fn read_partition(
                 quota.record(outcome.records.len(), now_ms());
             }
             empty(plan, target)
-            .with_high_watermark(outcome.high_watermark)
-            .with_last_stable_offset(outcome.high_watermark)
-            .with_log_start_offset(outcome.log_start_offset)
-            .with_records(Some(outcome.records))
+                .with_high_watermark(outcome.high_watermark)
+                .with_last_stable_offset(outcome.high_watermark)
+                .with_log_start_offset(outcome.log_start_offset)
+                .with_records(Some(outcome.records))
         }
         Err(e) => failed_at(plan, target, &partition, read_error(&partition, target, &e)),
     }

@@ -35,7 +35,13 @@ struct Found {
     error: Option<(ResponseError, String)>,
 }
 
-pub async fn handle(broker: Arc<Broker>, request: FindCoordinatorRequest, version: i16) -> FindCoordinatorResponse {
+/// The coordinator is named by its endpoint on the client's `listener`.
+pub async fn handle(
+    broker: Arc<Broker>,
+    request: FindCoordinatorRequest,
+    version: i16,
+    listener: Arc<str>,
+) -> FindCoordinatorResponse {
     let keys: Vec<StrBytes> = if version < FIRST_BATCHED_VERSION {
         vec![request.key.clone()]
     } else {
@@ -55,7 +61,7 @@ pub async fn handle(broker: Arc<Broker>, request: FindCoordinatorRequest, versio
             ),
             (_, k) if k != GROUP_KEY => not_found(ResponseError::InvalidRequest, format!("unknown key type {k}")),
             (Err(e), _) => not_found(e.0, e.1.clone()),
-            (Ok(image), _) => group_coordinator(&broker, image, key),
+            (Ok(image), _) => group_coordinator(&broker, image, key, &listener),
         })
         .collect();
     if version < FIRST_BATCHED_VERSION {
@@ -95,7 +101,7 @@ fn not_found(error: ResponseError, message: String) -> Found {
     }
 }
 
-fn group_coordinator(broker: &Broker, image: &MetadataImage, group_id: &str) -> Found {
+fn group_coordinator(broker: &Broker, image: &MetadataImage, group_id: &str, listener: &str) -> Found {
     if group_id.is_empty() {
         return not_found(ResponseError::InvalidRequest, "the group id is empty".into());
     }
@@ -105,7 +111,7 @@ fn group_coordinator(broker: &Broker, image: &MetadataImage, group_id: &str) -> 
         .and_then(|t| t.partitions.get(partition as usize))
         .map_or(-1, |p| p.leader);
     match image.brokers.get(&leader).filter(|b| b.is_live()) {
-        Some(b) => match b.endpoints.first() {
+        Some(b) => match b.endpoint(listener) {
             Some(endpoint) => Found {
                 node_id: leader,
                 host: endpoint.host.clone(),
@@ -114,7 +120,7 @@ fn group_coordinator(broker: &Broker, image: &MetadataImage, group_id: &str) -> 
             },
             None => not_found(
                 ResponseError::CoordinatorNotAvailable,
-                "the coordinator has no listener".into(),
+                format!("the coordinator, broker {leader}, has no listener named {listener}; give every broker the same listener names"),
             ),
         },
         None => not_found(

@@ -15,8 +15,8 @@ use super::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
 use super::{commit_error, str_bytes};
 use crate::broker::Broker;
 use crate::controller;
-use crate::metadata::records::{AlterOp, BROKER_DEFAULT};
 use crate::metadata::records::MetadataCommand;
+use crate::metadata::records::{AlterOp, BROKER_DEFAULT};
 use crate::metadata::CommitError;
 use crate::topic_config;
 
@@ -64,7 +64,11 @@ async fn alter(broker: &Broker, resource: &AlterConfigsResource, validate_only: 
         .map(|(key, _, _)| {
             (
                 key.clone(),
-                topic_config::effective_value(key, &Default::default(), &broker.topic_defaults(&broker.metadata.image())),
+                topic_config::effective_value(
+                    key,
+                    &Default::default(),
+                    &broker.topic_defaults(&broker.metadata.image()),
+                ),
             )
         })
         .collect();
@@ -89,7 +93,9 @@ pub fn broker_resource_id(name: &StrBytes) -> Result<i32, (i16, String)> {
     name.parse::<i32>().ok().filter(|id| *id >= 0).ok_or_else(|| {
         (
             ResponseError::InvalidRequest.code(),
-            format!("broker resource name {name:?} is not a broker id; use an id, or \"\" for the cluster-wide default"),
+            format!(
+                "broker resource name {name:?} is not a broker id; use an id, or \"\" for the cluster-wide default"
+            ),
         )
     })
 }

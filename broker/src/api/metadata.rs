@@ -29,7 +29,7 @@ use crate::metadata::CommitError;
 /// client asks again (its retry backoff, 100 ms by default), by when every broker has applied
 /// the creation: had this broker named the leaders at once, a producer could reach a leader
 /// that has not yet heard of the topic, and an acks=0 batch refused there is lost unseen.
-pub fn handle(broker: &Arc<Broker>, request: MetadataRequest, version: i16) -> Reply {
+pub fn handle(broker: &Arc<Broker>, request: MetadataRequest, version: i16, listener: &Arc<str>) -> Reply {
     let image = broker.metadata.image();
     let to_create: Vec<String> = if request.allow_auto_topic_creation && broker.config.auto_create_topics_enable {
         request
@@ -47,10 +47,11 @@ pub fn handle(broker: &Arc<Broker>, request: MetadataRequest, version: i16) -> R
             broker,
             &request,
             version,
+            listener,
             &HashMap::new(),
         )));
     }
-    let broker = broker.clone();
+    let (broker, listener) = (broker.clone(), listener.clone());
     Reply::Later(
         async move {
             let mut failures = HashMap::new();
@@ -58,21 +59,24 @@ pub fn handle(broker: &Arc<Broker>, request: MetadataRequest, version: i16) -> R
                 let error = auto_create(&broker, &name).await.err();
                 failures.insert(name, error.unwrap_or(ResponseError::LeaderNotAvailable));
             }
-            ResponseBody::Metadata(respond(&broker, &request, version, &failures))
+            ResponseBody::Metadata(respond(&broker, &request, version, &listener, &failures))
         }
         .boxed(),
     )
 }
 
 /// Builds the response from the current image; `failures` are the topics this request
-/// auto-created (LEADER_NOT_AVAILABLE) or failed to.
+/// auto-created (LEADER_NOT_AVAILABLE) or failed to. Brokers are described by their endpoint
+/// on the client's `listener`; one without it is left out.
 fn respond(
     broker: &Broker,
     request: &MetadataRequest,
     version: i16,
+    listener: &str,
     failures: &HashMap<String, ResponseError>,
 ) -> MetadataResponse {
     let image = broker.metadata.image();
+    let topic_metadata = |image: &MetadataImage, topic: &TopicImage| topic_metadata(image, topic, listener, version);
     // v0 has no null: an empty list means every topic.
     let all_topics = request.topics.is_none() || (version == 0 && request.topics.as_ref().is_some_and(Vec::is_empty));
     let mut topics = Vec::new();
@@ -109,7 +113,7 @@ fn respond(
         }
     }
     let response = MetadataResponse::default()
-        .with_brokers(brokers(&image))
+        .with_brokers(brokers(&image, listener))
         .with_cluster_id(Some(str_bytes(image.cluster_id.clone())))
         .with_controller_id(BrokerId(broker.metadata.controller_id()))
         .with_topics(topics);
@@ -170,11 +174,11 @@ async fn auto_create(broker: &Broker, name: &str) -> Result<(), ResponseError> {
     }
 }
 
-fn brokers(image: &MetadataImage) -> Vec<MetadataResponseBroker> {
+fn brokers(image: &MetadataImage, listener: &str) -> Vec<MetadataResponseBroker> {
     image
         .live_brokers()
         .filter_map(|b| {
-            let endpoint = b.endpoints.first()?;
+            let endpoint = b.endpoint(listener)?;
             Some(
                 MetadataResponseBroker::default()
                     .with_node_id(BrokerId(b.broker_id))
@@ -186,13 +190,17 @@ fn brokers(image: &MetadataImage) -> Vec<MetadataResponseBroker> {
         .collect()
 }
 
-fn topic_metadata(image: &MetadataImage, topic: &TopicImage) -> MetadataResponseTopic {
+fn topic_metadata(image: &MetadataImage, topic: &TopicImage, listener: &str, version: i16) -> MetadataResponseTopic {
     let partitions = topic
         .partitions
         .iter()
         .enumerate()
         .map(|(index, p)| {
-            let view = PartitionView::of(image, p);
+            let mut view = PartitionView::of(image, p, listener);
+            // Kafka reports a leader missing the client's listener as LISTENER_NOT_FOUND from v6.
+            if version < 6 && view.error_code == ResponseError::ListenerNotFound.code() {
+                view.error_code = ResponseError::LeaderNotAvailable.code();
+            }
             MetadataResponsePartition::default()
                 .with_error_code(view.error_code)
                 .with_partition_index(index as i32)
@@ -216,8 +224,9 @@ pub(crate) fn is_internal(topic: &str) -> bool {
 }
 
 /// One partition as Metadata and DescribeTopicPartitions describe it: a leader that is not
-/// live is reported as -1 with LEADER_NOT_AVAILABLE (clients wait and refresh), and replicas
-/// on brokers that are not live are offline.
+/// live is reported as -1 with LEADER_NOT_AVAILABLE (clients wait and refresh), one without
+/// the client's listener as -1 with LISTENER_NOT_FOUND (the brokers' listeners disagree), and
+/// replicas on brokers that are not live are offline.
 pub(crate) struct PartitionView {
     pub error_code: i16,
     pub leader_id: BrokerId,
@@ -228,17 +237,18 @@ pub(crate) struct PartitionView {
 }
 
 impl PartitionView {
-    pub(crate) fn of(image: &MetadataImage, p: &PartitionRegistration) -> PartitionView {
+    pub(crate) fn of(image: &MetadataImage, p: &PartitionRegistration, listener: &str) -> PartitionView {
         let ids = |v: &[i32]| v.iter().map(|&id| BrokerId(id)).collect::<Vec<_>>();
         let live = |id: i32| image.live_brokers().any(|b| b.broker_id == id);
-        let leader_alive = live(p.leader);
+        let leader = image.brokers.get(&p.leader).filter(|b| b.is_live());
+        let error = match leader {
+            None => Some(ResponseError::LeaderNotAvailable),
+            Some(b) if b.endpoint(listener).is_none() => Some(ResponseError::ListenerNotFound),
+            Some(_) => None,
+        };
         PartitionView {
-            error_code: if leader_alive {
-                0
-            } else {
-                ResponseError::LeaderNotAvailable.code()
-            },
-            leader_id: BrokerId(if leader_alive { p.leader } else { -1 }),
+            error_code: error.map_or(0, |e| e.code()),
+            leader_id: BrokerId(if error.is_none() { p.leader } else { -1 }),
             leader_epoch: p.leader_epoch,
             replica_nodes: ids(&p.replicas),
             isr_nodes: ids(&p.isr),

@@ -3,15 +3,15 @@
 //! in request order on the connection's reader.
 
 pub mod acls;
-pub mod alter_configs;
-pub mod alter_replica_log_dirs;
 pub mod alter_client_quotas;
+pub mod alter_configs;
 pub mod alter_partition_reassignments;
+pub mod alter_replica_log_dirs;
 pub mod api_versions;
 pub mod create_partitions;
 pub mod create_topics;
-pub mod delete_records;
 pub mod delete_groups;
+pub mod delete_records;
 pub mod delete_topics;
 pub mod describe_client_quotas;
 pub mod describe_cluster;
@@ -21,8 +21,8 @@ pub mod describe_log_dirs;
 pub mod describe_producers;
 pub mod describe_quorum;
 pub mod describe_topic_partitions;
-pub mod elect_leaders;
 pub mod describe_user_scram_credentials;
+pub mod elect_leaders;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod heartbeat;
@@ -30,9 +30,9 @@ pub mod incremental_alter_configs;
 pub mod init_producer_id;
 pub mod join_group;
 pub mod leave_group;
-pub mod list_partition_reassignments;
 pub mod list_groups;
 pub mod list_offsets;
+pub mod list_partition_reassignments;
 pub mod metadata;
 pub mod offset_commit;
 pub mod offset_delete;
@@ -54,6 +54,13 @@ use sluice_protocol::{RequestBody, ResponseBody};
 use crate::broker::Broker;
 use crate::metadata::CommitError;
 
+/// Who sent a request: the client's address and the listener it connected through (whose
+/// advertised addresses Metadata, FindCoordinator and DescribeCluster answer with).
+pub struct Session {
+    pub peer: SocketAddr,
+    pub listener: Arc<str>,
+}
+
 /// What a handler hands back to the connection.
 pub enum Reply {
     /// No response at all (Produce with acks=0, as Kafka does).
@@ -68,7 +75,7 @@ pub enum Reply {
     Later(BoxFuture<'static, ResponseBody>),
 }
 
-pub fn handle(broker: &Arc<Broker>, request: Request, peer: SocketAddr) -> Reply {
+pub fn handle(broker: &Arc<Broker>, request: Request, session: &Session) -> Reply {
     let version = request.api_version;
     let now = |body| Reply::Now(body);
     let b = broker.clone();
@@ -77,7 +84,7 @@ pub fn handle(broker: &Arc<Broker>, request: Request, peer: SocketAddr) -> Reply
         RequestBody::Produce(r) => produce::handle(broker, r, version, client_id),
         RequestBody::Fetch(r) => fetch::handle(broker, r, version, client_id),
         RequestBody::ListOffsets(r) => now(ResponseBody::ListOffsets(list_offsets::handle(broker, r, version))),
-        RequestBody::Metadata(r) => metadata::handle(broker, r, version),
+        RequestBody::Metadata(r) => metadata::handle(broker, r, version, &session.listener),
         RequestBody::ApiVersions(_) => now(ResponseBody::ApiVersions(api_versions::handle())),
         RequestBody::CreateTopics(r) => later(create_topics::handle(b, r).map(ResponseBody::CreateTopics)),
         RequestBody::DeleteTopics(r) => later(delete_topics::handle(b, r, version).map(ResponseBody::DeleteTopics)),
@@ -89,9 +96,9 @@ pub fn handle(broker: &Arc<Broker>, request: Request, peer: SocketAddr) -> Reply
         RequestBody::IncrementalAlterConfigs(r) => {
             later(incremental_alter_configs::handle(b, r).map(ResponseBody::IncrementalAlterConfigs))
         }
-        RequestBody::AlterPartitionReassignments(r) => later(
-            alter_partition_reassignments::handle(b, r).map(ResponseBody::AlterPartitionReassignments),
-        ),
+        RequestBody::AlterPartitionReassignments(r) => {
+            later(alter_partition_reassignments::handle(b, r).map(ResponseBody::AlterPartitionReassignments))
+        }
         RequestBody::ListPartitionReassignments(r) => now(ResponseBody::ListPartitionReassignments(
             list_partition_reassignments::handle(broker, r),
         )),
@@ -100,10 +107,10 @@ pub fn handle(broker: &Arc<Broker>, request: Request, peer: SocketAddr) -> Reply
         )),
         RequestBody::InitProducerId(r) => later(init_producer_id::handle(b, r).map(ResponseBody::InitProducerId)),
         RequestBody::FindCoordinator(r) => {
-            later(find_coordinator::handle(b, r, version).map(ResponseBody::FindCoordinator))
+            later(find_coordinator::handle(b, r, version, session.listener.clone()).map(ResponseBody::FindCoordinator))
         }
         RequestBody::JoinGroup(r) => {
-            later(join_group::handle(b, r, version, client_id.to_string(), peer).map(ResponseBody::JoinGroup))
+            later(join_group::handle(b, r, version, client_id.to_string(), session.peer).map(ResponseBody::JoinGroup))
         }
         RequestBody::SyncGroup(r) => later(sync_group::handle(b, r).map(ResponseBody::SyncGroup)),
         RequestBody::Heartbeat(r) => now(ResponseBody::Heartbeat(heartbeat::handle(broker, r))),
@@ -125,7 +132,11 @@ pub fn handle(broker: &Arc<Broker>, request: Request, peer: SocketAddr) -> Reply
         RequestBody::AlterClientQuotas(r) => {
             later(alter_client_quotas::handle(b, r).map(ResponseBody::AlterClientQuotas))
         }
-        RequestBody::DescribeCluster(r) => now(ResponseBody::DescribeCluster(describe_cluster::handle(broker, r))),
+        RequestBody::DescribeCluster(r) => now(ResponseBody::DescribeCluster(describe_cluster::handle(
+            broker,
+            r,
+            &session.listener,
+        ))),
         RequestBody::DeleteRecords(r) => later(delete_records::handle(b, r).map(ResponseBody::DeleteRecords)),
         RequestBody::DescribeAcls(r) => now(ResponseBody::DescribeAcls(acls::describe(r))),
         RequestBody::CreateAcls(r) => now(ResponseBody::CreateAcls(acls::create(r))),
@@ -139,7 +150,7 @@ pub fn handle(broker: &Arc<Broker>, request: Request, peer: SocketAddr) -> Reply
             now(ResponseBody::DescribeProducers(describe_producers::handle(broker, r)))
         }
         RequestBody::DescribeTopicPartitions(r) => now(ResponseBody::DescribeTopicPartitions(
-            describe_topic_partitions::handle(broker, r),
+            describe_topic_partitions::handle(broker, r, &session.listener),
         )),
         RequestBody::DescribeQuorum(r) => now(ResponseBody::DescribeQuorum(describe_quorum::handle(
             broker, r, version,

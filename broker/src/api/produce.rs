@@ -168,9 +168,12 @@ fn append(
             ));
         }
     }
-    let records = records
-        .filter(|r| !r.is_empty())
-        .ok_or_else(|| Refusal::new(ResponseError::CorruptMessage, "the produce request carries no record batch"))?;
+    let records = records.filter(|r| !r.is_empty()).ok_or_else(|| {
+        Refusal::new(
+            ResponseError::CorruptMessage,
+            "the produce request carries no record batch",
+        )
+    })?;
     validate_batches(&records).map_err(|e| batch_error(&e))?;
     let cleanup_policy = topic_config::effective_value("cleanup.policy", &topic.configs, &defaults);
     let rules = RecordRules {
@@ -324,11 +327,11 @@ fn check_records(records: &[u8], rules: &RecordRules, now: i64) -> Result<(), Re
             ));
         }
         let limits = rules.timestamps.as_ref();
-        let timestamps_suspect = limits.is_some_and(|l| {
-            !l.allows(header.base_timestamp, now) || !l.allows(header.max_timestamp, now)
-        });
+        let timestamps_suspect =
+            limits.is_some_and(|l| !l.allows(header.base_timestamp, now) || !l.allows(header.max_timestamp, now));
         if rules.keys_required || timestamps_suspect {
-            let batch = BatchRecords::decode(&records[range], rules.max_decompressed_bytes).map_err(|e| batch_error(&e))?;
+            let batch =
+                BatchRecords::decode(&records[range], rules.max_decompressed_bytes).map_err(|e| batch_error(&e))?;
             for (i, record) in batch.iter().enumerate() {
                 let index = first_index.saturating_add(i as i32);
                 if rules.keys_required && record.key.is_none() {

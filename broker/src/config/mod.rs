@@ -17,10 +17,12 @@ use crate::log::CleanerConfig;
 use crate::topic_config::{self, ConfigType};
 use group::group_config;
 pub use group::{GroupConfig, OffsetsSettings};
+pub use listeners::{Listener, Listeners, DEFAULT_LISTENER_NAME};
 use quota::quota_config;
 pub use quota::QuotaConfig;
 
 mod group;
+mod listeners;
 mod quota;
 
 /// Command-line interface of the `sluice` binary.
@@ -39,9 +41,11 @@ pub struct Cli {
     #[arg(long, default_value = "./data")]
     pub data_dir: PathBuf,
 
-    /// Address the Kafka listener binds to.
-    #[arg(long, default_value = "127.0.0.1:9092")]
-    pub listen: SocketAddr,
+    /// Address the Kafka listener binds to [default: 127.0.0.1:9092]. Shorthand for
+    /// `--set listeners=PLAINTEXT://ADDR`; several named listeners (an internal and an external
+    /// one) are given with `--set listeners=...` and `--set advertised.listeners=...`.
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
 
     /// host:port advertised to clients in Metadata (defaults to --listen). Set it when clients
     /// reach this node through another name or address.
@@ -135,6 +139,14 @@ pub enum ConfigError {
 
 /// Broker-level settings that are not topic-config defaults.
 const BROKER_KEYS: &[(&str, &str, ConfigType)] = &[
+    ("listeners", "", ConfigType::String),
+    ("advertised.listeners", "", ConfigType::String),
+    (
+        "listener.security.protocol.map",
+        listeners::DEFAULT_SECURITY_PROTOCOL_MAP,
+        ConfigType::String,
+    ),
+    ("inter.broker.listener.name", "", ConfigType::String),
     ("num.partitions", "1", ConfigType::Int),
     ("default.replication.factor", "3", ConfigType::Short),
     ("auto.create.topics.enable", "true", ConfigType::Boolean),
@@ -200,9 +212,8 @@ const BROKER_KEYS: &[(&str, &str, ConfigType)] = &[
 pub struct BrokerConfig {
     pub node_id: i32,
     pub data_dir: PathBuf,
-    pub listen: SocketAddr,
-    pub advertised_host: String,
-    pub advertised_port: i32,
+    /// The Kafka listeners: what each binds and advertises, and the inter-broker one.
+    pub listeners: Listeners,
     pub num_partitions: i32,
     /// Replicas of a topic created without an explicit factor, lowered by the controller to
     /// the number of live brokers (so a single node still creates topics).
@@ -267,11 +278,15 @@ impl BrokerConfig {
             return Err(ConfigError::BadNodeId(cli.node_id));
         }
         let overrides = parse_settings(&cli.settings)?;
-        let (advertised_host, advertised_port) = match &cli.advertise {
-            Some(addr) => split_host_port(addr)?,
-            None => (cli.listen.ip().to_string(), i32::from(cli.listen.port())),
-        };
         let get = |key: &str| broker_value(&overrides, key);
+        let listeners = Listeners::resolve(&listeners::ListenerSettings {
+            listen: cli.listen,
+            advertise: cli.advertise.as_deref(),
+            listeners: &get("listeners"),
+            advertised_listeners: &get("advertised.listeners"),
+            security_protocol_map: &get("listener.security.protocol.map"),
+            inter_broker_listener_name: &get("inter.broker.listener.name"),
+        })?;
         let (voters, controller_listen) = quorum_membership(cli)?;
         let cluster_secret = cluster_secret(cli, voters.len())?;
         let cluster_id = cli
@@ -314,9 +329,7 @@ impl BrokerConfig {
             )?,
             node_id: cli.node_id,
             data_dir: cli.data_dir.clone(),
-            listen: cli.listen,
-            advertised_host,
-            advertised_port,
+            listeners,
             num_partitions: parse_num("num.partitions", &get("num.partitions"))?,
             default_replication_factor: parse_num("default.replication.factor", &get("default.replication.factor"))?,
             auto_create_topics_enable: get("auto.create.topics.enable") == "true",
@@ -369,14 +382,20 @@ impl BrokerConfig {
             ("node.id".to_string(), self.node_id.to_string(), true),
             ("broker.id".to_string(), self.node_id.to_string(), true),
             ("log.dirs".to_string(), self.data_dir.display().to_string(), true),
-            ("listeners".to_string(), format!("PLAINTEXT://{}", self.listen), true),
+            ("listeners".to_string(), self.listeners.describe_bound(), true),
             (
                 "advertised.listeners".to_string(),
-                format!("PLAINTEXT://{}:{}", self.advertised_host, self.advertised_port),
+                self.listeners.describe_advertised(),
+                true,
+            ),
+            (
+                "inter.broker.listener.name".to_string(),
+                self.listeners.inter_broker.clone(),
                 true,
             ),
         ];
-        for (key, default, _) in BROKER_KEYS {
+        let derived = ["listeners", "advertised.listeners", "inter.broker.listener.name"];
+        for (key, default, _) in BROKER_KEYS.iter().filter(|(key, _, _)| !derived.contains(key)) {
             match self.overrides.get(*key) {
                 Some(v) => out.push((key.to_string(), v.clone(), true)),
                 None => out.push((key.to_string(), default.to_string(), false)),
@@ -565,11 +584,8 @@ mod tests {
     fn defaults_match_the_readme() {
         let config = BrokerConfig::from_cli(&cli(&[])).unwrap();
         assert_eq!(config.node_id, 1);
-        assert_eq!(config.listen.to_string(), "127.0.0.1:9092");
-        assert_eq!(
-            (config.advertised_host.as_str(), config.advertised_port),
-            ("127.0.0.1", 9092)
-        );
+        assert_eq!(config.listeners.describe_bound(), "PLAINTEXT://127.0.0.1:9092");
+        assert_eq!(config.listeners.describe_advertised(), "PLAINTEXT://127.0.0.1:9092");
         assert_eq!(config.num_partitions, 1);
         assert_eq!(config.default_replication_factor, 3);
         assert!(config.auto_create_topics_enable);
@@ -740,9 +756,36 @@ mod tests {
     fn advertise_overrides_listen() {
         let config = BrokerConfig::from_cli(&cli(&["--advertise", "broker1.example:19092"])).unwrap();
         assert_eq!(
-            (config.advertised_host.as_str(), config.advertised_port),
-            ("broker1.example", 19092)
+            config.listeners.describe_advertised(),
+            "PLAINTEXT://broker1.example:19092"
         );
         assert!(BrokerConfig::from_cli(&cli(&["--advertise", "nohost"])).is_err());
+    }
+
+    #[test]
+    fn named_listeners_come_from_set() {
+        let config = BrokerConfig::from_cli(&cli(&[
+            "--set",
+            "listeners=INTERNAL://127.0.0.1:9092,EXTERNAL://127.0.0.1:19092",
+            "--set",
+            "advertised.listeners=INTERNAL://sluice1:9092,EXTERNAL://localhost:19092",
+            "--set",
+            "listener.security.protocol.map=INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT",
+            "--set",
+            "inter.broker.listener.name=INTERNAL",
+        ]))
+        .unwrap();
+        assert_eq!(config.listeners.inter_broker, "INTERNAL");
+        let described = config.describe();
+        let value = |key: &str| described.iter().find(|(k, _, _)| k == key).map(|(_, v, _)| v.clone());
+        assert_eq!(
+            value("advertised.listeners").as_deref(),
+            Some("INTERNAL://sluice1:9092,EXTERNAL://localhost:19092")
+        );
+        assert_eq!(
+            value("listener.security.protocol.map").as_deref(),
+            Some("INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT")
+        );
+        assert_eq!(described.iter().filter(|(k, _, _)| k == "listeners").count(), 1);
     }
 }

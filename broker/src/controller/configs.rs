@@ -225,7 +225,11 @@ mod tests {
             ResponseError::InvalidConfig
         );
         let absent = vec![
-            ("leader.replication.throttled.replicas".to_string(), AlterOp::Delete, None),
+            (
+                "leader.replication.throttled.replicas".to_string(),
+                AlterOp::Delete,
+                None,
+            ),
             ("retention.ms".to_string(), AlterOp::Delete, None),
         ];
         assert_eq!(alter_topic_configs(&image, "t", &absent, &default).unwrap(), vec![]);
@@ -245,7 +249,12 @@ mod tests {
         let mut image = image_with_brokers(&[1]);
         let records = create_topic(&image, &new_topic("t", 1, 1), Uuid::from_u128(1)).unwrap();
         apply_all(&mut image, &records);
-        let first = replace_topic_configs_ops(&image, "t", &[set("retention.ms", "1000"), set("segment.bytes", "1048576")]).unwrap();
+        let first = replace_topic_configs_ops(
+            &image,
+            "t",
+            &[set("retention.ms", "1000"), set("segment.bytes", "1048576")],
+        )
+        .unwrap();
         let records = alter_topic_configs(&image, "t", &first, &Default::default()).unwrap();
         apply_all(&mut image, &records);
         assert_eq!(image.topic("t").unwrap().configs.len(), 2);
@@ -255,7 +264,10 @@ mod tests {
         apply_all(&mut image, &records);
         let configs = &image.topic("t").unwrap().configs;
         assert_eq!(configs.get("retention.ms").map(String::as_str), Some("2000"));
-        assert!(!configs.contains_key("segment.bytes"), "left out, so removed: {configs:?}");
+        assert!(
+            !configs.contains_key("segment.bytes"),
+            "left out, so removed: {configs:?}"
+        );
 
         let emptied = replace_topic_configs_ops(&image, "t", &[("retention.ms".to_string(), None)]).unwrap();
         let records = alter_topic_configs(&image, "t", &emptied, &Default::default()).unwrap();
@@ -266,7 +278,8 @@ mod tests {
     #[test]
     fn a_name_given_twice_is_refused() {
         let image = image_with_brokers(&[1]);
-        let err = replace_topic_configs_ops(&image, "t", &[set("retention.ms", "1"), set("retention.ms", "2")]).unwrap_err();
+        let err =
+            replace_topic_configs_ops(&image, "t", &[set("retention.ms", "1"), set("retention.ms", "2")]).unwrap_err();
         assert!(err.contains("more than once"), "{err}");
     }
 
@@ -275,11 +288,19 @@ mod tests {
         let mut image = image_with_brokers(&[1, 2]);
         let ops = vec![
             ("log.retention.ms".to_string(), AlterOp::Set, Some("60000".to_string())),
-            ("follower.replication.throttled.rate".to_string(), AlterOp::Set, Some("1000".to_string())),
+            (
+                "follower.replication.throttled.rate".to_string(),
+                AlterOp::Set,
+                Some("1000".to_string()),
+            ),
         ];
         let records = alter_broker_configs(&image, 2, &ops).unwrap();
         apply_all(&mut image, &records);
-        let cluster_wide = vec![("log.segment.bytes".to_string(), AlterOp::Set, Some("1048576".to_string()))];
+        let cluster_wide = vec![(
+            "log.segment.bytes".to_string(),
+            AlterOp::Set,
+            Some("1048576".to_string()),
+        )];
         let records = alter_broker_configs(&image, BROKER_DEFAULT, &cluster_wide).unwrap();
         apply_all(&mut image, &records);
         assert_eq!(image.broker_configs[&2]["log.retention.ms"], "60000");
@@ -289,8 +310,14 @@ mod tests {
 
         let static_overrides = BTreeMap::new();
         let defaults = topic_config::broker_defaults(&static_overrides, &image.broker_configs, 2);
-        assert_eq!(topic_config::log_config(&BTreeMap::new(), &defaults).retention_ms, 60_000);
-        assert_eq!(topic_config::log_config(&BTreeMap::new(), &defaults).segment_bytes, 1_048_576);
+        assert_eq!(
+            topic_config::log_config(&BTreeMap::new(), &defaults).retention_ms,
+            60_000
+        );
+        assert_eq!(
+            topic_config::log_config(&BTreeMap::new(), &defaults).segment_bytes,
+            1_048_576
+        );
 
         let delete = vec![
             ("log.retention.ms".to_string(), AlterOp::Delete, None),
@@ -311,7 +338,10 @@ mod tests {
         };
         assert_eq!(code(1, &set("num.io.threads", "4")), ResponseError::InvalidRequest);
         assert_eq!(code(1, &set("log.retention.ms", "soon")), ResponseError::InvalidConfig);
-        assert_eq!(code(1, &set("leader.replication.throttled.rate", "-5")), ResponseError::InvalidConfig);
+        assert_eq!(
+            code(1, &set("leader.replication.throttled.rate", "-5")),
+            ResponseError::InvalidConfig
+        );
         assert_eq!(code(7, &set("log.retention.ms", "1")), ResponseError::InvalidRequest);
         let append = vec![("log.retention.ms".to_string(), AlterOp::Append, Some("1".to_string()))];
         assert_eq!(code(1, &append), ResponseError::InvalidConfig);

@@ -19,8 +19,8 @@ mod elect_leaders;
 mod partition_change;
 mod placement;
 mod producer_ids;
-mod reassignment;
 pub mod quotas;
+mod reassignment;
 pub mod timer;
 mod topics;
 
@@ -40,8 +40,8 @@ pub use elect_leaders::elect_leaders;
 pub use partition_change::{alter_partition, elect_preferred_leaders, preferred_leader_imbalance};
 pub use placement::replication_factor;
 pub use producer_ids::{allocate_producer_ids, PRODUCER_ID_BLOCK_SIZE};
-pub use reassignment::reassign_partition;
 pub use quotas::alter_client_quotas;
+pub use reassignment::reassign_partition;
 pub use topics::{create_partitions, create_topic, delete_topic, validate_topic_name, MAX_TOPIC_NAME_LEN};
 
 /// Decides a proposed command against the image: the records that carry it out, or why not.

@@ -87,7 +87,13 @@ pub fn alter_partition(
         let records = finish_reassignment(image, topic.topic_id, partition, p, &target, isr)?;
         let mut after = p.clone();
         for record in &records {
-            if let MetadataRecord::Partition { isr, leader_epoch, partition_epoch, .. } = record {
+            if let MetadataRecord::Partition {
+                isr,
+                leader_epoch,
+                partition_epoch,
+                ..
+            } = record
+            {
                 (after.isr, after.leader_epoch, after.partition_epoch) = (isr.clone(), *leader_epoch, *partition_epoch);
             }
         }

@@ -72,7 +72,14 @@ pub fn reassign_partition(
     let leader = if isr.contains(&p.leader) { p.leader } else { isr[0] };
     let mut records = Vec::new();
     if replicas != p.replicas || isr != p.isr || leader != p.leader {
-        records.push(partition_change(topic.topic_id, partition as usize, &replicas, isr, leader, p));
+        records.push(partition_change(
+            topic.topic_id,
+            partition as usize,
+            &replicas,
+            isr,
+            leader,
+            p,
+        ));
     }
     records.push(MetadataRecord::PartitionReassignment {
         topic_id: topic.topic_id,
@@ -97,7 +104,9 @@ fn check_target(image: &MetadataImage, target: &[i32]) -> Result<(), ApiError> {
         return invalid(format!("the target replicas {target:?} repeat a broker"));
     }
     if let Some(id) = target.iter().find(|id| !image.brokers.contains_key(id)) {
-        return invalid(format!("broker {id} in the target replicas {target:?} is not registered"));
+        return invalid(format!(
+            "broker {id} in the target replicas {target:?} is not registered"
+        ));
     }
     Ok(())
 }
@@ -161,8 +170,15 @@ mod tests {
         let mut image = image();
         reassign(&mut image, Some(vec![2, 3, 4])).unwrap();
         let moving = partition(&image);
-        assert_eq!(moving.replicas, vec![2, 3, 4, 1], "target first, then the leaving replica");
-        assert_eq!((moving.adding_replicas.clone(), moving.removing_replicas.clone()), (vec![4], vec![1]));
+        assert_eq!(
+            moving.replicas,
+            vec![2, 3, 4, 1],
+            "target first, then the leaving replica"
+        );
+        assert_eq!(
+            (moving.adding_replicas.clone(), moving.removing_replicas.clone()),
+            (vec![4], vec![1])
+        );
         assert_eq!(moving.isr, vec![2, 3, 1]);
         assert_eq!(moving.leader, 1, "the leader stays while the new replica catches up");
 
@@ -170,7 +186,10 @@ mod tests {
         let done = partition(&image);
         assert_eq!(done.replicas, vec![2, 3, 4]);
         assert_eq!(done.isr, vec![2, 3, 4]);
-        assert_eq!(done.leader, 2, "the leaving leader hands over to the first in-sync target replica");
+        assert_eq!(
+            done.leader, 2,
+            "the leaving leader hands over to the first in-sync target replica"
+        );
         assert_eq!(done.leader_epoch, moving.leader_epoch + 1);
         assert!(!done.is_reassigning());
     }
@@ -181,7 +200,10 @@ mod tests {
         let before = partition(&image);
         reassign(&mut image, Some(vec![3, 2])).unwrap();
         let p = partition(&image);
-        assert_eq!((p.replicas.clone(), p.isr.clone(), p.leader), (vec![3, 2], vec![3, 2], 3));
+        assert_eq!(
+            (p.replicas.clone(), p.isr.clone(), p.leader),
+            (vec![3, 2], vec![3, 2], 3)
+        );
         assert!(p.partition_epoch > before.partition_epoch && p.leader_epoch > before.leader_epoch);
         assert!(!p.is_reassigning());
     }
@@ -195,7 +217,10 @@ mod tests {
         reassign(&mut image, None).unwrap();
         let p = partition(&image);
         // As in Kafka, the original replicas keep the order of the merged set (target first).
-        assert_eq!((p.replicas.clone(), p.isr.clone(), p.leader), (vec![2, 3, 1], vec![2, 3, 1], 1));
+        assert_eq!(
+            (p.replicas.clone(), p.isr.clone(), p.leader),
+            (vec![2, 3, 1], vec![2, 3, 1], 1)
+        );
         assert!(!p.is_reassigning());
     }
 
@@ -206,7 +231,10 @@ mod tests {
         reassign(&mut image, Some(vec![1, 2, 4])).unwrap();
         let p = partition(&image);
         assert_eq!(p.replicas, vec![1, 2, 4, 3]);
-        assert_eq!((p.adding_replicas.clone(), p.removing_replicas.clone()), (vec![4], vec![3]));
+        assert_eq!(
+            (p.adding_replicas.clone(), p.removing_replicas.clone()),
+            (vec![4], vec![3])
+        );
     }
 
     #[test]
@@ -214,7 +242,12 @@ mod tests {
         let mut image = image();
         for target in [vec![], vec![2, 2, 3], vec![2, 3, 9]] {
             let err = reassign(&mut image, Some(target.clone())).unwrap_err();
-            assert_eq!(err.error, ResponseError::InvalidReplicaAssignment, "{target:?}: {}", err.message);
+            assert_eq!(
+                err.error,
+                ResponseError::InvalidReplicaAssignment,
+                "{target:?}: {}",
+                err.message
+            );
         }
         let unknown = decide(
             &image,

@@ -15,10 +15,7 @@ pub(super) fn image_with_brokers(ids: &[i32]) -> MetadataImage {
         image.apply(&MetadataRecord::RegisterBroker {
             broker_id: *id,
             incarnation_id: Uuid::nil(),
-            endpoints: vec![Endpoint {
-                host: "127.0.0.1".into(),
-                port: 9092 + id,
-            }],
+            endpoints: vec![Endpoint::plaintext("127.0.0.1", 9092 + id)],
             rack: None,
         });
     }

@@ -51,5 +51,7 @@ pub use error::LogError;
 pub use index::{OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset};
 pub use leader_epoch::{LEADER_EPOCH_CHECKPOINT_FILE, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET};
 pub use log_to_clean::LogToClean;
-pub use partition_log::{AppendInfo, PartitionLog, PlannedRead, ReadResult, CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_FILE};
+pub use partition_log::{
+    AppendInfo, PartitionLog, PlannedRead, ReadResult, CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_FILE,
+};
 pub use segment::{LogSegment, RecoveryOutcome};

@@ -18,8 +18,8 @@ use uuid::Uuid;
 
 use super::image::{BrokerRegistration, MetadataImage, PartitionRegistration, TopicImage};
 use super::records::{
-    AlterOp, ConfigResource, ElectionType, Endpoint, MetadataCommand, MetadataRecord, NewTopic, Proposal,
-    QuotaEntity, QuotaName, QuotaValue,
+    AlterOp, ConfigResource, ElectionType, Endpoint, MetadataCommand, MetadataRecord, NewTopic, Proposal, QuotaEntity,
+    QuotaName, QuotaValue,
 };
 
 /// The prost types generated from `metadata.proto` by `build.rs`.
@@ -161,6 +161,7 @@ fn endpoints_to_pb(endpoints: &[Endpoint]) -> Vec<pb::Endpoint> {
         .map(|e| pb::Endpoint {
             host: e.host.clone(),
             port: e.port,
+            listener: e.listener.clone(),
         })
         .collect()
 }
@@ -168,9 +169,13 @@ fn endpoints_to_pb(endpoints: &[Endpoint]) -> Vec<pb::Endpoint> {
 fn endpoints_from_pb(endpoints: Vec<pb::Endpoint>) -> Vec<Endpoint> {
     endpoints
         .into_iter()
-        .map(|e| Endpoint {
-            host: e.host,
-            port: e.port,
+        .map(|e| match e.listener.is_empty() {
+            true => Endpoint::plaintext(e.host, e.port),
+            false => Endpoint {
+                listener: e.listener,
+                host: e.host,
+                port: e.port,
+            },
         })
         .collect()
 }
@@ -779,11 +784,9 @@ mod tests {
 
     fn endpoints() -> Vec<Endpoint> {
         vec![
+            Endpoint::plaintext("a.example", 9092),
             Endpoint {
-                host: "a.example".into(),
-                port: 9092,
-            },
-            Endpoint {
+                listener: "EXTERNAL".into(),
                 host: "b.example".into(),
                 port: 19092,
             },

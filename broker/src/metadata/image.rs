@@ -29,6 +29,11 @@ impl BrokerRegistration {
     pub fn is_live(&self) -> bool {
         !self.fenced && !self.in_controlled_shutdown
     }
+
+    /// Where this broker's listener of that name is reached, if it has one.
+    pub fn endpoint(&self, listener: &str) -> Option<&Endpoint> {
+        self.endpoints.iter().find(|e| e.listener == listener)
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -200,10 +205,11 @@ impl MetadataImage {
                 let index = *partition as usize;
                 // A reassignment under way stays as it is (PartitionReassignment records change
                 // it); replicas it no longer lists leave it.
-                let (adding_replicas, removing_replicas) = topic.partitions.get(index).map_or_else(Default::default, |p| {
-                    let listed = |ids: &Vec<i32>| ids.iter().copied().filter(|id| replicas.contains(id)).collect();
-                    (listed(&p.adding_replicas), listed(&p.removing_replicas))
-                });
+                let (adding_replicas, removing_replicas) =
+                    topic.partitions.get(index).map_or_else(Default::default, |p| {
+                        let listed = |ids: &Vec<i32>| ids.iter().copied().filter(|id| replicas.contains(id)).collect();
+                        (listed(&p.adding_replicas), listed(&p.removing_replicas))
+                    });
                 let registration = PartitionRegistration {
                     replicas: replicas.clone(),
                     isr: isr.clone(),
@@ -262,7 +268,10 @@ impl MetadataImage {
                 let Some(topic) = self.topic_names.get(topic_id).and_then(|n| self.topics.get_mut(n)) else {
                     return;
                 };
-                let Some(p) = usize::try_from(*partition).ok().and_then(|i| topic.partitions.get_mut(i)) else {
+                let Some(p) = usize::try_from(*partition)
+                    .ok()
+                    .and_then(|i| topic.partitions.get_mut(i))
+                else {
                     return;
                 };
                 if adding.iter().chain(removing).any(|id| !p.replicas.contains(id)) {

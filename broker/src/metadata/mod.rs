@@ -371,10 +371,7 @@ mod tests {
         let register = MetadataCommand::RegisterBroker {
             broker_id: 1,
             incarnation_id: Uuid::nil(),
-            endpoints: vec![records::Endpoint {
-                host: "h".into(),
-                port: 1,
-            }],
+            endpoints: vec![records::Endpoint::plaintext("h", 1)],
             rack: None,
         };
         sm.apply(1, &entry(1, me, register)).unwrap();

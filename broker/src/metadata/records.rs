@@ -7,11 +7,24 @@ use std::collections::BTreeMap;
 
 use uuid::Uuid;
 
-/// A Kafka listener endpoint as advertised to clients.
+/// A Kafka listener endpoint as advertised to clients: the listener's name (a client is
+/// answered with the endpoints of the listener it connected to) and its address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {
+    pub listener: String,
     pub host: String,
     pub port: i32,
+}
+
+impl Endpoint {
+    /// An endpoint of the `PLAINTEXT` listener, the one a node has unless named otherwise.
+    pub fn plaintext(host: impl Into<String>, port: i32) -> Endpoint {
+        Endpoint {
+            listener: crate::config::DEFAULT_LISTENER_NAME.to_string(),
+            host: host.into(),
+            port,
+        }
+    }
 }
 
 /// What a config record applies to.

@@ -50,7 +50,9 @@ impl Partition {
             return Ok(());
         }
         let mut log = self.log.lock();
-        let target = leader_log_start_offset.min(self.high_watermark()).min(log.log_end_offset());
+        let target = leader_log_start_offset
+            .min(self.high_watermark())
+            .min(log.log_end_offset());
         log.advance_log_start_offset(target).map_err(|e| log_error(&e))?;
         self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
         Ok(())

@@ -184,7 +184,10 @@ impl Partition {
             self.log_start_offset.store(start, Ordering::Release);
             start
         };
-        debug_assert!(new_start <= high_watermark, "log start {new_start} beyond the HW {high_watermark}");
+        debug_assert!(
+            new_start <= high_watermark,
+            "log start {new_start} beyond the HW {high_watermark}"
+        );
         self.update_low_watermark(&state);
         Ok(new_start)
     }

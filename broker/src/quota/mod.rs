@@ -25,8 +25,8 @@ use crate::config::QuotaConfig;
 use crate::controller::quotas::{CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE};
 use crate::metadata::image::MetadataImage;
 pub use precedence::QuotaTable;
-pub use replication::ReplicationQuota;
 use rate::{throttle_time_ms, RateWindow, SampledRate};
+pub use replication::ReplicationQuota;
 
 /// The principal of every connection until authentication exists (Kafka's unauthenticated
 /// principal name), so `user` quotas apply to the entity `ANONYMOUS` or the default user.

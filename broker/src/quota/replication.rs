@@ -134,11 +134,17 @@ mod tests {
         assert!(quota.applies_to(&listed, 0, 1, 2));
         assert!(quota.applies_to(&listed, 1, 2, 3));
         assert!(!quota.applies_to(&listed, 0, 2, 3));
-        assert!(!quota.applies_to(&listed, 0, 1, 1), "an in-sync follower is never throttled");
+        assert!(
+            !quota.applies_to(&listed, 0, 1, 1),
+            "an in-sync follower is never throttled"
+        );
         let every = topic(configs("leader.replication.throttled.replicas", "*"));
         assert!(quota.applies_to(&every, 7, 3, 2));
         let follower_list = topic(configs("follower.replication.throttled.replicas", "*"));
-        assert!(!quota.applies_to(&follower_list, 0, 1, 2), "the leader reads its own list only");
+        assert!(
+            !quota.applies_to(&follower_list, 0, 1, 2),
+            "the leader reads its own list only"
+        );
     }
 
     #[test]

@@ -203,7 +203,15 @@ async fn run_fetcher(
                 tokio::time::sleep(THROTTLE_PAUSE).await;
                 continue;
             }
-            fetch(conn, &config, own_broker_epoch(&config, &images), &shared, &quota, to_fetch).await
+            fetch(
+                conn,
+                &config,
+                own_broker_epoch(&config, &images),
+                &shared,
+                &quota,
+                to_fetch,
+            )
+            .await
         };
         match result {
             Ok(()) => failures = 0,
@@ -228,9 +236,19 @@ async fn connect(
         .borrow()
         .brokers
         .get(&leader)
-        .and_then(|b| b.endpoints.first().cloned());
-    let Some(endpoint) = endpoint else {
-        return Err(ClientError::Protocol(leader, "the broker is not registered".into()));
+        .map(|b| b.endpoint(&config.listeners.inter_broker).cloned());
+    let endpoint = match endpoint {
+        Some(Some(endpoint)) => endpoint,
+        Some(None) => {
+            return Err(ClientError::Protocol(
+                leader,
+                format!(
+                    "the broker has no listener named {} (inter.broker.listener.name); give every broker the same inter-broker listener",
+                    config.listeners.inter_broker
+                ),
+            ))
+        }
+        None => return Err(ClientError::Protocol(leader, "the broker is not registered".into())),
     };
     let client_id = format!("sluice-replica-fetcher-{}", config.node_id);
     BrokerConnection::connect(leader, &endpoint.host, endpoint.port, client_id).await

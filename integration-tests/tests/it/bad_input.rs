@@ -331,7 +331,14 @@ async fn a_failed_acks0_produce_closes_the_connection_and_a_good_one_does_not() 
     );
     let acks0 = |s: &mut TcpStream, version: i16, corr: i32, partition: i32| -> Result<()> {
         let body = wire::produce_body_v3(0, 5000, "fire-and-forget", partition, &batch);
-        s.write_all(&wire::request_frame(wire::API_KEY_PRODUCE, version, corr, Some("raw"), false, &body))?;
+        s.write_all(&wire::request_frame(
+            wire::API_KEY_PRODUCE,
+            version,
+            corr,
+            Some("raw"),
+            false,
+            &body,
+        ))?;
         Ok(())
     };
 
@@ -560,11 +567,17 @@ async fn keyless_records_in_a_mixed_batch_are_named_by_index() -> Result<()> {
     let keys = [Some("a"), None, Some("c"), None];
     let mut deliveries = Vec::new();
     for key in keys {
-        let mut record = FutureRecord::<str, str>::to("compacted-mixed").partition(0).payload("v");
+        let mut record = FutureRecord::<str, str>::to("compacted-mixed")
+            .partition(0)
+            .payload("v");
         if let Some(key) = key {
             record = record.key(key);
         }
-        deliveries.push(producer.send_result(record).map_err(|(e, _)| anyhow::anyhow!("enqueue: {e}"))?);
+        deliveries.push(
+            producer
+                .send_result(record)
+                .map_err(|(e, _)| anyhow::anyhow!("enqueue: {e}"))?,
+        );
     }
     let mut codes = Vec::new();
     for delivery in deliveries {
@@ -667,25 +680,50 @@ fn oversized_count_frames() -> Vec<(&'static str, Vec<u8>)> {
         ("AlterReplicaLogDirs v2 with 4 billion dirs", 34, 2, four_billion(&[])),
         ("DescribeLogDirs v4 with 4 billion topics", 35, 4, four_billion(&[])),
         ("ElectLeaders v2 with 4 billion topics", 43, 2, four_billion(&[0])),
-        ("IncrementalAlterConfigs v1 with 4 billion resources", 44, 1, four_billion(&[])),
-        ("AlterPartitionReassignments v0 with 4 billion topics", 45, 0, four_billion(&timeout_ms)),
-        ("ListPartitionReassignments v0 with 4 billion topics", 46, 0, four_billion(&timeout_ms)),
-        ("DescribeClientQuotas v1 with 4 billion components", 48, 1, four_billion(&[])),
+        (
+            "IncrementalAlterConfigs v1 with 4 billion resources",
+            44,
+            1,
+            four_billion(&[]),
+        ),
+        (
+            "AlterPartitionReassignments v0 with 4 billion topics",
+            45,
+            0,
+            four_billion(&timeout_ms),
+        ),
+        (
+            "ListPartitionReassignments v0 with 4 billion topics",
+            46,
+            0,
+            four_billion(&timeout_ms),
+        ),
+        (
+            "DescribeClientQuotas v1 with 4 billion components",
+            48,
+            1,
+            four_billion(&[]),
+        ),
         ("AlterClientQuotas v1 with 4 billion entries", 49, 1, four_billion(&[])),
         ("DescribeProducers v0 with 4 billion topics", 61, 0, four_billion(&[])),
-        ("DescribeTopicPartitions v0 with 4 billion topics", 75, 0, four_billion(&[])),
+        (
+            "DescribeTopicPartitions v0 with 4 billion topics",
+            75,
+            0,
+            four_billion(&[]),
+        ),
     ]
     .map(|(what, key, version, body)| (what, (key, version, true, body)));
     frames
         .into_iter()
         .chain(admin)
-    .map(|(what, (key, version, flexible, body))| {
-        (
-            what,
-            wire::request_frame(key, version, 7, Some("hostile"), flexible, &body),
-        )
-    })
-    .collect()
+        .map(|(what, (key, version, flexible, body))| {
+            (
+                what,
+                wire::request_frame(key, version, 7, Some("hostile"), flexible, &body),
+            )
+        })
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -29,7 +29,9 @@ async fn delete_before(
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, 0, offset)?;
     let result = admin.delete_records(&tpl, &clients::admin_options()).await?;
-    let elem = result.find_partition(topic, 0).context("no DeleteRecords result for partition 0")?;
+    let elem = result
+        .find_partition(topic, 0)
+        .context("no DeleteRecords result for partition 0")?;
     Ok(elem.error().map(|()| elem.offset()))
 }
 
@@ -41,9 +43,11 @@ fn low_watermark(consumer: &BaseConsumer, topic: &str) -> Result<i64> {
 fn first_offset_from_earliest(bootstrap: &str, topic: &str) -> Result<i64> {
     let consumer = clients::base_consumer(bootstrap)?;
     clients::assign(&consumer, topic, &[0], Offset::Beginning)?;
-    wait_until(TIMEOUT, "a record from the earliest offset", || match consumer.poll(Duration::from_millis(200)) {
-        Some(Ok(m)) => Some(m.offset()),
-        _ => None,
+    wait_until(TIMEOUT, "a record from the earliest offset", || {
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => Some(m.offset()),
+            _ => None,
+        }
     })
 }
 
@@ -56,7 +60,10 @@ async fn deleted_records_are_gone_for_readers_and_stay_gone_after_a_restart() ->
     clients::produce_numbered(&bootstrap, "trimmed", 100).await?;
 
     let deleted = delete_before(&admin, "trimmed", Offset::Offset(30)).await?;
-    ensure!(deleted == Ok(Offset::Offset(30)), "DeleteRecords before 30: {deleted:?}");
+    ensure!(
+        deleted == Ok(Offset::Offset(30)),
+        "DeleteRecords before 30: {deleted:?}"
+    );
     let consumer = clients::base_consumer(&bootstrap)?;
     ensure!(low_watermark(&consumer, "trimmed")? == 30, "low watermark is not 30");
     ensure!(first_offset_from_earliest(&bootstrap, "trimmed")? == 30);
@@ -67,9 +74,8 @@ async fn deleted_records_are_gone_for_readers_and_stay_gone_after_a_restart() ->
         consumer.poll(Duration::from_millis(200)).map(|r| r.map(|m| m.offset()))
     })?;
     match below {
-        Err(KafkaError::MessageConsumption(
-            RDKafkaErrorCode::OffsetOutOfRange | RDKafkaErrorCode::AutoOffsetReset,
-        )) => {}
+        Err(KafkaError::MessageConsumption(RDKafkaErrorCode::OffsetOutOfRange | RDKafkaErrorCode::AutoOffsetReset)) => {
+        }
         other => bail!("a fetch at offset 10 after deleting before 30 answered {other:?}"),
     }
 
@@ -81,11 +87,17 @@ async fn deleted_records_are_gone_for_readers_and_stay_gone_after_a_restart() ->
     );
     // The end (-1 on the wire) is the high watermark.
     let all = delete_before(&admin, "trimmed", Offset::End).await?;
-    ensure!(all == Ok(Offset::Offset(100)), "DeleteRecords before -1 (the HW): {all:?}");
+    ensure!(
+        all == Ok(Offset::Offset(100)),
+        "DeleteRecords before -1 (the HW): {all:?}"
+    );
 
     node.restart()?;
     let consumer = clients::base_consumer(&node.bootstrap())?;
-    ensure!(low_watermark(&consumer, "trimmed")? == 100, "the log start did not survive a restart");
+    ensure!(
+        low_watermark(&consumer, "trimmed")? == 100,
+        "the log start did not survive a restart"
+    );
     Ok(())
 }
 
@@ -96,7 +108,13 @@ async fn compacted_topics_refuse_delete_records_with_policy_violation() -> Resul
     clients::create_topic(&admin, "compacted", 1, &[("cleanup.policy", "compact")]).await?;
     let producer = clients::future_producer(&node.bootstrap())?;
     producer
-        .send(FutureRecord::<str, str>::to("compacted").partition(0).key("k").payload("v"), TIMEOUT)
+        .send(
+            FutureRecord::<str, str>::to("compacted")
+                .partition(0)
+                .key("k")
+                .payload("v"),
+            TIMEOUT,
+        )
         .await
         .map_err(|(e, _)| anyhow::anyhow!("produce: {e}"))?;
     let refused = delete_before(&admin, "compacted", Offset::Offset(1)).await?;
@@ -111,7 +129,10 @@ async fn compacted_topics_refuse_delete_records_with_policy_violation() -> Resul
 fn every_in_sync_replica_moves_its_log_start_so_a_new_leader_starts_there_too() -> Result<()> {
     let mut cluster = Cluster::start(3, &[])?;
     let bootstrap = cluster.bootstrap();
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
     runtime.block_on(async {
         let admin = clients::admin_client(&bootstrap)?;
         let topic = NewTopic::new("replicated-trim", 1, TopicReplication::Fixed(3));
@@ -125,12 +146,19 @@ fn every_in_sync_replica_moves_its_log_start_so_a_new_leader_starts_there_too() 
         let admin = clients::admin_client(&bootstrap)?;
         delete_before(&admin, "replicated-trim", Offset::Offset(40)).await
     })?;
-    ensure!(deleted == Ok(Offset::Offset(40)), "DeleteRecords before 40: {deleted:?}");
+    ensure!(
+        deleted == Ok(Offset::Offset(40)),
+        "DeleteRecords before 40: {deleted:?}"
+    );
 
     // The answer came once every ISR member had moved: whichever node leads next starts at 40.
     let leader = cluster.partition_leader(1, "replicated-trim", 0, TIMEOUT)?;
     cluster.node(leader).kill()?;
-    let survivor = cluster.ids().into_iter().find(|id| *id != leader).context("no other node")?;
+    let survivor = cluster
+        .ids()
+        .into_iter()
+        .find(|id| *id != leader)
+        .context("no other node")?;
     let new_leader = wait_until(TIMEOUT, "a new leader", || {
         cluster
             .partition_leader(survivor, "replicated-trim", 0, TIMEOUT)

@@ -13,8 +13,8 @@ use std::time::Duration;
 use anyhow::{ensure, Context, Result};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::alter_partition_reassignments_request::{ReassignablePartition, ReassignableTopic};
-use kafka_protocol::messages::list_partition_reassignments_response::OngoingPartitionReassignment;
 use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
+use kafka_protocol::messages::list_partition_reassignments_response::OngoingPartitionReassignment;
 use kafka_protocol::messages::{
     AlterPartitionReassignmentsRequest, BrokerId, IncrementalAlterConfigsRequest, ListPartitionReassignmentsRequest,
     TopicName,
@@ -261,13 +261,18 @@ async fn a_throttled_move_copies_no_faster_than_the_throttle_until_it_is_lifted(
     let mut outstanding = std::collections::VecDeque::new();
     let mut done = Vec::new();
     for i in 0..RECORDS {
-        let record = rdkafka::producer::FutureRecord::<[u8], [u8]>::to("throttled").partition(0).payload(&value[..]);
+        let record = rdkafka::producer::FutureRecord::<[u8], [u8]>::to("throttled")
+            .partition(0)
+            .payload(&value[..]);
         clients::enqueue(&producer, record, &mut outstanding, &mut done, i).await?;
     }
     for (i, delivery) in outstanding {
         done.push((i, delivery.await?));
     }
-    ensure!(done.iter().all(|(_, d)| d.is_ok()), "every record should be acknowledged");
+    ensure!(
+        done.iter().all(|(_, d)| d.is_ok()),
+        "every record should be acknowledged"
+    );
     let leader_bytes = log_bytes(&cluster.data_dir(1), "throttled");
     ensure!(leader_bytes > 5_000_000, "the leader holds {leader_bytes} bytes");
 
@@ -278,9 +283,15 @@ async fn a_throttled_move_copies_no_faster_than_the_throttle_until_it_is_lifted(
         (TOPIC, "throttled", "leader.replication.throttled.replicas", "0:1"),
         (TOPIC, "throttled", "follower.replication.throttled.replicas", "0:2"),
     ] {
-        ensure!(alter_config(addr, resource_type, name, key, Some(value))? == 0, "setting {key}");
+        ensure!(
+            alter_config(addr, resource_type, name, key, Some(value))? == 0,
+            "setting {key}"
+        );
     }
-    ensure!(reassign(addr, "throttled", Some(&[1, 2]))? == 0, "the move should start");
+    ensure!(
+        reassign(addr, "throttled", Some(&[1, 2]))? == 0,
+        "the move should start"
+    );
     wait_until(TIMEOUT, "broker 2 to start copying", || {
         (log_bytes(&cluster.data_dir(2), "throttled") > 0).then_some(())
     })?;
@@ -298,7 +309,10 @@ async fn a_throttled_move_copies_no_faster_than_the_throttle_until_it_is_lifted(
         (BROKER, "1", "leader.replication.throttled.rate"),
         (BROKER, "2", "follower.replication.throttled.rate"),
     ] {
-        ensure!(alter_config(addr, resource_type, name, key, None)? == 0, "removing {key}");
+        ensure!(
+            alter_config(addr, resource_type, name, key, None)? == 0,
+            "removing {key}"
+        );
     }
     cluster.await_partition_0(
         &[1, 2],
@@ -307,7 +321,10 @@ async fn a_throttled_move_copies_no_faster_than_the_throttle_until_it_is_lifted(
         TIMEOUT,
         |p| p.replicas == [1, 2] && p.has_full_isr(),
     )?;
-    ensure!(log_bytes(&cluster.data_dir(2), "throttled") == leader_bytes, "broker 2 holds the whole log");
+    ensure!(
+        log_bytes(&cluster.data_dir(2), "throttled") == leader_bytes,
+        "broker 2 holds the whole log"
+    );
     Ok(())
 }
 

@@ -13,9 +13,15 @@ fn the_log_start_moves_inside_a_segment_and_reads_below_it_are_out_of_range() {
 
     assert!(log.advance_log_start_offset(15).unwrap());
     assert_eq!(log.log_start_offset(), 15);
-    assert!(log.segment_count() < segments_before, "segments wholly below 15 are deleted");
+    assert!(
+        log.segment_count() < segments_before,
+        "segments wholly below 15 are deleted"
+    );
     let err = log.read(14, 1 << 20, log.log_end_offset(), true).unwrap_err();
-    assert!(matches!(err, LogError::OffsetOutOfRange { log_start: 15, .. }), "{err:?}");
+    assert!(
+        matches!(err, LogError::OffsetOutOfRange { log_start: 15, .. }),
+        "{err:?}"
+    );
     // Offset 15 sits in the batch 14..15, which is served whole (the client skips 14).
     let read = log.read(15, 1 << 20, log.log_end_offset(), true).unwrap();
     assert_eq!(batch_offsets(&read.records).first(), Some(&(14, 15)));
@@ -51,7 +57,11 @@ fn a_saved_start_past_a_recovered_end_is_clamped_to_the_end() {
     let root = tempfile::tempdir().unwrap();
     let log = filled(root.path(), small_segments(), 5); // offsets 0..10
     drop(log);
-    std::fs::write(partition_dir(root.path()).join(crate::log::LOG_START_OFFSET_FILE), "99\n").unwrap();
+    std::fs::write(
+        partition_dir(root.path()).join(crate::log::LOG_START_OFFSET_FILE),
+        "99\n",
+    )
+    .unwrap();
     let log = open(root.path(), small_segments());
     assert_eq!(log.log_start_offset(), 10);
     assert_eq!(log.log_end_offset(), 10);
