@@ -9,3 +9,6 @@ COPY --from=build /src/target/release/sluice /usr/local/bin/sluice
 VOLUME /var/lib/sluice
 EXPOSE 9092 9093
 ENTRYPOINT ["sluice", "--data-dir", "/var/lib/sluice"]
+# A single node reachable from the host with `docker run -p 9092:9092`; docker-compose.yml
+# replaces this with named listeners.
+CMD ["--listen", "0.0.0.0:9092", "--advertise", "localhost:9092"]
