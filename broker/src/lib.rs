@@ -12,6 +12,7 @@ pub mod group;
 pub mod log;
 pub mod metadata;
 pub mod partition;
+pub mod plan;
 pub mod producer_state;
 pub mod purgatory;
 pub mod quota;
