@@ -1,11 +1,12 @@
 //! The `sluice` binary: parse flags, open the broker, serve until SIGINT/SIGTERM.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
 use sluice_broker::broker::Broker;
-use sluice_broker::config::{BrokerConfig, Cli};
+use sluice_broker::config::{settings_table, BrokerConfig, Cli, Command};
 use sluice_broker::server;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
@@ -16,13 +17,25 @@ use tokio::sync::watch;
 const FAILURE_EXIT_GRACE: Duration = Duration::from_secs(5);
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Some(command) = &cli.command {
+        return match command {
+            Command::Settings => {
+                print!("{}", settings_table());
+                ExitCode::SUCCESS
+            }
+            Command::Plan(args) => sluice_broker::plan::run(args),
+        };
+    }
+    // Colour codes only for a person at a terminal (https://no-color.org: any non-empty NO_COLOR).
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,raft=warn".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(colour)
         .init();
-    let cli = Cli::parse();
     let config = match BrokerConfig::from_cli(&cli) {
         Ok(config) => config,
         Err(e) => {

@@ -27,6 +27,7 @@ use sha2::Sha256;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::frame::{read_frame, write_frame};
+use crate::node_id_of;
 
 /// Shortest cluster secret accepted: 128 bits, assuming random bytes.
 pub const MIN_CLUSTER_SECRET_BYTES: usize = 16;
@@ -84,14 +85,14 @@ pub enum HandshakeError {
     #[error("the peer speaks quorum protocol version {theirs}, this node {ours}; run matching Sluice versions on every node")]
     Version { theirs: u16, ours: u16 },
     #[error(
-        "node {peer} belongs to cluster {theirs:?}, this node to {ours:?}; check both nodes' --cluster-id and --voters"
+        "node {} belongs to cluster {theirs:?}, this node to {ours:?}; check both nodes' --cluster-id and --voters", node_id_of(*.peer)
     )]
     OtherCluster { peer: u64, theirs: String, ours: String },
-    #[error("the peer claims node id {0}, which is reserved or this node's own; check its --node-id")]
+    #[error("the peer claims node id {}, which is reserved or this node's own; check its --node-id", node_id_of(*.0))]
     BadPeerId(u64),
-    #[error("dialed node {expected} but node {answered} answered; check that --voters is identical on every node")]
+    #[error("dialed node {} but node {} answered; check that --voters is identical on every node", node_id_of(*.expected), node_id_of(*.answered))]
     WrongPeer { expected: u64, answered: u64 },
-    #[error("node {peer} failed to prove it knows the cluster secret; give every node the same secret (--cluster-secret-file or SLUICE_CLUSTER_SECRET)")]
+    #[error("node {} failed to prove it knows the cluster secret; give every node the same secret (--cluster-secret-file or SLUICE_CLUSTER_SECRET)", node_id_of(*.peer))]
     BadProof { peer: u64 },
     #[error("this node is its quorum's only voter and has no cluster secret, so it accepts no controller connections; to let other nodes in, give every node the same secret: {CREATE_SECRET_HINT}")]
     NoSecret,

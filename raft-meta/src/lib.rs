@@ -50,6 +50,22 @@ pub mod eraftpb {
     pub use raft::eraftpb::{ConfState, Entry, EntryType, Message, MessageType, Snapshot, SnapshotMetadata};
 }
 
+/// raft-rs reserves raft id 0 while Kafka node ids start at 0, so a node's raft id is its node
+/// id + 1. Only raft-rs sees raft ids: every log line and error of this crate names node ids,
+/// and raft-rs's own log lines have theirs translated (`logger.rs`).
+pub fn raft_id(node_id: i32) -> u64 {
+    node_id as u64 + 1
+}
+
+/// The node id of a raft id (one from the wire may be anything, so it is not narrowed to i32).
+pub fn node_id_of(raft_id: u64) -> i64 {
+    raft_id as i64 - 1
+}
+
+pub(crate) fn node_ids(raft_ids: &[u64]) -> Vec<i64> {
+    raft_ids.iter().map(|&id| node_id_of(id)).collect()
+}
+
 /// Largest payload [`Quorum::propose`] accepts. Metadata records are small; this keeps one
 /// entry far below the transport's frame limit.
 pub const MAX_PROPOSAL_BYTES: usize = 1 << 20;
@@ -164,7 +180,7 @@ pub enum QuorumError {
         found: String,
         expected: String,
     },
-    #[error("{dir} belongs to node {found}, not node {expected}; start with --node-id {found} or give this node its own data directory")]
+    #[error("{dir} belongs to node {}, not node {}; start with --node-id {} or give this node its own data directory", node_id_of(*.found), node_id_of(*.expected), node_id_of(*.found))]
     NodeIdMismatch { dir: PathBuf, found: u64, expected: u64 },
     #[error("--voters {configured} disagrees with the quorum's voters {recorded} recorded in {dir}; start every node with the voter set the quorum was created with")]
     VotersMismatch {
@@ -204,7 +220,7 @@ pub enum ProposeError {
     Stopped,
     #[error("the proposal is {bytes} bytes, more than the {max}-byte limit; split it into smaller records")]
     TooLarge { bytes: usize, max: usize },
-    #[error("cannot add node {id} as a learner: {reason}")]
+    #[error("cannot add node {} as a learner: {reason}", node_id_of(*.id))]
     InvalidLearner { id: u64, reason: String },
 }
 
@@ -443,8 +459,8 @@ fn check_voters(config: &QuorumConfig, storage: &DiskStorage) -> Result<(), Quor
     if recorded != configured {
         return Err(QuorumError::VotersMismatch {
             dir: config.data_dir.clone(),
-            configured: format!("{configured:?}"),
-            recorded: format!("{recorded:?}"),
+            configured: format!("{:?}", node_ids(&configured)),
+            recorded: format!("{:?}", node_ids(&recorded)),
         });
     }
     Ok(())

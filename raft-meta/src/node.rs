@@ -31,7 +31,7 @@ use crate::snapshot_data::{decode_snapshot_data, encode_snapshot_data};
 use crate::storage::DiskStorage;
 use crate::transport::{is_snapshot, Inbound, SendOutcome, Transport, TransportEvent};
 use crate::validate::{check_peer_message, Receiver};
-use crate::{ProposeError, QuorumConfig, QuorumError, QuorumStatus, ReplicaState, Role, StateMachine};
+use crate::{node_id_of, ProposeError, QuorumConfig, QuorumError, QuorumStatus, ReplicaState, Role, StateMachine};
 
 /// Proposals in flight on this node (waiting to be applied) before `Busy`.
 const MAX_PENDING_PROPOSALS: usize = 1024;
@@ -293,11 +293,11 @@ impl<S: StateMachine> Driver<S> {
     pub(crate) async fn run(mut self, mut commands: mpsc::Receiver<Command>) -> Result<(), String> {
         let outcome = match self.serve(&mut commands).await {
             Ok(()) => {
-                tracing::info!(node_id = self.node_id, "metadata quorum member stopped");
+                tracing::info!(node_id = node_id_of(self.node_id), "metadata quorum member stopped");
                 Ok(())
             }
             Err(e) => {
-                tracing::error!(node_id = self.node_id, error = %e, "metadata quorum member stopped after a failure");
+                tracing::error!(node_id = node_id_of(self.node_id), error = %e, "metadata quorum member stopped after a failure");
                 let reason = e.to_string();
                 // Still starting: `Quorum::start` returns the error itself.
                 if let Some(replayed) = self.replayed.take() {
@@ -364,7 +364,7 @@ impl<S: StateMachine> Driver<S> {
         let from = msg.from;
         self.last_contact.insert(from, Instant::now());
         if let Err(e) = self.raw.step(msg) {
-            tracing::debug!(from, error = %e, "raft ignored a message");
+            tracing::debug!(from = node_id_of(from), error = %e, "raft ignored a message");
         }
     }
 
@@ -616,7 +616,7 @@ impl<S: StateMachine> Driver<S> {
         match change.get_change_type() {
             ConfChangeType::AddLearnerNode => {
                 let addr = String::from_utf8(change.context.to_vec()).map_err(|e| corrupt_entry(entry, &e))?;
-                tracing::info!(node_id = self.node_id, learner = id, %addr, index = entry.index, "learner added to the metadata quorum");
+                tracing::info!(node_id = node_id_of(self.node_id), learner = node_id_of(id), %addr, index = entry.index, "learner added to the metadata quorum");
                 self.learner_addrs.insert(id, addr);
             }
             ConfChangeType::RemoveNode => {
@@ -673,7 +673,7 @@ impl<S: StateMachine> Driver<S> {
             Ok(state) => state,
             Err(e) => {
                 // Keep the log instead: it still holds every entry since the last snapshot.
-                tracing::error!(node_id = self.node_id, error = %e,
+                tracing::error!(node_id = node_id_of(self.node_id), error = %e,
                     "cannot encode the metadata state; no snapshot taken and the log is not compacted");
                 return Ok(());
             }
@@ -683,7 +683,11 @@ impl<S: StateMachine> Driver<S> {
         let index = self.applied_index;
         self.raw.mut_store().create_snapshot(index, conf_state, data)?;
         self.conf_changed = false;
-        tracing::info!(node_id = self.node_id, index, "metadata snapshot taken; log compacted");
+        tracing::info!(
+            node_id = node_id_of(self.node_id),
+            index,
+            "metadata snapshot taken; log compacted"
+        );
         Ok(())
     }
 
@@ -759,11 +763,12 @@ impl RefusalLog {
             return;
         }
         self.logged_in_window += 1;
+        let node = node_id_of(peer_id);
         tracing::warn!(
-            peer_id,
+            node,
             ?msg_type,
             earlier_refusals_not_logged = std::mem::take(&mut self.suppressed),
-            "refused a raft message from node {peer_id}: {reason}. The message was dropped; if this repeats, check that node's version and health"
+            "refused a raft message from node {node}: {reason}. The message was dropped; if this repeats, check that node's version and health"
         );
     }
 }

@@ -682,7 +682,7 @@ async fn mismatched_voters_cluster_id_or_node_id_refuse_to_start() {
     assert!(matches!(err, QuorumError::VotersMismatch { .. }), "{err}");
     assert!(
         err.to_string()
-            .contains("--voters [1, 2] disagrees with the quorum's voters [1]"),
+            .contains("--voters [0, 1] disagrees with the quorum's voters [0]"),
         "{err}"
     );
 

@@ -31,6 +31,7 @@ use tokio::time::Instant;
 
 use crate::frame::{invalid, read_frame_rest, write_frame};
 use crate::handshake::{self, ClusterSecret, HandshakeError};
+use crate::node_id_of;
 
 /// Largest frame accepted or sent. A Raft snapshot travels in one message, so this also bounds
 /// the size of the metadata state.
@@ -221,10 +222,10 @@ async fn serve_inbound(stream: TcpStream, remote: std::net::SocketAddr, local: &
             return;
         }
     };
-    tracing::debug!(peer_id, %remote, "controller connection authenticated");
+    tracing::debug!(peer = node_id_of(peer_id), %remote, "controller connection authenticated");
     match forward_messages(&mut stream, peer_id, inbound, FRAME_READ_TIMEOUT).await {
-        Ok(()) => tracing::debug!(peer_id, %remote, "controller connection closed"),
-        Err(e) => tracing::warn!(peer_id, %remote, error = %e, "closed controller connection"),
+        Ok(()) => tracing::debug!(peer = node_id_of(peer_id), %remote, "controller connection closed"),
+        Err(e) => tracing::warn!(peer = node_id_of(peer_id), %remote, error = %e, "closed controller connection"),
     }
 }
 
@@ -246,18 +247,26 @@ async fn forward_messages(
             .await
             .map_err(|_| {
                 invalid(&format!(
-                    "node {peer_id} started a frame but did not finish it within {frame_timeout:?}"
+                    "node {} started a frame but did not finish it within {frame_timeout:?}",
+                    node_id_of(peer_id)
                 ))
             })??;
         // Decoding from `Bytes` slices fields out of the frame instead of allocating from
         // lengths the peer wrote; prost refuses any length beyond the bytes left in the frame.
-        let msg = Message::decode(bytes::Bytes::from(frame))
-            .map_err(|e| invalid(&format!("undecodable raft message from node {peer_id}: {e}")))?;
+        let msg = Message::decode(bytes::Bytes::from(frame)).map_err(|e| {
+            invalid(&format!(
+                "undecodable raft message from node {}: {e}",
+                node_id_of(peer_id)
+            ))
+        })?;
         match inbound.try_send(Inbound { peer_id, msg }) {
             Ok(()) => {}
             // The driver is behind; raft retransmits what matters.
             Err(mpsc::error::TrySendError::Full(_)) => {
-                tracing::debug!(peer_id, "dropping inbound raft message: driver queue full")
+                tracing::debug!(
+                    peer = node_id_of(peer_id),
+                    "dropping inbound raft message: driver queue full"
+                )
             }
             Err(mpsc::error::TrySendError::Closed(_)) => return Ok(()),
         }
@@ -289,14 +298,14 @@ async fn run_peer_sender(
             if Instant::now() >= retry_at {
                 match connect(&addr, peer_id, &local).await {
                     Ok(c) => {
-                        tracing::info!(peer_id, %addr, "connected to quorum peer");
+                        tracing::info!(peer = node_id_of(peer_id), %addr, "connected to quorum peer");
                         conn = Some(c);
                         backoff = RECONNECT_BACKOFF_MIN;
                         warned = false;
                     }
                     Err(e) => {
                         if !warned {
-                            tracing::warn!(peer_id, %addr, error = %e, "cannot reach quorum peer; retrying");
+                            tracing::warn!(peer = node_id_of(peer_id), %addr, error = %e, "cannot reach quorum peer; retrying");
                             warned = true;
                         }
                         retry_at = Instant::now() + backoff;
@@ -315,12 +324,12 @@ async fn run_peer_sender(
         match tokio::time::timeout(WRITE_TIMEOUT, write_batch(writer, &batch)).await {
             Ok(Ok(())) => report_snapshots_sent(peer_id, &batch, &events),
             Ok(Err(e)) => {
-                tracing::warn!(peer_id, %addr, error = %e, "lost connection to quorum peer");
+                tracing::warn!(peer = node_id_of(peer_id), %addr, error = %e, "lost connection to quorum peer");
                 conn = None;
                 report_lost(peer_id, &batch, &events);
             }
             Err(_) => {
-                tracing::warn!(peer_id, %addr, "quorum peer stopped reading; reconnecting");
+                tracing::warn!(peer = node_id_of(peer_id), %addr, "quorum peer stopped reading; reconnecting");
                 conn = None;
                 report_lost(peer_id, &batch, &events);
             }
@@ -357,7 +366,7 @@ async fn write_batch(writer: &mut (impl AsyncWrite + Unpin), batch: &[Message]) 
         let bytes = msg.encode_to_vec();
         if bytes.len() > MAX_FRAME_BYTES {
             // Sending it would make the receiver drop the connection; skip just this message.
-            tracing::error!(to = msg.to, bytes = bytes.len(), max = MAX_FRAME_BYTES, msg_type = ?msg.get_msg_type(), "raft message exceeds the frame limit; dropped");
+            tracing::error!(to = node_id_of(msg.to), bytes = bytes.len(), max = MAX_FRAME_BYTES, msg_type = ?msg.get_msg_type(), "raft message exceeds the frame limit; dropped");
             continue;
         }
         write_frame(writer, &bytes).await?;
@@ -532,7 +541,7 @@ mod tests {
             let err = ended.unwrap_err();
             assert_eq!(err.kind(), io::ErrorKind::InvalidData);
             assert!(
-                err.to_string().contains("undecodable raft message from node 2"),
+                err.to_string().contains("undecodable raft message from node 1"),
                 "{err}"
             );
             assert!(forwarded.is_empty());

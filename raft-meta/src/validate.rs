@@ -37,6 +37,7 @@ use raft::eraftpb::{ConfChange, ConfChangeType, Entry, EntryType, Message, Messa
 use raft::INVALID_INDEX;
 
 use crate::snapshot_data::decode_snapshot_data;
+use crate::{node_id_of, node_ids};
 
 /// Longest learner address a configuration change may carry (as `Quorum::add_learner` allows).
 const MAX_LEARNER_ADDR_BYTES: usize = 255;
@@ -55,17 +56,21 @@ pub(crate) struct Receiver<'a> {
 pub(crate) fn check_peer_message(msg: &Message, peer_id: u64, at: &Receiver<'_>) -> Result<(), String> {
     if msg.from != peer_id {
         return Err(format!(
-            "it claims to come from node {} but the connection authenticated as node {peer_id}",
-            msg.from
+            "it claims to come from node {} but the connection authenticated as node {}",
+            node_id_of(msg.from),
+            node_id_of(peer_id)
         ));
     }
     if msg.to != at.node_id {
-        return Err(format!("it is addressed to node {}, not to this node", msg.to));
+        return Err(format!(
+            "it is addressed to node {}, not to this node",
+            node_id_of(msg.to)
+        ));
     }
     if !at.voters.contains_key(&msg.from) && !at.learners.contains_key(&msg.from) {
         return Err(format!(
             "node {} is neither a voter nor a learner of this quorum",
-            msg.from
+            node_id_of(msg.from)
         ));
     }
     // prost keeps an enum field's raw number; raft-rs's getters read an unknown one as the
@@ -180,17 +185,17 @@ fn check_entry_payload(entry: &Entry, at: &Receiver<'_>) -> Result<(), String> {
             }
             let change = ConfChange::decode(entry.data.as_ref())
                 .map_err(|e| format!("entry {} holds an undecodable configuration change: {e}", entry.index))?;
-            let id = change.node_id;
+            let (id, node) = (change.node_id, node_id_of(change.node_id));
             if change.get_change_type() != ConfChangeType::AddLearnerNode {
                 return Err(format!(
-                    "entry {} would {:?} node {id}; Sluice only adds learners (voters are fixed by --voters)",
+                    "entry {} would {:?} node {node}; Sluice only adds learners (voters are fixed by --voters)",
                     entry.index,
                     change.get_change_type()
                 ));
             }
             if id == 0 || at.voters.contains_key(&id) {
                 return Err(format!(
-                    "entry {} would add node {id} as a learner, but it is reserved or a voter",
+                    "entry {} would add node {node} as a learner, but it is reserved or a voter",
                     entry.index
                 ));
             }
@@ -199,7 +204,7 @@ fn check_entry_payload(entry: &Entry, at: &Receiver<'_>) -> Result<(), String> {
                 || std::str::from_utf8(&change.context).is_err()
             {
                 return Err(format!(
-                    "entry {} would add learner {id} without a valid host:port address",
+                    "entry {} would add learner {node} without a valid host:port address",
                     entry.index
                 ));
             }
@@ -238,8 +243,9 @@ fn check_snapshot(snapshot: &Snapshot, term: u64, at: &Receiver<'_>) -> Result<(
     let configured: Vec<u64> = at.voters.keys().copied().collect();
     if voters != configured {
         return Err(format!(
-            "its snapshot names voters {:?} but this quorum's voters are {configured:?}",
-            conf.voters
+            "its snapshot names voters {:?} but this quorum's voters are {:?}",
+            node_ids(&conf.voters),
+            node_ids(&configured)
         ));
     }
     let mut learners = conf.learners.clone();
@@ -469,7 +475,7 @@ mod tests {
         m.mut_snapshot()
             .mut_metadata()
             .set_conf_state(ConfState::from((vec![2, 4], vec![2])));
-        assert_refused(&m, "voters [2, 4]");
+        assert_refused(&m, "voters [1, 3]");
 
         m.mut_snapshot()
             .mut_metadata()
@@ -485,12 +491,13 @@ mod tests {
         m.index = 10;
         m.log_term = 9;
         let refusal = check(&node, &m, 1).unwrap_err();
-        assert!(refusal.contains("authenticated as node 1"), "{refusal}");
+        // Raft id 1 is node 0 (node ids are raft ids - 1).
+        assert!(refusal.contains("authenticated as node 0"), "{refusal}");
         let refusal = check(&node, &message(MessageType::MsgHup, 1, 2), 1).unwrap_err();
         assert!(refusal.contains("never sent"), "{refusal}");
         let mut to_other = message(MessageType::MsgHeartbeat, 1, 2);
         to_other.to = 3;
-        assert!(check(&node, &to_other, 1).unwrap_err().contains("addressed to node 3"));
+        assert!(check(&node, &to_other, 1).unwrap_err().contains("addressed to node 2"));
         let stranger = message(MessageType::MsgHeartbeat, 7, 2);
         assert!(check(&node, &stranger, 7).unwrap_err().contains("neither a voter"));
         // Nothing was stepped: the follower is where it was.

@@ -30,9 +30,14 @@ mod quota;
 #[command(
     name = "sluice",
     version,
-    about = "Sluice: a Kafka-wire-compatible message broker.\n\nWith no arguments it runs a single-node cluster on 127.0.0.1:9092 with its data in ./data."
+    about = "Sluice: a Kafka-wire-compatible message broker.\n\nWith no arguments it runs a single-node cluster on 127.0.0.1:9092 with its data in ./data.",
+    after_help = "`sluice settings` lists every --set name with its default and meaning.\nLogs go to stderr; RUST_LOG filters them (default info,raft=warn), NO_COLOR or a non-terminal turns colours off.",
+    args_conflicts_with_subcommands = true
 )]
 pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
     /// This node's id: the broker id clients see in Metadata, and its id in the metadata quorum.
     #[arg(long, default_value_t = 1)]
     pub node_id: i32,
@@ -83,6 +88,16 @@ pub struct Cli {
     /// Repeat for several. Unknown names are refused so that typos do not go unnoticed.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub settings: Vec<String>,
+}
+
+/// What `sluice` does instead of running a broker.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum Command {
+    /// List every setting `--set` accepts, with its default and meaning.
+    Settings,
+    /// Plan disk, network, page cache and partitions for a workload (no cluster contacted),
+    /// e.g. `sluice plan --rate 20000 --size 2048 --rf 3 --retention 168h --groups 2 --brokers 6`.
+    Plan(crate::plan::PlanArgs),
 }
 
 /// Text that must not show up in logs or `Debug` output (the cluster secret).
@@ -137,75 +152,78 @@ pub enum ConfigError {
     BadClusterSecret { from: String, reason: String },
 }
 
-/// Broker-level settings that are not topic-config defaults.
-const BROKER_KEYS: &[(&str, &str, ConfigType)] = &[
-    ("listeners", "", ConfigType::String),
-    ("advertised.listeners", "", ConfigType::String),
-    (
-        "listener.security.protocol.map",
-        listeners::DEFAULT_SECURITY_PROTOCOL_MAP,
-        ConfigType::String,
-    ),
-    ("inter.broker.listener.name", "", ConfigType::String),
-    ("num.partitions", "1", ConfigType::Int),
-    ("default.replication.factor", "3", ConfigType::Short),
-    ("auto.create.topics.enable", "true", ConfigType::Boolean),
-    ("socket.request.max.bytes", "104857600", ConfigType::Int),
-    ("queued.max.request.bytes", "536870912", ConfigType::Long),
-    ("max.in.flight.requests.per.connection", "64", ConfigType::Int),
-    ("max.connections", "10000", ConfigType::Int),
-    ("connections.max.idle.ms", "600000", ConfigType::Long),
-    ("socket.request.read.timeout.ms", "30000", ConfigType::Long),
-    ("log.retention.check.interval.ms", "300000", ConfigType::Long),
-    ("log.retention.hours", "168", ConfigType::Int),
-    ("log.retention.minutes", "", ConfigType::Int),
-    ("log.roll.hours", "168", ConfigType::Int),
-    ("log.cleaner.enable", "true", ConfigType::Boolean),
-    ("log.cleaner.backoff.ms", "15000", ConfigType::Long),
-    ("log.cleaner.dedupe.buffer.size", "134217728", ConfigType::Long),
-    ("delete.topic.enable", "true", ConfigType::Boolean),
-    ("broker.rack", "", ConfigType::String),
-    ("broker.session.timeout.ms", "9000", ConfigType::Int),
-    ("broker.heartbeat.interval.ms", "2000", ConfigType::Int),
-    ("replica.lag.time.max.ms", "30000", ConfigType::Long),
-    ("replica.fetch.wait.max.ms", "500", ConfigType::Int),
-    ("replica.fetch.max.bytes", "1048576", ConfigType::Int),
-    ("replica.fetch.response.max.bytes", "10485760", ConfigType::Int),
-    (
-        "replica.high.watermark.checkpoint.interval.ms",
-        "5000",
-        ConfigType::Long,
-    ),
-    ("auto.leader.rebalance.enable", "true", ConfigType::Boolean),
-    ("leader.imbalance.check.interval.seconds", "300", ConfigType::Long),
-    ("controlled.shutdown.enable", "true", ConfigType::Boolean),
-    // Fetch: the consumer response cap (followers' is replica.fetch.response.max.bytes) and how
-    // many fetch disk reads run at once on the blocking pool (Kafka's request handler threads).
-    ("fetch.max.bytes", "57671680", ConfigType::Int),
-    ("num.io.threads", "8", ConfigType::Int),
-    // DescribeTopicPartitions (KIP-966): partitions in one response, whatever the client asks.
-    ("max.request.partition.size.limit", "2000", ConfigType::Int),
-    // Consumer groups and their offsets topic.
-    ("offsets.topic.num.partitions", "50", ConfigType::Int),
-    ("offsets.topic.replication.factor", "3", ConfigType::Short),
-    ("offsets.topic.segment.bytes", "104857600", ConfigType::Int),
-    ("offsets.retention.minutes", "10080", ConfigType::Int),
-    ("offsets.retention.check.interval.ms", "600000", ConfigType::Long),
-    ("offsets.commit.timeout.ms", "5000", ConfigType::Int),
-    ("offsets.load.buffer.size", "5242880", ConfigType::Int),
-    ("offset.metadata.max.bytes", "4096", ConfigType::Int),
-    ("group.initial.rebalance.delay.ms", "3000", ConfigType::Int),
-    ("group.min.session.timeout.ms", "6000", ConfigType::Int),
-    ("group.max.session.timeout.ms", "1800000", ConfigType::Int),
-    ("group.max.size", "2147483647", ConfigType::Int),
-    // Client quotas: the byte-rate measurement window and the cap on tracked entities.
-    ("quota.window.num", "11", ConfigType::Int),
-    ("quota.window.size.seconds", "1", ConfigType::Int),
-    ("quota.max.tracked.entities", "10000", ConfigType::Int),
-    // Replication throttles (leader/follower.replication.throttled.rate, dynamic broker configs).
-    ("replication.quota.window.num", "11", ConfigType::Int),
-    ("replication.quota.window.size.seconds", "1", ConfigType::Int),
-];
+/// A broker-level setting that is not a topic-config default: its Kafka name, default, type
+/// and what it means (`sluice settings` lists them).
+pub struct BrokerSetting {
+    pub name: &'static str,
+    pub default: &'static str,
+    pub ty: ConfigType,
+    pub doc: &'static str,
+}
+
+macro_rules! broker_settings {
+    ($( $name:literal, $default:expr, $ty:ident, $doc:literal; )*) => {
+        /// Every broker-level setting `--set` accepts besides the topic-config defaults.
+        pub const BROKER_SETTINGS: &[BrokerSetting] = &[$(BrokerSetting {
+            name: $name, default: $default, ty: ConfigType::$ty, doc: $doc,
+        },)*];
+    };
+}
+
+broker_settings! {
+    "listeners", "", String, "Named listeners to bind, NAME://host:port,... (default PLAINTEXT://127.0.0.1:9092, or --listen).";
+    "advertised.listeners", "", String, "What each listener tells clients to dial, NAME://host:port,... (default: what it binds, or --advertise).";
+    "listener.security.protocol.map", listeners::DEFAULT_SECURITY_PROTOCOL_MAP, String, "NAME:PROTOCOL for every listener; only PLAINTEXT is served so far.";
+    "inter.broker.listener.name", "", String, "The listener followers fetch from leaders through (default: the only listener, or PLAINTEXT).";
+    "num.partitions", "1", Int, "Partitions of an auto-created topic or one created without a count.";
+    "default.replication.factor", "3", Short, "Replicas of a topic created without a factor (lowered to the live brokers).";
+    "auto.create.topics.enable", "true", Boolean, "Create a topic when a client asks Metadata for one that does not exist.";
+    "socket.request.max.bytes", "104857600", Int, "Largest request accepted; a larger one closes the connection.";
+    "queued.max.request.bytes", "536870912", Long, "Request bytes held at once across all connections.";
+    "max.in.flight.requests.per.connection", "64", Int, "Pipelined requests read from one connection before its responses are written.";
+    "max.connections", "10000", Int, "Client connections open at once, over all listeners; more are refused.";
+    "connections.max.idle.ms", "600000", Long, "A connection silent this long with no response owed is closed.";
+    "socket.request.read.timeout.ms", "30000", Long, "How long a started request may take to arrive whole (Sluice's own).";
+    "log.retention.check.interval.ms", "300000", Long, "How often retention and time-based segment rolls run.";
+    "log.retention.hours", "168", Int, "Retention in hours when log.retention.ms is not set.";
+    "log.retention.minutes", "", Int, "Retention in minutes when log.retention.ms is not set (wins over hours).";
+    "log.roll.hours", "168", Int, "Segment roll time in hours when log.roll.ms is not set.";
+    "log.cleaner.enable", "true", Boolean, "Run the log cleaner that compacts topics with cleanup.policy=compact.";
+    "log.cleaner.backoff.ms", "15000", Long, "How long the cleaner sleeps when no log needs cleaning.";
+    "log.cleaner.dedupe.buffer.size", "134217728", Long, "Memory for the cleaner's key-to-offset map.";
+    "delete.topic.enable", "true", Boolean, "Allow DeleteTopics.";
+    "broker.rack", "", String, "This broker's rack; replicas of a partition are spread over racks.";
+    "broker.session.timeout.ms", "9000", Int, "A broker the controller has not heard from for this long is fenced.";
+    "broker.heartbeat.interval.ms", "2000", Int, "How often a broker tells the controller it is alive.";
+    "replica.lag.time.max.ms", "30000", Long, "A follower not caught up for this long leaves the ISR.";
+    "replica.fetch.wait.max.ms", "500", Int, "How long a follower's fetch waits at the leader for new data.";
+    "replica.fetch.max.bytes", "1048576", Int, "Bytes a follower asks per partition in one fetch.";
+    "replica.fetch.response.max.bytes", "10485760", Int, "Record bytes in one follower fetch response.";
+    "replica.high.watermark.checkpoint.interval.ms", "5000", Long, "How often high watermarks are written to disk.";
+    "auto.leader.rebalance.enable", "true", Boolean, "Move leadership back to preferred replicas when they are in sync.";
+    "leader.imbalance.check.interval.seconds", "300", Long, "How often the preferred-leader check runs.";
+    "controlled.shutdown.enable", "true", Boolean, "On SIGTERM, move leadership away before stopping.";
+    "fetch.max.bytes", "57671680", Int, "Record bytes in one consumer fetch response, whatever the client asks.";
+    "num.io.threads", "8", Int, "Fetch disk reads running at once.";
+    "max.request.partition.size.limit", "2000", Int, "Partitions in one DescribeTopicPartitions response.";
+    "offsets.topic.num.partitions", "50", Int, "Partitions of __consumer_offsets (fixed once it exists).";
+    "offsets.topic.replication.factor", "3", Short, "Replicas of __consumer_offsets (lowered to the live brokers).";
+    "offsets.topic.segment.bytes", "104857600", Int, "Segment size of __consumer_offsets.";
+    "offsets.retention.minutes", "10080", Int, "Committed offsets of an empty group are kept this long.";
+    "offsets.retention.check.interval.ms", "600000", Long, "How often expired offsets are removed.";
+    "offsets.commit.timeout.ms", "5000", Int, "How long an offset commit waits for the in-sync replicas.";
+    "offsets.load.buffer.size", "5242880", Int, "Bytes read at a time when loading groups from __consumer_offsets.";
+    "offset.metadata.max.bytes", "4096", Int, "Largest metadata string of a committed offset.";
+    "group.initial.rebalance.delay.ms", "3000", Int, "How long a new group waits for more members before its first rebalance.";
+    "group.min.session.timeout.ms", "6000", Int, "Smallest session timeout a group member may ask for.";
+    "group.max.session.timeout.ms", "1800000", Int, "Largest session timeout a group member may ask for.";
+    "group.max.size", "2147483647", Int, "Members a group may have.";
+    "quota.window.num", "11", Int, "Samples a client quota's byte rate is measured over.";
+    "quota.window.size.seconds", "1", Int, "Length of one client quota sample.";
+    "quota.max.tracked.entities", "10000", Int, "Client quota entities tracked at once, per quota type (Sluice's own).";
+    "replication.quota.window.num", "11", Int, "Samples a replication throttle's rate is measured over.";
+    "replication.quota.window.size.seconds", "1", Int, "Length of one replication throttle sample.";
+}
 
 /// Resolved configuration of one broker.
 #[derive(Debug, Clone)]
@@ -395,10 +413,10 @@ impl BrokerConfig {
             ),
         ];
         let derived = ["listeners", "advertised.listeners", "inter.broker.listener.name"];
-        for (key, default, _) in BROKER_KEYS.iter().filter(|(key, _, _)| !derived.contains(key)) {
-            match self.overrides.get(*key) {
-                Some(v) => out.push((key.to_string(), v.clone(), true)),
-                None => out.push((key.to_string(), default.to_string(), false)),
+        for setting in BROKER_SETTINGS.iter().filter(|s| !derived.contains(&s.name)) {
+            match self.overrides.get(setting.name) {
+                Some(v) => out.push((setting.name.to_string(), v.clone(), true)),
+                None => out.push((setting.name.to_string(), setting.default.to_string(), false)),
             }
         }
         for def in topic_config::DEFS {
@@ -505,10 +523,10 @@ impl BrokerConfig {
 
 fn broker_value(overrides: &BTreeMap<String, String>, key: &str) -> String {
     overrides.get(key).cloned().unwrap_or_else(|| {
-        BROKER_KEYS
+        BROKER_SETTINGS
             .iter()
-            .find(|(k, _, _)| *k == key)
-            .map(|(_, d, _)| d.to_string())
+            .find(|s| s.name == key)
+            .map(|s| s.default.to_string())
             .unwrap_or_default()
     })
 }
@@ -520,10 +538,10 @@ fn parse_settings(settings: &[String]) -> Result<BTreeMap<String, String>, Confi
             .split_once('=')
             .ok_or_else(|| ConfigError::NotKeyValue(setting.clone()))?;
         let (key, value) = (key.trim(), value.trim());
-        let ty = BROKER_KEYS
+        let ty = BROKER_SETTINGS
             .iter()
-            .find(|(k, _, _)| *k == key)
-            .map(|(_, _, t)| *t)
+            .find(|s| s.name == key)
+            .map(|s| s.ty)
             .or_else(|| topic_config::by_broker_synonym(key).map(|d| d.ty))
             .ok_or_else(|| ConfigError::UnknownKey(key.to_string()))?;
         ty.validate(value).map_err(|reason| ConfigError::InvalidValue {
@@ -561,6 +579,29 @@ fn parse_at_least<T: std::str::FromStr + PartialOrd + std::fmt::Display>(
     Ok(n)
 }
 
+/// What `sluice settings` prints: every name `--set` accepts with its default and meaning,
+/// the broker settings first, then the broker-wide defaults of topic configs.
+pub fn settings_table() -> String {
+    let mut rows: Vec<(&str, &str, &str)> = BROKER_SETTINGS.iter().map(|s| (s.name, s.default, s.doc)).collect();
+    let topic_defaults = topic_config::DEFS
+        .iter()
+        .filter_map(|d| d.broker_synonym.map(|name| (name, d.default, d.doc)));
+    let first_topic_default = rows.len();
+    rows.extend(topic_defaults);
+    let width = rows.iter().map(|(name, _, _)| name.len()).max().unwrap_or(0);
+    let mut out = String::from("Broker settings (--set NAME=VALUE), with their defaults:\n\n");
+    for (i, (name, default, doc)) in rows.iter().enumerate() {
+        if i == first_topic_default {
+            out.push_str(
+                "\nBroker-wide defaults of topic configs (also dynamic: kafka-configs --alter --entity-type brokers):\n\n",
+            );
+        }
+        let default = if default.is_empty() { "(none)" } else { default };
+        out.push_str(&format!("  {name:<width$}  {doc} [default: {default}]\n"));
+    }
+    out
+}
+
 fn split_host_port(addr: &str) -> Result<(String, i32), ConfigError> {
     let (host, port) = addr
         .rsplit_once(':')
@@ -578,6 +619,27 @@ mod tests {
 
     fn cli(args: &[&str]) -> Cli {
         Cli::parse_from(std::iter::once("sluice").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn every_accepted_setting_is_listed_with_a_meaning() {
+        let table = settings_table();
+        for setting in BROKER_SETTINGS {
+            assert!(!setting.doc.is_empty(), "{} has no meaning", setting.name);
+            assert!(
+                table.contains(&format!("  {} ", setting.name)),
+                "{} is not listed",
+                setting.name
+            );
+            if !setting.default.is_empty() {
+                parse_settings(&[format!("{}={}", setting.name, setting.default)])
+                    .unwrap_or_else(|e| panic!("{}'s default is refused: {e}", setting.name));
+            }
+        }
+        for def in topic_config::DEFS.iter().filter(|d| d.broker_synonym.is_some()) {
+            assert!(table.contains(&format!("  {} ", def.broker_synonym.unwrap())));
+        }
+        assert!(table.contains("log.retention.ms"));
     }
 
     #[test]

@@ -88,13 +88,11 @@ pub struct MetadataStore {
     incarnation: Uuid,
 }
 
-/// Raft ids must be non-zero while Kafka node ids start at 0: the quorum sees `node_id + 1`.
-pub fn raft_id(node_id: i32) -> u64 {
-    node_id as u64 + 1
-}
+pub use sluice_raft_meta::raft_id;
 
+/// The node id of a quorum member's raft id (the quorum's own ids are node id + 1).
 pub fn node_id_of(raft_id: u64) -> i32 {
-    raft_id as i32 - 1
+    sluice_raft_meta::node_id_of(raft_id) as i32
 }
 
 impl MetadataStore {
