@@ -268,3 +268,82 @@ fn error_topic(name: Option<String>, topic_id: Uuid, error: ResponseError) -> Me
         .with_name(name.map(|n| TopicName(str_bytes(n))))
         .with_topic_id(topic_id)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metadata::records::{Endpoint, MetadataRecord};
+
+    /// Broker 1 with an INTERNAL and an EXTERNAL listener, broker 2 with INTERNAL only, and a
+    /// partition of `t` led by each.
+    fn image() -> MetadataImage {
+        let mut image = MetadataImage::new("test".into());
+        let endpoint = |listener: &str, port| Endpoint {
+            listener: listener.into(),
+            host: format!("{listener}.example").to_lowercase(),
+            port,
+        };
+        let brokers = [
+            (1, vec![endpoint("INTERNAL", 9092), endpoint("EXTERNAL", 19092)]),
+            (2, vec![endpoint("INTERNAL", 9092)]),
+        ];
+        for (broker_id, endpoints) in brokers {
+            image.apply(&MetadataRecord::RegisterBroker {
+                broker_id,
+                incarnation_id: Uuid::nil(),
+                endpoints,
+                rack: None,
+            });
+        }
+        let topic_id = Uuid::from_u128(1);
+        image.apply(&MetadataRecord::Topic {
+            name: "t".into(),
+            topic_id,
+        });
+        for (partition, leader) in [(0, 1), (1, 2)] {
+            image.apply(&MetadataRecord::Partition {
+                topic_id,
+                partition,
+                replicas: vec![1, 2],
+                isr: vec![1, 2],
+                leader,
+                leader_epoch: 0,
+                partition_epoch: 0,
+            });
+        }
+        image
+    }
+
+    #[test]
+    fn brokers_and_leaders_are_described_by_the_clients_listener() {
+        let image = image();
+        let listed = |listener| {
+            brokers(&image, listener)
+                .into_iter()
+                .map(|b| (b.node_id.0, b.host.to_string(), b.port))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            listed("INTERNAL"),
+            vec![
+                (1, "internal.example".into(), 9092),
+                (2, "internal.example".into(), 9092)
+            ]
+        );
+        assert_eq!(listed("EXTERNAL"), vec![(1, "external.example".into(), 19092)]);
+        let topic = image.topic("t").unwrap();
+        let errors = |listener, version| {
+            let t = topic_metadata(&image, topic, listener, version);
+            t.partitions
+                .iter()
+                .map(|p| (p.error_code, p.leader_id.0))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(errors("INTERNAL", 12), vec![(0, 1), (0, 2)]);
+        // Broker 2 has no EXTERNAL listener: from v6 Kafka says so, before it the leader is unavailable.
+        let not_found = ResponseError::ListenerNotFound.code();
+        assert_eq!(errors("EXTERNAL", 12), vec![(0, 1), (not_found, -1)]);
+        let unavailable = ResponseError::LeaderNotAvailable.code();
+        assert_eq!(errors("EXTERNAL", 5), vec![(0, 1), (unavailable, -1)]);
+    }
+}
