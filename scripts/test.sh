@@ -56,6 +56,8 @@ install_system_packages() {
     command -v g++ >/dev/null 2>&1 || missing+=(g++)
     command -v make >/dev/null 2>&1 || missing+=(make)
     command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+    # `ip netns` for the compose-topology test's network namespaces.
+    command -v ip >/dev/null 2>&1 || missing+=(iproute2)
     [ -e /usr/include/zlib.h ] || missing+=(zlib1g-dev)
     if [ ! -e /usr/include/curl/curl.h ] && [ ! -e "/usr/include/$(gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)/curl/curl.h" ]; then
         missing+=(libcurl4-openssl-dev)
