@@ -92,7 +92,8 @@ impl LocalCluster {
                 .arg("--voters")
                 .arg(&voters)
                 .arg("--cluster-secret-file")
-                .arg(&secret);
+                .arg(&secret)
+                .env("NO_COLOR", "1");
             nodes.push(ChildProcess::spawn(
                 &format!("broker {id}"),
                 cmd,
