@@ -1,0 +1,171 @@
+//! The local 3-node cluster `run` starts: every node a broker and a metadata-quorum voter, as
+//! `scripts/cluster.sh` starts them, on ports clear of a default single node
+//! (Kafka 19092/29092/39092, quorum 19093/29093/39093).
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use rand::RngCore;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+
+use crate::process::ChildProcess;
+
+pub const NODES: u16 = 3;
+/// Until every node is listed in Metadata.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// Controlled shutdown of one node, after SIGTERM.
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Kafka listener port of node `id` (1-based).
+fn kafka_port(id: u16) -> u16 {
+    id * 10_000 + 9092
+}
+
+pub struct LocalCluster {
+    nodes: Vec<ChildProcess>,
+    bootstrap: String,
+}
+
+/// The broker binary: `$SLUICE_BIN`, else `sluice` beside this binary (both are built into
+/// `target/release` by `cargo build --release -p sluice-broker -p sluice-demo`).
+pub fn broker_binary() -> Result<PathBuf> {
+    let path = match std::env::var_os("SLUICE_BIN") {
+        Some(bin) => PathBuf::from(bin),
+        None => std::env::current_exe()?.with_file_name("sluice"),
+    };
+    if !path.is_file() {
+        bail!(
+            "no sluice broker binary at {}; build it with `cargo build --release -p sluice-broker` or set SLUICE_BIN",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// The cluster secret file in `dir`, made (32 random bytes, hex, mode 0600) on first use.
+fn cluster_secret(dir: &Path) -> Result<PathBuf> {
+    let path = dir.join("cluster-secret");
+    if !path.exists() {
+        let mut bytes = [0u8; 32];
+        rand::rngs::OsRng.fill_bytes(&mut bytes);
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .with_context(|| format!("cannot create the cluster secret {}", path.display()))?;
+        writeln!(f, "{hex}")?;
+    }
+    Ok(path)
+}
+
+impl LocalCluster {
+    /// Starts the nodes with data and logs under `dir/node-N/` and waits until each is listed
+    /// in Metadata (or `stop` is set).
+    pub fn start(binary: &Path, dir: &Path, stop: &AtomicBool) -> Result<LocalCluster> {
+        let secret = cluster_secret(dir)?;
+        let voters: Vec<String> = (1..=NODES)
+            .map(|id| format!("{id}@127.0.0.1:{}", kafka_port(id) + 1))
+            .collect();
+        let voters = voters.join(",");
+        let mut nodes = Vec::new();
+        for id in 1..=NODES {
+            let node_dir = dir.join(format!("node-{id}"));
+            std::fs::create_dir_all(&node_dir)?;
+            let mut cmd = Command::new(binary);
+            cmd.arg("--node-id")
+                .arg(id.to_string())
+                .arg("--data-dir")
+                .arg(node_dir.join("data"))
+                .arg("--listen")
+                .arg(format!("127.0.0.1:{}", kafka_port(id)))
+                .arg("--controller-listen")
+                .arg(format!("127.0.0.1:{}", kafka_port(id) + 1))
+                .arg("--voters")
+                .arg(&voters)
+                .arg("--cluster-secret-file")
+                .arg(&secret)
+                .env("NO_COLOR", "1");
+            nodes.push(ChildProcess::spawn(
+                &format!("broker {id}"),
+                cmd,
+                &node_dir.join("sluice.log"),
+            )?);
+        }
+        let bootstrap = (1..=NODES)
+            .map(|id| format!("127.0.0.1:{}", kafka_port(id)))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cluster = LocalCluster { nodes, bootstrap };
+        cluster.await_ready(stop)?;
+        Ok(cluster)
+    }
+
+    pub fn bootstrap(&self) -> &str {
+        &self.bootstrap
+    }
+
+    /// Fails, naming the log, if a node has exited.
+    pub fn check_running(&mut self) -> Result<()> {
+        self.nodes.iter_mut().try_for_each(ChildProcess::check_running)
+    }
+
+    fn await_ready(&mut self, stop: &AtomicBool) -> Result<()> {
+        let client: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .set("client.id", "sluice-demo-run")
+            .create()?;
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            self.check_running()?;
+            if stop.load(Ordering::Relaxed) {
+                bail!("stopped before the cluster was ready");
+            }
+            let listed = client
+                .fetch_metadata(None, Duration::from_secs(1))
+                .map(|m| m.brokers().len())
+                .unwrap_or(0);
+            if listed == usize::from(NODES) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "only {listed} of {NODES} brokers were up after {READY_TIMEOUT:?}; see the logs in {}",
+                    self.nodes[0]
+                        .log()
+                        .parent()
+                        .and_then(Path::parent)
+                        .unwrap_or(Path::new("."))
+                        .display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// SIGTERM to every node at once (each shuts down in a controlled way), then waits for
+    /// each; one still running after [`STOP_TIMEOUT`] is killed.
+    pub fn stop(mut self) -> Result<()> {
+        let mut failures = Vec::new();
+        for node in &mut self.nodes {
+            node.send_sigterm()?;
+        }
+        for node in &mut self.nodes {
+            if let Err(e) = node.terminate(STOP_TIMEOUT) {
+                failures.push(format!("{e:#}"));
+            }
+        }
+        if !failures.is_empty() {
+            bail!("{}", failures.join("; "));
+        }
+        Ok(())
+    }
+}

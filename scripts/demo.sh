@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The seed workload on a local 3-node cluster: builds the broker and the demo (release), then
+# runs `sluice-demo run` with the arguments given, e.g.
+#
+#   scripts/demo.sh                          20,000 orders/s of 2 KB until Ctrl-C
+#   scripts/demo.sh --scale 0.05             the same at 5% of the rate (small machines)
+#   scripts/demo.sh --duration-s 60          stop by itself after a minute
+#
+# Data, the sink database and every program's log live in ./demo-data (--data-dir).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -p sluice-broker -p sluice-demo
+target_dir="$(cargo metadata --no-deps --format-version 1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+exec "$target_dir/release/sluice-demo" run "$@"
