@@ -1,11 +1,15 @@
-# Builds the `sluice` binary and a small runtime image.
+# Builds the `sluice` binary and the seed-workload demo (`sluice-demo`), and a small runtime image.
 FROM rust:1-bookworm AS build
+# librdkafka (in sluice-demo) is built from source with cmake.
+RUN apt-get update && apt-get install -y --no-install-recommends cmake && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
-RUN cargo build --release -p sluice-broker --bin sluice
+RUN cargo build --release -p sluice-broker --bin sluice -p sluice-demo --bin sluice-demo
 
 FROM debian:bookworm-slim
+RUN apt-get update && apt-get install -y --no-install-recommends zlib1g && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/target/release/sluice /usr/local/bin/sluice
+COPY --from=build /src/target/release/sluice-demo /usr/local/bin/sluice-demo
 VOLUME /var/lib/sluice
 EXPOSE 9092 9093
 ENTRYPOINT ["sluice", "--data-dir", "/var/lib/sluice"]
