@@ -37,7 +37,7 @@ pub fn handle(broker: &Arc<Broker>, request: MetadataRequest, version: i16) -> R
             .iter()
             .flatten()
             .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))
-            .filter(|name| image.topic(name).is_none() && controller::validate_topic_name(name).is_ok())
+            .filter(|name| image.topic(name).is_none() && controller::may_auto_create(name))
             .collect()
     } else {
         Vec::new()

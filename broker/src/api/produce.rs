@@ -29,6 +29,7 @@ use sluice_protocol::ResponseBody;
 use super::{str_bytes, Reply};
 use crate::broker::Broker;
 use crate::clock::now_ms;
+use crate::controller;
 use crate::metadata::image::{MetadataImage, TopicImage};
 use crate::partition::AppendOutcome;
 use crate::purgatory::DelayedProduce;
@@ -76,6 +77,12 @@ pub fn handle(broker: &Broker, request: ProduceRequest, version: i16, client_id:
                         Some(_) if !(-1..=1).contains(&acks) => Err(Refusal::new(
                             ResponseError::InvalidRequiredAcks,
                             format!("acks={acks} is invalid; use 0, 1 or -1 (all)"),
+                        )),
+                        // Kafka's ReplicaManager: only the broker itself writes these (the
+                        // group coordinator appends to the partition, not through Produce).
+                        Some(topic) if controller::is_internal_topic(&topic.name) => Err(Refusal::new(
+                            ResponseError::InvalidTopicException,
+                            format!("Cannot append to internal topic {}", topic.name),
                         )),
                         Some(topic) => append(broker, &image, topic, data.index, data.records, acks, now),
                     };

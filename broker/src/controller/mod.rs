@@ -42,7 +42,10 @@ pub use placement::replication_factor;
 pub use producer_ids::{allocate_producer_ids, PRODUCER_ID_BLOCK_SIZE};
 pub use reassignment::reassign_partition;
 pub use quotas::alter_client_quotas;
-pub use topics::{create_partitions, create_topic, delete_topic, validate_topic_name, MAX_TOPIC_NAME_LEN};
+pub use topics::{
+    create_partitions, create_topic, delete_topic, is_internal_topic, may_auto_create, validate_topic_name,
+    MAX_TOPIC_NAME_LEN, OFFSETS_TOPIC,
+};
 
 /// Decides a proposed command against the image: the records that carry it out, or why not.
 /// Runs when the command is applied, in log order, identically on every node. Each command
