@@ -1,6 +1,6 @@
 //! Where new partitions' replicas go (Kafka's `ReplicaPlacer`): round-robin over live brokers,
-//! leaders balanced, consecutive replicas on different racks; and the checks on a placement a
-//! request names itself.
+//! continuing from topic to topic, leaders balanced, consecutive replicas on different racks;
+//! and the checks on a placement a request names itself.
 
 use std::collections::BTreeMap;
 
@@ -36,15 +36,18 @@ pub(super) fn check_partition_count(count: i32) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Spreads replicas round-robin over live brokers, starting each partition one broker
+/// Spreads replicas round-robin over live brokers, each new partition starting one broker
 /// further on so that leaders (the first replica) are balanced too. With racks, brokers are
 /// ordered alternating between racks, so consecutive replicas land on different racks.
-pub(super) fn place_replicas(
-    image: &MetadataImage,
-    first: i32,
-    count: i32,
-    rf: i16,
-) -> Result<Vec<Vec<i32>>, ApiError> {
+///
+/// The rotation continues across topics: the first new partition starts at the broker after
+/// the last partition placed, counted as the partitions in the image. Kafka's
+/// `StripedReplicaPlacer` starts each placement at a random broker instead, so that a run of
+/// single-partition topics does not put every leader on the first broker; here every node
+/// decides the same command against its own copy of the image, so the start must follow from
+/// the image (a random one would give each node a different placement), and a rotation
+/// balances such a run exactly rather than on average.
+pub(super) fn place_replicas(image: &MetadataImage, count: i32, rf: i16) -> Result<Vec<Vec<i32>>, ApiError> {
     let brokers = rack_alternating_brokers(image);
     if rf <= 0 || rf as usize > brokers.len() {
         return Err(ApiError::new(
@@ -55,10 +58,11 @@ pub(super) fn place_replicas(
             ),
         ));
     }
-    Ok((first..first + count)
+    let start: usize = image.topics.values().map(|t| t.partitions.len()).sum();
+    Ok((0..count as usize)
         .map(|p| {
             (0..rf as usize)
-                .map(|r| brokers[(p as usize + r) % brokers.len()])
+                .map(|r| brokers[(start + p + r) % brokers.len()])
                 .collect()
         })
         .collect())
@@ -115,7 +119,7 @@ pub(super) fn validate_assignments(
 mod tests {
     use super::*;
     use crate::controller::test_support::*;
-    use crate::controller::{create_topic, decide, fence_broker};
+    use crate::controller::{create_partitions, create_topic, decide, fence_broker};
     use crate::metadata::records::{MetadataCommand, MetadataRecord};
     use kafka_protocol::error::ResponseError;
     use uuid::Uuid;
@@ -133,6 +137,42 @@ mod tests {
             .partitions
             .iter()
             .all(|p| p.replicas.len() == 3 && p.isr == p.replicas));
+    }
+
+    #[test]
+    fn single_partition_topics_take_turns_at_leading() {
+        let mut image = image_with_brokers(&[1, 2, 3]);
+        let mut leaders = std::collections::BTreeMap::new();
+        for i in 0..30 {
+            let name = format!("t{i}");
+            let records = create_topic(&image, &new_topic(&name, 1, 2), Uuid::from_u128(i + 1)).unwrap();
+            apply_all(&mut image, &records);
+            let p = &image.topic(&name).unwrap().partitions[0];
+            assert_ne!(p.replicas[0], p.replicas[1], "{name}: {:?}", p.replicas);
+            *leaders.entry(p.leader).or_insert(0) += 1;
+        }
+        assert_eq!(leaders, std::collections::BTreeMap::from([(1, 10), (2, 10), (3, 10)]));
+    }
+
+    #[test]
+    fn added_partitions_continue_the_rotation() {
+        let mut image = image_with_brokers(&[1, 2, 3]);
+        let records = create_topic(&image, &new_topic("a", 1, 1), Uuid::from_u128(1)).unwrap();
+        apply_all(&mut image, &records);
+        let records = create_topic(&image, &new_topic("b", 2, 1), Uuid::from_u128(2)).unwrap();
+        apply_all(&mut image, &records);
+        let records = create_partitions(&image, "a", 4, None).unwrap();
+        apply_all(&mut image, &records);
+        let leaders = |name: &str| {
+            image
+                .topic(name)
+                .unwrap()
+                .partitions
+                .iter()
+                .map(|p| p.leader)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!((leaders("a"), leaders("b")), (vec![1, 1, 2, 3], vec![2, 3]));
     }
 
     #[test]

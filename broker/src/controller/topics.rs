@@ -74,7 +74,7 @@ pub fn create_topic(image: &MetadataImage, topic: &NewTopic, topic_id: Uuid) -> 
         Some(a) => validate_assignments(image, a, None)?,
         None => {
             check_partition_count(topic.num_partitions)?;
-            place_replicas(image, 0, topic.num_partitions, replication_factor(image, topic))?
+            place_replicas(image, topic.num_partitions, replication_factor(image, topic))?
         }
     };
     let mut records = vec![MetadataRecord::Topic {
@@ -118,7 +118,7 @@ pub fn create_partitions(
         }
         None => {
             let rf = topic.partitions.first().map_or(1, |p| p.replicas.len()) as i16;
-            place_replicas(image, current, count - current, rf)?
+            place_replicas(image, count - current, rf)?
         }
     };
     Ok(partition_records(topic.topic_id, current, new_assignments).collect())
