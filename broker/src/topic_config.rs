@@ -8,6 +8,8 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use sluice_protocol::records::{self, Compressor};
+
 use crate::log::LogConfig;
 
 /// The broker's own settings (`--set key=value`, Kafka's names), where a topic config without an
@@ -105,7 +107,10 @@ macro_rules! defs {
 
 defs! {
     "cleanup.policy", "delete", List, Some("log.cleanup.policy"), [], "delete and/or compact: how old segments are discarded.";
-    "compression.type", "producer", String, Some("compression.type"), ["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"], "Compression of stored batches; producer keeps the producer's.";
+    "compression.gzip.level", "-1", Int, Some("compression.gzip.level"), [], "gzip level (1-9, -1 for the codec default) when compression.type is gzip.";
+    "compression.lz4.level", "9", Int, Some("compression.lz4.level"), [], "lz4 level (1-17) when compression.type is lz4.";
+    "compression.type", "producer", String, Some("compression.type"), ["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"], "Compression of stored batches: producer keeps the producer's; a codec recompresses batches written otherwise.";
+    "compression.zstd.level", "3", Int, Some("compression.zstd.level"), [], "zstd level (-131072 to 22) when compression.type is zstd.";
     "delete.retention.ms", "86400000", Long, Some("log.cleaner.delete.retention.ms"), [], "How long delete tombstones are kept on compacted topics.";
     "file.delete.delay.ms", "60000", Long, Some("log.segment.delete.delay.ms"), [], "Delay before a deleted segment's files are removed.";
     "flush.messages", LONG_MAX, Long, Some("log.flush.interval.messages"), [], "fsync after this many messages (durability normally comes from replication).";
@@ -177,12 +182,47 @@ pub fn validate(name: &str, value: &str) -> Result<(), TopicConfigError> {
     if name == "min.cleanable.dirty.ratio" && value.parse::<f64>().map_or(true, |r| !(0.0..=1.0).contains(&r)) {
         return Err(invalid("must be between 0 and 1".to_string()));
     }
+    if let Some((low, high)) = compression_level_range(name) {
+        let level = value.parse::<i32>().unwrap_or(i32::MIN);
+        let codec_default = name == "compression.gzip.level" && level == -1;
+        if !codec_default && !(low..=high).contains(&level) {
+            return Err(invalid(format!("must be between {low} and {high}")));
+        }
+    }
     if matches!(name, "max.message.bytes" | "segment.bytes" | "min.insync.replicas")
         && value.parse::<i64>().map_or(true, |v| v <= 0)
     {
         return Err(invalid("must be positive".to_string()));
     }
     Ok(())
+}
+
+/// The levels Kafka allows for a codec's `compression.<codec>.level` (KIP-390).
+fn compression_level_range(name: &str) -> Option<(i32, i32)> {
+    match name {
+        "compression.gzip.level" => Some((1, 9)),
+        "compression.lz4.level" => Some((1, 17)),
+        "compression.zstd.level" => Some((-131_072, 22)),
+        _ => None,
+    }
+}
+
+/// How the leader stores a topic's batches: `None` for `compression.type=producer` (as
+/// received), else the codec it names at its `compression.<codec>.level`, which batches in any
+/// other codec are recompressed to (Kafka's LogValidator).
+pub fn compressor(overrides: &BTreeMap<String, String>, broker: &BrokerOverrides) -> Option<Compressor> {
+    let codec = records::codec_by_name(&effective_value("compression.type", overrides, broker))?;
+    let level_config = match codec {
+        records::CODEC_GZIP => "compression.gzip.level",
+        records::CODEC_LZ4 => "compression.lz4.level",
+        records::CODEC_ZSTD => "compression.zstd.level",
+        _ => return Some(Compressor::new(codec)),
+    };
+    let level = effective_value(level_config, overrides, broker).parse::<i32>().ok();
+    Some(Compressor {
+        codec,
+        level: level.filter(|&l| l != -1),
+    })
 }
 
 fn valid_throttled_replicas(value: &str) -> bool {
@@ -396,6 +436,36 @@ mod tests {
             ("42".to_string(), ConfigSource::DynamicTopic)
         );
         assert_eq!(log_config(&overrides, &b).retention_ms, 42);
+    }
+
+    #[test]
+    fn compression_type_names_the_codec_batches_are_stored_in_at_its_level() {
+        let none = BTreeMap::new();
+        let at = |codec, level| Some(Compressor { codec, level });
+        assert_eq!(compressor(&none, &broker(&[])), None, "producer: as received");
+        let zstd = broker(&["compression.type=zstd", "compression.zstd.level=7"]);
+        assert_eq!(compressor(&none, &zstd), at(4, Some(7)));
+        let topic = BTreeMap::from([
+            ("compression.type".to_string(), "gzip".to_string()),
+            ("compression.gzip.level".to_string(), "-1".to_string()),
+        ]);
+        assert_eq!(compressor(&topic, &zstd), at(1, None));
+        let topic = BTreeMap::from([("compression.type".to_string(), "uncompressed".to_string())]);
+        assert_eq!(compressor(&topic, &zstd), at(0, None));
+        let topic = BTreeMap::from([("compression.type".to_string(), "lz4".to_string())]);
+        assert_eq!(compressor(&topic, &zstd), at(3, Some(9)));
+        for (name, good, bad) in [
+            ("compression.gzip.level", ["1", "9", "-1"], ["0", "10", "-2"]),
+            ("compression.lz4.level", ["1", "17", "9"], ["0", "18", "-1"]),
+            ("compression.zstd.level", ["-131072", "22", "0"], ["-131073", "23", "x"]),
+        ] {
+            for value in good {
+                assert_eq!(validate(name, value), Ok(()), "{name}={value}");
+            }
+            for value in bad {
+                assert!(validate(name, value).is_err(), "{name}={value}");
+            }
+        }
     }
 
     #[test]

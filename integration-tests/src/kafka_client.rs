@@ -10,11 +10,17 @@ use anyhow::{ensure, Context, Result};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
 use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::fetch_response;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::produce_response::PartitionProduceResponse;
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, CreateTopicsRequest, DescribeQuorumRequest, MetadataRequest, RequestHeader, ResponseHeader,
-    TopicName,
+    ApiKey, BrokerId, CreateTopicsRequest, DescribeQuorumRequest, FetchRequest, FetchResponse, MetadataRequest,
+    ProduceRequest, RequestHeader, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+
+use crate::wire;
 
 /// Sends one request at `version` and decodes its response.
 pub fn call<R: Request>(addr: SocketAddr, request: &R, version: i16, timeout: Duration) -> Result<R::Response> {
@@ -85,6 +91,16 @@ pub fn metadata(addr: SocketAddr) -> Result<kafka_protocol::messages::MetadataRe
     )
 }
 
+/// The id of `topic`, as Metadata lists it.
+pub fn topic_id(addr: SocketAddr, topic: &str) -> Result<uuid::Uuid> {
+    metadata(addr)?
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
+        .map(|t| t.topic_id)
+        .with_context(|| format!("{topic} is not in metadata"))
+}
+
 /// CreateTopics v7 for one topic; returns the per-topic error code.
 pub fn create_topic(addr: SocketAddr, name: &str, partitions: i32, timeout: Duration) -> Result<i16> {
     let topic = CreatableTopic::default()
@@ -134,4 +150,104 @@ pub fn describe_quorum(addr: SocketAddr) -> Result<kafka_protocol::messages::Des
         2,
         Duration::from_secs(10),
     )
+}
+
+/// Produce v9 of `records` (whole batches) to partition 0 of `topic` with `acks` and the
+/// request timeout `timeout`: the partition's answer.
+pub fn produce_to_partition_0(
+    addr: SocketAddr,
+    topic: &str,
+    acks: i16,
+    records: Bytes,
+    timeout: Duration,
+) -> Result<PartitionProduceResponse> {
+    let request = ProduceRequest::default()
+        .with_acks(acks)
+        .with_timeout_ms(timeout.as_millis().min(i32::MAX as u128) as i32)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(records))])]);
+    // The broker answers by the request timeout; the socket waits a little longer.
+    let response = call(addr, &request, 9, timeout + Duration::from_secs(10))?;
+    response
+        .responses
+        .into_iter()
+        .next()
+        .and_then(|t| t.partition_responses.into_iter().next())
+        .context("produce response without a partition")
+}
+
+/// [`produce_to_partition_0`] of one small record: the partition's error code.
+pub fn produce_one_record(addr: SocketAddr, topic: &str, acks: i16) -> Result<i16> {
+    let batch = wire::record_batch_v2(
+        crate::clients::now_ms(),
+        &[wire::RawRecord {
+            key: Some(b"k"),
+            value: Some(b"v"),
+        }],
+    );
+    let answer = produce_to_partition_0(addr, topic, acks, Bytes::from(batch), Duration::from_secs(5))?;
+    Ok(answer.error_code)
+}
+
+/// Fetch v12 names topics (v13+ use ids).
+pub const FETCH_VERSION_BY_NAME: i16 = 12;
+
+/// Partition 0 of `topic` from `offset` in a Fetch v12 request (by name).
+pub fn fetch_topic(topic: &str, offset: i64, partition_max_bytes: i32) -> FetchTopic {
+    FetchTopic::default()
+        .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
+        .with_partitions(vec![FetchPartition::default()
+            .with_partition(0)
+            .with_fetch_offset(offset)
+            .with_partition_max_bytes(partition_max_bytes)])
+}
+
+/// A consumer's Fetch v12 of partition 0 of `topic` from `offset`, waiting up to `max_wait_ms`
+/// for a first byte.
+pub fn consumer_fetch_request(topic: &str, offset: i64, max_wait_ms: i32) -> FetchRequest {
+    FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(1)
+        .with_max_bytes(i32::MAX)
+        .with_topics(vec![fetch_topic(topic, offset, i32::MAX)])
+}
+
+/// The first partition of a fetch response, failing on a request-level error.
+pub fn first_fetch_partition(response: &FetchResponse) -> Result<&fetch_response::PartitionData> {
+    ensure!(
+        response.error_code == 0,
+        "fetch failed: error code {}",
+        response.error_code
+    );
+    response
+        .responses
+        .first()
+        .and_then(|t| t.partitions.first())
+        .context("fetch response without a partition")
+}
+
+/// A consumer's Fetch v12 (by name) of partition 0 from `offset`, answered at once; its record
+/// bytes.
+pub fn consumer_fetch(
+    addr: SocketAddr,
+    topic: &str,
+    offset: i64,
+    max_bytes: i32,
+    partition_max_bytes: i32,
+) -> Result<Bytes> {
+    let request = consumer_fetch_request(topic, offset, 0)
+        .with_max_bytes(max_bytes)
+        .with_topics(vec![fetch_topic(topic, offset, partition_max_bytes)]);
+    let response = call(addr, &request, FETCH_VERSION_BY_NAME, Duration::from_secs(30))?;
+    let partition = first_fetch_partition(&response)?;
+    ensure!(
+        partition.error_code == 0,
+        "fetch at {offset}: error code {}",
+        partition.error_code
+    );
+    Ok(partition.records.clone().unwrap_or_default())
 }

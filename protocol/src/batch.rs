@@ -67,6 +67,7 @@ pub const MIN_RECORD_BYTES: usize = 7;
 /// Kafka error codes a batch problem maps to.
 pub const CORRUPT_MESSAGE: i16 = 2;
 pub const RECORD_LIST_TOO_LARGE: i16 = 18;
+pub const UNKNOWN_SERVER_ERROR: i16 = -1;
 pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
 
 const COMPRESSION_CODEC_MASK: i16 = 0x07;
@@ -126,6 +127,8 @@ pub enum BatchError {
          them; the client wrote an invalid batch"
     )]
     TrailingRecordBytes { records_count: i32, trailing: usize },
+    #[error("the broker could not write {codec} records: {reason}")]
+    Compression { codec: &'static str, reason: String },
 }
 
 impl BatchError {
@@ -136,6 +139,8 @@ impl BatchError {
         match self {
             BatchError::UnsupportedMagic { .. } => UNSUPPORTED_FOR_MESSAGE_FORMAT,
             BatchError::RecordsTooLarge { .. } => RECORD_LIST_TOO_LARGE,
+            // The broker's own compressor failed: not the client's fault.
+            BatchError::Compression { .. } => UNKNOWN_SERVER_ERROR,
             _ => CORRUPT_MESSAGE,
         }
     }

@@ -1,6 +1,7 @@
 //! The records inside a v2 batch, for the few features that must look at them: the keyless-record
-//! check on compacted topics, log compaction, and loading groups from `__consumer_offsets`.
-//! Produce and fetch otherwise never decode records (see [`crate::batch`]).
+//! check on compacted topics, log compaction, loading groups from `__consumer_offsets`, and
+//! recompression to a topic's `compression.type` (writing is in [`rewrite`]). Produce and fetch
+//! otherwise never decode records (see [`crate::batch`]).
 //!
 //! The bytes come from producers or from the disk, so nothing here trusts them:
 //!
@@ -24,6 +25,9 @@ use bytes::Bytes;
 use kafka_protocol::records::{Record, TimestampType};
 
 use crate::batch::{check_records_fit, BatchError, BatchHeader, BATCH_HEADER_LEN};
+
+mod rewrite;
+pub use rewrite::{rebuild_batch, recompress_batch, Compressor, LZ4_DEFAULT_LEVEL, ZSTD_DEFAULT_LEVEL};
 
 /// Compression codec ids, as in a batch's attributes (bits 0-2).
 pub const CODEC_NONE: u8 = 0;
@@ -55,6 +59,12 @@ pub fn codec_name(codec: u8) -> &'static str {
         CODEC_ZSTD => "zstd",
         _ => "unknown-codec",
     }
+}
+
+/// The codec id Kafka's `compression.type` value `name` names (`uncompressed`, `gzip`,
+/// `snappy`, `lz4`, `zstd`); `None` for `producer` or anything else.
+pub fn codec_by_name(name: &str) -> Option<u8> {
+    (CODEC_NONE..=CODEC_ZSTD).find(|&codec| codec_name(codec) == name)
 }
 
 /// Decompresses a records section written with `codec` into at most `max_bytes` bytes.

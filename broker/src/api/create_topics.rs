@@ -14,6 +14,7 @@ use crate::broker::Broker;
 use crate::controller::{self, ApiError};
 use crate::metadata::records::MetadataCommand;
 use crate::metadata::records::NewTopic;
+use crate::metadata::METADATA_TOPIC;
 use crate::topic_config;
 
 pub async fn handle(broker: Arc<Broker>, request: CreateTopicsRequest) -> CreateTopicsResponse {
@@ -41,6 +42,9 @@ async fn create_one(
     result: CreatableTopicResult,
     validate_only: bool,
 ) -> CreatableTopicResult {
+    if let Some(message) = prohibited(broker, topic.name.0.as_str()) {
+        return failed(result, ResponseError::InvalidRequest.code(), message);
+    }
     let new_topic = match new_topic(broker, topic) {
         Ok(t) => t,
         Err(e) => return failed(result, e.code(), e.message),
@@ -56,9 +60,13 @@ async fn create_one(
             Err(e) => failed(result, e.code(), e.message),
         };
     }
+    let placed = NewTopic {
+        assignments: controller::propose_placement(&broker.metadata.image(), &new_topic),
+        ..new_topic.clone()
+    };
     match broker
         .commit(MetadataCommand::CreateTopic {
-            topic: new_topic.clone(),
+            topic: placed,
             topic_id,
         })
         .await
@@ -81,6 +89,17 @@ async fn create_one(
             failed(result, code, message)
         }
     }
+}
+
+/// Why a client may not create `name`, if it may not. Kafka's controller refuses
+/// `__cluster_metadata` (its metadata log; here a partition of that name would share the quorum's
+/// `__cluster_metadata-0` directory) with INVALID_REQUEST. Sluice refuses the internal topics the
+/// same way while they do not exist: the broker creates `__consumer_offsets` with its own
+/// partition count and settings, which a client-made one would not have (once it exists, the
+/// answer is TOPIC_ALREADY_EXISTS, as Kafka's).
+fn prohibited(broker: &Broker, name: &str) -> Option<String> {
+    let absent_internal = controller::is_internal_topic(name) && broker.metadata.image().topic(name).is_none();
+    (name == METADATA_TOPIC || absent_internal).then(|| format!("Creation of internal topic {name} is prohibited."))
 }
 
 /// Fills in the defaults Kafka applies (-1 partitions or replication factor = broker default;

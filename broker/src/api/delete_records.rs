@@ -3,7 +3,8 @@
 //! the answer waits until every in-sync replica has copied the new start from its fetch
 //! responses (the low watermark), as Kafka's delayed delete-records does. Reads below the new
 //! start get OFFSET_OUT_OF_RANGE. Topics whose `cleanup.policy` lacks `delete` refuse it with
-//! POLICY_VIOLATION, as Kafka does.
+//! POLICY_VIOLATION, and internal topics (`__consumer_offsets`) with INVALID_TOPIC_EXCEPTION,
+//! as Kafka does.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +14,7 @@ use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionRe
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 
 use crate::broker::Broker;
+use crate::controller;
 use crate::metadata::image::TopicImage;
 use crate::partition::AppendError;
 use crate::purgatory::DelayedDeleteRecords;
@@ -70,6 +72,13 @@ pub async fn handle(broker: Arc<Broker>, request: DeleteRecordsRequest) -> Delet
 
 /// Moves the log start of partition `index` on this leader and returns the wait for the ISR.
 fn start(broker: &Broker, topic: &TopicImage, index: i32, offset: i64) -> Result<DelayedDeleteRecords, AppendError> {
+    // Kafka's ReplicaManager refuses this before looking at the partition.
+    if controller::is_internal_topic(&topic.name) {
+        return Err((
+            ResponseError::InvalidTopicException,
+            format!("Cannot delete records of internal topic {}", topic.name),
+        ));
+    }
     let (partition, _) = broker.replicas.leader_partition_or_explain(topic, index)?;
     let policy = topic_config::effective_value(
         "cleanup.policy",

@@ -1,4 +1,5 @@
 //! DeleteTopics: by name (v0–5) or by name or id (v6); one result per requested topic.
+//! Internal topics are not deleted (INVALID_TOPIC_EXCEPTION).
 
 use std::sync::Arc;
 
@@ -9,7 +10,7 @@ use uuid::Uuid;
 
 use super::{commit_error, str_bytes};
 use crate::broker::Broker;
-use crate::controller::Outcome;
+use crate::controller::{self, Outcome};
 use crate::metadata::records::MetadataCommand;
 
 pub async fn handle(broker: Arc<Broker>, request: DeleteTopicsRequest, version: i16) -> DeleteTopicsResponse {
@@ -32,6 +33,11 @@ pub async fn handle(broker: Arc<Broker>, request: DeleteTopicsRequest, version: 
             responses.push(failed(result, ResponseError::TopicDeletionDisabled.code(), message));
             continue;
         }
+        if let Some(internal) = internal_topic(&broker, name.as_ref(), &topic_id) {
+            let message = format!("topic {internal} is internal: only the broker manages it, and it cannot be deleted");
+            responses.push(failed(result, ResponseError::InvalidTopicException.code(), message));
+            continue;
+        }
         let command = MetadataCommand::DeleteTopic {
             name: name.as_ref().map(|n| n.0.to_string()),
             topic_id,
@@ -51,6 +57,18 @@ pub async fn handle(broker: Arc<Broker>, request: DeleteTopicsRequest, version: 
         });
     }
     DeleteTopicsResponse::default().with_responses(responses)
+}
+
+/// The internal topic (Kafka's `Topic.isInternal`) the request names, by name or by id. Kafka's
+/// controller would delete it (only its `kafka-topics` tool refuses); deleting
+/// `__consumer_offsets` loses every group's committed offsets, so Sluice refuses it, with
+/// INVALID_TOPIC_EXCEPTION as Kafka refuses writes to and DeleteRecords on these topics.
+fn internal_topic(broker: &Broker, name: Option<&TopicName>, topic_id: &Uuid) -> Option<String> {
+    let name = match name {
+        Some(n) => n.0.to_string(),
+        None => broker.metadata.image().topic_by_id(topic_id)?.name.clone(),
+    };
+    controller::is_internal_topic(&name).then_some(name)
 }
 
 fn failed(result: DeletableTopicResult, code: i16, message: String) -> DeletableTopicResult {

@@ -16,7 +16,7 @@ use kafka_protocol::messages::describe_topic_partitions_response::{
 use kafka_protocol::messages::{DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse, TopicName};
 use uuid::Uuid;
 
-use super::metadata::{is_internal, PartitionView, TOPIC_OPERATIONS};
+use super::metadata::{PartitionView, TOPIC_OPERATIONS};
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::controller;
@@ -125,7 +125,7 @@ fn topic_partitions(
     DescribeTopicPartitionsResponseTopic::default()
         .with_name(Some(TopicName(str_bytes(topic.name.clone()))))
         .with_topic_id(topic.topic_id)
-        .with_is_internal(is_internal(&topic.name))
+        .with_is_internal(controller::is_internal_topic(&topic.name))
         .with_partitions(partitions)
         // Kafka always fills these in for this API; without an authorizer, everything.
         .with_topic_authorized_operations(TOPIC_OPERATIONS)
@@ -136,7 +136,7 @@ fn error_topic(name: &str, error: ResponseError) -> DescribeTopicPartitionsRespo
         .with_error_code(error.code())
         .with_name(Some(TopicName(str_bytes(name))))
         .with_topic_id(Uuid::nil())
-        .with_is_internal(is_internal(name))
+        .with_is_internal(controller::is_internal_topic(name))
 }
 
 fn cursor(topic: &str, partition_index: i32) -> Cursor {

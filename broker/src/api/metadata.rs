@@ -37,7 +37,7 @@ pub fn handle(broker: &Arc<Broker>, request: MetadataRequest, version: i16, list
             .iter()
             .flatten()
             .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))
-            .filter(|name| image.topic(name).is_none() && controller::validate_topic_name(name).is_ok())
+            .filter(|name| image.topic(name).is_none() && controller::may_auto_create(name))
             .collect()
     } else {
         Vec::new()
@@ -149,6 +149,10 @@ async fn auto_create(broker: &Broker, name: &str) -> Result<(), ResponseError> {
         assignments: None,
         configs: BTreeMap::new(),
     };
+    let topic = NewTopic {
+        assignments: controller::propose_placement(&broker.metadata.image(), &topic),
+        ..topic
+    };
     match broker
         .commit(MetadataCommand::CreateTopic {
             topic,
@@ -214,14 +218,10 @@ fn topic_metadata(image: &MetadataImage, topic: &TopicImage, listener: &str, ver
     MetadataResponseTopic::default()
         .with_name(Some(TopicName(str_bytes(topic.name.clone()))))
         .with_topic_id(topic.topic_id)
-        .with_is_internal(is_internal(&topic.name))
+        .with_is_internal(controller::is_internal_topic(&topic.name))
         .with_partitions(partitions)
 }
 
-/// Kafka's internal topics (`__consumer_offsets`, `__transaction_state`) as clients see them.
-pub(crate) fn is_internal(topic: &str) -> bool {
-    topic.starts_with("__")
-}
 
 /// One partition as Metadata and DescribeTopicPartitions describe it: a leader that is not
 /// live is reported as -1 with LEADER_NOT_AVAILABLE (clients wait and refresh), one without

@@ -3,6 +3,9 @@
 //! a batch whose timestamps are out of range: which records are), and then within the topic's
 //! `max.message.bytes`; the only copy is from the request buffer into the batch we patch.
 //!
+//! A topic whose `compression.type` names a codec stores every batch in it: batches written
+//! otherwise are recompressed before the append, as Kafka does.
+//!
 //! The request's bytes count against the client's `producer_byte_rate` quota: past it, the
 //! response carries the throttle time and the connection pauses reading (`quota/`).
 //!
@@ -20,12 +23,13 @@ use kafka_protocol::messages::produce_response::{
 };
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use sluice_protocol::batch::{validate_batches, BatchError, BatchIter};
-use sluice_protocol::records::BatchRecords;
+use sluice_protocol::records::{recompress_batch, BatchRecords, Compressor};
 use sluice_protocol::ResponseBody;
 
 use super::{str_bytes, Reply};
 use crate::broker::Broker;
 use crate::clock::now_ms;
+use crate::controller;
 use crate::metadata::image::{MetadataImage, TopicImage};
 use crate::partition::AppendOutcome;
 use crate::purgatory::DelayedProduce;
@@ -73,6 +77,12 @@ pub fn handle(broker: &Broker, request: ProduceRequest, version: i16, client_id:
                         Some(_) if !(-1..=1).contains(&acks) => Err(Refusal::new(
                             ResponseError::InvalidRequiredAcks,
                             format!("acks={acks} is invalid; use 0, 1 or -1 (all)"),
+                        )),
+                        // Kafka's ReplicaManager: only the broker itself writes these (the
+                        // group coordinator appends to the partition, not through Produce).
+                        Some(topic) if controller::is_internal_topic(&topic.name) => Err(Refusal::new(
+                            ResponseError::InvalidTopicException,
+                            format!("Cannot append to internal topic {}", topic.name),
                         )),
                         Some(topic) => append(broker, &image, topic, data.index, data.records, acks, now),
                     };
@@ -182,7 +192,8 @@ fn append(
         max_decompressed_bytes: topic_config::max_message_bytes(&topic.configs, &defaults) as usize,
     };
     check_records(&records, &rules, now)?;
-    let mut batches = BytesMut::from(&records[..]);
+    let compressor = topic_config::compressor(&topic.configs, &defaults);
+    let mut batches = batches_to_store(&records, compressor, rules.max_decompressed_bytes)?;
     let leader_epoch = partition.leader_epoch();
     let (appended, required_offset) = match partition.append_as_leader(&mut batches, now)? {
         AppendOutcome::Appended(info) => (
@@ -271,6 +282,31 @@ fn batch_error(error: &BatchError) -> Refusal {
         ResponseError::try_from_code(error.kafka_error_code()).unwrap_or(ResponseError::CorruptMessage),
         error.to_string(),
     )
+}
+
+/// The partition's batches as the leader stores them: as received when the topic's
+/// `compression.type` is `producer` or a batch already uses its codec, else recompressed to it
+/// (Kafka's LogValidator), decompressing within `max_decompressed_bytes` as every record decode
+/// does. The rebuilt batch keeps its offsets, timestamps and producer fields, and the log checks
+/// its new size against `max.message.bytes`. Done inline like the record checks above: appends
+/// follow request order on the connection. `records` passed [`validate_batches`].
+fn batches_to_store(
+    records: &Bytes,
+    compressor: Option<Compressor>,
+    max_decompressed_bytes: usize,
+) -> Result<BytesMut, Refusal> {
+    let Some(compressor) = compressor else {
+        return Ok(BytesMut::from(&records[..]));
+    };
+    let mut out = BytesMut::with_capacity(records.len());
+    for (_, range) in BatchIter::new(records) {
+        let batch = &records[range];
+        match recompress_batch(batch, compressor, max_decompressed_bytes).map_err(|e| batch_error(&e))? {
+            Some(rebuilt) => out.extend_from_slice(&rebuilt),
+            None => out.extend_from_slice(batch),
+        }
+    }
+    Ok(out)
 }
 
 /// The per-record rules a topic's records must meet.
@@ -484,6 +520,31 @@ mod tests {
             ..within(0, 0)
         };
         assert!(check_records(&encode_simple_batch(3, 10, NOW + 3_700_000), &log_append_time, NOW).is_ok());
+    }
+
+    #[test]
+    fn batches_are_stored_in_the_topics_codec_or_as_received() {
+        let zstd = zstd_batch(&[Some("a"), None]);
+        let mut both = zstd.clone();
+        both.extend_from_slice(&encode_simple_batch(3, 10, NOW));
+        let both = Bytes::from(both);
+        let as_received = batches_to_store(&both, None, 1 << 20).ok().unwrap();
+        assert_eq!(&as_received[..], &both[..], "compression.type=producer");
+
+        let stored = batches_to_store(&both, Some(Compressor::new(4)), 1 << 20).ok().unwrap();
+        validate_batches(&stored).unwrap();
+        let batches: Vec<_> = BatchIter::new(&stored).collect();
+        assert_eq!(batches.len(), 2);
+        assert_eq!(
+            &stored[batches[0].1.clone()],
+            &zstd[..],
+            "already zstd: stored as received"
+        );
+        assert_eq!((batches[1].0.compression(), batches[1].0.records_count), (4, 3));
+
+        // Two 1000-byte values do not fit in 1500 bytes once decompressed.
+        let refusal = batches_to_store(&both, Some(Compressor::new(1)), 1_500).err().unwrap();
+        assert_eq!(refusal.error, ResponseError::RecordListTooLarge, "{}", refusal.message);
     }
 
     #[test]

@@ -38,11 +38,14 @@ pub use brokers::{
 pub use configs::{alter_broker_configs, alter_topic_configs, replace_broker_configs_ops, replace_topic_configs_ops};
 pub use elect_leaders::elect_leaders;
 pub use partition_change::{alter_partition, elect_preferred_leaders, preferred_leader_imbalance};
-pub use placement::replication_factor;
+pub use placement::{propose_placement, replication_factor};
 pub use producer_ids::{allocate_producer_ids, PRODUCER_ID_BLOCK_SIZE};
 pub use quotas::alter_client_quotas;
 pub use reassignment::reassign_partition;
-pub use topics::{create_partitions, create_topic, delete_topic, validate_topic_name, MAX_TOPIC_NAME_LEN};
+pub use topics::{
+    create_partitions, create_topic, delete_topic, is_internal_topic, may_auto_create, validate_topic_name,
+    MAX_TOPIC_NAME_LEN, OFFSETS_TOPIC,
+};
 
 /// Decides a proposed command against the image: the records that carry it out, or why not.
 /// Runs when the command is applied, in log order, identically on every node. Each command

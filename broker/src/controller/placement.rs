@@ -1,6 +1,6 @@
 //! Where new partitions' replicas go (Kafka's `ReplicaPlacer`): round-robin over live brokers,
-//! leaders balanced, consecutive replicas on different racks; and the checks on a placement a
-//! request names itself.
+//! continuing from topic to topic, leaders balanced, consecutive replicas on different racks;
+//! and the checks on a placement a request names itself.
 
 use std::collections::BTreeMap;
 
@@ -36,9 +36,14 @@ pub(super) fn check_partition_count(count: i32) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Spreads replicas round-robin over live brokers, starting each partition one broker
+/// Spreads replicas round-robin over live brokers, partition `first` + i starting i brokers
 /// further on so that leaders (the first replica) are balanced too. With racks, brokers are
 /// ordered alternating between racks, so consecutive replicas land on different racks.
+///
+/// This is the placement `decide` makes for a command that names none. Commands already in
+/// metadata logs were decided by this rule and are decided again when a node replays its log,
+/// so it must not change: a node replaying with another rule would place those partitions
+/// differently from the nodes that applied them. New rules go in [`propose_placement`].
 pub(super) fn place_replicas(
     image: &MetadataImage,
     first: i32,
@@ -62,6 +67,23 @@ pub(super) fn place_replicas(
                 .collect()
         })
         .collect())
+}
+
+/// Where the proposing broker places a new topic that names no placement itself, carried in
+/// the command as its assignments (so every node applies the same replicas, whatever rule its
+/// build has). The round-robin continues across topics: the first partition starts at the
+/// broker after the last partition placed, counted as the partitions in the image. Kafka's
+/// `StripedReplicaPlacer` starts each topic at a random broker for the same reason, so that a
+/// run of single-partition topics does not put every leader on the first broker; a rotation
+/// balances such a run exactly rather than on average. `None` when the topic cannot be placed:
+/// applying the command then refuses it with the reason.
+pub fn propose_placement(image: &MetadataImage, topic: &NewTopic) -> Option<Vec<Vec<i32>>> {
+    if topic.assignments.is_some() || check_partition_count(topic.num_partitions).is_err() {
+        return None;
+    }
+    let placed: usize = image.topics.values().map(|t| t.partitions.len()).sum();
+    let start = (placed % image.live_brokers().count().max(1)) as i32;
+    place_replicas(image, start, topic.num_partitions, replication_factor(image, topic)).ok()
 }
 
 /// Live broker ids, interleaved across racks (rack a's first, rack b's first, ..., rack a's
@@ -115,7 +137,7 @@ pub(super) fn validate_assignments(
 mod tests {
     use super::*;
     use crate::controller::test_support::*;
-    use crate::controller::{create_topic, decide, fence_broker};
+    use crate::controller::{create_partitions, create_topic, decide, fence_broker};
     use crate::metadata::records::{MetadataCommand, MetadataRecord};
     use kafka_protocol::error::ResponseError;
     use uuid::Uuid;
@@ -133,6 +155,50 @@ mod tests {
             .partitions
             .iter()
             .all(|p| p.replicas.len() == 3 && p.isr == p.replicas));
+    }
+
+    #[test]
+    fn single_partition_topics_take_turns_at_leading() {
+        let mut image = image_with_brokers(&[1, 2, 3]);
+        let mut leaders = std::collections::BTreeMap::new();
+        for i in 0..30 {
+            let name = format!("t{i}");
+            let mut topic = new_topic(&name, 1, 2);
+            topic.assignments = propose_placement(&image, &topic);
+            let records = create_topic(&image, &topic, Uuid::from_u128(i + 1)).unwrap();
+            apply_all(&mut image, &records);
+            let p = &image.topic(&name).unwrap().partitions[0];
+            assert_ne!(p.replicas[0], p.replicas[1], "{name}: {:?}", p.replicas);
+            *leaders.entry(p.leader).or_insert(0) += 1;
+        }
+        assert_eq!(leaders, std::collections::BTreeMap::from([(1, 10), (2, 10), (3, 10)]));
+    }
+
+    #[test]
+    fn a_command_that_names_no_placement_is_decided_as_logged_commands_were() {
+        // Replaying a metadata log decides its commands again: the rule for unplaced ones
+        // must stay the one they were decided with (every topic from the first broker).
+        let mut image = image_with_brokers(&[1, 2, 3]);
+        for i in 0..3 {
+            let name = format!("t{i}");
+            let records = create_topic(&image, &new_topic(&name, 2, 2), Uuid::from_u128(i + 1)).unwrap();
+            apply_all(&mut image, &records);
+            let replicas: Vec<_> = image
+                .topic(&name)
+                .unwrap()
+                .partitions
+                .iter()
+                .map(|p| p.replicas.clone())
+                .collect();
+            assert_eq!(replicas, vec![vec![1, 2], vec![2, 3]]);
+        }
+        let records = create_partitions(&image, "t0", 3, None).unwrap();
+        apply_all(&mut image, &records);
+        assert_eq!(image.topic("t0").unwrap().partitions[2].replicas, vec![3, 1]);
+        // Nothing is proposed for a topic that cannot be placed: applying it says why.
+        let too_wide = new_topic("wide", 1, 4);
+        assert_eq!(propose_placement(&image, &too_wide), None);
+        assert_eq!(propose_placement(&image, &new_topic("none", 0, 1)), None);
     }
 
     #[test]

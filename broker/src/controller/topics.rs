@@ -8,10 +8,29 @@ use super::placement::{check_partition_count, place_replicas, replication_factor
 use crate::metadata::image::{MetadataImage, TopicImage};
 use crate::metadata::outcome::{ApiError, Outcome};
 use crate::metadata::records::{ConfigResource, MetadataRecord, NewTopic};
+use crate::metadata::METADATA_TOPIC;
 use crate::topic_config;
 
 /// Longest legal topic name, as in Kafka.
 pub const MAX_TOPIC_NAME_LEN: usize = 249;
+
+/// The group coordinator's topic (Kafka's `GROUP_METADATA_TOPIC_NAME`).
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+/// The transaction coordinator's topic (Kafka's `TRANSACTION_STATE_TOPIC_NAME`).
+pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
+
+/// Kafka's `Topic.isInternal`: topics only the broker writes. Clients may read them (and
+/// change their configs), but not write, delete or truncate them, nor create them (the broker
+/// creates `__consumer_offsets` with its own settings on the first FindCoordinator).
+pub fn is_internal_topic(name: &str) -> bool {
+    name == OFFSETS_TOPIC || name == TRANSACTION_STATE_TOPIC
+}
+
+/// Whether a Metadata request may auto-create `name`: a legal name that is neither an internal
+/// topic (created only with their own settings) nor the metadata log's `__cluster_metadata`.
+pub fn may_auto_create(name: &str) -> bool {
+    validate_topic_name(name).is_ok() && !is_internal_topic(name) && name != METADATA_TOPIC
+}
 
 /// Kafka's topic-name rule: 1..=249 chars of `[a-zA-Z0-9._-]`, and not `.` or `..`.
 pub fn validate_topic_name(name: &str) -> Result<(), ApiError> {
@@ -168,6 +187,21 @@ mod tests {
                 ResponseError::InvalidTopicException
             );
         }
+    }
+
+    #[test]
+    fn internal_topics_are_kafkas_and_are_never_auto_created() {
+        assert!(is_internal_topic("__consumer_offsets") && is_internal_topic("__transaction_state"));
+        assert!(!is_internal_topic("__cluster_metadata") && !is_internal_topic("__my_topic"));
+        for name in [
+            "__consumer_offsets",
+            "__transaction_state",
+            "__cluster_metadata",
+            "bad name",
+        ] {
+            assert!(!may_auto_create(name), "{name}");
+        }
+        assert!(may_auto_create("__my_topic") && may_auto_create("orders"));
     }
 
     #[test]

@@ -41,7 +41,7 @@ use coordinator::{
 use records::OffsetAndMetadata;
 
 /// The internal topic holding group metadata and committed offsets.
-pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+pub use crate::controller::OFFSETS_TOPIC;
 
 /// How often session, join and sync deadlines are checked.
 const TICK: Duration = Duration::from_millis(100);

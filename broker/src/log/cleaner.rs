@@ -34,13 +34,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use bytes::BufMut;
 use parking_lot::Mutex;
-use sluice_protocol::batch::{
-    BatchHeader, BATCH_HEADER_LEN, BATCH_LENGTH_OFFSET, CRC_COVERED_FROM, CRC_OFFSET, LOG_OVERHEAD,
-    RECORDS_COUNT_OFFSET,
-};
-use sluice_protocol::records::{BatchRecords, RecordView};
+use sluice_protocol::batch::BatchHeader;
+use sluice_protocol::records::{self, BatchRecords, Compressor, RecordView};
 
 use super::checkpoint_file::OffsetCheckpoint;
 use super::log_to_clean::{CleanableSegment, LogToClean};
@@ -517,19 +513,12 @@ fn filter_batch(header: &BatchHeader, batch: &[u8], filter: &RecordFilter<'_>) -
     })
 }
 
-/// The original header with a new records section, length, count and CRC: everything else
-/// (base offset, last offset delta, timestamps, attributes, producer fields, leader epoch) stays.
+/// The original header with a new records section, length, count and CRC, in the batch's own
+/// codec: everything else (base offset, last offset delta, timestamps, attributes, producer
+/// fields, leader epoch) stays.
 fn rebuild_batch(original: &[u8], codec: u8, records: &[u8], count: i32) -> Result<Vec<u8>, LogError> {
-    let mut out = Vec::with_capacity(BATCH_HEADER_LEN + records.len());
-    out.extend_from_slice(&original[..BATCH_HEADER_LEN]);
-    compress(codec, records, &mut out)?;
-    let batch_length = i32::try_from(out.len() - LOG_OVERHEAD)
-        .map_err(|_| LogError::Corrupt("cleaned batch larger than 2 GiB".to_string()))?;
-    out[BATCH_LENGTH_OFFSET..BATCH_LENGTH_OFFSET + 4].copy_from_slice(&batch_length.to_be_bytes());
-    out[RECORDS_COUNT_OFFSET..RECORDS_COUNT_OFFSET + 4].copy_from_slice(&count.to_be_bytes());
-    let crc = crc32c::crc32c(&out[CRC_COVERED_FROM..]);
-    out[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
-    Ok(out)
+    records::rebuild_batch(original, Compressor::new(codec), records, count)
+        .map_err(|e| LogError::Corrupt(format!("cannot rebuild a cleaned batch: {e}")))
 }
 
 /// A stored batch's checked records, decompressed within the partition's `max.message.bytes`.
@@ -542,28 +531,6 @@ fn stored_records<'a>(
         base_offset: header.base_offset,
         source,
     })
-}
-
-fn compress(codec: u8, records: &[u8], out: &mut Vec<u8>) -> Result<(), LogError> {
-    use kafka_protocol::compression::{Compressor, Gzip, Lz4, Snappy, Zstd};
-    fn run<C: Compressor<Vec<u8>>>(records: &[u8], out: &mut Vec<u8>) -> anyhow::Result<()> {
-        C::compress(out, |buf| {
-            buf.put_slice(records);
-            Ok(())
-        })
-    }
-    let result = match codec {
-        0 => {
-            out.extend_from_slice(records);
-            return Ok(());
-        }
-        1 => run::<Gzip>(records, out),
-        2 => run::<Snappy>(records, out),
-        3 => run::<Lz4>(records, out),
-        4 => run::<Zstd>(records, out),
-        other => return Err(LogError::Corrupt(format!("unknown compression codec {other}"))),
-    };
-    result.map_err(|e| LogError::Corrupt(format!("cannot recompress a cleaned batch: {e:#}")))
 }
 
 /// Reads `cleaner-offset-checkpoint` from the data dir (missing: empty).

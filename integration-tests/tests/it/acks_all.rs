@@ -6,15 +6,12 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{BrokerId, FetchRequest, ListOffsetsRequest, ProduceRequest, TopicName};
+use kafka_protocol::messages::{BrokerId, FetchRequest, ListOffsetsRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use sluice_integration_tests::clients::wait_until;
-use sluice_integration_tests::wire::{record_batch_v2, RawRecord};
 use sluice_integration_tests::{faults, kafka_client, Cluster};
 
 const TIMEOUT: Duration = Duration::from_secs(20);
@@ -39,32 +36,6 @@ fn partition_state(addr: SocketAddr, topic: &str) -> Result<(i32, i32, Vec<i32>)
     Ok((p.leader_id.0, p.leader_epoch, isr))
 }
 
-/// Produce v9 of one small batch to partition 0; returns the partition's error code.
-fn produce(addr: SocketAddr, topic: &str, acks: i16) -> Result<i16> {
-    let batch = record_batch_v2(
-        sluice_integration_tests::clients::now_ms(),
-        &[RawRecord {
-            key: Some(b"k"),
-            value: Some(b"v"),
-        }],
-    );
-    let request = ProduceRequest::default()
-        .with_acks(acks)
-        .with_timeout_ms(5_000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(name(topic))
-            .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(0)
-                .with_records(Some(Bytes::from(batch)))])]);
-    let response = kafka_client::call(addr, &request, 9, TIMEOUT)?;
-    let partition = response
-        .responses
-        .first()
-        .and_then(|t| t.partition_responses.first())
-        .context("no partition in the produce response")?;
-    Ok(partition.error_code)
-}
-
 #[test]
 fn acks_all_below_min_insync_replicas_is_refused_with_not_enough_replicas() -> Result<()> {
     let mut cluster = Cluster::start(3, FAST_FENCING)?;
@@ -78,7 +49,9 @@ fn acks_all_below_min_insync_replicas_is_refused_with_not_enough_replicas() -> R
     ensure!(isr == vec![1, 2, 3], "ISR {isr:?}");
     let leader_addr = cluster.addr(leader);
     let code = wait_until(TIMEOUT, "acks=all accepted by the leader", || {
-        produce(leader_addr, "strict", -1).ok().filter(|c| *c == 0)
+        kafka_client::produce_one_record(leader_addr, "strict", -1)
+            .ok()
+            .filter(|c| *c == 0)
     });
     ensure!(code.is_ok(), "acks=all with a full ISR was not accepted: {code:?}");
 
@@ -93,7 +66,7 @@ fn acks_all_below_min_insync_replicas_is_refused_with_not_enough_replicas() -> R
     // ISR a moment later. A produce in between is appended and then answered
     // NOT_ENOUGH_REPLICAS_AFTER_APPEND (as in Kafka); after it, acks=all is refused outright.
     let code = wait_until(TIMEOUT, "acks=all refused with NOT_ENOUGH_REPLICAS", || {
-        produce(leader_addr, "strict", -1)
+        kafka_client::produce_one_record(leader_addr, "strict", -1)
             .ok()
             .filter(|c| *c != ResponseError::NotEnoughReplicasAfterAppend.code())
     })?;
@@ -101,7 +74,7 @@ fn acks_all_below_min_insync_replicas_is_refused_with_not_enough_replicas() -> R
         code == ResponseError::NotEnoughReplicas.code(),
         "acks=all with 2 in-sync replicas of min.insync.replicas=3 answered error code {code}, expected NOT_ENOUGH_REPLICAS"
     );
-    let code = produce(leader_addr, "strict", 1)?;
+    let code = kafka_client::produce_one_record(leader_addr, "strict", 1)?;
     ensure!(
         code == 0,
         "acks=1 is not guarded by min.insync.replicas, yet got error code {code}"
@@ -114,7 +87,7 @@ fn acks_all_below_min_insync_replicas_is_refused_with_not_enough_replicas() -> R
             .ok()
             .filter(|(_, _, isr)| isr.len() == 3)
     })?;
-    let code = produce(leader_addr, "strict", -1)?;
+    let code = kafka_client::produce_one_record(leader_addr, "strict", -1)?;
     ensure!(code == 0, "acks=all with the full ISR back answered error code {code}");
     Ok(())
 }

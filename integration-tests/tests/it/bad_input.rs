@@ -4,9 +4,10 @@
 
 use std::io::Write;
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
+use kafka_protocol::messages::MetadataRequest;
 use rdkafka::admin::{NewTopic, TopicReplication};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
@@ -14,6 +15,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::Offset;
 use sluice_integration_tests::canary::Canary;
+use sluice_integration_tests::kafka_client::{self, KafkaConnection};
 use sluice_integration_tests::wire::{self, RawRecord};
 use sluice_integration_tests::{clients, procstat, NodeOptions, SluiceNode};
 
@@ -812,6 +814,40 @@ async fn idle_connections_are_closed_but_busy_ones_are_not() -> Result<()> {
         closed.received.is_empty(),
         "the idle connection received unexpected bytes"
     );
+    ensure!(
+        closed.after >= Duration::from_millis(1200),
+        "the idle connection was closed {:?} after its last request, before connections.max.idle.ms=1500",
+        closed.after
+    );
+    node.assert_running()
+}
+
+/// A long-poll Fetch owes its response for longer than `connections.max.idle.ms`: the
+/// connection is waiting, not idle, so it stays open until answered and serves the next request.
+#[test]
+fn a_connection_waiting_on_a_long_poll_longer_than_the_idle_limit_stays_open() -> Result<()> {
+    const MAX_WAIT_MS: i32 = 3_000;
+    let mut node = SluiceNode::start(NodeOptions::default().set("connections.max.idle.ms", 1000))?;
+    ensure!(kafka_client::create_topic(node.addr(), "long-poll", 1, IO_TIMEOUT)? == 0);
+    let mut connection = KafkaConnection::connect(node.addr(), "long-poll", IO_TIMEOUT)?;
+    let started = Instant::now();
+    let request = kafka_client::consumer_fetch_request("long-poll", 0, MAX_WAIT_MS);
+    let response = connection
+        .call(&request, kafka_client::FETCH_VERSION_BY_NAME)
+        .context("the broker closed a connection waiting on a long poll")?;
+    let waited = started.elapsed();
+    let partition = kafka_client::first_fetch_partition(&response)?;
+    ensure!(
+        partition.error_code == 0 && partition.records.as_ref().is_none_or(|r| r.is_empty()),
+        "an empty partition's long poll: {partition:?}"
+    );
+    ensure!(
+        waited >= Duration::from_millis(MAX_WAIT_MS as u64 - 500),
+        "the fetch was answered after {waited:?}, not after its max_wait_ms: it never waited past the idle limit"
+    );
+    connection
+        .call(&MetadataRequest::default().with_topics(Some(vec![])), 12)
+        .context("the connection was closed once its long poll was answered")?;
     node.assert_running()
 }
 

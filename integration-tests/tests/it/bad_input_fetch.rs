@@ -21,12 +21,14 @@ use anyhow::{bail, ensure, Context, Result};
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest, ProduceRequest, TopicName};
+use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::consumer::BaseConsumer;
 use rdkafka::{Message, Offset};
 use sluice_integration_tests::clients::{self, wait_until};
+use sluice_integration_tests::kafka_client::{
+    consumer_fetch, fetch_topic, first_fetch_partition, FETCH_VERSION_BY_NAME,
+};
 use sluice_integration_tests::node::{NodeOptions, SluiceNode};
 use sluice_integration_tests::wire::{self, RawRecord};
 use sluice_integration_tests::{faults, kafka_client, procstat, Cluster};
@@ -50,9 +52,7 @@ const PRODUCE_REQUESTS: usize = 25;
 const RSS_LIMIT_KIB: u64 = 300 * 1024;
 const CONCURRENT_FETCHES: usize = 6;
 const FETCHES_EACH: usize = 3;
-const FETCH_VERSION_BY_NAME: i16 = 12;
 const FETCH_VERSION_WITH_REPLICA_STATE: i16 = 15;
-const PRODUCE_VERSION: i16 = 9;
 const NOT_LEADER_OR_FOLLOWER: i16 = 6;
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -156,7 +156,7 @@ fn a_fetch_claiming_a_followers_id_without_its_broker_epoch_moves_no_high_waterm
         .context("partition 0")?;
     let frozen = *state.replicas.iter().find(|id| **id != leader).context("a follower")?;
     let leader_addr = cluster.addr(leader);
-    let topic_id = topic_id(leader_addr, topic)?;
+    let topic_id = kafka_client::topic_id(leader_addr, topic)?;
 
     cluster.node(frozen).pause()?;
     let records = 40;
@@ -189,7 +189,7 @@ fn a_fetch_claiming_a_followers_id_without_its_broker_epoch_moves_no_high_waterm
             )]);
         let response: FetchResponse =
             kafka_client::call(leader_addr, &spoof, FETCH_VERSION_WITH_REPLICA_STATE, IO_TIMEOUT)?;
-        let error = first_partition(&response)?.error_code;
+        let error = first_fetch_partition(&response)?.error_code;
         eprintln!("Fetch v15 claiming replica {frozen} with broker epoch {epoch}: error code {error}");
         ensure!(
             error == NOT_LEADER_OR_FOLLOWER,
@@ -200,9 +200,9 @@ fn a_fetch_claiming_a_followers_id_without_its_broker_epoch_moves_no_high_waterm
     let spoof = FetchRequest::default()
         .with_replica_id(BrokerId(frozen))
         .with_max_bytes(ASK_EVERYTHING)
-        .with_topics(vec![by_name(topic, log_end, ASK_EVERYTHING)]);
+        .with_topics(vec![fetch_topic(topic, log_end, ASK_EVERYTHING)]);
     let response: FetchResponse = kafka_client::call(leader_addr, &spoof, FETCH_VERSION_BY_NAME, IO_TIMEOUT)?;
-    let error = first_partition(&response)?.error_code;
+    let error = first_fetch_partition(&response)?.error_code;
     eprintln!("Fetch v12 claiming replica {frozen}: error code {error}");
     ensure!(error == NOT_LEADER_OR_FOLLOWER, "v12 spoof: error {error}");
 
@@ -260,22 +260,9 @@ fn fill(addr: SocketAddr, topic: &str) -> Result<i64> {
 /// Produce v9 of `records` (whole batches) to partition 0, retried while the partition's
 /// leadership settles; returns the base offset.
 fn produce(addr: SocketAddr, topic: &str, acks: i16, records: Bytes) -> Result<i64> {
-    let request = ProduceRequest::default()
-        .with_acks(acks)
-        .with_timeout_ms(30_000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
-            .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(0)
-                .with_records(Some(records))])]);
     let mut last_error = 0;
     for _ in 0..100 {
-        let response = kafka_client::call(addr, &request, PRODUCE_VERSION, IO_TIMEOUT)?;
-        let partition = response
-            .responses
-            .first()
-            .and_then(|t| t.partition_responses.first())
-            .context("produce response without a partition")?;
+        let partition = kafka_client::produce_to_partition_0(addr, topic, acks, records.clone(), IO_TIMEOUT)?;
         match partition.error_code {
             0 => return Ok(partition.base_offset),
             // Leadership not settled yet: LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER.
@@ -287,30 +274,6 @@ fn produce(addr: SocketAddr, topic: &str, acks: i16, records: Bytes) -> Result<i
         }
     }
     bail!("produce to {topic} kept failing with error code {last_error}")
-}
-
-/// A consumer's Fetch v12 (by name) from `offset`, answered at once; its record bytes.
-fn consumer_fetch(
-    addr: SocketAddr,
-    topic: &str,
-    offset: i64,
-    max_bytes: i32,
-    partition_max_bytes: i32,
-) -> Result<Bytes> {
-    let request = FetchRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_max_wait_ms(0)
-        .with_min_bytes(1)
-        .with_max_bytes(max_bytes)
-        .with_topics(vec![by_name(topic, offset, partition_max_bytes)]);
-    let response: FetchResponse = kafka_client::call(addr, &request, FETCH_VERSION_BY_NAME, IO_TIMEOUT)?;
-    let partition = first_partition(&response)?;
-    ensure!(
-        partition.error_code == 0,
-        "fetch at {offset}: error code {}",
-        partition.error_code
-    );
-    Ok(partition.records.clone().unwrap_or_default())
 }
 
 /// A 2 GiB [`consumer_fetch`], retried while a restarted broker is still opening its partitions.
@@ -325,28 +288,6 @@ fn await_fetch_everything(addr: SocketAddr, topic: &str, offset: i64) -> Result<
         "the restarted broker to serve the partition",
         serving,
     )
-}
-
-fn by_name(topic: &str, offset: i64, partition_max_bytes: i32) -> FetchTopic {
-    FetchTopic::default()
-        .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
-        .with_partitions(vec![FetchPartition::default()
-            .with_partition(0)
-            .with_fetch_offset(offset)
-            .with_partition_max_bytes(partition_max_bytes)])
-}
-
-fn first_partition(response: &FetchResponse) -> Result<&kafka_protocol::messages::fetch_response::PartitionData> {
-    ensure!(
-        response.error_code == 0,
-        "fetch failed: error code {}",
-        response.error_code
-    );
-    response
-        .responses
-        .first()
-        .and_then(|t| t.partitions.first())
-        .context("fetch response without a partition")
 }
 
 /// (base offset, last offset) of each whole batch; fails on a partial batch.
@@ -485,16 +426,6 @@ fn small_batch(records: usize, seed: u64) -> Vec<u8> {
         })
         .collect();
     wire::record_batch_v2(clients::now_ms(), &records)
-}
-
-fn topic_id(addr: SocketAddr, topic: &str) -> Result<uuid::Uuid> {
-    let metadata = kafka_client::metadata(addr)?;
-    metadata
-        .topics
-        .iter()
-        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
-        .map(|t| t.topic_id)
-        .context("topic not in metadata")
 }
 
 /// ListOffsets LATEST (read_uncommitted): the partition's high watermark.

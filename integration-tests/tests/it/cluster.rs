@@ -45,6 +45,21 @@ async fn six_partitions_spread_leaders_over_three_brokers_and_every_partition_ro
         per_broker == HashMap::from([(1, 2), (2, 2), (3, 2)]),
         "leaders per broker: {per_broker:?}"
     );
+    // Single-partition topics take turns at leading (Kafka starts each at a random broker).
+    let mut solo_leaders = Vec::new();
+    for i in 0..3 {
+        let name = format!("solo-{i}");
+        clients::create_topic(&admin, &name, 1, &[]).await?;
+        let leader = wait_until(Duration::from_secs(10), "the new topic's leader", || {
+            leaders(&cluster, 1, &name).ok().filter(|l| l.iter().all(|id| *id > 0))
+        })?;
+        solo_leaders.extend(leader);
+    }
+    solo_leaders.sort();
+    ensure!(
+        solo_leaders == [1, 2, 3],
+        "leaders of three single-partition topics: {solo_leaders:?}"
+    );
     cluster.await_identical_metadata(&[1, 2, 3], Duration::from_secs(10))?;
 
     let producer = clients::future_producer(&cluster.bootstrap())?;

@@ -17,6 +17,7 @@ mod group_protocol;
 mod group_states;
 mod groups;
 mod idempotent_producer;
+mod internal_topics;
 mod leader_epoch;
 mod metadata_versions;
 mod offsets_topic;

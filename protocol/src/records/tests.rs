@@ -15,7 +15,7 @@ use crate::batch::{
     validate_batch, BatchIter, CORRUPT_MESSAGE, MIN_RECORD_BYTES, RECORDS_COUNT_OFFSET, RECORD_LIST_TOO_LARGE,
 };
 
-const CODECS: [(Compression, u8); 4] = [
+pub(super) const CODECS: [(Compression, u8); 4] = [
     (Compression::Gzip, CODEC_GZIP),
     (Compression::Snappy, CODEC_SNAPPY),
     (Compression::Lz4, CODEC_LZ4),
