@@ -222,7 +222,6 @@ fn topic_metadata(image: &MetadataImage, topic: &TopicImage, listener: &str, ver
         .with_partitions(partitions)
 }
 
-
 /// One partition as Metadata and DescribeTopicPartitions describe it: a leader that is not
 /// live is reported as -1 with LEADER_NOT_AVAILABLE (clients wait and refresh), one without
 /// the client's listener as -1 with LISTENER_NOT_FOUND (the brokers' listeners disagree), and

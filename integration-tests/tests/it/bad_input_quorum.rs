@@ -19,11 +19,7 @@ use sluice_integration_tests::clients::{self, wait_until};
 use sluice_integration_tests::{kafka_client, Cluster, NodeOptions, SluiceNode};
 use sluice_raft_meta::eraftpb::{Message, MessageType};
 use sluice_raft_meta::handshake::HandshakeError;
-use sluice_raft_meta::{ClusterSecret, PeerConnection};
-
-fn raft_id(node_id: i32) -> u64 {
-    node_id as u64 + 1
-}
+use sluice_raft_meta::{raft_id, ClusterSecret, PeerConnection};
 
 /// Whether the peer closed `stream` within `within` (a node never writes unasked on the quorum
 /// port, so any read result but a timeout means closed).
@@ -288,9 +284,8 @@ async fn forged_raft_messages_sent_with_the_right_secret_are_dropped_and_the_quo
         &mut cluster,
         follower,
         &format!(
-            "claims to come from node {} but the connection authenticated as node {}",
-            raft_id(bystander),
-            raft_id(leader)
+            // Logs name node ids, not the raft ids on the wire.
+            "claims to come from node {bystander} but the connection authenticated as node {leader}"
         ),
     )?;
     // Dropped, not disconnected: the peer is authenticated, only its messages were bad.
