@@ -75,6 +75,9 @@ def test_quorum_log_lines_name_node_ids(cluster):
         # raft-rs's own lines carry this node's id too.
         raft_ids = set(re.findall(r" raft: .* node_id=(\d+)$", text, re.M))
         assert raft_ids == {str(node.node_id)}, raft_ids
+        assert f"RawNode created with id {node.node_id}." in text
+        voters = re.findall(r"voters: \{([\d, ]+)\}", text)
+        assert voters and all(sorted(int(v) for v in vs.split(", ")) == sorted(ids) for vs in voters), voters
 
 
 def test_sluice_settings_lists_every_setting_with_its_default():
