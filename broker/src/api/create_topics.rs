@@ -60,10 +60,7 @@ async fn create_one(
             Err(e) => failed(result, e.code(), e.message),
         };
     }
-    let placed = NewTopic {
-        assignments: controller::propose_placement(&broker.metadata.image(), &new_topic),
-        ..new_topic.clone()
-    };
+    let placed = controller::propose_placement(&broker.metadata.image(), new_topic.clone());
     match broker
         .commit(MetadataCommand::CreateTopic {
             topic: placed,

@@ -149,10 +149,7 @@ async fn auto_create(broker: &Broker, name: &str) -> Result<(), ResponseError> {
         assignments: None,
         configs: BTreeMap::new(),
     };
-    let topic = NewTopic {
-        assignments: controller::propose_placement(&broker.metadata.image(), &topic),
-        ..topic
-    };
+    let topic = controller::propose_placement(&broker.metadata.image(), topic);
     match broker
         .commit(MetadataCommand::CreateTopic {
             topic,

@@ -75,15 +75,17 @@ pub(super) fn place_replicas(
 /// broker after the last partition placed, counted as the partitions in the image. Kafka's
 /// `StripedReplicaPlacer` starts each topic at a random broker for the same reason, so that a
 /// run of single-partition topics does not put every leader on the first broker; a rotation
-/// balances such a run exactly rather than on average. `None` when the topic cannot be placed:
-/// applying the command then refuses it with the reason.
-pub fn propose_placement(image: &MetadataImage, topic: &NewTopic) -> Option<Vec<Vec<i32>>> {
+/// balances such a run exactly rather than on average. A topic that names its own placement,
+/// or cannot be placed, is returned as it is: applying the command then refuses it with the
+/// reason.
+pub fn propose_placement(image: &MetadataImage, topic: NewTopic) -> NewTopic {
     if topic.assignments.is_some() || check_partition_count(topic.num_partitions).is_err() {
-        return None;
+        return topic;
     }
     let placed: usize = image.topics.values().map(|t| t.partitions.len()).sum();
     let start = (placed % image.live_brokers().count().max(1)) as i32;
-    place_replicas(image, start, topic.num_partitions, replication_factor(image, topic)).ok()
+    let assignments = place_replicas(image, start, topic.num_partitions, replication_factor(image, &topic)).ok();
+    NewTopic { assignments, ..topic }
 }
 
 /// Live broker ids, interleaved across racks (rack a's first, rack b's first, ..., rack a's
@@ -163,8 +165,7 @@ mod tests {
         let mut leaders = std::collections::BTreeMap::new();
         for i in 0..30 {
             let name = format!("t{i}");
-            let mut topic = new_topic(&name, 1, 2);
-            topic.assignments = propose_placement(&image, &topic);
+            let topic = propose_placement(&image, new_topic(&name, 1, 2));
             let records = create_topic(&image, &topic, Uuid::from_u128(i + 1)).unwrap();
             apply_all(&mut image, &records);
             let p = &image.topic(&name).unwrap().partitions[0];
@@ -196,9 +197,12 @@ mod tests {
         apply_all(&mut image, &records);
         assert_eq!(image.topic("t0").unwrap().partitions[2].replicas, vec![3, 1]);
         // Nothing is proposed for a topic that cannot be placed: applying it says why.
-        let too_wide = new_topic("wide", 1, 4);
-        assert_eq!(propose_placement(&image, &too_wide), None);
-        assert_eq!(propose_placement(&image, &new_topic("none", 0, 1)), None);
+        assert_eq!(propose_placement(&image, new_topic("wide", 1, 4)).assignments, None);
+        assert_eq!(propose_placement(&image, new_topic("none", 0, 1)).assignments, None);
+        // A placement the request names is kept.
+        let mut named = new_topic("named", 1, 1);
+        named.assignments = Some(vec![vec![3]]);
+        assert_eq!(propose_placement(&image, named).assignments, Some(vec![vec![3]]));
     }
 
     #[test]
