@@ -60,6 +60,19 @@ fn table_rows(dir: &Path) -> Result<Vec<(String, String, i64)>> {
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
+/// Waits for `child` to exit and fails unless it exited 0, naming its log.
+fn exits_cleanly(child: &mut ChildProcess, timeout: Duration, what: &str) -> Result<()> {
+    let status = child
+        .wait_for_exit(timeout)?
+        .with_context(|| format!("{what} did not finish within {timeout:?}"))?;
+    ensure!(
+        status.success(),
+        "{what} failed ({status}); see {}",
+        child.log().display()
+    );
+    Ok(())
+}
+
 fn analytics_stats(addr: SocketAddr) -> Result<Stats> {
     Ok(serde_json::from_str(&http::get(addr, "/stats")?)?)
 }
@@ -91,14 +104,7 @@ fn sink_and_coordinator_kills(dir: &Path) -> Result<()> {
         },
         &dir.join("create-topic.log"),
     )?;
-    let status = create
-        .wait_for_exit(Duration::from_secs(60))?
-        .context("topic creation did not finish")?;
-    ensure!(
-        status.success(),
-        "topic creation failed ({status}); see {}",
-        dir.join("create-topic.log").display()
-    );
+    exits_cleanly(&mut create, Duration::from_secs(60), "topic creation")?;
     let partitions = cluster.await_full_isr(TOPIC, Duration::from_secs(60))?;
     ensure!(
         partitions.len() == PARTITIONS as usize,
@@ -172,14 +178,7 @@ fn sink_and_coordinator_kills(dir: &Path) -> Result<()> {
         acked_ids(dir).len()
     );
 
-    let status = producer
-        .wait_for_exit(Duration::from_secs(120))?
-        .context("the producer did not finish within 120 s")?;
-    ensure!(
-        status.success(),
-        "the producer failed ({status}); see {}",
-        producer.log().display()
-    );
+    exits_cleanly(&mut producer, Duration::from_secs(120), "the producer")?;
     let acked = acked_ids(dir);
     let acked_set: HashSet<&str> = acked.iter().map(String::as_str).collect();
     ensure!(

@@ -232,15 +232,17 @@ fn produce_version(s: &mut TcpStream) -> Result<i16> {
     Ok(v)
 }
 
-fn raw_produce(
+/// Writes a Produce of `batch` to one partition with `acks`, without reading any answer.
+fn send_produce(
     s: &mut TcpStream,
     version: i16,
     corr: i32,
+    acks: i16,
     topic: &str,
     partition: i32,
     batch: &[u8],
-) -> Result<(i16, i64)> {
-    let body = wire::produce_body_v3(-1, 5000, topic, partition, batch);
+) -> Result<()> {
+    let body = wire::produce_body_v3(acks, 5000, topic, partition, batch);
     s.write_all(&wire::request_frame(
         wire::API_KEY_PRODUCE,
         version,
@@ -249,6 +251,18 @@ fn raw_produce(
         false,
         &body,
     ))?;
+    Ok(())
+}
+
+fn raw_produce(
+    s: &mut TcpStream,
+    version: i16,
+    corr: i32,
+    topic: &str,
+    partition: i32,
+    batch: &[u8],
+) -> Result<(i16, i64)> {
+    send_produce(s, version, corr, -1, topic, partition, batch)?;
     let (c, t, p, err, base) = wire::parse_produce_response_first_partition(&wire::read_frame(s)?)?;
     ensure!(
         c == corr && t == topic && p == partition,
@@ -331,17 +345,8 @@ async fn a_failed_acks0_produce_closes_the_connection_and_a_good_one_does_not() 
             value: Some(b"v"),
         }],
     );
-    let acks0 = |s: &mut TcpStream, version: i16, corr: i32, partition: i32| -> Result<()> {
-        let body = wire::produce_body_v3(0, 5000, "fire-and-forget", partition, &batch);
-        s.write_all(&wire::request_frame(
-            wire::API_KEY_PRODUCE,
-            version,
-            corr,
-            Some("raw"),
-            false,
-            &body,
-        ))?;
-        Ok(())
+    let acks0 = |s: &mut TcpStream, version: i16, corr: i32, partition: i32| {
+        send_produce(s, version, corr, 0, "fire-and-forget", partition, &batch)
     };
 
     let mut s = wire::connect(node.addr(), IO_TIMEOUT)?;
