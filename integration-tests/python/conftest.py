@@ -37,8 +37,8 @@ def start_node(request):
     On failure the work dir is kept and the broker log tail is printed."""
     nodes: list[SluiceNode] = []
 
-    def start(settings: dict[str, str] | None = None) -> SluiceNode:
-        node = SluiceNode(settings)
+    def start(settings: dict[str, str] | None = None, metrics: bool = False) -> SluiceNode:
+        node = SluiceNode(settings, metrics=metrics)
         nodes.append(node)
         return node.start()
 
@@ -58,8 +58,9 @@ def cluster(request):
     logs are kept."""
     started: list[SluiceNode] = []
 
-    def start(settings: dict[str, str] | None = None, size: int = 3) -> list[SluiceNode]:
-        nodes = start_cluster(size, settings)
+    def start(settings: dict[str, str] | None = None, size: int = 3,
+              metrics: bool = False) -> list[SluiceNode]:
+        nodes = start_cluster(size, settings, metrics=metrics)
         started.extend(nodes)
         return nodes
 

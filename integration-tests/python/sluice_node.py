@@ -117,8 +117,12 @@ def probe(host: str, port: int) -> list[tuple[int, str, int]]:
 
 class SluiceNode:
     def __init__(self, settings: dict[str, str] | None = None, node_id: int = 1,
-                 ready_timeout: float | None = None, extra_args: list[str] | None = None):
+                 ready_timeout: float | None = None, extra_args: list[str] | None = None,
+                 metrics: bool = False):
         self.settings = {**SPEC["settings"], **(settings or {})}
+        # With `metrics`, the node serves /metrics and its console on a loopback port of its own.
+        self.metrics = metrics
+        self.metrics_port = 0
         self.node_id = node_id
         self.extra_args = list(extra_args or [])
         self.ready_timeout = SPEC["ready"]["timeout_ms"] / 1000 if ready_timeout is None else ready_timeout
@@ -134,10 +138,23 @@ class SluiceNode:
     def bootstrap(self) -> str:
         return f"{HOST}:{self.port}"
 
+    @property
+    def metrics_url(self) -> str:
+        """Where this node's metrics and console are served, e.g. http://127.0.0.1:40123."""
+        if not self.metrics:
+            raise ValueError("this node was started without metrics=True")
+        return f"http://{HOST}:{self.metrics_port}"
+
+    def choose_metrics_port(self) -> None:
+        if self.metrics:
+            self.metrics_port = free_loopback_port()
+            self.settings["metrics.listen"] = f"{HOST}:{self.metrics_port}"
+
     def start(self) -> "SluiceNode":
         last = None
         for _ in range(SPEC["start_attempts"]):  # a fresh port each, in case another process took ours
             self.port = free_loopback_port()
+            self.choose_metrics_port()
             try:
                 self._spawn_and_wait()
                 return self
@@ -210,9 +227,11 @@ class SluiceNode:
         return "\n".join(text.splitlines()[-lines:])
 
 
-def start_cluster(size: int, settings: dict[str, str] | None = None) -> list[SluiceNode]:
+def start_cluster(size: int, settings: dict[str, str] | None = None,
+                  metrics: bool = False) -> list[SluiceNode]:
     """Starts `size` nodes (ids 1..size), each a broker and a metadata-quorum voter, and waits
-    until every one lists itself (flags, secret and deadline as node.json's `cluster` says)."""
+    until every one lists itself (flags, secret and deadline as node.json's `cluster` says).
+    With `metrics`, each node serves metrics and the console on its own port (`metrics_url`)."""
     spec = SPEC["cluster"]
     ports = [(free_loopback_port(), free_loopback_port()) for _ in range(size)]
     voters = spec["voters_separator"].join(
@@ -225,8 +244,9 @@ def start_cluster(size: int, settings: dict[str, str] | None = None) -> list[Slu
     nodes = []
     for i, (port, _) in enumerate(ports):
         node = SluiceNode(settings, node_id=i + 1, ready_timeout=spec["ready_timeout_ms"] / 1000,
-                          extra_args=cluster_args)
+                          extra_args=cluster_args, metrics=metrics)
         node.port = port
+        node.choose_metrics_port()
         nodes.append(node)
     try:
         for node in nodes:
