@@ -9,12 +9,15 @@ use tokio::sync::{watch, Semaphore};
 use uuid::Uuid;
 
 use crate::clock::now_ms;
+use crate::config::listeners::HTTP_ENDPOINT_NAME;
 use crate::config::BrokerConfig;
 use crate::controller::{self, Outcome};
 use crate::group::GroupMetadataManager;
 use crate::metadata::image::MetadataImage;
 use crate::metadata::records::{Endpoint, MetadataCommand};
 use crate::metadata::{node_id_of, CommitError, MetadataError, MetadataStore};
+use crate::metrics::history::History;
+use crate::metrics::BrokerMetrics;
 use crate::quota::ClientQuotaManager;
 use crate::replica_manager::ReplicaManager;
 use crate::topic_config::{self, BrokerOverrides};
@@ -48,6 +51,10 @@ pub struct Broker {
     /// consumer fetches.
     pub produce_quotas: ClientQuotaManager,
     pub fetch_quotas: ClientQuotaManager,
+    /// Traffic counters and request timings (`metrics/`), shown at `/metrics` and the console.
+    pub metrics: Arc<BrokerMetrics>,
+    /// The console's recent samples of this broker's throughput and latency.
+    pub history: History,
 }
 
 impl Broker {
@@ -56,10 +63,11 @@ impl Broker {
     pub async fn open(config: BrokerConfig) -> Result<Arc<Broker>, MetadataError> {
         let config = Arc::new(config);
         let metadata = Arc::new(MetadataStore::open(&config, controller::decide).await?);
-        let replicas = Arc::new(ReplicaManager::new(config.clone(), metadata.clone()));
-        let permits = config
-            .queued_max_request_bytes
-            .clamp(1, (u32::MAX as usize).min(Semaphore::MAX_PERMITS));
+        let metrics = Arc::new(BrokerMetrics::new(
+            config.listeners.all.iter().map(|l| Arc::<str>::from(l.name.as_str())),
+        ));
+        let replicas = Arc::new(ReplicaManager::new(config.clone(), metadata.clone(), metrics.clone()));
+        let permits = request_memory_budget(&config);
         let mut group_config = config.group.clone();
         let max_message_bytes =
             topic_config::effective_value("max.message.bytes", &Default::default(), &config.overrides);
@@ -75,6 +83,8 @@ impl Broker {
             produce_quotas: ClientQuotaManager::produce(&config.quota),
             fetch_quotas: ClientQuotaManager::fetch(&config.quota),
             groups,
+            metrics,
+            history: History::default(),
             request_memory: Arc::new(Semaphore::new(permits)),
             config,
             metadata,
@@ -140,6 +150,11 @@ impl Broker {
         Ok(result)
     }
 
+    /// The request memory budget `request_memory` was created with.
+    pub fn request_memory_budget(&self) -> usize {
+        request_memory_budget(&self.config)
+    }
+
     /// Waits until the broker may serve clients (see `serving`).
     pub async fn wait_until_serving(&self) {
         let mut serving = self.serving.subscribe();
@@ -177,6 +192,14 @@ impl Broker {
         let image = self.replicas.reconcile(now_ms());
         self.groups.reconcile(&image, self.config.node_id);
     }
+}
+
+/// Bytes of requests held at once (`queued.max.request.bytes`, within what a semaphore and a
+/// frame size can count).
+fn request_memory_budget(config: &BrokerConfig) -> usize {
+    config
+        .queued_max_request_bytes
+        .clamp(1, (u32::MAX as usize).min(Semaphore::MAX_PERMITS))
 }
 
 /// The settings of `config` that the controller's timer runs by.
@@ -240,6 +263,7 @@ async fn register(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
                 host: l.advertised_host.clone(),
                 port: l.advertised_port,
             })
+            .chain(http_endpoint(&broker.config))
             .collect(),
         rack: broker.config.rack.clone(),
     };
@@ -265,6 +289,27 @@ async fn register(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
             _ = tokio::time::sleep(Duration::from_millis(200)) => {}
         }
     }
+}
+
+/// Where the other brokers' consoles reach this one's (`metrics.listen`): its address, or for
+/// an unspecified one (0.0.0.0) the inter-broker listener's advertised host with its port.
+fn http_endpoint(config: &BrokerConfig) -> Option<Endpoint> {
+    let bound = config.metrics_listen?;
+    let host = if bound.ip().is_unspecified() {
+        let inter_broker = config
+            .listeners
+            .all
+            .iter()
+            .find(|l| l.name == config.listeners.inter_broker)?;
+        inter_broker.advertised_host.clone()
+    } else {
+        bound.ip().to_string()
+    };
+    Some(Endpoint {
+        listener: HTTP_ENDPOINT_NAME.to_string(),
+        host,
+        port: bound.port() as i32,
+    })
 }
 
 /// Applies metadata changes made elsewhere in the cluster to the hosted partitions.

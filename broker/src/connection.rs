@@ -24,6 +24,7 @@ use std::time::Duration;
 use bytes::{Buf, BytesMut};
 use futures::future::BoxFuture;
 use futures::FutureExt;
+use kafka_protocol::messages::ApiKey;
 use sluice_protocol::frame::{peek_frame_size, SIZE_PREFIX_LEN};
 use sluice_protocol::request::{decode_request, encode_api_versions_too_new, encode_response, RequestError};
 use sluice_protocol::ResponseBody;
@@ -35,11 +36,20 @@ use tokio::time::Instant;
 
 use crate::api::{self, Reply, Session};
 use crate::broker::Broker;
+use crate::metrics::BrokerMetrics;
 
 /// A response slot in the writer's queue.
 enum Outgoing {
     Ready(BytesMut),
     Deferred(BoxFuture<'static, Option<BytesMut>>),
+}
+
+/// A queued response and what its request's time is recorded under once it is written
+/// (Kafka's RequestMetrics TotalTimeMs: from the request fully read to its response sent).
+struct Queued {
+    response: Outgoing,
+    api_key: i16,
+    received: Instant,
 }
 
 const READ_BUFFER_BYTES: usize = 64 * 1024;
@@ -89,7 +99,13 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, session: Session, mut
     let (mut reader, writer) = stream.into_split();
     let (queue, pending) = mpsc::channel(broker.config.max_in_flight_requests_per_connection.max(1));
     let unanswered = Arc::new(AtomicUsize::new(0));
-    let writer_task = tokio::spawn(write_responses(writer, pending, peer, unanswered.clone()));
+    let writer_task = tokio::spawn(write_responses(
+        writer,
+        pending,
+        peer,
+        unanswered.clone(),
+        broker.metrics.clone(),
+    ));
     let max_bytes = broker.config.socket_request_max_bytes;
     let budget = broker.config.queued_max_request_bytes.clamp(1, u32::MAX as usize);
     let idle_timeout = Duration::from_millis(broker.config.connections_max_idle_ms);
@@ -130,7 +146,7 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, session: Session, mut
             let frame = buf.split_to(size);
             frame_started = (!buf.is_empty()).then(Instant::now);
             let request_memory = permit.take();
-            let outgoing = match answer(&broker, frame, &session, &mute) {
+            let outgoing = match answer(&broker, frame, &session, &mute, Instant::now()) {
                 Ok(Some(outgoing)) => outgoing,
                 Ok(None) => continue,
                 Err(reason) => break Some(reason),
@@ -192,27 +208,43 @@ fn answer(
     frame: BytesMut,
     session: &Session,
     mute: &Arc<Mute>,
-) -> Result<Option<Outgoing>, String> {
+    received: Instant,
+) -> Result<Option<Queued>, String> {
     let peer = session.peer;
+    let unanswered = |api_key: i16| {
+        if let Some(request) = broker.metrics.request(api_key) {
+            request.total_time_ms.record(received.elapsed());
+        }
+    };
+    let queued = |api_key: i16, response: Outgoing| Queued {
+        response,
+        api_key,
+        received,
+    };
     match decode_request(frame.freeze()) {
         Ok(request) => {
             let (version, correlation_id) = (request.api_version, request.header.correlation_id);
+            let api_key = request.header.request_api_key;
             match api::handle(broker, request, session) {
-                Reply::None => Ok(None),
+                Reply::None => {
+                    unanswered(api_key);
+                    Ok(None)
+                }
                 Reply::Close(reason) => Err(reason),
                 Reply::Throttled(throttle_time_ms) => {
+                    unanswered(api_key);
                     mute.throttle(throttle_time_ms);
                     Ok(None)
                 }
                 Reply::Now(body) => {
                     mute.throttle(throttle_time_ms(&body));
                     encode_response(version, correlation_id, &body)
-                        .map(|bytes| Some(Outgoing::Ready(bytes)))
+                        .map(|bytes| Some(queued(api_key, Outgoing::Ready(bytes))))
                         .map_err(|e| e.to_string())
                 }
                 Reply::Later(future) => {
                     let mute = mute.clone();
-                    Ok(Some(Outgoing::Deferred(
+                    Ok(Some(queued(api_key, Outgoing::Deferred(
                         future
                             .map(move |body| {
                                 mute.throttle(throttle_time_ms(&body));
@@ -225,7 +257,7 @@ fn answer(
                                 }
                             })
                             .boxed(),
-                    )))
+                    ))))
                 }
             }
         }
@@ -235,7 +267,7 @@ fn answer(
         }) => {
             tracing::debug!(%peer, version, "answering a too-new ApiVersions with v0 UNSUPPORTED_VERSION");
             encode_api_versions_too_new(correlation_id, &api::api_versions::unsupported_version_reply())
-                .map(|bytes| Some(Outgoing::Ready(bytes)))
+                .map(|bytes| Some(queued(ApiKey::ApiVersions as i16, Outgoing::Ready(bytes))))
                 .map_err(|e| e.to_string())
         }
         Err(RequestError::Malformed(reason)) => Err(reason),
@@ -244,13 +276,14 @@ fn answer(
 
 async fn write_responses(
     writer: OwnedWriteHalf,
-    mut pending: mpsc::Receiver<Outgoing>,
+    mut pending: mpsc::Receiver<Queued>,
     peer: SocketAddr,
     unanswered: Arc<AtomicUsize>,
+    metrics: Arc<BrokerMetrics>,
 ) {
     let mut writer = BufWriter::with_capacity(64 * 1024, writer);
-    while let Some(outgoing) = pending.recv().await {
-        let bytes = match outgoing {
+    while let Some(queued) = pending.recv().await {
+        let bytes = match queued.response {
             Outgoing::Ready(bytes) => Some(bytes),
             Outgoing::Deferred(future) => future.await,
         };
@@ -258,6 +291,9 @@ async fn write_responses(
             Some(bytes) => writer.write_all(&bytes).await,
             None => Ok(()),
         };
+        if let Some(request) = metrics.request(queued.api_key) {
+            request.total_time_ms.record(queued.received.elapsed());
+        }
         unanswered.fetch_sub(1, Ordering::Relaxed);
         // Coalesce back-to-back responses into one write; flush when the queue is empty.
         if result.is_ok() && pending.is_empty() {

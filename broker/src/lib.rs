@@ -11,6 +11,7 @@ pub mod fs;
 pub mod group;
 pub mod log;
 pub mod metadata;
+pub mod metrics;
 pub mod partition;
 pub mod plan;
 pub mod producer_state;

@@ -60,7 +60,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(config: BrokerConfig) -> Result<(), String> {
+async fn run(mut config: BrokerConfig) -> Result<(), String> {
     let mut listeners = Vec::new();
     for listener in &config.listeners.all {
         let bind = listener.bind;
@@ -72,6 +72,17 @@ async fn run(config: BrokerConfig) -> Result<(), String> {
         })?;
         listeners.push((std::sync::Arc::<str>::from(listener.name.as_str()), socket));
     }
+    let metrics_listener = match config.metrics_listen {
+        Some(bind) => {
+            let socket = TcpListener::bind(bind).await.map_err(|e| {
+                format!("cannot serve metrics on {bind}: {e}; is another process using it? Pick another address with --set metrics.listen=IP:PORT")
+            })?;
+            // The bound port (for :0), which is also what the broker registers for other consoles.
+            config.metrics_listen = socket.local_addr().ok().or(config.metrics_listen);
+            Some(socket)
+        }
+        None => None,
+    };
     let broker = Broker::open(config).await.map_err(|e| e.to_string())?;
     tracing::info!(
         node_id = broker.config.node_id,
@@ -87,7 +98,20 @@ async fn run(config: BrokerConfig) -> Result<(), String> {
     let mut sigterm =
         signal(SignalKind::terminate()).map_err(|e| format!("cannot install the SIGTERM handler: {e}"))?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| format!("cannot install the SIGINT handler: {e}"))?;
-    let background = broker.spawn_background(stopped.clone());
+    let mut background = broker.spawn_background(stopped.clone());
+    if let Some(socket) = metrics_listener {
+        tracing::info!(address = %broker.config.metrics_listen.map(|a| a.to_string()).unwrap_or_default(),
+            "serving Prometheus metrics at /metrics and the console at /");
+        background.push(tokio::spawn(sluice_broker::metrics::http::serve(
+            broker.clone(),
+            socket,
+            stopped.clone(),
+        )));
+        background.push(tokio::spawn(sluice_broker::metrics::history::run(
+            broker.clone(),
+            stopped.clone(),
+        )));
+    }
     let serving = tokio::spawn(server::run(broker.clone(), listeners, stopped));
     tokio::select! {
         _ = sigterm.recv() => tracing::info!("SIGTERM received; shutting down"),

@@ -34,6 +34,7 @@ use crate::log::{partition_metadata, LogError};
 use crate::metadata::image::{MetadataImage, PartitionRegistration, TopicImage};
 use crate::metadata::records::MetadataCommand;
 use crate::metadata::{MetadataStore, METADATA_LOG_DIR};
+use crate::metrics::BrokerMetrics;
 use crate::partition::{AppendError, Partition, RoleChange};
 use crate::quota::ReplicationQuota;
 use crate::replication::{checkpoint, ReplicaFetcherManager};
@@ -58,12 +59,21 @@ pub struct ReplicaManager {
     fetch_reads: Arc<Semaphore>,
     /// Where ISR changes are proposed and the image they are applied from.
     metadata: Arc<MetadataStore>,
+    /// ISR shrinks and expands are counted here once committed.
+    metrics: Arc<BrokerMetrics>,
     /// Serialises reconciliation so partitions always follow the newest image, never an older
     /// one applied late by a slower task.
     reconcile_lock: parking_lot::Mutex<()>,
     /// ISR changes on their way through the quorum (at most one per led partition, see
     /// `LeaderState::pending_isr`), stopped at shutdown.
     isr_proposals: parking_lot::Mutex<JoinSet<()>>,
+}
+
+/// Which way a leader's ISR change goes (Kafka's IsrShrinksPerSec / IsrExpandsPerSec).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IsrChange {
+    Shrink,
+    Expand,
 }
 
 /// Pause after a refused ISR change before the leader may propose another.
@@ -101,7 +111,7 @@ pub fn check_follower_identity(
 }
 
 impl ReplicaManager {
-    pub fn new(config: Arc<BrokerConfig>, metadata: Arc<MetadataStore>) -> Self {
+    pub fn new(config: Arc<BrokerConfig>, metadata: Arc<MetadataStore>, metrics: Arc<BrokerMetrics>) -> Self {
         let checkpointed = checkpoint::read(&config.data_dir);
         ReplicaManager {
             fetchers: ReplicaFetcherManager::new(
@@ -111,12 +121,14 @@ impl ReplicaManager {
                     config.quota.replication_window_num,
                     config.quota.replication_window_ms(),
                 ),
+                metrics.clone(),
             ),
             leader_quota: Arc::new(ReplicationQuota::leader(
                 config.quota.replication_window_num,
                 config.quota.replication_window_ms(),
             )),
             metadata,
+            metrics,
             reconcile_lock: parking_lot::Mutex::new(()),
             isr_proposals: parking_lot::Mutex::default(),
             partitions: RwLock::default(),
@@ -333,7 +345,7 @@ impl ReplicaManager {
                 now_ms,
             )?;
             if let Some(command) = expand {
-                self.propose_isr_change(partition.clone(), command);
+                self.propose_isr_change(partition.clone(), command, IsrChange::Expand);
             }
         }
         Ok(partition)
@@ -342,13 +354,23 @@ impl ReplicaManager {
     /// Proposes an ISR change a partition leader decided on, in the background. Once the
     /// quorum has decided, the hosted partitions are brought up to date before the leader may
     /// propose again, so the leader never counts an ISR older than the one committed.
-    pub fn propose_isr_change(self: &Arc<Self>, partition: Arc<Partition>, command: MetadataCommand) {
+    pub fn propose_isr_change(
+        self: &Arc<Self>,
+        partition: Arc<Partition>,
+        command: MetadataCommand,
+        change: IsrChange,
+    ) {
         let replicas = self.clone();
         let mut proposals = self.isr_proposals.lock();
         while proposals.try_join_next().is_some() {} // reap finished ones
         proposals.spawn(async move {
             match replicas.metadata.commit(command).await {
                 Ok(_) => {
+                    let counter = match change {
+                        IsrChange::Shrink => &replicas.metrics.isr_shrinks,
+                        IsrChange::Expand => &replicas.metrics.isr_expands,
+                    };
+                    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     replicas.reconcile(now_ms());
                 }
                 Err(e) => {
@@ -388,7 +410,7 @@ impl ReplicaManager {
                     let now = now_ms();
                     for partition in self.all() {
                         if let Some(command) = partition.isr_shrink(now, lag_ms as i64) {
-                            self.propose_isr_change(partition, command);
+                            self.propose_isr_change(partition, command, IsrChange::Shrink);
                         }
                     }
                 }

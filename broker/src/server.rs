@@ -63,9 +63,10 @@ async fn accept(
                     let _ = stream.set_nodelay(true);
                     let (broker, shutdown) = (broker.clone(), shutdown.clone());
                     let session = Session { peer, listener: name.clone() };
+                    let counted = broker.metrics.connection_opened(&name);
                     connections.spawn(async move {
                         connection::serve(broker, stream, session, shutdown).await;
-                        drop(slot);
+                        drop((slot, counted));
                     });
                 }
                 Err(e) => {

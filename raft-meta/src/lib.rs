@@ -148,6 +148,8 @@ pub struct QuorumStatus {
     /// Raft term (Kafka's leader epoch of the metadata log).
     pub term: u64,
     pub commit_index: u64,
+    /// Index of the last entry in this member's log (Kafka's log end offset of the metadata log, less one).
+    pub last_index: u64,
     pub applied_index: u64,
     /// Index of the latest snapshot; the log holds only the entries after it (its log start).
     pub snapshot_index: u64,

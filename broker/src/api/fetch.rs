@@ -21,6 +21,7 @@
 //! handler (request order, no disk I/O) and the bytes are read on the blocking pool, at most
 //! `num.io.threads` reads at once.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,6 +40,7 @@ use super::Reply;
 use crate::broker::Broker;
 use crate::clock::now_ms;
 use crate::log::LogError;
+use crate::metrics::BrokerMetrics;
 use crate::partition::{Partition, PartitionRead, ReadBound};
 use crate::purgatory::{DelayedFetch, FetchWake};
 use crate::quota::{ReplicationQuota, ANONYMOUS};
@@ -66,6 +68,8 @@ struct Target {
 
 struct TopicTargets {
     name: TopicName,
+    /// The topic's name when it exists (v13+ requests name topics by id only).
+    known_as: Option<String>,
     topic_id: Uuid,
     partitions: Vec<Target>,
 }
@@ -115,6 +119,7 @@ pub fn handle(broker: &Arc<Broker>, request: FetchRequest, version: i16, client_
     let permits = broker.replicas.fetch_read_permits().clone();
     // Followers are never client-throttled.
     let quota = (!plan.from_follower).then(|| (broker.clone(), client_id.to_string()));
+    let metrics = broker.metrics.clone();
     Reply::Later(
         async move {
             let (response, bytes) = async {
@@ -131,13 +136,32 @@ pub fn handle(broker: &Arc<Broker>, request: FetchRequest, version: i16, client_
                 }
             }
             .await;
-            ResponseBody::Fetch(match quota {
+            let response = match quota {
                 Some((broker, client_id)) => apply_quota(&broker, &client_id, response, bytes),
                 None => response,
-            })
+            };
+            count_sent(&metrics, &plan, &response);
+            ResponseBody::Fetch(response)
         }
         .boxed(),
     )
+}
+
+/// Counts what the response carries: per topic for a consumer (BytesOutPerSec), as
+/// replication bytes for a follower.
+fn count_sent(metrics: &BrokerMetrics, plan: &FetchPlan, response: &FetchResponse) {
+    for (topic, sent) in plan.topics.iter().zip(&response.responses) {
+        for data in &sent.partitions {
+            let records = data.records.as_deref().unwrap_or_default();
+            if plan.from_follower {
+                metrics
+                    .replication_bytes_out
+                    .fetch_add(records.len() as u64, Ordering::Relaxed);
+            } else if let (Some(name), 0) = (&topic.known_as, data.error_code) {
+                metrics.record_consumer_fetch(name, records);
+            }
+        }
+    }
 }
 
 /// Counts a consumer's response against its `consumer_byte_rate`. Past the quota the bytes
@@ -248,6 +272,7 @@ fn resolve(broker: &Arc<Broker>, request: &FetchRequest, version: i16, client_id
                 .collect();
             TopicTargets {
                 name: t.topic.clone(),
+                known_as: topic.map(|topic| topic.name.clone()),
                 topic_id: t.topic_id,
                 partitions,
             }

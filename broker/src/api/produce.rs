@@ -84,7 +84,12 @@ pub fn handle(broker: &Broker, request: ProduceRequest, version: i16, client_id:
                             ResponseError::InvalidTopicException,
                             format!("Cannot append to internal topic {}", topic.name),
                         )),
-                        Some(topic) => append(broker, &image, topic, data.index, data.records, acks, now),
+                        Some(topic) => {
+                            let result = append(broker, &image, topic, data.index, data.records, acks, now);
+                            let stored = result.as_ref().ok().and_then(|(appended, _)| appended.stored);
+                            broker.metrics.record_produce(&topic.name, stored);
+                            result
+                        }
                     };
                     let result = result.map(|(appended, wait)| {
                         if let Some(wait) = wait {
@@ -155,6 +160,8 @@ struct Appended {
     base_offset: i64,
     log_append_time_ms: i64,
     log_start_offset: i64,
+    /// Records and bytes this append stored (none for a retry already in the log).
+    stored: Option<(u64, u64)>,
 }
 
 fn append(
@@ -201,6 +208,7 @@ fn append(
                 base_offset: info.base_offset,
                 log_append_time_ms: info.log_append_time_ms,
                 log_start_offset: info.log_start_offset,
+                stored: Some(((info.last_offset - info.base_offset + 1) as u64, batches.len() as u64)),
             },
             info.last_offset + 1,
         ),
@@ -211,6 +219,7 @@ fn append(
                 base_offset,
                 log_append_time_ms: -1,
                 log_start_offset: partition.log_start_offset(),
+                stored: None,
             },
             base_offset + 1,
         ),

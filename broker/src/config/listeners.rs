@@ -205,6 +205,11 @@ fn advertisable_host(name: &str, given: &str, bind: SocketAddr) -> Result<String
     })
 }
 
+/// The endpoint name under which a broker registers its `metrics.listen` HTTP address beside its
+/// Kafka listeners, so every broker's console can reach the others'. No Kafka listener may
+/// take it, so no client is ever answered with this address.
+pub const HTTP_ENDPOINT_NAME: &str = "SLUICE_HTTP";
+
 /// `NAME://host:port,...` with upper-cased unique names; the host may be empty or `[v6]`.
 fn parse_listener_list(key: &str, value: &str) -> Result<Vec<(String, String, u16)>, ConfigError> {
     let mut out: Vec<(String, String, u16)> = Vec::new();
@@ -225,6 +230,11 @@ fn parse_listener_list(key: &str, value: &str) -> Result<Vec<(String, String, u1
         let port: u16 = port
             .parse()
             .map_err(|_| bad("has a port that is not a number from 0 to 65535"))?;
+        if name == HTTP_ENDPOINT_NAME {
+            return Err(bad(
+                "uses the name Sluice registers its metrics and console address under; choose another name",
+            ));
+        }
         if out.iter().any(|(n, _, _)| *n == name) {
             return Err(invalid(
                 key,

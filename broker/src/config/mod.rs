@@ -22,7 +22,7 @@ use quota::quota_config;
 pub use quota::QuotaConfig;
 
 mod group;
-mod listeners;
+pub mod listeners;
 mod quota;
 
 /// Command-line interface of the `sluice` binary.
@@ -223,6 +223,20 @@ broker_settings! {
     "quota.max.tracked.entities", "10000", Int, "Client quota entities tracked at once, per quota type (Sluice's own).";
     "replication.quota.window.num", "11", Int, "Samples a replication throttle's rate is measured over.";
     "replication.quota.window.size.seconds", "1", Int, "Length of one replication throttle sample.";
+    "metrics.listen", "", String, "IP:PORT of the HTTP server for Prometheus at /metrics and the console at / (off when empty).";
+    "metrics.max.connections", "32", Int, "HTTP connections served at once on metrics.listen; more wait in the backlog (Sluice's own).";
+}
+
+/// `metrics.listen`: empty is off; otherwise an IP address and port.
+fn parse_metrics_listen(value: &str) -> Result<Option<SocketAddr>, ConfigError> {
+    if value.trim().is_empty() {
+        return Ok(None);
+    }
+    value.trim().parse().map(Some).map_err(|_| ConfigError::InvalidValue {
+        key: "metrics.listen".into(),
+        value: value.into(),
+        reason: "write an IP address and port, e.g. 127.0.0.1:9644, or 0.0.0.0:9644 for every interface".into(),
+    })
 }
 
 /// Resolved configuration of one broker.
@@ -243,6 +257,9 @@ pub struct BrokerConfig {
     pub max_in_flight_requests_per_connection: usize,
     /// Client connections open at once; more are refused at accept.
     pub max_connections: usize,
+    /// Where `/metrics` and the console are served (`metrics.listen`), if anywhere.
+    pub metrics_listen: Option<SocketAddr>,
+    pub metrics_max_connections: usize,
     /// A connection with nothing in flight that sends nothing for this long is closed.
     pub connections_max_idle_ms: u64,
     /// A request whose first bytes arrived must arrive whole within this long (Sluice's own
@@ -359,6 +376,8 @@ impl BrokerConfig {
                 &get("max.in.flight.requests.per.connection"),
             )?,
             max_connections: parse_at_least("max.connections", &get("max.connections"), 1)?,
+            metrics_listen: parse_metrics_listen(&get("metrics.listen"))?,
+            metrics_max_connections: parse_at_least("metrics.max.connections", &get("metrics.max.connections"), 1)?,
             connections_max_idle_ms: parse_num("connections.max.idle.ms", &get("connections.max.idle.ms"))?,
             socket_request_read_timeout_ms: parse_num(
                 "socket.request.read.timeout.ms",

@@ -7,6 +7,7 @@
 //! offset. Its fetch offset is its log end offset: that is how the leader learns its progress.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,6 +26,7 @@ use super::client::{BrokerConnection, ClientError};
 use crate::clock::now_ms;
 use crate::config::BrokerConfig;
 use crate::metadata::image::MetadataImage;
+use crate::metrics::BrokerMetrics;
 use crate::partition::Partition;
 use crate::quota::ReplicationQuota;
 use crate::topic_config;
@@ -74,6 +76,7 @@ pub struct ReplicaFetcherManager {
     fetchers: Mutex<HashMap<i32, Fetcher>>,
     /// The follower side of the replication throttle, shared by every fetcher of this broker.
     quota: Arc<ReplicationQuota>,
+    metrics: Arc<BrokerMetrics>,
 }
 
 impl ReplicaFetcherManager {
@@ -81,12 +84,14 @@ impl ReplicaFetcherManager {
         config: Arc<BrokerConfig>,
         images: watch::Receiver<Arc<MetadataImage>>,
         quota: ReplicationQuota,
+        metrics: Arc<BrokerMetrics>,
     ) -> Self {
         ReplicaFetcherManager {
             config,
             images,
             fetchers: Mutex::default(),
             quota: Arc::new(quota),
+            metrics,
         }
     }
 
@@ -110,6 +115,7 @@ impl ReplicaFetcherManager {
                 self.config.clone(),
                 self.images.clone(),
                 self.quota.clone(),
+                self.metrics.clone(),
             ));
             Fetcher { shared, task }
         });
@@ -155,6 +161,7 @@ async fn run_fetcher(
     config: Arc<BrokerConfig>,
     images: watch::Receiver<Arc<MetadataImage>>,
     quota: Arc<ReplicationQuota>,
+    metrics: Arc<BrokerMetrics>,
 ) {
     let mut connection: Option<BrokerConnection> = None;
     let mut failures = 0u32;
@@ -209,6 +216,7 @@ async fn run_fetcher(
                 own_broker_epoch(&config, &images),
                 &shared,
                 &quota,
+                &metrics,
                 to_fetch,
             )
             .await
@@ -431,6 +439,7 @@ async fn fetch(
     broker_epoch: i64,
     shared: &Shared,
     quota: &ReplicationQuota,
+    metrics: &BrokerMetrics,
     states: Vec<(PartitionKey, FetchState)>,
 ) -> Result<(), ClientError> {
     let mut by_topic: HashMap<Uuid, Vec<FetchPartition>> = HashMap::new();
@@ -476,6 +485,9 @@ async fn fetch(
                             }
                             continue;
                         }
+                        metrics
+                            .replication_bytes_in
+                            .fetch_add(records.len() as u64, Ordering::Relaxed);
                         if state.throttled {
                             quota.record(records.len(), now);
                         }

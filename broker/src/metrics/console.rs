@@ -1,0 +1,129 @@
+//! The console's JSON. `/api/cluster` is this broker's view of the cluster with the groups of
+//! every live broker that serves a console (each broker knows only the groups it
+//! coordinates); `/api/history` adds up the brokers' samples. Peers are asked for their
+//! `/api/local` over the HTTP address they registered, all at once, each bounded in time and
+//! size; a peer that does not answer is listed in `unreachable` and the page says so.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::history::{self, Sample};
+use super::snapshot::{self, ClusterView, GroupView};
+use crate::broker::Broker;
+
+/// How long a peer has to answer, connection included.
+pub const PEER_TIMEOUT: Duration = Duration::from_secs(2);
+/// The largest peer answer read; a larger one counts as no answer.
+pub const MAX_PEER_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+
+/// What a broker tells the other brokers' consoles: its own groups and samples.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LocalView {
+    pub node_id: i32,
+    pub groups: Vec<GroupView>,
+    pub history: Vec<Sample>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct HistoryView {
+    pub interval_ms: i64,
+    pub samples: Vec<Sample>,
+}
+
+pub fn local(broker: &Broker) -> LocalView {
+    LocalView {
+        node_id: broker.config.node_id,
+        groups: snapshot::take(broker).groups,
+        history: broker.history.samples(),
+    }
+}
+
+pub async fn cluster(broker: &Broker) -> ClusterView {
+    let mut view = snapshot::take(broker);
+    let (peers, unreachable) = ask_peers(broker, &view).await;
+    for peer in peers {
+        view.groups.extend(peer.groups);
+    }
+    view.groups.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+    // A group that moved between coordinators while they were asked appears once.
+    view.groups.dedup_by(|a, b| a.group_id == b.group_id);
+    view.unreachable = unreachable;
+    view
+}
+
+pub async fn history(broker: &Broker) -> HistoryView {
+    let view = snapshot::take(broker);
+    let (peers, _) = ask_peers(broker, &view).await;
+    let peers: Vec<Vec<Sample>> = peers.into_iter().map(|p| p.history).collect();
+    HistoryView {
+        interval_ms: history::SAMPLE_INTERVAL_MS,
+        samples: history::merge(&broker.history.samples(), &peers),
+    }
+}
+
+/// The other live brokers' local views, and the ids of those that gave none.
+async fn ask_peers(broker: &Broker, view: &ClusterView) -> (Vec<LocalView>, Vec<i32>) {
+    let peers: Vec<_> = view
+        .brokers
+        .iter()
+        .filter(|b| b.live && b.node_id != broker.config.node_id)
+        .map(|b| (b.node_id, b.http.clone()))
+        .collect();
+    let answers = join_all(peers.into_iter().map(|(node_id, http)| async move {
+        let answer = match http {
+            Some((host, port)) => fetch_local(&snapshot::host_port(&host, port)).await,
+            None => Err("it does not serve a console (metrics.listen is not set there)".to_string()),
+        };
+        (node_id, answer)
+    }))
+    .await;
+    let mut views = Vec::new();
+    let mut unreachable = Vec::new();
+    for (node_id, answer) in answers {
+        match answer {
+            Ok(local) if local.node_id == node_id => views.push(local),
+            Ok(local) => {
+                tracing::debug!(
+                    node_id,
+                    answered = local.node_id,
+                    "a peer console answered for another node"
+                );
+                unreachable.push(node_id);
+            }
+            Err(e) => {
+                tracing::debug!(node_id, error = %e, "the console could not ask a peer for its groups");
+                unreachable.push(node_id);
+            }
+        }
+    }
+    (views, unreachable)
+}
+
+async fn fetch_local(address: &str) -> Result<LocalView, String> {
+    let exchange = async {
+        let mut stream = TcpStream::connect(address).await.map_err(|e| e.to_string())?;
+        let request = format!("GET /api/local HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.map_err(|e| e.to_string())?;
+        let mut response = Vec::new();
+        let mut limited = (&mut stream).take(MAX_PEER_RESPONSE_BYTES as u64 + 1);
+        limited.read_to_end(&mut response).await.map_err(|e| e.to_string())?;
+        if response.len() > MAX_PEER_RESPONSE_BYTES {
+            return Err(format!("its answer is larger than {MAX_PEER_RESPONSE_BYTES} bytes"));
+        }
+        Ok::<_, String>(response)
+    };
+    let response = tokio::time::timeout(PEER_TIMEOUT, exchange)
+        .await
+        .map_err(|_| format!("no answer within {PEER_TIMEOUT:?}"))??;
+    let Some(body_at) = response.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return Err("its answer has no HTTP head".into());
+    };
+    if !response.starts_with(b"HTTP/1.1 200") {
+        return Err("its answer is not 200 OK".into());
+    }
+    serde_json::from_slice(&response[body_at + 4..]).map_err(|e| format!("its answer does not decode: {e}"))
+}

@@ -1,0 +1,325 @@
+//! The cluster as this broker sees it at one moment: metadata (brokers, quorum, partitions),
+//! its hosted replicas' offsets and sizes, and the groups it coordinates with their lag. Read
+//! once per scrape or console poll from the live state, each lock held only for its copy, and
+//! shared by the Prometheus exposition and the console's JSON.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use serde::Serialize;
+
+use crate::broker::Broker;
+use crate::clock::now_ms;
+use crate::config::listeners::HTTP_ENDPOINT_NAME;
+use crate::controller;
+use crate::metadata::image::{BrokerRegistration, MetadataImage};
+use crate::topic_config;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterView {
+    pub cluster_id: String,
+    pub node_id: i32,
+    /// The active controller (the quorum leader), -1 while there is none.
+    pub controller_id: i32,
+    pub version: &'static str,
+    pub now_ms: i64,
+    pub quorum: QuorumView,
+    pub brokers: Vec<BrokerView>,
+    pub topics: Vec<TopicView>,
+    pub groups: Vec<GroupView>,
+    /// Brokers whose console did not answer (their groups are missing from `groups`).
+    pub unreachable: Vec<i32>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct QuorumView {
+    pub leader_id: i32,
+    /// The metadata log's leader epoch (Raft term).
+    pub epoch: u64,
+    /// The metadata log's high watermark (Raft commit index).
+    pub commit_index: u64,
+    /// The last entry of this member's metadata log.
+    pub last_index: u64,
+    /// This member's role: leader, follower, candidate or observer.
+    pub role: &'static str,
+    pub voters: Vec<VoterView>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct VoterView {
+    pub node_id: i32,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BrokerView {
+    pub node_id: i32,
+    /// The inter-broker listener's advertised address (or the first listener's).
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
+    pub live: bool,
+    /// The broker's console, when it serves one (`metrics.listen`).
+    pub console: Option<String>,
+    #[serde(skip)]
+    pub http: Option<(String, i32)>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TopicView {
+    pub name: String,
+    pub internal: bool,
+    pub partitions: Vec<PartitionView>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PartitionView {
+    pub partition: i32,
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    pub under_replicated: bool,
+    /// The rest is this broker's replica, when it hosts one.
+    pub size_bytes: Option<u64>,
+    pub high_watermark: Option<i64>,
+    pub log_start_offset: Option<i64>,
+    pub log_end_offset: Option<i64>,
+    /// This broker's replica leads the partition (as its own state says, which may run a
+    /// moment ahead of or behind `leader`).
+    #[serde(skip)]
+    pub led_here: bool,
+    #[serde(skip)]
+    pub under_min_isr: bool,
+}
+
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct GroupView {
+    pub group_id: String,
+    pub state: String,
+    pub protocol: String,
+    pub coordinator: i32,
+    pub members: Vec<MemberView>,
+    pub offsets: Vec<OffsetView>,
+    /// Sum of the known lags.
+    pub total_lag: i64,
+}
+
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct MemberView {
+    pub member_id: String,
+    pub client_id: String,
+    pub host: String,
+    pub assignment: Vec<AssignedTopic>,
+}
+
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct AssignedTopic {
+    pub topic: String,
+    pub partitions: Vec<i32>,
+}
+
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct OffsetView {
+    pub topic: String,
+    pub partition: i32,
+    pub committed: i64,
+    /// The partition's high watermark, when this broker hosts a replica of it.
+    pub end_offset: Option<i64>,
+    pub lag: Option<i64>,
+    /// The member the partition is assigned to, if any.
+    pub member_id: Option<String>,
+}
+
+/// Reads the cluster view from `broker`'s state now. Groups are this broker's own; the
+/// console adds the other brokers' (`console.rs`).
+pub fn take(broker: &Broker) -> ClusterView {
+    let image = broker.metadata.image();
+    let status = broker.metadata.quorum_status();
+    let topics = topics(broker, &image);
+    let groups = groups(broker, &topics);
+    ClusterView {
+        cluster_id: image.cluster_id.clone(),
+        node_id: broker.config.node_id,
+        controller_id: broker.metadata.controller_id(),
+        version: env!("CARGO_PKG_VERSION"),
+        now_ms: now_ms(),
+        quorum: QuorumView {
+            leader_id: status.leader_id.map_or(-1, crate::metadata::node_id_of),
+            epoch: status.term,
+            commit_index: status.commit_index,
+            last_index: status.last_index,
+            role: match status.role {
+                sluice_raft_meta::Role::Leader => "leader",
+                sluice_raft_meta::Role::Follower => "follower",
+                sluice_raft_meta::Role::Candidate => "candidate",
+                sluice_raft_meta::Role::Learner => "observer",
+            },
+            voters: status
+                .voters
+                .iter()
+                .map(|v| VoterView {
+                    node_id: crate::metadata::node_id_of(v.id),
+                })
+                .collect(),
+        },
+        brokers: image.brokers.values().map(|b| broker_view(broker, b)).collect(),
+        topics,
+        groups,
+        unreachable: Vec::new(),
+    }
+}
+
+fn broker_view(broker: &Broker, b: &BrokerRegistration) -> BrokerView {
+    let kafka = b
+        .endpoint(&broker.config.listeners.inter_broker)
+        .or_else(|| b.endpoints.iter().find(|e| e.listener != HTTP_ENDPOINT_NAME));
+    let http = b.endpoint(HTTP_ENDPOINT_NAME).map(|e| (e.host.clone(), e.port));
+    BrokerView {
+        node_id: b.broker_id,
+        host: kafka.map(|e| e.host.clone()).unwrap_or_default(),
+        port: kafka.map_or(-1, |e| e.port),
+        rack: b.rack.clone(),
+        live: b.is_live(),
+        console: http
+            .as_ref()
+            .map(|(host, port)| format!("http://{}/", host_port(host, *port))),
+        http,
+    }
+}
+
+/// `host:port`, bracketing an IPv6 address.
+pub fn host_port(host: &str, port: i32) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+fn topics(broker: &Broker, image: &MetadataImage) -> Vec<TopicView> {
+    let defaults = broker.topic_defaults(image);
+    image
+        .topics
+        .values()
+        .map(|topic| TopicView {
+            name: topic.name.clone(),
+            internal: controller::is_internal_topic(&topic.name),
+            partitions: topic
+                .partitions
+                .iter()
+                .enumerate()
+                .map(|(index, registration)| {
+                    let index = index as i32;
+                    let local = broker.replicas.get(topic.topic_id, index);
+                    let min_isr =
+                        topic_config::min_insync_replicas(&topic.configs, &defaults, registration.replicas.len());
+                    PartitionView {
+                        partition: index,
+                        leader: registration.leader,
+                        leader_epoch: registration.leader_epoch,
+                        replicas: registration.replicas.clone(),
+                        isr: registration.isr.clone(),
+                        under_replicated: registration.isr.len() < registration.replicas.len(),
+                        size_bytes: local.as_ref().map(|p| p.size_bytes()),
+                        high_watermark: local.as_ref().map(|p| p.high_watermark()),
+                        log_start_offset: local.as_ref().map(|p| p.log_start_offset()),
+                        log_end_offset: local.as_ref().map(|p| p.log_end_offset()),
+                        led_here: local.as_ref().is_some_and(|p| p.is_leader()),
+                        under_min_isr: registration.isr.len() < min_isr,
+                    }
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+fn groups(broker: &Broker, topics: &[TopicView]) -> Vec<GroupView> {
+    let high_watermarks: HashMap<(&str, i32), i64> = topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .filter_map(move |p| p.high_watermark.map(|hw| ((t.name.as_str(), p.partition), hw)))
+        })
+        .collect();
+    let (listed, _loading) = broker.groups.list_groups();
+    listed
+        .into_iter()
+        .filter_map(|(group_id, _protocol_type, _state)| {
+            // A group that moved or went away between the listing and now is left out.
+            let summary = broker.groups.describe_group(&group_id).ok().flatten()?;
+            let committed = broker.groups.fetch_offsets(&group_id, None).unwrap_or_default();
+            let members: Vec<MemberView> = summary
+                .members
+                .iter()
+                .map(|m| MemberView {
+                    member_id: m.member_id.clone(),
+                    client_id: m.client_id.clone(),
+                    host: m.client_host.clone(),
+                    assignment: if summary.protocol_type == "consumer" {
+                        consumer_assignment(&m.assignment)
+                    } else {
+                        Vec::new()
+                    },
+                })
+                .collect();
+            let owner = |topic: &str, partition: i32| {
+                members
+                    .iter()
+                    .find(|m| {
+                        m.assignment
+                            .iter()
+                            .any(|a| a.topic == topic && a.partitions.contains(&partition))
+                    })
+                    .map(|m| m.member_id.clone())
+            };
+            let offsets: Vec<OffsetView> = committed
+                .into_iter()
+                .filter_map(|(topic, partition, offset)| {
+                    let committed = offset?.offset;
+                    let end_offset = high_watermarks.get(&(topic.as_str(), partition)).copied();
+                    Some(OffsetView {
+                        member_id: owner(&topic, partition),
+                        lag: end_offset.map(|end| (end - committed).max(0)),
+                        end_offset,
+                        topic,
+                        partition,
+                        committed,
+                    })
+                })
+                .collect();
+            Some(GroupView {
+                total_lag: offsets.iter().filter_map(|o| o.lag).sum(),
+                group_id,
+                state: summary.state.name().to_string(),
+                protocol: summary.protocol_name.clone(),
+                coordinator: broker.config.node_id,
+                members,
+                offsets,
+            })
+        })
+        .collect()
+}
+
+/// A consumer group member's assignment (Kafka's ConsumerProtocolAssignment); nothing when it
+/// does not decode (another protocol's bytes, or a client's bug).
+fn consumer_assignment(assignment: &Bytes) -> Vec<AssignedTopic> {
+    use kafka_protocol::messages::ConsumerProtocolAssignment;
+    use kafka_protocol::protocol::Decodable;
+    let mut buf = assignment.clone();
+    if buf.len() < 2 {
+        return Vec::new();
+    }
+    let version = bytes::Buf::get_i16(&mut buf);
+    match ConsumerProtocolAssignment::decode(&mut buf, version.clamp(0, 3)) {
+        Ok(a) => a
+            .assigned_partitions
+            .into_iter()
+            .map(|tp| AssignedTopic {
+                topic: tp.topic.0.to_string(),
+                partitions: tp.partitions,
+            })
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
