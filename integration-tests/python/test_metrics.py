@@ -511,7 +511,8 @@ def test_http_edges(start_node):
     node = start_node(metrics=True)
     u = urlsplit(node.metrics_url)
 
-    status, headers, body = http_request(node.metrics_url)
+    # The HTTP server may bind a moment after the Kafka listener answers.
+    status, headers, body = eventually("the metrics server answers", lambda: ([], http_request(node.metrics_url)), 10)
     assert status == 200
     assert headers.get("content-type", "").startswith("text/plain; version=0.0.4"), headers
     assert headers.get("connection", "").lower() == "close", headers
