@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,10 @@ from sluice_node import WORKSPACE, probe, sluice_binary
 HERE = Path(__file__).resolve().parent
 RECORDS = 2000
 PARTITIONS = 6
+
+
+# The container port every node serves metrics and the console on (docker-compose.yml).
+METRICS_PORT = 9644
 
 
 def wait_for(what: str, condition, timeout: float = 60.0):
@@ -76,7 +81,7 @@ def test_the_compose_cluster_replicates_through_its_internal_listener(network, t
     assert sorted(services) == ["sluice1", "sluice2", "sluice3"]
     secret = tmp_path / "cluster-secret"
     secret.write_text("compose-topology-test-secret-0123456789\n")
-    procs, logs, published = {}, {}, []
+    procs, logs, published, consoles = {}, {}, [], {}
     for name in services:
         network.add_host(name)
     try:
@@ -93,7 +98,10 @@ def test_the_compose_cluster_replicates_through_its_internal_listener(network, t
             for mapping in service.get("ports", []):
                 machine_port, container_port = (int(p) for p in str(mapping).split(":"))
                 network.publish(machine_port, name, container_port)
-                published.append(machine_port)
+                if container_port == METRICS_PORT:
+                    consoles[name] = machine_port
+                else:
+                    published.append(machine_port)
         bootstrap = ",".join(f"localhost:{p}" for p in published)
 
         # From the machine, the EXTERNAL listener names every broker by its published port.
@@ -107,6 +115,17 @@ def test_the_compose_cluster_replicates_through_its_internal_listener(network, t
                                 cwd=HERE, stdout=subprocess.PIPE, text=True)
         out, _ = inside.communicate(timeout=30)
         assert sorted(tuple(b) for b in json.loads(out)) == [(1, "sluice1", 9092), (2, "sluice2", 9092), (3, "sluice3", 9092)]
+
+        # Each node serves metrics and the console; any console reaches the others' through the
+        # HTTP address they registered (the service name, as metrics.listen binds 0.0.0.0).
+        assert sorted(consoles) == ["sluice1", "sluice2", "sluice3"], consoles
+        def cluster_view():
+            with urllib.request.urlopen(f"http://127.0.0.1:{consoles['sluice1']}/api/cluster", timeout=10) as r:
+                return json.load(r)
+        wait_for("the console to list all three brokers and reach their consoles",
+                 lambda: [(b["node_id"], b["console"]) for b in cluster_view()["brokers"]]
+                 == [(i, f"http://sluice{i}:{METRICS_PORT}/") for i in (1, 2, 3)]
+                 and cluster_view()["unreachable"] == [])
 
         admin = AdminClient({"bootstrap.servers": bootstrap})
         topic = NewTopic("orders", PARTITIONS, 3, config={"min.insync.replicas": "3"})
@@ -139,6 +158,10 @@ def test_the_compose_cluster_replicates_through_its_internal_listener(network, t
                 seen.add(msg.value().decode())
         consumer.close()
         assert seen == {f"order-{i}" for i in range(RECORDS)}
+        # Whichever broker coordinates the group, node 1's console shows it, fully caught up.
+        wait_for("the console to show compose-check with no lag",
+                 lambda: [(g["group_id"], g["total_lag"], sum(o["committed"] for o in g["offsets"]))
+                          for g in cluster_view()["groups"]] == [("compose-check", 0, RECORDS)])
         for name, log in logs.items():
             text = log.read_text(errors="replace")
             assert "replica fetcher cannot connect" not in text, f"{name}: {text[-2000:]}"
