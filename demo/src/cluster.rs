@@ -28,6 +28,11 @@ fn kafka_port(id: u16) -> u16 {
     id * 10_000 + 9092
 }
 
+/// Where node `id` serves Prometheus metrics and the console (as docker-compose.yml publishes them).
+pub fn console_address(id: u16) -> String {
+    format!("127.0.0.1:{}", id * 10_000 + 9644)
+}
+
 pub struct LocalCluster {
     nodes: Vec<ChildProcess>,
     bootstrap: String,
@@ -93,6 +98,8 @@ impl LocalCluster {
                 .arg(&voters)
                 .arg("--cluster-secret-file")
                 .arg(&secret)
+                .arg("--set")
+                .arg(format!("metrics.listen={}", console_address(id)))
                 .env("NO_COLOR", "1");
             nodes.push(ChildProcess::spawn(
                 &format!("broker {id}"),

@@ -16,7 +16,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use crate::analytics::Stats;
-use crate::cluster::{broker_binary, LocalCluster, NODES};
+use crate::cluster::{broker_binary, console_address, LocalCluster, NODES};
 use crate::http;
 use crate::process::ChildProcess;
 use crate::sink_db::{read_next_offsets, SinkCounters};
@@ -85,7 +85,11 @@ pub fn run(args: &RunArgs, stop: &AtomicBool) -> Result<()> {
         paths.dir.display()
     );
     let mut cluster = LocalCluster::start(&broker, &paths.dir, stop)?;
-    println!("cluster up at {}", cluster.bootstrap());
+    println!(
+        "cluster up at {}; console at http://{}/ (Prometheus metrics at /metrics on each node)",
+        cluster.bootstrap(),
+        console_address(1)
+    );
     // The acked log counts this run's acknowledgements (the sink database keeps every run's).
     File::create(&paths.acked_log).with_context(|| format!("cannot create {}", paths.acked_log.display()))?;
     let programs = start_programs(args, rate, &paths, cluster.bootstrap(), stop);
