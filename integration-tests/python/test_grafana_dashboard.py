@@ -4,7 +4,8 @@
 The static tests read the two files. The live test starts one node with metrics on, produces
 to a topic, runs a consumer group that commits, scrapes /metrics and checks that every metric
 the dashboard queries and every metric docs/metrics.md lists is in the scrape, with the type
-and labels the reference gives it. A name missing from the scrape fails the test."""
+and labels the reference gives it, and that the reference lists every family the scrape has. A
+name missing from the scrape fails the test."""
 
 from __future__ import annotations
 
@@ -325,6 +326,9 @@ def test_every_metric_the_dashboard_and_reference_name_is_exported(start_node):
                 if labels | extra not in present:
                     problems.append(f"{series}: no series labelled exactly {sorted(labels | extra)} "
                                     f"(scraped label sets: {sorted(map(sorted, present))[:3]})")
+        scraped = {family(n, histograms) for n in s.names}
+        for name in sorted(scraped - set(docs)):
+            problems.append(f"{name}: exported but not listed in docs/metrics.md")
         assert not problems, "docs/metrics.md disagrees with the scrape:\n  " + "\n  ".join(problems)
 
         assert s.value("kafka_server_brokertopicmetrics_messagesin_total", topic=TOPIC) == \
