@@ -122,6 +122,7 @@ def documented_metrics() -> dict[str, dict]:
             continue
         if header[0] != "metric":
             continue
+        assert len(cells) == len(header), f"docs/metrics.md: {len(header)} columns expected: {line!r}"
         name = re.fullmatch(r"`([A-Za-z_:][A-Za-z0-9_:]*)`", cells[0])
         assert name, f"docs/metrics.md: a Metric cell must be one `name`, got {cells[0]!r}"
         kind = cells[header.index("type")].lower()
