@@ -9,6 +9,7 @@ pub mod connection;
 pub mod controller;
 pub mod fs;
 pub mod group;
+pub mod http;
 pub mod log;
 pub mod metadata;
 pub mod metrics;

@@ -102,12 +102,12 @@ async fn run(mut config: BrokerConfig) -> Result<(), String> {
     if let Some(socket) = metrics_listener {
         tracing::info!(address = %broker.config.metrics_listen.map(|a| a.to_string()).unwrap_or_default(),
             "serving Prometheus metrics at /metrics and the console at /");
-        background.push(tokio::spawn(sluice_broker::metrics::http::serve(
+        background.push(tokio::spawn(sluice_broker::http::serve(
             broker.clone(),
             socket,
             stopped.clone(),
         )));
-        background.push(tokio::spawn(sluice_broker::metrics::history::run(
+        background.push(tokio::spawn(sluice_broker::http::sampler::run(
             broker.clone(),
             stopped.clone(),
         )));

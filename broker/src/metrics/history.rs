@@ -4,18 +4,13 @@
 //! interval, so the brokers' samples line up and the console can add them up.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
-use std::time::Duration;
 
 use kafka_protocol::messages::ApiKey;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
 
 use super::histogram::HistogramReading;
-use super::snapshot;
-use super::TopicTotals;
-use crate::broker::Broker;
+use super::{BrokerMetrics, TopicTotals};
 use crate::clock::now_ms;
 
 pub const SAMPLE_INTERVAL_MS: i64 = 2_000;
@@ -38,11 +33,29 @@ pub struct Sample {
 
 /// The counters a sample is the difference of.
 #[derive(Debug, Clone, Copy)]
-struct Reading {
+pub struct Reading {
     t: i64,
     traffic: TopicTotals,
     produce: HistogramReading,
     fetch: HistogramReading,
+}
+
+impl Reading {
+    /// `metrics` as of now.
+    pub fn of(metrics: &BrokerMetrics) -> Reading {
+        let histogram = |key: ApiKey| {
+            metrics
+                .request(key as i16)
+                .map(|r| r.total_time_ms.read())
+                .unwrap_or_default()
+        };
+        Reading {
+            t: now_ms(),
+            traffic: metrics.all_topics(),
+            produce: histogram(ApiKey::Produce),
+            fetch: histogram(ApiKey::Fetch),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -56,7 +69,7 @@ impl History {
         self.samples.lock().iter().copied().collect()
     }
 
-    fn push(&self, sample: Sample) {
+    pub fn push(&self, sample: Sample) {
         let mut samples = self.samples.lock();
         if samples.len() == MAX_SAMPLES {
             samples.pop_front();
@@ -65,41 +78,8 @@ impl History {
     }
 }
 
-/// Takes a sample every interval until shutdown.
-pub async fn run(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
-    let mut last = read(&broker);
-    loop {
-        let next = (now_ms() / SAMPLE_INTERVAL_MS + 1) * SAMPLE_INTERVAL_MS;
-        let wait = Duration::from_millis((next - now_ms()).max(1) as u64);
-        tokio::select! {
-            _ = shutdown.changed() => return,
-            _ = tokio::time::sleep(wait) => {}
-        }
-        let now = read(&broker);
-        let total_lag = snapshot::take(&broker).groups.iter().map(|g| g.total_lag).sum();
-        broker.history.push(sample(&last, &now, next, total_lag));
-        last = now;
-    }
-}
-
-fn read(broker: &Broker) -> Reading {
-    let histogram = |key: ApiKey| {
-        broker
-            .metrics
-            .request(key as i16)
-            .map(|r| r.total_time_ms.read())
-            .unwrap_or_default()
-    };
-    Reading {
-        t: now_ms(),
-        traffic: broker.metrics.all_topics(),
-        produce: histogram(ApiKey::Produce),
-        fetch: histogram(ApiKey::Fetch),
-    }
-}
-
 /// What happened between two readings, stamped `t`.
-fn sample(before: &Reading, after: &Reading, t: i64, total_lag: i64) -> Sample {
+pub fn sample(before: &Reading, after: &Reading, t: i64, total_lag: i64) -> Sample {
     let seconds = ((after.t - before.t).max(1) as f64) / 1000.0;
     let rate =
         |pick: fn(&TopicTotals) -> u64| pick(&after.traffic).saturating_sub(pick(&before.traffic)) as f64 / seconds;
@@ -146,6 +126,7 @@ pub fn merge(own: &[Sample], peers: &[Vec<Sample>]) -> Vec<Sample> {
 mod tests {
     use super::*;
     use crate::metrics::LatencyHistogram;
+    use std::time::Duration;
 
     fn at(t: i64, messages_in: u64, produce: &LatencyHistogram) -> Reading {
         Reading {

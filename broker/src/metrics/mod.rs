@@ -1,12 +1,12 @@
-//! What the broker counts as it works, and the HTTP server that shows it: Prometheus text at
-//! `/metrics` and the console at `/` (`console`), on `metrics.listen`.
+//! What the broker counts as it works, shown by the HTTP server on `metrics.listen`
+//! (`crate::http`: Prometheus text at `/metrics`, the console at `/`).
 //!
 //! Counters here are plain atomics bumped on the produce, fetch and replication paths (no lock
-//! and no allocation per request once a topic has been seen). Everything else (partition
-//! offsets and sizes, ISR health, group lag, quorum state) is read from the broker's state at
-//! scrape time (`snapshot.rs`), so a figure is never stale and nothing is kept twice. Names
-//! are Kafka's MBeans as the Prometheus JMX exporter's Kafka rules write them, and group lag as
-//! kafka-exporter writes it (`exposition.rs`; the reference is `docs/metrics.md`).
+//! and no allocation per request once a topic has been seen), and request time histograms of
+//! atomics. Everything else (partition offsets and sizes, ISR health, group lag, quorum state)
+//! is read from the broker's state at scrape time (`http/snapshot.rs`), so a figure is never
+//! stale and nothing is kept twice. This module imports nothing above it: the hot paths and
+//! the broker depend on it, not the other way round.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -16,12 +16,8 @@ use kafka_protocol::messages::ApiKey;
 use parking_lot::RwLock;
 use sluice_protocol::batch::BatchIter;
 
-pub mod console;
-pub mod exposition;
 pub mod histogram;
 pub mod history;
-pub mod http;
-pub mod snapshot;
 
 pub use histogram::LatencyHistogram;
 

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::history::{self, Sample};
+use crate::metrics::history::{self, Sample};
 use super::snapshot::{self, ClusterView, GroupView};
 use crate::broker::Broker;
 

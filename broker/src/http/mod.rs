@@ -3,6 +3,11 @@
 //! like the Kafka side: at most `metrics.max.connections` served at once, a request head of at
 //! most [`MAX_HEAD_BYTES`] that must arrive within [`HEAD_TIMEOUT`], no request body read.
 
+pub mod console;
+pub mod exposition;
+pub mod sampler;
+pub mod snapshot;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,7 +15,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
-use super::{console, exposition};
 use crate::broker::Broker;
 
 /// Longest request line plus headers accepted; a longer head is answered 431.
@@ -21,7 +25,7 @@ pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The console, embedded at build time: one self-contained page, no external resources.
-const CONSOLE_PAGE: &str = include_str!("../console/index.html");
+const CONSOLE_PAGE: &str = include_str!("console.html");
 
 /// Serves until `shutdown` turns true.
 pub async fn serve(broker: Arc<Broker>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {

@@ -15,9 +15,9 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, NoLabelSet}
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use super::histogram::HistogramReading;
 use super::snapshot::{self, ClusterView};
-use super::TopicTotals;
+use crate::metrics::histogram::HistogramReading;
+use crate::metrics::TopicTotals;
 use crate::broker::Broker;
 
 /// The `Content-Type` of what [`render`] returns.
