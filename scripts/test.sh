@@ -12,6 +12,7 @@
 #                         under `#ifdef WITH_OAUTHBEARER_OIDC`, which its CMake config always
 #                         defines (to 0) - SSL/SASL/curl themselves stay disabled and unlinked
 #   python3-venv          only if `python3 -m venv` cannot bootstrap pip
+#   chromium              headless browser for the console test (test_console.py)
 #
 # Environment: CARGO_TARGET_DIR is honoured; SLUICE_SKIP_APT=1 skips the package step;
 # PYTEST_ARGS / CARGO_TEST_ARGS pass extra arguments through.
@@ -52,6 +53,7 @@ trap summary EXIT
 install_system_packages() {
     local -a missing=()
     command -v kcat >/dev/null 2>&1 || missing+=(kcat)
+    command -v chromium >/dev/null 2>&1 || missing+=(chromium)
     command -v cmake >/dev/null 2>&1 || missing+=(cmake)
     command -v g++ >/dev/null 2>&1 || missing+=(g++)
     command -v make >/dev/null 2>&1 || missing+=(make)
