@@ -4,7 +4,7 @@ left, so it has lag), node 1's console rendered by headless Chromium, and the re
 against node 1's /api/cluster: both groups with their per-partition lag, three live brokers, the
 topic's partitions with their ISR, and a throughput plot with a point per sample. A screenshot is
 kept (docs/console.png with SLUICE_SAVE_CONSOLE_SCREENSHOT=1). The page's DOM hooks are listed at
-the top of broker/src/console/index.html."""
+the top of broker/src/http/console.html."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ WINDOW = "1400,1000"
 # Virtual time the page gets before Chromium dumps or shoots it: three polls at 2 s.
 VIRTUAL_TIME_MS = 6000
 REPO = Path(__file__).resolve().parents[2]
-PAGE = REPO / "broker/src/console/index.html"
+PAGE = REPO / "broker/src/http/console.html"
 
 
 # --- the rendered DOM: a small tree built with the standard library's HTML parser ------------
@@ -223,7 +223,7 @@ def test_console_renders_the_cluster_groups_lag_and_plots_in_headless_chromium(c
     n1 = nodes[0]
     served = urllib.request.urlopen(f"{n1.metrics_url}/", timeout=10).read()
     assert served == PAGE.read_bytes(), (
-        f"{n1.metrics_url}/ serves {len(served)} bytes, not broker/src/console/index.html "
+        f"{n1.metrics_url}/ serves {len(served)} bytes, not broker/src/http/console.html "
         f"({PAGE.stat().st_size} bytes): the broker binary embeds another page (rebuild it)")
     bootstrap = ",".join(n.bootstrap for n in nodes)
     create_topic(bootstrap, TOPIC, PARTITIONS, replication_factor=3)
