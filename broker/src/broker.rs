@@ -12,6 +12,7 @@ use crate::clock::now_ms;
 use crate::config::listeners::HTTP_ENDPOINT_NAME;
 use crate::config::BrokerConfig;
 use crate::controller::{self, Outcome};
+use crate::fetch_session::FetchSessionCache;
 use crate::group::GroupMetadataManager;
 use crate::metadata::image::MetadataImage;
 use crate::metadata::records::{Endpoint, MetadataCommand};
@@ -55,6 +56,8 @@ pub struct Broker {
     pub metrics: Arc<BrokerMetrics>,
     /// The console's recent samples of this broker's throughput and latency.
     pub history: History,
+    /// Incremental fetch sessions (KIP-227) of the clients fetching from this broker.
+    pub fetch_sessions: FetchSessionCache,
 }
 
 impl Broker {
@@ -85,6 +88,7 @@ impl Broker {
             groups,
             metrics,
             history: History::default(),
+            fetch_sessions: FetchSessionCache::new(config.fetch_sessions),
             request_memory: Arc::new(Semaphore::new(permits)),
             config,
             metadata,

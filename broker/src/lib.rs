@@ -7,6 +7,7 @@ pub mod cluster_id;
 pub mod config;
 pub mod connection;
 pub mod controller;
+pub mod fetch_session;
 pub mod fs;
 pub mod group;
 pub mod http;

@@ -28,7 +28,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::FutureExt;
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::fetch_request::FetchPartition;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
 use sluice_protocol::ResponseBody;
@@ -39,6 +39,7 @@ use uuid::Uuid;
 use super::Reply;
 use crate::broker::Broker;
 use crate::clock::now_ms;
+use crate::fetch_session::{self, SessionFetch, TopicRef};
 use crate::log::LogError;
 use crate::metrics::BrokerMetrics;
 use crate::partition::{Partition, PartitionRead, ReadBound};
@@ -47,6 +48,8 @@ use crate::quota::{ReplicationQuota, ANONYMOUS};
 use crate::replica_manager::{check_follower_identity, FetchParty};
 use crate::replication::FIRST_FETCH_VERSION_WITH_REPLICA_STATE;
 
+/// Fetch v7 brings incremental fetch sessions (KIP-227).
+const FIRST_VERSION_WITH_SESSIONS: i16 = 7;
 /// Fetch v13 names topics by id; earlier versions by name.
 const FIRST_VERSION_WITH_TOPIC_IDS: i16 = 13;
 /// Kafka's `READ_COMMITTED` isolation level.
@@ -68,6 +71,8 @@ struct Target {
 
 struct TopicTargets {
     name: TopicName,
+    /// How the request's session (if any) names the topic.
+    session_ref: TopicRef,
     /// The topic's name when it exists (v13+ requests name topics by id only).
     known_as: Option<String>,
     topic_id: Uuid,
@@ -102,7 +107,32 @@ enum PartitionPass {
 type ReadPass = Vec<PartitionPass>;
 
 pub fn handle(broker: &Arc<Broker>, request: FetchRequest, version: i16, client_id: &str) -> Reply {
-    let plan = Arc::new(resolve(broker, &request, version, client_id));
+    let session = if version >= FIRST_VERSION_WITH_SESSIONS {
+        let begun = broker.fetch_sessions.begin(
+            request.session_id,
+            request.session_epoch,
+            version >= FIRST_VERSION_WITH_TOPIC_IDS,
+            &request.topics,
+            &request.forgotten_topics_data,
+            now_ms(),
+        );
+        match begun {
+            Ok(session) => session,
+            // The client starts over with a full fetch.
+            Err(error) => {
+                return Reply::Now(ResponseBody::Fetch(
+                    FetchResponse::default().with_error_code(error.code()),
+                ))
+            }
+        }
+    } else {
+        SessionFetch::Sessionless
+    };
+    let topics = match &session {
+        SessionFetch::Incremental { topics, .. } => topics.as_slice(),
+        _ => request.topics.as_slice(),
+    };
+    let plan = Arc::new(resolve(broker, &request, topics, version, client_id));
     let max_wait = Duration::from_millis(request.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
     // Watching starts before the first read so a write between the read and the wait is not missed.
     let mut delayed = DelayedFetch::new(
@@ -140,11 +170,58 @@ pub fn handle(broker: &Arc<Broker>, request: FetchRequest, version: i16, client_
                 Some((broker, client_id)) => apply_quota(&broker, &client_id, response, bytes),
                 None => response,
             };
+            let response = answer_in_session(&session, &plan, response);
             count_sent(&metrics, &plan, &response);
             ResponseBody::Fetch(response)
         }
         .boxed(),
     )
+}
+
+/// Shapes the response by the request's session: a full fetch that opened one names it and
+/// records what the client was told; an incremental one keeps only partitions with news
+/// (records, an error, a moved high watermark or log start offset), so unchanged partitions
+/// cost nothing on the wire.
+fn answer_in_session(session: &SessionFetch, plan: &FetchPlan, mut response: FetchResponse) -> FetchResponse {
+    match session {
+        SessionFetch::Sessionless | SessionFetch::Full { session: None } => response,
+        SessionFetch::Full { session: Some(session) } => {
+            let mut session = session.lock();
+            for (topic, sent) in plan.topics.iter().zip(&response.responses) {
+                for data in &sent.partitions {
+                    let key = (topic.session_ref.clone(), data.partition_index);
+                    session.sent_in_full(&key, data.high_watermark, data.log_start_offset);
+                }
+            }
+            response.session_id = session.id();
+            response
+        }
+        SessionFetch::Incremental { session, .. } => {
+            let mut session = session.lock();
+            let mut returned_records = Vec::new();
+            for (topic, sent) in plan.topics.iter().zip(response.responses.iter_mut()) {
+                sent.partitions.retain(|data| {
+                    let key = (topic.session_ref.clone(), data.partition_index);
+                    let has_records = data.records.as_ref().is_some_and(|r| !r.is_empty());
+                    let send = session.must_send(
+                        &key,
+                        has_records,
+                        data.error_code,
+                        data.high_watermark,
+                        data.log_start_offset,
+                    );
+                    if has_records {
+                        returned_records.push(key);
+                    }
+                    send
+                });
+            }
+            response.responses.retain(|t| !t.partitions.is_empty());
+            session.rotate(&returned_records);
+            response.session_id = session.id();
+            response
+        }
+    }
 }
 
 /// Counts what the response carries: per topic for a consumer (BytesOutPerSec), as
@@ -177,7 +254,14 @@ fn apply_quota(broker: &Broker, client_id: &str, response: FetchResponse, bytes:
     FetchResponse::default().with_throttle_time_ms(throttle_time_ms)
 }
 
-fn resolve(broker: &Arc<Broker>, request: &FetchRequest, version: i16, client_id: &str) -> FetchPlan {
+/// The plan for `topics`: the request's own, or for an incremental fetch its session's.
+fn resolve(
+    broker: &Arc<Broker>,
+    request: &FetchRequest,
+    topics: &[FetchTopic],
+    version: i16,
+    client_id: &str,
+) -> FetchPlan {
     let image = broker.metadata.image();
     let by_topic_id = version >= FIRST_VERSION_WITH_TOPIC_IDS;
     let (replica_id, broker_epoch) = if version >= FIRST_FETCH_VERSION_WITH_REPLICA_STATE {
@@ -231,8 +315,7 @@ fn resolve(broker: &Arc<Broker>, request: &FetchRequest, version: i16, client_id
         _ => None,
     };
     let node_id = broker.config.node_id;
-    let topics = request
-        .topics
+    let topics = topics
         .iter()
         .map(|t| {
             let topic = if by_topic_id {
@@ -271,6 +354,7 @@ fn resolve(broker: &Arc<Broker>, request: &FetchRequest, version: i16, client_id
                 })
                 .collect();
             TopicTargets {
+                session_ref: fetch_session::topic_ref(t, by_topic_id),
                 name: t.topic.clone(),
                 known_as: topic.map(|topic| topic.name.clone()),
                 topic_id: t.topic_id,

@@ -223,6 +223,9 @@ broker_settings! {
     "quota.max.tracked.entities", "10000", Int, "Client quota entities tracked at once, per quota type (Sluice's own).";
     "replication.quota.window.num", "11", Int, "Samples a replication throttle's rate is measured over.";
     "replication.quota.window.size.seconds", "1", Int, "Length of one replication throttle sample.";
+    "max.incremental.fetch.session.cache.slots", "1000", Int, "Incremental fetch sessions (KIP-227) kept at once; more clients fetch in full.";
+    "min.incremental.fetch.session.eviction.ms", "120000", Int, "A fetch session unused this long may give its slot to a new one.";
+    "fetch.session.cache.max.partitions", "1000000", Int, "Partitions held over all fetch sessions (Sluice's own); a session past it is dropped.";
     "metrics.listen", "", String, "IP:PORT of the HTTP server for Prometheus at /metrics and the console at / (off when empty).";
     "metrics.max.connections", "32", Int, "HTTP connections served at once on metrics.listen; more wait in the backlog (Sluice's own).";
 }
@@ -257,6 +260,7 @@ pub struct BrokerConfig {
     pub max_in_flight_requests_per_connection: usize,
     /// Client connections open at once; more are refused at accept.
     pub max_connections: usize,
+    pub fetch_sessions: crate::fetch_session::SessionSettings,
     /// Where `/metrics` and the console are served (`metrics.listen`), if anywhere.
     pub metrics_listen: Option<SocketAddr>,
     pub metrics_max_connections: usize,
@@ -376,6 +380,20 @@ impl BrokerConfig {
                 &get("max.in.flight.requests.per.connection"),
             )?,
             max_connections: parse_at_least("max.connections", &get("max.connections"), 1)?,
+            fetch_sessions: crate::fetch_session::SessionSettings {
+                max_slots: parse_num(
+                    "max.incremental.fetch.session.cache.slots",
+                    &get("max.incremental.fetch.session.cache.slots"),
+                )?,
+                eviction_ms: parse_num(
+                    "min.incremental.fetch.session.eviction.ms",
+                    &get("min.incremental.fetch.session.eviction.ms"),
+                )?,
+                max_partitions: parse_num(
+                    "fetch.session.cache.max.partitions",
+                    &get("fetch.session.cache.max.partitions"),
+                )?,
+            },
             metrics_listen: parse_metrics_listen(&get("metrics.listen"))?,
             metrics_max_connections: parse_at_least("metrics.max.connections", &get("metrics.max.connections"), 1)?,
             connections_max_idle_ms: parse_num("connections.max.idle.ms", &get("connections.max.idle.ms"))?,

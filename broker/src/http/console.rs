@@ -11,9 +11,9 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::metrics::history::{self, Sample};
 use super::snapshot::{self, ClusterView, GroupView};
 use crate::broker::Broker;
+use crate::metrics::history::{self, Sample};
 
 /// How long a peer has to answer, connection included.
 pub const PEER_TIMEOUT: Duration = Duration::from_secs(2);

@@ -16,9 +16,9 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use super::snapshot::{self, ClusterView};
+use crate::broker::Broker;
 use crate::metrics::histogram::HistogramReading;
 use crate::metrics::TopicTotals;
-use crate::broker::Broker;
 
 /// The `Content-Type` of what [`render`] returns.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -37,6 +37,8 @@ struct Scrape {
     connections: Vec<(String, i64)>,
     request_memory_available: u64,
     request_memory_total: u64,
+    fetch_sessions: usize,
+    fetch_session_partitions: usize,
 }
 
 /// The Prometheus text of `broker`'s metrics now.
@@ -59,6 +61,8 @@ pub fn render(broker: &Broker) -> String {
         connections: metrics.connections().map(|(l, n)| (l.to_string(), n)).collect(),
         request_memory_available: broker.request_memory.available_permits() as u64,
         request_memory_total: broker.request_memory_budget() as u64,
+        fetch_sessions: broker.fetch_sessions.len(),
+        fetch_session_partitions: broker.fetch_sessions.partitions_held(),
         view,
     };
     let mut registry = Registry::default();
@@ -493,6 +497,18 @@ impl Scrape {
             "kafka_network_socketserver_memorypoolavailable",
             "Bytes of queued.max.request.bytes free for requests.",
             available as i64,
+        )?;
+        gauge(
+            e,
+            "kafka_server_fetchsessioncache_numincrementalfetchsessions",
+            "Incremental fetch sessions (KIP-227) held.",
+            self.fetch_sessions as i64,
+        )?;
+        gauge(
+            e,
+            "kafka_server_fetchsessioncache_numincrementalfetchpartitionscached",
+            "Partitions held over all incremental fetch sessions.",
+            self.fetch_session_partitions as i64,
         )
     }
 }

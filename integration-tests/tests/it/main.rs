@@ -13,6 +13,7 @@ mod cluster;
 mod compaction;
 mod crash_recovery;
 mod delete_records;
+mod fetch_sessions;
 mod group_protocol;
 mod group_states;
 mod groups;
