@@ -26,7 +26,10 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use kafka_protocol::messages::ApiKey;
 use sluice_protocol::frame::{peek_frame_size, SIZE_PREFIX_LEN};
-use sluice_protocol::request::{decode_request, encode_api_versions_too_new, encode_response, RequestError};
+use sluice_protocol::request::{
+    decode_request, encode_api_versions_too_new, encode_response, encode_response_frame, RequestError,
+};
+use sluice_protocol::response_frame::ResponseFrame;
 use sluice_protocol::ResponseBody;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
 use tokio::net::tcp::OwnedWriteHalf;
@@ -41,7 +44,8 @@ use crate::metrics::BrokerMetrics;
 /// A response slot in the writer's queue.
 enum Outgoing {
     Ready(BytesMut),
-    Deferred(BoxFuture<'static, Option<BytesMut>>),
+    /// A response still being worked out; its frame may reference record sets by chunk.
+    Deferred(BoxFuture<'static, Option<ResponseFrame>>),
 }
 
 /// A queued response and what its request's time is recorded under once it is written
@@ -248,8 +252,8 @@ fn answer(
                         future
                             .map(move |body| {
                                 mute.throttle(throttle_time_ms(&body));
-                                match encode_response(version, correlation_id, &body) {
-                                    Ok(bytes) => Some(bytes),
+                                match encode_response_frame(version, correlation_id, &body) {
+                                    Ok(frame) => Some(frame),
                                     Err(e) => {
                                         tracing::error!(%peer, error = %e, "dropping a response that failed to encode");
                                         None
@@ -274,6 +278,15 @@ fn answer(
     }
 }
 
+/// Writes a frame chunk by chunk: record sets larger than the buffer go to the socket
+/// straight from the bytes the fetch read.
+async fn write_frame(writer: &mut BufWriter<OwnedWriteHalf>, frame: &ResponseFrame) -> std::io::Result<()> {
+    for chunk in &frame.chunks {
+        writer.write_all(chunk).await?;
+    }
+    Ok(())
+}
+
 async fn write_responses(
     writer: OwnedWriteHalf,
     mut pending: mpsc::Receiver<Queued>,
@@ -283,13 +296,12 @@ async fn write_responses(
 ) {
     let mut writer = BufWriter::with_capacity(64 * 1024, writer);
     while let Some(queued) = pending.recv().await {
-        let bytes = match queued.response {
-            Outgoing::Ready(bytes) => Some(bytes),
-            Outgoing::Deferred(future) => future.await,
-        };
-        let mut result = match bytes {
-            Some(bytes) => writer.write_all(&bytes).await,
-            None => Ok(()),
+        let mut result = match queued.response {
+            Outgoing::Ready(bytes) => writer.write_all(&bytes).await,
+            Outgoing::Deferred(future) => match future.await {
+                Some(frame) => write_frame(&mut writer, &frame).await,
+                None => Ok(()),
+            },
         };
         if let Some(request) = metrics.request(queued.api_key) {
             request.total_time_ms.record(queued.received.elapsed());

@@ -11,7 +11,7 @@
 //! (The `kafka-protocol` crate's own `RequestKind` covers every API and sits behind a
 //! feature that doubles release build time; this list covers what we serve.)
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, Message, VersionRange};
 
@@ -51,7 +51,7 @@ macro_rules! implemented_apis {
         /// A default request of an implemented API, encoded at `version` (the version-table
         /// test decodes one at every advertised version).
         #[cfg(test)]
-        pub(crate) fn encode_default_request(key: ApiKey, buf: &mut BytesMut, version: i16) -> Option<anyhow::Result<()>> {
+        pub(crate) fn encode_default_request(key: ApiKey, buf: &mut bytes::BytesMut, version: i16) -> Option<anyhow::Result<()>> {
             match key {
                 $(ApiKey::$variant => Some(<$req>::default().encode(buf, version)),)*
                 _ => None,
@@ -68,7 +68,7 @@ macro_rules! implemented_apis {
         }
 
         impl ResponseBody {
-            pub(crate) fn encode(&self, buf: &mut BytesMut, version: i16) -> anyhow::Result<()> {
+            pub(crate) fn encode<B: kafka_protocol::protocol::buf::ByteBufMut>(&self, buf: &mut B, version: i16) -> anyhow::Result<()> {
                 match self { $(ResponseBody::$variant(body) => body.encode(buf, version),)* }
             }
 

@@ -9,6 +9,7 @@ pub mod frame;
 pub mod fuzzing;
 pub mod records;
 pub mod request;
+pub mod response_frame;
 pub mod versions;
 
 pub use kafka_protocol;

@@ -11,6 +11,7 @@ use kafka_protocol::protocol::{decode_request_header_from_buffer, Encodable};
 
 use crate::apis::{RequestBody, ResponseBody};
 use crate::frame::SIZE_PREFIX_LEN;
+use crate::response_frame::{ChunkedBuf, ResponseFrame, MIN_SHARED_BYTES};
 use crate::versions::supported_versions;
 
 /// api_key (i16) + api_version (i16) + correlation_id (i32): present in every header version.
@@ -93,6 +94,45 @@ pub fn encode_response(api_version: i16, correlation_id: i32, body: &ResponseBod
     Ok(buf)
 }
 
+/// [`encode_response`] as a chunked frame: a Fetch response's record sets go into it by
+/// reference, not copied (`response_frame.rs`). Other responses are one chunk.
+pub fn encode_response_frame(
+    api_version: i16,
+    correlation_id: i32,
+    body: &ResponseBody,
+) -> Result<ResponseFrame, EncodeError> {
+    let candidates = shared_record_sets(body);
+    if candidates.is_empty() {
+        let buf = encode_response(api_version, correlation_id, body)?;
+        return Ok(ResponseFrame {
+            chunks: vec![buf.freeze()],
+        });
+    }
+    let mut buf = ChunkedBuf::new(256, candidates);
+    buf.put_i32(0);
+    let header = ResponseHeader::default().with_correlation_id(correlation_id);
+    let header_version = body.api_key().response_header_version(api_version);
+    header.encode(&mut buf, header_version).map_err(EncodeError::encode)?;
+    body.encode(&mut buf, api_version).map_err(EncodeError::encode)?;
+    let size = i32::try_from(buf.len() - SIZE_PREFIX_LEN).map_err(|_| EncodeError::TooLarge(buf.len()))?;
+    buf.patch(0, &size.to_be_bytes());
+    Ok(buf.finish())
+}
+
+/// The record sets of a Fetch response large enough to send by reference, in encoding order.
+fn shared_record_sets(body: &ResponseBody) -> Vec<Bytes> {
+    match body {
+        ResponseBody::Fetch(fetch) => fetch
+            .responses
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .filter_map(|p| p.records.clone())
+            .filter(|r| r.len() >= MIN_SHARED_BYTES)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// The v0 ApiVersions reply to a too-new ApiVersions request (always header v0).
 pub fn encode_api_versions_too_new(correlation_id: i32, body: &ApiVersionsResponse) -> Result<BytesMut, EncodeError> {
     encode_response(0, correlation_id, &ResponseBody::ApiVersions(body.clone()))
@@ -124,6 +164,34 @@ mod tests {
     use super::*;
     use kafka_protocol::messages::MetadataRequest;
     use kafka_protocol::protocol::{encode_request_header_into_buffer, StrBytes};
+
+    #[test]
+    fn a_chunked_fetch_response_is_the_plain_encoding_with_records_by_reference() {
+        use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+        use kafka_protocol::messages::FetchResponse;
+        let big = Bytes::from(vec![5u8; 3 * MIN_SHARED_BYTES]);
+        let small = Bytes::from(vec![6u8; 100]);
+        let partition = |i: i32, records: &Bytes| {
+            PartitionData::default()
+                .with_partition_index(i)
+                .with_high_watermark(10)
+                .with_records(Some(records.clone()))
+        };
+        let body = ResponseBody::Fetch(FetchResponse::default().with_session_id(9).with_responses(vec![
+            FetchableTopicResponse::default().with_partitions(vec![
+                partition(0, &big),
+                partition(1, &small),
+                partition(2, &big),
+            ]),
+        ]));
+        for version in [7, 12, 16] {
+            let plain = encode_response(version, 7, &body).unwrap();
+            let frame = encode_response_frame(version, 7, &body).unwrap();
+            assert_eq!(frame.to_bytes(), plain, "v{version}");
+            let shared = frame.chunks.iter().filter(|c| c.as_ptr() == big.as_ptr()).count();
+            assert_eq!(shared, 2, "v{version}: both large record sets by reference");
+        }
+    }
 
     fn frame_for(key: ApiKey, version: i16, body: &MetadataRequest) -> Bytes {
         let mut buf = BytesMut::new();
