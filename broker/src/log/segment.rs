@@ -204,6 +204,11 @@ impl LogSegment {
         self.size_bytes
     }
 
+    /// The segment's log file, for writeback outside the partition's lock.
+    pub fn log_file(&self) -> Arc<File> {
+        self.log.clone()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.size_bytes == 0
     }

@@ -294,6 +294,11 @@ impl Partition {
     }
 
     /// Bytes of this replica's log on disk (DescribeLogDirs).
+    /// The active segment's base offset, file and size (see `PartitionLog::active_segment`).
+    pub fn active_segment(&self) -> (i64, std::sync::Arc<std::fs::File>, u64) {
+        self.log.lock().active_segment()
+    }
+
     pub fn size_bytes(&self) -> u64 {
         self.log.lock().size_bytes()
     }

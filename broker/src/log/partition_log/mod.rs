@@ -3,7 +3,8 @@
 //! recovery.
 
 use std::collections::VecDeque;
-use std::fs;
+use std::fs::{self, File};
+use std::sync::Arc;
 use std::path::{Path, PathBuf};
 
 use super::leader_epoch::LeaderEpochCache;
@@ -398,6 +399,12 @@ impl PartitionLog {
     /// Bytes stored in all segments.
     pub fn size_bytes(&self) -> u64 {
         self.segments().map(LogSegment::size_bytes).sum()
+    }
+
+    /// What background writeback works on: the active segment's base offset (which names it),
+    /// its file and its size.
+    pub fn active_segment(&self) -> (i64, Arc<File>, u64) {
+        (self.active.base_offset(), self.active.log_file(), self.active.size_bytes())
     }
 
     pub fn segment_count(&self) -> usize {
