@@ -7,12 +7,35 @@
 # --no-commit to turn commits off). Arguments go to sluice-bench, e.g.
 #   scripts/bench.sh --records-2k 500000 --rate 20000 --duration-s 30 --set log.segment.bytes=1073741824
 #   scripts/bench.sh --nodes 3 --records-2k 200000 --records-100b 0 --rate 20000 --duration-s 20
+#
+# scripts/bench.sh --against-kafka [--quick] [--out PATH] [--png PATH] [--order sluice,kafka,...]
+# runs a 3-node Sluice cluster and a 3-node Apache Kafka cluster (jars fetched by
+# scripts/java-lib.sh, 1 GB heap per node) in turn, A B B A, with sluice-bench and Kafka's
+# ProducerPerformance against each, and prints one table of both and their ratios
+# (scripts/bench_against_kafka.py; docs/performance.md). It writes
+# bench-results/against-kafka-<UTC>.json and a PNG of latency percentiles beside it.
+# --quick is a smoke run: tiny counts, a few seconds per phase.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+against_kafka=0
+declare -a rest=()
+for arg in "$@"; do
+    if [ "$arg" = --against-kafka ]; then against_kafka=1; else rest+=("$arg"); fi
+done
 TARGET_DIR=$(cargo metadata --no-deps --format-version 1 2>/dev/null \
     | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])' 2>/dev/null) \
     || TARGET_DIR=${CARGO_TARGET_DIR:-$(pwd)/target}
+if [ "$against_kafka" = 1 ]; then
+    bash scripts/java-lib.sh
+    # The report's plot needs matplotlib, pinned with the test clients in the test venv.
+    bash scripts/python-venv.sh
+fi
 cargo build --release -p sluice-broker
 cargo build --release -p sluice-integration-tests --bin sluice-bench
+if [ "$against_kafka" = 1 ]; then
+    exec .venv/bin/python scripts/bench_against_kafka.py run \
+        --sluice-bin "$TARGET_DIR/release/sluice" --bench-bin "$TARGET_DIR/release/sluice-bench" \
+        --java-lib "$(pwd)/.java-lib" ${rest[@]+"${rest[@]}"}
+fi
 export SLUICE_BIN="$TARGET_DIR/release/sluice"
 exec "$TARGET_DIR/release/sluice-bench" "$@"

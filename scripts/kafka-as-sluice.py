@@ -10,7 +10,12 @@ what Kafka itself does:
 
 --set values are passed through as Kafka properties. Internal topics get min(3, nodes)
 replicas, as sluice lowers them on a small cluster (Kafka's default of 3 would leave a single
-node without a group coordinator). The JVM exits with 143 after SIGTERM."""
+node without a group coordinator). The JVM exits with 143 after SIGTERM.
+
+JVM options: KAFKA_HEAP_OPTS and KAFKA_JVM_PERFORMANCE_OPTS, as kafka-server-start.sh reads them,
+replace the defaults here, which are sized for tests (small heap, serial GC, C1 only: quick to
+start, not fast). scripts/bench_against_kafka.py sets Kafka's own production defaults
+(-Xmx1g -Xms1g, G1)."""
 import base64
 import glob
 import hashlib
@@ -79,4 +84,6 @@ cp = ":".join(sorted(glob.glob(os.path.join(lib, "*.jar"))))
 if not os.path.exists(os.path.join(data, "kafka-logs", "meta.properties")):
     subprocess.run(["java", "-cp", cp, "kafka.tools.StorageTool", "format", f"--cluster-id={cid}", "-c", cfg, "-g"],
                    check=True, stdout=sys.stderr)
-os.execvp("java", ["java", "-Xmx768m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", cp, "kafka.Kafka", cfg])
+heap = os.environ.get("KAFKA_HEAP_OPTS", "-Xmx768m").split()
+jvm = os.environ.get("KAFKA_JVM_PERFORMANCE_OPTS", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1").split()
+os.execvp("java", ["java", *heap, *jvm, "-cp", cp, "kafka.Kafka", cfg])

@@ -95,7 +95,7 @@ step "module layers (no import circles)" python3 scripts/check-module-cycles.py 
 step "system packages" install_system_packages || true
 step "python venv (.venv) + pinned deps" bash scripts/python-venv.sh || true
 step "Kafka Java client + CLI tools (Maven)" bash scripts/java-lib.sh || true
-if step "cargo build --release -p sluice-broker" cargo build --release -p sluice-broker; then
+if step "cargo build --release sluice, sluice-bench" cargo build --release -p sluice-broker -p sluice-integration-tests --bin sluice --bin sluice-bench; then
     echo "broker binary: $SLUICE_BIN"
     # shellcheck disable=SC2086
     step "cargo test --workspace --release --no-fail-fast" cargo test --workspace --release --no-fail-fast ${CARGO_TEST_ARGS:-} || true

@@ -228,9 +228,10 @@ class SluiceNode:
 
 
 def start_cluster(size: int, settings: dict[str, str] | None = None,
-                  metrics: bool = False) -> list[SluiceNode]:
+                  metrics: bool = False, ready_timeout: float | None = None) -> list[SluiceNode]:
     """Starts `size` nodes (ids 1..size), each a broker and a metadata-quorum voter, and waits
-    until every one lists itself (flags, secret and deadline as node.json's `cluster` says).
+    until every one lists itself (flags, secret and deadline as node.json's `cluster` says;
+    `ready_timeout` in seconds overrides that deadline, e.g. for JVMs sharing two cores).
     With `metrics`, each node serves metrics and the console on its own port (`metrics_url`)."""
     spec = SPEC["cluster"]
     ports = [(free_loopback_port(), free_loopback_port()) for _ in range(size)]
@@ -243,7 +244,8 @@ def start_cluster(size: int, settings: dict[str, str] | None = None,
     cluster_args = [fill(a, voters=voters, secret_file=str(secret_file)) for a in spec["args"]]
     nodes = []
     for i, (port, _) in enumerate(ports):
-        node = SluiceNode(settings, node_id=i + 1, ready_timeout=spec["ready_timeout_ms"] / 1000,
+        timeout = spec["ready_timeout_ms"] / 1000 if ready_timeout is None else ready_timeout
+        node = SluiceNode(settings, node_id=i + 1, ready_timeout=timeout,
                           extra_args=cluster_args, metrics=metrics)
         node.port = port
         node.choose_metrics_port()

@@ -6,26 +6,39 @@
 //!     or not at all with `--no-commit`) reading every partition and measuring its own latency;
 //!     the measured phase starts once every consumer has received the warm-up record of every
 //!     partition, so group joins and connection set-up are not measured,
+//!     and the producer's ack latency (send to delivery report) of the same records,
 //! (c) CPU seconds and peak RSS of every broker over each phase (from /proc).
 //!
 //! Usage: sluice-bench [--nodes N] [--records-2k N] [--records-100b N] [--rate MSGS_PER_S]
 //!                     [--duration-s S] [--partitions P] [--consumers C]
 //!                     [--phase all|throughput|latency] [--no-commit] [--set key=value]...
+//!                     [--json PATH] [--label NAME]
+//!                     [--bootstrap HOST:PORT --broker-pids ID:PID,... [--replication-factor R]]
+//!                     [--create-topics NAME,...]
 //! `--records-100b 0` skips that phase. `--consumers` defaults to 1 on one node and 2 on a
 //! cluster. The broker binary is found like the tests find it ($SLUICE_BIN first).
+//! `--json` writes every figure of the printed table, machine-readable, with `--label` in it.
+//! `--bootstrap` measures brokers someone else started (e.g. Apache Kafka, by
+//! scripts/bench_against_kafka.py): `--broker-pids` names their processes for CPU and RSS, and
+//! topics get `--replication-factor` replicas (default: one per pid). `--create-topics` creates
+//! more topics like the bench's own (same partitions and replicas, full ISR awaited) for other
+//! clients to use after this run.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use rdkafka::admin::{AdminClient, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
+use rdkafka::config::{ClientConfig, FromClientConfigAndContext};
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::ClientContext;
+use serde_json::{json, Value};
 use sluice_integration_tests::{clients, procstat, Cluster, NodeOptions, SluiceNode};
 
 struct Args {
@@ -39,6 +52,12 @@ struct Args {
     phase: String,
     commit: bool,
     settings: Vec<(String, String)>,
+    json: Option<PathBuf>,
+    label: String,
+    /// Brokers started by someone else: bootstrap address and (node id, pid) of each.
+    external: Option<(String, Vec<(i32, u32)>)>,
+    replication_factor: Option<i16>,
+    create_topics: Vec<String>,
 }
 
 fn parse_args() -> Result<Args> {
@@ -53,7 +72,14 @@ fn parse_args() -> Result<Args> {
         phase: "all".into(),
         commit: true,
         settings: Vec::new(),
+        json: None,
+        label: "sluice-bench".into(),
+        external: None,
+        replication_factor: None,
+        create_topics: Vec::new(),
     };
+    let mut bootstrap = None;
+    let mut broker_pids = Vec::new();
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut val = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -67,6 +93,17 @@ fn parse_args() -> Result<Args> {
             "--partitions" => a.partitions = val()?.parse()?,
             "--phase" => a.phase = val()?,
             "--no-commit" => a.commit = false,
+            "--json" => a.json = Some(val()?.into()),
+            "--label" => a.label = val()?,
+            "--bootstrap" => bootstrap = Some(val()?),
+            "--broker-pids" => {
+                for entry in val()?.split(',') {
+                    let (id, pid) = entry.split_once(':').context("--broker-pids expects ID:PID,...")?;
+                    broker_pids.push((id.parse()?, pid.parse()?));
+                }
+            }
+            "--replication-factor" => a.replication_factor = Some(val()?.parse()?),
+            "--create-topics" => a.create_topics.extend(val()?.split(',').map(String::from)),
             "--set" => {
                 let kv = val()?;
                 let (k, v) = kv.split_once('=').context("--set expects key=value")?;
@@ -84,30 +121,72 @@ fn parse_args() -> Result<Args> {
         "bad --phase"
     );
     ensure!(a.nodes >= 1, "--nodes must be at least 1");
+    match bootstrap {
+        Some(b) => {
+            ensure!(!broker_pids.is_empty(), "--bootstrap needs --broker-pids");
+            a.external = Some((b, broker_pids));
+        }
+        None => ensure!(
+            broker_pids.is_empty() && a.replication_factor.is_none(),
+            "--broker-pids and --replication-factor go with --bootstrap"
+        ),
+    }
     ensure!(a.consumers != Some(0), "--consumers must be at least 1");
     Ok(a)
 }
 
-/// Counts delivery reports without per-message allocation.
-#[derive(Default)]
-struct Counting {
+/// Delivery opaque of a record whose ack latency is not measured; the others carry their
+/// scheduled send time (ns since [`Delivery::epoch`]).
+const UNTIMED: usize = usize::MAX;
+
+/// Counts delivery reports and keeps the ack latency (send to delivery report) of timed
+/// records in a buffer sized up front, so the hot loop allocates nothing per message.
+struct Delivery {
     ok: AtomicU64,
     failed: AtomicU64,
+    epoch: Instant,
+    /// Reports arrive on the thread that polls the producer: the lock is never contended.
+    ack_ns: Mutex<Vec<u64>>,
 }
-struct CountingContext(Arc<Counting>);
-impl ClientContext for CountingContext {}
-impl ProducerContext for CountingContext {
-    type DeliveryOpaque = ();
-    fn delivery(&self, r: &DeliveryResult<'_>, _: ()) {
-        match r {
-            Ok(_) => self.0.ok.fetch_add(1, Ordering::Relaxed),
-            Err(_) => self.0.failed.fetch_add(1, Ordering::Relaxed),
-        };
+
+impl Delivery {
+    fn take_ack_ns(&self) -> Vec<u64> {
+        std::mem::take(&mut *self.ack_ns.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
-fn producer(bootstrap: &str) -> Result<(BaseProducer<CountingContext>, Arc<Counting>)> {
-    let counts = Arc::new(Counting::default());
+struct DeliveryContext(Arc<Delivery>);
+impl ClientContext for DeliveryContext {}
+impl ProducerContext for DeliveryContext {
+    type DeliveryOpaque = usize;
+    fn delivery(&self, r: &DeliveryResult<'_>, sent_ns: usize) {
+        if r.is_err() {
+            self.0.failed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        self.0.ok.fetch_add(1, Ordering::Relaxed);
+        if sent_ns != UNTIMED {
+            let now_ns = self.0.epoch.elapsed().as_nanos() as u64;
+            let mut acks = self.0.ack_ns.lock().unwrap_or_else(|e| e.into_inner());
+            // Never grow past the reserved capacity (no reallocation under load).
+            if acks.len() < acks.capacity() {
+                acks.push(now_ns.saturating_sub(sent_ns as u64));
+            }
+        }
+    }
+}
+
+/// An acks=all producer whose context keeps the ack latency of up to `timed_records` records.
+fn producer<P: FromClientConfigAndContext<DeliveryContext>>(
+    bootstrap: &str,
+    timed_records: u64,
+) -> Result<(P, Arc<Delivery>)> {
+    let delivery = Arc::new(Delivery {
+        ok: AtomicU64::new(0),
+        failed: AtomicU64::new(0),
+        epoch: Instant::now(),
+        ack_ns: Mutex::new(Vec::with_capacity(usize::try_from(timed_records)?)),
+    });
     let mut cfg = ClientConfig::new();
     cfg.set("bootstrap.servers", bootstrap)
         .set("acks", "all")
@@ -118,12 +197,34 @@ fn producer(bootstrap: &str) -> Result<(BaseProducer<CountingContext>, Arc<Count
         .set("queue.buffering.max.kbytes", "1048576")
         .set("compression.type", "none")
         .set("message.timeout.ms", "60000");
-    Ok((cfg.create_with_context(CountingContext(counts.clone()))?, counts))
+    Ok((cfg.create_with_context(DeliveryContext(delivery.clone()))?, delivery))
+}
+
+/// Enqueues one record on a producer whose own thread serves delivery reports (so an ack is
+/// timed when it arrives, not when the sender next polls), waiting while the queue is full.
+fn send_threaded(
+    p: &ThreadedProducer<DeliveryContext>,
+    topic: &str,
+    key: &[u8],
+    payload: &[u8],
+    sent_ns: usize,
+) -> Result<()> {
+    let mut rec = BaseRecord::with_opaque_to(topic, sent_ns).key(key).payload(payload);
+    loop {
+        match p.send(rec) {
+            Ok(()) => return Ok(()),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                rec = r;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err((e, _)) => bail!("send: {e}"),
+        }
+    }
 }
 
 /// Enqueues one record, serving delivery reports while librdkafka's queue is full.
-fn send(p: &BaseProducer<CountingContext>, topic: &str, key: &[u8], payload: &[u8]) -> Result<()> {
-    let rec = BaseRecord::to(topic).key(key).payload(payload);
+fn send(p: &BaseProducer<DeliveryContext>, topic: &str, key: &[u8], payload: &[u8], sent_ns: usize) -> Result<()> {
+    let rec = BaseRecord::with_opaque_to(topic, sent_ns).key(key).payload(payload);
     clients::send_when_room(p, rec, Duration::from_millis(5)).context("send")
 }
 
@@ -131,6 +232,8 @@ fn send(p: &BaseProducer<CountingContext>, topic: &str, key: &[u8], payload: &[u
 enum Brokers {
     Single(Box<SluiceNode>),
     Cluster(Cluster),
+    /// Started by someone else (`--bootstrap`); only measured.
+    External,
 }
 
 struct Target {
@@ -142,7 +245,20 @@ struct Target {
 }
 
 impl Target {
-    fn start(nodes: usize, settings: &[(String, String)]) -> Result<Target> {
+    fn start(args: &Args) -> Result<Target> {
+        let (nodes, settings) = (args.nodes, &args.settings);
+        if let Some((bootstrap, pids)) = &args.external {
+            let rf = match args.replication_factor {
+                Some(rf) => rf,
+                None => i16::try_from(pids.len()).context("too many --broker-pids")?,
+            };
+            return Ok(Target {
+                brokers: Brokers::External,
+                bootstrap: bootstrap.clone(),
+                pids: pids.clone(),
+                replication_factor: rf,
+            });
+        }
         if nodes == 1 {
             let mut opts = NodeOptions {
                 report_on_drop: false,
@@ -189,6 +305,18 @@ impl Target {
                 self.pids,
                 self.replication_factor
             ),
+            Brokers::External => format!(
+                "brokers at {} (node, pid): {:?}, started elsewhere; topics at replication factor {}",
+                self.bootstrap, self.pids, self.replication_factor
+            ),
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self.brokers {
+            Brokers::Single(_) => "single sluice node",
+            Brokers::Cluster(_) => "sluice cluster",
+            Brokers::External => "external",
         }
     }
 
@@ -206,10 +334,44 @@ impl Target {
             Some(Err((t, code))) => bail!("CreateTopics {t}: {code:?}"),
             None => bail!("CreateTopics returned no result for {name}"),
         }
-        if let Brokers::Cluster(cluster) = &self.brokers {
-            cluster.await_full_isr(name, Duration::from_secs(30))?;
+        match &self.brokers {
+            Brokers::Cluster(cluster) => {
+                cluster.await_full_isr(name, Duration::from_secs(30))?;
+            }
+            Brokers::External => self.await_full_isr_metadata(admin, name, partitions)?,
+            Brokers::Single(_) => {}
         }
         Ok(())
+    }
+
+    /// Waits until every partition of `name` has a leader and all its replicas in sync, as a
+    /// client's Metadata shows it (for brokers the harness does not own).
+    fn await_full_isr_metadata(
+        &self,
+        admin: &AdminClient<DefaultClientContext>,
+        name: &str,
+        partitions: i32,
+    ) -> Result<()> {
+        let rf = usize::try_from(self.replication_factor)?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let md = admin.inner().fetch_metadata(Some(name), Duration::from_secs(5))?;
+            let full = md.topics().iter().find(|t| t.name() == name).is_some_and(|t| {
+                t.error().is_none()
+                    && t.partitions().len() == partitions as usize
+                    && t.partitions()
+                        .iter()
+                        .all(|p| p.leader() >= 0 && p.replicas().len() == rf && p.isr().len() == rf)
+            });
+            if full {
+                return Ok(());
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "{name}: not every partition has {rf} replicas in sync after 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }
 
@@ -260,6 +422,8 @@ impl Meter {
 
 struct ThroughputRow {
     name: String,
+    topic: String,
+    record_bytes: usize,
     records: u64,
     secs: f64,
     bytes: u64,
@@ -267,12 +431,12 @@ struct ThroughputRow {
 }
 
 fn throughput_phase(target: &Target, name: &str, topic: &str, records: u64, size: usize) -> Result<ThroughputRow> {
-    let (p, counts) = producer(&target.bootstrap)?;
+    let (p, counts): (BaseProducer<DeliveryContext>, _) = producer(&target.bootstrap, 0)?;
     let payload = vec![b'x'; size];
     let meter = Meter::start(&target.pids)?;
     let start = Instant::now();
     for i in 0..records {
-        send(&p, topic, &i.to_be_bytes(), &payload)?;
+        send(&p, topic, &i.to_be_bytes(), &payload, UNTIMED)?;
         if i % 1024 == 0 {
             p.poll(Duration::ZERO);
         }
@@ -288,6 +452,8 @@ fn throughput_phase(target: &Target, name: &str, topic: &str, records: u64, size
     );
     Ok(ThroughputRow {
         name: name.into(),
+        topic: topic.into(),
+        record_bytes: size,
         records,
         secs,
         bytes: records * size as u64,
@@ -299,7 +465,11 @@ struct LatencyRow {
     sent: u64,
     /// Per consumer: records received and [p50, p99, p99.9, max] latency in ms.
     consumers: Vec<(u64, [f64; 4])>,
+    /// Producer: records acknowledged with a measured ack latency, and its [p50, p99, p99.9, max] in ms.
+    acks: (u64, [f64; 4]),
     achieved_rate: f64,
+    /// From the first send until every consumer was done (the span `usage` covers).
+    secs: f64,
     usage: Usage,
 }
 
@@ -370,15 +540,20 @@ fn quantiles_ms(mut lat_ns: Vec<u64>) -> [f64; 4] {
     ]
 }
 
+/// Record size of the latency phase (the seed load's 2 KB).
+const LATENCY_RECORD_BYTES: usize = 2048;
+
 fn latency_phase(target: &Target, topic: &str, args: &Args, consumers: usize) -> Result<LatencyRow> {
     let (partitions, rate) = (args.partitions, args.rate);
     let total = rate * args.duration_s;
-    let (p, counts) = producer(&target.bootstrap)?;
+    let (p, counts): (ThreadedProducer<DeliveryContext>, _) = producer(&target.bootstrap, total)?;
     // Warm-up: one acknowledged record per partition, so the measurement starts with every
     // follower fetching and the producer connected (steady state, not topic creation), and
     // every consumer has joined its group and fetched it.
     for partition in 0..partitions {
-        let rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic).partition(partition).payload(&[0u8; 8]);
+        let rec: BaseRecord<'_, [u8], [u8], usize> = BaseRecord::with_opaque_to(topic, UNTIMED)
+            .partition(partition)
+            .payload(&[0u8; 8]);
         p.send(rec).map_err(|(e, _)| anyhow::anyhow!("warm-up send: {e}"))?;
     }
     p.flush(Duration::from_secs(30))?;
@@ -386,7 +561,8 @@ fn latency_phase(target: &Target, topic: &str, args: &Args, consumers: usize) ->
         counts.failed.load(Ordering::Relaxed) == 0,
         "the warm-up records were not acknowledged"
     );
-    let epoch = Instant::now();
+    // Producer and consumers stamp times against the producer context's clock.
+    let epoch = counts.epoch;
     let deadline = Instant::now() + Duration::from_secs(args.duration_s + 90);
     let warmed = Arc::new(AtomicU64::new(0));
     let readers = (0..consumers)
@@ -415,7 +591,7 @@ fn latency_phase(target: &Target, topic: &str, args: &Args, consumers: usize) ->
         std::thread::sleep(Duration::from_millis(20));
     }
 
-    let mut payload = vec![b'l'; 2048];
+    let mut payload = vec![b'l'; LATENCY_RECORD_BYTES];
     let meter = Meter::start(&target.pids)?;
     let start = Instant::now();
     let interval_ns = 1_000_000_000 / rate;
@@ -425,12 +601,11 @@ fn latency_phase(target: &Target, topic: &str, args: &Args, consumers: usize) ->
         let due = start + Duration::from_nanos(i * interval_ns);
         let now = Instant::now();
         if due > now {
-            p.poll(Duration::ZERO);
             std::thread::sleep(due - now);
         }
         let stamp = (due - epoch).as_nanos() as u64;
         payload[..8].copy_from_slice(&stamp.to_be_bytes());
-        send(&p, topic, &i.to_be_bytes(), &payload)?;
+        send_threaded(&p, topic, &i.to_be_bytes(), &payload, stamp as usize)?;
     }
     let send_secs = start.elapsed().as_secs_f64();
     p.flush(Duration::from_secs(60))?;
@@ -439,13 +614,17 @@ fn latency_phase(target: &Target, topic: &str, args: &Args, consumers: usize) ->
         let lat = reader.join().map_err(|_| anyhow::anyhow!("reader panicked"))??;
         per_consumer.push((lat.len() as u64, quantiles_ms(lat)));
     }
+    let secs = start.elapsed().as_secs_f64();
     let usage = meter.stop()?;
     let failed = counts.failed.load(Ordering::Relaxed);
     ensure!(failed == 0, "latency phase: {failed} deliveries failed");
+    let ack_ns = counts.take_ack_ns();
     Ok(LatencyRow {
         sent: total,
         consumers: per_consumer,
+        acks: (ack_ns.len() as u64, quantiles_ms(ack_ns)),
         achieved_rate: total as f64 / send_secs,
+        secs,
         usage,
     })
 }
@@ -481,13 +660,134 @@ fn print_per_node(u: &Usage, secs: f64) {
     }
 }
 
+fn usage_json(u: &Usage) -> Value {
+    let nodes: Vec<Value> =
+        u.0.iter()
+            .map(|n| {
+                json!({
+                    "node_id": n.node_id,
+                    "cpu_s": n.cpu_s,
+                    "peak_rss_mb": n.peak_rss_mb,
+                    "peak_rss_since_start": n.peak_is_since_start,
+                })
+            })
+            .collect();
+    json!({
+        "broker_cpu_s": u.cpu_s(),
+        "peak_rss_mb_max": u.0.iter().map(|n| n.peak_rss_mb).fold(0.0, f64::max),
+        "nodes": nodes,
+    })
+}
+
+/// `usage_json` plus this phase's rates; `bytes` is the payload bytes produced.
+fn phase_json(records: u64, bytes: u64, secs: f64, u: &Usage) -> Value {
+    let mut v = usage_json(u);
+    let extra = json!({
+        "records": records,
+        "bytes": bytes,
+        "secs": secs,
+        "msgs_per_s": records as f64 / secs,
+        "mb_per_s": bytes as f64 / secs / 1e6,
+        "broker_cpu_s_per_gb": if bytes == 0 { f64::NAN } else { u.cpu_s() / (bytes as f64 / 1e9) },
+    });
+    if let (Value::Object(v), Value::Object(extra)) = (&mut v, extra) {
+        v.extend(extra);
+    }
+    v
+}
+
+fn quantiles_json(count: u64, q: &[f64; 4]) -> Value {
+    json!({ "count": count, "p50_ms": q[0], "p99_ms": q[1], "p99_9_ms": q[2], "max_ms": q[3] })
+}
+
+/// Every figure of the run, for `--json` (NaN, e.g. a percentile of nothing, becomes null).
+fn report_json(
+    args: &Args,
+    target: &Target,
+    consumers: usize,
+    rows: &[ThroughputRow],
+    latency: Option<&LatencyRow>,
+) -> Value {
+    let throughput: Vec<Value> = rows
+        .iter()
+        .map(|r| {
+            let mut v = phase_json(r.records, r.bytes, r.secs, &r.usage);
+            if let Value::Object(m) = &mut v {
+                m.insert("name".into(), json!(r.name));
+                m.insert("topic".into(), json!(r.topic));
+                m.insert("record_bytes".into(), json!(r.record_bytes));
+            }
+            v
+        })
+        .collect();
+    let latency = latency.map(|l| {
+        let mut v = phase_json(l.sent, l.sent * LATENCY_RECORD_BYTES as u64, l.secs, &l.usage);
+        let groups: Vec<Value> = l
+            .consumers
+            .iter()
+            .enumerate()
+            .map(|(i, (received, q))| {
+                let mut g = quantiles_json(*received, q);
+                if let Value::Object(m) = &mut g {
+                    m.insert("group".into(), json!(format!("sluice-bench-group-{i}")));
+                    m.insert("received".into(), json!(received));
+                }
+                g
+            })
+            .collect();
+        if let Value::Object(m) = &mut v {
+            m.insert("target_rate".into(), json!(args.rate));
+            m.insert("achieved_send_rate".into(), json!(l.achieved_rate));
+            m.insert("record_bytes".into(), json!(LATENCY_RECORD_BYTES));
+            m.insert("duration_s".into(), json!(args.duration_s));
+            m.insert("sent".into(), json!(l.sent));
+            m.insert("producer_ack".into(), quantiles_json(l.acks.0, &l.acks.1));
+            m.insert("end_to_end".into(), json!(groups));
+        }
+        v
+    });
+    let settings: serde_json::Map<String, Value> = args.settings.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
+    json!({
+        "tool": "sluice-bench",
+        "schema": 1,
+        "label": args.label,
+        "librdkafka": rdkafka::util::get_rdkafka_version().1,
+        "brokers": {
+            "kind": target.kind(),
+            "bootstrap": target.bootstrap,
+            "nodes": target.pids.len(),
+            "replication_factor": target.replication_factor,
+            "pids": target.pids.iter().map(|(id, pid)| json!({"node_id": id, "pid": pid})).collect::<Vec<_>>(),
+        },
+        "config": {
+            "acks": "all",
+            "partitions": args.partitions,
+            "consumer_groups": consumers,
+            "commit": args.commit,
+            "rate": args.rate,
+            "duration_s": args.duration_s,
+            "phase": args.phase,
+            "set": settings,
+        },
+        "throughput": throughput,
+        "latency": latency,
+    })
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<()> {
     let args = parse_args()?;
-    let consumers = args.consumers.unwrap_or(if args.nodes > 1 { 2 } else { 1 });
-    let target = Target::start(args.nodes, &args.settings)?;
+    let consumers = args.consumers.unwrap_or(if args.nodes > 1 || args.external.is_some() {
+        2
+    } else {
+        1
+    });
+    let target = Target::start(&args)?;
     println!("{}", target.describe());
     let admin = clients::admin_client(&target.bootstrap)?;
+    for topic in &args.create_topics {
+        target.create_topic(&admin, topic, args.partitions).await?;
+    }
     let mut rows = Vec::new();
     let rf = target.replication_factor;
     if args.phase != "latency" {
@@ -511,12 +811,33 @@ async fn main() -> Result<()> {
         None
     };
 
+    print_table(&args, rf, &rows, latency.as_ref());
+    if let Some(path) = &args.json {
+        let report = report_json(&args, &target, consumers, &rows, latency.as_ref());
+        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    if let Some(l) = &latency {
+        for (i, (received, _)) in l.consumers.iter().enumerate() {
+            ensure!(
+                *received == l.sent,
+                "group {} received {received} of {} records",
+                i + 1,
+                l.sent
+            );
+        }
+    }
+    Ok(())
+}
+
+fn print_table(args: &Args, rf: i16, rows: &[ThroughputRow], latency: Option<&LatencyRow>) {
     println!();
     println!(
         "{:<32} {:>9} {:>7} {:>10} {:>8} {:>10} {:>6} {:>8}",
         "phase", "records", "secs", "msgs/s", "MB/s", "broker cpu", "cpu%", "peak MB"
     );
-    for r in &rows {
+    for r in rows {
         println!(
             "{:<32} {:>9} {:>7.2} {:>10.0} {:>8.1} {:>9.2}s {:>5.0}% {:>8}",
             r.name,
@@ -530,13 +851,14 @@ async fn main() -> Result<()> {
         );
         print_per_node(&r.usage, r.secs);
     }
-    if let Some(l) = &latency {
+    if let Some(l) = latency {
         println!();
         println!(
-            "latency @ {} msgs/s x 2 KB for {} s ({} partitions, RF {rf}, {} consumer groups, {}): sent {} (achieved {:.0}/s)",
+            "latency @ {} msgs/s x 2 KB for {} s ({} partitions, RF {}, {} consumer groups, {}): sent {} (achieved {:.0}/s)",
             args.rate,
             args.duration_s,
             args.partitions,
+            rf,
             l.consumers.len(),
             if args.commit { "auto commit every 5 s" } else { "no commits" },
             l.sent,
@@ -557,23 +879,17 @@ async fn main() -> Result<()> {
                 lat_ms[3]
             );
         }
+        let (acked, ack_ms) = &l.acks;
+        println!(
+            "{:>8} {:>10} {:>10.2} {:>10.2} {:>10.2} {:>10.2}   (producer: send to delivery report)",
+            "acks", acked, ack_ms[0], ack_ms[1], ack_ms[2], ack_ms[3]
+        );
         println!("{:>8} {:>11} {:>8}", "broker", "cpu", "peak MB");
         for n in &l.usage.0 {
             println!("{:>8} {:>10.2}s {:>8}", n.node_id, n.cpu_s, rss_cell(n));
         }
-        for (i, (received, _)) in l.consumers.iter().enumerate() {
-            ensure!(
-                *received == l.sent,
-                "group {} received {received} of {} records",
-                i + 1,
-                l.sent
-            );
-        }
     }
-    if rows.iter().any(|r| r.usage.peak_is_since_start())
-        || latency.as_ref().is_some_and(|l| l.usage.peak_is_since_start())
-    {
+    if rows.iter().any(|r| r.usage.peak_is_since_start()) || latency.is_some_and(|l| l.usage.peak_is_since_start()) {
         println!("* peak RSS since broker start (could not reset VmHWM via /proc/<pid>/clear_refs)");
     }
-    Ok(())
 }

@@ -1,0 +1,614 @@
+#!/usr/bin/env python3
+"""Sluice against Apache Kafka, side by side on this machine (`scripts/bench.sh --against-kafka`).
+
+    run     starts a 3-node Sluice cluster and a 3-node Kafka cluster (KRaft, 1 GB heap per
+            node) in turn, A B B A, and drives each with the same clients: sluice-bench
+            (rdkafka: max acks=all throughput at 2 KB and 100 B, then producer-ack and
+            end-to-end latency at the seed load with two consumer groups committing) and
+            Kafka's own ProducerPerformance (2 KB acks=all, max throughput and at the seed
+            rate). Writes one JSON result and a PNG of latency percentiles, prints one table.
+    report  the table and PNG again from a result JSON, or from sluice-bench --json files
+            whose --label starts with "sluice" or "kafka" (the CI smoke test does this).
+
+Nothing is asserted: a phase that fails is recorded as an error and shows as "-".
+The cluster is started with the Python test harness (integration-tests/python/sluice_node.py);
+Kafka takes sluice's place through scripts/kafka-as-sluice.py, so both get the same ports,
+data directories on the same disk, and the same readiness probe."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "integration-tests/python"))
+
+import sluice_node  # noqa: E402  (after the path insert)
+
+SYSTEMS = ("sluice", "kafka")
+RECORD_BYTES = 2048
+
+# Kafka's own defaults from kafka-server-start.sh / kafka-run-class.sh, except that the issue
+# fixes the heap at 1 GB per node.
+KAFKA_HEAP_OPTS = "-Xmx1g -Xms1g"
+KAFKA_JVM_PERFORMANCE_OPTS = (
+    "-server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 "
+    "-XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true"
+)
+
+FULL = {
+    "records_2k": 500_000,
+    "records_100b": 2_000_000,
+    "rate": 20_000,
+    "duration_s": 30,
+    "partitions": 12,
+    "consumers": 2,
+    "pp_max_records": 500_000,
+    "settle_s": 60,
+}
+QUICK = {
+    "records_2k": 2_000,
+    "records_100b": 5_000,
+    "rate": 1_000,
+    "duration_s": 3,
+    "partitions": 12,
+    "consumers": 2,
+    "pp_max_records": 2_000,
+    "settle_s": 0,
+}
+
+
+# ---------------------------------------------------------------- machine, versions
+
+
+def machine_info() -> dict:
+    model = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_kib = 0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_kib = int(line.split()[1])
+    except OSError:
+        pass
+    return {
+        "nproc": os.cpu_count(),
+        "cpu_model": model,
+        "mem_total_gib": round(mem_kib / 1024 / 1024, 1),
+        "kernel": platform.release(),
+    }
+
+
+def _output(cmd: list[str], cwd: Path | None = None) -> str:
+    try:
+        p = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"? ({e})"
+    return (p.stdout + p.stderr).strip()
+
+
+def kafka_version(java_lib: Path) -> str:
+    """Kafka's version from the broker jar's name, e.g. kafka_2.13-4.1.0.jar -> 4.1.0."""
+    for jar in sorted(java_lib.glob("kafka_*.jar")):
+        m = re.fullmatch(r"kafka_[\d.]+-([\w.\-]+)\.jar", jar.name)
+        if m:
+            return m.group(1)
+    return "?"
+
+
+def rdkafka_crate_version() -> str:
+    lock = (ROOT / "Cargo.lock").read_text()
+    m = re.search(r'name = "rdkafka"\nversion = "([^"]+)"', lock)
+    return m.group(1) if m else "?"
+
+
+def versions(sluice_bin: Path, java_lib: Path) -> dict:
+    commit = _output(["git", "rev-parse", "--short=12", "HEAD"], ROOT)
+    if _output(["git", "status", "--porcelain", "--untracked-files=no"], ROOT):
+        commit += "+dirty"
+    return {
+        "sluice": _output([str(sluice_bin), "--version"]),
+        "sluice_commit": commit,
+        "kafka": kafka_version(java_lib),
+        "rdkafka_crate": rdkafka_crate_version(),
+        "java": _output(["java", "-version"]).splitlines()[0:3],
+        "python": platform.python_version(),
+    }
+
+
+# ---------------------------------------------------------------- broker resource use
+
+
+def _cpu_seconds(pid: int) -> float:
+    rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class Meter:
+    """CPU seconds and peak RSS of each broker over a span, as sluice-bench measures them."""
+
+    def __init__(self, pids: list[tuple[int, int]]):
+        self.start = {}
+        for node_id, pid in pids:
+            try:
+                Path(f"/proc/{pid}/clear_refs").write_text("5")  # reset VmHWM
+                reset = True
+            except OSError:
+                reset = False
+            self.start[node_id] = (pid, _cpu_seconds(pid), reset)
+
+    def stop(self) -> dict:
+        nodes = []
+        for node_id, (pid, cpu0, reset) in self.start.items():
+            nodes.append({"node_id": node_id, "cpu_s": _cpu_seconds(pid) - cpu0,
+                          "peak_rss_mb": _peak_rss_mb(pid), "peak_rss_since_start": not reset})
+        return {"broker_cpu_s": sum(n["cpu_s"] for n in nodes),
+                "peak_rss_mb_max": max((n["peak_rss_mb"] for n in nodes), default=float("nan")),
+                "nodes": nodes}
+
+
+# ---------------------------------------------------------------- Kafka's ProducerPerformance
+
+# The closing line: "N records sent, X records/sec (Y MB/sec), A ms avg latency, M ms max latency,
+# P50 ms 50th, P95 ms 95th, P99 ms 99th, P999 ms 99.9th."
+PP_SUMMARY = re.compile(
+    r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), ([\d.]+) ms avg latency, "
+    r"([\d.]+) ms max latency, (\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th, (\d+) ms 99\.9th")
+
+
+def parse_producer_perf(output: str) -> dict:
+    """Figures of ProducerPerformance's closing line (its MB/sec is MiB: 1024 * 1024 bytes)."""
+    matches = PP_SUMMARY.findall(output)
+    if not matches:
+        raise ValueError("no ProducerPerformance summary line in its output")
+    n, rps, mibps, avg, mx, p50, p95, p99, p999 = matches[-1]
+    return {"records": int(n), "msgs_per_s": float(rps), "mb_per_s": float(rps) * RECORD_BYTES / 1e6,
+            "mib_per_s_reported": float(mibps), "avg_ms": float(avg), "max_ms": float(mx),
+            "p50_ms": float(p50), "p95_ms": float(p95), "p99_ms": float(p99), "p99_9_ms": float(p999)}
+
+
+def producer_perf(java_lib: Path, bootstrap: str, topic: str, records: int, rate: int,
+                  pids: list[tuple[int, int]], log: Path) -> dict:
+    """One ProducerPerformance run (acks=all, 2 KB, Java client defaults otherwise; rate -1 =
+    as fast as it goes) with the brokers' CPU and peak RSS over it."""
+    cmd = ["java", "-Xmx512m", "-cp", str(java_lib / "*"), "org.apache.kafka.tools.ProducerPerformance",
+           "--topic", topic, "--num-records", str(records), "--record-size", str(RECORD_BYTES),
+           "--throughput", str(rate), "--producer-props", "acks=all", f"bootstrap.servers={bootstrap}"]
+    meter = Meter(pids)
+    t0 = time.monotonic()
+    with open(log, "w") as f:
+        f.write(" ".join(cmd) + "\n")
+        f.flush()
+        p = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=600)
+    secs = time.monotonic() - t0
+    usage = meter.stop()
+    if p.returncode != 0:
+        raise RuntimeError(f"ProducerPerformance exited with {p.returncode} (log {log})")
+    result = parse_producer_perf(log.read_text(errors="replace"))
+    gb = result["records"] * RECORD_BYTES / 1e9
+    return {**result, **usage, "target_rate": rate, "record_bytes": RECORD_BYTES, "secs": secs,
+            "broker_cpu_s_per_gb": usage["broker_cpu_s"] / gb if gb else float("nan")}
+
+
+# ---------------------------------------------------------------- one run (one cluster)
+
+
+def settle(max_s: float) -> None:
+    """Waits (at most max_s) for the 1-minute load average to drop below 1, so a run does
+    not start in the previous run's tail."""
+    deadline = time.monotonic() + max_s
+    while time.monotonic() < deadline and os.getloadavg()[0] >= 1.0:
+        time.sleep(2)
+
+
+def run_once(order: int, system: str, cfg: dict, paths: dict, log_dir: Path) -> dict:
+    label = f"{system}-{order}"
+    say(f"run {order}: {system}")
+    settle(cfg["settle_s"])
+    os.environ["SLUICE_BIN"] = str(paths["sluice_bin"] if system == "sluice" else paths["kafka_shim"])
+    run: dict = {"order": order, "system": system, "label": label,
+                 "load_before": list(os.getloadavg()), "errors": []}
+    t0 = time.monotonic()
+    nodes = sluice_node.start_cluster(3, ready_timeout=120)
+    try:
+        run["startup_s"] = time.monotonic() - t0
+        pids = [(n.node_id, n.proc.pid) for n in nodes]
+        bootstrap = ",".join(n.bootstrap for n in nodes)
+        bench_json = log_dir / f"{label}-sluice-bench.json"
+        cmd = [str(paths["bench_bin"]), "--bootstrap", bootstrap,
+               "--broker-pids", ",".join(f"{i}:{p}" for i, p in pids),
+               "--label", label, "--json", str(bench_json),
+               "--records-2k", str(cfg["records_2k"]), "--records-100b", str(cfg["records_100b"]),
+               "--rate", str(cfg["rate"]), "--duration-s", str(cfg["duration_s"]),
+               "--partitions", str(cfg["partitions"]), "--consumers", str(cfg["consumers"]),
+               "--create-topics", "perf-max,perf-rate"]
+        log = log_dir / f"{label}-sluice-bench.log"
+        say(f"  sluice-bench (log {log})")
+        with open(log, "w") as f:
+            f.write(" ".join(cmd) + "\n")
+            f.flush()
+            p = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=1800)
+        if bench_json.exists():
+            run["sluice_bench"] = json.loads(bench_json.read_text())
+        if p.returncode != 0:
+            run["errors"].append(f"sluice-bench exited with {p.returncode} (log {log})")
+        run["producer_perf"] = {}
+        pp_phases = [("max", "perf-max", cfg["pp_max_records"], -1),
+                     ("rate", "perf-rate", cfg["rate"] * cfg["duration_s"], cfg["rate"])]
+        for name, topic, records, rate in pp_phases:
+            pp_log = log_dir / f"{label}-producer-perf-{name}.log"
+            say(f"  ProducerPerformance {name} (log {pp_log})")
+            try:
+                run["producer_perf"][name] = producer_perf(paths["java_lib"], bootstrap, topic, records,
+                                                           rate, pids, pp_log)
+            except Exception as e:  # noqa: BLE001 - recorded, the other figures still count
+                run["errors"].append(f"ProducerPerformance {name}: {e}")
+        run["running_after"] = all(n.is_running() for n in nodes)
+    finally:
+        run["load_after"] = list(os.getloadavg())
+        for n in nodes:
+            n.kill()
+            shutil.rmtree(n.work_dir, ignore_errors=True)
+    for e in run["errors"]:
+        say(f"  error: {e}")
+    return run
+
+
+def say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- figures and the table
+
+
+def _get(d, *keys):
+    for k in keys:
+        if d is None:
+            return None
+        d = d[k] if isinstance(d, list) else d.get(k)
+    return d
+
+
+def _throughput(run: dict, size: int) -> dict | None:
+    for t in _get(run, "sluice_bench", "throughput") or []:
+        if t.get("record_bytes") == size:
+            return t
+    return None
+
+
+def _group(run: dict, i: int) -> dict | None:
+    groups = _get(run, "sluice_bench", "latency", "end_to_end") or []
+    return groups[i] if i < len(groups) else None
+
+
+def _peak_rss(run: dict, combine) -> float | None:
+    """Over every phase of the run: `combine` (max or sum) of the nodes' peaks, largest phase."""
+    phases = list(_get(run, "sluice_bench", "throughput") or [])
+    phases.append(_get(run, "sluice_bench", "latency"))
+    phases += list((run.get("producer_perf") or {}).values())
+    values = [combine(n["peak_rss_mb"] for n in ph["nodes"]) for ph in phases if ph and ph.get("nodes")]
+    return max(values) if values else None
+
+
+def figures(cfg: dict) -> list[tuple[str, str, object]]:
+    """(figure, better: higher|lower|info, extractor(run) -> number or None), table order."""
+    rate = cfg.get("rate", "?")
+    groups = cfg.get("consumer_groups", 2)
+    rows: list[tuple[str, str, object]] = [
+        ("sluice-bench (rdkafka), max throughput, acks=all", "", None),
+        ("2 KB: MB/s", "higher", lambda r: _get(_throughput(r, 2048), "mb_per_s")),
+        ("2 KB: msgs/s", "higher", lambda r: _get(_throughput(r, 2048), "msgs_per_s")),
+        ("2 KB: broker CPU-s per GB", "lower", lambda r: _get(_throughput(r, 2048), "broker_cpu_s_per_gb")),
+        ("100 B: msgs/s", "higher", lambda r: _get(_throughput(r, 100), "msgs_per_s")),
+        ("100 B: MB/s", "higher", lambda r: _get(_throughput(r, 100), "mb_per_s")),
+        ("100 B: broker CPU-s per GB", "lower", lambda r: _get(_throughput(r, 100), "broker_cpu_s_per_gb")),
+        (f"sluice-bench (rdkafka), {rate} msgs/s x 2 KB, {groups} groups committing", "", None),
+        ("achieved send rate, msgs/s", "info", lambda r: _get(r, "sluice_bench", "latency", "achieved_send_rate")),
+    ]
+    for q, name in (("p50_ms", "p50"), ("p99_ms", "p99"), ("p99_9_ms", "p99.9")):
+        rows.append((f"producer ack {name}, ms", "lower",
+                     lambda r, q=q: _get(r, "sluice_bench", "latency", "producer_ack", q)))
+    for g in range(groups if isinstance(groups, int) else 2):
+        for q, name in (("p50_ms", "p50"), ("p99_ms", "p99"), ("p99_9_ms", "p99.9"), ("max_ms", "max")):
+            rows.append((f"end-to-end group {g + 1} {name}, ms", "lower", lambda r, g=g, q=q: _get(_group(r, g), q)))
+    rows += [
+        ("broker CPU-s (all nodes)", "lower", lambda r: _get(r, "sluice_bench", "latency", "broker_cpu_s")),
+        ("broker CPU-s per GB", "lower", lambda r: _get(r, "sluice_bench", "latency", "broker_cpu_s_per_gb")),
+        ("ProducerPerformance (Java client), 2 KB, acks=all", "", None),
+        ("max: MB/s", "higher", lambda r: _get(r, "producer_perf", "max", "mb_per_s")),
+        ("max: msgs/s", "higher", lambda r: _get(r, "producer_perf", "max", "msgs_per_s")),
+        ("max: ack p99, ms", "lower", lambda r: _get(r, "producer_perf", "max", "p99_ms")),
+        ("max: broker CPU-s per GB", "lower", lambda r: _get(r, "producer_perf", "max", "broker_cpu_s_per_gb")),
+        (f"{rate} msgs/s: achieved msgs/s", "info", lambda r: _get(r, "producer_perf", "rate", "msgs_per_s")),
+        (f"{rate} msgs/s: ack p50, ms", "lower", lambda r: _get(r, "producer_perf", "rate", "p50_ms")),
+        (f"{rate} msgs/s: ack p99, ms", "lower", lambda r: _get(r, "producer_perf", "rate", "p99_ms")),
+        (f"{rate} msgs/s: ack p99.9, ms", "lower", lambda r: _get(r, "producer_perf", "rate", "p99_9_ms")),
+        (f"{rate} msgs/s: broker CPU-s (all nodes)", "lower", lambda r: _get(r, "producer_perf", "rate", "broker_cpu_s")),
+        (f"{rate} msgs/s: broker CPU-s per GB", "lower",
+         lambda r: _get(r, "producer_perf", "rate", "broker_cpu_s_per_gb")),
+        ("memory", "", None),
+        ("peak RSS, largest node, MB", "lower", lambda r: _peak_rss(r, max)),
+        ("peak RSS, all nodes summed, MB", "lower", lambda r: _peak_rss(r, sum)),
+    ]
+    return rows
+
+
+def _num(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and v == v else None  # NaN -> None
+
+
+def _mean(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
+def ratio(better: str, sluice: float | None, kafka: float | None) -> float | None:
+    """> 1 means Sluice is better: Sluice/Kafka for throughput, Kafka/Sluice for costs."""
+    if sluice is None or kafka is None:
+        return None
+    if better == "higher":
+        return sluice / kafka if kafka else None
+    if better == "lower":
+        return kafka / sluice if sluice else None
+    return None
+
+
+def _cell(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    if abs(v) >= 100:
+        return f"{v:.0f}"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def table_rows(result: dict) -> list[dict]:
+    """Each figure per run, the means per system and the ratio, in table order."""
+    runs = result["runs"]
+    out = []
+    for name, better, get in figures(result.get("config", {})):
+        if get is None:
+            out.append({"figure": name, "section": True})
+            continue
+        per = {s: [_num(get(r)) for r in runs if r["system"] == s] for s in SYSTEMS}
+        s_mean, k_mean = _mean(per["sluice"]), _mean(per["kafka"])
+        out.append({"figure": name, "better": better, "sluice": per["sluice"], "kafka": per["kafka"],
+                    "sluice_mean": s_mean, "kafka_mean": k_mean, "ratio": ratio(better, s_mean, k_mean)})
+    return out
+
+
+def format_table(result: dict) -> str:
+    runs = result["runs"]
+    heads = [f"Sluice (run {r['order']})" for r in runs if r["system"] == "sluice"]
+    heads += [f"Kafka (run {r['order']})" for r in runs if r["system"] == "kafka"]
+    lines = ["| figure | " + " | ".join(heads) + " | ratio (>1: Sluice better) |",
+             "|---" * (len(heads) + 2) + "|"]
+    for row in table_rows(result):
+        if row.get("section"):
+            lines.append(f"| **{row['figure']}** |" + " |" * (len(heads) + 1))
+            continue
+        cells = [_cell(v) for v in row["sluice"] + row["kafka"]]
+        r = row["ratio"]
+        lines.append(f"| {row['figure']} | " + " | ".join(cells) + f" | {'-' if r is None else f'{r:.2f}x'} |")
+    v, m = result.get("versions", {}), result.get("machine", {})
+    lines.append("")
+    lines.append("ratio: Sluice/Kafka for throughput, Kafka/Sluice for latency, CPU and RSS "
+                 "(means of each system's runs)")
+    if v:
+        java = " / ".join(v.get("java") or []) if isinstance(v.get("java"), list) else v.get("java")
+        lines.append(f"versions: {v.get('sluice')} (commit {v.get('sluice_commit')}); Apache Kafka "
+                     f"{v.get('kafka')}; rdkafka {v.get('rdkafka_crate')} (librdkafka {v.get('librdkafka')}); "
+                     f"java: {java}")
+    if m:
+        lines.append(f"machine: {m.get('nproc')} CPUs ({m.get('cpu_model')}), {m.get('mem_total_gib')} GiB, "
+                     f"Linux {m.get('kernel')}")
+    for r in runs:
+        lb, la = r.get("load_before"), r.get("load_after")
+        load = ""
+        if lb and la:
+            load = f"load average before {lb[0]:.2f} {lb[1]:.2f} {lb[2]:.2f}, after {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}"
+        errs = "; errors: " + "; ".join(r["errors"]) if r.get("errors") else ""
+        lines.append(f"run {r['order']} {r['system']}: {load}{errs}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- the plot
+
+
+def latency_series(run: dict) -> dict[str, float | None]:
+    """Latency percentiles (ms) of one run: producer acks and the slowest group's end-to-end
+    (sluice-bench), and ProducerPerformance's acks at the seed rate."""
+    groups = _get(run, "sluice_bench", "latency", "end_to_end") or []
+    out = {}
+    for q, name in (("p50_ms", "p50"), ("p99_ms", "p99"), ("p99_9_ms", "p99.9")):
+        out[f"producer ack {name}"] = _num(_get(run, "sluice_bench", "latency", "producer_ack", q))
+    for q, name in (("p50_ms", "p50"), ("p99_ms", "p99"), ("p99_9_ms", "p99.9")):
+        vals = [_num(g.get(q)) for g in groups]
+        vals = [v for v in vals if v is not None]
+        out[f"end-to-end {name}"] = max(vals) if vals else None
+    for q, name in (("p50_ms", "p50"), ("p99_ms", "p99"), ("p99_9_ms", "p99.9")):
+        out[f"ProducerPerformance ack {name}"] = _num(_get(run, "producer_perf", "rate", q))
+    return out
+
+
+def _label(v: float) -> str:
+    return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
+
+
+def draw_png(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    # Sluice's runs first, then Kafka's, each in run order.
+    runs = sorted(result["runs"], key=lambda r: (SYSTEMS.index(r["system"]), r["order"]))
+    series = [(r, latency_series(r)) for r in runs]
+    cats = list(series[0][1].keys()) if series else []
+    colours = {"sluice": ["#1f5fa8", "#6fa3db"], "kafka": ["#c8501e", "#f0a070"]}
+    seen = {s: 0 for s in SYSTEMS}
+    fig, ax = plt.subplots(figsize=(12, 6), dpi=100)
+    width = 0.8 / max(len(series), 1)
+    highest = 1.0
+    for i, (run, values) in enumerate(series):
+        shade = colours[run["system"]][min(seen[run["system"]], 1)]
+        seen[run["system"]] += 1
+        xs = [c + (i - (len(series) - 1) / 2) * width for c in range(len(cats))]
+        ys = [values[c] if values[c] is not None else 0 for c in cats]
+        highest = max([highest, *ys])
+        name = "Sluice" if run["system"] == "sluice" else "Kafka"
+        ax.bar(xs, ys, width=width, color=shade, label=f"{name} (run {run['order']})")
+        for x, y in zip(xs, ys):
+            if y > 0:
+                ax.text(x, y * 1.1, _label(y), ha="center", va="bottom", fontsize=7, rotation=90)
+    ax.set_yscale("log")
+    ax.set_ylim(top=highest * 40)  # room for the value labels and the legend
+    ax.set_xticks(range(len(cats)))
+    ax.set_xticklabels(cats, rotation=20, ha="right", fontsize=9)
+    ax.set_ylabel("latency, ms (log scale)")
+    cfg = result.get("config", {})
+    ax.set_title(f"Latency percentiles at {cfg.get('rate', '?')} msgs/s x 2 KB, acks=all, 3 nodes, RF 3, "
+                 f"{cfg.get('partitions', '?')} partitions\n"
+                 f"sluice-bench (rdkafka; end-to-end: slowest of {cfg.get('consumer_groups', '?')} groups "
+                 f"committing) and Kafka's ProducerPerformance (Java client)", fontsize=10)
+    ax.grid(axis="y", which="both", alpha=0.3)
+    ax.legend(fontsize=9, loc="upper center", ncol=4)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------- entry points
+
+
+def utc_stamp() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def write_outputs(result: dict, out: Path, png: Path | None) -> None:
+    png = png or out.with_suffix(".png")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    result["table"] = format_table(result)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    draw_png(result, png)
+    print(result["table"])
+    print(f"\nwrote {out} and {png}")
+
+
+def cmd_run(a) -> int:
+    cfg = dict(QUICK if a.quick else FULL)
+    paths = {"sluice_bin": Path(a.sluice_bin).resolve(), "bench_bin": Path(a.bench_bin).resolve(),
+             "kafka_shim": ROOT / "scripts/kafka-as-sluice.py", "java_lib": Path(a.java_lib).resolve()}
+    os.environ["SLUICE_JAVA_LIB"] = str(paths["java_lib"])
+    os.environ["KAFKA_HEAP_OPTS"] = KAFKA_HEAP_OPTS
+    os.environ["KAFKA_JVM_PERFORMANCE_OPTS"] = KAFKA_JVM_PERFORMANCE_OPTS
+    out = Path(a.out) if a.out else ROOT / "bench-results" / f"against-kafka-{utc_stamp()}.json"
+    log_dir = out.with_suffix("")
+    log_dir = log_dir.parent / (log_dir.name + "-logs")
+    log_dir.mkdir(parents=True, exist_ok=True)
+    order = a.order.split(",")
+    if any(s not in SYSTEMS for s in order):
+        raise SystemExit(f"--order takes {SYSTEMS}, got {order}")
+    result = {
+        "tool": "bench_against_kafka", "schema": 1, "quick": a.quick, "started_utc": utc_stamp(),
+        "machine": machine_info(), "versions": versions(paths["sluice_bin"], paths["java_lib"]),
+        "config": {**cfg, "nodes": 3, "replication_factor": 3, "acks": "all", "record_bytes_latency": RECORD_BYTES,
+                   "consumer_groups": cfg["consumers"], "order": order,
+                   "kafka_heap_opts": KAFKA_HEAP_OPTS, "kafka_jvm_performance_opts": KAFKA_JVM_PERFORMANCE_OPTS},
+        "runs": [],
+    }
+    for i, system in enumerate(order, start=1):
+        try:
+            run = run_once(i, system, cfg, paths, log_dir)
+        except Exception as e:  # noqa: BLE001 - a cluster that did not start is a result too
+            run = {"order": i, "system": system, "label": f"{system}-{i}", "errors": [f"{e}"[:2000]],
+                   "load_before": list(os.getloadavg()), "load_after": list(os.getloadavg())}
+            say(f"  error: {e}")
+        result["runs"].append(run)
+        librdkafka = _get(run, "sluice_bench", "librdkafka")
+        if librdkafka:
+            result["versions"]["librdkafka"] = librdkafka
+    result["finished_utc"] = utc_stamp()
+    write_outputs(result, out, Path(a.png) if a.png else None)
+    return 0
+
+
+def load_report_inputs(files: list[Path]) -> dict:
+    """One result from a bench_against_kafka result JSON or from sluice-bench --json files
+    (the system is the start of each label)."""
+    result: dict = {"tool": "bench_against_kafka", "schema": 1, "runs": []}
+    for f in files:
+        data = json.loads(f.read_text())
+        if data.get("tool") == "bench_against_kafka":
+            data.pop("table", None)
+            result = {**data, "runs": result["runs"] + data["runs"]}
+            continue
+        if data.get("tool") != "sluice-bench":
+            raise SystemExit(f"{f}: neither a sluice-bench nor a bench_against_kafka JSON")
+        label = data.get("label", "")
+        system = next((s for s in SYSTEMS if label.lower().startswith(s)), None)
+        if system is None:
+            raise SystemExit(f"{f}: label {label!r} starts with neither 'sluice' nor 'kafka'")
+        cfg = data.get("config", {})
+        result.setdefault("config", {"rate": cfg.get("rate"), "partitions": cfg.get("partitions"),
+                                     "consumer_groups": cfg.get("consumer_groups")})
+        result["runs"].append({"order": len(result["runs"]) + 1, "system": system, "label": label,
+                               "sluice_bench": data, "errors": []})
+        result.setdefault("versions", {})["librdkafka"] = data.get("librdkafka")
+    return result
+
+
+def cmd_report(a) -> int:
+    result = load_report_inputs([Path(f) for f in a.inputs])
+    write_outputs(result, Path(a.out), Path(a.png) if a.png else None)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run the A B B A comparison")
+    r.add_argument("--quick", action="store_true", help="tiny counts, a few seconds per phase (smoke run)")
+    r.add_argument("--out", help="result JSON (default bench-results/against-kafka-<UTC>.json)")
+    r.add_argument("--png", help="latency plot (default: the JSON's path with .png)")
+    r.add_argument("--sluice-bin", required=True)
+    r.add_argument("--bench-bin", required=True)
+    r.add_argument("--java-lib", default=str(ROOT / ".java-lib"))
+    r.add_argument("--order", default="sluice,kafka,kafka,sluice", help="systems in run order")
+    r.set_defaults(func=cmd_run)
+    p = sub.add_parser("report", help="table and PNG from result or sluice-bench JSON files")
+    p.add_argument("inputs", nargs="+")
+    p.add_argument("--out", required=True, help="combined result JSON")
+    p.add_argument("--png", help="latency plot (default: the JSON's path with .png)")
+    p.set_defaults(func=cmd_report)
+    a = ap.parse_args(argv)
+    return a.func(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
