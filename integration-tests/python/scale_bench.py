@@ -42,7 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from confluent_kafka import KafkaException, Producer  # noqa: E402
+from confluent_kafka import KafkaError, KafkaException, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from sluice_node import HOST, SluiceNode, start_cluster  # noqa: E402
@@ -110,7 +110,8 @@ class Wire:
 
 class MetadataSummary:
     """Counts from a Metadata v8 response: the brokers listed and, over the topics named
-    `scale-*`, partitions, those with a leader, and those whose ISR holds every replica."""
+    `scale-*`, partitions, those whose leader is a listed broker, and those whose ISR holds
+    every replica."""
 
     def __init__(self):
         self.brokers: list[int] = []
@@ -157,7 +158,7 @@ class MetadataSummary:
                 if mine:
                     s.partitions += 1
                     s.errors += perr != 0
-                    s.led += leader >= 0
+                    s.led += leader in s.brokers  # a leader on a broker not listed is not serving
                     s.full_isr += nisr == nrep == REPLICATION_FACTOR
             pos += 4  # topic_authorized_operations
         return s
@@ -360,6 +361,30 @@ class Run:
         self.result["broker_settings"] = settings
         self.log(f"cluster up: {self.bootstrap}")
 
+    def report_exited(self, phase: str) -> None:
+        """Records each node that exited during `phase`, with the last error lines of its log."""
+        for n in self.nodes:
+            if n.proc.poll() is not None and n.node_id not in self.exited_reported:
+                self.exited_reported.add(n.node_id)
+                errors = [line for line in n.log_tail(2000).splitlines() if " ERROR " in line]
+                # The last distinct message (without timestamp and fields) usually says why.
+                kinds: dict[str, str] = {}
+                for line in errors:
+                    kinds[line.split(" ERROR ", 1)[1].split(" topic=")[0][:160]] = line
+                last = list(kinds.values())[-2:]
+                self.error(phase, f"node {n.node_id} exited with {n.proc.returncode} after {len(errors)} "
+                                  f"ERROR lines, the last kinds: " + " | ".join(last))
+
+    def fd_budget(self) -> dict:
+        """Files each node needs: 3 per partition replica (the active segment's log, offset
+        index and time index) plus its share of the idle connections, against its limit."""
+        a = self.args
+        need = 3 * (a.partitions * REPLICATION_FACTOR // NODES) + a.idle_connections // NODES + 200
+        limit = nofile_limit()
+        if need > limit:
+            self.log(f"WARNING: each node needs about {need:,} open files, the limit is {limit:,}: expect EMFILE")
+        return {"estimated_per_node": need, "limit": limit, "fits": need <= limit}
+
     def cleanup(self) -> None:
         for s in self.idle:
             s.close()
@@ -380,10 +405,16 @@ class Run:
         `timeout_s` after `t0` (a perf_counter reading): the seconds since `t0` at which it first
         held on each node (None if never) and a timeline of samples."""
         done: dict[int, float | None] = {n.node_id: None for n in self.nodes}
+        exited: set[int] = set()
         timeline = []
         while time.perf_counter() - t0 < timeout_s:
             for n in self.nodes:
-                if done[n.node_id] is not None:
+                if done[n.node_id] is not None or n.node_id in exited:
+                    continue
+                if n.proc.poll() is not None:
+                    exited.add(n.node_id)
+                    timeline.append({"t_s": round(time.perf_counter() - t0, 2), "node_id": n.node_id,
+                                     "exited": n.proc.returncode})
                     continue
                 s = metadata_of(n, timeout_s=max(1.0, timeout_s - (time.perf_counter() - t0)))
                 t = time.perf_counter() - t0
@@ -395,7 +426,7 @@ class Run:
                                  "full_isr": s.full_isr})
                 if want(s):
                     done[n.node_id] = round(t, 3)
-            if all(v is not None for v in done.values()):
+            if all(v is not None or k in exited for k, v in done.items()):
                 break
             time.sleep(interval_s)
         return done, timeline
@@ -410,6 +441,7 @@ class Run:
         return self.args.partitions + (SEED_PARTITIONS if self.seed_created else 0)
 
     seed_created = False
+    exited_reported: set[int] = set()
 
     # -- phases
 
@@ -421,15 +453,33 @@ class Run:
                for t, p in self.topic_partitions.items()]
         self.log(f"creating {a.partitions} partitions in {len(new)} topics, {a.create_batch} topics a request")
         failures: list[str] = []
+        retried: list[str] = []
         t0 = time.perf_counter()
-        for i in range(0, len(new), a.create_batch):
-            futures = admin.create_topics(new[i:i + a.create_batch], operation_timeout=a.create_timeout_s,
-                                          request_timeout=a.create_timeout_s)
-            for topic, f in futures.items():
-                try:
-                    f.result()
-                except KafkaException as e:
-                    failures.append(f"{topic}: {e}")
+        pending = new
+        while pending:
+            # A topic whose creation timed out may still commit: retry, and take
+            # TOPIC_ALREADY_EXISTS as created.
+            again = []
+            for i in range(0, len(pending), a.create_batch):
+                batch = pending[i:i + a.create_batch]
+                futures = admin.create_topics(batch, request_timeout=60)
+                by_name = {t.topic: t for t in batch}
+                for topic, f in futures.items():
+                    try:
+                        f.result()
+                    except KafkaException as e:
+                        err = e.args[0]
+                        if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                            continue
+                        if err.retriable() or err.code() == KafkaError.REQUEST_TIMED_OUT:
+                            retried.append(f"{topic}: {err.str()}")
+                            again.append(by_name[topic])
+                        else:
+                            failures.append(f"{topic}: {e}")
+            pending = again
+            if pending and time.perf_counter() - t0 > a.create_timeout_s:
+                failures += [f"{t.topic}: still failing at the deadline" for t in pending]
+                break
         answered_s = time.perf_counter() - t0
         led, led_timeline = self.wait_cluster(self.all_led, t0, a.create_timeout_s, a.poll_interval_s)
         full, full_timeline = self.wait_cluster(self.all_full, t0, a.create_timeout_s, a.poll_interval_s)
@@ -444,6 +494,8 @@ class Run:
             "requests_answered_s": round(answered_s, 3),
             "all_led_s": latest(led),
             "all_full_isr_s": latest(full),
+            "retried": retried[:20],
+            "retry_count": len(retried),
             "failures": failures[:20],
             "failure_count": len(failures),
             "partitions_listed": worst.partitions if worst else 0,
@@ -579,6 +631,7 @@ class Run:
         for n in self.nodes:
             n.proc.wait(timeout=30)
         t0 = time.perf_counter()
+        self.exited_reported = set()
         for n in self.nodes:
             n.spawn()
         answering, _ = self.wait_cluster(lambda s: True, t0, a.restart_timeout_s, 0.05)
@@ -625,10 +678,15 @@ class Run:
         phases = [("create", self.phase_create), ("metadata", self.phase_metadata),
                   ("memory", self.phase_memory), ("spread", self.phase_spread),
                   ("idle-connections", self.phase_idle_connections), ("restart", self.phase_restart)]
+        self.result["open_files"] = self.fd_budget()
         self.start()
         time.sleep(a.settle_s)
         for name, phase in phases:
             if name in a.skip:
+                continue
+            if self.exited_reported and name != "restart":
+                self.log(f"{name} skipped: a node has exited")
+                self.result.setdefault("skipped", []).append(name)
                 continue
             t0 = time.perf_counter()
             try:
@@ -636,6 +694,7 @@ class Run:
             except Exception as e:  # noqa: BLE001 - recorded; later phases still run
                 self.error(name, f"{type(e).__name__}: {e}")
             self.log(f"{name} done in {time.perf_counter() - t0:.1f}s")
+            self.report_exited(name)
         self.result["machine"]["uptime_after"] = uptime()
         self.result["finished_utc"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         return self.result
@@ -697,7 +756,7 @@ def table(r: dict) -> str:
         rows += [
             (f"create {c['partitions']:,} partitions ({c['topics']} topics, RF {c['replication_factor']})",
              f"answered {fmt(c['requests_answered_s'], ' s', 2)}, all led {fmt(c['all_led_s'], ' s', 2)}, "
-             f"full ISR {fmt(c['all_full_isr_s'], ' s', 2)}"),
+             f"full ISR {fmt(c['all_full_isr_s'], ' s', 2)}; {c['retry_count']} topic creations retried"),
             ("partitions listed / led / full ISR (worst node)",
              f"{c['partitions_listed']:,} / {c['partitions_led']:,} / {c['partitions_full_isr']:,}"),
         ]
@@ -798,16 +857,21 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     run = Run(args)
+    status = 0
     try:
-        result = run.run()
+        try:
+            result = run.run()
+        except BaseException as e:  # noqa: BLE001 - the partial result is still written
+            run.error("interrupted", f"{type(e).__name__}: {e}")
+            result, status = run.result, 1
+        out = Path(args.output)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2) + "\n")
+        print(table(result))
+        print(f"result: {out}", flush=True)
     finally:
         run.cleanup()
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(table(result))
-    print(f"result: {out}")
-    return 0
+    return status
 
 
 if __name__ == "__main__":
