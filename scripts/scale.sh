@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Scale on one machine (issue 14, part 3): starts a 3-node release Sluice cluster and measures
+# creation of 10,000 partitions at RF 3, Metadata time and size, RSS per idle partition replica,
+# produce latency spread over every partition, recovery after SIGKILL of all nodes, and the seed
+# load with 5,000 idle connections open. Prints a table and writes a JSON result (default
+# bench-results/scale-<UTC>.json). Asserts nothing about speed. Arguments go to
+# integration-tests/python/scale_bench.py, e.g.
+#   scripts/scale.sh                                  # the full run (about 5 minutes)
+#   scripts/scale.sh --quick                          # a smoke: 300 partitions, 200 connections
+#   scripts/scale.sh --partitions 5000 --per-topic 1000 --idle-connections 2000
+# Measured runs on a shared machine: flock /work/bench.lock scripts/scale.sh
+# The broker binary is $SLUICE_BIN if set, else target/release/sluice built here first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# Each node holds 3 files per partition replica (log, offset and time index of the active
+# segment) plus its connections: raise the soft open-files limit to the hard one.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+if [ -z "${SLUICE_BIN:-}" ]; then
+    TARGET_DIR=$(cargo metadata --no-deps --format-version 1 2>/dev/null \
+        | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])' 2>/dev/null) \
+        || TARGET_DIR=${CARGO_TARGET_DIR:-$(pwd)/target}
+    cargo build --release -p sluice-broker
+    export SLUICE_BIN="$TARGET_DIR/release/sluice"
+fi
+PYTHON=${PYTHON:-.venv/bin/python}
+if [ ! -x "$PYTHON" ]; then
+    bash scripts/python-venv.sh
+fi
+exec "$PYTHON" integration-tests/python/scale_bench.py "$@"
