@@ -43,6 +43,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    raise_open_files_limit();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -58,6 +59,34 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Every hosted partition keeps its active segment's log and two index files open, so the
+/// usual soft limit of 1024 open files is reached at a few hundred partitions. As Kafka's
+/// packagings do with `ulimit`, take the hard limit; what is still too low is logged.
+fn raise_open_files_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let (Some(soft), Some(hard)) = (limit.current, limit.maximum) else {
+        return;
+    };
+    if soft < hard {
+        if let Err(e) = setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: Some(hard),
+                maximum: Some(hard),
+            },
+        ) {
+            tracing::warn!(soft, hard, error = %e, "could not raise the open-files limit; each partition replica needs 3 open files");
+            return;
+        }
+    }
+    tracing::info!(
+        open_files_limit = hard,
+        "each partition replica keeps 3 files open; raise the hard limit (ulimit -Hn) for more than about {} replicas",
+        hard / 3
+    );
 }
 
 async fn run(mut config: BrokerConfig) -> Result<(), String> {

@@ -4,8 +4,8 @@
 
 use std::collections::VecDeque;
 use std::fs::{self, File};
-use std::sync::Arc;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::leader_epoch::LeaderEpochCache;
 use super::log_to_clean::{CleanableSegment, LogToClean};
@@ -404,7 +404,11 @@ impl PartitionLog {
     /// What background writeback works on: the active segment's base offset (which names it),
     /// its file and its size.
     pub fn active_segment(&self) -> (i64, Arc<File>, u64) {
-        (self.active.base_offset(), self.active.log_file(), self.active.size_bytes())
+        (
+            self.active.base_offset(),
+            self.active.log_file(),
+            self.active.size_bytes(),
+        )
     }
 
     pub fn segment_count(&self) -> usize {
