@@ -296,21 +296,35 @@ async fn write_responses(
 ) {
     let mut writer = BufWriter::with_capacity(64 * 1024, writer);
     while let Some(queued) = pending.recv().await {
-        let mut result = match queued.response {
+        // Back-to-back responses that are ready coalesce into one write; whatever is buffered
+        // goes out before waiting, for a deferred response (a pipelining producer's queue is
+        // never empty, and its answered requests must not wait for the next one's replication)
+        // or for the next request.
+        let written = match queued.response {
             Outgoing::Ready(bytes) => writer.write_all(&bytes).await,
-            Outgoing::Deferred(future) => match future.await {
-                Some(frame) => write_frame(&mut writer, &frame).await,
-                None => Ok(()),
-            },
+            Outgoing::Deferred(mut future) => {
+                let frame = match futures::poll!(future.as_mut()) {
+                    std::task::Poll::Ready(frame) => Ok(frame),
+                    std::task::Poll::Pending => match writer.flush().await {
+                        Ok(()) => Ok(future.await),
+                        Err(e) => Err(e),
+                    },
+                };
+                match frame {
+                    Ok(Some(frame)) => write_frame(&mut writer, &frame).await,
+                    Ok(None) => Ok(()),
+                    Err(e) => Err(e),
+                }
+            }
         };
         if let Some(request) = metrics.request(queued.api_key) {
             request.total_time_ms.record(queued.received.elapsed());
         }
         unanswered.fetch_sub(1, Ordering::Relaxed);
-        // Coalesce back-to-back responses into one write; flush when the queue is empty.
-        if result.is_ok() && pending.is_empty() {
-            result = writer.flush().await;
-        }
+        let result = match written {
+            Ok(()) if pending.is_empty() => writer.flush().await,
+            other => other,
+        };
         if let Err(e) = result {
             tracing::debug!(%peer, error = %e, "client went away while responses were pending");
             return;
