@@ -188,6 +188,13 @@ impl Broker {
         }
     }
 
+    /// Brings the hosted partitions and groups up to the newest image now, waiting for a
+    /// reconciliation already under way (for a request that found its partition behind the
+    /// image it was served from).
+    pub fn catch_up_with_metadata(&self) {
+        self.reconcile();
+    }
+
     fn reconcile(&self) {
         if !self.registered.load(std::sync::atomic::Ordering::Acquire) {
             return;

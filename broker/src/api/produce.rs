@@ -13,6 +13,7 @@
 //! passes every appended batch, woken by high-watermark and leadership changes, or until the
 //! request's timeout.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -30,8 +31,8 @@ use super::{str_bytes, Reply};
 use crate::broker::Broker;
 use crate::clock::now_ms;
 use crate::controller;
-use crate::metadata::image::{MetadataImage, TopicImage};
-use crate::partition::AppendOutcome;
+use crate::metadata::image::{MetadataImage, PartitionRegistration, TopicImage};
+use crate::partition::{AppendError, AppendOutcome, Partition};
 use crate::purgatory::DelayedProduce;
 use crate::quota::ANONYMOUS;
 use crate::topic_config::{self, BrokerOverrides};
@@ -173,7 +174,7 @@ fn append(
     acks: i16,
     now: i64,
 ) -> Result<(Appended, Option<DelayedProduce>), Refusal> {
-    let (partition, registration) = broker.replicas.leader_partition_or_explain(topic, index)?;
+    let (partition, registration) = leader_replica(broker, topic, index)?;
     let defaults = broker.topic_defaults(image);
     let min_isr = topic_config::min_insync_replicas(&topic.configs, &defaults, registration.replicas.len());
     if acks == -1 {
@@ -231,6 +232,29 @@ fn append(
         min_insync_replicas: min_isr,
     });
     Ok((appended, wait))
+}
+
+/// The partition's leader replica here. When the image already names this broker leader but
+/// its replica is not open or not leading yet (the hosted partitions are still catching up
+/// with the image, e.g. opening a batch of new partitions one by one), this waits for that
+/// catch-up inline rather than refusing: an acks=0 producer would lose the records, and
+/// waiting here, on the connection's reader, keeps this request and the ones after it in order.
+fn leader_replica<'a>(
+    broker: &Broker,
+    topic: &'a TopicImage,
+    index: i32,
+) -> Result<(Arc<Partition>, &'a PartitionRegistration), AppendError> {
+    let found = broker.replicas.leader_partition_or_explain(topic, index);
+    let leading = matches!(&found, Ok((partition, _)) if partition.is_leader());
+    let led_here = usize::try_from(index)
+        .ok()
+        .and_then(|i| topic.partitions.get(i))
+        .is_some_and(|r| r.leader == broker.config.node_id);
+    if leading || !led_here {
+        return found;
+    }
+    broker.catch_up_with_metadata();
+    broker.replicas.leader_partition_or_explain(topic, index)
 }
 
 fn partition_response(index: i32, result: Result<Appended, Refusal>) -> PartitionProduceResponse {
