@@ -636,11 +636,21 @@ async fn learner_added_with_add_learner_receives_all_entries() {
         learner_status.learners.iter().map(|l| l.id).collect::<Vec<_>>(),
         vec![4]
     );
-    let leader_status = cluster.member(leader).status();
-    assert_eq!(leader_status.learners.len(), 1);
-    assert!(leader_status.learners[0]
-        .match_index
-        .is_some_and(|m| m >= leader_status.commit_index - 1));
+    // The learner's state machine can apply an entry before its append response reaches the
+    // leader, so the leader's view of its progress is awaited, not read once.
+    wait_for(
+        "the leader to see the learner matching its commit index",
+        Duration::from_secs(10),
+        || {
+            let status = cluster.member(leader).status();
+            assert_eq!(status.learners.len(), 1);
+            status.learners[0]
+                .match_index
+                .is_some_and(|m| m >= status.commit_index)
+                .then_some(())
+        },
+    )
+    .await;
 
     // The learner survives a restart and stays a learner.
     cluster.member_mut(4).stop().await;
