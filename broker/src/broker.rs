@@ -5,6 +5,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kafka_protocol::error::ResponseError;
 use tokio::sync::{watch, Semaphore};
 use uuid::Uuid;
 
@@ -32,13 +33,11 @@ pub struct Broker {
     /// Bytes of requests being read or handled across all connections
     /// (`queued.max.request.bytes`): a flood of large requests waits instead of exhausting memory.
     pub request_memory: Arc<Semaphore>,
-    /// Serialises reconciliation so partitions always follow the newest image, never an older
-    /// one applied late by a slower task.
-    reconcile_lock: parking_lot::Mutex<()>,
     /// Set once this start's registration is committed: only then is the local image known
     /// to be current. Before that, replaying the local metadata log passes through old states
-    /// (this broker leading partitions it no longer leads), which must not be acted on.
-    registered: std::sync::atomic::AtomicBool,
+    /// (this broker leading partitions it no longer leads), which must not be acted on, so the
+    /// reconciler (`run_reconciler`) starts only then.
+    registered: watch::Sender<bool>,
     /// True once registered and the hosted partitions reflect the image: only then are client
     /// requests served (Kafka too serves only after its initial metadata is published), so a
     /// restarting broker never answers for a partition it has not opened yet.
@@ -93,8 +92,7 @@ impl Broker {
             config,
             metadata,
             replicas,
-            reconcile_lock: parking_lot::Mutex::new(()),
-            registered: std::sync::atomic::AtomicBool::new(false),
+            registered: watch::channel(false).0,
             serving: watch::channel(false).0,
             producer_ids: parking_lot::Mutex::new((0, 0)),
             incarnation_id: Uuid::new_v4(),
@@ -103,12 +101,13 @@ impl Broker {
         Ok(broker)
     }
 
-    /// Starts the background tasks: registration, following metadata changes, and (while
-    /// this node leads the quorum) the controller's liveness checks.
+    /// Starts the background tasks: registration (then asking to be unfenced whenever the
+    /// controller fenced this broker), following metadata changes, and (while this node leads
+    /// the quorum) the controller's liveness checks.
     pub fn spawn_background(self: &Arc<Self>, shutdown: watch::Receiver<bool>) -> Vec<tokio::task::JoinHandle<()>> {
         vec![
-            tokio::spawn(register(self.clone(), shutdown.clone())),
-            tokio::spawn(follow_metadata(self.clone(), shutdown.clone())),
+            tokio::spawn(run_lifecycle(self.clone(), shutdown.clone())),
+            tokio::spawn(run_reconciler(self.clone(), shutdown.clone())),
             tokio::spawn(controller::timer::run(
                 self.clone(),
                 controller_timer_config(&self.config),
@@ -150,7 +149,7 @@ impl Broker {
     /// before returning, so a client that was told "created" can produce at once.
     pub async fn commit(&self, command: MetadataCommand) -> Result<(Arc<MetadataImage>, Outcome), CommitError> {
         let result = self.metadata.commit(command).await?;
-        self.reconcile();
+        self.reconcile().await;
         Ok(result)
     }
 
@@ -188,22 +187,45 @@ impl Broker {
         }
     }
 
-    /// Brings the hosted partitions and groups up to the newest image now, waiting for a
-    /// reconciliation already under way (for a request that found its partition behind the
-    /// image it was served from).
+    /// Waits, for at most [`CATCH_UP_WAIT`], until the hosted partitions and groups reflect the
+    /// newest image, for a request that found its partition behind the image it was served from
+    /// and must keep its place on the connection (the produce path, whose handler is
+    /// synchronous). The reconciler does the work; this thread only waits, through
+    /// `block_in_place`, so the runtime moves the worker's other tasks elsewhere meanwhile.
     pub fn catch_up_with_metadata(&self) {
-        self.reconcile();
-    }
-
-    fn reconcile(&self) {
-        if !self.registered.load(std::sync::atomic::Ordering::Acquire) {
+        if !*self.registered.borrow() {
             return;
         }
-        let _serial = self.reconcile_lock.lock();
-        let image = self.replicas.reconcile(now_ms());
-        self.groups.reconcile(&image, self.config.node_id);
+        let target = self.metadata.image().last_offset;
+        if self.replicas.is_reconciled_to(target) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if runtime.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+            return; // block_in_place needs other workers to hand this one's tasks to
+        }
+        tokio::task::block_in_place(|| {
+            runtime.block_on(async {
+                let _ = tokio::time::timeout(CATCH_UP_WAIT, self.replicas.wait_reconciled_to(target)).await;
+            })
+        });
+    }
+
+    /// Waits until the hosted partitions and groups reflect the current image (at once before
+    /// this start's registration is committed).
+    async fn reconcile(&self) {
+        if !*self.registered.borrow() {
+            return;
+        }
+        self.replicas.wait_reconciled_to(self.metadata.image().last_offset).await;
     }
 }
+
+/// The longest a produce request waits inline for the hosted partitions to catch up with the
+/// image before it is answered from what is open (NOT_LEADER_OR_FOLLOWER, which clients retry).
+const CATCH_UP_WAIT: Duration = Duration::from_secs(10);
 
 /// Bytes of requests held at once (`queued.max.request.bytes`, within what a semaphore and a
 /// frame size can count).
@@ -254,13 +276,35 @@ impl controller::timer::ControllerHost for Broker {
         self.metadata.image()
     }
 
+    fn own_incarnation(&self) -> (i32, Uuid) {
+        (self.config.node_id, self.incarnation_id)
+    }
+
     async fn propose(&self, command: MetadataCommand) -> Result<(), CommitError> {
         self.commit(command).await.map(|_| ())
     }
 }
 
-/// Announces this broker (a new incarnation on every start), retrying until the quorum takes it.
-async fn register(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+/// Kafka's `BrokerLifecycleManager`: registers this process, then keeps it unfenced.
+async fn run_lifecycle(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+    if register(&broker, &mut shutdown).await {
+        keep_unfenced(&broker, &mut shutdown).await;
+    }
+}
+
+/// How long registration and unfencing requests wait before they are repeated: half a
+/// heartbeat interval, as the controller's timer ticks, so each repeat (a metadata log entry)
+/// stays rare.
+fn lifecycle_retry(config: &BrokerConfig) -> Duration {
+    Duration::from_millis(config.broker_heartbeat_interval_ms.clamp(200, 2000) / 2)
+}
+
+/// Announces this broker (a new incarnation on every start), retrying until the quorum takes
+/// it. While this node's previous process is still registered and its session not over, the
+/// controller refuses (DUPLICATE_BROKER_REGISTRATION) and this retries with backoff: nothing
+/// is served meanwhile, so no partition is led on the strength of metadata from before the
+/// restart. Returns whether it registered (false: shutting down).
+async fn register(broker: &Arc<Broker>, shutdown: &mut watch::Receiver<bool>) -> bool {
     let command = MetadataCommand::RegisterBroker {
         broker_id: broker.config.node_id,
         incarnation_id: broker.incarnation_id,
@@ -277,16 +321,46 @@ async fn register(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
             .chain(http_endpoint(&broker.config))
             .collect(),
         rack: broker.config.rack.clone(),
+        replica_capacity: broker.replicas.replica_capacity(),
+        wait_for_previous_session: true,
     };
     let mut attempt = 0u32;
+    let mut refusals = 0u32;
     loop {
+        let mut backoff = Duration::from_millis(200);
         match broker.commit(command.clone()).await {
-            Ok(_) => {
-                tracing::info!(node_id = broker.config.node_id, "registered with the metadata quorum");
-                broker.registered.store(true, std::sync::atomic::Ordering::Release);
-                broker.reconcile();
+            Ok((image, _)) => {
+                let broker_epoch = image.brokers.get(&broker.config.node_id).map(|b| b.broker_epoch);
+                tracing::info!(
+                    node_id = broker.config.node_id,
+                    broker_epoch,
+                    "registered with the metadata quorum"
+                );
+                broker.registered.send_replace(true);
+                // Serving starts once the reconciler has opened the hosted partitions.
+                tokio::select! {
+                    _ = shutdown.changed() => return false,
+                    _ = broker.replicas.wait_reconciled_to(image.last_offset) => {}
+                }
+                tracing::info!(
+                    hosted_partitions = broker.replicas.all().len(),
+                    "hosted partitions opened; serving clients"
+                );
                 broker.serving.send_replace(true);
-                return;
+                return true;
+            }
+            Err(CommitError::Refused(e)) if e.error == ResponseError::DuplicateBrokerRegistration => {
+                refusals += 1;
+                if refusals == 1 {
+                    tracing::warn!(
+                        session_timeout_ms = broker.config.broker_session_timeout_ms,
+                        "this node's previous process is still registered and its session has not expired: waiting for it to expire (at most broker.session.timeout.ms) before registering; this node serves nothing until then"
+                    );
+                } else {
+                    tracing::debug!(refusals, reason = %e.message, "registration still waits for the previous session to expire");
+                }
+                let doubled = Duration::from_millis(100) * 2u32.saturating_pow(refusals.min(8));
+                backoff = doubled.min(lifecycle_retry(&broker.config));
             }
             Err(e) => {
                 attempt += 1;
@@ -296,8 +370,53 @@ async fn register(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
             }
         }
         tokio::select! {
+            _ = shutdown.changed() => return false,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+    }
+}
+
+/// Kafka's heartbeat asking to leave the fenced state. The controller fences a broker it has
+/// not heard from within `broker.session.timeout.ms` (this process was paused, say, or cut off)
+/// but never unfences by contact, which is a quorum member's and not an incarnation's: this
+/// process asks, naming its incarnation, whenever the image shows its own registration fenced.
+/// Not after its own controlled shutdown, nor once a newer process of this node waits to
+/// register (then this one is the stale one).
+async fn keep_unfenced(broker: &Arc<Broker>, shutdown: &mut watch::Receiver<bool>) {
+    let node_id = broker.config.node_id;
+    let mut images = broker.metadata.subscribe();
+    let mut asking = false;
+    loop {
+        let image = images.borrow_and_update().clone();
+        let fenced = image.brokers.get(&node_id).is_some_and(|b| {
+            b.incarnation_id == broker.incarnation_id
+                && b.fenced
+                && !b.in_controlled_shutdown
+                && b.pending_incarnation.is_none()
+        });
+        if !fenced {
+            asking = false;
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                changed = images.changed() => if changed.is_err() { return },
+            }
+            continue;
+        }
+        if !asking {
+            tracing::info!("the controller fenced this broker (it did not hear from it within broker.session.timeout.ms); asking to be unfenced");
+            asking = true;
+        }
+        let command = MetadataCommand::UnfenceBroker {
+            broker_id: node_id,
+            incarnation_id: Some(broker.incarnation_id),
+        };
+        if let Err(e) = broker.commit(command).await {
+            tracing::debug!(error = %e, "the request to be unfenced was not committed; will retry");
+        }
+        // A request that changed nothing (the image moved on meanwhile) is not repeated at once.
+        tokio::select! {
             _ = shutdown.changed() => return,
-            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            _ = tokio::time::sleep(lifecycle_retry(&broker.config)) => {}
         }
     }
 }
@@ -323,14 +442,37 @@ fn http_endpoint(config: &BrokerConfig) -> Option<Endpoint> {
     })
 }
 
-/// Applies metadata changes made elsewhere in the cluster to the hosted partitions.
-async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+/// The reconciler: once this start's registration is committed, brings the hosted partitions
+/// and groups in line with every new image, one round at a time and always from the newest
+/// image (`ReplicaManager::reconcile_image`), and reports each round done, which `commit`,
+/// `register` and the produce path's catch-up wait for.
+async fn run_reconciler(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+    /// Whichever way the reconciler ends, nothing may wait for it afterwards.
+    struct Stopped<'a>(&'a ReplicaManager);
+    impl Drop for Stopped<'_> {
+        fn drop(&mut self) {
+            self.0.stop_reconciling();
+        }
+    }
+    let _stopped = Stopped(&broker.replicas);
+    let mut registered = broker.registered.subscribe();
+    tokio::select! {
+        _ = shutdown.changed() => return,
+        result = registered.wait_for(|r| *r) => if result.is_err() { return },
+    }
     let mut images = broker.metadata.subscribe();
     loop {
+        images.borrow_and_update();
+        let image = broker.metadata.image();
+        tokio::select! {
+            _ = shutdown.changed() => return,
+            _ = broker.replicas.reconcile_image(&image, now_ms()) => {}
+        }
+        broker.groups.reconcile(&image, broker.config.node_id);
+        broker.replicas.mark_reconciled(image.last_offset);
         tokio::select! {
             _ = shutdown.changed() => return,
             changed = images.changed() => if changed.is_err() { return },
         }
-        broker.reconcile();
     }
 }

@@ -9,8 +9,10 @@
 //! A frame's share of the broker-wide request memory (`queued.max.request.bytes`) is taken as
 //! soon as its size prefix arrives, before its body is buffered, and held until its handler
 //! has run. Once a frame has started it must arrive whole within
-//! `socket.request.read.timeout.ms`. A connection that sends nothing for
-//! `connections.max.idle.ms`, with no response owed, is closed.
+//! `socket.request.read.timeout.ms`. A connection that neither sent a request nor was sent a
+//! response for `connections.max.idle.ms`, and is owed none, is closed (Kafka's idle expiry
+//! counts reads and writes alike: a long poll answered after the idle limit leaves its
+//! connection open).
 //!
 //! A response carrying a quota's throttle time (Produce, Fetch) mutes the connection: as
 //! Kafka does since KIP-219, the response goes out at once and no further request from the
@@ -58,6 +60,35 @@ struct Queued {
 
 const READ_BUFFER_BYTES: usize = 64 * 1024;
 
+/// The responses a connection still owes, and when it last sent one: shared by the reader,
+/// which closes idle connections, and the writer.
+struct Owed {
+    since: Instant,
+    unanswered: AtomicUsize,
+    /// ms after `since` when the last response was written.
+    answered_ms: AtomicU64,
+}
+
+impl Owed {
+    fn new() -> Owed {
+        Owed {
+            since: Instant::now(),
+            unanswered: AtomicUsize::new(0),
+            answered_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn answered(&self) {
+        self.answered_ms
+            .fetch_max(self.since.elapsed().as_millis() as u64, Ordering::Relaxed);
+        self.unanswered.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    fn last_answered(&self) -> Instant {
+        self.since + Duration::from_millis(self.answered_ms.load(Ordering::Relaxed))
+    }
+}
+
 /// Until when the connection is muted by a quota throttle: ms after `since`, 0 when never.
 /// Set by whichever response carries the throttle (possibly a deferred one, on the writer),
 /// read by the reader before each request.
@@ -102,12 +133,12 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, session: Session, mut
     let peer = session.peer;
     let (mut reader, writer) = stream.into_split();
     let (queue, pending) = mpsc::channel(broker.config.max_in_flight_requests_per_connection.max(1));
-    let unanswered = Arc::new(AtomicUsize::new(0));
+    let owed = Arc::new(Owed::new());
     let writer_task = tokio::spawn(write_responses(
         writer,
         pending,
         peer,
-        unanswered.clone(),
+        owed.clone(),
         broker.metrics.clone(),
     ));
     let max_bytes = broker.config.socket_request_max_bytes;
@@ -156,7 +187,7 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, session: Session, mut
                 Err(reason) => break Some(reason),
             };
             drop(request_memory);
-            unanswered.fetch_add(1, Ordering::Relaxed);
+            owed.unanswered.fetch_add(1, Ordering::Relaxed);
             if queue.send(outgoing).await.is_err() {
                 break None; // the writer failed; it has logged why
             }
@@ -189,8 +220,10 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, session: Session, mut
                     buf.len()
                 ))
             }
-            // Responses still owed (a long poll) keep the connection in use.
-            Err(_) if unanswered.load(Ordering::Relaxed) > 0 => last_read = Instant::now(),
+            // Responses still owed (a long poll) keep the connection in use, and so does one
+            // sent within the idle limit.
+            Err(_) if owed.unanswered.load(Ordering::Relaxed) > 0 => last_read = Instant::now(),
+            Err(_) if owed.last_answered() > last_read => last_read = owed.last_answered(),
             Err(_) => {
                 tracing::debug!(%peer, idle_ms = idle_timeout.as_millis() as u64,
                     "closing a connection idle for connections.max.idle.ms");
@@ -291,7 +324,7 @@ async fn write_responses(
     writer: OwnedWriteHalf,
     mut pending: mpsc::Receiver<Queued>,
     peer: SocketAddr,
-    unanswered: Arc<AtomicUsize>,
+    owed: Arc<Owed>,
     metrics: Arc<BrokerMetrics>,
 ) {
     let mut writer = BufWriter::with_capacity(64 * 1024, writer);
@@ -320,7 +353,7 @@ async fn write_responses(
         if let Some(request) = metrics.request(queued.api_key) {
             request.total_time_ms.record(queued.received.elapsed());
         }
-        unanswered.fetch_sub(1, Ordering::Relaxed);
+        owed.answered();
         let result = match written {
             Ok(()) if pending.is_empty() => writer.flush().await,
             other => other,

@@ -10,10 +10,15 @@ use std::path::Path;
 /// directory). The temporary file is `<name>.tmp` in the same directory, so the rename never
 /// crosses file systems; a leftover one from a crash is simply overwritten next time.
 pub fn write_atomically(path: &Path, contents: &[u8]) -> io::Result<()> {
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
+    replace_file(path, contents)?;
+    sync_dir(parent_dir(path))
+}
+
+/// [`write_atomically`] without the directory fsync: after a crash `path` holds either its old
+/// contents (or is absent) or all of `contents`, never a part. For a caller that fsyncs the
+/// directory itself, later, before anything depends on the new file.
+pub fn replace_file(path: &Path, contents: &[u8]) -> io::Result<()> {
+    let dir = parent_dir(path);
     let file_name = path
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "checkpoint path has no file name"))?;
@@ -24,13 +29,37 @@ pub fn write_atomically(path: &Path, contents: &[u8]) -> io::Result<()> {
     file.write_all(contents)?;
     file.sync_all()?;
     drop(file);
-    fs::rename(&tmp, path)?;
-    sync_dir(dir)
+    fs::rename(&tmp, path)
+}
+
+fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    }
 }
 
 /// Makes file creations, renames and deletions in `dir` durable.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    #[cfg(test)]
+    test_support::DIR_SYNCS.with(|n| n.set(n.get() + 1));
     File::open(dir)?.sync_all()
+}
+
+/// Directory fsyncs are counted per thread in unit tests, which assert how many an operation
+/// costs (each test runs on its own thread).
+#[cfg(test)]
+pub mod test_support {
+    use std::cell::Cell;
+
+    thread_local! {
+        pub(super) static DIR_SYNCS: Cell<u64> = const { Cell::new(0) };
+    }
+
+    /// Directory fsyncs this thread has done so far.
+    pub fn dir_syncs() -> u64 {
+        DIR_SYNCS.with(Cell::get)
+    }
 }
 
 /// Starts writing `len` bytes of `file` from `offset` back to disk without waiting for it and
@@ -53,6 +82,17 @@ pub fn start_writeback(file: &File, offset: u64, len: u64) -> io::Result<()> {
     #[cfg(not(target_os = "linux"))]
     let _ = (file, offset, len);
     Ok(())
+}
+
+/// Creates `dir` and any missing parents. Returns whether `dir` was created, in which case its
+/// entry in the parent directory is not yet durable (fsync the parent).
+pub fn create_dir_if_missing(dir: &Path) -> io::Result<bool> {
+    match fs::create_dir(dir) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(false),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => fs::create_dir_all(dir).map(|()| true),
+        Err(e) => Err(e),
+    }
 }
 
 /// Removes `path`; a file that is already gone is not an error.

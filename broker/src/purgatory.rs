@@ -1,7 +1,8 @@
 //! The delayed operations (Kafka's purgatory): requests that wait on a partition's state
-//! instead of answering at once. Each waits on the partition's `watch` channels (high
-//! watermark, log end offset, leader epoch), so it is woken by the change it waits for, never
-//! by polling, and each has a deadline.
+//! instead of answering at once. Each waits on the partition's [`PartitionWatch`] (high
+//! watermark, log end offset, leader epoch, low watermark: one `Notify` for all four), so it
+//! is woken by changes, never by polling; one woken by a value it does not wait on goes back
+//! to waiting without doing any work. Each has a deadline.
 //!
 //! - [`DelayedProduce`]: an append with `acks=all` (and a group's offset commit or assignment)
 //!   completes when the high watermark passes it, fails when leadership moves or time runs out.
@@ -16,10 +17,9 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 use kafka_protocol::error::ResponseError;
-use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::partition::{AppendError, Partition};
+use crate::partition::{AppendError, Partition, PartitionWatch, Watched};
 
 /// An append waiting for the high watermark to pass `required_offset` (Kafka's
 /// `DelayedProduce`): `acks=all` produces, offset commits and group assignments.
@@ -36,40 +36,44 @@ impl DelayedProduce {
     /// failed if leadership moves or the deadline passes first. Woken by high-watermark and
     /// leader-epoch changes, never by polling.
     pub async fn wait(self, deadline: tokio::time::Instant) -> Result<(), AppendError> {
-        let mut high_watermark = self.partition.watch_high_watermark();
-        let mut leader_epoch = self.partition.watch_leader_epoch();
         let moved = || {
             (
                 ResponseError::NotLeaderOrFollower,
                 "leadership moved before the records were replicated; retry against the new leader".to_string(),
             )
         };
-        loop {
-            if *leader_epoch.borrow_and_update() != self.leader_epoch || !self.partition.is_leader() {
-                return Err(moved());
+        // What the last full check saw: a wake that moved neither is not worth a lock.
+        let mut seen: Option<(i64, i32)> = None;
+        let outcome = self.partition.watch().wait_for(deadline, |now: Watched| {
+            let relevant = (now.high_watermark, now.leader_epoch);
+            if seen == Some(relevant) {
+                return None;
             }
-            if *high_watermark.borrow_and_update() >= self.required_offset {
-                let isr = self.partition.isr_size();
-                if isr < self.min_insync_replicas {
-                    return Err((
-                        ResponseError::NotEnoughReplicasAfterAppend,
-                        format!(
-                            "the records were written, but the ISR shrank to {isr}, below min.insync.replicas={}",
-                            self.min_insync_replicas
-                        ),
-                    ));
-                }
-                return Ok(());
+            seen = Some(relevant);
+            if now.leader_epoch != self.leader_epoch || !self.partition.is_leader() {
+                return Some(Err(moved()));
             }
-            tokio::select! {
-                changed = high_watermark.changed() => if changed.is_err() { return Err(moved()) },
-                changed = leader_epoch.changed() => if changed.is_err() { return Err(moved()) },
-                _ = tokio::time::sleep_until(deadline) => return Err((
-                    ResponseError::RequestTimedOut,
-                    "the in-sync replicas did not confirm the records within the request timeout".to_string(),
-                )),
+            if now.high_watermark < self.required_offset {
+                return None;
             }
-        }
+            let isr = self.partition.isr_size();
+            if isr < self.min_insync_replicas {
+                return Some(Err((
+                    ResponseError::NotEnoughReplicasAfterAppend,
+                    format!(
+                        "the records were written, but the ISR shrank to {isr}, below min.insync.replicas={}",
+                        self.min_insync_replicas
+                    ),
+                )));
+            }
+            Some(Ok(()))
+        });
+        outcome.await.unwrap_or_else(|| {
+            Err((
+                ResponseError::RequestTimedOut,
+                "the in-sync replicas did not confirm the records within the request timeout".to_string(),
+            ))
+        })
     }
 }
 
@@ -85,8 +89,6 @@ impl DelayedDeleteRecords {
     /// The low watermark once it reaches the new log start; failed if leadership moves or the
     /// deadline passes first. Woken by low-watermark and leader-epoch changes.
     pub async fn wait(self, deadline: Instant) -> Result<i64, AppendError> {
-        let mut low_watermark = self.partition.watch_low_watermark();
-        let mut leader_epoch = self.partition.watch_leader_epoch();
         let moved = || {
             (
                 ResponseError::NotLeaderOrFollower,
@@ -94,77 +96,106 @@ impl DelayedDeleteRecords {
                     .to_string(),
             )
         };
-        loop {
-            if *leader_epoch.borrow_and_update() != self.leader_epoch || !self.partition.is_leader() {
-                return Err(moved());
+        let mut seen: Option<(i64, i32)> = None;
+        let outcome = self.partition.watch().wait_for(deadline, |now: Watched| {
+            let relevant = (now.low_watermark, now.leader_epoch);
+            if seen == Some(relevant) {
+                return None;
             }
-            let low = *low_watermark.borrow_and_update();
-            if low >= self.log_start_offset {
-                return Ok(low);
+            seen = Some(relevant);
+            if now.leader_epoch != self.leader_epoch || !self.partition.is_leader() {
+                return Some(Err(moved()));
             }
-            tokio::select! {
-                changed = low_watermark.changed() => if changed.is_err() { return Err(moved()) },
-                changed = leader_epoch.changed() => if changed.is_err() { return Err(moved()) },
-                _ = tokio::time::sleep_until(deadline) => return Err((
-                    ResponseError::RequestTimedOut,
-                    format!(
-                        "the leader deleted the records, but not every in-sync replica confirmed it within the request timeout (low watermark {low}, wanted {})",
-                        self.log_start_offset
-                    ),
-                )),
-            }
-        }
+            (now.low_watermark >= self.log_start_offset).then_some(Ok(now.low_watermark))
+        });
+        outcome.await.unwrap_or_else(|| {
+            let low = self.partition.watch().low_watermark();
+            Err((
+                ResponseError::RequestTimedOut,
+                format!(
+                    "the leader deleted the records, but not every in-sync replica confirmed it within the request timeout (low watermark {low}, wanted {})",
+                    self.log_start_offset
+                ),
+            ))
+        })
     }
 }
 
-/// What a waiting fetch watches: one receiver per partition it reads, subscribed before its
-/// first read so that a write between that read and the wait is not missed.
+/// What a waiting fetch watches: the log end offset (a follower's fetch) or the high
+/// watermark (a consumer's) of each partition it reads, as they were before its first read,
+/// so that a write between that read and the wait is not missed.
 pub struct DelayedFetch {
-    watchers: Vec<watch::Receiver<i64>>,
+    partitions: Vec<Arc<Partition>>,
+    /// Each partition's watched offset as last seen, by position.
+    seen: Vec<i64>,
+    follower: bool,
     deadline: Instant,
 }
 
 /// Why a [`DelayedFetch`] stopped waiting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FetchWake {
-    /// A watched partition changed: read again.
+    /// A watched offset moved: read again.
     Changed,
-    /// A watched partition went away (deleted, or no longer hosted): answer now.
-    PartitionGone,
     /// `max_wait_ms` passed: answer with what there is.
     Expired,
 }
 
 impl DelayedFetch {
-    /// Watches each partition's log end offset (`follower`) or high watermark (consumer).
+    /// Watches each partition's log end offset (`follower`) or high watermark (consumer), from
+    /// their values now: call it before the first read.
     pub fn new<'a>(partitions: impl Iterator<Item = &'a Arc<Partition>>, follower: bool, deadline: Instant) -> Self {
-        let watchers = partitions
-            .map(|p| {
-                if follower {
-                    p.watch_log_end_offset()
-                } else {
-                    p.watch_high_watermark()
-                }
-            })
-            .collect();
-        DelayedFetch { watchers, deadline }
+        let partitions: Vec<Arc<Partition>> = partitions.cloned().collect();
+        let seen = partitions.iter().map(|p| watched(p.watch(), follower)).collect();
+        DelayedFetch {
+            partitions,
+            seen,
+            follower,
+            deadline,
+        }
     }
 
     /// Whether there is anything to wait on.
     pub fn is_empty(&self) -> bool {
-        self.watchers.is_empty()
+        self.partitions.is_empty()
     }
 
-    /// Waits for the next change of any watched partition, or the deadline.
+    /// Waits until a watched offset differs from the one last seen (already, or after a
+    /// change), or the deadline. Wake-ups by the partitions' other values (a consumer's
+    /// partition appending, a follower's moving its high watermark) go back to waiting.
     pub async fn wait(&mut self) -> FetchWake {
-        if self.watchers.is_empty() {
+        if self.partitions.is_empty() {
             return FetchWake::Expired;
         }
-        let changed = futures::future::select_all(self.watchers.iter_mut().map(|w| w.changed().boxed()));
-        match tokio::time::timeout_at(self.deadline, changed).await {
-            Err(_) => FetchWake::Expired,
-            Ok((Err(_), _, _)) => FetchWake::PartitionGone,
-            Ok((Ok(()), _, _)) => FetchWake::Changed,
+        loop {
+            // Registered before the offsets are compared, so a change after the comparison
+            // completes one of them.
+            let changes: Vec<_> = self.partitions.iter().map(|p| p.watch().changed().boxed()).collect();
+            let mut moved = false;
+            for (p, seen) in self.partitions.iter().zip(self.seen.iter_mut()) {
+                let now = watched(p.watch(), self.follower);
+                if now != *seen {
+                    *seen = now;
+                    moved = true;
+                }
+            }
+            if moved {
+                return FetchWake::Changed;
+            }
+            if tokio::time::timeout_at(self.deadline, futures::future::select_all(changes))
+                .await
+                .is_err()
+            {
+                return FetchWake::Expired;
+            }
         }
+    }
+}
+
+fn watched(watch: &PartitionWatch, follower: bool) -> i64 {
+    if follower {
+        watch.log_end_offset()
+    } else {
+        watch.high_watermark()
     }
 }

@@ -17,7 +17,7 @@
 //! What a partition decides (the high watermark, who is caught up) lives in
 //! `partition/leader.rs`; the waits on it (acks=all, long-poll fetch) in `purgatory.rs`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,8 +29,9 @@ use tokio::task::JoinSet;
 use uuid::Uuid;
 
 use crate::clock::now_ms;
+use crate::config::open_files::OpenFilesBudget;
 use crate::config::BrokerConfig;
-use crate::log::{partition_metadata, LogError};
+use crate::log::{partition_metadata, LogError, TailCacheBudget};
 use crate::metadata::image::{MetadataImage, PartitionRegistration, TopicImage};
 use crate::metadata::records::MetadataCommand;
 use crate::metadata::{MetadataStore, METADATA_LOG_DIR};
@@ -57,13 +58,26 @@ pub struct ReplicaManager {
     /// Turns for fetch disk reads on the blocking pool, `num.io.threads` at once: bounds the
     /// blocking threads and the read buffers being filled at any moment.
     fetch_reads: Arc<Semaphore>,
+    /// The memory all hosted partitions' tail caches share (`log.tail.cache.*`).
+    tail_cache: Arc<TailCacheBudget>,
     /// Where ISR changes are proposed and the image they are applied from.
     metadata: Arc<MetadataStore>,
     /// ISR shrinks and expands are counted here once committed.
     metrics: Arc<BrokerMetrics>,
-    /// Serialises reconciliation so partitions always follow the newest image, never an older
-    /// one applied late by a slower task.
-    reconcile_lock: parking_lot::Mutex<()>,
+    /// Held for a reconciliation round, so rounds never overlap (they come from one task).
+    round: tokio::sync::Mutex<()>,
+    /// Turns for opening and deleting partition logs on the blocking pool,
+    /// `num.recovery.threads.per.data.dir` at once.
+    recovery_permits: Arc<Semaphore>,
+    /// `last_offset` of the newest image the hosted partitions reflect; `None` before the
+    /// first round (this start's registration is not committed yet).
+    reconciled: watch::Sender<Option<u64>>,
+    /// Partition replicas this broker may host (its open-files budget); `None`: unlimited.
+    replica_capacity: Option<u32>,
+    /// Hosted partitions whose log failed to open: offline until restart, logged once.
+    failed: parking_lot::Mutex<HashSet<PartitionKey>>,
+    /// Hosted partitions left offline because the replica capacity is full, logged once.
+    offline_for_capacity: parking_lot::Mutex<HashSet<PartitionKey>>,
     /// ISR changes on their way through the quorum (at most one per led partition, see
     /// `LeaderState::pending_isr`), stopped at shutdown.
     isr_proposals: parking_lot::Mutex<JoinSet<()>>,
@@ -129,13 +143,19 @@ impl ReplicaManager {
             )),
             metadata,
             metrics,
-            reconcile_lock: parking_lot::Mutex::new(()),
+            round: tokio::sync::Mutex::new(()),
+            recovery_permits: Arc::new(Semaphore::new(config.num_recovery_threads_per_data_dir.max(1))),
+            reconciled: watch::channel(None).0,
+            replica_capacity: OpenFilesBudget::of(&config).replica_capacity(),
+            failed: parking_lot::Mutex::default(),
+            offline_for_capacity: parking_lot::Mutex::default(),
             isr_proposals: parking_lot::Mutex::default(),
             partitions: RwLock::default(),
             applied_configs: RwLock::default(),
             applied_defaults: parking_lot::Mutex::new(config.overrides.clone()),
             checkpointed: parking_lot::Mutex::new(checkpointed),
             fetch_reads: Arc::new(Semaphore::new(config.num_io_threads.max(1))),
+            tail_cache: TailCacheBudget::new(config.log_tail_cache_bytes, config.log_tail_cache_total_bytes),
             config,
         }
     }
@@ -198,19 +218,105 @@ impl ReplicaManager {
         partition_dir(&self.config.data_dir, topic, index)
     }
 
-    /// Brings hosted partitions in line with the newest image, read under the reconcile lock,
-    /// and returns that image. Errors opening one log are logged and that partition stays
-    /// offline; the others carry on.
-    pub fn reconcile(&self, now_ms: i64) -> Arc<MetadataImage> {
-        let _serial = self.reconcile_lock.lock();
-        let image = self.metadata.image();
-        self.apply_image(&image, now_ms);
-        image
+    /// The partition replicas this broker may host (`None`: unlimited), from its open-files
+    /// budget; registered with the quorum so the controller places no more here.
+    pub fn replica_capacity(&self) -> Option<u32> {
+        self.replica_capacity
     }
 
-    fn apply_image(&self, image: &MetadataImage, now_ms: i64) {
+    /// Waits until the hosted partitions reflect the image at `last_offset` or a newer one
+    /// (the reconciler in `broker.rs` reports each round through [`Self::mark_reconciled`]).
+    pub async fn wait_reconciled_to(&self, last_offset: u64) {
+        let mut reconciled = self.reconciled.subscribe();
+        let _ = reconciled.wait_for(|done| done.is_some_and(|d| d >= last_offset)).await;
+    }
+
+    /// Waits until the hosted partitions reflect the current image; returns at once before the
+    /// first round (this start's registration is not committed yet, so nothing is hosted).
+    pub async fn wait_reconciled(&self) {
+        let target = self.metadata.image().last_offset;
+        let mut reconciled = self.reconciled.subscribe();
+        let _ = reconciled.wait_for(|done| done.is_none_or(|d| d >= target)).await;
+    }
+
+    /// Whether the hosted partitions already reflect the image at `last_offset`.
+    pub fn is_reconciled_to(&self, last_offset: u64) -> bool {
+        self.reconciled.borrow().is_some_and(|d| d >= last_offset)
+    }
+
+    /// Releases every waiter for good once the reconciler has stopped (shutdown): a commit made
+    /// after that (the controller's timer finishing a proposal) must not wait for a round that
+    /// will never run.
+    pub fn stop_reconciling(&self) {
+        self.mark_reconciled(u64::MAX);
+    }
+
+    /// Records that a round brought everything up to the image at `last_offset`.
+    pub fn mark_reconciled(&self, last_offset: u64) {
+        self.reconciled.send_if_modified(|done| {
+            let newer = done.is_none_or(|d| d < last_offset);
+            if newer {
+                *done = Some(last_offset);
+            }
+            newer
+        });
+    }
+
+    /// One reconciliation round: brings the hosted partitions in line with `image`. Rounds
+    /// run one at a time, from the reconciler task (`broker.rs`), each with the newest image,
+    /// so a later image never takes effect before an earlier one's.
+    ///
+    /// Nothing here blocks an async worker on the disk. Registrations and configs of
+    /// partitions already open are applied first, at once; then the logs of partitions no
+    /// longer hosted are deleted, and the new ones opened (created or recovered), on the
+    /// blocking pool, `num.recovery.threads.per.data.dir` at a time (deletions first, so a
+    /// topic re-created under the same name never shares its directory with the old log).
+    /// A partition becomes visible, as leader or follower, only once its log is open. One
+    /// that fails to open is logged once and stays offline until restart; one beyond this
+    /// broker's replica capacity is logged once and stays offline while the capacity is full.
+    pub async fn reconcile_image(&self, image: &MetadataImage, now_ms: i64) {
+        let _round = self.round.lock().await;
+        let plan = self.plan_round(image, now_ms);
+        let mut deletions = JoinSet::new();
+        for partition in plan.deletions {
+            let Ok(permit) = self.recovery_permits.clone().acquire_owned().await else {
+                return;
+            };
+            let dir = self.partition_dir(&partition.topic, partition.index);
+            deletions.spawn_blocking(move || {
+                let _permit = permit;
+                delete_log(partition, &dir);
+            });
+        }
+        while deletions.join_next().await.is_some() {}
+        let mut opens = JoinSet::new();
+        for job in plan.opens {
+            let Ok(permit) = self.recovery_permits.clone().acquire_owned().await else {
+                return;
+            };
+            let node = self.config.node_id;
+            let tail_cache = self.tail_cache.clone();
+            opens.spawn_blocking(move || {
+                let _permit = permit;
+                let opened = open_replica(&job, node, &tail_cache, now_ms);
+                (job, opened)
+            });
+            while let Some(done) = opens.try_join_next() {
+                self.install(done, now_ms);
+            }
+        }
+        while let Some(done) = opens.join_next().await {
+            self.install(done, now_ms);
+        }
+    }
+
+    /// The synchronous part of a round (memory only): applies `image` to the partitions
+    /// already open, takes the ones no longer hosted out of the map, and lists the logs to
+    /// delete and to open.
+    fn plan_round(&self, image: &MetadataImage, now_ms: i64) -> RoundPlan {
         let node = self.config.node_id;
-        let mut wanted = std::collections::HashSet::new();
+        let mut wanted = HashSet::new();
+        let mut opens = Vec::new();
         let defaults = topic_config::broker_defaults(&self.config.overrides, &image.broker_configs, node);
         // A dynamic broker config (log.retention.ms, ...) changes every topic's fallback.
         let defaults_changed = {
@@ -231,64 +337,22 @@ impl ReplicaManager {
                 }
                 let key = (topic.topic_id, index as i32);
                 wanted.insert(key);
-                let partition = match self.get(key.0, key.1) {
+                match self.get(key.0, key.1) {
                     Some(existing) => {
                         if config_changed {
                             existing.update_config(log_config.clone());
                         }
-                        existing
+                        self.apply_role(&existing, registration, now_ms);
                     }
-                    None => {
-                        let dir = self.partition_dir(&topic.name, key.1);
-                        let mut checkpointed_hw = self.checkpointed.lock().remove(&(topic.name.clone(), key.1));
-                        match partition_metadata::prepare_partition_dir(&dir, topic.topic_id) {
-                            // The checkpointed HW was the old topic's.
-                            Ok(true) => checkpointed_hw = None,
-                            Ok(false) => {}
-                            Err(e) => {
-                                tracing::error!(
-                                    topic = %topic.name, partition = key.1, error = %e,
-                                    "cannot tell which topic the partition directory belongs to; it stays offline until partition.metadata is fixed or the directory removed"
-                                );
-                                continue;
-                            }
-                        }
-                        match Partition::open(
-                            &dir,
-                            &topic.name,
-                            topic.topic_id,
-                            key.1,
-                            node,
-                            log_config.clone(),
-                            checkpointed_hw,
-                            now_ms,
-                        ) {
-                            Ok(partition) => {
-                                let partition = Arc::new(partition);
-                                self.partitions.write().insert(key, partition.clone());
-                                partition
-                            }
-                            Err(e) => {
-                                tracing::error!(
-                                    topic = %topic.name, partition = key.1, error = %e,
-                                    "failed to open the partition log; it stays offline until the disk problem is fixed and the broker restarted"
-                                );
-                                continue;
-                            }
-                        }
-                    }
-                };
-                match partition.apply_registration(registration, now_ms) {
-                    RoleChange::Unchanged => {}
-                    RoleChange::BecameLeader => {
-                        tracing::info!(topic = %topic.name, partition = key.1, leader_epoch = registration.leader_epoch,
-                            isr = ?registration.isr, "became partition leader");
-                        self.fetchers.remove(key);
-                    }
-                    RoleChange::BecameFollower { leader, leader_epoch } => {
-                        tracing::info!(topic = %topic.name, partition = key.1, leader, leader_epoch, "became follower");
-                        self.fetchers.follow(partition, leader, leader_epoch);
-                    }
+                    None if self.failed.lock().contains(&key) => {}
+                    None => opens.push(OpenJob {
+                        key,
+                        topic: topic.name.clone(),
+                        dir: self.partition_dir(&topic.name, key.1),
+                        log_config: log_config.clone(),
+                        registration: registration.clone(),
+                        checkpointed_hw: self.checkpointed.lock().remove(&(topic.name.clone(), key.1)),
+                    }),
                 }
             }
             if config_changed {
@@ -297,23 +361,94 @@ impl ReplicaManager {
                     .insert(topic.topic_id, topic.configs.clone());
             }
         }
-        let removed: Vec<Arc<Partition>> = {
+        let deletions: Vec<Arc<Partition>> = {
             let mut partitions = self.partitions.write();
             let gone: Vec<PartitionKey> = partitions.keys().filter(|k| !wanted.contains(k)).copied().collect();
             gone.iter().filter_map(|k| partitions.remove(k)).collect()
         };
-        for partition in removed {
+        for partition in &deletions {
             self.fetchers.remove((partition.topic_id, partition.index));
             self.applied_configs.write().remove(&partition.topic_id);
-            let dir = self.partition_dir(&partition.topic, partition.index);
-            tracing::info!(topic = %partition.topic, partition = partition.index, "deleting partition log");
-            let result = match Arc::try_unwrap(partition) {
-                Ok(p) => p.shutdown(true),
-                // A request still holds it: remove the files; the open handles die with it.
-                Err(_) => std::fs::remove_dir_all(&dir).map_err(LogError::from),
-            };
-            if let Err(e) = result {
-                tracing::warn!(dir = %dir.display(), error = %e, "could not delete a removed partition's directory; delete it by hand");
+        }
+        self.failed.lock().retain(|k| wanted.contains(k));
+        let opens = self.within_capacity(opens, &wanted);
+        RoundPlan { deletions, opens }
+    }
+
+    /// The opens that fit the replica capacity once the partitions already open are counted;
+    /// each one left out is logged once (until it opens or is no longer hosted here).
+    fn within_capacity(&self, mut opens: Vec<OpenJob>, wanted: &HashSet<PartitionKey>) -> Vec<OpenJob> {
+        let mut offline = self.offline_for_capacity.lock();
+        offline.retain(|k| wanted.contains(k));
+        let Some(capacity) = self.replica_capacity else {
+            offline.clear();
+            return opens;
+        };
+        let room = (capacity as usize).saturating_sub(self.partitions.read().len());
+        if opens.len() <= room {
+            for job in &opens {
+                offline.remove(&job.key);
+            }
+            return opens;
+        }
+        let left_out = opens.split_off(room);
+        for job in &opens {
+            offline.remove(&job.key);
+        }
+        let mut checkpointed = self.checkpointed.lock();
+        for job in &left_out {
+            if let Some(hw) = job.checkpointed_hw {
+                checkpointed.insert((job.topic.clone(), job.key.1), hw);
+            }
+            if offline.insert(job.key) {
+                tracing::error!(
+                    topic = %job.topic, partition = job.key.1, replica_capacity = capacity,
+                    "this broker already hosts as many partition replicas as its open-files limit allows; this one stays offline. Raise the open-files limit (ulimit -n) and restart the broker, or move replicas to other brokers"
+                );
+            }
+        }
+        opens
+    }
+
+    /// Makes an opened log visible (in the map, with its registration applied), or records
+    /// that it failed to open.
+    fn install(&self, done: Result<(OpenJob, Result<Partition, LogError>), tokio::task::JoinError>, now_ms: i64) {
+        let (job, opened) = match done {
+            Ok(done) => done,
+            Err(e) => {
+                tracing::error!(error = %e, "a partition open on the blocking pool did not finish; that partition stays offline");
+                return;
+            }
+        };
+        match opened {
+            Ok(partition) => {
+                let partition = Arc::new(partition);
+                self.partitions.write().insert(job.key, partition.clone());
+                self.apply_role(&partition, &job.registration, now_ms);
+            }
+            Err(e) => {
+                self.failed.lock().insert(job.key);
+                tracing::error!(
+                    topic = %job.topic, partition = job.key.1, error = %e,
+                    "failed to open the partition log; it stays offline until the problem is fixed and the broker restarted"
+                );
+            }
+        }
+    }
+
+    /// Applies a partition's registration: leader or follower, handed to the right fetcher.
+    fn apply_role(&self, partition: &Arc<Partition>, registration: &PartitionRegistration, now_ms: i64) {
+        let key = (partition.topic_id, partition.index);
+        match partition.apply_registration(registration, now_ms) {
+            RoleChange::Unchanged => {}
+            RoleChange::BecameLeader => {
+                tracing::info!(topic = %partition.topic, partition = key.1, leader_epoch = registration.leader_epoch,
+                    isr = ?registration.isr, "became partition leader");
+                self.fetchers.remove(key);
+            }
+            RoleChange::BecameFollower { leader, leader_epoch } => {
+                tracing::info!(topic = %partition.topic, partition = key.1, leader, leader_epoch, "became follower");
+                self.fetchers.follow(partition.clone(), leader, leader_epoch);
             }
         }
     }
@@ -371,7 +506,7 @@ impl ReplicaManager {
                         IsrChange::Expand => &replicas.metrics.isr_expands,
                     };
                     counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    replicas.reconcile(now_ms());
+                    replicas.wait_reconciled().await;
                 }
                 Err(e) => {
                     tracing::info!(
@@ -501,6 +636,57 @@ pub fn partition_dir(data_dir: &Path, topic: &str, index: i32) -> PathBuf {
     data_dir.join(format!("{topic}-{index}"))
 }
 
+/// What one reconciliation round does on the disk, decided from the image in memory.
+struct RoundPlan {
+    /// Partitions no longer hosted here, already out of the map: their logs are deleted.
+    deletions: Vec<Arc<Partition>>,
+    opens: Vec<OpenJob>,
+}
+
+/// A partition log to open (create or recover) on the blocking pool, and the registration it
+/// takes once open.
+struct OpenJob {
+    key: PartitionKey,
+    topic: String,
+    dir: PathBuf,
+    log_config: crate::log::LogConfig,
+    registration: PartitionRegistration,
+    checkpointed_hw: Option<i64>,
+}
+
+/// Opens a replica's log (blocking: directory fsyncs, tail recovery). A directory left by an
+/// older topic of the same name is removed first, and its checkpointed high watermark ignored.
+fn open_replica(job: &OpenJob, node_id: i32, tail_cache: &Arc<TailCacheBudget>, now_ms: i64) -> Result<Partition, LogError> {
+    let mut checkpointed_hw = job.checkpointed_hw;
+    if partition_metadata::prepare_partition_dir(&job.dir, job.key.0)? {
+        checkpointed_hw = None;
+    }
+    Partition::open(
+        &job.dir,
+        &job.topic,
+        job.key.0,
+        job.key.1,
+        node_id,
+        job.log_config.clone(),
+        checkpointed_hw,
+        tail_cache,
+        now_ms,
+    )
+}
+
+/// Deletes a removed partition's log (blocking).
+fn delete_log(partition: Arc<Partition>, dir: &Path) {
+    tracing::info!(topic = %partition.topic, partition = partition.index, "deleting partition log");
+    let result = match Arc::try_unwrap(partition) {
+        Ok(p) => p.shutdown(true),
+        // A request still holds it: remove the files; the open handles die with it.
+        Err(_) => std::fs::remove_dir_all(dir).map_err(LogError::from),
+    };
+    if let Err(e) = result {
+        tracing::warn!(dir = %dir.display(), error = %e, "could not delete a removed partition's directory; delete it by hand");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{check_follower_identity, parse_partition_dir};
@@ -515,6 +701,7 @@ mod tests {
             incarnation_id: Uuid::nil(),
             endpoints: vec![],
             rack: None,
+            replica_capacity: None,
         });
         image.brokers[&broker_id].broker_epoch
     }

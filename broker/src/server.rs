@@ -124,7 +124,8 @@ const WRITEBACK_MIN_BYTES: u64 = 1 << 20;
 /// thread, no lock held), so the fsync that seals a segment when it rolls, under the
 /// partition's lock on the produce path, finds at most about a second of data still to write
 /// rather than the ~30 s the kernel leaves dirty. Durability is unchanged: this only starts
-/// writes early.
+/// writes early. The same pass writes each such segment's buffered index entries to their
+/// files (one write per index instead of one per entry).
 async fn run_writeback(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
     // Per hosted partition: the active segment it last saw and how far it was written back.
     let mut written: HashMap<(uuid::Uuid, i32), (i64, u64)> = HashMap::new();
@@ -145,7 +146,7 @@ async fn run_writeback(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>)
                 _ => 0,
             };
             if size - done >= WRITEBACK_MIN_BYTES {
-                due.push((file, done, size - done));
+                due.push((partition.clone(), file, done, size - done));
                 written.insert(key, (segment, size));
             } else {
                 written.entry(key).or_insert((segment, done));
@@ -157,7 +158,12 @@ async fn run_writeback(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>)
             continue;
         }
         let started = tokio::task::spawn_blocking(move || {
-            for (file, offset, len) in due {
+            for (partition, file, offset, len) in due {
+                // The index entries buffered since the last pass go to their files in bulk too.
+                if let Err(e) = partition.write_index_entries() {
+                    tracing::warn!(topic = %partition.topic, partition = partition.index, error = %e,
+                        "writing buffered index entries failed; they are written again at the next flush or roll");
+                }
                 if let Err(e) = crate::fs::start_writeback(&file, offset, len) {
                     tracing::debug!(error = %e, "starting writeback of a log segment failed; its fsync at roll does the work");
                 }

@@ -159,6 +159,7 @@ mod tests {
             incarnation_id: Uuid::nil(),
             endpoints: vec![Endpoint::plaintext("127.0.0.1", 9092)],
             rack: None,
+            replica_capacity: None,
         });
         for (n, (name, count)) in [("a", 3), ("b", 2)].into_iter().enumerate() {
             let topic_id = Uuid::from_u128(n as u128 + 1);

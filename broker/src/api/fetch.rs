@@ -18,8 +18,9 @@
 //! consumer, min(`max_bytes`, `replica.fetch.response.max.bytes`) for a follower, and at most
 //! `partition_max_bytes` per partition, except that the first batch of the first partition with
 //! data goes whole (KIP-74). Each read pass is planned under the partitions' locks in the
-//! handler (request order, no disk I/O) and the bytes are read on the blocking pool, at most
-//! `num.io.threads` reads at once.
+//! handler (request order, no disk I/O). A pass whose every read lies in the partitions' tail
+//! caches (what was just appended: caught-up followers and consumers) is answered from memory
+//! on the spot; any other is read on the blocking pool, at most `num.io.threads` at once.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -404,10 +405,13 @@ fn plan_partition(plan: &FetchPlan, target: &Target, bound: ReadBound) -> Partit
     }
 }
 
-/// Reads a planned pass on the blocking pool once a `num.io.threads` turn is free. Returns the
-/// response, its record bytes and whether any partition reported an error (which, as in
-/// Kafka, ends the long poll).
+/// Reads a planned pass: from memory here when no partition's read needs the disk, else on
+/// the blocking pool once a `num.io.threads` turn is free. Returns the response, its record
+/// bytes and whether any partition reported an error (which, as in Kafka, ends the long poll).
 async fn read_pass(permits: &Arc<Semaphore>, plan: &Arc<FetchPlan>, pass: ReadPass) -> (FetchResponse, usize, bool) {
+    if !pass_reads_disk(&pass) {
+        return read_planned(plan, pass);
+    }
     // The semaphore is never closed; without a turn the read still goes ahead.
     let turn = permits.clone().acquire_owned().await.ok();
     let for_read = plan.clone();
@@ -427,7 +431,15 @@ async fn read_pass(permits: &Arc<Semaphore>, plan: &Arc<FetchPlan>, pass: ReadPa
     }
 }
 
-/// Does the disk reads of a planned pass, within the response's and each partition's caps.
+/// Whether any partition of the pass reads files (a memory read costs no syscall and no wait).
+fn pass_reads_disk(pass: &ReadPass) -> bool {
+    pass.iter().any(|p| match p {
+        PartitionPass::Answered(_) => false,
+        PartitionPass::Planned { read, .. } => read.reads_disk(),
+    })
+}
+
+/// Does the reads of a planned pass, within the response's and each partition's caps.
 fn read_planned(plan: &FetchPlan, pass: ReadPass) -> (FetchResponse, usize, bool) {
     let mut remaining = plan.max_bytes;
     let mut total = 0;

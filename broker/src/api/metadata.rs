@@ -289,6 +289,7 @@ mod tests {
                 incarnation_id: Uuid::nil(),
                 endpoints,
                 rack: None,
+                replica_capacity: None,
             });
         }
         let topic_id = Uuid::from_u128(1);

@@ -87,6 +87,14 @@ pub fn handle(broker: &Broker, request: ProduceRequest, version: i16, client_id:
                         )),
                         Some(topic) => {
                             let result = append(broker, &image, topic, data.index, data.records, acks, now);
+                            match &result {
+                                Err(refusal) => tracing::debug!(topic = %topic.name, partition = data.index,
+                                    error = ?refusal.error, "produce refused: {}", refusal.message),
+                                Ok((appended, _)) if appended.stored.is_none() => tracing::debug!(
+                                    topic = %topic.name, partition = data.index, base_offset = appended.base_offset,
+                                    "produce: an idempotent retry already in the log, answered with its offset"),
+                                Ok(_) => {}
+                            }
                             let stored = result.as_ref().ok().and_then(|(appended, _)| appended.stored);
                             broker.metrics.record_produce(&topic.name, stored);
                             result

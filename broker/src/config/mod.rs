@@ -23,6 +23,7 @@ pub use quota::QuotaConfig;
 
 mod group;
 pub mod listeners;
+pub mod open_files;
 mod quota;
 
 /// Command-line interface of the `sluice` binary.
@@ -205,6 +206,9 @@ broker_settings! {
     "controlled.shutdown.enable", "true", Boolean, "On SIGTERM, move leadership away before stopping.";
     "fetch.max.bytes", "57671680", Int, "Record bytes in one consumer fetch response, whatever the client asks.";
     "num.io.threads", "8", Int, "Fetch disk reads running at once.";
+    "log.tail.cache.bytes", "1048576", Int, "Bytes of a leader partition's newest appends kept in memory to answer fetches without a disk read (Sluice's own; 0 turns it off).";
+    "log.tail.cache.total.bytes", "67108864", Long, "Bytes of all partitions' log tail caches together (Sluice's own).";
+    "num.recovery.threads.per.data.dir", "8", Int, "Partition logs opened (created or recovered) at once on the blocking pool; concurrent fsyncs share journal commits.";
     "max.request.partition.size.limit", "2000", Int, "Partitions in one DescribeTopicPartitions response.";
     "offsets.topic.num.partitions", "50", Int, "Partitions of __consumer_offsets (fixed once it exists).";
     "offsets.topic.replication.factor", "3", Short, "Replicas of __consumer_offsets (lowered to the live brokers).";
@@ -295,9 +299,21 @@ pub struct BrokerConfig {
     pub fetch_max_bytes: i32,
     /// `num.io.threads`: fetch disk reads running at once; more wait for a turn.
     pub num_io_threads: usize,
+    /// `log.tail.cache.bytes` (Sluice's own): a leader partition keeps this many of its newest
+    /// appended bytes in memory, so fetches of what was just appended read no file.
+    pub log_tail_cache_bytes: usize,
+    /// `log.tail.cache.total.bytes` (Sluice's own): the tail caches of all partitions together.
+    pub log_tail_cache_total_bytes: usize,
     /// `max.request.partition.size.limit`: a DescribeTopicPartitions response describes at
     /// most this many partitions; the client pages on with the cursor it is given.
     pub max_request_partition_size_limit: i32,
+    /// `num.recovery.threads.per.data.dir`: partition logs being opened at once (Kafka's
+    /// default is 2; 8 here, since concurrent fsyncs on one file system share journal commits).
+    pub num_recovery_threads_per_data_dir: usize,
+    /// This process's open-files limit (`RLIMIT_NOFILE`), once `main` has raised the soft limit
+    /// to the hard one; `None` when unknown (then no partition-replica capacity is enforced).
+    /// Not a `--set` setting: it is read from the process (`ulimit -n`).
+    pub open_files_limit: Option<u64>,
     /// Consumer-group settings (`group.*`, `offsets.retention.minutes`, ...).
     pub group: GroupConfig,
     pub offsets: OffsetsSettings,
@@ -361,6 +377,14 @@ impl BrokerConfig {
             controlled_shutdown_enable: get("controlled.shutdown.enable") == "true",
             fetch_max_bytes: parse_at_least("fetch.max.bytes", &get("fetch.max.bytes"), 0)?,
             num_io_threads: parse_at_least("num.io.threads", &get("num.io.threads"), 1)?,
+            log_tail_cache_bytes: parse_num("log.tail.cache.bytes", &get("log.tail.cache.bytes"))?,
+            log_tail_cache_total_bytes: parse_num("log.tail.cache.total.bytes", &get("log.tail.cache.total.bytes"))?,
+            num_recovery_threads_per_data_dir: parse_at_least(
+                "num.recovery.threads.per.data.dir",
+                &get("num.recovery.threads.per.data.dir"),
+                1,
+            )?,
+            open_files_limit: None,
             max_request_partition_size_limit: parse_at_least(
                 "max.request.partition.size.limit",
                 &get("max.request.partition.size.limit"),
@@ -822,6 +846,27 @@ mod tests {
             (set.enable, set.backoff_ms, set.dedupe_buffer_size),
             (false, 200, 1_048_576)
         );
+    }
+
+    #[test]
+    fn log_tail_cache_bounds_default_and_can_be_set() {
+        let defaults = BrokerConfig::from_cli(&cli(&[])).unwrap();
+        assert_eq!(
+            (defaults.log_tail_cache_bytes, defaults.log_tail_cache_total_bytes),
+            (1 << 20, 64 << 20)
+        );
+        let set = BrokerConfig::from_cli(&cli(&[
+            "--set",
+            "log.tail.cache.bytes=0",
+            "--set",
+            "log.tail.cache.total.bytes=4096",
+        ]))
+        .unwrap();
+        assert_eq!((set.log_tail_cache_bytes, set.log_tail_cache_total_bytes), (0, 4096));
+        assert!(matches!(
+            BrokerConfig::from_cli(&cli(&["--set", "log.tail.cache.bytes=-1"])),
+            Err(ConfigError::InvalidValue { .. })
+        ));
     }
 
     #[test]

@@ -10,8 +10,8 @@
 //! `quotas` (client quotas) and `producer_ids`.
 //! Managers depend only on `outcome` and on each other downward, never on `decide`.
 //!
-//! `timer` is the one part with a clock: the active controller's loop that proposes fencing,
-//! unfencing and preferred leader elections, deciding what to propose with the pure functions.
+//! `timer` is the one part with a clock: the active controller's loop that proposes fencing
+//! and preferred leader elections, deciding what to propose with the pure functions.
 
 mod brokers;
 mod configs;
@@ -58,15 +58,22 @@ pub fn decide(image: &MetadataImage, command: &MetadataCommand) -> Result<(Vec<M
             incarnation_id,
             endpoints,
             rack,
-        } => done(register_broker(
+            replica_capacity,
+            wait_for_previous_session,
+        } => register_broker(
             image,
             *broker_id,
             *incarnation_id,
             endpoints,
             rack.as_deref(),
-        )),
+            *replica_capacity,
+            *wait_for_previous_session,
+        ),
         MetadataCommand::FenceBroker { broker_id } => done(fence_broker(image, *broker_id)),
-        MetadataCommand::UnfenceBroker { broker_id } => done(unfence_broker(image, *broker_id)),
+        MetadataCommand::UnfenceBroker {
+            broker_id,
+            incarnation_id,
+        } => done(unfence_broker(image, *broker_id, *incarnation_id)),
         MetadataCommand::ControlledShutdown {
             broker_id,
             incarnation_id,

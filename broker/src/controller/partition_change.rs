@@ -127,13 +127,13 @@ pub fn alter_partition(
 
 /// The partition changes that follow a broker out of service: it leaves every ISR it is in
 /// (unless it is the last member), and the partitions it led move to another live in-sync
-/// replica. When none is left the partition goes offline (leader -1), or, if the topic allows
-/// unclean leader election, any live replica leads with itself as the whole ISR. Each change
-/// bumps the partition epoch, and the leader epoch when leadership moves. Partitions already
+/// replica (not one whose newer process waits to register). When none is left the partition
+/// goes offline (leader -1), or, if the topic allows unclean leader election, any live replica
+/// leads with itself as the whole ISR. Each change bumps the partition epoch, and the leader epoch when leadership moves. Partitions already
 /// in that state (a fenced broker now shutting down) are left alone.
 pub(super) fn take_out_of_service(image: &MetadataImage, broker_id: i32) -> Vec<MetadataRecord> {
     let mut records = Vec::new();
-    let eligible = |id: &i32| *id != broker_id && image.is_live(*id);
+    let eligible = |id: &i32| *id != broker_id && image.can_take_leadership(*id);
     for topic in image.topics.values() {
         let unclean = unclean_leader_election_enabled(topic);
         for (index, p) in topic.partitions.iter().enumerate() {
@@ -203,7 +203,8 @@ pub fn preferred_leader_imbalance(image: &MetadataImage) -> bool {
 
 fn preferred_leader_to_elect(image: &MetadataImage, p: &PartitionRegistration) -> Option<i32> {
     let preferred = *p.replicas.first()?;
-    (preferred != p.leader && p.isr.contains(&preferred) && image.is_live(preferred)).then_some(preferred)
+    let eligible = preferred != p.leader && p.isr.contains(&preferred) && image.can_take_leadership(preferred);
+    eligible.then_some(preferred)
 }
 
 /// Partitions left without a leader get one back when an in-sync replica returns, or, if the
@@ -386,7 +387,10 @@ mod tests {
         let records = fence_broker(&image, 1);
         apply_all(&mut image, &records);
         // Fenced and then back, but out of the ISR: not yet.
-        decide_and_apply(&mut image, MetadataCommand::UnfenceBroker { broker_id: 1 });
+        decide_and_apply(&mut image, MetadataCommand::UnfenceBroker {
+                broker_id: 1,
+                incarnation_id: Some(Uuid::nil()),
+            });
         assert_eq!(image.topic("t").unwrap().partitions[0].leader, 2);
         assert!(!preferred_leader_imbalance(&image));
         decide_and_apply(&mut image, alter_isr(2, 1, 1, &[1, 2, 3]));
@@ -403,7 +407,10 @@ mod tests {
         let records = fence_broker(&image, 1);
         apply_all(&mut image, &records);
         // Still in the ISR (re-added while it was briefly back), but shutting down.
-        decide_and_apply(&mut image, MetadataCommand::UnfenceBroker { broker_id: 1 });
+        decide_and_apply(&mut image, MetadataCommand::UnfenceBroker {
+                broker_id: 1,
+                incarnation_id: Some(Uuid::nil()),
+            });
         decide_and_apply(&mut image, alter_isr(2, 1, 1, &[1, 2]));
         let shutdown = shutdown_of(1);
         let (records, _) = decide(&image, &shutdown).unwrap();
@@ -449,7 +456,10 @@ mod tests {
                 apply_all(&mut image, &records);
             }
             assert_eq!(image.topic("t").unwrap().partitions[0].leader, -1);
-            decide_and_apply(&mut image, MetadataCommand::UnfenceBroker { broker_id: 2 });
+            decide_and_apply(&mut image, MetadataCommand::UnfenceBroker {
+                broker_id: 2,
+                incarnation_id: Some(Uuid::nil()),
+            });
             let p = &image.topic("t").unwrap().partitions[0];
             if unclean {
                 assert_eq!((p.leader, &p.isr), (2, &vec![2]));

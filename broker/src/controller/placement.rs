@@ -104,6 +104,45 @@ fn rack_alternating_brokers(image: &MetadataImage) -> Vec<i32> {
         .collect()
 }
 
+/// Refuses a placement that would put more partition replicas on a broker than the capacity
+/// it registered (what its open-files limit allows, see `config::open_files`): POLICY_VIOLATION,
+/// naming the broker, the replicas it would host, its capacity and what to do. Brokers that
+/// registered no capacity (older data) are unlimited.
+pub(super) fn check_replica_capacity(image: &MetadataImage, topic: &str, assignments: &[Vec<i32>]) -> Result<(), ApiError> {
+    let mut added: BTreeMap<i32, (u64, u32)> = BTreeMap::new();
+    for broker_id in assignments.iter().flatten() {
+        if let Some(capacity) = image.brokers.get(broker_id).and_then(|b| b.replica_capacity) {
+            added.entry(*broker_id).or_insert((0, capacity)).0 += 1;
+        }
+    }
+    if added.is_empty() {
+        return Ok(());
+    }
+    let mut hosted: BTreeMap<i32, u64> = BTreeMap::new();
+    for partition in image.topics.values().flat_map(|t| t.partitions.iter()) {
+        for broker_id in &partition.replicas {
+            if added.contains_key(broker_id) {
+                *hosted.entry(*broker_id).or_default() += 1;
+            }
+        }
+    }
+    for (broker_id, (new, capacity)) in added {
+        let already = hosted.get(&broker_id).copied().unwrap_or(0);
+        if already + new > u64::from(capacity) {
+            return Err(ApiError::new(
+                ResponseError::PolicyViolation,
+                format!(
+                    "topic {topic:?} would put {} partition replicas on broker {broker_id} ({already} hosted + {new} new), \
+                     more than its capacity of {capacity} replicas within its open-files limit; raise the open-files \
+                     limit (ulimit -n) of broker {broker_id} and restart it, or add brokers",
+                    already + new
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn validate_assignments(
     image: &MetadataImage,
     assignments: &[Vec<i32>],
@@ -214,6 +253,7 @@ mod tests {
                 incarnation_id: Uuid::nil(),
                 endpoints: vec![],
                 rack: Some(rack.to_string()),
+                replica_capacity: None,
             });
         }
         let rack = |id: i32| image.brokers[&id].rack.clone();

@@ -17,6 +17,7 @@ pub(super) fn image_with_brokers(ids: &[i32]) -> MetadataImage {
             incarnation_id: Uuid::nil(),
             endpoints: vec![Endpoint::plaintext("127.0.0.1", 9092 + id)],
             rack: None,
+            replica_capacity: None,
         });
     }
     image
@@ -51,14 +52,17 @@ pub(super) fn decide_and_apply(image: &mut MetadataImage, command: MetadataComma
     outcome
 }
 
+/// A registration that must be accepted (the broker is not registered, or no longer live).
 pub(super) fn register(image: &mut MetadataImage, broker_id: i32, incarnation: u128) {
     let command = MetadataCommand::RegisterBroker {
         broker_id,
         incarnation_id: Uuid::from_u128(incarnation),
         endpoints: vec![],
         rack: None,
+        replica_capacity: None,
+        wait_for_previous_session: true,
     };
-    decide_and_apply(image, command);
+    assert_eq!(decide_and_apply(image, command), Outcome::Done);
 }
 
 /// Brokers 1..=n and topic "t" (id 1) with one partition on all of them, led by 1.

@@ -4,7 +4,9 @@
 use kafka_protocol::error::ResponseError;
 use uuid::Uuid;
 
-use super::placement::{check_partition_count, place_replicas, replication_factor, validate_assignments};
+use super::placement::{
+    check_partition_count, check_replica_capacity, place_replicas, replication_factor, validate_assignments,
+};
 use crate::metadata::image::{MetadataImage, TopicImage};
 use crate::metadata::outcome::{ApiError, Outcome};
 use crate::metadata::records::{ConfigResource, MetadataRecord, NewTopic};
@@ -77,6 +79,7 @@ pub fn create_topic(image: &MetadataImage, topic: &NewTopic, topic_id: Uuid) -> 
             place_replicas(image, 0, topic.num_partitions, replication_factor(image, topic))?
         }
     };
+    check_replica_capacity(image, &topic.name, &assignments)?;
     let mut records = vec![MetadataRecord::Topic {
         name: topic.name.clone(),
         topic_id,
@@ -121,6 +124,7 @@ pub fn create_partitions(
             place_replicas(image, current, count - current, rf)?
         }
     };
+    check_replica_capacity(image, name, &new_assignments)?;
     Ok(partition_records(topic.topic_id, current, new_assignments).collect())
 }
 
@@ -176,7 +180,7 @@ mod tests {
     use super::*;
     use crate::controller::decide;
     use crate::controller::test_support::*;
-    use crate::metadata::records::MetadataCommand;
+    use crate::metadata::records::{MetadataCommand, MetadataRecord};
 
     #[test]
     fn topic_names_follow_kafka_rules() {
@@ -244,6 +248,66 @@ mod tests {
             create_partitions(&image, "nope", 6, None).unwrap_err().error,
             ResponseError::UnknownTopicOrPartition
         );
+    }
+
+    /// Brokers 1..=3, broker 2 registered with room for `capacity` replicas, the others without
+    /// a capacity (registrations from before brokers reported one).
+    fn image_with_capacity_on_broker_2(capacity: u32) -> MetadataImage {
+        let mut image = image_with_brokers(&[1, 3]);
+        image.apply(&MetadataRecord::RegisterBroker {
+            broker_id: 2,
+            incarnation_id: Uuid::nil(),
+            endpoints: vec![],
+            rack: None,
+            replica_capacity: Some(capacity),
+        });
+        image
+    }
+
+    #[test]
+    fn a_topic_that_would_pass_a_brokers_replica_capacity_is_refused_with_policy_violation() {
+        let mut image = image_with_capacity_on_broker_2(10);
+        // RF 3 on 3 brokers: every partition has a replica on broker 2.
+        let records = create_topic(&image, &new_topic("first", 6, 3), Uuid::from_u128(1)).unwrap();
+        apply_all(&mut image, &records);
+        let err = create_topic(&image, &new_topic("second", 5, 3), Uuid::from_u128(2)).unwrap_err();
+        assert_eq!(err.error, ResponseError::PolicyViolation);
+        for part in ["broker 2", "11 partition replicas", "6 hosted + 5 new", "capacity of 10", "ulimit -n", "add brokers"] {
+            assert!(err.message.contains(part), "{part:?} missing from: {}", err.message);
+        }
+        // Exactly filling the capacity is allowed; the decision is the same through `decide`.
+        let command = MetadataCommand::CreateTopic {
+            topic: new_topic("second", 4, 3),
+            topic_id: Uuid::from_u128(2),
+        };
+        decide_and_apply(&mut image, command);
+        let command = MetadataCommand::CreateTopic {
+            topic: new_topic("third", 1, 3),
+            topic_id: Uuid::from_u128(3),
+        };
+        assert_eq!(decide(&image, &command).unwrap_err().error, ResponseError::PolicyViolation);
+        // A placement avoiding broker 2 is not limited by it (1 and 3 registered no capacity).
+        let mut elsewhere = new_topic("elsewhere", 1, 2);
+        elsewhere.assignments = Some(vec![vec![1, 3]]);
+        assert!(create_topic(&image, &elsewhere, Uuid::from_u128(4)).is_ok());
+    }
+
+    #[test]
+    fn partitions_that_would_pass_a_brokers_replica_capacity_are_refused() {
+        let mut image = image_with_capacity_on_broker_2(4);
+        let records = create_topic(&image, &new_topic("t", 3, 3), Uuid::from_u128(1)).unwrap();
+        apply_all(&mut image, &records);
+        let err = create_partitions(&image, "t", 5, None).unwrap_err();
+        assert_eq!(err.error, ResponseError::PolicyViolation);
+        assert!(err.message.contains("5 partition replicas on broker 2"), "{}", err.message);
+        assert!(err.message.contains("capacity of 4"), "{}", err.message);
+        let records = create_partitions(&image, "t", 4, None).unwrap();
+        apply_all(&mut image, &records);
+        assert_eq!(image.topic("t").unwrap().partitions.len(), 4);
+        // A named assignment is checked too.
+        let named = [vec![2, 1, 3]];
+        let err = create_partitions(&image, "t", 5, Some(&named)).unwrap_err();
+        assert_eq!(err.error, ResponseError::PolicyViolation);
     }
 
     #[test]

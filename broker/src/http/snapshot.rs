@@ -57,6 +57,9 @@ pub struct BrokerView {
     pub host: String,
     pub port: i32,
     pub rack: Option<String>,
+    /// Partition replicas it registered it can host within its open-files limit (`None`:
+    /// unlimited, or registered by an older build).
+    pub replica_capacity: Option<u32>,
     pub live: bool,
     /// The broker's console, when it serves one (`metrics.listen`).
     pub console: Option<String>,
@@ -179,6 +182,7 @@ fn broker_view(broker: &Broker, b: &BrokerRegistration) -> BrokerView {
         host: kafka.map(|e| e.host.clone()).unwrap_or_default(),
         port: kafka.map_or(-1, |e| e.port),
         rack: b.rack.clone(),
+        replica_capacity: b.replica_capacity,
         live: b.is_live(),
         console: http
             .as_ref()

@@ -4,17 +4,34 @@
 //! offset, in Kafka's on-disk layout. An entry is added every `index.interval.bytes` appended, so a
 //! lookup lands within a few KiB of its target and a short scan of batch headers finishes the job.
 //!
-//! Entries are written through to the file on append. Only the active segment keeps a copy in
-//! memory (the hot tail that consumers read); older segments answer lookups with a binary search
-//! of positional reads, which the page cache serves, so index memory does not grow with retention.
+//! Only the active segment keeps its entries in memory (the hot tail that consumers read), and
+//! they are added there only: they reach the file in bulk, one positional write for all entries
+//! not yet written, when the segment is sealed, when the log is flushed or written back, at a
+//! clean close, and whenever [`MAX_UNWRITTEN_INDEX_ENTRIES`] have accumulated. The file on disk
+//! may therefore hold fewer entries than the log has batches for: a sparse index that is short
+//! only makes a scan start earlier, never wrong, and after an unclean stop the active segment's
+//! indexes are rebuilt from the log anyway.
+//!
+//! No index keeps its file open: the file is opened for a write, a truncation, or a lookup of a
+//! sealed segment (a binary search of positional reads, which the page cache serves), and closed
+//! after it, so an idle partition holds no descriptor for its indexes. The paths are the
+//! segment's to give ([`crate::log::segment`] builds them from the partition directory); nothing
+//! here stores one.
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::Path;
 
 use crate::fs::remove_if_exists;
+
+/// Entries added to an in-memory index before they are written to its file even though no
+/// flush, roll or close came: bounds how far the file lags behind (a few KiB of entries, about
+/// a megabyte of log at the default `index.interval.bytes`) and the size of one bulk write.
+pub const MAX_UNWRITTEN_INDEX_ENTRIES: usize = 256;
+
+/// Bulk writes are encoded through a stack buffer of this size, one `pwrite` per buffer.
+const WRITE_BUFFER_BYTES: usize = 4096;
 
 /// An offset index entry: the batch whose base offset is `offset` starts at `position` in the
 /// segment file.
@@ -90,102 +107,202 @@ impl IndexEntry for RawTimeEntry {
     }
 }
 
-/// The file and bookkeeping shared by both indexes.
+/// The bookkeeping shared by both indexes: how many entries the index holds, how many of them
+/// are in its file, and, while the segment is active, all of them in memory.
 #[derive(Debug)]
 struct IndexFile<E> {
-    path: PathBuf,
-    /// Shared with [`OffsetIndexView`]s, so a read planned under the log's lock can finish its
-    /// lookup after the lock is released (and after the file is deleted).
-    file: Arc<File>,
+    /// Entries in the index: the first `written` are in the file, the rest only in `cached`.
     len: usize,
+    written: usize,
+    /// The file changed since its last fsync.
+    unsynced: bool,
     /// False when the file length is not a whole number of entries (torn write): rebuild it.
     whole: bool,
     /// The file did not exist when opened: rebuild it if the segment has data.
     was_missing: bool,
+    /// The file's inode, once known: a lookup by path outside the log's lock checks that it
+    /// still reads the file this index describes (see [`OffsetIndexView::lookup`]).
+    file_id: Option<u64>,
     last: Option<E>,
-    /// All entries, kept while the segment is active.
+    /// All entries, kept while the segment is active; the only place unwritten ones live.
     cached: Option<Vec<E>>,
 }
 
 impl<E: IndexEntry> IndexFile<E> {
-    fn open(path: PathBuf, cache: bool) -> io::Result<Self> {
-        let was_missing = !path.try_exists()?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)?;
-        let file_len = file.metadata()?.len();
+    /// An empty index whose file is created (or emptied) now; it starts in memory.
+    fn create(path: &Path) -> io::Result<Self> {
+        let file = File::create(path)?;
+        let file_id = Some(file.metadata()?.ino());
+        Ok(IndexFile {
+            len: 0,
+            written: 0,
+            unsynced: false,
+            whole: true,
+            was_missing: false,
+            file_id,
+            last: None,
+            cached: Some(Vec::new()),
+        })
+    }
+
+    /// Reads the index's length and last entry (and, with `cache`, every entry) and closes the
+    /// file. A missing file is an empty index that [`IndexFile::is_sane`] reports.
+    fn open(path: &Path, cache: bool) -> io::Result<Self> {
+        let file = match File::open(path) {
+            Ok(file) => Some(file),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        let (file_len, file_id) = match &file {
+            Some(file) => {
+                let meta = file.metadata()?;
+                (meta.len(), Some(meta.ino()))
+            }
+            None => (0, None),
+        };
         let len = usize::try_from(file_len / E::SIZE as u64)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "index file too large"))?;
-        let whole = file_len % E::SIZE as u64 == 0;
         let mut index = IndexFile {
-            path,
-            file: Arc::new(file),
             len,
-            whole,
-            was_missing,
+            written: len,
+            unsynced: false,
+            whole: file_len % E::SIZE as u64 == 0,
+            was_missing: file.is_none(),
+            file_id,
             last: None,
             cached: None,
         };
-        index.last = match len {
-            0 => None,
-            n => Some(index.entry_at(n - 1)?),
-        };
-        if cache {
-            index.cache()?;
+        if let Some(file) = &file {
+            if cache {
+                index.cached = Some(read_all(file, len)?);
+            }
+            index.last = match len {
+                0 => None,
+                n => Some(index.entry_in(file, n - 1)?),
+            };
+        } else if cache {
+            index.cached = Some(Vec::new());
         }
         Ok(index)
     }
 
-    fn entry_at(&self, i: usize) -> io::Result<E> {
-        if let Some(cached) = &self.cached {
-            return cached.get(i).copied().ok_or_else(|| out_of_bounds(i));
+    /// Entry `i`, from memory when cached, else by a positional read of `file`.
+    fn entry_in(&self, file: &File, i: usize) -> io::Result<E> {
+        match &self.cached {
+            Some(cached) => cached.get(i).copied().ok_or_else(|| out_of_bounds(i)),
+            None => read_entry(file, self.len, i),
         }
-        read_entry(&self.file, self.len, i)
     }
 
     /// Number of leading entries for which `pred` holds (`pred` must hold for a prefix).
-    fn partition_point(&self, pred: impl Fn(&E) -> bool) -> io::Result<usize> {
-        partition_point(self.len, |i| self.entry_at(i), pred)
+    fn partition_point(&self, path: &Path, pred: impl Fn(&E) -> bool) -> io::Result<usize> {
+        match &self.cached {
+            Some(cached) => Ok(cached.partition_point(pred)),
+            None if self.len == 0 => Ok(0),
+            None => {
+                let file = File::open(path)?;
+                partition_point(self.len, |i| read_entry(&file, self.len, i), pred)
+            }
+        }
     }
 
     /// The last entry for which `pred` holds.
-    fn floor(&self, pred: impl Fn(&E) -> bool) -> io::Result<Option<E>> {
-        floor(self.len, |i| self.entry_at(i), pred)
+    fn floor(&self, path: &Path, pred: impl Fn(&E) -> bool) -> io::Result<Option<E>> {
+        match &self.cached {
+            Some(cached) => Ok(cached.partition_point(pred).checked_sub(1).and_then(|i| cached.get(i)).copied()),
+            None if self.len == 0 => Ok(None),
+            None => {
+                let file = File::open(path)?;
+                floor(self.len, |i| read_entry(&file, self.len, i), pred)
+            }
+        }
     }
 
-    fn append(&mut self, entry: E) -> io::Result<()> {
-        let encoded = entry.encode();
-        self.file
-            .write_all_at(&encoded[..E::SIZE], (self.len * E::SIZE) as u64)?;
+    /// Adds an entry in memory; [`IndexFile::write_pending`] takes it to the file. Only an index
+    /// in memory takes entries: the active segment's, or one being rebuilt (which starts from
+    /// [`IndexFile::truncate_to_len`]`(0)`, in memory).
+    fn append(&mut self, entry: E) {
+        let Some(cached) = &mut self.cached else {
+            debug_assert!(false, "an entry appended to an index that is not in memory");
+            return; // the index is sparse: a missing entry only lengthens a scan
+        };
+        cached.push(entry);
         self.len += 1;
         self.last = Some(entry);
-        if let Some(cached) = &mut self.cached {
-            cached.push(entry);
+    }
+
+    fn unwritten(&self) -> usize {
+        self.len - self.written
+    }
+
+    /// Writes the entries not yet in the file, in bulk, and with `sync` fsyncs the file if it
+    /// changed since the last fsync. Opens the file only when there is something to do.
+    fn write_pending(&mut self, path: &Path, sync: bool) -> io::Result<()> {
+        let pending = self.unwritten();
+        if pending == 0 && !(sync && self.unsynced) {
+            return Ok(());
+        }
+        let file = OpenOptions::new().write(true).create(true).truncate(false).open(path)?;
+        if self.file_id.is_none() {
+            self.file_id = Some(file.metadata()?.ino());
+        }
+        if pending > 0 {
+            let entries = self
+                .cached
+                .as_deref()
+                .and_then(|cached| cached.get(self.written..self.len))
+                .ok_or_else(|| out_of_bounds(self.len))?;
+            let mut buf = [0u8; WRITE_BUFFER_BYTES];
+            let mut position = (self.written * E::SIZE) as u64;
+            for chunk in entries.chunks(WRITE_BUFFER_BYTES / E::SIZE) {
+                let bytes = chunk.len() * E::SIZE;
+                for (slot, entry) in buf[..bytes].chunks_exact_mut(E::SIZE).zip(chunk) {
+                    slot.copy_from_slice(&entry.encode()[..E::SIZE]);
+                }
+                file.write_all_at(&buf[..bytes], position)?;
+                position += bytes as u64;
+            }
+            self.written = self.len;
+            self.unsynced = true;
+        }
+        if sync && self.unsynced {
+            file.sync_all()?;
+            self.unsynced = false;
         }
         Ok(())
     }
 
     /// Keeps only the entries for which `keep` holds (a prefix).
-    fn truncate_where(&mut self, keep: impl Fn(&E) -> bool) -> io::Result<()> {
-        let n = self.partition_point(keep)?;
-        self.truncate_to_len(n)
+    fn truncate_where(&mut self, path: &Path, keep: impl Fn(&E) -> bool) -> io::Result<()> {
+        let n = self.partition_point(path, keep)?;
+        self.truncate_to_len(path, n)
     }
 
-    fn truncate_to_len(&mut self, n: usize) -> io::Result<()> {
+    /// Keeps the first `n` entries, written or not. The file is touched only when written
+    /// entries go or it is not a whole, present index of what is written; truncating to 0 leaves
+    /// the index in memory, ready to be rebuilt.
+    fn truncate_to_len(&mut self, path: &Path, n: usize) -> io::Result<()> {
         let n = n.min(self.len);
-        self.file.set_len((n * E::SIZE) as u64)?;
+        if n < self.written || !self.whole || self.was_missing {
+            let file = OpenOptions::new().write(true).create(true).truncate(false).open(path)?;
+            file.set_len((n * E::SIZE) as u64)?;
+            self.file_id = Some(file.metadata()?.ino());
+            self.written = self.written.min(n);
+            self.unsynced = true;
+        }
+        if n == 0 && self.cached.is_none() {
+            self.cached = Some(Vec::new());
+        }
         if let Some(cached) = &mut self.cached {
             cached.truncate(n);
         }
         self.len = n;
         self.whole = true;
         self.was_missing = false;
-        self.last = match self.len {
-            0 => None,
-            n => Some(self.entry_at(n - 1)?),
+        self.last = match (n, &self.cached) {
+            (0, _) => None,
+            (n, Some(cached)) => cached.get(n - 1).copied(),
+            (n, None) => Some(read_entry(&File::open(path)?, n, n - 1)?),
         };
         Ok(())
     }
@@ -194,30 +311,39 @@ impl<E: IndexEntry> IndexFile<E> {
         self.whole && !(self.was_missing && log_size_bytes > 0)
     }
 
-    fn cache(&mut self) -> io::Result<()> {
+    fn cache(&mut self, path: &Path) -> io::Result<()> {
         if self.cached.is_some() {
             return Ok(());
         }
-        let mut bytes = vec![0u8; self.len * E::SIZE];
-        self.file.read_exact_at(&mut bytes, 0)?;
-        let entries = bytes.chunks_exact(E::SIZE).filter_map(E::decode).collect();
-        self.cached = Some(entries);
+        self.cached = Some(match self.len {
+            0 => Vec::new(),
+            len => read_all(&File::open(path)?, len)?,
+        });
         Ok(())
     }
 
+    /// Frees the in-memory copy; entries not yet written keep it (write them first).
     fn uncache(&mut self) {
-        self.cached = None;
+        debug_assert_eq!(self.unwritten(), 0, "uncaching an index with unwritten entries");
+        if self.unwritten() == 0 {
+            self.cached = None;
+        }
     }
 
-    fn flush(&self) -> io::Result<()> {
-        self.file.sync_all()
+    fn view(&self, base_offset: i64) -> OffsetIndexView {
+        OffsetIndexView {
+            base_offset,
+            len: self.written,
+            file_id: self.file_id,
+        }
     }
+}
 
-    /// Removes the file; holders of a view keep reading the unlinked inode.
-    fn delete(self) -> io::Result<()> {
-        drop(self.file);
-        remove_if_exists(&self.path)
-    }
+/// The first `len` entries of an index file (its length was checked by the caller).
+fn read_all<E: IndexEntry>(file: &File, len: usize) -> io::Result<Vec<E>> {
+    let mut bytes = vec![0u8; len * E::SIZE];
+    file.read_exact_at(&mut bytes, 0)?;
+    Ok(bytes.chunks_exact(E::SIZE).filter_map(E::decode).collect())
 }
 
 /// Entry `i` of an index file holding `len` entries, by a positional read.
@@ -264,7 +390,8 @@ fn out_of_bounds(i: usize) -> io::Error {
     )
 }
 
-/// `.index`: maps offsets to file positions of batches in one segment.
+/// `.index`: maps offsets to file positions of batches in one segment. Methods that may need
+/// the file take its path.
 #[derive(Debug)]
 pub struct OffsetIndex {
     base_offset: i64,
@@ -272,7 +399,16 @@ pub struct OffsetIndex {
 }
 
 impl OffsetIndex {
-    pub fn open(path: PathBuf, base_offset: i64, cache: bool) -> io::Result<OffsetIndex> {
+    /// A new, empty index (its file created or emptied), in memory.
+    pub fn create(path: &Path, base_offset: i64) -> io::Result<OffsetIndex> {
+        Ok(OffsetIndex {
+            base_offset,
+            file: IndexFile::create(path)?,
+        })
+    }
+
+    /// An existing index; `cache` keeps its entries in memory (the active segment).
+    pub fn open(path: &Path, base_offset: i64, cache: bool) -> io::Result<OffsetIndex> {
         Ok(OffsetIndex {
             base_offset,
             file: IndexFile::open(path, cache)?,
@@ -281,8 +417,8 @@ impl OffsetIndex {
 
     /// The last entry at or below `offset`, or the segment start when there is none: the batch
     /// holding `offset` starts at or after the returned position.
-    pub fn lookup(&self, offset: i64) -> io::Result<OffsetPosition> {
-        let found = self.file.floor(at_or_below(self.base_offset, offset))?;
+    pub fn lookup(&self, path: &Path, offset: i64) -> io::Result<OffsetPosition> {
+        let found = self.file.floor(path, at_or_below(self.base_offset, offset))?;
         Ok(absolute_or_start(self.base_offset, found))
     }
 
@@ -299,20 +435,19 @@ impl OffsetIndex {
                     .and_then(|i| entries.get(i));
                 ReadStart::Position(u64::from(absolute_or_start(self.base_offset, found.copied()).position))
             }
-            None => ReadStart::Lookup(OffsetIndexView {
-                base_offset: self.base_offset,
-                file: self.file.file.clone(),
-                len: self.file.len,
-            }),
+            // At or below the base offset the segment start is the answer: no file needed.
+            None if offset <= self.base_offset || self.file.len == 0 => ReadStart::Position(0),
+            None => ReadStart::Lookup(self.file.view(self.base_offset)),
         }
     }
 
-    /// Adds an entry for the batch with base offset `offset` at `position`. An offset that does
-    /// not fit a relative u32 is skipped (the index is sparse; a missing entry only lengthens a scan).
-    pub fn append(&mut self, offset: i64, position: u32) -> io::Result<()> {
+    /// Adds an entry for the batch with base offset `offset` at `position`, in memory. An offset
+    /// that does not fit a relative u32 is skipped (the index is sparse; a missing entry only
+    /// lengthens a scan).
+    pub fn append(&mut self, offset: i64, position: u32) {
         let Ok(relative_offset) = u32::try_from(offset - self.base_offset) else {
             debug_assert!(false, "offset {offset} outside segment {}", self.base_offset);
-            return Ok(());
+            return;
         };
         if let Some(last) = self.file.last {
             debug_assert!(relative_offset > last.relative_offset && position > last.position);
@@ -320,16 +455,26 @@ impl OffsetIndex {
         self.file.append(RawOffsetEntry {
             relative_offset,
             position,
-        })
+        });
+    }
+
+    /// Entries added but not yet in the file.
+    pub fn unwritten_entries(&self) -> usize {
+        self.file.unwritten()
+    }
+
+    /// Writes the entries not yet in the file, in bulk; `sync` then fsyncs it if it changed.
+    pub fn write_pending(&mut self, path: &Path, sync: bool) -> io::Result<()> {
+        self.file.write_pending(path, sync)
     }
 
     pub fn last_entry(&self) -> Option<OffsetPosition> {
         self.file.last.map(|e| self.absolute(e))
     }
 
-    /// Drops entries pointing at `position` or beyond (the log was truncated there).
-    pub fn truncate_to_position(&mut self, position: u32) -> io::Result<()> {
-        self.file.truncate_where(|e| e.position < position)
+    /// Drops entries pointing at `position` or beyond (the log was truncated there), written or not.
+    pub fn truncate_to_position(&mut self, path: &Path, position: u32) -> io::Result<()> {
+        self.file.truncate_where(path, |e| e.position < position)
     }
 
     /// Kafka's sanity check: present if the log has data, whole entries, the last one inside the
@@ -338,24 +483,21 @@ impl OffsetIndex {
         self.file.is_sane(log_size_bytes) && self.file.last.is_none_or(|e| u64::from(e.position) < log_size_bytes)
     }
 
-    pub fn reset(&mut self) -> io::Result<()> {
-        self.file.truncate_to_len(0)
+    /// Drops every entry, leaving an empty index in memory (to be rebuilt).
+    pub fn reset(&mut self, path: &Path) -> io::Result<()> {
+        self.file.truncate_to_len(path, 0)
     }
 
-    pub fn cache(&mut self) -> io::Result<()> {
-        self.file.cache()
+    pub fn cache(&mut self, path: &Path) -> io::Result<()> {
+        self.file.cache(path)
     }
 
     pub fn uncache(&mut self) {
         self.file.uncache()
     }
 
-    pub fn flush(&self) -> io::Result<()> {
-        self.file.flush()
-    }
-
-    pub fn delete(self) -> io::Result<()> {
-        self.file.delete()
+    pub fn delete(path: &Path) -> io::Result<()> {
+        remove_if_exists(path)
     }
 
     fn absolute(&self, e: RawOffsetEntry) -> OffsetPosition {
@@ -391,22 +533,39 @@ pub enum ReadStart {
     Lookup(OffsetIndexView),
 }
 
-/// A sealed segment's offset index as a read planned under the log's lock saw it: the file
-/// (shared, so retention may delete it meanwhile) and how many entries it held.
+/// A sealed segment's offset index as a read planned under the log's lock saw it: how many
+/// entries its file held and which file (inode) it was. The file is opened only when the read
+/// looks the offset up, after the lock is released.
 #[derive(Debug, Clone)]
 pub struct OffsetIndexView {
     base_offset: i64,
-    file: Arc<File>,
     len: usize,
+    file_id: Option<u64>,
 }
 
 impl OffsetIndexView {
-    /// [`OffsetIndex::lookup`] by positional reads of the shared file. An entry gone since the
-    /// view was taken (the index was truncated) is an `UnexpectedEof` error.
-    pub fn lookup(&self, offset: i64) -> io::Result<u64> {
-        let entry_at = |i| read_entry::<RawOffsetEntry>(&self.file, self.len, i);
+    /// [`OffsetIndex::lookup`] by positional reads of the file at `path`. Retention or the
+    /// cleaner may have deleted or replaced that file since the read was planned: a file that is
+    /// gone, or is not the one the view saw, answers with the segment start (always a correct
+    /// place to search from). An entry gone since (the index was truncated) is an
+    /// `UnexpectedEof` error. The caller still checks that a batch with the entry's offset starts
+    /// at its position, since a replaced file may have reused the inode number.
+    pub fn lookup(&self, path: &Path, offset: i64) -> io::Result<OffsetPosition> {
+        let start = absolute_or_start(self.base_offset, None);
+        if self.len == 0 {
+            return Ok(start);
+        }
+        let file = match File::open(path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(start),
+            Err(e) => return Err(e),
+        };
+        if self.file_id != Some(file.metadata()?.ino()) {
+            return Ok(start);
+        }
+        let entry_at = |i| read_entry::<RawOffsetEntry>(&file, self.len, i);
         let found = floor(self.len, entry_at, at_or_below(self.base_offset, offset))?;
-        Ok(u64::from(absolute_or_start(self.base_offset, found).position))
+        Ok(absolute_or_start(self.base_offset, found))
     }
 }
 
@@ -419,7 +578,16 @@ pub struct TimeIndex {
 }
 
 impl TimeIndex {
-    pub fn open(path: PathBuf, base_offset: i64, cache: bool) -> io::Result<TimeIndex> {
+    /// A new, empty index (its file created or emptied), in memory.
+    pub fn create(path: &Path, base_offset: i64) -> io::Result<TimeIndex> {
+        Ok(TimeIndex {
+            base_offset,
+            file: IndexFile::create(path)?,
+        })
+    }
+
+    /// An existing index; `cache` keeps its entries in memory (the active segment).
+    pub fn open(path: &Path, base_offset: i64, cache: bool) -> io::Result<TimeIndex> {
         Ok(TimeIndex {
             base_offset,
             file: IndexFile::open(path, cache)?,
@@ -428,18 +596,22 @@ impl TimeIndex {
 
     /// The last entry with a timestamp strictly below `timestamp`. Every batch up to and including
     /// the one holding its offset is then older than `timestamp`, so a search can start there.
-    pub fn lookup_before(&self, timestamp: i64) -> io::Result<Option<TimestampOffset>> {
-        Ok(self.file.floor(|e| e.timestamp < timestamp)?.map(|e| self.absolute(e)))
+    pub fn lookup_before(&self, path: &Path, timestamp: i64) -> io::Result<Option<TimestampOffset>> {
+        Ok(self
+            .file
+            .floor(path, |e| e.timestamp < timestamp)?
+            .map(|e| self.absolute(e)))
     }
 
-    /// Records that `timestamp` is the segment's max so far, reached at `offset`, if it grew.
-    pub fn maybe_append(&mut self, timestamp: i64, offset: i64) -> io::Result<()> {
+    /// Records that `timestamp` is the segment's max so far, reached at `offset`, if it grew
+    /// (in memory; see [`TimeIndex::write_pending`]).
+    pub fn maybe_append(&mut self, timestamp: i64, offset: i64) {
         if self.file.last.is_some_and(|last| timestamp <= last.timestamp) {
-            return Ok(());
+            return;
         }
         let Ok(relative_offset) = u32::try_from(offset - self.base_offset) else {
             debug_assert!(false, "offset {offset} outside segment {}", self.base_offset);
-            return Ok(());
+            return;
         };
         if let Some(last) = self.file.last {
             debug_assert!(relative_offset >= last.relative_offset);
@@ -447,17 +619,28 @@ impl TimeIndex {
         self.file.append(RawTimeEntry {
             timestamp,
             relative_offset,
-        })
+        });
+    }
+
+    /// Entries added but not yet in the file.
+    pub fn unwritten_entries(&self) -> usize {
+        self.file.unwritten()
+    }
+
+    /// Writes the entries not yet in the file, in bulk; `sync` then fsyncs it if it changed.
+    pub fn write_pending(&mut self, path: &Path, sync: bool) -> io::Result<()> {
+        self.file.write_pending(path, sync)
     }
 
     pub fn last_entry(&self) -> Option<TimestampOffset> {
         self.file.last.map(|e| self.absolute(e))
     }
 
-    /// Drops entries for `offset` and beyond.
-    pub fn truncate_to_offset(&mut self, offset: i64) -> io::Result<()> {
+    /// Drops entries for `offset` and beyond, written or not.
+    pub fn truncate_to_offset(&mut self, path: &Path, offset: i64) -> io::Result<()> {
         let relative = offset - self.base_offset;
-        self.file.truncate_where(|e| i64::from(e.relative_offset) < relative)
+        self.file
+            .truncate_where(path, |e| i64::from(e.relative_offset) < relative)
     }
 
     /// Present if the log has data and made of whole entries. A sealed segment with data always
@@ -466,24 +649,21 @@ impl TimeIndex {
         self.file.is_sane(log_size_bytes)
     }
 
-    pub fn reset(&mut self) -> io::Result<()> {
-        self.file.truncate_to_len(0)
+    /// Drops every entry, leaving an empty index in memory (to be rebuilt).
+    pub fn reset(&mut self, path: &Path) -> io::Result<()> {
+        self.file.truncate_to_len(path, 0)
     }
 
-    pub fn cache(&mut self) -> io::Result<()> {
-        self.file.cache()
+    pub fn cache(&mut self, path: &Path) -> io::Result<()> {
+        self.file.cache(path)
     }
 
     pub fn uncache(&mut self) {
         self.file.uncache()
     }
 
-    pub fn flush(&self) -> io::Result<()> {
-        self.file.flush()
-    }
-
-    pub fn delete(self) -> io::Result<()> {
-        self.file.delete()
+    pub fn delete(path: &Path) -> io::Result<()> {
+        remove_if_exists(path)
     }
 
     fn absolute(&self, e: RawTimeEntry) -> TimestampOffset {
@@ -498,77 +678,83 @@ impl TimeIndex {
 mod tests {
     use super::*;
 
+    fn at(offset: i64, position: u32) -> OffsetPosition {
+        OffsetPosition { offset, position }
+    }
+
+    fn file_len(path: &Path) -> u64 {
+        std::fs::metadata(path).unwrap().len()
+    }
+
     #[test]
     fn offset_index_lookup_returns_floor_entry_in_memory_and_on_disk() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("00000000000000000100.index");
-        let mut index = OffsetIndex::open(path.clone(), 100, true).unwrap();
+        let mut index = OffsetIndex::create(&path, 100).unwrap();
         for (offset, position) in [(110, 4_000), (125, 8_200), (140, 12_500)] {
-            index.append(offset, position).unwrap();
+            index.append(offset, position);
         }
-        let reopened = OffsetIndex::open(path, 100, false).unwrap();
+        index.write_pending(&path, true).unwrap();
+        let reopened = OffsetIndex::open(&path, 100, false).unwrap();
         for index in [&index, &reopened] {
-            assert_eq!(
-                index.lookup(99).unwrap(),
-                OffsetPosition {
-                    offset: 100,
-                    position: 0
-                }
-            );
-            assert_eq!(
-                index.lookup(109).unwrap(),
-                OffsetPosition {
-                    offset: 100,
-                    position: 0
-                }
-            );
-            assert_eq!(
-                index.lookup(110).unwrap(),
-                OffsetPosition {
-                    offset: 110,
-                    position: 4_000
-                }
-            );
-            assert_eq!(
-                index.lookup(139).unwrap(),
-                OffsetPosition {
-                    offset: 125,
-                    position: 8_200
-                }
-            );
-            assert_eq!(
-                index.lookup(i64::MAX).unwrap(),
-                OffsetPosition {
-                    offset: 140,
-                    position: 12_500
-                }
-            );
+            assert_eq!(index.lookup(&path, 99).unwrap(), at(100, 0));
+            assert_eq!(index.lookup(&path, 109).unwrap(), at(100, 0));
+            assert_eq!(index.lookup(&path, 110).unwrap(), at(110, 4_000));
+            assert_eq!(index.lookup(&path, 139).unwrap(), at(125, 8_200));
+            assert_eq!(index.lookup(&path, i64::MAX).unwrap(), at(140, 12_500));
         }
-        assert_eq!(
-            reopened.last_entry(),
-            Some(OffsetPosition {
-                offset: 140,
-                position: 12_500
-            })
-        );
+        assert_eq!(reopened.last_entry(), Some(at(140, 12_500)));
     }
 
     #[test]
-    fn offset_index_truncation_drops_entries_at_and_after_the_position() {
+    fn appended_entries_stay_in_memory_until_written_in_one_bulk_write() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("00000000000000000000.index");
-        let mut index = OffsetIndex::open(path.clone(), 0, true).unwrap();
-        index.append(10, 100).unwrap();
-        index.append(20, 200).unwrap();
-        index.truncate_to_position(200).unwrap();
-        assert_eq!(
-            index.last_entry(),
-            Some(OffsetPosition {
-                offset: 10,
-                position: 100
-            })
-        );
-        assert_eq!(std::fs::metadata(&path).unwrap().len(), 8);
+        let mut index = OffsetIndex::create(&path, 0).unwrap();
+        for i in 1..=10u32 {
+            index.append(i64::from(i) * 10, i * 1_000);
+        }
+        assert_eq!(file_len(&path), 0, "nothing written before a write is asked for");
+        assert_eq!(index.unwritten_entries(), 10);
+        // Lookups see the unwritten entries.
+        assert_eq!(index.lookup(&path, 55).unwrap(), at(50, 5_000));
+        index.write_pending(&path, false).unwrap();
+        assert_eq!(index.unwritten_entries(), 0);
+        assert_eq!(file_len(&path), 80);
+        index.append(110, 11_000);
+        index.write_pending(&path, true).unwrap();
+        assert_eq!(file_len(&path), 88, "the next write appends after what is written");
+        let reopened = OffsetIndex::open(&path, 0, true).unwrap();
+        assert_eq!(reopened.lookup(&path, 55).unwrap(), at(50, 5_000));
+        assert_eq!(reopened.last_entry(), Some(at(110, 11_000)));
+    }
+
+    #[test]
+    fn truncation_drops_written_and_unwritten_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("00000000000000000000.index");
+        let mut index = OffsetIndex::create(&path, 0).unwrap();
+        index.append(10, 100);
+        index.append(20, 200);
+        index.write_pending(&path, false).unwrap();
+        index.append(30, 300);
+        index.append(40, 400);
+        // Only unwritten entries go: the file is not touched.
+        index.truncate_to_position(&path, 400).unwrap();
+        assert_eq!(index.last_entry(), Some(at(30, 300)));
+        assert_eq!(index.unwritten_entries(), 1);
+        assert_eq!(file_len(&path), 16);
+        // Written ones go too: the file shrinks and the unwritten entry is gone.
+        index.truncate_to_position(&path, 200).unwrap();
+        assert_eq!(index.last_entry(), Some(at(10, 100)));
+        assert_eq!(index.unwritten_entries(), 0);
+        assert_eq!(file_len(&path), 8);
+        assert_eq!(index.lookup(&path, 35).unwrap(), at(10, 100));
+        index.append(15, 150);
+        index.write_pending(&path, true).unwrap();
+        let reopened = OffsetIndex::open(&path, 0, false).unwrap();
+        assert_eq!(reopened.last_entry(), Some(at(15, 150)));
+        assert_eq!(file_len(&path), 16);
     }
 
     #[test]
@@ -576,41 +762,72 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("00000000000000000000.index");
         std::fs::write(&path, [0u8; 11]).unwrap();
-        let index = OffsetIndex::open(path, 0, true).unwrap();
+        let index = OffsetIndex::open(&path, 0, true).unwrap();
         assert!(!index.is_sane(1_000));
+    }
+
+    #[test]
+    fn missing_index_file_is_not_sane_under_data_and_created_by_a_reset() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("00000000000000000000.index");
+        let mut index = OffsetIndex::open(&path, 0, true).unwrap();
+        assert!(!path.exists(), "opening creates nothing");
+        assert!(index.is_sane(0));
+        assert!(!index.is_sane(1_000));
+        index.reset(&path).unwrap();
+        assert!(path.exists());
+        assert!(index.is_sane(1_000));
+    }
+
+    #[test]
+    fn view_of_a_sealed_index_looks_up_by_path_and_falls_back_to_the_start_when_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("00000000000000000000.index");
+        let mut index = OffsetIndex::create(&path, 0).unwrap();
+        index.append(10, 100);
+        index.append(20, 200);
+        index.write_pending(&path, true).unwrap();
+        index.uncache();
+        let ReadStart::Lookup(view) = index.start_for_read(25) else {
+            panic!("a sealed index is looked up outside the lock");
+        };
+        assert!(matches!(index.start_for_read(0), ReadStart::Position(0)));
+        assert_eq!(view.lookup(&path, 25).unwrap(), at(20, 200));
+        // The cleaner swaps in another file under the same name: its entries are not used.
+        let replacement = dir.path().join("replacement");
+        let mut other = OffsetIndex::create(&replacement, 0).unwrap();
+        other.append(20, 999);
+        other.write_pending(&replacement, true).unwrap();
+        std::fs::rename(&replacement, &path).unwrap();
+        assert_eq!(view.lookup(&path, 25).unwrap(), at(0, 0));
+        // Retention deletes it: the segment start again.
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(view.lookup(&path, 25).unwrap(), at(0, 0));
     }
 
     #[test]
     fn time_index_appends_only_growing_timestamps_and_looks_up_strictly_before() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("00000000000000000050.timeindex");
-        let mut index = TimeIndex::open(path, 50, false).unwrap();
-        index.maybe_append(1_000, 55).unwrap();
-        index.maybe_append(1_000, 60).unwrap();
-        index.maybe_append(900, 61).unwrap();
-        index.maybe_append(2_000, 70).unwrap();
-        assert_eq!(index.lookup_before(1_000).unwrap(), None);
-        assert_eq!(
-            index.lookup_before(1_001).unwrap(),
-            Some(TimestampOffset {
-                timestamp: 1_000,
-                offset: 55
-            })
-        );
-        assert_eq!(
-            index.lookup_before(5_000).unwrap(),
-            Some(TimestampOffset {
-                timestamp: 2_000,
-                offset: 70
-            })
-        );
-        index.truncate_to_offset(70).unwrap();
-        assert_eq!(
-            index.last_entry(),
-            Some(TimestampOffset {
-                timestamp: 1_000,
-                offset: 55
-            })
-        );
+        let mut index = TimeIndex::create(&path, 50).unwrap();
+        index.maybe_append(1_000, 55);
+        index.maybe_append(1_000, 60);
+        index.maybe_append(900, 61);
+        index.maybe_append(2_000, 70);
+        assert_eq!(index.unwritten_entries(), 2);
+        let ts = |timestamp, offset| Some(TimestampOffset { timestamp, offset });
+        for written in [false, true] {
+            if written {
+                index.write_pending(&path, true).unwrap();
+                index.uncache();
+                assert_eq!(file_len(&path), 24);
+            }
+            assert_eq!(index.lookup_before(&path, 1_000).unwrap(), None);
+            assert_eq!(index.lookup_before(&path, 1_001).unwrap(), ts(1_000, 55));
+            assert_eq!(index.lookup_before(&path, 5_000).unwrap(), ts(2_000, 70));
+        }
+        index.truncate_to_offset(&path, 70).unwrap();
+        assert_eq!(index.last_entry(), ts(1_000, 55));
+        assert_eq!(file_len(&path), 12);
     }
 }

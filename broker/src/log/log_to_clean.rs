@@ -2,7 +2,8 @@
 //! segments and where the dirty section starts. [`PartitionLog`](super::PartitionLog) makes it
 //! under its lock; the cleaner works from it without the lock.
 
-use std::path::PathBuf;
+use std::path::Path;
+use std::sync::Arc;
 
 use super::segment::SegmentSnapshot;
 use super::LogConfig;
@@ -19,7 +20,7 @@ pub(crate) struct CleanableSegment {
 #[derive(Debug)]
 pub struct LogToClean {
     pub(super) name: String,
-    pub(super) dir: PathBuf,
+    pub(super) dir: Arc<Path>,
     pub(super) config: LogConfig,
     pub(super) first_dirty_offset: i64,
     pub(super) segments: Vec<CleanableSegment>,
@@ -30,7 +31,7 @@ pub struct LogToClean {
 impl LogToClean {
     pub(super) fn new(
         name: String,
-        dir: PathBuf,
+        dir: Arc<Path>,
         config: LogConfig,
         first_dirty_offset: i64,
         segments: Vec<CleanableSegment>,

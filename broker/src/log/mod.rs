@@ -6,6 +6,7 @@
 //! <topic>-<partition>/
 //!     00000000000000000000.log        record batches, stored exactly as produced (offsets stamped)
 //!     00000000000000000000.index      sparse offset index: (relative offset u32, position u32)
+//!                                     (entries written in bulk; see index.rs)
 //!     00000000000000000000.timeindex  sparse time index: (timestamp i64, relative offset u32)
 //!     00000000000000012345.log        next segment, named after its base offset
 //!     ...
@@ -37,6 +38,7 @@ mod log_to_clean;
 mod partition_log;
 pub mod partition_metadata;
 mod segment;
+mod tail;
 
 #[cfg(test)]
 mod tests;
@@ -48,10 +50,12 @@ pub use cleaner::{
 };
 pub use config::LogConfig;
 pub use error::LogError;
-pub use index::{OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset};
+pub use index::{OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset, MAX_UNWRITTEN_INDEX_ENTRIES};
 pub use leader_epoch::{LEADER_EPOCH_CHECKPOINT_FILE, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET};
 pub use log_to_clean::LogToClean;
 pub use partition_log::{
-    AppendInfo, PartitionLog, PlannedRead, ReadResult, CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_FILE,
+    AppendInfo, PartitionLog, PlannedRead, ReadResult, CLEAN_SHUTDOWN_FILE, FILES_PER_IDLE_REPLICA,
+    LOG_START_OFFSET_FILE,
 };
 pub use segment::{LogSegment, RecoveryOutcome};
+pub use tail::TailCacheBudget;

@@ -17,7 +17,7 @@ use std::path::Path;
 use uuid::Uuid;
 
 use super::LogError;
-use crate::fs::write_atomically;
+use crate::fs::{create_dir_if_missing, replace_file, sync_dir, write_atomically};
 
 pub const PARTITION_METADATA_FILE: &str = "partition.metadata";
 const VERSION: i32 = 0;
@@ -91,14 +91,19 @@ pub fn read_topic_id(dir: &Path) -> Result<Option<Uuid>, LogError> {
 
 /// Writes `dir/partition.metadata` for `topic_id` (atomically, through the checkpoint helper).
 pub fn write(dir: &Path, topic_id: Uuid) -> io::Result<()> {
-    let text = format!("version: {VERSION}\ntopic_id: {}\n", kafka_topic_id_string(topic_id));
-    write_atomically(&dir.join(PARTITION_METADATA_FILE), text.as_bytes())
+    write_atomically(&dir.join(PARTITION_METADATA_FILE), metadata_text(topic_id).as_bytes())
 }
 
 /// Readies `dir` to be opened as the log of `topic_id`, as Kafka checks a log's topic id on load:
 /// a directory whose `partition.metadata` names another topic id belongs to a topic that no longer
 /// exists and is removed, so the new topic starts with an empty log; a directory without the file
 /// gets one; a new directory is created with it. Returns whether an old directory was removed.
+///
+/// A new directory costs one fsync of the parent (the directory's own entry, and the removal of
+/// an old one). Its `partition.metadata` is written whole (temp file, fsync, rename) but the
+/// rename is made durable by the one directory fsync [`crate::log::PartitionLog::open`] does
+/// when it creates the first segment in the empty directory, before any append: a crash before
+/// that leaves no file, and the next start writes it again.
 pub fn prepare_partition_dir(dir: &Path, topic_id: Uuid) -> Result<bool, LogError> {
     let mut removed = false;
     match read_topic_id(dir)? {
@@ -116,9 +121,21 @@ pub fn prepare_partition_dir(dir: &Path, topic_id: Uuid) -> Result<bool, LogErro
         }
         None => {}
     }
-    fs::create_dir_all(dir)?;
-    write(dir, topic_id)?;
+    if !create_dir_if_missing(dir)? {
+        // An existing directory without the file (an older Sluice): replaced durably now, as
+        // its log may already have data.
+        write(dir, topic_id)?;
+        return Ok(removed);
+    }
+    replace_file(&dir.join(PARTITION_METADATA_FILE), metadata_text(topic_id).as_bytes())?;
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        sync_dir(parent)?;
+    }
     Ok(removed)
+}
+
+fn metadata_text(topic_id: Uuid) -> String {
+    format!("version: {VERSION}\ntopic_id: {}\n", kafka_topic_id_string(topic_id))
 }
 
 fn corrupt(path: &Path, reason: String) -> LogError {

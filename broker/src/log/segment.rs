@@ -3,7 +3,12 @@
 //!
 //! A segment never decodes records: it reads 61-byte batch headers to find positions, and crash
 //! recovery streams each batch through CRC32C without holding it in memory.
+//!
+//! A segment keeps one file open, its `.log`; its indexes open their files only to write,
+//! truncate or (sealed) look up, and its paths are built when needed from the partition
+//! directory it shares with the log ([`SegmentFiles`]).
 
+use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
@@ -15,7 +20,7 @@ use sluice_protocol::batch::{
     BatchHeader, BatchIter, BATCH_HEADER_LEN, CRC_COVERED_FROM, MIN_BATCH_LENGTH, NO_TIMESTAMP,
 };
 
-use super::index::{OffsetIndex, ReadStart, TimeIndex, TimestampOffset};
+use super::index::{OffsetIndex, ReadStart, TimeIndex, TimestampOffset, MAX_UNWRITTEN_INDEX_ENTRIES};
 use super::LogError;
 use crate::fs::remove_if_exists;
 
@@ -37,6 +42,47 @@ pub(super) fn segment_file_name(base_offset: i64, suffix: &str) -> String {
     format!("{base_offset:020}{suffix}")
 }
 
+/// Names a segment's three files without storing them: the partition directory (one allocation
+/// shared by the log and all its segments), the base offset, and the extra suffix of a segment
+/// the cleaner is writing (`.cleaned`, else empty). Displays as the `.log` file's path.
+#[derive(Debug, Clone)]
+pub(super) struct SegmentFiles {
+    dir: Arc<Path>,
+    base_offset: i64,
+    suffix: &'static str,
+}
+
+impl SegmentFiles {
+    fn path(&self, kind: &str) -> PathBuf {
+        self.dir
+            .join(segment_file_name(self.base_offset, kind) + self.suffix)
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.path(LOG_FILE_SUFFIX)
+    }
+
+    pub fn index_path(&self) -> PathBuf {
+        self.path(INDEX_FILE_SUFFIX)
+    }
+
+    pub fn time_index_path(&self) -> PathBuf {
+        self.path(TIME_INDEX_FILE_SUFFIX)
+    }
+}
+
+impl fmt::Display for SegmentFiles {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}/{}{}",
+            self.dir.display(),
+            segment_file_name(self.base_offset, LOG_FILE_SUFFIX),
+            self.suffix
+        )
+    }
+}
+
 /// What crash recovery of a segment found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecoveryOutcome {
@@ -49,8 +95,7 @@ pub struct RecoveryOutcome {
 
 #[derive(Debug)]
 pub struct LogSegment {
-    base_offset: i64,
-    log_path: Arc<Path>,
+    files: SegmentFiles,
     /// Shared with [`SegmentReader`]s: a fetch reads through its own reference after the log's
     /// lock is released, and on Linux the open file keeps working after retention unlinks it.
     log: Arc<File>,
@@ -75,19 +120,37 @@ struct SegmentIndexes {
 impl SegmentIndexes {
     /// Accounts for a batch appended at `position`, adding index entries every
     /// `index_interval_bytes`.
-    fn on_batch(&mut self, header: &BatchHeader, position: u64, index_interval_bytes: u32) -> io::Result<()> {
+    /// The entries go to memory; see [`SegmentIndexes::write_if_due`].
+    fn on_batch(&mut self, header: &BatchHeader, position: u64, index_interval_bytes: u32) {
         self.observe(header);
         if self.bytes_since_last_index_entry > u64::from(index_interval_bytes) {
             if let Ok(position) = u32::try_from(position) {
-                self.offset_index.append(header.base_offset, position)?;
+                self.offset_index.append(header.base_offset, position);
             }
             if let Some(max) = self.max_timestamp {
-                self.time_index.maybe_append(max.timestamp, max.offset)?;
+                self.time_index.maybe_append(max.timestamp, max.offset);
             }
             self.bytes_since_last_index_entry = 0;
         }
         self.bytes_since_last_index_entry += header.total_len() as u64;
+    }
+
+    /// Writes both indexes' unwritten entries once either has [`MAX_UNWRITTEN_INDEX_ENTRIES`].
+    fn write_if_due(&mut self, files: &SegmentFiles) -> io::Result<()> {
+        let most = self
+            .offset_index
+            .unwritten_entries()
+            .max(self.time_index.unwritten_entries());
+        if most >= MAX_UNWRITTEN_INDEX_ENTRIES {
+            self.write(files, false)?;
+        }
         Ok(())
+    }
+
+    /// Writes both indexes' unwritten entries; `sync` fsyncs what changed.
+    fn write(&mut self, files: &SegmentFiles, sync: bool) -> io::Result<()> {
+        self.offset_index.write_pending(&files.index_path(), sync)?;
+        self.time_index.write_pending(&files.time_index_path(), sync)
     }
 
     fn observe(&mut self, header: &BatchHeader) {
@@ -100,9 +163,9 @@ impl SegmentIndexes {
         }
     }
 
-    fn reset(&mut self) -> io::Result<()> {
-        self.offset_index.reset()?;
-        self.time_index.reset()?;
+    fn reset(&mut self, files: &SegmentFiles) -> io::Result<()> {
+        self.offset_index.reset(&files.index_path())?;
+        self.time_index.reset(&files.time_index_path())?;
         self.max_timestamp = None;
         self.bytes_since_last_index_entry = 0;
         Ok(())
@@ -111,93 +174,75 @@ impl SegmentIndexes {
 
 impl LogSegment {
     /// Creates an empty segment, replacing any files of the same name.
-    pub fn create(dir: &Path, base_offset: i64, now_ms: i64) -> Result<LogSegment, LogError> {
-        let log_path = dir.join(segment_file_name(base_offset, LOG_FILE_SUFFIX));
-        let log = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&log_path)?;
-        let mut segment = LogSegment::with_files(dir, base_offset, log_path, log, true, now_ms)?;
-        segment.indexes.reset()?;
-        Ok(segment)
+    pub fn create(dir: &Arc<Path>, base_offset: i64, now_ms: i64) -> Result<LogSegment, LogError> {
+        LogSegment::create_with_suffix(dir, base_offset, "", now_ms)
     }
 
     /// Opens existing files without validating them; see [`LogSegment::is_sane`],
     /// [`LogSegment::load_tail`] and [`LogSegment::recover`]. `active` keeps the indexes in memory.
-    pub fn open(dir: &Path, base_offset: i64, active: bool, now_ms: i64) -> Result<LogSegment, LogError> {
-        let log_path = dir.join(segment_file_name(base_offset, LOG_FILE_SUFFIX));
-        let log = OpenOptions::new().read(true).write(true).open(&log_path)?;
-        let mut segment = LogSegment::with_files(dir, base_offset, log_path, log, active, now_ms)?;
-        segment.size_bytes = segment.log.metadata()?.len();
+    pub fn open(dir: &Arc<Path>, base_offset: i64, active: bool, now_ms: i64) -> Result<LogSegment, LogError> {
+        let files = SegmentFiles {
+            dir: dir.clone(),
+            base_offset,
+            suffix: "",
+        };
+        let log = OpenOptions::new().read(true).write(true).open(files.log_path())?;
+        let size_bytes = log.metadata()?.len();
+        let indexes = SegmentIndexes {
+            offset_index: OffsetIndex::open(&files.index_path(), base_offset, active)?,
+            time_index: TimeIndex::open(&files.time_index_path(), base_offset, active)?,
+            max_timestamp: None,
+            bytes_since_last_index_entry: 0,
+        };
+        let mut segment = LogSegment::with_files(files, log, indexes, now_ms);
+        segment.size_bytes = size_bytes;
         segment.indexes.max_timestamp = segment.indexes.time_index.last_entry();
         segment.rolling_base_timestamp = segment.first_batch_max_timestamp();
         Ok(segment)
-    }
-
-    fn with_files(
-        dir: &Path,
-        base_offset: i64,
-        log_path: PathBuf,
-        log: File,
-        active: bool,
-        now_ms: i64,
-    ) -> Result<LogSegment, LogError> {
-        LogSegment::with_suffixed_files(dir, base_offset, "", log_path, log, active, now_ms)
     }
 
     /// Creates an empty segment whose three files carry an extra `suffix` (`.cleaned`): the log
     /// cleaner writes a replacement segment beside the live one, indexes and all, before swapping
     /// it in.
     pub(super) fn create_with_suffix(
-        dir: &Path,
+        dir: &Arc<Path>,
         base_offset: i64,
-        suffix: &str,
+        suffix: &'static str,
         now_ms: i64,
     ) -> Result<LogSegment, LogError> {
-        let log_path = dir.join(segment_file_name(base_offset, LOG_FILE_SUFFIX) + suffix);
+        let files = SegmentFiles {
+            dir: dir.clone(),
+            base_offset,
+            suffix,
+        };
         let log = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(true)
-            .open(&log_path)?;
-        let mut segment = LogSegment::with_suffixed_files(dir, base_offset, suffix, log_path, log, true, now_ms)?;
-        segment.indexes.reset()?;
-        Ok(segment)
-    }
-
-    fn with_suffixed_files(
-        dir: &Path,
-        base_offset: i64,
-        suffix: &str,
-        log_path: PathBuf,
-        log: File,
-        active: bool,
-        now_ms: i64,
-    ) -> Result<LogSegment, LogError> {
-        let index_path = dir.join(segment_file_name(base_offset, INDEX_FILE_SUFFIX) + suffix);
-        let time_index_path = dir.join(segment_file_name(base_offset, TIME_INDEX_FILE_SUFFIX) + suffix);
+            .open(files.log_path())?;
         let indexes = SegmentIndexes {
-            offset_index: OffsetIndex::open(index_path, base_offset, active)?,
-            time_index: TimeIndex::open(time_index_path, base_offset, active)?,
+            offset_index: OffsetIndex::create(&files.index_path(), base_offset)?,
+            time_index: TimeIndex::create(&files.time_index_path(), base_offset)?,
             max_timestamp: None,
             bytes_since_last_index_entry: 0,
         };
-        Ok(LogSegment {
-            base_offset,
-            log_path: log_path.into(),
+        Ok(LogSegment::with_files(files, log, indexes, now_ms))
+    }
+
+    fn with_files(files: SegmentFiles, log: File, indexes: SegmentIndexes, now_ms: i64) -> LogSegment {
+        LogSegment {
+            files,
             log: Arc::new(log),
             size_bytes: 0,
             indexes,
             rolling_base_timestamp: None,
             created_ms: now_ms,
-        })
+        }
     }
 
     pub fn base_offset(&self) -> i64 {
-        self.base_offset
+        self.files.base_offset
     }
 
     pub fn size_bytes(&self) -> u64 {
@@ -235,9 +280,9 @@ impl LogSegment {
             .map_or(0, |e| u64::from(e.position));
         self.indexes.max_timestamp = self.indexes.time_index.last_entry();
         self.indexes.bytes_since_last_index_entry = self.size_bytes.saturating_sub(start);
-        let mut next_offset = self.base_offset;
+        let mut next_offset = self.base_offset();
         // Built from fields, not `self.scanner()`, so `self.indexes` stays mutable in the loop.
-        let mut scanner = HeaderScanner::new(&self.log, &self.log_path, start, self.size_bytes);
+        let mut scanner = HeaderScanner::new(&self.log, &self.files, start, self.size_bytes);
         while let Some((header, _)) = scanner.next()? {
             self.indexes.observe(&header);
             next_offset = header.last_offset().saturating_add(1);
@@ -247,19 +292,21 @@ impl LogSegment {
 
     /// Kafka's `LogSegment.recover`: validates every batch from the start (header, CRC, offsets
     /// increasing), rebuilds both indexes, and truncates the file at the first invalid or torn
-    /// batch.
+    /// batch. The rebuilt entries reach the index files in bulk, as appended ones do.
     pub fn recover(&mut self, index_interval_bytes: u32) -> Result<RecoveryOutcome, LogError> {
-        self.indexes.reset()?;
+        self.indexes.reset(&self.files)?;
         let file_len = self.log.metadata()?.len();
         let mut reader = BufReader::with_capacity(RECOVERY_BUFFER_BYTES, &*self.log);
         reader.seek(SeekFrom::Start(0))?;
         let mut position = 0u64;
-        let mut next_offset = self.base_offset;
+        let base_offset = self.base_offset();
+        let mut next_offset = base_offset;
         let reason = loop {
             let remaining = file_len - position;
-            match read_valid_batch(&mut reader, self.base_offset, next_offset, remaining)? {
+            match read_valid_batch(&mut reader, base_offset, next_offset, remaining)? {
                 RecoveredBatch::Valid(header) => {
-                    self.indexes.on_batch(&header, position, index_interval_bytes)?;
+                    self.indexes.on_batch(&header, position, index_interval_bytes);
+                    self.indexes.write_if_due(&self.files)?;
                     position += header.total_len() as u64;
                     next_offset = header.last_offset().saturating_add(1);
                 }
@@ -280,7 +327,8 @@ impl LogSegment {
         })
     }
 
-    /// Writes already stamped batches at the end of the segment and indexes them.
+    /// Writes already stamped batches at the end of the segment and indexes them (in memory;
+    /// the index files get the entries in bulk, see [`crate::log::index`]).
     pub fn append(&mut self, records: &[u8], index_interval_bytes: u32) -> Result<(), LogError> {
         let start = self.size_bytes;
         self.log.write_all_at(records, start)?;
@@ -290,15 +338,26 @@ impl LogSegment {
                 self.rolling_base_timestamp = Some(header.max_timestamp);
             }
             self.indexes
-                .on_batch(&header, start + range.start as u64, index_interval_bytes)?;
+                .on_batch(&header, start + range.start as u64, index_interval_bytes);
         }
+        self.indexes.write_if_due(&self.files)?;
         Ok(())
+    }
+
+    /// Writes the index entries not yet in their files (no fsync): for writeback, which hands
+    /// the log's new bytes to the disk, so the index files keep up with it.
+    pub fn write_index_entries(&mut self) -> Result<(), LogError> {
+        Ok(self.indexes.write(&self.files, false)?)
     }
 
     /// Kafka's `translateOffset`: the first batch whose last offset is at least `offset`, so a
     /// fetch offset inside a batch finds that whole batch. `None` if the segment ends first.
     pub fn translate_offset(&self, offset: i64) -> Result<Option<(BatchHeader, u64)>, LogError> {
-        let start = self.indexes.offset_index.lookup(offset)?.position;
+        let start = self
+            .indexes
+            .offset_index
+            .lookup(&self.files.index_path(), offset)?
+            .position;
         self.scanner(u64::from(start)).first_batch_reaching(offset)
     }
 
@@ -309,7 +368,7 @@ impl LogSegment {
         SegmentReader {
             size_bytes: self.size_bytes,
             file: self.log.clone(),
-            path: self.log_path.clone(),
+            files: self.files.clone(),
             start: self.indexes.offset_index.start_for_read(offset),
         }
     }
@@ -333,9 +392,13 @@ impl LogSegment {
         let from_offset = self
             .indexes
             .time_index
-            .lookup_before(timestamp)?
-            .map_or(self.base_offset, |e| e.offset);
-        let start = self.indexes.offset_index.lookup(from_offset)?.position;
+            .lookup_before(&self.files.time_index_path(), timestamp)?
+            .map_or(self.base_offset(), |e| e.offset);
+        let start = self
+            .indexes
+            .offset_index
+            .lookup(&self.files.index_path(), from_offset)?
+            .position;
         let mut scanner = self.scanner(u64::from(start));
         while let Some((header, position)) = scanner.next()? {
             if header.max_timestamp >= timestamp {
@@ -362,10 +425,15 @@ impl LogSegment {
         let truncated = self.size_bytes - position;
         self.log.set_len(position)?;
         self.size_bytes = position;
+        // Written and unwritten entries alike: none may point past the new end.
         if let Ok(position) = u32::try_from(position) {
-            self.indexes.offset_index.truncate_to_position(position)?;
+            self.indexes
+                .offset_index
+                .truncate_to_position(&self.files.index_path(), position)?;
         }
-        self.indexes.time_index.truncate_to_offset(header.base_offset)?;
+        self.indexes
+            .time_index
+            .truncate_to_offset(&self.files.time_index_path(), header.base_offset)?;
         if position == 0 {
             self.rolling_base_timestamp = None;
         }
@@ -394,9 +462,10 @@ impl LogSegment {
     }
 
     /// Seals a segment that stops being the active one: records its final max timestamp in the
-    /// time index (so it survives a restart), fsyncs, and frees the in-memory index copies.
+    /// time index (so it survives a restart), writes every index entry and fsyncs (so a sealed
+    /// segment's indexes are trusted after any stop), and frees the in-memory index copies.
     pub fn on_become_inactive(&mut self) -> Result<(), LogError> {
-        self.append_final_time_index_entry()?;
+        self.append_final_time_index_entry();
         self.flush()?;
         self.indexes.offset_index.uncache();
         self.indexes.time_index.uncache();
@@ -405,34 +474,32 @@ impl LogSegment {
 
     /// Makes a sealed segment the active one again (after truncation removed its successors).
     pub fn on_become_active(&mut self) -> Result<(), LogError> {
-        self.indexes.offset_index.cache()?;
-        self.indexes.time_index.cache()?;
+        self.indexes.offset_index.cache(&self.files.index_path())?;
+        self.indexes.time_index.cache(&self.files.time_index_path())?;
         Ok(())
     }
 
-    pub fn append_final_time_index_entry(&mut self) -> Result<(), LogError> {
+    pub fn append_final_time_index_entry(&mut self) {
         if let Some(max) = self.indexes.max_timestamp {
-            self.indexes.time_index.maybe_append(max.timestamp, max.offset)?;
+            self.indexes.time_index.maybe_append(max.timestamp, max.offset);
         }
-        Ok(())
     }
 
-    pub fn flush(&self) -> Result<(), LogError> {
+    /// fsyncs the log file, writes the index entries not yet in their files, and fsyncs those
+    /// that changed since their last fsync.
+    pub fn flush(&mut self) -> Result<(), LogError> {
         self.log.sync_all()?;
-        self.indexes.offset_index.flush()?;
-        self.indexes.time_index.flush()?;
+        self.indexes.write(&self.files, true)?;
         Ok(())
     }
 
     /// Removes the segment's three files.
     pub fn delete(self) -> Result<(), LogError> {
-        let LogSegment {
-            log, log_path, indexes, ..
-        } = self;
+        let LogSegment { log, files, .. } = self;
         drop(log);
-        remove_if_exists(&log_path)?;
-        indexes.offset_index.delete()?;
-        indexes.time_index.delete()?;
+        remove_if_exists(&files.log_path())?;
+        OffsetIndex::delete(&files.index_path())?;
+        TimeIndex::delete(&files.time_index_path())?;
         Ok(())
     }
 
@@ -440,12 +507,12 @@ impl LogSegment {
     /// log's lock: its own handle on the file, so the segment may be deleted or replaced meanwhile.
     pub(super) fn snapshot(&self) -> Result<SegmentSnapshot, LogError> {
         Ok(SegmentSnapshot {
-            base_offset: self.base_offset,
+            base_offset: self.base_offset(),
             size_bytes: self.size_bytes,
             file_id: self.file_id()?,
             largest_timestamp_ms: self.largest_timestamp_ms()?,
             file: self.log.clone(),
-            path: self.log_path.clone(),
+            files: self.files.clone(),
         })
     }
 
@@ -461,7 +528,7 @@ impl LogSegment {
     }
 
     fn scanner(&self, start: u64) -> HeaderScanner<'_> {
-        HeaderScanner::new(&self.log, &self.log_path, start, self.size_bytes)
+        HeaderScanner::new(&self.log, &self.files, start, self.size_bytes)
     }
 }
 
@@ -473,7 +540,7 @@ pub(super) struct SegmentSnapshot {
     pub file_id: u64,
     pub largest_timestamp_ms: i64,
     file: Arc<File>,
-    path: Arc<Path>,
+    files: SegmentFiles,
 }
 
 impl SegmentSnapshot {
@@ -483,7 +550,7 @@ impl SegmentSnapshot {
         &self,
         mut f: impl FnMut(&BatchHeader, &[u8]) -> Result<(), LogError>,
     ) -> Result<(), LogError> {
-        let mut scanner = HeaderScanner::new(&self.file, &self.path, 0, self.size_bytes);
+        let mut scanner = HeaderScanner::new(&self.file, &self.files, 0, self.size_bytes);
         let mut buf = Vec::new();
         while let Some((header, position)) = scanner.next()? {
             buf.resize(header.total_len(), 0);
@@ -501,7 +568,7 @@ impl SegmentSnapshot {
 pub(super) struct SegmentReader {
     size_bytes: u64,
     file: Arc<File>,
-    path: Arc<Path>,
+    files: SegmentFiles,
     start: ReadStart,
 }
 
@@ -512,11 +579,23 @@ impl SegmentReader {
 
     /// [`LogSegment::translate_offset`] on the planned view.
     pub fn translate_offset(&self, offset: i64) -> Result<Option<(BatchHeader, u64)>, LogError> {
-        let start = match &self.start {
-            ReadStart::Position(position) => *position,
-            ReadStart::Lookup(index) => index.lookup(offset).map_err(|e| read_error(e, &self.path, 0))?,
-        };
-        HeaderScanner::new(&self.file, &self.path, start, self.size_bytes).first_batch_reaching(offset)
+        let mut scanner = HeaderScanner::new(&self.file, &self.files, 0, self.size_bytes);
+        match &self.start {
+            ReadStart::Position(position) => scanner.seek(*position),
+            ReadStart::Lookup(index) => {
+                let entry = index
+                    .lookup(&self.files.index_path(), offset)
+                    .map_err(|e| read_error(e, &self.files, 0))?;
+                // The index file was read by path after the log's lock was released; if it was
+                // replaced meanwhile its positions are another file's. Trust the entry only where
+                // this file has a batch with the entry's offset; otherwise search from the start.
+                let position = u64::from(entry.position);
+                if position > 0 && scanner.base_offset_at(position) == Some(entry.offset) {
+                    scanner.seek(position);
+                }
+            }
+        }
+        scanner.first_batch_reaching(offset)
     }
 
     /// Appends up to `len` bytes starting at `position` to `out`, no further than the planned size.
@@ -527,7 +606,7 @@ impl SegmentReader {
         let result = self.file.read_exact_at(&mut out[start..], position);
         if let Err(e) = result {
             out.truncate(start);
-            return Err(read_error(e, &self.path, position + len));
+            return Err(read_error(e, &self.files, position + len));
         }
         Ok(())
     }
@@ -535,10 +614,10 @@ impl SegmentReader {
 
 /// A failed positional read: past the end of the file means the file shrank after the read was
 /// planned (truncation), anything else is the disk.
-fn read_error(e: io::Error, path: &Path, position: u64) -> LogError {
+fn read_error(e: io::Error, path: &dyn fmt::Display, position: u64) -> LogError {
     if e.kind() == io::ErrorKind::UnexpectedEof {
         LogError::TruncatedDuringRead {
-            path: path.display().to_string(),
+            path: path.to_string(),
             position,
         }
     } else {
@@ -551,7 +630,8 @@ fn read_error(e: io::Error, path: &Path, position: u64) -> LogError {
 pub(super) fn next_offset_of_file(path: &Path, base_offset: i64) -> Result<i64, LogError> {
     let file = File::open(path)?;
     let len = file.metadata()?.len();
-    let mut scanner = HeaderScanner::new(&file, path, 0, len);
+    let name = path.display();
+    let mut scanner = HeaderScanner::new(&file, &name, 0, len);
     let mut next = base_offset;
     while let Ok(Some((header, _))) = scanner.next() {
         next = header.last_offset().saturating_add(1);
@@ -639,7 +719,8 @@ fn stream_crc(reader: &mut BufReader<&File>, header: &[u8; BATCH_HEADER_LEN], bo
 /// readers never share a file cursor.
 struct HeaderScanner<'a> {
     file: &'a File,
-    path: &'a Path,
+    /// The file's name, for errors.
+    path: &'a dyn fmt::Display,
     end: u64,
     pos: u64,
     buf: [u8; SCAN_BUFFER_BYTES],
@@ -648,7 +729,7 @@ struct HeaderScanner<'a> {
 }
 
 impl<'a> HeaderScanner<'a> {
-    fn new(file: &'a File, path: &'a Path, start: u64, end: u64) -> HeaderScanner<'a> {
+    fn new(file: &'a File, path: &'a dyn fmt::Display, start: u64, end: u64) -> HeaderScanner<'a> {
         HeaderScanner {
             file,
             path,
@@ -658,6 +739,17 @@ impl<'a> HeaderScanner<'a> {
             buf_start: 0,
             buf_len: 0,
         }
+    }
+
+    /// Continues the scan at `position`.
+    fn seek(&mut self, position: u64) {
+        self.pos = position;
+    }
+
+    /// The base offset of a batch header read at `position`, if one parses there (the read is
+    /// buffered, so a scan continuing there does not read it again).
+    fn base_offset_at(&mut self, position: u64) -> Option<i64> {
+        self.header_at(position).ok().map(|header| header.base_offset)
     }
 
     /// The first batch whose last offset is at least `offset`, and its position.
@@ -706,6 +798,6 @@ impl<'a> HeaderScanner<'a> {
     }
 
     fn corrupt(&self, position: u64, what: &str) -> LogError {
-        LogError::Corrupt(format!("{what} at position {position} of {}", self.path.display()))
+        LogError::Corrupt(format!("{what} at position {position} of {}", self.path))
     }
 }

@@ -33,7 +33,13 @@ pub mod pb {
 /// refuses the new entries instead of misapplying them.
 /// Version 2 added client quotas (a command, a record and an image field a version-1 build
 /// would silently drop from a snapshot).
-pub const METADATA_VERSION: u32 = 2;
+/// Version 3 added brokers' replica capacity to registrations: a version-2 build would drop it
+/// and then decide CreateTopics/CreatePartitions without the capacity check.
+/// Version 4 fences a restarted broker's previous incarnation before its new one registers:
+/// registrations that wait for the previous session, the record of a pending incarnation (an
+/// image field too), and unfencing by the broker's own incarnation. A version-3 build would
+/// accept such a registration at once and unfence the previous incarnation.
+pub const METADATA_VERSION: u32 = 4;
 
 /// Why metadata bytes were refused. Displayed after what was refused ("metadata log entry 7 ...").
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -185,21 +191,27 @@ fn register_to_pb(
     incarnation_id: &Uuid,
     endpoints: &[Endpoint],
     rack: &Option<String>,
+    replica_capacity: Option<u32>,
+    wait_for_previous_session: bool,
 ) -> pb::RegisterBroker {
     pb::RegisterBroker {
         broker_id,
         incarnation_id: incarnation_id.as_bytes().to_vec(),
         endpoints: endpoints_to_pb(endpoints),
         rack: rack.clone(),
+        replica_capacity,
+        wait_for_previous_session,
     }
 }
 
-/// The fields shared by the RegisterBroker command and record.
+/// The fields shared by the RegisterBroker command and record (the record ignores the last).
 struct Registration {
     broker_id: i32,
     incarnation_id: Uuid,
     endpoints: Vec<Endpoint>,
     rack: Option<String>,
+    replica_capacity: Option<u32>,
+    wait_for_previous_session: bool,
 }
 
 fn register_from_pb(r: pb::RegisterBroker) -> Decoded<Registration> {
@@ -208,7 +220,24 @@ fn register_from_pb(r: pb::RegisterBroker) -> Decoded<Registration> {
         incarnation_id: uuid("register_broker incarnation_id", &r.incarnation_id)?,
         endpoints: endpoints_from_pb(r.endpoints),
         rack: r.rack,
+        replica_capacity: r.replica_capacity,
+        wait_for_previous_session: r.wait_for_previous_session,
     })
+}
+
+fn broker_incarnation_to_pb(broker_id: i32, incarnation_id: Option<&Uuid>) -> pb::BrokerIncarnation {
+    pb::BrokerIncarnation {
+        broker_id,
+        incarnation_id: incarnation_id.map_or_else(Vec::new, |id| id.as_bytes().to_vec()),
+    }
+}
+
+/// A broker incarnation's UUID, or `None` when the field is empty (entries before version 4).
+fn optional_uuid(field: &str, bytes: &[u8]) -> Decoded<Option<Uuid>> {
+    match bytes.is_empty() {
+        true => Ok(None),
+        false => uuid(field, bytes).map(Some),
+    }
 }
 
 fn assignments_to_pb(assignments: &Option<Vec<Vec<i32>>>) -> Option<pb::Assignments> {
@@ -286,9 +315,21 @@ fn command_to_pb(command: &MetadataCommand) -> pb::MetadataCommand {
             incarnation_id,
             endpoints,
             rack,
-        } => C::RegisterBroker(register_to_pb(*broker_id, incarnation_id, endpoints, rack)),
+            replica_capacity,
+            wait_for_previous_session,
+        } => C::RegisterBroker(register_to_pb(
+            *broker_id,
+            incarnation_id,
+            endpoints,
+            rack,
+            *replica_capacity,
+            *wait_for_previous_session,
+        )),
         MetadataCommand::FenceBroker { broker_id } => C::FenceBroker(pb::BrokerId { broker_id: *broker_id }),
-        MetadataCommand::UnfenceBroker { broker_id } => C::UnfenceBroker(pb::BrokerId { broker_id: *broker_id }),
+        MetadataCommand::UnfenceBroker {
+            broker_id,
+            incarnation_id,
+        } => C::UnfenceBroker(broker_incarnation_to_pb(*broker_id, incarnation_id.as_ref())),
         MetadataCommand::CreateTopic { topic, topic_id } => C::CreateTopic(pb::CreateTopic {
             topic: Some(pb::NewTopic {
                 name: topic.name.clone(),
@@ -399,10 +440,15 @@ fn command_from_pb(command: pb::MetadataCommand) -> Decoded<MetadataCommand> {
                     incarnation_id: r.incarnation_id,
                     endpoints: r.endpoints,
                     rack: r.rack,
+                    replica_capacity: r.replica_capacity,
+                    wait_for_previous_session: r.wait_for_previous_session,
                 }
             }
             C::FenceBroker(b) => MetadataCommand::FenceBroker { broker_id: b.broker_id },
-            C::UnfenceBroker(b) => MetadataCommand::UnfenceBroker { broker_id: b.broker_id },
+            C::UnfenceBroker(b) => MetadataCommand::UnfenceBroker {
+                broker_id: b.broker_id,
+                incarnation_id: optional_uuid("unfence_broker incarnation_id", &b.incarnation_id)?,
+            },
             C::CreateTopic(c) => {
                 let topic = required("create_topic topic", c.topic)?;
                 MetadataCommand::CreateTopic {
@@ -521,7 +567,15 @@ fn record_to_pb(record: &MetadataRecord) -> pb::MetadataRecord {
             incarnation_id,
             endpoints,
             rack,
-        } => R::RegisterBroker(register_to_pb(*broker_id, incarnation_id, endpoints, rack)),
+            replica_capacity,
+        } => R::RegisterBroker(register_to_pb(
+            *broker_id,
+            incarnation_id,
+            endpoints,
+            rack,
+            *replica_capacity,
+            false,
+        )),
         MetadataRecord::Topic { name, topic_id } => R::Topic(topic_record_to_pb(name, topic_id)),
         MetadataRecord::Partition {
             topic_id,
@@ -564,6 +618,10 @@ fn record_to_pb(record: &MetadataRecord) -> pb::MetadataRecord {
         MetadataRecord::FenceBroker { broker_id } => R::FenceBroker(pb::BrokerId { broker_id: *broker_id }),
         MetadataRecord::UnfenceBroker { broker_id } => R::UnfenceBroker(pb::BrokerId { broker_id: *broker_id }),
         MetadataRecord::BrokerShutdown { broker_id } => R::BrokerShutdown(pb::BrokerId { broker_id: *broker_id }),
+        MetadataRecord::RegistrationPending {
+            broker_id,
+            incarnation_id,
+        } => R::RegistrationPending(broker_incarnation_to_pb(*broker_id, Some(incarnation_id))),
         MetadataRecord::ProducerIds {
             broker_id,
             next_block_start,
@@ -603,6 +661,7 @@ fn record_from_pb(record: pb::MetadataRecord) -> Decoded<MetadataRecord> {
                     incarnation_id: r.incarnation_id,
                     endpoints: r.endpoints,
                     rack: r.rack,
+                    replica_capacity: r.replica_capacity,
                 }
             }
             R::Topic(t) => MetadataRecord::Topic {
@@ -638,6 +697,10 @@ fn record_from_pb(record: pb::MetadataRecord) -> Decoded<MetadataRecord> {
             R::FenceBroker(b) => MetadataRecord::FenceBroker { broker_id: b.broker_id },
             R::UnfenceBroker(b) => MetadataRecord::UnfenceBroker { broker_id: b.broker_id },
             R::BrokerShutdown(b) => MetadataRecord::BrokerShutdown { broker_id: b.broker_id },
+            R::RegistrationPending(b) => MetadataRecord::RegistrationPending {
+                broker_id: b.broker_id,
+                incarnation_id: uuid("registration_pending incarnation_id", &b.incarnation_id)?,
+            },
             R::ProducerIds(p) => MetadataRecord::ProducerIds {
                 broker_id: p.broker_id,
                 next_block_start: p.next_block_start,
@@ -681,6 +744,8 @@ fn image_to_pb(image: &MetadataImage) -> pb::Image {
                 fenced: b.fenced,
                 in_controlled_shutdown: b.in_controlled_shutdown,
                 broker_epoch: b.broker_epoch,
+                replica_capacity: b.replica_capacity,
+                pending_incarnation: b.pending_incarnation.map(|id| id.as_bytes().to_vec()),
             })
             .collect(),
         topics: image
@@ -728,6 +793,11 @@ fn image_from_pb(image: pb::Image) -> Decoded<MetadataImage> {
             fenced: b.fenced,
             in_controlled_shutdown: b.in_controlled_shutdown,
             broker_epoch: b.broker_epoch,
+            replica_capacity: b.replica_capacity,
+            pending_incarnation: b
+                .pending_incarnation
+                .map(|id| uuid("broker pending_incarnation", &id))
+                .transpose()?,
         };
         if brokers.insert(b.broker_id, broker).is_some() {
             return Err(format!("broker {} is registered twice", b.broker_id));
@@ -805,12 +875,14 @@ mod tests {
                 incarnation_id: id(11),
                 endpoints: endpoints(),
                 rack: Some("rack-a".into()),
+                replica_capacity: Some(6_633),
             },
             MetadataRecord::RegisterBroker {
                 broker_id: 0,
                 incarnation_id: Uuid::nil(),
                 endpoints: vec![],
                 rack: None,
+                replica_capacity: None,
             },
             MetadataRecord::Topic {
                 name: "orders".into(),
@@ -844,6 +916,10 @@ mod tests {
             MetadataRecord::FenceBroker { broker_id: 2 },
             MetadataRecord::UnfenceBroker { broker_id: 2 },
             MetadataRecord::BrokerShutdown { broker_id: 3 },
+            MetadataRecord::RegistrationPending {
+                broker_id: 1,
+                incarnation_id: id(12),
+            },
             MetadataRecord::ProducerIds {
                 broker_id: 1,
                 next_block_start: 1 << 40,
@@ -891,9 +967,26 @@ mod tests {
                 incarnation_id: id(44),
                 endpoints: endpoints(),
                 rack: None,
+                replica_capacity: Some(0),
+                wait_for_previous_session: true,
+            },
+            MetadataCommand::RegisterBroker {
+                broker_id: 5,
+                incarnation_id: id(55),
+                endpoints: vec![],
+                rack: Some("r".into()),
+                replica_capacity: None,
+                wait_for_previous_session: false,
             },
             MetadataCommand::FenceBroker { broker_id: 1 },
-            MetadataCommand::UnfenceBroker { broker_id: 1 },
+            MetadataCommand::UnfenceBroker {
+                broker_id: 1,
+                incarnation_id: Some(id(11)),
+            },
+            MetadataCommand::UnfenceBroker {
+                broker_id: 1,
+                incarnation_id: None,
+            },
             MetadataCommand::CreateTopic {
                 topic: topic.clone(),
                 topic_id: id(8),
@@ -1040,6 +1133,11 @@ mod tests {
         }
         assert!(!image.brokers.is_empty() && !image.broker_configs.is_empty() && image.next_producer_id > 0);
         assert_eq!(image.client_quotas.len(), 2, "client quotas are part of the snapshot");
+        assert_eq!(
+            image.brokers[&1].pending_incarnation,
+            Some(id(12)),
+            "a pending incarnation is part of the snapshot"
+        );
         assert_eq!(image.topic("payments").map(|t| t.partitions.len()), Some(1));
         let bytes = encode_image(&image);
         assert_eq!(decode_image(&bytes), Ok(image.clone()));
@@ -1074,6 +1172,46 @@ mod tests {
                 found: METADATA_VERSION + 1
             })
         );
+    }
+
+    #[test]
+    fn version_3_registrations_and_unfencing_read_as_they_were_decided() {
+        // Version 3 wrote UnfenceBroker as a bare BrokerId and RegisterBroker without the flag.
+        let legacy = |command| {
+            let proposal = pb::Proposal {
+                proposer: 1,
+                incarnation: id(1).as_bytes().to_vec(),
+                command: Some(pb::MetadataCommand { command: Some(command) }),
+            };
+            let bytes = pb::Envelope {
+                metadata_version: 3,
+                payload: proposal.encode_to_vec(),
+            }
+            .encode_to_vec();
+            decode_proposal(&bytes).unwrap().command
+        };
+        use pb::metadata_command::Command as C;
+        let bare_id = pb::BrokerId { broker_id: 2 }.encode_to_vec();
+        let unfence = pb::BrokerIncarnation::decode(bare_id.as_slice()).unwrap();
+        assert_eq!(
+            legacy(C::UnfenceBroker(unfence)),
+            MetadataCommand::UnfenceBroker {
+                broker_id: 2,
+                incarnation_id: None
+            }
+        );
+        let register = pb::RegisterBroker {
+            broker_id: 2,
+            incarnation_id: id(2).as_bytes().to_vec(),
+            ..Default::default()
+        };
+        assert!(matches!(
+            legacy(C::RegisterBroker(register)),
+            MetadataCommand::RegisterBroker {
+                wait_for_previous_session: false,
+                ..
+            }
+        ));
     }
 
     #[test]

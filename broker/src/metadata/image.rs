@@ -23,6 +23,15 @@ pub struct BrokerRegistration {
     /// one. A follower names it in its Fetch (`replica_state.replica_epoch`, KIP-903); a fetch
     /// naming any other epoch is not a follower's fetch.
     pub broker_epoch: i64,
+    /// Partition replicas the broker can host within its open-files limit (`None`: unlimited,
+    /// as in registrations written before brokers reported it). The controller refuses to
+    /// place more on it.
+    pub replica_capacity: Option<u32>,
+    /// A newer incarnation of this broker that asked to register while this one was live. It
+    /// is refused until this one is fenced, which the controller does once a session timeout
+    /// has passed since (contact from the node is the newer process's now, so it no longer
+    /// keeps this session alive); until then nothing unfences this registration.
+    pub pending_incarnation: Option<Uuid>,
 }
 
 impl BrokerRegistration {
@@ -154,6 +163,15 @@ impl MetadataImage {
         self.brokers.get(&broker_id).is_some_and(BrokerRegistration::is_live)
     }
 
+    /// Whether the controller may move leadership to this broker: live, and not on its way out
+    /// because a newer process of it waits to register (that process serves nothing yet, and
+    /// the registered one is being fenced).
+    pub fn can_take_leadership(&self, broker_id: i32) -> bool {
+        self.brokers
+            .get(&broker_id)
+            .is_some_and(|b| b.is_live() && b.pending_incarnation.is_none())
+    }
+
     /// Applies one record. Records that refer to something unknown (a partition of a
     /// deleted topic, say) are ignored: the log is the truth and replay must not fail.
     pub fn apply(&mut self, record: &MetadataRecord) {
@@ -164,6 +182,7 @@ impl MetadataImage {
                 incarnation_id,
                 endpoints,
                 rack,
+                replica_capacity,
             } => {
                 self.brokers.insert(
                     *broker_id,
@@ -175,8 +194,18 @@ impl MetadataImage {
                         fenced: false,
                         in_controlled_shutdown: false,
                         broker_epoch: self.last_offset as i64,
+                        replica_capacity: *replica_capacity,
+                        pending_incarnation: None,
                     },
                 );
+            }
+            MetadataRecord::RegistrationPending {
+                broker_id,
+                incarnation_id,
+            } => {
+                if let Some(broker) = self.brokers.get_mut(broker_id) {
+                    broker.pending_incarnation = Some(*incarnation_id);
+                }
             }
             MetadataRecord::Topic { name, topic_id } => {
                 self.topic_names.insert(*topic_id, name.clone());
@@ -370,6 +399,7 @@ mod tests {
             incarnation_id: Uuid::nil(),
             endpoints: vec![],
             rack: None,
+            replica_capacity: None,
         };
         image.apply(&register);
         image.apply(&MetadataRecord::BrokerShutdown { broker_id: 1 });
@@ -419,6 +449,7 @@ mod tests {
             incarnation_id: Uuid::nil(),
             endpoints: vec![],
             rack: None,
+            replica_capacity: None,
         };
         image.apply(&register(1));
         image.apply(&register(2));
@@ -431,6 +462,35 @@ mod tests {
             image.brokers[&1].broker_epoch, 4,
             "a new start registers at a new epoch"
         );
+    }
+
+    #[test]
+    fn a_pending_incarnation_stays_through_fencing_until_a_registration_replaces_it() {
+        let mut image = MetadataImage::new("c".into());
+        let register = |incarnation| MetadataRecord::RegisterBroker {
+            broker_id: 1,
+            incarnation_id: Uuid::from_u128(incarnation),
+            endpoints: vec![],
+            rack: None,
+            replica_capacity: None,
+        };
+        let pending = |broker_id| MetadataRecord::RegistrationPending {
+            broker_id,
+            incarnation_id: Uuid::from_u128(2),
+        };
+        image.apply(&pending(1));
+        assert!(image.brokers.is_empty(), "pending for an unknown broker is ignored");
+        image.apply(&register(1));
+        image.apply(&pending(1));
+        image.apply(&MetadataRecord::FenceBroker { broker_id: 1 });
+        let broker = &image.brokers[&1];
+        assert!(broker.fenced && broker.pending_incarnation == Some(Uuid::from_u128(2)));
+        let old_epoch = broker.broker_epoch;
+        image.apply(&register(2));
+        let broker = &image.brokers[&1];
+        assert!(broker.is_live() && broker.pending_incarnation.is_none());
+        assert_eq!(broker.incarnation_id, Uuid::from_u128(2));
+        assert!(broker.broker_epoch > old_epoch);
     }
 
     #[test]

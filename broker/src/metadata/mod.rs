@@ -174,6 +174,7 @@ impl MetadataStore {
         let index = self.quorum.propose(data, PROPOSE_TIMEOUT).await?;
         let outcome = self.outcomes.lock().remove(&index);
         match outcome {
+            Some(Ok(Outcome::Refused(refused))) => Err(CommitError::Refused(refused)),
             Some(Ok(outcome)) => Ok((self.image(), outcome)),
             Some(Err(refused)) => Err(CommitError::Refused(refused)),
             // Applied, but by a restore that skipped our entry: it did happen; report success.
@@ -371,6 +372,8 @@ mod tests {
             incarnation_id: Uuid::nil(),
             endpoints: vec![records::Endpoint::plaintext("h", 1)],
             rack: None,
+            replica_capacity: None,
+            wait_for_previous_session: true,
         };
         sm.apply(1, &entry(1, me, register)).unwrap();
         sm.apply(2, &entry(2, Uuid::nil(), create("a", 1))).unwrap();
@@ -385,6 +388,37 @@ mod tests {
         restored.restore(&sm.snapshot().unwrap()).unwrap();
         assert_eq!(restored.image, sm.image);
         assert_eq!(**restored_published.borrow(), sm.image);
+    }
+
+    #[test]
+    fn a_registration_refused_while_the_previous_process_is_live_records_it_pending_and_is_refused() {
+        use kafka_protocol::error::ResponseError::DuplicateBrokerRegistration;
+        let me = Uuid::from_u128(2);
+        let (mut sm, published) = state_machine(1, me);
+        let register = |incarnation_id| MetadataCommand::RegisterBroker {
+            broker_id: 1,
+            incarnation_id,
+            endpoints: vec![],
+            rack: None,
+            replica_capacity: None,
+            wait_for_previous_session: true,
+        };
+        let previous = Uuid::from_u128(1);
+        sm.apply(1, &entry(1, previous, register(previous))).unwrap();
+        sm.apply(2, &entry(1, me, register(me))).unwrap();
+        let pending_at = published.borrow().last_offset;
+        sm.apply(3, &entry(1, me, register(me))).unwrap();
+        let outcomes = sm.outcomes.lock().clone();
+        assert!(
+            matches!(&outcomes[&2], Ok(Outcome::Refused(e)) if e.error == DuplicateBrokerRegistration),
+            "{outcomes:?}"
+        );
+        assert!(matches!(&outcomes[&3], Err(e) if e.error == DuplicateBrokerRegistration));
+        let image = published.borrow().clone();
+        assert_eq!(image.last_offset, pending_at, "a retry records nothing");
+        let broker = &image.brokers[&1];
+        assert_eq!((broker.incarnation_id, broker.pending_incarnation), (previous, Some(me)));
+        assert!(broker.is_live(), "the previous process stays registered until fenced");
     }
 
     #[test]

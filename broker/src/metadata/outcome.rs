@@ -49,6 +49,10 @@ pub enum Outcome {
     /// An ElectLeaders request was decided: per topic, per partition, whether a leader was
     /// elected (`None`) or why not.
     LeadersElected(Vec<TopicElection>),
+    /// The request was refused, but its decision still wrote records (a registration refused
+    /// while the broker's previous incarnation is live records that a new one is waiting). The
+    /// proposer gets the error as it would a plain refusal.
+    Refused(ApiError),
 }
 
 /// One topic's part of an ElectLeaders outcome.

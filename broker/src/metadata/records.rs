@@ -47,6 +47,8 @@ pub enum MetadataRecord {
         incarnation_id: Uuid,
         endpoints: Vec<Endpoint>,
         rack: Option<String>,
+        /// Partition replicas it can host (`None`: unlimited); see `BrokerRegistration`.
+        replica_capacity: Option<u32>,
     },
     /// A topic was created; its partitions follow as [`MetadataRecord::Partition`] records.
     Topic { name: String, topic_id: Uuid },
@@ -72,6 +74,11 @@ pub enum MetadataRecord {
     FenceBroker { broker_id: i32 },
     /// A fenced broker is reachable again.
     UnfenceBroker { broker_id: i32 },
+    /// A new incarnation of a registered broker asked to register while the registered one was
+    /// live. It is refused until the registered one is fenced; from now on contact from that
+    /// node is taken to be the new process's, so the old session is ending (see
+    /// `BrokerRegistration::pending_incarnation`).
+    RegistrationPending { broker_id: i32, incarnation_id: Uuid },
     /// A broker began a controlled shutdown: it is fenced and stays fenced (whatever the
     /// liveness check hears) until it registers again with a new incarnation.
     BrokerShutdown { broker_id: i32 },
@@ -103,12 +110,23 @@ pub enum MetadataCommand {
         incarnation_id: Uuid,
         endpoints: Vec<Endpoint>,
         rack: Option<String>,
+        /// Partition replicas it can host (`None`: unlimited); see `BrokerRegistration`.
+        replica_capacity: Option<u32>,
+        /// Refused (DUPLICATE_BROKER_REGISTRATION) while an earlier incarnation of the broker is
+        /// live, as Kafka refuses a registration overlapping a live session. Every build from
+        /// metadata version 4 sets it; it is false only in entries written before, which were
+        /// always accepted and must replay as they were decided.
+        wait_for_previous_session: bool,
     },
     FenceBroker {
         broker_id: i32,
     },
+    /// A fenced broker asks to be unfenced (Kafka's heartbeat asking to leave the fenced state):
+    /// only the registered incarnation's request counts. `None` only in entries written before
+    /// metadata version 4, when the controller unfenced whichever incarnation it heard from.
     UnfenceBroker {
         broker_id: i32,
+        incarnation_id: Option<Uuid>,
     },
     CreateTopic {
         topic: NewTopic,

@@ -25,7 +25,7 @@ impl Partition {
         }
         self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
         let end = log.log_end_offset();
-        self.log_end_offset.send_replace(end);
+        self.watch.set_log_end_offset(end);
         Ok(end)
     }
 
@@ -34,13 +34,7 @@ impl Partition {
     /// lower one until it catches up); only truncating the log lowers it.
     pub fn update_follower_high_watermark(&self, leader_high_watermark: i64) {
         let hw = leader_high_watermark.min(self.log_end_offset());
-        self.high_watermark.send_if_modified(|current| {
-            let advance = hw > *current;
-            if advance {
-                *current = hw;
-            }
-            advance
-        });
+        self.watch.advance_high_watermark(hw);
     }
 
     /// Copies the leader's log start offset (DeleteRecords), as far as this replica's high
@@ -77,13 +71,8 @@ impl Partition {
             *self.producers.lock() = rebuild_producer_state(&log).map_err(|e| log_error(&e))?;
         }
         self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
-        self.log_end_offset.send_replace(end);
-        self.high_watermark.send_if_modified(|hw| {
-            let lower = (*hw).clamp(log.log_start_offset(), end);
-            let changed = lower != *hw;
-            *hw = lower;
-            changed
-        });
+        self.watch.set_log_end_offset(end);
+        self.watch.clamp_high_watermark(log.log_start_offset(), end);
         Ok(())
     }
 

@@ -97,7 +97,7 @@ impl Partition {
             self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
             info
         };
-        self.log_end_offset.send_replace(info.last_offset + 1);
+        self.watch.set_log_end_offset(info.last_offset + 1);
         self.maybe_advance_high_watermark(&state);
         Ok(AppendOutcome::Appended(info))
     }
@@ -160,7 +160,7 @@ impl Partition {
     /// DeleteRecords on the leader (Kafka's `deleteRecordsOnLeader`): moves the log start
     /// offset to `offset` (-1: the high watermark), which may not pass the high watermark, so
     /// only committed records are ever deleted. Returns the new log start offset; followers
-    /// copy it from their next fetch response, and [`Partition::watch_low_watermark`] says when
+    /// copy it from their next fetch response, and the low watermark ([`Partition::watch`]) says when
     /// the whole ISR has.
     pub fn delete_records(&self, offset: i64) -> Result<i64, AppendError> {
         let state = self.replica.lock();
@@ -203,11 +203,7 @@ impl Partition {
             .filter(|id| **id != self.node_id)
             .map(|id| leader.followers.get(id).map_or(-1, |p| p.log_start_offset))
             .fold(own_start, i64::min);
-        self.low_watermark.send_if_modified(|current| {
-            let changed = *current != low;
-            *current = low;
-            changed
-        });
+        self.watch.set_low_watermark(low);
     }
 
     /// The AlterPartition that drops ISR members that have not caught up for `lag_ms`
@@ -274,12 +270,6 @@ impl Partition {
             .map(|id| leader.followers.get(id).map_or(-1, |p| p.log_end_offset))
             .fold(own_end, i64::min);
         debug_assert!(candidate <= own_end, "HW {candidate} beyond the log end {own_end}");
-        self.high_watermark.send_if_modified(|hw| {
-            let advance = candidate > *hw;
-            if advance {
-                *hw = candidate;
-            }
-            advance
-        });
+        self.watch.advance_high_watermark(candidate);
     }
 }

@@ -6,27 +6,32 @@
 //! the ISR and only moves forward. As follower it appends the leader's batches byte for byte.
 //!
 //! Locks are never held across an await; the order is `replica` → `log` → `producers`.
-//! The high watermark, the log end offset and the leader epoch are published through `watch`
-//! channels, so waiting fetches and `acks=all` produces are woken by changes, not by polling.
+//! The high watermark, the log end offset, the leader epoch and the low watermark are published
+//! through one [`PartitionWatch`] (atomics and a single `Notify`), so waiting fetches,
+//! `acks=all` produces and DeleteRecords are woken by changes, not by polling.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 use parking_lot::Mutex;
-use tokio::sync::watch;
 use uuid::Uuid;
 
 use sluice_protocol::batch::BatchIter;
 
-use crate::log::{AppendInfo, CleanStats, LogCleaner, LogConfig, LogError, LogToClean, PartitionLog, PlannedRead};
+use crate::log::{
+    AppendInfo, CleanStats, LogCleaner, LogConfig, LogError, LogToClean, PartitionLog, PlannedRead, TailCacheBudget,
+};
 use crate::metadata::image::PartitionRegistration;
 use crate::producer_state::{ActiveProducer, ProducerStateManager};
 use leader::{FollowerProgress, LeaderState};
+pub use watch::{PartitionWatch, Watched};
 
 mod follower;
 mod leader;
+mod watch;
 
 /// Offsets of the log tail scanned on open to rebuild idempotent-producer state: retries
 /// concern only the last few batches of each producer.
@@ -44,15 +49,11 @@ pub struct Partition {
     /// Idempotent producers' recent batches; locked only while `log` is held, so the sequence
     /// check and the append are one atomic step. Followers keep it too, to dedup after failover.
     producers: Mutex<ProducerStateManager>,
-    /// Offsets below this are committed (on every ISR member) and visible to consumers.
-    high_watermark: watch::Sender<i64>,
-    /// Wakes followers' long-polling fetches when the leader appends.
-    log_end_offset: watch::Sender<i64>,
-    /// Wakes `acks=all` waiters when leadership moves.
-    leader_epoch: watch::Sender<i32>,
+    /// The high watermark (offsets below it are committed on every ISR member and visible to
+    /// consumers), the log end offset (followers' long polls wait on it), the leader epoch
+    /// (`acks=all` waiters fail when it moves) and the low watermark (DeleteRecords).
+    watch: PartitionWatch,
     log_start_offset: AtomicI64,
-    /// Leader only: the lowest log start offset over the ISR (DeleteRecords waits on it).
-    low_watermark: watch::Sender<i64>,
 }
 
 /// The replica set as this broker last applied it, and this replica's role in it.
@@ -120,8 +121,9 @@ pub struct PartitionRead {
 }
 
 impl PartitionRead {
-    /// The planned bytes, at most `max_bytes` (but the first batch whole if `min_one_message`).
-    /// Blocking positional reads: run it on a blocking thread.
+    /// The planned bytes, at most `max_bytes` (but the first batch whole if `min_one_message`),
+    /// `max_bytes` no more than planned. Blocking positional reads when [`PartitionRead::reads_disk`]:
+    /// run it on a blocking thread then.
     pub fn read(&self, max_bytes: usize, min_one_message: bool) -> Result<ReadOutcome, LogError> {
         let result = self.planned.read(max_bytes, min_one_message)?;
         Ok(ReadOutcome {
@@ -130,12 +132,19 @@ impl PartitionRead {
             log_start_offset: self.log_start_offset,
         })
     }
+
+    /// Whether [`PartitionRead::read`] reads files; when false (the tail cache answers, or the
+    /// offset is the log end) it is a memory read, fine on an async worker.
+    pub fn reads_disk(&self) -> bool {
+        self.planned.reads_disk()
+    }
 }
 
 impl Partition {
     /// Opens the replica's log. It starts as a follower of no one; the registration applied
     /// next (see [`Partition::apply_registration`]) gives it its role. `checkpointed_hw` is the
-    /// high watermark recorded before the last stop, if any.
+    /// high watermark recorded before the last stop, if any. The log's tail cache takes its
+    /// memory from `tail_cache`.
     #[allow(clippy::too_many_arguments)]
     pub fn open(
         dir: &Path,
@@ -145,9 +154,11 @@ impl Partition {
         node_id: i32,
         config: LogConfig,
         checkpointed_hw: Option<i64>,
+        tail_cache: &Arc<TailCacheBudget>,
         now_ms: i64,
     ) -> Result<Partition, LogError> {
-        let log = PartitionLog::open(dir, config, now_ms)?;
+        let mut log = PartitionLog::open(dir, config, now_ms)?;
+        log.enable_tail_cache(tail_cache.clone());
         let producers = rebuild_producer_state(&log)?;
         let end = log.log_end_offset();
         let hw = checkpointed_hw.unwrap_or(0).clamp(log.log_start_offset(), end);
@@ -164,12 +175,14 @@ impl Partition {
                 isr: Vec::new(),
             }),
             log_start_offset: AtomicI64::new(log.log_start_offset()),
-            low_watermark: watch::channel(log.log_start_offset()).0,
+            watch: PartitionWatch::new(Watched {
+                high_watermark: hw,
+                log_end_offset: end,
+                leader_epoch: -1,
+                low_watermark: log.log_start_offset(),
+            }),
             log: Mutex::new(log),
             producers: Mutex::new(producers),
-            high_watermark: watch::channel(hw).0,
-            log_end_offset: watch::channel(end).0,
-            leader_epoch: watch::channel(-1).0,
         })
     }
 
@@ -226,11 +239,7 @@ impl Partition {
             }
         };
         state.leader_epoch = registration.leader_epoch;
-        self.leader_epoch.send_if_modified(|e| {
-            let changed = *e != registration.leader_epoch;
-            *e = registration.leader_epoch;
-            changed
-        });
+        self.watch.set_leader_epoch(registration.leader_epoch);
         self.maybe_advance_high_watermark(&state);
         self.update_low_watermark(&state);
         change
@@ -252,7 +261,7 @@ impl Partition {
     }
 
     pub fn log_end_offset(&self) -> i64 {
-        *self.log_end_offset.borrow()
+        self.watch.log_end_offset()
     }
 
     /// The newest leader epoch in this replica's log, which a new follower asks its leader about.
@@ -299,12 +308,17 @@ impl Partition {
         self.log.lock().active_segment()
     }
 
+    /// Writes the active segment's buffered index entries to their files (background writeback).
+    pub fn write_index_entries(&self) -> Result<(), LogError> {
+        self.log.lock().write_index_entries()
+    }
+
     pub fn size_bytes(&self) -> u64 {
         self.log.lock().size_bytes()
     }
 
     pub fn high_watermark(&self) -> i64 {
-        *self.high_watermark.borrow()
+        self.watch.high_watermark()
     }
 
     pub fn log_start_offset(&self) -> i64 {
@@ -312,7 +326,7 @@ impl Partition {
     }
 
     pub fn leader_epoch(&self) -> i32 {
-        *self.leader_epoch.borrow()
+        self.watch.leader_epoch()
     }
 
     /// Kafka's check of a client's `current_leader_epoch` (-1 = not checked): an older epoch
@@ -326,24 +340,10 @@ impl Partition {
         }
     }
 
-    /// A receiver that changes whenever the high watermark moves (consumer fetches and
-    /// `acks=all` produces wait on it).
-    pub fn watch_high_watermark(&self) -> watch::Receiver<i64> {
-        self.high_watermark.subscribe()
-    }
-
-    /// A receiver that changes whenever the log grows (followers' fetches wait on it).
-    pub fn watch_log_end_offset(&self) -> watch::Receiver<i64> {
-        self.log_end_offset.subscribe()
-    }
-
-    /// A receiver that changes whenever leadership moves.
-    pub fn watch_low_watermark(&self) -> watch::Receiver<i64> {
-        self.low_watermark.subscribe()
-    }
-
-    pub fn watch_leader_epoch(&self) -> watch::Receiver<i32> {
-        self.leader_epoch.subscribe()
+    /// The published offsets and epoch, and the notification of their changes, which
+    /// `purgatory`'s waiters (consumer and follower fetches, `acks=all`, DeleteRecords) use.
+    pub fn watch(&self) -> &PartitionWatch {
+        &self.watch
     }
 
     /// ListOffsets by timestamp: the first record whose timestamp reaches `timestamp_ms`, as
@@ -389,9 +389,10 @@ impl Partition {
         self.log.lock().config().max_message_bytes
     }
 
-    /// Periodic housekeeping: time-based roll and retention.
+    /// Periodic housekeeping: time-based roll and retention, and an idle tail cache's memory.
     pub fn run_retention(&self, now_ms: i64) -> Result<usize, LogError> {
         let mut log = self.log.lock();
+        log.release_idle_tail_cache();
         log.maybe_roll(now_ms)?;
         let deleted = log.delete_retained_segments(now_ms, self.high_watermark())?;
         self.log_start_offset.store(log.log_start_offset(), Ordering::Release);

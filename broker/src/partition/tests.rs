@@ -19,7 +19,8 @@ fn registration(leader: i32, leader_epoch: i32, partition_epoch: i32, isr: &[i32
 }
 
 fn open(dir: &Path, node_id: i32) -> Partition {
-    Partition::open(dir, "t", Uuid::nil(), 0, node_id, LogConfig::default(), None, NOW).unwrap()
+    let tail_cache = crate::log::TailCacheBudget::new(1 << 20, 64 << 20);
+    Partition::open(dir, "t", Uuid::nil(), 0, node_id, LogConfig::default(), None, &tail_cache, NOW).unwrap()
 }
 
 /// Makes broker 1 the only replica, leader at epoch 0.

@@ -59,6 +59,11 @@ impl BrokerConnection {
         })
     }
 
+    /// The broker at the other end.
+    pub fn broker(&self) -> i32 {
+        self.broker
+    }
+
     /// Sends `request` at `version` and waits up to `timeout` for its response.
     pub async fn call<R: Request>(
         &mut self,

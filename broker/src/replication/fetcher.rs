@@ -5,6 +5,13 @@
 //! changes). It first truncates its log to where the leader's history for its latest epoch
 //! ends (OffsetForLeaderEpoch), so replicas never diverge, then fetches from its log end
 //! offset. Its fetch offset is its log end offset: that is how the leader learns its progress.
+//!
+//! Each fetcher fetches in an incremental fetch session (KIP-227, `session.rs`): once the
+//! session is open, a fetch names only the partitions whose position changed, and the leader
+//! answers only those with news, so an idle fetcher's requests and answers are nearly empty
+//! however many partitions it follows. Each round walks the followed partitions under the
+//! fetcher's lock (atomic loads, no `Arc` clones); only partitions the answer carries, or that
+//! need truncating, are taken out of it.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -12,8 +19,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
+use kafka_protocol::messages::fetch_request::ReplicaState;
 use kafka_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
+use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::{BrokerId, FetchRequest, OffsetForLeaderEpochRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use parking_lot::Mutex;
@@ -23,6 +31,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::client::{BrokerConnection, ClientError};
+use super::session::{FetchSessionHandler, PartitionFetch, SessionRequest};
 use crate::clock::now_ms;
 use crate::config::BrokerConfig;
 use crate::metadata::image::MetadataImage;
@@ -49,7 +58,6 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 const THROTTLE_PAUSE: Duration = Duration::from_millis(100);
 
 /// One followed partition as its fetcher sees it.
-#[derive(Clone)]
 struct FetchState {
     partition: Arc<Partition>,
     leader_epoch: i32,
@@ -58,6 +66,17 @@ struct FetchState {
     retry_at: Option<Instant>,
     /// Its bytes count against the follower replication throttle (set for each fetch).
     throttled: bool,
+}
+
+/// What one round of a fetcher does, taken from its partitions under their lock.
+#[derive(Default)]
+struct Round {
+    /// Partitions to truncate before they fetch (this round does only that).
+    truncate: Vec<(PartitionKey, Arc<Partition>, i32)>,
+    fetch: Vec<(PartitionKey, PartitionFetch)>,
+    /// Some partitions were ready but wait on the follower throttle.
+    held_back: bool,
+    next_retry: Option<Instant>,
 }
 
 struct Shared {
@@ -164,21 +183,19 @@ async fn run_fetcher(
     metrics: Arc<BrokerMetrics>,
 ) {
     let mut connection: Option<BrokerConnection> = None;
+    let mut session = FetchSessionHandler::default();
     let mut failures = 0u32;
     loop {
         let now = Instant::now();
-        let (ready, next_retry) = {
-            let partitions = shared.partitions.lock();
-            let ready: Vec<(PartitionKey, FetchState)> = partitions
-                .iter()
-                .filter(|(_, s)| s.retry_at.is_none_or(|t| t <= now))
-                .map(|(k, s)| (*k, s.clone()))
-                .collect();
-            let next_retry = partitions.values().filter_map(|s| s.retry_at).min();
-            (ready, next_retry)
-        };
-        if ready.is_empty() {
-            let wait = next_retry.unwrap_or(now + Duration::from_secs(1));
+        let image = images.borrow().clone();
+        let round = collect_round(&shared, &config, &image, &quota, now);
+        if round.truncate.is_empty() && round.fetch.is_empty() {
+            if round.held_back {
+                // Every ready partition waits on the follower throttle.
+                tokio::time::sleep(THROTTLE_PAUSE).await;
+                continue;
+            }
+            let wait = round.next_retry.unwrap_or(now + Duration::from_secs(1));
             tokio::select! {
                 _ = shared.wake.notified() => {}
                 _ = tokio::time::sleep_until(wait) => {}
@@ -199,27 +216,17 @@ async fn run_fetcher(
             }
         }
         let Some(conn) = connection.as_mut() else { continue };
-        let (to_truncate, to_fetch): (Vec<_>, Vec<_>) = ready.into_iter().partition(|(_, s)| !s.truncated);
-        let result = if !to_truncate.is_empty() {
-            truncate(conn, &config, &shared, to_truncate).await
+        let result = if !round.truncate.is_empty() {
+            truncate(conn, &config, &shared, round.truncate).await
         } else {
-            let image = images.borrow().clone();
-            let to_fetch = hold_back_throttled(&config, &image, &quota, to_fetch);
-            if to_fetch.is_empty() {
-                // Every ready partition waits on the follower throttle.
-                tokio::time::sleep(THROTTLE_PAUSE).await;
-                continue;
-            }
-            fetch(
-                conn,
-                &config,
-                own_broker_epoch(&config, &images),
-                &shared,
-                &quota,
-                &metrics,
-                to_fetch,
-            )
-            .await
+            let context = FetchContext {
+                config: &config,
+                broker_epoch: own_broker_epoch(&config, &images),
+                shared: &shared,
+                quota: &quota,
+                metrics: &metrics,
+            };
+            fetch(conn, &context, &mut session, round.fetch).await
         };
         match result {
             Ok(()) => failures = 0,
@@ -228,11 +235,60 @@ async fn run_fetcher(
                 if failures % 20 == 1 {
                     tracing::warn!(leader, error = %e, "replica fetch failed; reconnecting");
                 }
+                // The next fetch, on a new connection, is a full one in a new session.
+                session.handle_error();
                 connection = None;
                 tokio::time::sleep(RECONNECT_BACKOFF).await;
             }
         }
     }
+}
+
+/// Sorts the fetcher's partitions for this round, under its lock and without cloning an
+/// `Arc` but for partitions to truncate: those due to fetch with their fetch positions (and
+/// their throttle flag set), those waiting out a retry, those to truncate first.
+fn collect_round(
+    shared: &Shared,
+    config: &BrokerConfig,
+    image: &MetadataImage,
+    quota: &ReplicationQuota,
+    now: Instant,
+) -> Round {
+    let defaults = topic_config::broker_defaults(&config.overrides, &image.broker_configs, config.node_id);
+    // The throttle's bound, when one is set, and whether the rate is above it.
+    let exceeded = quota.bound(&defaults).map(|bound| quota.is_exceeded(bound, now_ms()));
+    let mut round = Round::default();
+    let mut partitions = shared.partitions.lock();
+    for (key, state) in partitions.iter_mut() {
+        if let Some(at) = state.retry_at.filter(|at| *at > now) {
+            round.next_retry = Some(round.next_retry.map_or(at, |t| t.min(at)));
+            continue;
+        }
+        if !state.truncated {
+            round.truncate.push((*key, state.partition.clone(), state.leader_epoch));
+            continue;
+        }
+        state.throttled = exceeded.is_some()
+            && image
+                .topic_by_id(&key.0)
+                .is_some_and(|topic| quota.applies_to(topic, key.1, config.node_id, config.node_id));
+        if state.throttled && exceeded == Some(true) {
+            round.held_back = true;
+            continue;
+        }
+        let p = &state.partition;
+        round.fetch.push((
+            *key,
+            PartitionFetch {
+                fetch_offset: p.log_end_offset(),
+                current_leader_epoch: state.leader_epoch,
+                last_fetched_epoch: p.latest_log_epoch().unwrap_or(-1),
+                log_start_offset: p.log_start_offset(),
+                partition_max_bytes: config.replica_fetch_max_bytes,
+            },
+        ));
+    }
+    round
 }
 
 async fn connect(
@@ -288,13 +344,14 @@ fn retry_later(shared: &Shared, key: PartitionKey, epoch: i32) {
     });
 }
 
-/// A follower's Fetch: this broker's id and current broker epoch in `replica_state`, capped by
-/// `replica.fetch.response.max.bytes` (and `replica.fetch.max.bytes` per partition).
+/// A follower's Fetch in its session: this broker's id and current broker epoch in
+/// `replica_state`, capped by `replica.fetch.response.max.bytes` (and
+/// `replica.fetch.max.bytes` per partition).
 fn follower_fetch_request(
     config: &BrokerConfig,
     broker_epoch: i64,
     wait: Duration,
-    by_topic: HashMap<Uuid, Vec<FetchPartition>>,
+    session: SessionRequest,
 ) -> FetchRequest {
     FetchRequest::default()
         .with_replica_state(
@@ -305,18 +362,16 @@ fn follower_fetch_request(
         .with_max_wait_ms(wait.as_millis().min(i32::MAX as u128) as i32)
         .with_min_bytes(1)
         .with_max_bytes(config.replica_fetch_response_max_bytes)
-        .with_session_id(0)
-        .with_session_epoch(-1)
-        .with_topics(
-            by_topic
-                .into_iter()
-                .map(|(topic_id, partitions)| {
-                    FetchTopic::default()
-                        .with_topic_id(topic_id)
-                        .with_partitions(partitions)
-                })
-                .collect(),
-        )
+        .with_session_id(session.session_id)
+        .with_session_epoch(session.session_epoch)
+        .with_topics(session.topics)
+        .with_forgotten_topics_data(session.forgotten_topics_data)
+}
+
+/// A partition asked about in a truncation round.
+struct TruncateState {
+    partition: Arc<Partition>,
+    leader_epoch: i32,
 }
 
 /// Kafka's truncation on becoming follower: ask the leader where our latest epoch ends in its
@@ -325,20 +380,20 @@ async fn truncate(
     conn: &mut BrokerConnection,
     config: &BrokerConfig,
     shared: &Shared,
-    states: Vec<(PartitionKey, FetchState)>,
+    states: Vec<(PartitionKey, Arc<Partition>, i32)>,
 ) -> Result<(), ClientError> {
     let mut by_topic: HashMap<String, Vec<OffsetForLeaderPartition>> = HashMap::new();
-    let mut asked: HashMap<(String, i32), (PartitionKey, FetchState)> = HashMap::new();
-    for (key, state) in states {
-        let p = &state.partition;
+    let mut asked: HashMap<(String, i32), (PartitionKey, TruncateState)> = HashMap::new();
+    for (key, partition, leader_epoch) in states {
+        let p = &partition;
         let Some(latest) = p.latest_log_epoch() else {
             // Nothing with an epoch in the log: nothing can diverge beyond the high watermark.
             let hw = p.high_watermark();
-            match p.truncate_as_follower(hw, state.leader_epoch, false) {
-                Ok(()) => update(shared, key, state.leader_epoch, |s| s.truncated = true),
+            match p.truncate_as_follower(hw, leader_epoch, false) {
+                Ok(()) => update(shared, key, leader_epoch, |s| s.truncated = true),
                 Err((error, message)) => {
                     tracing::debug!(topic = %p.topic, partition = p.index, ?error, %message, "truncation skipped");
-                    retry_later(shared, key, state.leader_epoch);
+                    retry_later(shared, key, leader_epoch);
                 }
             }
             continue;
@@ -346,10 +401,19 @@ async fn truncate(
         by_topic.entry(p.topic.clone()).or_default().push(
             OffsetForLeaderPartition::default()
                 .with_partition(p.index)
-                .with_current_leader_epoch(state.leader_epoch)
+                .with_current_leader_epoch(leader_epoch)
                 .with_leader_epoch(latest),
         );
-        asked.insert((p.topic.clone(), p.index), (key, state));
+        asked.insert(
+            (p.topic.clone(), p.index),
+            (
+                key,
+                TruncateState {
+                    partition,
+                    leader_epoch,
+                },
+            ),
+        );
     }
     if by_topic.is_empty() {
         return Ok(());
@@ -409,112 +473,113 @@ async fn truncate(
     Ok(())
 }
 
-/// The partitions to fetch now, each flagged when its bytes count against the follower
-/// throttle; throttled ones are left out while the throttle's rate is above its bound.
-fn hold_back_throttled(
-    config: &BrokerConfig,
-    image: &MetadataImage,
-    quota: &ReplicationQuota,
-    states: Vec<(PartitionKey, FetchState)>,
-) -> Vec<(PartitionKey, FetchState)> {
-    let defaults = topic_config::broker_defaults(&config.overrides, &image.broker_configs, config.node_id);
-    let Some(bound) = quota.bound(&defaults) else {
-        return states; // `throttled` is false as the fetcher's shared state holds it
-    };
-    let exceeded = quota.is_exceeded(bound, now_ms());
-    states
-        .into_iter()
-        .filter_map(|(key, state)| {
-            let throttled = image
-                .topic_by_id(&key.0)
-                .is_some_and(|topic| quota.applies_to(topic, key.1, config.node_id, config.node_id));
-            (!(throttled && exceeded)).then_some((key, FetchState { throttled, ..state }))
-        })
-        .collect()
+/// What a fetch round needs beyond the connection and the session.
+struct FetchContext<'a> {
+    config: &'a BrokerConfig,
+    broker_epoch: i64,
+    shared: &'a Shared,
+    quota: &'a ReplicationQuota,
+    metrics: &'a BrokerMetrics,
 }
 
+/// One fetch in the session: names what changed of `partitions` (all of them when the
+/// session starts over) and applies what the leader answered, which in an incremental
+/// session is only the partitions with news.
 async fn fetch(
     conn: &mut BrokerConnection,
-    config: &BrokerConfig,
-    broker_epoch: i64,
-    shared: &Shared,
-    quota: &ReplicationQuota,
-    metrics: &BrokerMetrics,
-    states: Vec<(PartitionKey, FetchState)>,
+    cx: &FetchContext<'_>,
+    session: &mut FetchSessionHandler,
+    partitions: Vec<(PartitionKey, PartitionFetch)>,
 ) -> Result<(), ClientError> {
-    let mut by_topic: HashMap<Uuid, Vec<FetchPartition>> = HashMap::new();
-    let mut asked: HashMap<PartitionKey, (FetchState, i64)> = HashMap::new();
-    for (key, state) in states {
-        let p = &state.partition;
-        let fetch_offset = p.log_end_offset();
-        by_topic.entry(key.0).or_default().push(
-            FetchPartition::default()
-                .with_partition(key.1)
-                .with_current_leader_epoch(state.leader_epoch)
-                .with_fetch_offset(fetch_offset)
-                .with_last_fetched_epoch(p.latest_log_epoch().unwrap_or(-1))
-                .with_log_start_offset(p.log_start_offset())
-                .with_partition_max_bytes(config.replica_fetch_max_bytes),
-        );
-        asked.insert(key, (state, fetch_offset));
-    }
-    let wait = Duration::from_millis(config.replica_fetch_wait_max_ms);
-    let request = follower_fetch_request(config, broker_epoch, wait, by_topic);
+    let request = session.build(partitions);
+    let full = request.is_full();
+    let wait = Duration::from_millis(cx.config.replica_fetch_wait_max_ms);
+    let request = follower_fetch_request(cx.config, cx.broker_epoch, wait, request);
     let response = conn.call(&request, FETCH_VERSION, wait + RESPONSE_TIMEOUT).await?;
+    if !session.handle_response(response.error_code, response.session_id) {
+        let error = ResponseError::try_from_code(response.error_code);
+        if full {
+            // Not a session problem that a full fetch would fix: back off and reconnect.
+            return Err(ClientError::Protocol(
+                conn.broker(),
+                format!("the leader refused a full fetch with {error:?}"),
+            ));
+        }
+        tracing::debug!(?error, "the leader refused the fetch session; fetching in full");
+        return Ok(());
+    }
     let now = now_ms();
     for topic in response.responses {
         for data in topic.partitions {
             let key = (topic.topic_id, data.partition_index);
-            let Some((state, fetch_offset)) = asked.remove(&key) else {
-                continue;
+            // The position the leader read from: the one the session holds for the partition.
+            let Some(sent) = session.sent(&key) else { continue };
+            let state = cx.shared.partitions.lock().get(&key).and_then(|s| {
+                (s.leader_epoch == sent.current_leader_epoch && s.truncated).then(|| (s.partition.clone(), s.throttled))
+            });
+            let Some((partition, throttled)) = state else {
+                continue; // moved to another leader or epoch meanwhile
             };
-            let p = &state.partition;
-            let epoch = state.leader_epoch;
-            match ResponseError::try_from_code(data.error_code) {
-                None => {
-                    let records = data.records.unwrap_or_default();
-                    if !records.is_empty() {
-                        if p.log_end_offset() != fetch_offset {
-                            continue; // the log moved meanwhile (truncation); fetch again
-                        }
-                        if let Err((error, message)) = p.append_as_follower(&records, epoch, now) {
-                            if error != ResponseError::FencedLeaderEpoch {
-                                tracing::warn!(topic = %p.topic, partition = p.index, ?error, %message,
-                                    "could not append the leader's batches; truncating to the leader's history again");
-                                update(shared, key, epoch, |s| s.truncated = false);
-                            }
-                            continue;
-                        }
-                        metrics
-                            .replication_bytes_in
-                            .fetch_add(records.len() as u64, Ordering::Relaxed);
-                        if state.throttled {
-                            quota.record(records.len(), now);
-                        }
-                    }
-                    p.update_follower_high_watermark(data.high_watermark);
-                    if let Err((_, message)) = p.update_follower_log_start_offset(data.log_start_offset) {
-                        tracing::warn!(topic = %p.topic, partition = p.index, %message,
-                            "could not move the log start offset to the leader's; retrying on the next fetch");
-                    }
-                }
-                Some(ResponseError::OffsetOutOfRange) if fetch_offset < data.log_start_offset => {
-                    // The leader deleted (retention) everything we have: start over at its log start.
-                    match p.truncate_as_follower(data.log_start_offset, epoch, true) {
-                        Ok(()) => tracing::info!(topic = %p.topic, partition = p.index, offset = data.log_start_offset,
-                            "follower restarted its log at the leader's log start offset"),
-                        Err(_) => retry_later(shared, key, epoch),
-                    }
-                }
-                Some(ResponseError::OffsetOutOfRange) => update(shared, key, epoch, |s| s.truncated = false),
-                Some(error) => {
-                    tracing::debug!(topic = %p.topic, partition = p.index, ?error, "leader could not serve a replica fetch yet");
-                    retry_later(shared, key, epoch);
-                }
-            }
+            apply_partition(cx, key, &partition, sent, throttled, data, now);
         }
     }
     Ok(())
+}
+
+/// Applies one partition's answer: appends its records, takes the leader's high watermark and
+/// log start offset, or handles its error.
+fn apply_partition(
+    cx: &FetchContext<'_>,
+    key: PartitionKey,
+    p: &Partition,
+    sent: PartitionFetch,
+    throttled: bool,
+    data: PartitionData,
+    now: i64,
+) {
+    let (shared, epoch, fetch_offset) = (cx.shared, sent.current_leader_epoch, sent.fetch_offset);
+    match ResponseError::try_from_code(data.error_code) {
+        None => {
+            let records = data.records.unwrap_or_default();
+            if !records.is_empty() {
+                if p.log_end_offset() != fetch_offset {
+                    return; // the log moved meanwhile (truncation); fetch again
+                }
+                if let Err((error, message)) = p.append_as_follower(&records, epoch, now) {
+                    if error != ResponseError::FencedLeaderEpoch {
+                        tracing::warn!(topic = %p.topic, partition = p.index, ?error, %message,
+                            "could not append the leader's batches; truncating to the leader's history again");
+                        update(shared, key, epoch, |s| s.truncated = false);
+                    }
+                    return;
+                }
+                cx.metrics
+                    .replication_bytes_in
+                    .fetch_add(records.len() as u64, Ordering::Relaxed);
+                if throttled {
+                    cx.quota.record(records.len(), now);
+                }
+            }
+            p.update_follower_high_watermark(data.high_watermark);
+            if let Err((_, message)) = p.update_follower_log_start_offset(data.log_start_offset) {
+                tracing::warn!(topic = %p.topic, partition = p.index, %message,
+                    "could not move the log start offset to the leader's; retrying on the next fetch");
+            }
+        }
+        Some(ResponseError::OffsetOutOfRange) if fetch_offset < data.log_start_offset => {
+            // The leader deleted (retention) everything we have: start over at its log start.
+            match p.truncate_as_follower(data.log_start_offset, epoch, true) {
+                Ok(()) => tracing::info!(topic = %p.topic, partition = p.index, offset = data.log_start_offset,
+                    "follower restarted its log at the leader's log start offset"),
+                Err(_) => retry_later(shared, key, epoch),
+            }
+        }
+        Some(ResponseError::OffsetOutOfRange) => update(shared, key, epoch, |s| s.truncated = false),
+        Some(error) => {
+            tracing::debug!(topic = %p.topic, partition = p.index, ?error, "leader could not serve a replica fetch yet");
+            retry_later(shared, key, epoch);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -524,12 +589,22 @@ mod tests {
     use kafka_protocol::protocol::{Decodable, Encodable};
 
     #[test]
-    fn a_follower_fetch_names_its_broker_epoch_at_v15() {
+    fn a_follower_fetch_names_its_broker_epoch_and_session_at_v15() {
         let config =
             crate::config::BrokerConfig::from_cli(&clap::Parser::parse_from(["sluice", "--node-id", "2"])).unwrap();
         let topic = Uuid::from_u128(7);
-        let partitions = HashMap::from([(topic, vec![FetchPartition::default().with_partition(0)])]);
-        let request = follower_fetch_request(&config, 41, Duration::from_millis(500), partitions);
+        let mut session = FetchSessionHandler::default();
+        let at = |fetch_offset| PartitionFetch {
+            fetch_offset,
+            current_leader_epoch: 1,
+            last_fetched_epoch: 1,
+            log_start_offset: 0,
+            partition_max_bytes: 1024,
+        };
+        session.build([((topic, 0), at(0)), ((topic, 1), at(0))]);
+        session.handle_response(0, 9);
+        let incremental = session.build([((topic, 0), at(4))]);
+        let request = follower_fetch_request(&config, 41, Duration::from_millis(500), incremental);
         let mut buf = BytesMut::new();
         request.encode(&mut buf, FETCH_VERSION).unwrap();
         let decoded = FetchRequest::decode(&mut buf.freeze(), FETCH_VERSION).unwrap();
@@ -538,5 +613,9 @@ mod tests {
         assert_eq!(decoded.replica_state.replica_epoch, 41);
         assert_eq!(decoded.max_bytes, config.replica_fetch_response_max_bytes);
         assert_eq!(decoded.topics[0].topic_id, topic);
+        assert_eq!((decoded.session_id, decoded.session_epoch), (9, 1));
+        assert_eq!(decoded.topics[0].partitions[0].fetch_offset, 4);
+        assert_eq!(decoded.forgotten_topics_data[0].topic_id, topic);
+        assert_eq!(decoded.forgotten_topics_data[0].partitions, [1]);
     }
 }

@@ -5,6 +5,7 @@
 pub mod checkpoint;
 mod client;
 pub mod fetcher;
+mod session;
 
 pub use fetcher::ReplicaFetcherManager;
 

@@ -1,6 +1,8 @@
 //! Appending to a partition log: a leader's batches get consecutive offsets and its epoch
 //! stamped in place, a follower's are checked to continue the log exactly; either may roll
-//! the active segment first and flush after (`flush.messages` / `flush.ms`).
+//! the active segment first and flush after (`flush.messages` / `flush.ms`). A leader's
+//! appends are kept in the tail cache as written (`log/tail.rs`); a follower's log is read by
+//! no fetch, so its appends only clear it.
 
 use sluice_protocol::batch::{self, BatchError, BatchHeader, BatchIter, BatchesInfo, NO_TIMESTAMP};
 
@@ -40,6 +42,7 @@ impl PartitionLog {
     /// leader, and the append is refused with `LeaderEpochRegression` before anything is written.
     pub fn append_as_follower(&mut self, records: &[u8], now_ms: i64) -> Result<AppendInfo, LogError> {
         self.clock_ms = now_ms;
+        self.tail.clear();
         let info = batch::validate_stored_batches(records)?;
         let append = self.check_follower_offsets(records)?;
         let new_epochs = self.leader_epoch_cache.new_entries(stored_epochs(records))?;
@@ -52,7 +55,10 @@ impl PartitionLog {
             now_ms,
         )?;
         self.leader_epoch_cache.assign(&new_epochs)?;
-        self.active.append(records, self.config.index_interval_bytes)?;
+        if let Err(e) = self.active.append(records, self.config.index_interval_bytes) {
+            self.tail.poison();
+            return Err(e);
+        }
         self.log_end_offset = append.last_offset + 1;
         self.maybe_flush_after(info.record_count, now_ms)?;
         Ok(append)
@@ -97,7 +103,12 @@ impl PartitionLog {
         let new_epochs = new_epochs?;
         self.maybe_roll_for(records.len() as u64, first_offset, last_offset, max_timestamp, now_ms)?;
         self.leader_epoch_cache.assign(&new_epochs)?;
-        self.active.append(records, self.config.index_interval_bytes)?;
+        let position = self.active.size_bytes();
+        if let Err(e) = self.active.append(records, self.config.index_interval_bytes) {
+            self.tail.poison();
+            return Err(e);
+        }
+        self.tail.push(records, position, first_offset, last_offset + 1);
         self.log_end_offset = last_offset + 1;
         self.maybe_flush_after(info.record_count, now_ms)?;
         // Under LogAppendTime every batch has the max timestamp: the first one holds it.
@@ -208,6 +219,7 @@ impl PartitionLog {
         if self.active.is_empty() && self.active.base_offset() == base_offset {
             return Ok(());
         }
+        self.tail.reset(); // the cached chunks are the active segment's last bytes
         if !self.active.is_empty() {
             self.active.on_become_inactive()?;
         }

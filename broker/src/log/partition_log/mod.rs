@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 use std::fs::{self, File};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use super::leader_epoch::LeaderEpochCache;
@@ -20,10 +20,15 @@ pub use read::{PlannedRead, ReadResult};
 mod append;
 mod open;
 mod read;
-use crate::fs::{remove_if_exists, sync_dir, write_atomically};
+use crate::fs::{create_dir_if_missing, remove_if_exists, sync_dir, write_atomically};
 
 /// Written by [`PartitionLog::close`]; its presence at open means the tail needs no scan.
 pub const CLEAN_SHUTDOWN_FILE: &str = ".clean_shutdown";
+
+/// Files a partition replica keeps open while idle: its active segment's `.log` (index files
+/// are opened only to write or look up, and closed after). Each sealed segment adds its own
+/// `.log`, and a read or write in progress may hold one more briefly.
+pub const FILES_PER_IDLE_REPLICA: u64 = 1;
 
 /// The log start offset once it lies inside a segment (DeleteRecords, or a follower copying its
 /// leader's), which segment base offsets alone cannot tell after a restart. One decimal line,
@@ -51,7 +56,8 @@ pub struct AppendInfo {
 /// appends while the disk is read.
 #[derive(Debug)]
 pub struct PartitionLog {
-    dir: PathBuf,
+    /// Shared with every segment, which builds its file paths from it.
+    dir: Arc<Path>,
     /// `<topic>-<partition>`, for the operator's log lines.
     name: String,
     config: LogConfig,
@@ -69,6 +75,8 @@ pub struct PartitionLog {
     /// Bumped by every truncation: a cleaning pass whose offset map was built from records that
     /// a truncation removed meanwhile must not swap its result in.
     truncations: u64,
+    /// The last appended bytes of the active segment, for fetches (`log/tail.rs`).
+    tail: super::tail::TailCache,
 }
 
 impl PartitionLog {
@@ -76,29 +84,42 @@ impl PartitionLog {
     /// is recovered: every batch is validated and the file truncated at the first torn or invalid
     /// one. Sealed segments were fsynced when rolled; their indexes are sanity-checked and
     /// rebuilt if damaged.
+    ///
+    /// The directory is fsynced only when this open changed its entries in a way a later
+    /// decision depends on: a first segment created, or the clean-shutdown marker removed (an
+    /// interrupted cleaner swap is made durable where it is completed). Reopening an unchanged
+    /// log costs no directory fsync.
     pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<PartitionLog, LogError> {
-        fs::create_dir_all(dir)?;
+        let created_dir = create_dir_if_missing(dir)?;
+        let dir: Arc<Path> = Arc::from(dir);
         let name = dir
             .file_name()
             .map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned());
         let marker = dir.join(CLEAN_SHUTDOWN_FILE);
-        let clean_shutdown = marker.exists();
+        let clean_shutdown = marker.try_exists()?;
 
-        complete_interrupted_swaps(dir)?;
-        let base_offsets = list_segments(dir)?;
+        complete_interrupted_swaps(&dir)?;
+        let base_offsets = list_segments(&dir)?;
         let mut inactive = VecDeque::with_capacity(base_offsets.len());
+        // The first segment of an empty directory must be durable before any append. This is
+        // also what makes a new partition's `partition.metadata` durable: its rename into a
+        // directory created for it is left to this fsync (see `partition_metadata`).
+        let mut dir_changed = false;
         let active = match base_offsets.split_last() {
-            None => LogSegment::create(dir, 0, now_ms)?,
+            None => {
+                dir_changed = true;
+                LogSegment::create(&dir, 0, now_ms)?
+            }
             Some((&last, older)) => {
                 for &base_offset in older {
-                    inactive.push_back(LogSegment::open(dir, base_offset, false, now_ms)?);
+                    inactive.push_back(LogSegment::open(&dir, base_offset, false, now_ms)?);
                 }
-                LogSegment::open(dir, last, true, now_ms)?
+                LogSegment::open(&dir, last, true, now_ms)?
             }
         };
         let log_start_offset = inactive.front().unwrap_or(&active).base_offset();
         let mut log = PartitionLog {
-            dir: dir.to_path_buf(),
+            dir: dir.clone(),
             name,
             config,
             inactive,
@@ -108,23 +129,36 @@ impl PartitionLog {
             unflushed_records: 0,
             last_flush_ms: now_ms,
             clock_ms: now_ms,
-            leader_epoch_cache: LeaderEpochCache::empty(dir),
+            leader_epoch_cache: LeaderEpochCache::empty(&dir),
             truncations: 0,
+            tail: super::tail::TailCache::default(),
         };
         log.check_sealed_segments()?;
         log.log_end_offset = log.load_active_segment(clean_shutdown)?;
         log.leader_epoch_cache = log.load_leader_epoch_cache()?;
-        if let Some(saved) = read_log_start_offset(dir) {
+        if let Some(saved) = read_log_start_offset(&dir) {
             // A recovered tail may end below a start saved before the crash: never past the end.
-            let saved = saved.min(log.log_end_offset);
-            if saved > log.log_start_offset {
-                log.advance_log_start_offset(saved)?;
+            let start = saved.min(log.log_end_offset);
+            if start > log.log_start_offset {
+                // The file already says `saved`: rewrite it only if the start had to be lowered.
+                log.move_log_start_offset(start, start != saved)?;
             }
         }
 
         // From here on a crash is unclean: the marker must be gone from disk before any append.
-        remove_if_exists(&marker)?;
-        sync_dir(dir)?;
+        // Without a marker there is nothing to remove and nothing to make durable.
+        if clean_shutdown {
+            remove_if_exists(&marker)?;
+            dir_changed = true;
+        }
+        if dir_changed {
+            sync_dir(&dir)?;
+        }
+        if created_dir {
+            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                sync_dir(parent)?;
+            }
+        }
         Ok(log)
     }
 
@@ -280,6 +314,7 @@ impl PartitionLog {
             }
         }
         let base = first.base_offset;
+        self.tail.reset(); // it holds only the active segment, but a swap is rare: stay obviously safe
         let suffixes = [INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX];
         for suffix in suffixes {
             let name = segment_file_name(base, suffix);
@@ -334,11 +369,18 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// fsyncs the active segment and its indexes (sealed segments were fsynced when rolled).
+    /// fsyncs the active segment and writes and fsyncs its index entries (sealed segments were
+    /// fsynced when rolled).
     pub fn flush(&mut self) -> Result<(), LogError> {
         self.active.flush()?;
         self.unflushed_records = 0;
         Ok(())
+    }
+
+    /// Writes the active segment's index entries not yet in their files, without an fsync: for
+    /// background writeback, which hands the log's new bytes to the disk at the same time.
+    pub fn write_index_entries(&mut self) -> Result<(), LogError> {
+        self.active.write_index_entries()
     }
 
     /// Drops the batch holding `offset` and everything after it (replica truncation). If
@@ -349,6 +391,7 @@ impl PartitionLog {
         if offset >= self.log_end_offset {
             return Ok(());
         }
+        self.tail.reset();
         if offset <= self.log_start_offset {
             return self.truncate_fully_and_start_at(offset);
         }
@@ -380,7 +423,7 @@ impl PartitionLog {
     /// Clean shutdown: seals the active segment's time index, fsyncs, and writes the marker that
     /// lets the next open skip recovery.
     pub fn close(mut self) -> Result<(), LogError> {
-        self.active.append_final_time_index_entry()?;
+        self.active.append_final_time_index_entry();
         self.flush()?;
         let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);
         fs::File::create(&marker)?.sync_all()?;
@@ -444,17 +487,26 @@ impl PartitionLog {
     /// any segment goes, so a crash in between leaves a start that reopening completes.
     /// `offset` may not pass the log end offset. Returns whether the start moved.
     pub fn advance_log_start_offset(&mut self, offset: i64) -> Result<bool, LogError> {
+        self.move_log_start_offset(offset, true)
+    }
+
+    /// [`PartitionLog::advance_log_start_offset`]; `persist` false when the file already holds
+    /// `offset` (reopening).
+    fn move_log_start_offset(&mut self, offset: i64, persist: bool) -> Result<bool, LogError> {
         if offset <= self.log_start_offset {
             return Ok(false);
         }
         if offset > self.log_end_offset {
             return Err(self.out_of_range(offset));
         }
-        write_atomically(&self.dir.join(LOG_START_OFFSET_FILE), format!("{offset}\n").as_bytes())?;
+        if persist {
+            write_atomically(&self.dir.join(LOG_START_OFFSET_FILE), format!("{offset}\n").as_bytes())?;
+        }
         while !self.inactive.is_empty() && self.oldest_segment_below(offset) {
             self.delete_oldest_segment()?;
         }
         self.log_start_offset = offset;
+        self.tail.trim_below(offset);
         self.leader_epoch_cache.truncate_from_start(offset)?;
         tracing::info!(partition = %self.name, log_start_offset = offset, "log start offset moved");
         Ok(true)
@@ -473,6 +525,7 @@ impl PartitionLog {
     /// Empties the log and restarts it at `offset`: a follower whose leader has deleted (by
     /// retention) everything this replica holds starts over at the leader's log start.
     pub fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LogError> {
+        self.tail.reset();
         self.truncations += 1;
         let new_segment = LogSegment::create(&self.dir, offset, self.clock_ms)?;
         let old_active = std::mem::replace(&mut self.active, new_segment);

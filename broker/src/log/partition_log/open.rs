@@ -100,6 +100,11 @@ impl PartitionLog {
 /// cleaned segment (fsynced before it was renamed), so the segments it replaces (base offsets
 /// from its base up to its next offset) are deleted and it takes its final name. Its indexes
 /// are dropped and rebuilt from the log file when the segment is opened.
+///
+/// The directory is fsynced only when a swap was completed: the deletions of the replaced
+/// segments must be durable with the rename, or a crash could bring back a replaced segment
+/// beside the cleaned one. Leftover `.cleaned` and index `.swap` files that a crash brings
+/// back are simply deleted again by the next open, so their removal needs no fsync.
 pub(super) fn complete_interrupted_swaps(dir: &Path) -> Result<(), LogError> {
     let mut swaps = Vec::new();
     let mut segment_files = Vec::new();
@@ -129,6 +134,7 @@ pub(super) fn complete_interrupted_swaps(dir: &Path) -> Result<(), LogError> {
             }
         }
     }
+    let completed_swap = !swaps.is_empty();
     for base in swaps {
         let swap_path = dir.join(format!(
             "{}{SWAP_FILE_SUFFIX}",
@@ -149,7 +155,10 @@ pub(super) fn complete_interrupted_swaps(dir: &Path) -> Result<(), LogError> {
             "completed a cleaned-segment swap interrupted by a crash"
         );
     }
-    Ok(sync_dir(dir)?)
+    if completed_swap {
+        sync_dir(dir)?;
+    }
+    Ok(())
 }
 
 /// Base offsets of the segments in `dir`, ascending. Index files without a `.log` are leftovers

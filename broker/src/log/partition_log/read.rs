@@ -1,5 +1,8 @@
 //! Reading a partition log: planning a read under the log's lock (no disk I/O) and doing it
-//! after the lock is released ([`PlannedRead`]), and the timestamp lookups ListOffsets uses.
+//! after the lock is released ([`PlannedRead`]), from the tail cache when it holds the bytes
+//! (`log/tail.rs`), and the timestamp lookups ListOffsets uses.
+
+use std::sync::Arc;
 
 use bytes::Bytes;
 use sluice_protocol::batch::{BatchHeader, BatchIter};
@@ -7,6 +10,7 @@ use sluice_protocol::records::BatchRecords;
 
 use super::PartitionLog;
 use crate::log::segment::{LogSegment, SegmentReader};
+use crate::log::tail::{TailCacheBudget, TailRead};
 use crate::log::LogError;
 
 /// Stored batches for a fetch, in one buffer.
@@ -22,13 +26,15 @@ pub struct ReadResult {
 /// it is released by [`PlannedRead::read`]: the segments from the one that may hold the offset,
 /// each with its own reference to its file and its size at planning time. The lock is held only
 /// while this is built, which touches no disk; appends made since are not read, and a segment
-/// deleted since (retention, compaction) is still read through its open file.
+/// deleted since (retention, compaction) is still read through its open file. When the tail
+/// cache holds the batch of the offset, the plan holds its chunks instead and reads no file.
 #[derive(Debug)]
 pub struct PlannedRead {
     pub(super) offset: i64,
     pub(super) max_offset: i64,
-    /// Oldest first; empty when the offset is the log end.
+    /// Oldest first; empty when the offset is the log end or the tail cache answers.
     pub(super) segments: Vec<SegmentReader>,
+    pub(super) tail: Option<TailRead>,
     pub(super) log_start_offset: i64,
     pub(super) log_end_offset: i64,
 }
@@ -37,9 +43,17 @@ impl PlannedRead {
     /// Reads whole stored batches from the one holding the planned offset, across segments, up
     /// to `max_bytes` and never a batch at or beyond the planned `max_offset`; the first batch
     /// whole even when larger than `max_bytes` if `min_one_message` (Kafka's KIP-74 rule). The
-    /// buffer is sized by the bytes present, never by `max_bytes` alone. Positional reads only:
-    /// call it off the async workers.
+    /// buffer is sized by the bytes present, never by `max_bytes` alone. `max_bytes` is at most
+    /// the planned one. Positional reads unless [`PlannedRead::reads_disk`] is false: call it
+    /// off the async workers when it is true.
     pub fn read(&self, max_bytes: usize, min_one_message: bool) -> Result<ReadResult, LogError> {
+        if let Some(tail) = &self.tail {
+            return Ok(ReadResult {
+                records: tail.read(max_bytes, min_one_message, self.max_offset),
+                log_start_offset: self.log_start_offset,
+                log_end_offset: self.log_end_offset,
+            });
+        }
         let mut records = Vec::new();
         self.read_into(max_bytes as u64, min_one_message, &mut records)?;
         if records.capacity() > 2 * records.len() {
@@ -51,6 +65,12 @@ impl PlannedRead {
             log_start_offset: self.log_start_offset,
             log_end_offset: self.log_end_offset,
         })
+    }
+
+    /// Whether [`PlannedRead::read`] reads files; when false it is a memory read (the tail
+    /// cache, or nothing at the log end) that may run on an async worker.
+    pub fn reads_disk(&self) -> bool {
+        !self.segments.is_empty()
     }
 
     fn read_into(&self, max_bytes: u64, min_one_message: bool, out: &mut Vec<u8>) -> Result<(), LogError> {
@@ -115,11 +135,33 @@ impl PartitionLog {
     /// disk I/O, so it is cheap to do under the partition's lock. `OffsetOutOfRange` outside the
     /// log.
     pub fn plan_read(&self, offset: i64, max_offset: i64, max_bytes: usize) -> Result<PlannedRead, LogError> {
+        self.plan_read_from(offset, max_offset, max_bytes, true)
+    }
+
+    /// [`PartitionLog::plan_read`], from the files even when the tail cache holds the bytes.
+    #[cfg(test)]
+    pub(crate) fn plan_disk_read(&self, offset: i64, max_offset: i64, max_bytes: usize) -> Result<PlannedRead, LogError> {
+        self.plan_read_from(offset, max_offset, max_bytes, false)
+    }
+
+    fn plan_read_from(
+        &self,
+        offset: i64,
+        max_offset: i64,
+        max_bytes: usize,
+        use_tail: bool,
+    ) -> Result<PlannedRead, LogError> {
         if offset < self.log_start_offset || offset > self.log_end_offset {
             return Err(self.out_of_range(offset));
         }
         let mut segments = Vec::new();
-        if offset < self.log_end_offset {
+        let tail = match use_tail {
+            true => self
+                .tail
+                .plan(offset, max_bytes, self.log_end_offset, self.active.size_bytes()),
+            false => None,
+        };
+        if offset < self.log_end_offset && tail.is_none() {
             let mut beyond_first = 0u64;
             for segment in self.segments_from(self.floor_segment_index(offset)) {
                 // The first segment may end before `offset` (compaction gaps); the second one
@@ -137,6 +179,7 @@ impl PartitionLog {
             offset,
             max_offset,
             segments,
+            tail,
             log_start_offset: self.log_start_offset,
             log_end_offset: self.log_end_offset,
         })
@@ -193,6 +236,24 @@ impl PartitionLog {
             }
         }
         best
+    }
+}
+
+impl PartitionLog {
+    /// Keeps the leader's recent appends in memory within `budget` (see `log/tail.rs`); a log
+    /// opened without it reads every fetch from its files.
+    pub fn enable_tail_cache(&mut self, budget: Arc<TailCacheBudget>) {
+        self.tail = crate::log::tail::TailCache::new(budget);
+    }
+
+    /// Bytes of this log's tail held in memory.
+    pub fn tail_cache_bytes(&self) -> usize {
+        self.tail.bytes()
+    }
+
+    /// Housekeeping: a tail cache with no append since the last pass gives its memory back.
+    pub fn release_idle_tail_cache(&mut self) {
+        self.tail.release_if_idle();
     }
 }
 

@@ -1,11 +1,13 @@
 //! Tests of the partition log on real files.
 
 mod append_read;
+mod bulk_index;
 mod cleaner;
 mod delete_records;
 mod leader_epoch;
 mod recovery;
 mod retention;
+mod tail_cache;
 mod timestamps;
 
 use std::path::{Path, PathBuf};
