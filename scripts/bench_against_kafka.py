@@ -54,6 +54,7 @@ FULL = {
     "consumers": 2,
     "pp_max_records": 500_000,
     "settle_s": 60,
+    "linger0": True,
 }
 QUICK = {
     "records_2k": 2_000,
@@ -64,6 +65,7 @@ QUICK = {
     "consumers": 2,
     "pp_max_records": 2_000,
     "settle_s": 0,
+    "linger0": True,
 }
 
 
@@ -254,6 +256,25 @@ def run_once(order: int, system: str, cfg: dict, paths: dict, log_dir: Path) -> 
             run["sluice_bench"] = json.loads(bench_json.read_text())
         if p.returncode != 0:
             run["errors"].append(f"sluice-bench exited with {p.returncode} (log {log})")
+        if cfg.get("linger0"):
+            # The same seed load with the producer's linger.ms at 0: what the broker adds to
+            # ack latency without librdkafka's 5 ms batching delay in every figure.
+            l0_json = log_dir / f"{label}-sluice-bench-linger0.json"
+            l0_cmd = [str(paths["bench_bin"]), "--bootstrap", bootstrap,
+                      "--broker-pids", ",".join(f"{i}:{p}" for i, p in pids),
+                      "--label", label, "--json", str(l0_json), "--phase", "latency", "--linger-ms", "0",
+                      "--rate", str(cfg["rate"]), "--duration-s", str(cfg["duration_s"]),
+                      "--partitions", str(cfg["partitions"]), "--consumers", str(cfg["consumers"])]
+            l0_log = log_dir / f"{label}-sluice-bench-linger0.log"
+            say(f"  sluice-bench, linger.ms=0 (log {l0_log})")
+            with open(l0_log, "w") as f:
+                f.write(" ".join(l0_cmd) + "\n")
+                f.flush()
+                p = subprocess.run(l0_cmd, stdout=f, stderr=subprocess.STDOUT, timeout=1800)
+            if l0_json.exists():
+                run["sluice_bench_linger0"] = json.loads(l0_json.read_text())
+            if p.returncode != 0:
+                run["errors"].append(f"sluice-bench --linger-ms 0 exited with {p.returncode} (log {l0_log})")
         run["producer_perf"] = {}
         pp_phases = [("max", "perf-max", cfg["pp_max_records"], -1),
                      ("rate", "perf-rate", cfg["rate"] * cfg["duration_s"], cfg["rate"])]
@@ -303,6 +324,13 @@ def _group(run: dict, i: int) -> dict | None:
     return groups[i] if i < len(groups) else None
 
 
+def _slowest(run: dict, key: str, q: str) -> float | None:
+    """The slowest consumer group's percentile `q` in run[key]'s latency phase."""
+    vals = [_num(g.get(q)) for g in _get(run, key, "latency", "end_to_end") or []]
+    vals = [v for v in vals if v is not None]
+    return max(vals) if vals else None
+
+
 def _peak_rss(run: dict, combine) -> float | None:
     """Over every phase of the run: `combine` (max or sum) of the nodes' peaks, largest phase."""
     phases = list(_get(run, "sluice_bench", "throughput") or [])
@@ -336,6 +364,17 @@ def figures(cfg: dict) -> list[tuple[str, str, object]]:
     rows += [
         ("broker CPU-s (all nodes)", "lower", lambda r: _get(r, "sluice_bench", "latency", "broker_cpu_s")),
         ("broker CPU-s per GB", "lower", lambda r: _get(r, "sluice_bench", "latency", "broker_cpu_s_per_gb")),
+        (f"sluice-bench (rdkafka), {rate} msgs/s x 2 KB, {groups} groups, producer linger.ms=0", "", None),
+    ]
+    for q, name in (("p50_ms", "p50"), ("p99_ms", "p99"), ("p99_9_ms", "p99.9")):
+        rows.append((f"linger 0: producer ack {name}, ms", "lower",
+                     lambda r, q=q: _get(r, "sluice_bench_linger0", "latency", "producer_ack", q)))
+    for q, name in (("p50_ms", "p50"), ("p99_ms", "p99"), ("p99_9_ms", "p99.9")):
+        rows.append((f"linger 0: end-to-end slowest group {name}, ms", "lower",
+                     lambda r, q=q: _slowest(r, "sluice_bench_linger0", q)))
+    rows += [
+        ("linger 0: broker CPU-s (all nodes)", "lower",
+         lambda r: _get(r, "sluice_bench_linger0", "latency", "broker_cpu_s")),
         ("ProducerPerformance (Java client), 2 KB, acks=all", "", None),
         ("max: MB/s", "higher", lambda r: _get(r, "producer_perf", "max", "mb_per_s")),
         ("max: msgs/s", "higher", lambda r: _get(r, "producer_perf", "max", "msgs_per_s")),

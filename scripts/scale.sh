@@ -12,8 +12,8 @@
 # The broker binary is $SLUICE_BIN if set, else target/release/sluice built here first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Each node holds 3 files per partition replica (log, offset and time index of the active
-# segment) plus its connections: raise the soft open-files limit to the hard one.
+# Each node holds a file per idle partition replica (its active segment's log) plus its
+# connections: raise the soft open-files limit to the hard one.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 if [ -z "${SLUICE_BIN:-}" ]; then
     TARGET_DIR=$(cargo metadata --no-deps --format-version 1 2>/dev/null \

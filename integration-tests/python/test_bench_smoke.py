@@ -78,6 +78,7 @@ def test_sluice_bench_json_counts_add_up(bench_json):
     assert j["librdkafka"].count(".") >= 2
     assert j["brokers"]["nodes"] == 1 and j["brokers"]["replication_factor"] == 1
     assert j["config"]["acks"] == "all" and j["config"]["consumer_groups"] == 2
+    assert j["config"]["linger_ms"] == 5  # librdkafka's default, unless --linger-ms says otherwise
 
     by_size = {t["record_bytes"]: t for t in j["throughput"]}
     assert set(by_size) == {2048, 100}
@@ -123,6 +124,7 @@ def test_report_prints_table_and_draws_png(bench_json, tmp_path):
     assert rows["producer ack p99, ms"].endswith("| 1.00x |"), rows["producer ack p99, ms"]
     # ProducerPerformance did not run here: shown as missing, not as a number.
     assert rows["max: MB/s"] == "| max: MB/s | - | - | - |"
+    assert rows["linger 0: producer ack p99, ms"] == "| linger 0: producer ack p99, ms | - | - | - |"
 
     result = json.loads(out.read_text())
     assert [r["system"] for r in result["runs"]] == ["sluice", "kafka"]

@@ -12,10 +12,13 @@
 //! Usage: sluice-bench [--nodes N] [--records-2k N] [--records-100b N] [--rate MSGS_PER_S]
 //!                     [--duration-s S] [--partitions P] [--consumers C]
 //!                     [--phase all|throughput|latency] [--no-commit] [--set key=value]...
-//!                     [--json PATH] [--label NAME]
+//!                     [--json PATH] [--label NAME] [--linger-ms MS]
 //!                     [--bootstrap HOST:PORT --broker-pids ID:PID,... [--replication-factor R]]
 //!                     [--create-topics NAME,...]
-//! `--records-100b 0` skips that phase. `--consumers` defaults to 1 on one node and 2 on a
+//! `--linger-ms` is the latency phase's producer's `linger.ms` (default 5, librdkafka's own
+//! default, which the throughput phases always use); with
+//! another value the latency phase uses the topic `bench-latency-linger<MS>`, so one cluster
+//! can be measured with both. `--records-100b 0` skips that phase. `--consumers` defaults to 1 on one node and 2 on a
 //! cluster. The broker binary is found like the tests find it ($SLUICE_BIN first).
 //! `--json` writes every figure of the printed table, machine-readable, with `--label` in it.
 //! `--bootstrap` measures brokers someone else started (e.g. Apache Kafka, by
@@ -58,6 +61,7 @@ struct Args {
     external: Option<(String, Vec<(i32, u32)>)>,
     replication_factor: Option<i16>,
     create_topics: Vec<String>,
+    linger_ms: u32,
 }
 
 fn parse_args() -> Result<Args> {
@@ -77,6 +81,7 @@ fn parse_args() -> Result<Args> {
         external: None,
         replication_factor: None,
         create_topics: Vec::new(),
+        linger_ms: 5,
     };
     let mut bootstrap = None;
     let mut broker_pids = Vec::new();
@@ -103,6 +108,7 @@ fn parse_args() -> Result<Args> {
                 }
             }
             "--replication-factor" => a.replication_factor = Some(val()?.parse()?),
+            "--linger-ms" => a.linger_ms = val()?.parse()?,
             "--create-topics" => a.create_topics.extend(val()?.split(',').map(String::from)),
             "--set" => {
                 let kv = val()?;
@@ -180,6 +186,7 @@ impl ProducerContext for DeliveryContext {
 fn producer<P: FromClientConfigAndContext<DeliveryContext>>(
     bootstrap: &str,
     timed_records: u64,
+    linger_ms: u32,
 ) -> Result<(P, Arc<Delivery>)> {
     let delivery = Arc::new(Delivery {
         ok: AtomicU64::new(0),
@@ -191,7 +198,7 @@ fn producer<P: FromClientConfigAndContext<DeliveryContext>>(
     cfg.set("bootstrap.servers", bootstrap)
         .set("acks", "all")
         .set("enable.idempotence", "false")
-        .set("linger.ms", "5")
+        .set("linger.ms", linger_ms.to_string())
         .set("batch.size", "1048576")
         .set("queue.buffering.max.messages", "500000")
         .set("queue.buffering.max.kbytes", "1048576")
@@ -420,6 +427,9 @@ impl Meter {
     }
 }
 
+/// The throughput phases' `linger.ms`: librdkafka's default, whatever `--linger-ms` says.
+const THROUGHPUT_LINGER_MS: u32 = 5;
+
 struct ThroughputRow {
     name: String,
     topic: String,
@@ -431,7 +441,7 @@ struct ThroughputRow {
 }
 
 fn throughput_phase(target: &Target, name: &str, topic: &str, records: u64, size: usize) -> Result<ThroughputRow> {
-    let (p, counts): (BaseProducer<DeliveryContext>, _) = producer(&target.bootstrap, 0)?;
+    let (p, counts): (BaseProducer<DeliveryContext>, _) = producer(&target.bootstrap, 0, THROUGHPUT_LINGER_MS)?;
     let payload = vec![b'x'; size];
     let meter = Meter::start(&target.pids)?;
     let start = Instant::now();
@@ -546,7 +556,7 @@ const LATENCY_RECORD_BYTES: usize = 2048;
 fn latency_phase(target: &Target, topic: &str, args: &Args, consumers: usize) -> Result<LatencyRow> {
     let (partitions, rate) = (args.partitions, args.rate);
     let total = rate * args.duration_s;
-    let (p, counts): (ThreadedProducer<DeliveryContext>, _) = producer(&target.bootstrap, total)?;
+    let (p, counts): (ThreadedProducer<DeliveryContext>, _) = producer(&target.bootstrap, total, args.linger_ms)?;
     // Warm-up: one acknowledged record per partition, so the measurement starts with every
     // follower fetching and the producer connected (steady state, not topic creation), and
     // every consumer has joined its group and fetched it.
@@ -761,6 +771,7 @@ fn report_json(
         },
         "config": {
             "acks": "all",
+            "linger_ms": args.linger_ms,
             "partitions": args.partitions,
             "consumer_groups": consumers,
             "commit": args.commit,
@@ -805,8 +816,12 @@ async fn main() -> Result<()> {
         }
     }
     let latency = if args.phase != "throughput" {
-        target.create_topic(&admin, "bench-latency", args.partitions).await?;
-        Some(latency_phase(&target, "bench-latency", &args, consumers)?)
+        let topic = match args.linger_ms {
+            5 => "bench-latency".to_string(),
+            ms => format!("bench-latency-linger{ms}"),
+        };
+        target.create_topic(&admin, &topic, args.partitions).await?;
+        Some(latency_phase(&target, &topic, &args, consumers)?)
     } else {
         None
     };
