@@ -16,12 +16,13 @@ use sluice_demo::http;
 use sluice_demo::process::ChildProcess;
 use sluice_demo::sink_db::{read_next_offsets, SinkCounters};
 use sluice_integration_tests::clients::wait_until;
+use sluice_integration_tests::faults::FAST_FAILOVER;
 use sluice_integration_tests::groups::{committed_offsets, find_coordinator};
 use sluice_integration_tests::{free_loopback_port, Cluster};
 
 const TOPIC: &str = "orders";
 const PARTITIONS: i32 = 12;
-const ORDERS: usize = 6000;
+const ORDERS: usize = 8000;
 const RATE: &str = "400";
 const SINK_GROUP: &str = "orders-sink";
 
@@ -91,7 +92,11 @@ fn every_acked_order_reaches_the_sink_exactly_once_across_sink_and_coordinator_k
 }
 
 fn sink_and_coordinator_kills(dir: &Path) -> Result<()> {
-    let mut cluster = Cluster::start(3, &[("group.initial.rebalance.delay.ms", "0")])?;
+    // Fast failover: the killed coordinator's partitions move within seconds, and its restart
+    // (refused until its previous session is fenced) comes back within the producer's run.
+    let mut settings: Vec<(&str, &str)> = FAST_FAILOVER.to_vec();
+    settings.push(("group.initial.rebalance.delay.ms", "0"));
+    let mut cluster = Cluster::start(3, &settings)?;
     let bootstrap = cluster.bootstrap();
 
     // `--count 0` only creates the topic (12 partitions, RF 3 by default) and exits.

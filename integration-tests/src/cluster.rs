@@ -1,15 +1,18 @@
 //! Several `sluice` processes forming one cluster on loopback: each a broker and a voter of
 //! the metadata quorum (`--voters`), on ports picked up front so every node gets the same list,
 //! sharing a cluster secret made for this cluster alone (`--cluster-secret-file`).
+//! [`Cluster::start_partitionable`] runs each node in its own network namespace instead
+//! ([`Net`]), on its own address with fixed ports, so the tests can cut links between nodes.
 
 use std::io::Read;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use tempfile::TempDir;
 
+use crate::faults::{Net, KAFKA_PORT, QUORUM_PORT};
 use crate::kafka_client;
 use crate::node::{free_loopback_port, loopback_addr, NodeOptions, SluiceNode};
 use crate::node_spec::{fill, fill_all, node_spec};
@@ -21,6 +24,9 @@ pub struct Cluster {
     secret: String,
     /// Holds the secret file the nodes read at every (re)start.
     _secret_dir: TempDir,
+    /// The nodes' namespaces, for a partitionable cluster. Last, so the nodes are killed
+    /// before their namespaces go.
+    net: Option<Net>,
 }
 
 /// A fresh random cluster secret (`secret_bytes` from the OS, hex-encoded) in
@@ -37,6 +43,22 @@ fn write_cluster_secret(dir: &Path) -> Result<(String, PathBuf)> {
     Ok((secret, path))
 }
 
+/// Runs `start` until it does not lose a port race, at most 3 times: ports are picked free up
+/// front, so another process can take one before its broker binds it, and such a start is
+/// retried on fresh ports. Any other failure is returned at once.
+pub fn retry_port_races(mut start: impl FnMut() -> Result<Cluster>) -> Result<Cluster> {
+    let mut attempt = 1;
+    loop {
+        match start() {
+            Err(e) if attempt < 3 && format!("{e:#}").contains("Address already in use") => {
+                eprintln!("cluster start lost a port race (attempt {attempt}); retrying on other ports");
+                attempt += 1;
+            }
+            result => return result,
+        }
+    }
+}
+
 impl Cluster {
     /// Starts `size` nodes (ids 1..=size) with `settings` on each, and waits until every one
     /// is registered and lists itself in Metadata.
@@ -47,18 +69,85 @@ impl Cluster {
     /// [`Self::start`], choosing whether dropped nodes print their log tail (`report_on_drop`;
     /// off for non-test users such as the benchmark).
     pub fn start_with(size: usize, settings: &[(&str, &str)], report_on_drop: bool) -> Result<Cluster> {
+        Self::start_each(size, settings, report_on_drop, |_| Vec::new())
+    }
+
+    /// [`Self::start_with`], adding the settings `per_node(id)` to node `id` alone (e.g. its
+    /// own `metrics.listen` address).
+    pub fn start_each(
+        size: usize,
+        settings: &[(&str, &str)],
+        report_on_drop: bool,
+        per_node: impl Fn(i32) -> Vec<(String, String)>,
+    ) -> Result<Cluster> {
+        Self::launch(size, settings, report_on_drop, per_node, |_, _| {}, None)
+    }
+
+    /// [`Self::start_each`], letting `customise(id, options)` change node `id`'s options
+    /// (e.g. `lazyfs`) before it is spawned.
+    pub fn start_custom(
+        size: usize,
+        settings: &[(&str, &str)],
+        report_on_drop: bool,
+        per_node: impl Fn(i32) -> Vec<(String, String)>,
+        customise: impl Fn(i32, &mut NodeOptions),
+    ) -> Result<Cluster> {
+        Self::launch(size, settings, report_on_drop, per_node, customise, None)
+    }
+
+    /// [`Self::start`] with each node in its own network namespace on one bridge, listening
+    /// and advertising on its own address (Kafka port [`KAFKA_PORT`], controller port
+    /// [`QUORUM_PORT`]); clients on the host reach them over the bridge. [`Self::net`] cuts
+    /// and heals the links between them. Needs root, `ip` and `nft`.
+    pub fn start_partitionable(size: usize, settings: &[(&str, &str)]) -> Result<Cluster> {
+        Self::launch(size, settings, true, |_| Vec::new(), |_, _| {}, Some(Net::create(size)?))
+    }
+
+    /// The network faults of a cluster started with [`Self::start_partitionable`].
+    pub fn net(&self) -> Option<&Net> {
+        self.net.as_ref()
+    }
+
+    fn launch(
+        size: usize,
+        settings: &[(&str, &str)],
+        report_on_drop: bool,
+        per_node: impl Fn(i32) -> Vec<(String, String)>,
+        customise: impl Fn(i32, &mut NodeOptions),
+        net: Option<Net>,
+    ) -> Result<Cluster> {
         let spec = node_spec();
-        let ports: Vec<(u16, u16)> = (0..size)
-            .map(|_| Ok((free_loopback_port()?, free_loopback_port()?)))
-            .collect::<Result<_>>()?;
-        let voters: Vec<String> = ports
+        // (host, Kafka port, controller port, namespace) per node.
+        let endpoints: Vec<(IpAddr, u16, u16, Option<String>)> = match &net {
+            Some(net) => (1..=size as i32)
+                .map(|id| {
+                    Ok((
+                        net.address(id)?.into(),
+                        KAFKA_PORT,
+                        QUORUM_PORT,
+                        Some(net.namespace(id)?.to_string()),
+                    ))
+                })
+                .collect::<Result<_>>()?,
+            None => (0..size)
+                .map(|_| {
+                    Ok((
+                        loopback_addr(0).ip(),
+                        free_loopback_port()?,
+                        free_loopback_port()?,
+                        None,
+                    ))
+                })
+                .collect::<Result<_>>()?,
+        };
+        let voters: Vec<String> = endpoints
             .iter()
             .enumerate()
-            .map(|(i, (_, controller))| {
-                let (id, port) = ((i + 1).to_string(), controller.to_string());
+            .map(|(i, (host, _, controller, _))| {
+                let (id, host, port) = ((i + 1).to_string(), host.to_string(), controller.to_string());
                 fill(
                     &spec.cluster.voter,
-                    &[("node_id", &id), ("host", &spec.host), ("controller_port", &port)],
+                    &[("node_id", &id), ("host", &host), ("controller_port", &port)],
                 )
             })
             .collect::<Result<_>>()?;
@@ -73,9 +162,11 @@ impl Cluster {
             &[("voters", &voters), ("secret_file", &secret_file)],
         )?;
         let mut nodes = Vec::with_capacity(size);
-        for (i, (port, _)) in ports.iter().enumerate() {
+        for (i, (host, port, _, netns)) in endpoints.iter().enumerate() {
             let mut opts = NodeOptions {
                 node_id: i as i32 + 1,
+                host: Some(*host),
+                netns: netns.clone(),
                 ..NodeOptions::default()
             }
             .port(*port);
@@ -85,6 +176,10 @@ impl Cluster {
             for (k, v) in settings {
                 opts = opts.set(k, v);
             }
+            for (k, v) in per_node(i as i32 + 1) {
+                opts = opts.set(&k, v);
+            }
+            customise(i as i32 + 1, &mut opts);
             nodes.push(SluiceNode::spawn(opts)?);
         }
         for node in &mut nodes {
@@ -92,9 +187,13 @@ impl Cluster {
         }
         Ok(Cluster {
             nodes,
-            controllers: ports.iter().map(|(_, controller)| loopback_addr(*controller)).collect(),
+            controllers: endpoints
+                .iter()
+                .map(|(host, _, controller, _)| SocketAddr::new(*host, *controller))
+                .collect(),
             secret,
             _secret_dir: secret_dir,
+            net,
         })
     }
 

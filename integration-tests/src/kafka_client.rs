@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
+use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::fetch_response;
@@ -117,6 +117,16 @@ pub fn create_topic(addr: SocketAddr, name: &str, partitions: i32, timeout: Dura
 
 /// CreateTopics v7 with explicit replica lists, one per partition; fails unless created.
 pub fn create_topic_on(addr: SocketAddr, topic: &str, assignments: &[&[i32]]) -> Result<()> {
+    create_topic_with_configs(addr, topic, assignments, &[])
+}
+
+/// [`create_topic_on`] with topic configs (`min.insync.replicas`, ...).
+pub fn create_topic_with_configs(
+    addr: SocketAddr,
+    topic: &str,
+    assignments: &[&[i32]],
+    configs: &[(&str, &str)],
+) -> Result<()> {
     let assignments = assignments
         .iter()
         .enumerate()
@@ -131,7 +141,17 @@ pub fn create_topic_on(addr: SocketAddr, topic: &str, assignments: &[&[i32]]) ->
             .with_name(TopicName(StrBytes::from_string(topic.to_string())))
             .with_num_partitions(-1)
             .with_replication_factor(-1)
-            .with_assignments(assignments)])
+            .with_assignments(assignments)
+            .with_configs(
+                configs
+                    .iter()
+                    .map(|(name, value)| {
+                        CreatableTopicConfig::default()
+                            .with_name(StrBytes::from_string(name.to_string()))
+                            .with_value(Some(StrBytes::from_string(value.to_string())))
+                    })
+                    .collect(),
+            )])
         .with_timeout_ms(30_000);
     let response = call(addr, &request, 7, Duration::from_secs(30))?;
     let code = response.topics.first().context("no topic result")?.error_code;

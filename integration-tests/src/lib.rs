@@ -31,5 +31,5 @@ pub mod node_spec;
 pub mod procstat;
 pub mod wire;
 
-pub use cluster::Cluster;
+pub use cluster::{retry_port_races, Cluster};
 pub use node::{free_loopback_port, sluice_binary, workspace_root, NodeOptions, SluiceNode};

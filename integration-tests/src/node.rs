@@ -1,9 +1,9 @@
-//! One real `sluice` broker process on a loopback port, started as `node.json` describes
-//! ([`crate::node_spec`]).
+//! One real `sluice` broker process on a loopback port (or on its own address inside a network
+//! namespace, see [`crate::faults::Net`]), started as `node.json` describes ([`crate::node_spec`]).
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use tempfile::TempDir;
 
+use crate::faults::LazyFsMount;
 use crate::node_spec::{fill, fill_all, node_spec};
 use crate::wire;
 
@@ -32,6 +33,17 @@ pub struct NodeOptions {
     /// On drop, save the broker log and print its tail (captured by libtest, so shown only for
     /// failing tests). Off for non-test users such as the benchmark.
     pub report_on_drop: bool,
+    /// Start the broker with this open-files limit (`RLIMIT_NOFILE`, soft and hard), as
+    /// `ulimit -n` would; `None` inherits the harness's.
+    pub open_files_limit: Option<u64>,
+    /// Run the broker inside this network namespace (`ip netns exec NAME sluice ...`); `None`
+    /// runs it in the harness's.
+    pub netns: Option<String>,
+    /// Address to listen on and advertise; `None` is `host` in `node.json` (loopback).
+    pub host: Option<IpAddr>,
+    /// Put the data dir on a `sluice-lazyfs` mount over `<work dir>/lazyfs-backing`, which
+    /// loses unsynced writes on [`crate::faults::power_cut`].
+    pub lazyfs: bool,
 }
 
 impl Default for NodeOptions {
@@ -44,6 +56,10 @@ impl Default for NodeOptions {
             extra_args: Vec::new(),
             ready_timeout: node_spec().ready.timeout(),
             report_on_drop: true,
+            open_files_limit: None,
+            netns: None,
+            host: None,
+            lazyfs: false,
         }
     }
 }
@@ -62,6 +78,11 @@ impl NodeOptions {
         self.port = Some(port);
         self
     }
+    /// Starts the broker under an open-files limit of `limit` (soft and hard).
+    pub fn open_files_limit(mut self, limit: u64) -> Self {
+        self.open_files_limit = Some(limit);
+        self
+    }
 }
 
 /// A running (or stopped) broker process. Dropping it kills the process; if the thread is
@@ -70,6 +91,8 @@ impl NodeOptions {
 pub struct SluiceNode {
     opts: NodeOptions,
     binary: PathBuf,
+    /// Before `work_dir`: unmounted before the work dir is removed.
+    lazyfs: Option<LazyFsMount>,
     work_dir: Option<TempDir>,
     work_path: PathBuf,
     data_dir: PathBuf,
@@ -90,7 +113,7 @@ impl SluiceNode {
                 Some(p) => p,
                 None => free_loopback_port()?,
             };
-            node.addr = loopback_addr(port);
+            node.addr = node.addr_on(port);
             match node.spawn_and_await_ready() {
                 Ok(()) => return Ok(node),
                 Err(e) => {
@@ -126,16 +149,23 @@ impl SluiceNode {
         let work_path = work_dir.path().to_path_buf();
         let data_dir = opts.data_dir.clone().unwrap_or_else(|| work_path.join(&spec.data_dir));
         let log_path = work_path.join(&spec.log_file);
+        let addr = SocketAddr::new(opts.host.unwrap_or_else(|| loopback_addr(0).ip()), port);
         Ok(Self {
             opts,
             binary,
+            lazyfs: None,
             work_dir: Some(work_dir),
             work_path,
             data_dir,
             log_path,
-            addr: loopback_addr(port),
+            addr,
             child: None,
         })
+    }
+
+    /// `port` on this node's host.
+    fn addr_on(&self, port: u16) -> SocketAddr {
+        SocketAddr::new(self.addr.ip(), port)
     }
 
     /// Waits until a spawned broker answers ApiVersions and lists itself in Metadata.
@@ -165,6 +195,10 @@ impl SluiceNode {
     }
     pub fn log_path(&self) -> &Path {
         &self.log_path
+    }
+    /// The data dir's lazyfs mount, if started with [`NodeOptions::lazyfs`] (and spawned once).
+    pub fn lazyfs(&self) -> Option<&LazyFsMount> {
+        self.lazyfs.as_ref()
     }
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(|c| c.id())
@@ -286,9 +320,14 @@ impl SluiceNode {
 
     fn failure_context(&self) -> String {
         format!(
-            "sluice node {} at {} (binary {}, log {}):\n--- last broker log lines ---\n{}\n---",
+            "sluice node {} at {}{} (binary {}, log {}):\n--- last broker log lines ---\n{}\n---",
             self.opts.node_id,
             self.addr,
+            self.opts
+                .netns
+                .as_ref()
+                .map(|ns| format!(" in namespace {ns}"))
+                .unwrap_or_default(),
             self.binary.display(),
             self.log_path.display(),
             self.log_tail(40)
@@ -309,7 +348,27 @@ impl SluiceNode {
     fn spawn_process(&mut self) -> Result<()> {
         let spec = node_spec();
         std::fs::create_dir_all(&self.data_dir)?;
-        let mut cmd = Command::new(&self.binary);
+        if self.opts.lazyfs && self.lazyfs.is_none() {
+            let w = &self.work_path;
+            let mount = LazyFsMount::mount(
+                &w.join("lazyfs-backing"),
+                &self.data_dir,
+                &w.join("lazyfs.sock"),
+                &w.join("lazyfs.log"),
+            )?;
+            self.lazyfs = Some(mount);
+        }
+        // `ip netns exec` enters the namespace and execs the broker in place (it forks only in
+        // batch mode), so the child's pid is the broker's and signals reach it; `await_ready`
+        // checks that.
+        let mut cmd = match &self.opts.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(&self.binary);
+                c
+            }
+            None => Command::new(&self.binary),
+        };
         let (node_id, data_dir, addr) = (
             self.opts.node_id.to_string(),
             self.data_dir.display().to_string(),
@@ -336,6 +395,24 @@ impl SluiceNode {
         self.note(&format!("starting {cmd:?}"))?;
         let log = OpenOptions::new().create(true).append(true).open(&self.log_path)?;
         cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
+        if let Some(limit) = self.opts.open_files_limit {
+            use std::os::unix::process::CommandExt;
+            let rlimit = libc::rlimit {
+                rlim_cur: limit as libc::rlim_t,
+                rlim_max: limit as libc::rlim_t,
+            };
+            // SAFETY: between fork and exec only setrlimit runs, an async-signal-safe call
+            // that touches no memory but the rlimit copied into the closure.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &rlimit) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
+        }
         let child = cmd
             .spawn()
             .with_context(|| format!("spawn {}", self.binary.display()))?;
@@ -355,12 +432,37 @@ impl SluiceNode {
                 bail!("broker exited during start-up with {status} (last probe: {last})");
             }
             match self.probe_once() {
-                Ok(()) => return Ok(()),
+                Ok(()) => return self.check_child_is_the_broker(),
                 Err(e) => last = format!("{e:#}"),
             }
             std::thread::sleep(node_spec().ready.poll_interval());
         }
         bail!("broker not ready within {:?}: {last}", self.opts.ready_timeout)
+    }
+
+    /// The child process runs the broker binary itself, not a wrapper (`ip netns exec`) that
+    /// would take the signals meant for the broker.
+    fn check_child_is_the_broker(&self) -> Result<()> {
+        if self.opts.netns.is_none() {
+            return Ok(());
+        }
+        let Some(pid) = self.pid() else {
+            bail!("broker is not started")
+        };
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).with_context(|| format!("/proc/{pid}/exe"))?;
+        let binary = std::fs::canonicalize(&self.binary).unwrap_or_else(|_| self.binary.clone());
+        let name = |p: &Path| {
+            p.file_name()
+                .map(|n| n.to_string_lossy().trim_end_matches(" (deleted)").to_string())
+        };
+        if name(&exe) != name(&binary) {
+            bail!(
+                "process {pid} runs {} instead of the broker {}: signals to it would not reach the broker",
+                exe.display(),
+                self.binary.display()
+            );
+        }
+        Ok(())
     }
 
     fn probe_once(&self) -> Result<()> {

@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 
-use super::final_log::{partition_log_bytes, read_final_log, FinalLog};
+use super::final_log::{mark_resent_by_client, partition_log_bytes, read_final_log, FinalLog, StoredAs};
 use super::workload::{ConsumerOutcome, Delivery, ProducerOutcome, Workload};
+use crate::groups::Received;
 use crate::Cluster;
 
 /// How many violations of one invariant are spelled out in a failure message.
@@ -48,8 +49,9 @@ impl Violations {
     }
 }
 
-/// Invariant 1: the final log has no gaps and no value twice, and every acked record is in it
-/// at the partition and offset its delivery report gave.
+/// Invariant 1: the final log has no gaps and no value twice (but those the client resent under
+/// a new producer epoch, `FinalLog::resent_by_client`), and every acked record is in it at the
+/// partition and offset its delivery report gave.
 pub fn check_acked_records_exactly_once(log: &FinalLog, producer: &ProducerOutcome) -> Result<()> {
     let mut v = Violations::new("acked records must appear exactly once, at their acked offset");
     let mut positions: HashMap<&str, Vec<(i32, i64)>> = HashMap::new();
@@ -64,7 +66,7 @@ pub fn check_acked_records_exactly_once(log: &FinalLog, producer: &ProducerOutco
         }
     }
     for (value, at) in &positions {
-        if at.len() > 1 {
+        if at.len() > 1 && !log.resent_by_client.contains(*value) {
             v.push(format!(
                 "value {value} appears {} times: {at:?} (partition, offset)",
                 at.len()
@@ -74,6 +76,21 @@ pub fn check_acked_records_exactly_once(log: &FinalLog, producer: &ProducerOutco
     for d in producer.acked() {
         let offset = d.acked_offset().expect("acked");
         let value = d.value();
+        if offset < 0 {
+            // Acknowledged without an offset: librdkafka infers a batch persisted when a later
+            // batch of the same producer succeeds after it timed out, and reports it at offset
+            // -1001. It must be in its partition (once: the duplicate check above).
+            if log.offset_of(d.partition, &value).is_none() {
+                v.push(format!(
+                    "{value} acked at partition {} with no offset, but the final log has it nowhere there \
+                     (high watermark {:?}); {value} is at {:?}",
+                    d.partition,
+                    log.high_watermarks.get(&d.partition),
+                    positions.get(value.as_str())
+                ));
+            }
+            continue;
+        }
         match log.value_at(d.partition, offset) {
             Some(found) if found == value => {}
             found => v.push(format!(
@@ -86,6 +103,32 @@ pub fn check_acked_records_exactly_once(log: &FinalLog, producer: &ProducerOutco
         }
     }
     v.into_result()
+}
+
+/// [`mark_resent_by_client`] over the cluster's data directories.
+pub fn mark_client_resends(cluster: &Cluster, topic: &str, log: &mut FinalLog) -> Vec<(String, Vec<StoredAs>)> {
+    let dirs: Vec<_> = cluster.ids().into_iter().map(|id| cluster.data_dir(id)).collect();
+    mark_resent_by_client(log, &dirs, topic)
+}
+
+/// Prints the records the client resent under a new producer epoch, each copy's epoch and
+/// sequence: not a broker violation, but worth seeing.
+pub fn report_resent_by_client(resent: &[(String, Vec<StoredAs>)]) {
+    for (value, copies) in resent {
+        let copies: Vec<String> = copies
+            .iter()
+            .map(|c| {
+                format!(
+                    "offset {} producer {} epoch {} sequence {}",
+                    c.offset, c.producer_id, c.producer_epoch, c.sequence
+                )
+            })
+            .collect();
+        eprintln!(
+            "[faults] {value} stored twice, resent by the client under a new producer epoch: {}",
+            copies.join("; ")
+        );
+    }
 }
 
 /// Invariant 2: everything the consumer saw is in the final log at the same place, and per
@@ -206,8 +249,33 @@ pub struct Settled {
 pub fn acked_but_missing(log: &FinalLog, producer: &ProducerOutcome) -> Vec<Delivery> {
     producer
         .acked()
-        .filter(|d| log.value_at(d.partition, d.acked_offset().expect("acked")) != Some(d.value().as_str()))
+        .filter(|d| final_offset(log, d).is_none())
         .cloned()
+        .collect()
+}
+
+/// Where an acknowledged record is in the final log: at its acked offset, or, acknowledged
+/// without one (librdkafka's inferred acks, offset -1001), wherever it is in its partition.
+fn final_offset(log: &FinalLog, d: &Delivery) -> Option<i64> {
+    let offset = d.acked_offset()?;
+    let value = d.value();
+    if offset < 0 {
+        return log.offset_of(d.partition, &value);
+    }
+    (log.value_at(d.partition, offset) == Some(value.as_str())).then_some(offset)
+}
+
+/// The acknowledged records as a group should receive them, each at its acked offset or, for
+/// one acknowledged without an offset, where the final log has it (-1001 if nowhere, which
+/// the group checks then report as never received).
+pub fn acked_records(log: &FinalLog, producer: &ProducerOutcome) -> Vec<Received> {
+    producer
+        .acked()
+        .map(|d| Received {
+            partition: d.partition,
+            offset: final_offset(log, d).unwrap_or_else(|| d.acked_offset().unwrap_or(-1001)),
+            value: d.value(),
+        })
         .collect()
 }
 
@@ -245,7 +313,14 @@ pub fn stop_and_check_with(
         failures.push(format!("invariant 3 (full ISR after the fault): {e:#}"));
     }
     let log = match read_final_log(&cluster.bootstrap(), &topic, partitions, Duration::from_secs(30)) {
-        Ok(log) => Some(log),
+        Ok(mut log) => {
+            let resent = mark_client_resends(cluster, &topic, &mut log);
+            report_resent_by_client(&resent);
+            if !resent.is_empty() {
+                eprintln!("[faults] the producer's idempotence events:\n    {}", producer.epoch_events_tail(40));
+            }
+            Some(log)
+        }
         Err(e) => {
             failures.push(format!("reading the final log: {e:#}"));
             None
@@ -255,7 +330,10 @@ pub fn stop_and_check_with(
     if let Some(log) = &log {
         if acks == Acks::AllIdempotent {
             if let Err(e) = check_acked_records_exactly_once(log, &producer) {
-                failures.push(format!("invariant 1: {e:#}"));
+                failures.push(format!(
+                    "invariant 1: {e:#}\nthe producer's idempotence events:\n    {}",
+                    producer.epoch_events_tail(40)
+                ));
             }
         }
         let c = workload.stop_consuming(&log.high_watermarks, Duration::from_secs(20))?;
@@ -320,6 +398,7 @@ mod tests {
         FinalLog {
             high_watermarks,
             records,
+            resent_by_client: Default::default(),
         }
     }
 
@@ -337,6 +416,7 @@ mod tests {
         ProducerOutcome {
             deliveries,
             client_errors: Vec::new(),
+            epoch_events: Vec::new(),
             stopped_early: None,
         }
     }
@@ -365,6 +445,24 @@ mod tests {
         assert!(e.contains("rec-0 appears 2 times"), "{e}");
         assert!(e.contains("rec-1 acked at partition 1 offset 0"), "{e}");
         assert!(e.contains("rec-2 acked at partition 0 offset 1"), "{e}");
+    }
+
+    #[test]
+    fn a_record_acked_without_an_offset_must_be_in_its_partition_and_groups_expect_it_there() {
+        let log = log_of(&[&["rec-0", "rec-1"], &["rec-2"]]);
+        let found = producer(vec![acked(0, 0, 0), acked(1, 0, -1001)]);
+        check_acked_records_exactly_once(&log, &found).unwrap();
+        assert!(acked_but_missing(&log, &found).is_empty());
+        let offsets: Vec<i64> = acked_records(&log, &found).iter().map(|r| r.offset).collect();
+        assert_eq!(offsets, vec![0, 1]);
+
+        let elsewhere = producer(vec![acked(2, 0, -1001)]);
+        let e = check_acked_records_exactly_once(&log, &elsewhere)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rec-2 acked at partition 0 with no offset"), "{e}");
+        assert_eq!(acked_but_missing(&log, &elsewhere).len(), 1);
+        assert_eq!(acked_records(&log, &elsewhere)[0].offset, -1001);
     }
 
     #[test]

@@ -13,17 +13,34 @@
 //!
 //! - `workload.rs`: the topic, and the producer and consumer threads that record what happened;
 //! - `final_log.rs`: what the cluster holds afterwards, as a client reads it and as the files are;
-//! - `invariants.rs`: the checks 1-4 above, and [`stop_and_check`], which runs them all.
+//! - `invariants.rs`: the checks 1-4 above, and [`stop_and_check`], which runs them all;
+//! - `schedule.rs`: seeded random fault schedules (kill, restart, freeze, graceful restart,
+//!   network partitions) for the soak;
+//! - `soak.rs`: one schedule run against the workload and two consumer groups on a fresh
+//!   cluster, with the checks as an outcome instead of a failure (`sluice-soak`, `docs/soak.md`);
+//! - `net.rs`: network partitions ([`Net`]): each node of a cluster started with
+//!   [`Cluster::start_partitionable`] in its own network namespace, and nftables rules that drop
+//!   packets between them (isolate, split, one way, one port) until healed;
+//! - `power.rs`: power loss, a node's data dir on a `sluice-lazyfs` mount and [`power_cut`].
 
 mod final_log;
 mod invariants;
+mod net;
+mod power;
+pub mod schedule;
+pub mod soak;
 mod workload;
 
-pub use final_log::{partition_log_bytes, read_final_log, FinalLog};
+pub use final_log::{mark_resent_by_client, partition_log_bytes, read_final_log, stored_as, FinalLog, StoredAs};
 pub use invariants::{
-    acked_but_missing, await_identical_replicas, check_acked_records_exactly_once, check_consumed_records_in_final_log,
-    check_progress_after, stop_and_check, stop_and_check_with, Acks, Settled,
+    acked_but_missing, acked_records, await_identical_replicas, check_acked_records_exactly_once,
+    check_consumed_records_in_final_log, check_progress_after, mark_client_resends, report_resent_by_client,
+    stop_and_check, stop_and_check_with, Acks, Settled,
 };
+pub use net::{Net, Port, KAFKA_PORT, QUORUM_PORT};
+pub use power::{lazyfs_binary, power_cut, LazyFsMount};
+pub use schedule::{Schedule, ScheduleOptions};
+pub use soak::{run_schedule, ScheduleOutcome, SoakOptions};
 pub use workload::{
     create_topic, record_value, workload_producer_config, ConsumerOutcome, Delivery, ProducerOutcome, Seen, Workload,
 };

@@ -94,13 +94,24 @@ pub fn record_value(seq: u64) -> String {
 struct DeliveryLog {
     deliveries: Mutex<Vec<Delivery>>,
     client_errors: Mutex<Vec<String>>,
+    epoch_events: Mutex<Vec<String>>,
 }
+
+/// librdkafka's debug facilities (`debug=eos`) for idempotence state changes: a drain before
+/// an epoch bump, a producer id or epoch taken on, a sequence reset, sequence errors.
+const EPOCH_FACILITIES: [&str; 6] = ["DRAIN", "NEWPID", "RESETSEQ", "ERRSEQ", "UNKPID", "IDEMPSTATE"];
 
 struct RecordingContext(Arc<DeliveryLog>);
 
 impl ClientContext for RecordingContext {
     fn error(&self, error: KafkaError, reason: &str) {
         push_capped(&self.0.client_errors, format!("{error}: {reason}"));
+    }
+
+    fn log(&self, _level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        if EPOCH_FACILITIES.contains(&fac) {
+            push_capped(&self.0.epoch_events, format!("{fac}: {message}"));
+        }
     }
 }
 
@@ -142,6 +153,8 @@ pub struct ProducerOutcome {
     pub deliveries: Vec<Delivery>,
     /// Errors librdkafka reported outside delivery reports (fatal idempotence errors, ...).
     pub client_errors: Vec<String>,
+    /// librdkafka's idempotence events (the latest 200): drains, epoch bumps, sequence resets.
+    pub epoch_events: Vec<String>,
     /// Why the producer stopped before it was asked to, if it did.
     pub stopped_early: Option<String>,
 }
@@ -152,6 +165,11 @@ impl ProducerOutcome {
     }
     pub fn failed(&self) -> impl Iterator<Item = &Delivery> {
         self.deliveries.iter().filter(|d| matches!(d.outcome, Some(Err(_))))
+    }
+    /// The latest idempotence events, one per line, for a failure message or a resend report.
+    pub fn epoch_events_tail(&self, n: usize) -> String {
+        let from = self.epoch_events.len().saturating_sub(n);
+        self.epoch_events[from..].join("\n    ")
     }
     pub fn unreported(&self) -> impl Iterator<Item = &Delivery> {
         self.deliveries.iter().filter(|d| d.outcome.is_none())
@@ -217,7 +235,12 @@ pub fn workload_producer_config(bootstrap: &str) -> ClientConfig {
         .set("request.timeout.ms", "5000")
         .set("topic.metadata.refresh.interval.ms", "2000")
         .set("queue.buffering.max.messages", "200000")
-        .set("log_level", "4");
+        .set("log_level", "4")
+        // Idempotence state changes, recorded by RecordingContext::log and not printed. They are
+        // debug-level logs, and rdkafka sets the client's level itself (from the `log` crate's,
+        // Error when no logger is installed) once it is created.
+        .set("debug", "eos")
+        .set_log_level(rdkafka::config::RDKafkaLogLevel::Debug);
     c
 }
 
@@ -340,6 +363,7 @@ impl Workload {
         Ok(ProducerOutcome {
             deliveries: std::mem::take(&mut *self.log.deliveries.lock().expect("delivery log lock")),
             client_errors: self.log.client_errors.lock().expect("lock").clone(),
+            epoch_events: self.log.epoch_events.lock().expect("lock").clone(),
             stopped_early,
         })
     }

@@ -608,6 +608,17 @@ async fn keyless_records_in_a_mixed_batch_are_named_by_index() -> Result<()> {
     Ok(())
 }
 
+/// A Fetch v12+ body that opens a fetch session (id 0, epoch 0) with no topics, then whatever
+/// `rest` writes from the forgotten topics on.
+fn session_fetch_body(rest: &dyn Fn(&mut wire::Encoder)) -> Vec<u8> {
+    let mut body = wire::Encoder::new();
+    // Replica id, max wait, min bytes, max bytes, isolation, session id, session epoch.
+    body.i32(-1).i32(0).i32(1).i32(1 << 20).i8(0).i32(0).i32(0);
+    body.uvarint(1); // no topics
+    rest(&mut body);
+    body.buf
+}
+
 /// Request bodies whose counts or lengths claim far more than the frame holds, in several APIs,
 /// flexible and not, and in every admin API of issue 11. Each used to make the codec reserve
 /// gigabytes and abort the process.
@@ -644,7 +655,33 @@ fn oversized_count_frames() -> Vec<(&'static str, Vec<u8>)> {
         .i32(0)
         .i32(-1)
         .uvarint(u64::from(u32::MAX));
+    // Fetch v12/v13 opening an incremental-session request (KIP-227) whose forgotten topics
+    // claim 4 billion entries, or one forgotten topic with 4 billion partitions.
+    let session_fetch = |version: i16, forgotten: &dyn Fn(&mut wire::Encoder)| {
+        (1, version, true, session_fetch_body(forgotten))
+    };
+    let forgotten_topics = session_fetch(12, &|b| {
+        b.uvarint(u64::from(u32::MAX));
+    });
+    let forgotten_partitions_by_name = session_fetch(12, &|b| {
+        b.uvarint(2).compact_string("t").uvarint(u64::from(u32::MAX));
+    });
+    let forgotten_partitions_by_id = session_fetch(13, &|b| {
+        b.uvarint(2).bytes(&[7; 16]).uvarint(u64::from(u32::MAX));
+    });
     let frames = [
+        (
+            "Fetch v12 in a session with 4 billion forgotten topics",
+            forgotten_topics,
+        ),
+        (
+            "Fetch v12 forgetting a topic's 4 billion partitions",
+            forgotten_partitions_by_name,
+        ),
+        (
+            "Fetch v13 forgetting a topic id's 4 billion partitions",
+            forgotten_partitions_by_id,
+        ),
         (
             "Metadata v0 with 0x7fffffff topics",
             (3, 0, false, i32::MAX.to_be_bytes().to_vec()),
@@ -753,6 +790,30 @@ async fn counts_and_lengths_beyond_the_frame_close_only_that_connection() -> Res
         rss_after < rss_before + (64 << 20),
         "the broker's RSS grew from {rss_before} to {rss_after} bytes on a handful of tiny requests"
     );
+    node.assert_running()
+}
+
+/// The hostile session fetches above differ from this one only in their counts: well formed,
+/// it opens a session and is answered.
+#[test]
+fn a_well_formed_session_fetch_like_the_hostile_ones_opens_a_session() -> Result<()> {
+    let mut node = SluiceNode::start(NodeOptions::default())?;
+    for version in [12, 13] {
+        let body = session_fetch_body(&|b| {
+            b.uvarint(1).compact_string("").uvarint(0); // no forgotten topics, rack "", no tags
+        });
+        let mut s = wire::connect(node.addr(), IO_TIMEOUT)?;
+        s.write_all(&wire::request_frame(1, version, 7, Some("hostile"), true, &body))?;
+        let frame = wire::read_frame(&mut s)?;
+        let mut r = wire::Decoder::new(&frame);
+        ensure!(r.i32()? == 7, "v{version}: wrong correlation id");
+        r.take(1)?; // the response header's empty tagged fields
+        let _throttle = r.i32()?;
+        let error = r.i16()?;
+        let session_id = r.i32()?;
+        ensure!(error == 0, "v{version}: the session fetch failed with error {error}");
+        ensure!(session_id > 0, "v{version}: no session was opened (session id {session_id})");
+    }
     node.assert_running()
 }
 

@@ -21,7 +21,7 @@ use sluice_integration_tests::groups::{
     self, await_balanced, check_group_received, committed_offsets, distinct_received, find_coordinator, member_config,
     offsets_partition, GroupMember, MemberLog, MemberProcess, Received, OFFSETS_TOPIC_PARTITIONS,
 };
-use sluice_integration_tests::Cluster;
+use sluice_integration_tests::{retry_port_races, Cluster};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -32,16 +32,7 @@ const MEMBER_BIN: &str = env!("CARGO_BIN_EXE_sluice-group-member");
 fn start_cluster() -> Result<Cluster> {
     let mut settings: Vec<(&str, &str)> = FAST_FAILOVER.to_vec();
     settings.push(("group.initial.rebalance.delay.ms", "0"));
-    let mut attempt = 1;
-    loop {
-        match Cluster::start(3, &settings) {
-            Err(e) if attempt < 3 && format!("{e:#}").contains("Address already in use") => {
-                eprintln!("cluster start lost a port race (attempt {attempt}); retrying on other ports");
-                attempt += 1;
-            }
-            result => return result,
-        }
-    }
+    retry_port_races(|| Cluster::start(3, &settings))
 }
 
 /// A topic with replication factor 3 and min.insync.replicas=2, with every replica in sync.

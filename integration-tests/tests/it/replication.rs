@@ -22,7 +22,7 @@ use anyhow::{bail, ensure, Context, Result};
 use rdkafka::config::ClientConfig;
 use sluice_integration_tests::clients::wait_until;
 use sluice_integration_tests::faults::{self, Acks, Settled, Workload, FAST_FAILOVER};
-use sluice_integration_tests::{kafka_client, Cluster};
+use sluice_integration_tests::{kafka_client, retry_port_races, Cluster};
 
 const TOPIC: &str = "replicated";
 const PARTITIONS: i32 = 3;
@@ -70,16 +70,7 @@ fn start_case_with(partitions: i32, producer_config: impl Fn(&str) -> ClientConf
 /// Ports are picked free up front, so another process can take one before its broker binds
 /// it; such a start is retried on fresh ports.
 fn start_cluster() -> Result<Cluster> {
-    let mut attempt = 1;
-    loop {
-        match Cluster::start(3, FAST_FAILOVER) {
-            Err(e) if attempt < 3 && format!("{e:#}").contains("Address already in use") => {
-                eprintln!("cluster start lost a port race (attempt {attempt}); retrying on other ports");
-                attempt += 1;
-            }
-            result => return result,
-        }
-    }
+    retry_port_races(|| Cluster::start(3, FAST_FAILOVER))
 }
 
 fn other_nodes(cluster: &Cluster, except: i32) -> Vec<i32> {

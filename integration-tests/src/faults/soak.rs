@@ -1,0 +1,563 @@
+//! One soak schedule end to end: a fresh 3-node cluster with `FAST_FAILOVER` settings, the
+//! recorded `acks=all` idempotent [`Workload`] and two consumer groups committing after
+//! processing, the seeded [`Schedule`] executed against it, everything healed, and then the
+//! invariants checked. [`run_schedule`] returns a [`ScheduleOutcome`] instead of failing, so a
+//! soak (`sluice-soak`, `scripts/soak.sh`) goes on to the next seed and a test can assert on it.
+//!
+//! Checked after healing: the producer acknowledges again on every partition (the cluster
+//! recovered), every node still runs, full ISR, every acknowledged record exactly once at its
+//! offset (the records that are not are counted as lost), nothing the workload consumer or a
+//! group member read is missing from the final log (consumed-then-truncated), each group
+//! received every acknowledged record and committed no offset past the high watermark, and
+//! every replica holds the same bytes. Each failed check is one violation.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+use super::schedule::{Action, FaultKind, NetFault, Port, Schedule, ScheduleOptions, Target, NODES};
+use super::{
+    acked_but_missing, acked_records, await_identical_replicas, check_acked_records_exactly_once,
+    check_consumed_records_in_final_log, create_topic, mark_client_resends, read_final_log, report_resent_by_client,
+    Workload, FAST_FAILOVER,
+};
+use crate::clients::wait_until;
+use crate::groups::{check_group_received, committed_offsets, member_config, GroupMember, MemberLog, Received};
+use crate::{retry_port_races, Cluster};
+
+const TOPIC: &str = "soak";
+const GROUPS: [&str; 2] = ["soak-sink", "soak-analytics"];
+const MEMBERS_PER_GROUP: usize = 2;
+/// Acked records every partition must gain to count as progress (before faults, after healing).
+const PROGRESS: u64 = 20;
+/// Longest the cluster may take after the last heal to acknowledge on every partition again.
+const RECOVERY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest the cluster may take after the last heal to be back to full ISR.
+const FULL_ISR_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest a graceful shutdown (SIGTERM) may take before it counts as a violation.
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(20);
+/// Longest resolving a target (asking who leads or controls) may take.
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Broker log lines kept per node when a schedule fails.
+const LOG_TAIL_LINES: usize = 40;
+
+/// How each schedule runs.
+#[derive(Debug, Clone)]
+pub struct SoakOptions {
+    pub schedule: ScheduleOptions,
+    /// Records per second of the workload producer.
+    pub rate_per_s: u64,
+    /// Print the nodes' log tails when the cluster is dropped (tests); off for the soak binary,
+    /// which keeps them in the outcome of a failed schedule instead.
+    pub report_on_drop: bool,
+}
+
+impl Default for SoakOptions {
+    fn default() -> Self {
+        Self {
+            schedule: ScheduleOptions::default(),
+            rate_per_s: 1000,
+            report_on_drop: false,
+        }
+    }
+}
+
+/// What one schedule did and found.
+#[derive(Debug)]
+pub struct ScheduleOutcome {
+    pub schedule: Schedule,
+    /// Faults actually injected (a fault whose inject failed is a violation, not counted).
+    pub injected: usize,
+    /// Each step as executed: when (from the first step's reference time), what, on which node.
+    pub executed: Vec<String>,
+    pub acknowledged: u64,
+    /// Acknowledged records not in the final log where their delivery report put them.
+    pub lost: u64,
+    /// Records stored twice because the client resent them under a new producer epoch
+    /// (`FinalLog::resent_by_client`): reported, not violations.
+    pub resent_by_client: u64,
+    /// One message per failed check.
+    pub violations: Vec<String>,
+    /// Per node, the last broker log lines, if the schedule failed.
+    pub log_tails: Vec<String>,
+    pub elapsed: Duration,
+}
+
+impl ScheduleOutcome {
+    pub fn seed(&self) -> u64 {
+        self.schedule.seed
+    }
+    pub fn passed(&self) -> bool {
+        self.lost == 0 && self.violations.is_empty()
+    }
+    /// One line: seed, faults and figures.
+    pub fn line(&self) -> String {
+        let resent = match self.resent_by_client {
+            0 => String::new(),
+            n => format!(" ({n} resent by the client under a new producer epoch)"),
+        };
+        format!(
+            "seed {}: {} faults injected [{}]; {} acknowledged, {} lost, {} invariant violations{resent}; {:.1} s",
+            self.seed(),
+            self.injected,
+            self.schedule.summary(),
+            self.acknowledged,
+            self.lost,
+            self.violations.len(),
+            self.elapsed.as_secs_f64()
+        )
+    }
+    /// Everything needed to understand a failure: the schedule, the steps as run, the
+    /// violations and the broker log tails.
+    pub fn details(&self) -> String {
+        format!(
+            "{}executed:\n  {}\nviolations:\n  {}\n{}",
+            self.schedule,
+            self.executed.join("\n  "),
+            self.violations.join("\n  "),
+            self.log_tails.join("\n")
+        )
+    }
+}
+
+/// Runs the schedule for `seed` on a fresh cluster and checks the invariants. Never panics on
+/// what the cluster does: every failure becomes a violation in the outcome.
+pub fn run_schedule(seed: u64, options: &SoakOptions) -> ScheduleOutcome {
+    let started = Instant::now();
+    let mut out = ScheduleOutcome {
+        schedule: Schedule::generate(seed, options.schedule.clone()),
+        injected: 0,
+        executed: Vec::new(),
+        acknowledged: 0,
+        lost: 0,
+        resent_by_client: 0,
+        violations: Vec::new(),
+        log_tails: Vec::new(),
+        elapsed: Duration::ZERO,
+    };
+    match start_cluster(options) {
+        Ok(mut cluster) => {
+            if let Err(e) = run_on(&mut cluster, options, &mut out) {
+                out.violations.push(format!("{e:#}"));
+            }
+            if !out.passed() {
+                out.log_tails = cluster
+                    .ids()
+                    .into_iter()
+                    .map(|id| {
+                        format!(
+                            "--- node {id} log tail ---\n{}",
+                            cluster.node(id).log_tail(LOG_TAIL_LINES)
+                        )
+                    })
+                    .collect();
+            }
+        }
+        Err(e) => out.violations.push(format!("the cluster did not start: {e:#}")),
+    }
+    out.elapsed = started.elapsed();
+    out
+}
+
+/// Fast failover, no initial rebalance delay; a start that lost a port race is retried.
+fn start_cluster(options: &SoakOptions) -> Result<Cluster> {
+    let mut settings: Vec<(&str, &str)> = FAST_FAILOVER.to_vec();
+    settings.push(("group.initial.rebalance.delay.ms", "0"));
+    retry_port_races(|| {
+        if options.schedule.partitions {
+            net_start(&settings, options.report_on_drop)
+        } else {
+            Cluster::start_with(NODES as usize, &settings, options.report_on_drop)
+        }
+    })
+}
+
+/// Workload and groups started, the schedule executed, everything healed, then every check;
+/// an `Err` is a step that made the rest meaningless (the outcome holds what ran before it).
+fn run_on(cluster: &mut Cluster, options: &SoakOptions, out: &mut ScheduleOutcome) -> Result<()> {
+    let partitions = options.schedule.topic_partitions;
+    create_topic(cluster, 1, TOPIC, partitions, 3, &[("min.insync.replicas", "2")])?;
+    cluster.await_full_isr(TOPIC, Duration::from_secs(20))?;
+    let bootstrap = cluster.bootstrap();
+    let groups: Vec<Vec<GroupMember>> = GROUPS
+        .iter()
+        .map(|group| {
+            (0..MEMBERS_PER_GROUP)
+                .map(|i| {
+                    GroupMember::start(
+                        member_config(&bootstrap, group, "unused"),
+                        TOPIC,
+                        &format!("{group}-{i}"),
+                    )
+                })
+                .collect::<Result<Vec<_>>>()
+        })
+        .collect::<Result<_>>()?;
+    let workload = Workload::start(&bootstrap, TOPIC, partitions, options.rate_per_s)?;
+    let started = Instant::now();
+    workload
+        .await_progress_since(started, PROGRESS, Duration::from_secs(20))
+        .context("before any fault")?;
+
+    execute(cluster, &out.schedule.clone(), out);
+    let healed_at = Instant::now();
+
+    if let Err(e) = workload.await_progress_since(healed_at, PROGRESS, RECOVERY_TIMEOUT) {
+        out.violations.push(format!("recovery after healing: {e:#}"));
+    }
+    check_all(cluster, workload, groups, healed_at, partitions, out)
+}
+
+/// The nodes a fault currently holds (down, frozen or cut off), and by whom.
+#[derive(Default)]
+struct Faulted {
+    /// Per fault index, the node it hit (process faults) or the nodes of its partition.
+    hit: BTreeMap<usize, Vec<i32>>,
+    net_active: bool,
+}
+
+impl Faulted {
+    fn nodes(&self) -> BTreeSet<i32> {
+        self.hit.values().flatten().copied().collect()
+    }
+}
+
+/// Runs the steps at their times (late if a previous step took longer, e.g. a restart waiting
+/// for readiness), recording each; failures become violations and the schedule goes on.
+fn execute(cluster: &mut Cluster, schedule: &Schedule, out: &mut ScheduleOutcome) {
+    let t0 = Instant::now();
+    let mut faulted = Faulted::default();
+    for step in schedule.steps() {
+        if let Some(wait) = (t0 + step.at).checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        let fault = schedule.faults[step.fault];
+        let at = t0.elapsed().as_secs_f64();
+        let result = match step.action {
+            Action::Inject => inject(cluster, fault.kind, step.fault, &mut faulted),
+            Action::Heal => heal(cluster, fault.kind, step.fault, &mut faulted),
+        };
+        let verb = if step.action == Action::Inject { "" } else { "heal: " };
+        match result {
+            Ok(what) => {
+                out.injected += usize::from(step.action == Action::Inject);
+                out.executed.push(format!("+{at:.2}s #{} {verb}{what}", step.fault + 1));
+            }
+            Err(e) => {
+                let line = format!("+{at:.2}s #{} {verb}{} failed: {e:#}", step.fault + 1, fault.kind);
+                out.executed.push(line.clone());
+                out.violations.push(line);
+            }
+        }
+    }
+    // Every fault heals in the schedule; anything a failed heal left behind is undone here so
+    // the checks see a whole cluster.
+    for id in faulted.nodes() {
+        let node = cluster.node(id);
+        let _ = node.resume();
+        if !node.is_running() {
+            if let Err(e) = node.restart() {
+                out.violations
+                    .push(format!("node {id} did not come back after the schedule: {e:#}"));
+            }
+        }
+    }
+    if faulted.net_active {
+        if let Err(e) = net_apply(cluster, &NetStep::Heal) {
+            out.violations
+                .push(format!("healing the network after the schedule: {e:#}"));
+        }
+    }
+}
+
+/// A node to ask about the cluster: one no fault holds (a frozen node would not answer).
+fn healthy_node(faulted: &Faulted) -> i32 {
+    let held = faulted.nodes();
+    (1..=NODES).find(|id| !held.contains(id)).unwrap_or(1)
+}
+
+/// The node `target` names now; if a fault already holds it (overlapping faults, or stale
+/// metadata), the lowest node no fault holds instead, said so in the returned note.
+fn resolve(cluster: &Cluster, target: Target, faulted: &Faulted) -> Result<(i32, String)> {
+    let asking = healthy_node(faulted);
+    let node = match target {
+        Target::Node(id) => id,
+        Target::Controller => cluster.controller(asking, RESOLVE_TIMEOUT)?,
+        Target::Leader(p) => cluster.partition_leader(asking, TOPIC, p, RESOLVE_TIMEOUT)?,
+    };
+    if faulted.nodes().contains(&node) {
+        let instead = healthy_node(faulted);
+        return Ok((instead, format!("node {instead} (node {node} already faulted)")));
+    }
+    Ok((node, format!("node {node}")))
+}
+
+fn inject(cluster: &mut Cluster, kind: FaultKind, index: usize, faulted: &mut Faulted) -> Result<String> {
+    let (target, what) = match kind {
+        FaultKind::Kill(t) | FaultKind::Restart(t) | FaultKind::Freeze(t) | FaultKind::GracefulRestart(t) => {
+            (t, kind.to_string())
+        }
+        FaultKind::Net(net) => {
+            let (step, what) = resolve_net(cluster, net, faulted)?;
+            net_apply(cluster, &step)?;
+            faulted.net_active = true;
+            faulted.hit.insert(index, step.nodes());
+            return Ok(format!("{kind}: {what}"));
+        }
+    };
+    let (id, on) = resolve(cluster, target, faulted)?;
+    let node = cluster.node(id);
+    match kind {
+        FaultKind::Kill(_) | FaultKind::Restart(_) => node.kill()?,
+        FaultKind::Freeze(_) => node.pause()?,
+        FaultKind::GracefulRestart(_) => {
+            // Hold the node first: a shutdown that times out has still taken it down.
+            faulted.hit.insert(index, vec![id]);
+            node.terminate(SHUTDOWN_TIMEOUT)?;
+        }
+        FaultKind::Net(_) => unreachable!("handled above"),
+    }
+    faulted.hit.insert(index, vec![id]);
+    Ok(format!("{what}: {on}"))
+}
+
+fn heal(cluster: &mut Cluster, kind: FaultKind, index: usize, faulted: &mut Faulted) -> Result<String> {
+    let Some(nodes) = faulted.hit.remove(&index) else {
+        return Ok("nothing to undo (the fault was not injected)".to_string());
+    };
+    if kind.is_net() {
+        net_apply(cluster, &NetStep::Heal)?;
+        faulted.net_active = false;
+        return Ok("network healed".to_string());
+    }
+    let id = nodes[0];
+    let node = cluster.node(id);
+    if matches!(kind, FaultKind::Freeze(_)) {
+        node.resume()?;
+        return Ok(format!("node {id} thawed"));
+    }
+    node.restart().with_context(|| format!("restarting node {id}"))?;
+    Ok(format!("node {id} restarted"))
+}
+
+/// A network fault with its nodes resolved: what the net harness is asked to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NetStep {
+    Isolate(i32),
+    Split(Vec<Vec<i32>>),
+    OneWay { from: i32, to: i32 },
+    CutPort { a: i32, b: i32, port: Port },
+    Heal,
+}
+
+impl NetStep {
+    fn nodes(&self) -> Vec<i32> {
+        match self {
+            NetStep::Isolate(n) => vec![*n],
+            NetStep::Split(groups) => groups.iter().flatten().copied().collect(),
+            NetStep::OneWay { from, to } => vec![*from, *to],
+            NetStep::CutPort { a, b, .. } => vec![*a, *b],
+            NetStep::Heal => Vec::new(),
+        }
+    }
+}
+
+fn resolve_net(cluster: &Cluster, net: NetFault, faulted: &Faulted) -> Result<(NetStep, String)> {
+    let others = |n: i32| -> Vec<i32> { (1..=NODES).filter(|id| *id != n).collect() };
+    let pick = |n: i32, other: u8| others(n)[usize::from(other).min(1)];
+    let step = match net {
+        NetFault::Isolate(t) => NetStep::Isolate(resolve(cluster, t, faulted)?.0),
+        NetFault::SplitOff(t) => {
+            let n = resolve(cluster, t, faulted)?.0;
+            NetStep::Split(vec![vec![n], others(n)])
+        }
+        NetFault::SplitAll => NetStep::Split((1..=NODES).map(|id| vec![id]).collect()),
+        NetFault::OneWay { from, other } => {
+            let n = resolve(cluster, from, faulted)?.0;
+            NetStep::OneWay {
+                from: n,
+                to: pick(n, other),
+            }
+        }
+        NetFault::CutPort { a, other, port } => {
+            let n = resolve(cluster, a, faulted)?.0;
+            NetStep::CutPort {
+                a: n,
+                b: pick(n, other),
+                port,
+            }
+        }
+    };
+    let what = format!("{step:?}");
+    Ok((step, what))
+}
+
+// ---- network partitions: the partitionable cluster and its `Net` ---------------------------
+
+/// Starts a cluster whose nodes can be partitioned from each other (each in its own network
+/// namespace; needs root, `ip` and `nft`).
+fn net_start(settings: &[(&str, &str)], _report_on_drop: bool) -> Result<Cluster> {
+    Cluster::start_partitionable(NODES as usize, settings)
+}
+
+/// Applies one network step to a cluster from [`net_start`].
+fn net_apply(cluster: &Cluster, step: &NetStep) -> Result<()> {
+    let net = cluster
+        .net()
+        .context("a network partition fault needs a cluster started with Cluster::start_partitionable")?;
+    match step {
+        NetStep::Isolate(n) => net.isolate(*n),
+        NetStep::Split(groups) => {
+            let groups: Vec<&[i32]> = groups.iter().map(Vec::as_slice).collect();
+            net.split(&groups)
+        }
+        NetStep::OneWay { from, to } => net.one_way(*from, *to),
+        NetStep::CutPort { a, b, port } => net.cut_port(
+            *a,
+            *b,
+            match port {
+                Port::Quorum => super::net::Port::Quorum,
+                Port::Kafka => super::net::Port::Kafka,
+            },
+        ),
+        NetStep::Heal => net.heal(),
+    }
+}
+
+/// Stops the workload and groups and runs every check, each failure one violation.
+fn check_all(
+    cluster: &mut Cluster,
+    mut workload: Workload,
+    groups: Vec<Vec<GroupMember>>,
+    healed_at: Instant,
+    partitions: i32,
+    out: &mut ScheduleOutcome,
+) -> Result<()> {
+    let v = &mut out.violations;
+    let producer = workload.stop_producing()?;
+    out.acknowledged = producer.acked().count() as u64;
+    if let Some(why) = &producer.stopped_early {
+        v.push(format!("the producer stopped early: {why}"));
+    }
+    for id in cluster.ids() {
+        if let Err(e) = cluster.node(id).assert_running() {
+            v.push(format!("node {id} is not running after healing: {e:#}"));
+        }
+    }
+    let isr_timeout = (healed_at + FULL_ISR_TIMEOUT).saturating_duration_since(Instant::now());
+    if let Err(e) = cluster.await_full_isr(TOPIC, isr_timeout) {
+        v.push(format!("full ISR after healing: {e:#}"));
+    }
+    let mut log = read_final_log(&cluster.bootstrap(), TOPIC, partitions, Duration::from_secs(30))
+        .context("reading the final log")?;
+    let resent = mark_client_resends(cluster, TOPIC, &mut log);
+    report_resent_by_client(&resent);
+    if !resent.is_empty() {
+        eprintln!("[faults] the producer's idempotence events:\n    {}", producer.epoch_events_tail(40));
+    }
+    out.resent_by_client = resent.len() as u64;
+    out.lost = acked_but_missing(&log, &producer).len() as u64;
+    if let Err(e) = check_acked_records_exactly_once(&log, &producer) {
+        v.push(format!(
+            "acknowledged records: {e:#}; {}; idempotence events:\n    {}",
+            producer.summary(),
+            producer.epoch_events_tail(40)
+        ));
+    }
+    let consumer = workload.stop_consuming(&log.high_watermarks, Duration::from_secs(20))?;
+    if let Err(e) = check_consumed_records_in_final_log(&log, &consumer) {
+        v.push(format!("workload consumer: {e:#}"));
+    }
+    if let Some(why) = &consumer.not_caught_up {
+        v.push(format!("workload consumer: {why}"));
+    }
+    let acked: Vec<Received> = acked_records(&log, &producer);
+    let bootstrap = cluster.bootstrap();
+    for (group, members) in GROUPS.iter().zip(groups) {
+        v.extend(check_group(&bootstrap, group, members, &acked, &log, partitions));
+    }
+    if let Err(e) = await_identical_replicas(cluster, TOPIC, partitions, Duration::from_secs(20)) {
+        v.push(format!("identical replicas: {e:#}"));
+    }
+    Ok(())
+}
+
+/// A group received every acknowledged record (waiting for it to catch up), everything it
+/// received is in the final log at that offset, and it committed no offset past the high
+/// watermark.
+fn check_group(
+    bootstrap: &str,
+    group: &str,
+    members: Vec<GroupMember>,
+    acked: &[Received],
+    log: &super::FinalLog,
+    partitions: i32,
+) -> Vec<String> {
+    let mut v = Vec::new();
+    let caught_up = {
+        let logs: Vec<&Arc<MemberLog>> = members.iter().map(GroupMember::log).collect();
+        let mut last = String::new();
+        wait_until(Duration::from_secs(30), "", || {
+            match check_group_received(group, &logs, acked, false) {
+                Ok(()) => Some(()),
+                Err(e) => {
+                    last = format!("{e:#}");
+                    None
+                }
+            }
+        })
+        .map_err(|_| last)
+    };
+    if let Err(why) = caught_up {
+        v.push(format!("group {group} within 30 s of the end: {why}"));
+    }
+    let mut logs = Vec::new();
+    for m in members {
+        match m.stop() {
+            Ok(log) => logs.push(log),
+            Err(e) => v.push(format!("group {group}: stopping a member: {e:#}")),
+        }
+    }
+    let mut truncated = Vec::new();
+    for member in &logs {
+        for r in member.received.lock().expect("member log lock").iter() {
+            if log.value_at(r.partition, r.offset) != Some(r.value.as_str()) {
+                truncated.push(format!(
+                    "{} at {}-{} (the final log has {:?})",
+                    r.value,
+                    r.partition,
+                    r.offset,
+                    log.value_at(r.partition, r.offset)
+                ));
+            }
+        }
+    }
+    if !truncated.is_empty() {
+        v.push(format!(
+            "group {group} received {} records the final log does not hold there, first: {:?}",
+            truncated.len(),
+            &truncated[..truncated.len().min(10)]
+        ));
+    }
+    match committed_offsets(bootstrap, group, TOPIC, partitions) {
+        Ok(committed) => {
+            let past: Vec<String> = committed
+                .iter()
+                .filter_map(|(p, c)| {
+                    let hw = log.high_watermarks.get(p).copied().unwrap_or(0);
+                    c.filter(|c| *c > hw)
+                        .map(|c| format!("p{p}: committed {c}, high watermark {hw}"))
+                })
+                .collect();
+            if !past.is_empty() {
+                v.push(format!(
+                    "group {group} committed offsets past the high watermark: {past:?}"
+                ));
+            }
+        }
+        Err(e) => v.push(format!("group {group}: reading committed offsets: {e:#}")),
+    }
+    v
+}

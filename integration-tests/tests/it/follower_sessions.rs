@@ -1,0 +1,112 @@
+//! Replica fetchers fetch in incremental fetch sessions (KIP-227): in a 3-node cluster with a
+//! few hundred partitions at replication factor 3, every leader holds one session per
+//! follower, over exactly the partitions it leads (read from its
+//! `kafka_server_fetchsessioncache_*` gauges on `/metrics`), and records produced afterwards
+//! to every partition with `acks=all` are acknowledged and reach every replica byte for byte.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use rdkafka::producer::FutureRecord;
+use sluice_integration_tests::clients::{future_producer, wait_until};
+use sluice_integration_tests::faults;
+use sluice_integration_tests::node::loopback_addr;
+use sluice_integration_tests::{free_loopback_port, Cluster};
+
+const TOPIC: &str = "followed-in-sessions";
+const PARTITIONS: i32 = 300;
+const NODES: usize = 3;
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+/// `GET /metrics` from `addr`: each unlabelled sample's value by name.
+fn scrape(addr: SocketAddr) -> Result<BTreeMap<String, f64>> {
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(stream, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text)?;
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    Ok(body
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once(' '))
+        .filter_map(|(name, value)| Some((name.to_string(), value.trim().parse().ok()?)))
+        .collect())
+}
+
+/// (sessions, partitions cached) of a node's fetch session cache.
+fn session_cache(addr: SocketAddr) -> Result<(u64, u64)> {
+    let metrics = scrape(addr)?;
+    let get = |name: &str| {
+        metrics
+            .get(name)
+            .map(|v| *v as u64)
+            .with_context(|| format!("/metrics on {addr} has no {name}"))
+    };
+    Ok((
+        get("kafka_server_fetchsessioncache_numincrementalfetchsessions")?,
+        get("kafka_server_fetchsessioncache_numincrementalfetchpartitionscached")?,
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn followers_fetch_in_sessions_and_still_replicate_every_partition() -> Result<()> {
+    let metrics: Vec<SocketAddr> = (0..NODES)
+        .map(|_| free_loopback_port().map(loopback_addr))
+        .collect::<Result<_>>()?;
+    let cluster = Cluster::start_each(NODES, &[], true, |id| {
+        vec![("metrics.listen".to_string(), metrics[id as usize - 1].to_string())]
+    })?;
+    faults::create_topic(&cluster, 1, TOPIC, PARTITIONS, NODES as i16, &[])?;
+    let partitions = cluster.await_full_isr(TOPIC, TIMEOUT)?;
+    let mut led: BTreeMap<i32, u64> = cluster.ids().into_iter().map(|id| (id, 0)).collect();
+    for p in &partitions {
+        *led.entry(p.leader).or_default() += 1;
+    }
+
+    // Each leader: one session per follower (the two other nodes), each over every partition
+    // it leads. Nothing else fetches in a session here.
+    let expected = |id: i32| ((NODES as u64 - 1), (NODES as u64 - 1) * led[&id]);
+    let mut last = BTreeMap::new();
+    let held = wait_until(TIMEOUT, "every follower to hold a fetch session with every leader", || {
+        let all = cluster.ids().into_iter().all(|id| {
+            let cache = session_cache(metrics[id as usize - 1]);
+            let ok = cache.as_ref().is_ok_and(|c| *c == expected(id));
+            last.insert(id, format!("{cache:?}, expected {:?}", expected(id)));
+            ok
+        });
+        all.then_some(())
+    });
+    if held.is_err() {
+        bail!("fetch session caches per node: {last:?}");
+    }
+
+    // Records written now reach every replica of every partition through those sessions.
+    let producer = future_producer(&cluster.bootstrap())?;
+    for p in 0..PARTITIONS {
+        let payload = format!("after-sessions-{p}");
+        producer
+            .send(
+                FutureRecord::<str, str>::to(TOPIC).partition(p).payload(&payload),
+                Duration::from_secs(30),
+            )
+            .await
+            .map_err(|(e, _)| anyhow::anyhow!("acks=all produce to partition {p}: {e}"))?;
+    }
+    let sizes = faults::await_identical_replicas(&cluster, TOPIC, PARTITIONS, TIMEOUT)?;
+    let empty: Vec<i32> = sizes.iter().filter(|(_, size)| **size == 0).map(|(p, _)| *p).collect();
+    if !empty.is_empty() {
+        bail!("partitions with no records on any replica: {empty:?}");
+    }
+    // And each leader still holds one session per follower, over all it leads.
+    for id in cluster.ids() {
+        let cache = session_cache(metrics[id as usize - 1])?;
+        if cache != expected(id) {
+            bail!("node {id}: fetch session cache {cache:?} after producing, expected {:?}", expected(id));
+        }
+    }
+    Ok(())
+}
