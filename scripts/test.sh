@@ -15,7 +15,8 @@
 #   chromium              headless browser for the console test (test_console.py)
 #
 # Environment: CARGO_TARGET_DIR is honoured; SLUICE_SKIP_APT=1 skips the package step;
-# PYTEST_ARGS / CARGO_TEST_ARGS pass extra arguments through.
+# PYTEST_ARGS / CARGO_TEST_ARGS pass extra arguments through; RUST_TEST_THREADS (default 3)
+# sets how many Rust tests run at once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -60,6 +61,10 @@ install_system_packages() {
     command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
     # `ip netns` for the compose-topology test's network namespaces.
     command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+    # `nft` for the partition tests' drop rules (integration-tests/tests/it/partitions.rs).
+    command -v nft >/dev/null 2>&1 || missing+=(nftables)
+    # /dev/fuse mounts (fusermount3 for non-root) for the power-loss tests' sluice-lazyfs.
+    command -v fusermount3 >/dev/null 2>&1 || missing+=(fuse3)
     [ -e /usr/include/zlib.h ] || missing+=(zlib1g-dev)
     if [ ! -e /usr/include/curl/curl.h ] && [ ! -e "/usr/include/$(gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)/curl/curl.h" ]; then
         missing+=(libcurl4-openssl-dev)
@@ -81,6 +86,13 @@ install_system_packages() {
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
+wait_for_installs() { # the background compat installs: their output, and their exit status
+    local rc=0
+    wait "$INSTALL_PID" || rc=$?
+    cat "$INSTALL_LOG"
+    return $rc
+}
+
 export SLUICE_JAVA_LIB="$ROOT/.java-lib"
 
 # Where cargo puts binaries (honours CARGO_TARGET_DIR and build.target-dir in cargo config).
@@ -95,10 +107,20 @@ step "module layers (no import circles)" python3 scripts/check-module-cycles.py 
 step "system packages" install_system_packages || true
 step "python venv (.venv) + pinned deps" bash scripts/python-venv.sh || true
 step "Kafka Java client + CLI tools (Maven)" bash scripts/java-lib.sh || true
-if step "cargo build --release sluice, sluice-bench" cargo build --release -p sluice-broker -p sluice-integration-tests --bin sluice --bin sluice-bench; then
+if step "cargo build --release sluice, sluice-bench, sluice-lazyfs" cargo build --release -p sluice-broker -p sluice-integration-tests -p sluice-lazyfs --bin sluice --bin sluice-bench --bin sluice-lazyfs; then
     echo "broker binary: $SLUICE_BIN"
+    # The matrix's client installs (npm source builds, go build, javac: minutes on a fresh
+    # machine, cached afterwards) run while the Rust tests run, which mostly wait on brokers.
+    # rdkafka-rust is a cargo build and would only queue behind cargo test's lock.
+    INSTALL_LOG=$(mktemp /tmp/sluice-compat-installs-XXXXXX.log)
+    python3 compat/run.py --install-only --skip rdkafka-rust >"$INSTALL_LOG" 2>&1 &
+    INSTALL_PID=$!
+    # Three tests at a time: the integration tests spend most of their time waiting on brokers
+    # (session timeouts, failovers), so two cores idle half the time at libtest's default of two.
+    export RUST_TEST_THREADS=${RUST_TEST_THREADS:-3}
     # shellcheck disable=SC2086
     step "cargo test --workspace --release --no-fail-fast" cargo test --workspace --release --no-fail-fast ${CARGO_TEST_ARGS:-} || true
+    step "compat client installs (ran during cargo test)" wait_for_installs || true
     if [ -x .venv/bin/python ]; then
         # shellcheck disable=SC2086
         step "pytest integration-tests/python" .venv/bin/python -m pytest -q integration-tests/python ${PYTEST_ARGS:-} || true
