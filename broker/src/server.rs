@@ -121,11 +121,12 @@ const WRITEBACK_INTERVAL: Duration = Duration::from_secs(1);
 const WRITEBACK_MIN_BYTES: u64 = 1 << 20;
 
 /// Starts writeback of what each active segment gained since the last pass (on a blocking
-/// thread, no lock held), so the fsync that seals a segment when it rolls, under the
-/// partition's lock on the produce path, finds at most about a second of data still to write
-/// rather than the ~30 s the kernel leaves dirty. Durability is unchanged: this only starts
-/// writes early. The same pass writes each such segment's buffered index entries to their
-/// files (one write per index instead of one per entry).
+/// thread, no lock held), so the fsync that seals a segment after it rolls finds at most about
+/// a second of data still to write rather than the ~30 s the kernel leaves dirty. Durability is
+/// unchanged: this only starts writes early. The same pass writes each such segment's buffered
+/// index entries to their files (one write per index instead of one per entry), and does the
+/// seals that rolls left to it (`PartitionLog::pending_seal`), so no fsync runs on the produce
+/// or replication path.
 async fn run_writeback(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
     // Per hosted partition: the active segment it last saw and how far it was written back.
     let mut written: HashMap<(uuid::Uuid, i32), (i64, u64)> = HashMap::new();
@@ -138,6 +139,7 @@ async fn run_writeback(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>)
         }
         let partitions = broker.replicas.all();
         let mut due = Vec::new();
+        let seals: Vec<_> = partitions.iter().filter(|p| p.has_pending_seal()).cloned().collect();
         for partition in &partitions {
             let key = (partition.topic_id, partition.index);
             let (segment, file, size) = partition.active_segment();
@@ -154,10 +156,16 @@ async fn run_writeback(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>)
         }
         let hosted: HashSet<(uuid::Uuid, i32)> = partitions.iter().map(|p| (p.topic_id, p.index)).collect();
         written.retain(|key, _| hosted.contains(key));
-        if due.is_empty() {
+        if due.is_empty() && seals.is_empty() {
             continue;
         }
         let started = tokio::task::spawn_blocking(move || {
+            for partition in seals {
+                if let Err(e) = partition.finish_pending_seal() {
+                    tracing::warn!(topic = %partition.topic, partition = partition.index, error = %e,
+                        "fsyncing a sealed log segment failed; writeback tries again each second and the partition's next roll waits for it");
+                }
+            }
             for (partition, file, offset, len) in due {
                 // The index entries buffered since the last pass go to their files in bulk too.
                 if let Err(e) = partition.write_index_entries() {

@@ -36,6 +36,12 @@ pub(super) const TIME_INDEX_FILE_SUFFIX: &str = ".timeindex";
 pub const CLEANED_FILE_SUFFIX: &str = ".cleaned";
 /// Suffix of a cleaned segment's files while they replace the old ones (completed on open).
 pub const SWAP_FILE_SUFFIX: &str = ".swap";
+/// What follows `.log` in the name of an active segment's file while the segment before it
+/// still waits for its fsync: `<base>.log.pending-<bytes>`, where `<bytes>` is the size that
+/// segment was sealed at. A segment file under its final name therefore means every segment
+/// before it is durable; an open that finds a pending name checks the segment before it
+/// against `<bytes>` (see [`LogSegment::create_after_unsynced`]).
+pub(super) const PENDING_LOG_INFIX: &str = ".pending-";
 
 /// Kafka's file name for a segment: the base offset zero-padded to 20 digits.
 pub(super) fn segment_file_name(base_offset: i64, suffix: &str) -> String {
@@ -60,6 +66,15 @@ impl SegmentFiles {
 
     pub fn log_path(&self) -> PathBuf {
         self.path(LOG_FILE_SUFFIX)
+    }
+
+    /// The `.log` file's name while the previous segment's seal is in flight.
+    fn pending_log_path(&self, predecessor_bytes: u64) -> PathBuf {
+        self.dir.join(format!(
+            "{}{}{PENDING_LOG_INFIX}{predecessor_bytes}",
+            segment_file_name(self.base_offset, LOG_FILE_SUFFIX),
+            self.suffix
+        ))
     }
 
     pub fn index_path(&self) -> PathBuf {
@@ -105,6 +120,33 @@ pub struct LogSegment {
     rolling_base_timestamp: Option<i64>,
     /// Broker clock when the segment was created or opened, for segments without timestamps.
     created_ms: i64,
+    /// Set while the segment before this one waits for its fsync: the size it was sealed at,
+    /// which this segment's `.log` name carries until [`LogSegment::mark_predecessor_synced`].
+    unsynced_predecessor_bytes: Option<u64>,
+}
+
+/// What sealing a segment must still fsync, outside the partition's lock: its `.log` and its
+/// two index files (every entry already written to them).
+#[derive(Debug)]
+pub struct SealFiles {
+    log: Arc<File>,
+    index: PathBuf,
+    time_index: PathBuf,
+}
+
+impl SealFiles {
+    pub fn sync(&self) -> io::Result<()> {
+        self.log.sync_all()?;
+        for path in [&self.index, &self.time_index] {
+            match File::open(path) {
+                Ok(file) => file.sync_all()?,
+                // Deleted meanwhile (retention, truncation): nothing left to make durable.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The per-batch bookkeeping shared by appends and recovery (Kafka's `LogSegment.append`).
@@ -215,12 +257,39 @@ impl LogSegment {
             base_offset,
             suffix,
         };
+        let log_path = files.log_path();
+        LogSegment::create_files(files, &log_path, now_ms)
+    }
+
+    /// Creates the segment that follows one sealed at `predecessor_bytes` bytes whose fsync has
+    /// not happened yet (a roll leaves it to background writeback). Its `.log` is created under
+    /// the pending name that records `predecessor_bytes`, so a crash before that fsync is found
+    /// on open and the predecessor checked against it; see [`PENDING_LOG_INFIX`].
+    pub fn create_after_unsynced(
+        dir: &Arc<Path>,
+        base_offset: i64,
+        predecessor_bytes: u64,
+        now_ms: i64,
+    ) -> Result<LogSegment, LogError> {
+        let files = SegmentFiles {
+            dir: dir.clone(),
+            base_offset,
+            suffix: "",
+        };
+        let log_path = files.pending_log_path(predecessor_bytes);
+        let mut segment = LogSegment::create_files(files, &log_path, now_ms)?;
+        segment.unsynced_predecessor_bytes = Some(predecessor_bytes);
+        Ok(segment)
+    }
+
+    fn create_files(files: SegmentFiles, log_path: &Path, now_ms: i64) -> Result<LogSegment, LogError> {
+        let base_offset = files.base_offset;
         let log = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(true)
-            .open(files.log_path())?;
+            .open(log_path)?;
         let indexes = SegmentIndexes {
             offset_index: OffsetIndex::create(&files.index_path(), base_offset)?,
             time_index: TimeIndex::create(&files.time_index_path(), base_offset)?,
@@ -228,6 +297,38 @@ impl LogSegment {
             bytes_since_last_index_entry: 0,
         };
         Ok(LogSegment::with_files(files, log, indexes, now_ms))
+    }
+
+    /// The size the previous segment was sealed at, while its fsync is still to come.
+    pub fn unsynced_predecessor_bytes(&self) -> Option<u64> {
+        self.unsynced_predecessor_bytes
+    }
+
+    /// The previous segment is durable: the `.log` takes its final name.
+    pub fn mark_predecessor_synced(&mut self) -> Result<(), LogError> {
+        if let Some(bytes) = self.unsynced_predecessor_bytes {
+            std::fs::rename(self.files.pending_log_path(bytes), self.files.log_path())?;
+            self.unsynced_predecessor_bytes = None;
+        }
+        Ok(())
+    }
+
+    /// The first half of a seal done outside the partition's lock: writes every index entry
+    /// to its file (no fsync) and returns the files to fsync. [`LogSegment::finish_seal`]
+    /// follows once they are.
+    pub fn unsynced_files(&mut self) -> Result<SealFiles, LogError> {
+        self.indexes.write(&self.files, false)?;
+        Ok(SealFiles {
+            log: self.log.clone(),
+            index: self.files.index_path(),
+            time_index: self.files.time_index_path(),
+        })
+    }
+
+    /// The second half: the files are durable, so the in-memory index copies go.
+    pub fn finish_seal(&mut self) {
+        self.indexes.offset_index.uncache();
+        self.indexes.time_index.uncache();
     }
 
     fn with_files(files: SegmentFiles, log: File, indexes: SegmentIndexes, now_ms: i64) -> LogSegment {
@@ -238,6 +339,7 @@ impl LogSegment {
             indexes,
             rolling_base_timestamp: None,
             created_ms: now_ms,
+            unsynced_predecessor_bytes: None,
         }
     }
 
@@ -495,9 +597,17 @@ impl LogSegment {
 
     /// Removes the segment's three files.
     pub fn delete(self) -> Result<(), LogError> {
-        let LogSegment { log, files, .. } = self;
+        let LogSegment {
+            log,
+            files,
+            unsynced_predecessor_bytes,
+            ..
+        } = self;
         drop(log);
-        remove_if_exists(&files.log_path())?;
+        match unsynced_predecessor_bytes {
+            Some(bytes) => remove_if_exists(&files.pending_log_path(bytes))?,
+            None => remove_if_exists(&files.log_path())?,
+        }
         OffsetIndex::delete(&files.index_path())?;
         TimeIndex::delete(&files.time_index_path())?;
         Ok(())

@@ -313,6 +313,29 @@ impl Partition {
         self.log.lock().write_index_entries()
     }
 
+    /// Whether the last roll's seal still waits for background writeback.
+    pub fn has_pending_seal(&self) -> bool {
+        self.log.lock().has_pending_seal()
+    }
+
+    /// Finishes the seal the last roll left to background writeback (see
+    /// `PartitionLog::pending_seal`), fsyncing the sealed segment without the log's lock.
+    /// Blocks: for writeback's thread.
+    pub fn finish_pending_seal(&self) -> Result<(), LogError> {
+        let Some(seal) = self.log.lock().pending_seal()? else {
+            return Ok(());
+        };
+        seal.sync()?;
+        let (completed, dir) = {
+            let mut log = self.log.lock();
+            (log.complete_seal(&seal)?, log.dir().to_path_buf())
+        };
+        if completed {
+            crate::fs::sync_dir(&dir)?;
+        }
+        Ok(())
+    }
+
     pub fn size_bytes(&self) -> u64 {
         self.log.lock().size_bytes()
     }

@@ -202,14 +202,20 @@ pub fn mark_resent_by_client(
     marked
 }
 
+/// Whether `name` is a segment's `.log` file: `<base>.log`, or `<base>.log.pending-<bytes>` for
+/// an active segment whose predecessor's fsync background writeback has not done yet.
+pub fn is_segment_log_file(name: &str) -> bool {
+    name.ends_with(".log") || name.contains(".log.pending-")
+}
+
 /// The bytes of a partition's `.log` segments on one node, concatenated in base-offset order
-/// (segment file names are zero-padded base offsets, so name order is offset order).
+/// (segment file names start with zero-padded base offsets, so name order is offset order).
 pub fn partition_log_bytes(data_dir: &Path, topic: &str, partition: i32) -> Result<Vec<u8>> {
     let dir = data_dir.join(format!("{topic}-{partition}"));
     let mut segments: Vec<_> = std::fs::read_dir(&dir)
         .with_context(|| format!("read {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .filter(|p| p.file_name().is_some_and(|n| is_segment_log_file(&n.to_string_lossy())))
         .collect();
     segments.sort();
     let mut bytes = Vec::new();

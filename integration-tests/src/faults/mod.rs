@@ -31,7 +31,9 @@ pub mod schedule;
 pub mod soak;
 mod workload;
 
-pub use final_log::{mark_resent_by_client, partition_log_bytes, read_final_log, stored_as, FinalLog, StoredAs};
+pub use final_log::{
+    is_segment_log_file, mark_resent_by_client, partition_log_bytes, read_final_log, stored_as, FinalLog, StoredAs,
+};
 pub use invariants::{
     acked_but_missing, acked_records, await_identical_replicas, check_acked_records_exactly_once,
     check_consumed_records_in_final_log, check_progress_after, mark_client_resends, report_resent_by_client,

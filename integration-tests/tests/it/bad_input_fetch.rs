@@ -73,7 +73,7 @@ fn fetches_asking_for_2_gib_get_at_most_fetch_max_bytes_and_the_broker_stays_sma
     let end = fill(lowered.addr(), topic)?;
     let stored: u64 = std::fs::read_dir(lowered.data_dir().join(format!("{topic}-0")))?
         .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+        .filter(|e| sluice_integration_tests::faults::is_segment_log_file(&e.file_name().to_string_lossy()))
         .map(|e| e.metadata().map_or(0, |m| m.len()))
         .sum();
     eprintln!(

@@ -88,7 +88,7 @@ fn log_bytes(partition_dir: &Path) -> Result<u64> {
     let mut total = 0;
     for entry in std::fs::read_dir(partition_dir)? {
         let entry = entry?;
-        if entry.file_name().to_string_lossy().ends_with(".log") {
+        if sluice_integration_tests::faults::is_segment_log_file(&entry.file_name().to_string_lossy()) {
             total += entry.metadata()?.len();
         }
     }

@@ -75,7 +75,7 @@ fn offsets_topic_bytes(data_dir: &Path) -> Result<u64> {
         }
         for file in std::fs::read_dir(dir.path())? {
             let file = file?;
-            if file.file_name().to_string_lossy().ends_with(".log") {
+            if sluice_integration_tests::faults::is_segment_log_file(&file.file_name().to_string_lossy()) {
                 total += file.metadata()?.len();
             }
         }

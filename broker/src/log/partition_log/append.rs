@@ -212,28 +212,35 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Seals the active segment (fsynced before its successor exists, so recovery after a crash
-    /// only ever needs to scan the last segment) and starts a new one at `base_offset`. An empty
-    /// active segment is replaced instead.
+    /// Seals the active segment and starts a new one at `base_offset`. An empty active segment
+    /// is replaced instead.
+    ///
+    /// The sealed segment's fsync is left to background writeback ([`PartitionLog::pending_seal`]),
+    /// so an append that rolls does no fsync. Until it happens the new segment's `.log` carries
+    /// a pending name with the sealed segment's size, and an open after a crash checks the
+    /// sealed segment against it, so recovery still only needs to trust what is durable. At most
+    /// one seal is in flight: a roll that finds the previous one not yet done does it here.
     pub(super) fn roll(&mut self, base_offset: i64, now_ms: i64) -> Result<(), LogError> {
         if self.active.is_empty() && self.active.base_offset() == base_offset {
             return Ok(());
         }
         self.tail.reset(); // the cached chunks are the active segment's last bytes
-        if !self.active.is_empty() {
-            self.active.on_become_inactive()?;
-        }
-        let new_segment = LogSegment::create(&self.dir, base_offset, now_ms)?;
-        sync_dir(&self.dir)?;
-        let previous = std::mem::replace(&mut self.active, new_segment);
-        if previous.is_empty() {
-            previous.delete()?;
+        self.finish_pending_seal_now()?;
+        if self.active.is_empty() {
+            let new_segment = LogSegment::create(&self.dir, base_offset, now_ms)?;
+            sync_dir(&self.dir)?;
+            std::mem::replace(&mut self.active, new_segment).delete()?;
             if self.inactive.is_empty() {
                 self.log_start_offset = base_offset;
                 self.leader_epoch_cache.truncate_from_start(base_offset)?;
             }
         } else {
+            self.active.append_final_time_index_entry();
+            let sealed_bytes = self.active.size_bytes();
+            let new_segment = LogSegment::create_after_unsynced(&self.dir, base_offset, sealed_bytes, now_ms)?;
+            let previous = std::mem::replace(&mut self.active, new_segment);
             self.inactive.push_back(previous);
+            self.deferred_seals += 1;
         }
         tracing::info!(partition = %self.name, base_offset, "rolled new log segment");
         Ok(())

@@ -14,7 +14,7 @@ use super::segment::{
     SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
 };
 use super::{LogConfig, LogError};
-use open::{complete_interrupted_swaps, list_segments};
+use open::{complete_interrupted_swaps, list_segments, resolve_interrupted_seals};
 pub use read::{PlannedRead, ReadResult};
 
 mod append;
@@ -77,13 +77,33 @@ pub struct PartitionLog {
     truncations: u64,
     /// The last appended bytes of the active segment, for fetches (`log/tail.rs`).
     tail: super::tail::TailCache,
+    /// Bumped by every roll that leaves its seal to the background, so a [`PendingSeal`]
+    /// taken before a later roll is told apart from that roll's.
+    deferred_seals: u64,
+}
+
+/// A seal a roll left to background writeback: the sealed segment's files to fsync. See
+/// [`PartitionLog::pending_seal`].
+#[derive(Debug)]
+pub struct PendingSeal {
+    files: super::segment::SealFiles,
+    generation: u64,
+}
+
+impl PendingSeal {
+    /// fsyncs the sealed segment's files. Takes no lock; the log may change meanwhile.
+    pub fn sync(&self) -> std::io::Result<()> {
+        self.files.sync()
+    }
 }
 
 impl PartitionLog {
     /// Opens or creates the log in `dir`. Without the clean-shutdown marker, the active segment
     /// is recovered: every batch is validated and the file truncated at the first torn or invalid
-    /// one. Sealed segments were fsynced when rolled; their indexes are sanity-checked and
-    /// rebuilt if damaged.
+    /// one. A segment left under its pending name by a crash during a seal has the segment before
+    /// it checked first (it goes if that one lost its tail). Other sealed segments were fsynced
+    /// before their successor took its final name; their indexes are sanity-checked and rebuilt
+    /// if damaged.
     ///
     /// The directory is fsynced only when this open changed its entries in a way a later
     /// decision depends on: a first segment created, or the clean-shutdown marker removed (an
@@ -99,12 +119,12 @@ impl PartitionLog {
         let clean_shutdown = marker.try_exists()?;
 
         complete_interrupted_swaps(&dir)?;
+        let mut dir_changed = resolve_interrupted_seals(&dir, config.index_interval_bytes, now_ms)?;
         let base_offsets = list_segments(&dir)?;
         let mut inactive = VecDeque::with_capacity(base_offsets.len());
         // The first segment of an empty directory must be durable before any append. This is
         // also what makes a new partition's `partition.metadata` durable: its rename into a
         // directory created for it is left to this fsync (see `partition_metadata`).
-        let mut dir_changed = false;
         let active = match base_offsets.split_last() {
             None => {
                 dir_changed = true;
@@ -132,6 +152,7 @@ impl PartitionLog {
             leader_epoch_cache: LeaderEpochCache::empty(&dir),
             truncations: 0,
             tail: super::tail::TailCache::default(),
+            deferred_seals: 0,
         };
         log.check_sealed_segments()?;
         log.log_end_offset = log.load_active_segment(clean_shutdown)?;
@@ -313,6 +334,9 @@ impl PartitionLog {
                 _ => return Ok(false),
             }
         }
+        // A seal in flight is done first: the open that checks a sealed segment after a crash
+        // compares it with the size it was sealed at, which a cleaned copy does not keep.
+        self.finish_pending_seal_now()?;
         let base = first.base_offset;
         self.tail.reset(); // it holds only the active segment, but a swap is rare: stay obviously safe
         let suffixes = [INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX];
@@ -369,11 +393,61 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// fsyncs the active segment and writes and fsyncs its index entries (sealed segments were
-    /// fsynced when rolled).
+    /// fsyncs the active segment and writes and fsyncs its index entries, after finishing a seal
+    /// still in flight (every other sealed segment is durable already).
     pub fn flush(&mut self) -> Result<(), LogError> {
+        self.finish_pending_seal_now()?;
         self.active.flush()?;
         self.unflushed_records = 0;
+        Ok(())
+    }
+
+    /// The first half of the seal the last roll left to the background, if it is still to do:
+    /// writes the sealed segment's index entries to their files and returns what to fsync. The
+    /// caller fsyncs without the lock, then calls [`PartitionLog::complete_seal`].
+    pub fn pending_seal(&mut self) -> Result<Option<PendingSeal>, LogError> {
+        if self.active.unsynced_predecessor_bytes().is_none() {
+            return Ok(None);
+        }
+        // Retention and DeleteRecords finish the seal before deleting its segment, so it is
+        // still the newest sealed one; should it be gone, nothing before the active is left
+        // to wait for.
+        let Some(sealed) = self.inactive.back_mut() else {
+            self.active.mark_predecessor_synced()?;
+            return Ok(None);
+        };
+        Ok(Some(PendingSeal {
+            files: sealed.unsynced_files()?,
+            generation: self.deferred_seals,
+        }))
+    }
+
+    /// The second half: the sealed segment is durable, so its successor's `.log` takes its final
+    /// name (the caller fsyncs the directory). Returns false, changing nothing, when the seal was
+    /// finished another way meanwhile or a later roll superseded it.
+    pub fn complete_seal(&mut self, seal: &PendingSeal) -> Result<bool, LogError> {
+        if seal.generation != self.deferred_seals || self.active.unsynced_predecessor_bytes().is_none() {
+            return Ok(false);
+        }
+        if let Some(sealed) = self.inactive.back_mut() {
+            sealed.finish_seal();
+        }
+        self.active.mark_predecessor_synced()?;
+        Ok(true)
+    }
+
+    /// Whether a roll's seal still waits for background writeback.
+    pub fn has_pending_seal(&self) -> bool {
+        self.active.unsynced_predecessor_bytes().is_some()
+    }
+
+    /// Does the seal in flight, if any, here and now.
+    fn finish_pending_seal_now(&mut self) -> Result<(), LogError> {
+        if let Some(seal) = self.pending_seal()? {
+            seal.sync()?;
+            self.complete_seal(&seal)?;
+            sync_dir(&self.dir)?;
+        }
         Ok(())
     }
 
@@ -424,7 +498,7 @@ impl PartitionLog {
     /// lets the next open skip recovery.
     pub fn close(mut self) -> Result<(), LogError> {
         self.active.append_final_time_index_entry();
-        self.flush()?;
+        self.flush()?; // finishes a seal in flight too: no pending name survives a clean stop
         let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);
         fs::File::create(&marker)?.sync_all()?;
         sync_dir(&self.dir)?;
@@ -513,6 +587,9 @@ impl PartitionLog {
     }
 
     fn delete_oldest_segment(&mut self) -> Result<(), LogError> {
+        if self.inactive.len() == 1 {
+            self.finish_pending_seal_now()?; // `pending_seal` expects its segment to be there
+        }
         if let Some(oldest) = self.inactive.pop_front() {
             let next_base = self.inactive.front().unwrap_or(&self.active).base_offset();
             self.log_start_offset = self.log_start_offset.max(next_base);

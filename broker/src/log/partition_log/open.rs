@@ -4,13 +4,14 @@
 
 use std::fs;
 use std::path::Path;
+use std::sync::Arc;
 
 use super::PartitionLog;
 use crate::fs::{remove_if_exists, sync_dir};
 use crate::log::leader_epoch::{EpochScan, LeaderEpochCache};
 use crate::log::segment::{
-    segment_file_name, CLEANED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX,
-    TIME_INDEX_FILE_SUFFIX,
+    segment_file_name, LogSegment, CLEANED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, PENDING_LOG_INFIX,
+    SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
 };
 use crate::log::LogError;
 
@@ -161,23 +162,104 @@ pub(super) fn complete_interrupted_swaps(dir: &Path) -> Result<(), LogError> {
     Ok(())
 }
 
+/// Resolves what a crash during a seal left (see [`PENDING_LOG_INFIX`]). For each segment file
+/// still under its pending name, the segment before it is recovered (every batch validated, a
+/// torn tail truncated) and sealed again, durably. If it still holds the bytes it was sealed
+/// at, the pending file takes its final name. Otherwise that segment lost part of its tail, so
+/// the pending segment and every later one go, because they would follow a hole; their index
+/// files are left to [`list_segments`], which removes indexes without a `.log`. Returns whether
+/// the directory changed (the caller fsyncs it).
+pub(super) fn resolve_interrupted_seals(dir: &Arc<Path>, index_interval_bytes: u32, now_ms: i64) -> Result<bool, LogError> {
+    let mut pending = Vec::new();
+    let mut log_bases = Vec::new();
+    for (name, path) in file_names(dir)? {
+        if let Some(base) = parse_segment_file_name(&name, LOG_FILE_SUFFIX) {
+            log_bases.push(base);
+        } else if let Some((base, sealed_bytes)) = parse_pending_log_name(&name) {
+            pending.push((base, sealed_bytes, path));
+        }
+    }
+    if pending.is_empty() {
+        return Ok(false);
+    }
+    pending.sort_unstable_by_key(|&(base, ..)| base);
+    log_bases.sort_unstable();
+    let mut hole_at = None;
+    for (base, sealed_bytes, path) in pending {
+        if hole_at.is_some_and(|hole| base > hole) {
+            remove_if_exists(&path)?;
+            continue;
+        }
+        let intact = match log_bases.iter().copied().rfind(|&b| b < base) {
+            None => true,
+            Some(predecessor) => {
+                let mut segment = LogSegment::open(dir, predecessor, true, now_ms)?;
+                segment.recover(index_interval_bytes)?;
+                segment.on_become_inactive()?;
+                let kept = segment.size_bytes();
+                if kept != sealed_bytes {
+                    tracing::warn!(
+                        dir = %dir.display(),
+                        segment_base_offset = predecessor,
+                        sealed_bytes,
+                        kept_bytes = kept,
+                        dropped_segment_base_offset = base,
+                        "a crash came before a sealed log segment reached the disk and it lost part of its \
+                         tail; dropping the segments after it, which replication fills in again"
+                    );
+                }
+                kept == sealed_bytes
+            }
+        };
+        if intact {
+            fs::rename(&path, dir.join(segment_file_name(base, LOG_FILE_SUFFIX)))?;
+            let at = log_bases.partition_point(|&b| b < base);
+            log_bases.insert(at, base);
+            tracing::info!(dir = %dir.display(), segment_base_offset = base, "finished a segment seal interrupted by a crash");
+        } else {
+            remove_if_exists(&path)?;
+            for &later in log_bases.iter().filter(|&&b| b > base) {
+                remove_if_exists(&dir.join(segment_file_name(later, LOG_FILE_SUFFIX)))?;
+            }
+            log_bases.retain(|&b| b < base);
+            hole_at = Some(base);
+        }
+    }
+    Ok(true)
+}
+
+/// The names (those that are UTF-8; segment files always are) and paths of the files in `dir`.
+fn file_names(dir: &Path) -> Result<Vec<(String, std::path::PathBuf)>, LogError> {
+    let mut names = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        if let Ok(name) = entry.file_name().into_string() {
+            names.push((name, entry.path()));
+        }
+    }
+    Ok(names)
+}
+
+/// `<base>.log.pending-<bytes>` as `(base, bytes)`.
+fn parse_pending_log_name(name: &str) -> Option<(i64, u64)> {
+    let (segment, bytes) = name.split_once(PENDING_LOG_INFIX)?;
+    let base = parse_segment_file_name(segment, LOG_FILE_SUFFIX)?;
+    let sealed_bytes: u64 = bytes.parse().ok()?;
+    (sealed_bytes.to_string() == bytes).then_some((base, sealed_bytes))
+}
+
 /// Base offsets of the segments in `dir`, ascending. Index files without a `.log` are leftovers
 /// of an interrupted deletion and are removed, as Kafka does.
 pub(super) fn list_segments(dir: &Path) -> Result<Vec<i64>, LogError> {
     let mut log_bases = Vec::new();
     let mut index_files = Vec::new();
-    for entry in fs::read_dir(dir)? {
-        let entry = entry?;
-        let file_name = entry.file_name();
-        let Some(name) = file_name.to_str() else {
-            continue;
-        };
-        if let Some(base) = parse_segment_file_name(name, LOG_FILE_SUFFIX) {
+    for (name, path) in file_names(dir)? {
+        if let Some(base) = parse_segment_file_name(&name, LOG_FILE_SUFFIX) {
             log_bases.push(base);
-        } else if let Some(base) = parse_segment_file_name(name, INDEX_FILE_SUFFIX)
-            .or_else(|| parse_segment_file_name(name, TIME_INDEX_FILE_SUFFIX))
+        } else if let Some(base) = parse_segment_file_name(&name, INDEX_FILE_SUFFIX)
+            .or_else(|| parse_segment_file_name(&name, TIME_INDEX_FILE_SUFFIX))
         {
-            index_files.push((base, entry.path()));
+            index_files.push((base, path));
         }
     }
     log_bases.sort_unstable();

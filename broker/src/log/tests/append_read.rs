@@ -144,9 +144,9 @@ fn segments_roll_by_size_and_reads_cross_segment_boundaries() {
     }
     assert!(log.segment_count() > 5, "{} segments", log.segment_count());
     assert!(files(root.path()).contains(&"00000000000000000000.log".to_string()));
-    assert!(files(root.path()).iter().filter(|f| f.ends_with(".log")).count() == log.segment_count());
-    for file in files(root.path()).iter().filter(|f| f.ends_with(".log")) {
-        let len = std::fs::metadata(partition_dir(root.path()).join(file)).unwrap().len();
+    assert_eq!(log_files(root.path()).len(), log.segment_count());
+    for file in log_files(root.path()) {
+        let len = std::fs::metadata(partition_dir(root.path()).join(&file)).unwrap().len();
         assert!(len <= 1_000, "{file} has {len} bytes");
     }
 

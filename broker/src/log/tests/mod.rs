@@ -7,6 +7,7 @@ mod delete_records;
 mod leader_epoch;
 mod recovery;
 mod retention;
+mod seal;
 mod tail_cache;
 mod timestamps;
 
@@ -64,6 +65,13 @@ fn files(root: &Path) -> Vec<String> {
         .collect();
     names.sort();
     names
+}
+
+/// Names of the segments' `.log` files, sorted, the active one's included while it still carries
+/// its pending name (`<base>.log.pending-<bytes>`, until background writeback seals the segment
+/// before it).
+fn log_files(root: &Path) -> Vec<String> {
+    files(root).into_iter().filter(|f| f.contains(".log")).collect()
 }
 
 fn small_segments() -> LogConfig {

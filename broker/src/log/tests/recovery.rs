@@ -5,13 +5,19 @@ use std::os::unix::fs::FileExt;
 use super::*;
 use crate::log::CLEAN_SHUTDOWN_FILE;
 
-/// The last `.log` file of the partition, where a crash tears writes.
-fn last_log_file(root: &Path) -> PathBuf {
-    let last = files(root).into_iter().rfind(|f| f.ends_with(".log")).unwrap();
+/// The last segment's `.log` file (under its pending name if it has one), where a crash tears
+/// writes.
+pub(super) fn last_log_file(root: &Path) -> PathBuf {
+    let last = log_files(root).pop().unwrap();
     partition_dir(root).join(last)
 }
 
-fn file_len(path: &Path) -> u64 {
+/// Cuts (or extends) the file at `path` to `len` bytes, as a crash can.
+pub(super) fn set_file_len(path: &Path, len: u64) {
+    OpenOptions::new().write(true).open(path).unwrap().set_len(len).unwrap();
+}
+
+pub(super) fn file_len(path: &Path) -> u64 {
     std::fs::metadata(path).unwrap().len()
 }
 
@@ -88,13 +94,7 @@ fn torn_tail_of_the_last_of_many_segments_is_recovered() {
     let segments = log.segment_count();
     drop(log);
     let path = last_log_file(root.path());
-    let len = file_len(&path);
-    OpenOptions::new()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .set_len(len - 1)
-        .unwrap();
+    set_file_len(&path, file_len(&path) - 1);
 
     let mut log = open(root.path(), small_segments());
     assert_eq!(log.log_end_offset(), 24);
@@ -112,9 +112,13 @@ fn clean_close_and_reopen_keeps_everything() {
     let records = log.read(0, 1 << 20, 30, true).unwrap().records;
     let max = log.max_timestamp_offset();
     let by_time = log.offset_for_timestamp(T0 + 75).unwrap();
-    let files_before = files(root.path());
     log.close().unwrap();
     assert!(partition_dir(root.path()).join(CLEAN_SHUTDOWN_FILE).exists());
+    let files_before: Vec<String> = files(root.path()).into_iter().filter(|f| f != CLEAN_SHUTDOWN_FILE).collect();
+    assert!(
+        !files_before.iter().any(|f| f.contains(".pending-")),
+        "a clean close finishes the seal in flight: {files_before:?}"
+    );
 
     let mut log = open(root.path(), small_segments());
     assert!(
@@ -137,13 +141,7 @@ fn torn_tail_is_found_even_when_a_clean_marker_claims_otherwise() {
     append(&mut log, 2, 10, T0);
     log.close().unwrap();
     let path = last_log_file(root.path());
-    let len = file_len(&path);
-    OpenOptions::new()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .set_len(len - 3)
-        .unwrap();
+    set_file_len(&path, file_len(&path) - 3);
 
     let log = open(root.path(), LogConfig::default());
     assert_eq!(log.log_end_offset(), 2);

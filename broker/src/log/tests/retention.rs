@@ -72,10 +72,7 @@ fn retention_by_bytes_keeps_the_log_under_the_limit() {
         "{size} bytes left of {size_before}"
     );
     assert!(log.log_start_offset() > 0);
-    assert_eq!(
-        files(root.path()).iter().filter(|f| f.ends_with(".log")).count(),
-        log.segment_count()
-    );
+    assert_eq!(log_files(root.path()).len(), log.segment_count());
     let first = log.read(log.log_start_offset(), 1, 80, true).unwrap();
     assert_eq!(first_header(&first.records).base_offset, log.log_start_offset());
 }
