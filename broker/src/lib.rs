@@ -10,6 +10,7 @@ pub mod controller;
 pub mod fetch_session;
 pub mod fs;
 pub mod group;
+pub mod heap;
 pub mod http;
 pub mod log;
 pub mod metadata;

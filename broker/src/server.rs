@@ -119,6 +119,9 @@ async fn run_housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<boo
 /// segment worth it.
 const WRITEBACK_INTERVAL: Duration = Duration::from_secs(1);
 const WRITEBACK_MIN_BYTES: u64 = 1 << 20;
+/// Every this many writeback passes (seconds) the allocator's free pages go back to the kernel
+/// (`heap::release_free_memory`).
+const HEAP_TRIM_PASSES: u64 = 10;
 
 /// Starts writeback of what each active segment gained since the last pass (on a blocking
 /// thread, no lock held), so the fsync that seals a segment after it rolls finds at most about
@@ -132,10 +135,15 @@ async fn run_writeback(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>)
     let mut written: HashMap<(uuid::Uuid, i32), (i64, u64)> = HashMap::new();
     let mut ticker = tokio::time::interval(WRITEBACK_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut passes = 0u64;
     loop {
         tokio::select! {
             _ = shutdown.changed() => return,
             _ = ticker.tick() => {}
+        }
+        passes += 1;
+        if passes % HEAP_TRIM_PASSES == 0 {
+            let _ = tokio::task::spawn_blocking(crate::heap::release_free_memory).await;
         }
         let partitions = broker.replicas.all();
         let mut due = Vec::new();

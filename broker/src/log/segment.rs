@@ -398,7 +398,9 @@ impl LogSegment {
     pub fn recover(&mut self, index_interval_bytes: u32) -> Result<RecoveryOutcome, LogError> {
         self.indexes.reset(&self.files)?;
         let file_len = self.log.metadata()?.len();
-        let mut reader = BufReader::with_capacity(RECOVERY_BUFFER_BYTES, &*self.log);
+        // No larger than the file: opening a new or small partition must not cost a megabyte.
+        let buffer_bytes = usize::try_from(file_len).map_or(RECOVERY_BUFFER_BYTES, |len| len.min(RECOVERY_BUFFER_BYTES));
+        let mut reader = BufReader::with_capacity(buffer_bytes, &*self.log);
         reader.seek(SeekFrom::Start(0))?;
         let mut position = 0u64;
         let base_offset = self.base_offset();

@@ -14,7 +14,7 @@ use super::segment::{
     SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
 };
 use super::{LogConfig, LogError};
-use open::{complete_interrupted_swaps, list_segments, resolve_interrupted_seals};
+use open::{complete_interrupted_swaps, file_names, list_segments, resolve_interrupted_seals};
 pub use read::{PlannedRead, ReadResult};
 
 mod append;
@@ -119,8 +119,12 @@ impl PartitionLog {
         let clean_shutdown = marker.try_exists()?;
 
         complete_interrupted_swaps(&dir)?;
-        let mut dir_changed = resolve_interrupted_seals(&dir, config.index_interval_bytes, now_ms)?;
-        let base_offsets = list_segments(&dir)?;
+        let mut files = file_names(&dir)?;
+        let mut dir_changed = resolve_interrupted_seals(&dir, &files, config.index_interval_bytes, now_ms)?;
+        if dir_changed {
+            files = file_names(&dir)?;
+        }
+        let base_offsets = list_segments(&files)?;
         let mut inactive = VecDeque::with_capacity(base_offsets.len());
         // The first segment of an empty directory must be durable before any append. This is
         // also what makes a new partition's `partition.metadata` durable: its rename into a

@@ -3,7 +3,7 @@
 //! at the first invalid batch unless the stop was clean) and the leader-epoch cache.
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::PartitionLog;
@@ -169,13 +169,18 @@ pub(super) fn complete_interrupted_swaps(dir: &Path) -> Result<(), LogError> {
 /// the pending segment and every later one go, because they would follow a hole; their index
 /// files are left to [`list_segments`], which removes indexes without a `.log`. Returns whether
 /// the directory changed (the caller fsyncs it).
-pub(super) fn resolve_interrupted_seals(dir: &Arc<Path>, index_interval_bytes: u32, now_ms: i64) -> Result<bool, LogError> {
+pub(super) fn resolve_interrupted_seals(
+    dir: &Arc<Path>,
+    files: &[(String, PathBuf)],
+    index_interval_bytes: u32,
+    now_ms: i64,
+) -> Result<bool, LogError> {
     let mut pending = Vec::new();
     let mut log_bases = Vec::new();
-    for (name, path) in file_names(dir)? {
-        if let Some(base) = parse_segment_file_name(&name, LOG_FILE_SUFFIX) {
+    for (name, path) in files {
+        if let Some(base) = parse_segment_file_name(name, LOG_FILE_SUFFIX) {
             log_bases.push(base);
-        } else if let Some((base, sealed_bytes)) = parse_pending_log_name(&name) {
+        } else if let Some((base, sealed_bytes)) = parse_pending_log_name(name) {
             pending.push((base, sealed_bytes, path));
         }
     }
@@ -229,7 +234,7 @@ pub(super) fn resolve_interrupted_seals(dir: &Arc<Path>, index_interval_bytes: u
 }
 
 /// The names (those that are UTF-8; segment files always are) and paths of the files in `dir`.
-fn file_names(dir: &Path) -> Result<Vec<(String, std::path::PathBuf)>, LogError> {
+pub(super) fn file_names(dir: &Path) -> Result<Vec<(String, PathBuf)>, LogError> {
     let mut names = Vec::new();
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
@@ -248,16 +253,17 @@ fn parse_pending_log_name(name: &str) -> Option<(i64, u64)> {
     (sealed_bytes.to_string() == bytes).then_some((base, sealed_bytes))
 }
 
-/// Base offsets of the segments in `dir`, ascending. Index files without a `.log` are leftovers
-/// of an interrupted deletion and are removed, as Kafka does.
-pub(super) fn list_segments(dir: &Path) -> Result<Vec<i64>, LogError> {
+/// Base offsets of the segments among `files` (a listing of the partition directory),
+/// ascending. Index files without a `.log` are leftovers of an interrupted deletion and are
+/// removed, as Kafka does.
+pub(super) fn list_segments(files: &[(String, PathBuf)]) -> Result<Vec<i64>, LogError> {
     let mut log_bases = Vec::new();
     let mut index_files = Vec::new();
-    for (name, path) in file_names(dir)? {
-        if let Some(base) = parse_segment_file_name(&name, LOG_FILE_SUFFIX) {
+    for (name, path) in files {
+        if let Some(base) = parse_segment_file_name(name, LOG_FILE_SUFFIX) {
             log_bases.push(base);
-        } else if let Some(base) = parse_segment_file_name(&name, INDEX_FILE_SUFFIX)
-            .or_else(|| parse_segment_file_name(&name, TIME_INDEX_FILE_SUFFIX))
+        } else if let Some(base) = parse_segment_file_name(name, INDEX_FILE_SUFFIX)
+            .or_else(|| parse_segment_file_name(name, TIME_INDEX_FILE_SUFFIX))
         {
             index_files.push((base, path));
         }
