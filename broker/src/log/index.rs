@@ -6,8 +6,10 @@
 //!
 //! Only the active segment keeps its entries in memory (the hot tail that consumers read), and
 //! they are added there only: they reach the file in bulk, one positional write for all entries
-//! not yet written, when the segment is sealed, when the log is flushed or written back, at a
-//! clean close, and whenever [`MAX_UNWRITTEN_INDEX_ENTRIES`] have accumulated. The file on disk
+//! not yet written, when the segment is sealed, when the log is flushed or written back
+//! (background writeback, each second, for a segment that grew by a MiB), and at a clean close;
+//! never from an append, so the produce path writes no index file. Recovery, which rebuilds a
+//! segment's indexes, writes them every [`MAX_UNWRITTEN_INDEX_ENTRIES`]. The file on disk
 //! may therefore hold fewer entries than the log has batches for: a sparse index that is short
 //! only makes a scan start earlier, never wrong, and after an unclean stop the active segment's
 //! indexes are rebuilt from the log anyway.
@@ -25,9 +27,9 @@ use std::path::Path;
 
 use crate::fs::remove_if_exists;
 
-/// Entries added to an in-memory index before they are written to its file even though no
-/// flush, roll or close came: bounds how far the file lags behind (a few KiB of entries, about
-/// a megabyte of log at the default `index.interval.bytes`) and the size of one bulk write.
+/// Entries a recovery rebuilds in memory before it writes them to the index file: bounds the
+/// size of one bulk write (a few KiB of entries, about a megabyte of log at the default
+/// `index.interval.bytes`).
 pub const MAX_UNWRITTEN_INDEX_ENTRIES: usize = 256;
 
 /// Bulk writes are encoded through a stack buffer of this size, one `pwrite` per buffer.

@@ -177,7 +177,8 @@ impl SegmentIndexes {
         self.bytes_since_last_index_entry += header.total_len() as u64;
     }
 
-    /// Writes both indexes' unwritten entries once either has [`MAX_UNWRITTEN_INDEX_ENTRIES`].
+    /// Writes both indexes' unwritten entries once either has [`MAX_UNWRITTEN_INDEX_ENTRIES`]
+    /// (recovery, which rebuilds a whole segment's indexes at once).
     fn write_if_due(&mut self, files: &SegmentFiles) -> io::Result<()> {
         let most = self
             .offset_index
@@ -431,8 +432,9 @@ impl LogSegment {
         })
     }
 
-    /// Writes already stamped batches at the end of the segment and indexes them (in memory;
-    /// the index files get the entries in bulk, see [`crate::log::index`]).
+    /// Writes already stamped batches at the end of the segment and indexes them in memory.
+    /// The index files get the entries in bulk from background writeback, a flush, the seal or a
+    /// clean close (see [`crate::log::index`]), never from here: an append writes only the log.
     pub fn append(&mut self, records: &[u8], index_interval_bytes: u32) -> Result<(), LogError> {
         let start = self.size_bytes;
         self.log.write_all_at(records, start)?;
@@ -444,7 +446,6 @@ impl LogSegment {
             self.indexes
                 .on_batch(&header, start + range.start as u64, index_interval_bytes);
         }
-        self.indexes.write_if_due(&self.files)?;
         Ok(())
     }
 

@@ -40,21 +40,18 @@ fn assert_every_offset_reads_its_batch(log: &PartitionLog) {
 }
 
 #[test]
-fn appended_index_entries_are_written_only_once_the_bound_is_reached() {
+fn appends_write_no_index_entry_however_many_wait_and_writeback_writes_them_all() {
     let root = tempfile::tempdir().unwrap();
     let mut log = open(root.path(), dense_index());
-    let bound = MAX_UNWRITTEN_INDEX_ENTRIES as i64;
-    // `bound` entries need `bound + 1` batches; one short of that writes nothing.
-    append_batches(&mut log, bound);
-    assert_eq!(file_len(root.path(), FIRST_INDEX), 0);
+    let many = 3 * MAX_UNWRITTEN_INDEX_ENTRIES as i64;
+    append_batches(&mut log, many + 1); // `many` entries
+    assert_eq!(file_len(root.path(), FIRST_INDEX), 0, "the produce path writes no index file");
     assert_eq!(file_len(root.path(), FIRST_TIME_INDEX), 0);
     assert_every_offset_reads_its_batch(&log);
 
-    append_batches(&mut log, 1);
-    assert_eq!(file_len(root.path(), FIRST_INDEX), bound as u64 * 8, "one bulk write");
-    assert_eq!(file_len(root.path(), FIRST_TIME_INDEX), bound as u64 * 12);
-    append_batches(&mut log, bound - 1);
-    assert_eq!(file_len(root.path(), FIRST_INDEX), bound as u64 * 8, "the rest waits again");
+    log.write_index_entries().unwrap();
+    assert_eq!(file_len(root.path(), FIRST_INDEX), many as u64 * 8, "one bulk write");
+    assert_eq!(file_len(root.path(), FIRST_TIME_INDEX), many as u64 * 12);
     assert_every_offset_reads_its_batch(&log);
 }
 
@@ -124,8 +121,10 @@ fn unclean_shutdown_rebuilds_the_active_index_from_the_log() {
     let root = tempfile::tempdir().unwrap();
     let bound = MAX_UNWRITTEN_INDEX_ENTRIES as i64;
     let mut log = open(root.path(), dense_index());
-    // Some entries written (the bound passed), more only in memory when the process dies.
-    append_batches(&mut log, bound + 50);
+    // Some entries written (by writeback), more only in memory when the process dies.
+    append_batches(&mut log, bound + 1);
+    log.write_index_entries().unwrap();
+    append_batches(&mut log, 49);
     assert_eq!(file_len(root.path(), FIRST_INDEX), bound as u64 * 8);
     drop(log); // no close: the buffered entries are lost with the process
 
