@@ -147,10 +147,14 @@ async fn run_writeback(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>)
         }
         let partitions = broker.replicas.all();
         let mut due = Vec::new();
-        let seals: Vec<_> = partitions.iter().filter(|p| p.has_pending_seal()).cloned().collect();
+        let mut seals = Vec::new();
         for partition in &partitions {
             let key = (partition.topic_id, partition.index);
-            let (segment, file, size) = partition.active_segment();
+            let active = partition.active_segment();
+            if active.seal_pending {
+                seals.push(partition.clone());
+            }
+            let (segment, file, size) = (active.base_offset, active.file, active.size_bytes);
             let done = match written.get(&key) {
                 Some(&(seen, done)) if seen == segment && done <= size => done,
                 _ => 0,

@@ -54,7 +54,7 @@ pub use index::{OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset, MAX_UNW
 pub use leader_epoch::{LEADER_EPOCH_CHECKPOINT_FILE, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET};
 pub use log_to_clean::LogToClean;
 pub use partition_log::{
-    AppendInfo, PartitionLog, PlannedRead, ReadResult, CLEAN_SHUTDOWN_FILE, FILES_PER_IDLE_REPLICA,
+    ActiveSegment, AppendInfo, PartitionLog, PlannedRead, ReadResult, CLEAN_SHUTDOWN_FILE, FILES_PER_IDLE_REPLICA,
     LOG_START_OFFSET_FILE,
 };
 pub use segment::{LogSegment, RecoveryOutcome};

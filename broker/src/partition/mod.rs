@@ -303,19 +303,14 @@ impl Partition {
     }
 
     /// Bytes of this replica's log on disk (DescribeLogDirs).
-    /// The active segment's base offset, file and size (see `PartitionLog::active_segment`).
-    pub fn active_segment(&self) -> (i64, std::sync::Arc<std::fs::File>, u64) {
+    /// What background writeback works on (see `PartitionLog::active_segment`).
+    pub fn active_segment(&self) -> crate::log::ActiveSegment {
         self.log.lock().active_segment()
     }
 
     /// Writes the active segment's buffered index entries to their files (background writeback).
     pub fn write_index_entries(&self) -> Result<(), LogError> {
         self.log.lock().write_index_entries()
-    }
-
-    /// Whether the last roll's seal still waits for background writeback.
-    pub fn has_pending_seal(&self) -> bool {
-        self.log.lock().has_pending_seal()
     }
 
     /// Finishes the seal the last roll left to background writeback (see

@@ -82,6 +82,14 @@ pub struct PartitionLog {
     deferred_seals: u64,
 }
 
+/// See [`PartitionLog::active_segment`].
+pub struct ActiveSegment {
+    pub base_offset: i64,
+    pub file: Arc<File>,
+    pub size_bytes: u64,
+    pub seal_pending: bool,
+}
+
 /// A seal a roll left to background writeback: the sealed segment's files to fsync. See
 /// [`PartitionLog::pending_seal`].
 #[derive(Debug)]
@@ -523,13 +531,14 @@ impl PartitionLog {
     }
 
     /// What background writeback works on: the active segment's base offset (which names it),
-    /// its file and its size.
-    pub fn active_segment(&self) -> (i64, Arc<File>, u64) {
-        (
-            self.active.base_offset(),
-            self.active.log_file(),
-            self.active.size_bytes(),
-        )
+    /// its file and its size, and whether the seal of the segment before it is still to do.
+    pub fn active_segment(&self) -> ActiveSegment {
+        ActiveSegment {
+            base_offset: self.active.base_offset(),
+            file: self.active.log_file(),
+            size_bytes: self.active.size_bytes(),
+            seal_pending: self.has_pending_seal(),
+        }
     }
 
     pub fn segment_count(&self) -> usize {
