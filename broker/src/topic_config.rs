@@ -50,6 +50,8 @@ pub enum ConfigType {
     Long = 5,
     Double = 6,
     List = 7,
+    /// A secret (Kafka's PASSWORD): DescribeConfigs marks it sensitive and shows no value.
+    Password = 9,
 }
 
 impl ConfigType {
@@ -57,7 +59,7 @@ impl ConfigType {
     pub fn validate(self, value: &str) -> Result<(), String> {
         let ok = match self {
             ConfigType::Boolean => matches!(value, "true" | "false"),
-            ConfigType::String | ConfigType::List => true,
+            ConfigType::String | ConfigType::List | ConfigType::Password => true,
             ConfigType::Int => value.parse::<i32>().is_ok(),
             ConfigType::Short => value.parse::<i16>().is_ok(),
             ConfigType::Long => value.parse::<i64>().is_ok(),

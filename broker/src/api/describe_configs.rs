@@ -165,17 +165,20 @@ fn describe_broker(
 /// One broker config whose value comes from the first of `layers`, the rest its synonyms.
 fn broker_entry(key: &str, layers: &[(&str, ConfigSource)], options: Options) -> DescribeConfigsResourceResult {
     let (value, source) = layers[0];
-    let synonyms = if options.synonyms {
+    let synonyms = if options.synonyms && !crate::config::security::is_sensitive(key) {
         layers.iter().map(|(v, s)| synonym(key, v, *s)).collect()
     } else {
         Vec::new()
     };
+    // Secrets are listed as set, never shown (Kafka's PASSWORD configs).
+    let sensitive = crate::config::security::is_sensitive(key);
     DescribeConfigsResourceResult::default()
         .with_name(str_bytes(key))
-        .with_value(Some(str_bytes(value)))
+        .with_value((!sensitive).then(|| str_bytes(value)))
+        .with_is_sensitive(sensitive)
         .with_read_only(!topic_config::is_dynamic_broker_config(key))
         .with_config_source(source as i8)
-        .with_config_type(ConfigType::String as i8)
+        .with_config_type(if sensitive { ConfigType::Password } else { ConfigType::String } as i8)
         .with_synonyms(synonyms)
 }
 

@@ -8,6 +8,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 
+use super::security::SecurityProtocol;
 use super::ConfigError;
 
 /// The listener a node has when nothing names one: `PLAINTEXT://127.0.0.1:9092`.
@@ -18,9 +19,6 @@ const DEFAULT_BIND: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST)
 pub const DEFAULT_SECURITY_PROTOCOL_MAP: &str =
     "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL";
 
-/// The one security protocol Sluice serves so far (Kafka's id 0).
-const PLAINTEXT: &str = "PLAINTEXT";
-
 /// One named Kafka listener.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listener {
@@ -29,6 +27,8 @@ pub struct Listener {
     pub bind: SocketAddr,
     pub advertised_host: String,
     pub advertised_port: i32,
+    /// From `listener.security.protocol.map`.
+    pub protocol: SecurityProtocol,
 }
 
 /// The listener settings as given: `--listen`/`--advertise` and the four `--set` keys.
@@ -52,10 +52,11 @@ impl Listeners {
     pub fn resolve(s: &ListenerSettings<'_>) -> Result<Listeners, ConfigError> {
         let bound = bound_listeners(s)?;
         let advertised = advertised_listeners(s, &bound)?;
-        check_security_protocols(s.security_protocol_map, &bound)?;
+        let protocols = security_protocols(s.security_protocol_map, &bound)?;
         let all: Vec<Listener> = bound
             .into_iter()
-            .map(|(name, given_host, bind)| {
+            .zip(protocols)
+            .map(|((name, given_host, bind), protocol)| {
                 let (advertised_host, advertised_port) = match advertised.iter().find(|(n, _, _)| *n == name) {
                     Some((_, host, port)) => (host.clone(), *port),
                     None => (advertisable_host(&name, &given_host, bind)?, i32::from(bind.port())),
@@ -65,11 +66,20 @@ impl Listeners {
                     bind,
                     advertised_host,
                     advertised_port,
+                    protocol,
                 })
             })
             .collect::<Result<_, ConfigError>>()?;
         let inter_broker = inter_broker_listener(s.inter_broker_listener_name, &all)?;
         Ok(Listeners { all, inter_broker })
+    }
+
+    /// The listener brokers reach each other through.
+    pub fn inter_broker_listener(&self) -> &Listener {
+        self.all
+            .iter()
+            .find(|l| l.name == self.inter_broker)
+            .expect("resolve checks that the inter-broker listener is one of the listeners")
     }
 
     /// `listeners` as Kafka writes it, for DescribeConfigs.
@@ -271,35 +281,34 @@ fn bind_address(key: &str, value: &str, host: &str, port: u16) -> Result<SocketA
         })
 }
 
-fn check_security_protocols(map: &str, bound: &[(String, String, SocketAddr)]) -> Result<(), ConfigError> {
+/// Each bound listener's security protocol, in `bound`'s order.
+fn security_protocols(map: &str, bound: &[(String, String, SocketAddr)]) -> Result<Vec<SecurityProtocol>, ConfigError> {
     let key = "listener.security.protocol.map";
     let mut protocols = Vec::new();
     for entry in map.split(',').map(str::trim).filter(|e| !e.is_empty()) {
         let (name, protocol) = entry
             .split_once(':')
             .ok_or_else(|| invalid(key, map, format!("{entry:?} is not NAME:PROTOCOL")))?;
-        protocols.push((name.trim().to_ascii_uppercase(), protocol.trim().to_ascii_uppercase()));
+        let protocol = SecurityProtocol::parse(protocol).ok_or_else(|| {
+            invalid(
+                key,
+                map,
+                format!("{protocol:?} is not a security protocol; use PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"),
+            )
+        })?;
+        protocols.push((name.trim().to_ascii_uppercase(), protocol));
     }
-    for (name, _, _) in bound {
-        match protocols.iter().find(|(n, _)| n == name) {
-            Some((_, protocol)) if protocol == PLAINTEXT => {}
-            Some((_, protocol)) => {
-                return Err(invalid(
-                    key,
-                    map,
-                    format!("listener {name} uses {protocol}, which Sluice does not serve yet; only PLAINTEXT listeners are supported"),
-                ))
-            }
-            None => {
-                return Err(invalid(
-                    key,
-                    map,
-                    format!("listener {name} has no security protocol; add {name}:PLAINTEXT to listener.security.protocol.map"),
-                ))
-            }
-        }
-    }
-    Ok(())
+    bound
+        .iter()
+        .map(|(name, _, _)| match protocols.iter().find(|(n, _)| n == name) {
+            Some((_, protocol)) => Ok(*protocol),
+            None => Err(invalid(
+                key,
+                map,
+                format!("listener {name} has no security protocol; add {name}:PLAINTEXT (or SSL, SASL_PLAINTEXT, SASL_SSL) to listener.security.protocol.map"),
+            )),
+        })
+        .collect()
 }
 
 fn inter_broker_listener(given: &str, all: &[Listener]) -> Result<String, ConfigError> {
@@ -388,6 +397,19 @@ mod tests {
     }
 
     #[test]
+    fn each_listener_takes_its_protocol_from_the_map() {
+        let l = Listeners::resolve(&settings(
+            "SSL://127.0.0.1:9093,INTERNAL://127.0.0.1:9092",
+            "",
+            "SSL",
+        ))
+        .unwrap();
+        assert_eq!(l.all[0].protocol, SecurityProtocol::Ssl);
+        assert_eq!(l.all[1].protocol, SecurityProtocol::Plaintext);
+        assert_eq!(l.inter_broker_listener().name, "SSL");
+    }
+
+    #[test]
     fn a_listener_without_an_advertised_address_advertises_what_it_binds() {
         let l = Listeners::resolve(&settings(
             "INTERNAL://127.0.0.2:9092,EXTERNAL://[::1]:19092",
@@ -420,8 +442,10 @@ mod tests {
                 .contains("inter.broker.listener.name")
         );
         assert!(error(&settings("INTERNAL://127.0.0.1:1", "", "EXTERNAL")).contains("not one of the listeners"));
-        assert!(error(&settings("SSL://127.0.0.1:1", "", "")).contains("only PLAINTEXT"));
         assert!(error(&settings("OTHER://127.0.0.1:1", "", "")).contains("add OTHER:PLAINTEXT"));
+        let mut bad_protocol = settings("INTERNAL://127.0.0.1:1", "", "");
+        bad_protocol.security_protocol_map = "INTERNAL:TLS";
+        assert!(error(&bad_protocol).contains("not a security protocol"));
         let mut both = settings("INTERNAL://127.0.0.1:1", "", "");
         both.listen = Some(DEFAULT_BIND);
         assert!(error(&both).contains("--listen"));

@@ -20,11 +20,14 @@ pub use group::{GroupConfig, OffsetsSettings};
 pub use listeners::{Listener, Listeners, DEFAULT_LISTENER_NAME};
 use quota::quota_config;
 pub use quota::QuotaConfig;
+pub use security::{SaslMechanism, SecurityProtocol, SecuritySettings};
 
 mod group;
 pub mod listeners;
 pub mod open_files;
+pub mod principal_rules;
 mod quota;
+pub mod security;
 
 /// Command-line interface of the `sluice` binary.
 #[derive(Debug, Clone, Parser)]
@@ -85,6 +88,14 @@ pub struct Cli {
     #[arg(long, env = "SLUICE_CLUSTER_SECRET", hide_env_values = true, value_name = "SECRET")]
     pub cluster_secret: Option<SecretText>,
 
+    /// A SCRAM user to create when the cluster's metadata has none of that name, in Kafka's
+    /// `kafka-storage format --add-scram` syntax:
+    /// `SCRAM-SHA-512=[name=admin,password=admin-secret]`. Repeat for several. Prefer the
+    /// SLUICE_ADD_SCRAM environment variable (entries separated by spaces), which keeps the
+    /// password off the command line.
+    #[arg(long = "add-scram", value_name = "MECHANISM=[name=...,password=...]")]
+    pub add_scram: Vec<SecretText>,
+
     /// Any broker setting by its Kafka property name, e.g. `--set num.partitions=3`.
     /// Repeat for several. Unknown names are refused so that typos do not go unnoticed.
     #[arg(long = "set", value_name = "KEY=VALUE")]
@@ -116,6 +127,19 @@ impl std::str::FromStr for SecretText {
 impl fmt::Debug for SecretText {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("<redacted>")
+    }
+}
+
+impl From<String> for SecretText {
+    fn from(s: String) -> Self {
+        SecretText(s)
+    }
+}
+
+impl SecretText {
+    /// The secret itself, for the one place that uses it (never for a log line).
+    pub fn expose(&self) -> &str {
+        &self.0
     }
 }
 
@@ -174,7 +198,7 @@ macro_rules! broker_settings {
 broker_settings! {
     "listeners", "", String, "Named listeners to bind, NAME://host:port,... (default PLAINTEXT://127.0.0.1:9092, or --listen).";
     "advertised.listeners", "", String, "What each listener tells clients to dial, NAME://host:port,... (default: what it binds, or --advertise).";
-    "listener.security.protocol.map", listeners::DEFAULT_SECURITY_PROTOCOL_MAP, String, "NAME:PROTOCOL for every listener; only PLAINTEXT is served so far.";
+    "listener.security.protocol.map", listeners::DEFAULT_SECURITY_PROTOCOL_MAP, String, "NAME:PROTOCOL for every listener: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.";
     "inter.broker.listener.name", "", String, "The listener followers fetch from leaders through (default: the only listener, or PLAINTEXT).";
     "num.partitions", "1", Int, "Partitions of an auto-created topic or one created without a count.";
     "default.replication.factor", "3", Short, "Replicas of a topic created without a factor (lowered to the live brokers).";
@@ -230,6 +254,38 @@ broker_settings! {
     "max.incremental.fetch.session.cache.slots", "1000", Int, "Incremental fetch sessions (KIP-227) kept at once; more clients fetch in full.";
     "min.incremental.fetch.session.eviction.ms", "120000", Int, "A fetch session unused this long may give its slot to a new one.";
     "fetch.session.cache.max.partitions", "1000000", Int, "Partitions held over all fetch sessions (Sluice's own); a session past it is dropped.";
+    "ssl.keystore.type", "", String, "PEM or PKCS12 (JKS is refused: convert it with keytool); empty: told by the file's contents.";
+    "ssl.keystore.location", "", String, "File with this broker's certificate chain and private key: PEM, or a PKCS12 store.";
+    "ssl.keystore.password", "", Password, "Password of a PKCS12 keystore.";
+    "ssl.key.password", "", Password, "Password of the private key when it differs from the keystore's.";
+    "ssl.keystore.certificate.chain", "", Password, "The certificate chain as PEM text, instead of ssl.keystore.location (KIP-651).";
+    "ssl.keystore.key", "", Password, "The unencrypted private key as PEM text, with ssl.keystore.certificate.chain.";
+    "ssl.truststore.type", "", String, "PEM or PKCS12; empty: told by the file's contents.";
+    "ssl.truststore.location", "", String, "CA certificates that client certificates (and other brokers') must chain to.";
+    "ssl.truststore.password", "", Password, "Password of a PKCS12 truststore.";
+    "ssl.truststore.certificates", "", Password, "Trusted CA certificates as PEM text, instead of ssl.truststore.location.";
+    "ssl.client.auth", "none", String, "none, requested or required: whether TLS clients present a certificate (mutual TLS).";
+    "ssl.enabled.protocols", "TLSv1.2,TLSv1.3", List, "TLS versions offered.";
+    "ssl.protocol", "TLSv1.3", String, "Accepted for Kafka configurations; ssl.enabled.protocols decides.";
+    "ssl.cipher.suites", "", List, "IANA names of the cipher suites offered (empty: rustls's safe defaults).";
+    "ssl.principal.mapping.rules", "DEFAULT", String, "How a client certificate's distinguished name becomes its principal name.";
+    "ssl.endpoint.identification.algorithm", "https", String, "As a client of another broker, check its certificate names the host dialled (empty: do not).";
+    "ssl.reload.check.interval.ms", "5000", Long, "How often certificate and key files are checked for changes, which take effect without a restart (Sluice's own).";
+    "sasl.enabled.mechanisms", "SCRAM-SHA-256,SCRAM-SHA-512", List, "Mechanisms SASL listeners offer: SCRAM-SHA-256, SCRAM-SHA-512, PLAIN, OAUTHBEARER (Kafka's default GSSAPI is not served).";
+    "sasl.mechanism.inter.broker.protocol", "", String, "Mechanism brokers log in to each other's SASL listener with, using listener.name.<l>.<mech>.sasl.jaas.config (empty: the cluster secret).";
+    "sasl.server.max.receive.size", "524288", Int, "Largest frame accepted from a connection before it has authenticated.";
+    "connections.max.reauth.ms", "0", Long, "Lifetime of a SASL session; clients re-authenticate before it ends, or are disconnected (0: no limit).";
+    "connection.failed.authentication.delay.ms", "100", Int, "How long a failed authentication waits before its answer and the close.";
+    "sasl.oauthbearer.jwks.endpoint.url", "", String, "JWKS that OAUTHBEARER tokens are checked against: file:///path, a path, or http(s):// URL.";
+    "sasl.oauthbearer.expected.audience", "", List, "Audiences a token must name one of (empty: not checked).";
+    "sasl.oauthbearer.expected.issuer", "", String, "Issuer a token must name (empty: not checked).";
+    "sasl.oauthbearer.sub.claim.name", "sub", String, "Claim naming the principal.";
+    "sasl.oauthbearer.scope.claim.name", "scope", String, "Claim holding the token's scopes.";
+    "sasl.oauthbearer.clock.skew.seconds", "30", Int, "Clock difference allowed when checking a token's times.";
+    "sasl.oauthbearer.jwks.endpoint.refresh.ms", "3600000", Long, "How often the JWKS is read again.";
+    "authorizer.class.name", "", String, "Set (to org.apache.kafka.metadata.authorizer.StandardAuthorizer) to enforce ACLs.";
+    "super.users", "", String, "Principals allowed everything, separated by ; (e.g. User:admin).";
+    "allow.everyone.if.no.acl.found", "false", Boolean, "With an authorizer, allow an operation on a resource no ACL names.";
     "metrics.listen", "", String, "IP:PORT of the HTTP server for Prometheus at /metrics and the console at / (off when empty).";
     "metrics.max.connections", "32", Int, "HTTP connections served at once on metrics.listen; more wait in the backlog (Sluice's own).";
 }
@@ -253,6 +309,8 @@ pub struct BrokerConfig {
     pub data_dir: PathBuf,
     /// The Kafka listeners: what each binds and advertises, and the inter-broker one.
     pub listeners: Listeners,
+    /// Each listener's TLS and SASL settings, the authorizer, `--add-scram` users.
+    pub security: SecuritySettings,
     pub num_partitions: i32,
     /// Replicas of a topic created without an explicit factor, lowered by the controller to
     /// the number of live brokers (so a single node still creates topics).
@@ -324,7 +382,11 @@ pub struct BrokerConfig {
     /// Client quota measurement (`quota.window.*`).
     pub quota: QuotaConfig,
     /// Every `--set` value, by Kafka name: broker-level defaults for topic configs live here.
+    /// Sensitive settings are not among them (see `secret_keys`).
     pub overrides: BTreeMap<String, String>,
+    /// The names of the sensitive settings given (passwords, keys): DescribeConfigs lists them
+    /// as set, without a value.
+    pub secret_keys: Vec<String>,
 }
 
 impl BrokerConfig {
@@ -332,7 +394,10 @@ impl BrokerConfig {
         if cli.node_id < 0 {
             return Err(ConfigError::BadNodeId(cli.node_id));
         }
-        let overrides = parse_settings(&cli.settings)?;
+        let ParsedSettings {
+            plain: overrides,
+            secrets,
+        } = parse_settings(&cli.settings)?;
         let get = |key: &str| broker_value(&overrides, key);
         let listeners = Listeners::resolve(&listeners::ListenerSettings {
             listen: cli.listen,
@@ -342,6 +407,25 @@ impl BrokerConfig {
             security_protocol_map: &get("listener.security.protocol.map"),
             inter_broker_listener_name: &get("inter.broker.listener.name"),
         })?;
+        let mut add_scram = Vec::new();
+        for given in &cli.add_scram {
+            add_scram.extend(security::parse_add_scram(given.expose())?);
+        }
+        if let Ok(from_env) = std::env::var("SLUICE_ADD_SCRAM") {
+            add_scram.extend(security::parse_add_scram(&from_env)?);
+        }
+        let protocols: Vec<(String, SecurityProtocol)> =
+            listeners.all.iter().map(|l| (l.name.clone(), l.protocol)).collect();
+        let security = security::resolve(
+            &security::SettingsView {
+                value: &|key| broker_value(&overrides, key),
+                is_set: &|key| overrides.contains_key(key) || secrets.contains_key(key),
+                secret: &|key| secrets.get(key).cloned(),
+            },
+            &protocols,
+            &listeners.inter_broker,
+            add_scram,
+        )?;
         let (voters, controller_listen) = quorum_membership(cli)?;
         let cluster_secret = cluster_secret(cli, voters.len())?;
         let cluster_id = cli
@@ -393,6 +477,7 @@ impl BrokerConfig {
             node_id: cli.node_id,
             data_dir: cli.data_dir.clone(),
             listeners,
+            security,
             num_partitions: parse_num("num.partitions", &get("num.partitions"))?,
             default_replication_factor: parse_num("default.replication.factor", &get("default.replication.factor"))?,
             auto_create_topics_enable: get("auto.create.topics.enable") == "true",
@@ -445,6 +530,7 @@ impl BrokerConfig {
             )?,
             offsets_topic_segment_bytes: parse_num("offsets.topic.segment.bytes", &get("offsets.topic.segment.bytes"))?,
             quota: quota_config(&get)?,
+            secret_keys: secrets.keys().cloned().collect(),
             overrides,
         })
     }
@@ -477,8 +563,17 @@ impl BrokerConfig {
         for setting in BROKER_SETTINGS.iter().filter(|s| !derived.contains(&s.name)) {
             match self.overrides.get(setting.name) {
                 Some(v) => out.push((setting.name.to_string(), v.clone(), true)),
+                None if self.secret_keys.iter().any(|k| k == setting.name) => {
+                    out.push((setting.name.to_string(), String::new(), true))
+                }
                 None => out.push((setting.name.to_string(), setting.default.to_string(), false)),
             }
+        }
+        for key in self.overrides.keys().filter(|k| k.starts_with("listener.name.")) {
+            out.push((key.clone(), self.overrides[key].clone(), true));
+        }
+        for key in self.secret_keys.iter().filter(|k| k.starts_with("listener.name.")) {
+            out.push((key.clone(), String::new(), true));
         }
         for def in topic_config::DEFS {
             let Some(broker_key) = def.broker_synonym else { continue };
@@ -592,25 +687,39 @@ fn broker_value(overrides: &BTreeMap<String, String>, key: &str) -> String {
     })
 }
 
-fn parse_settings(settings: &[String]) -> Result<BTreeMap<String, String>, ConfigError> {
-    let mut out = BTreeMap::new();
+/// `--set` values by key, the sensitive ones (passwords, keys, JAAS lines) kept apart so
+/// that nothing that lists settings can show them.
+#[derive(Debug, Default)]
+struct ParsedSettings {
+    plain: BTreeMap<String, String>,
+    secrets: BTreeMap<String, SecretText>,
+}
+
+fn parse_settings(settings: &[String]) -> Result<ParsedSettings, ConfigError> {
+    let mut out = ParsedSettings::default();
     for setting in settings {
         let (key, value) = setting
             .split_once('=')
-            .ok_or_else(|| ConfigError::NotKeyValue(setting.clone()))?;
+            .ok_or_else(|| ConfigError::NotKeyValue(setting.chars().take_while(|c| *c != ' ').take(80).collect()))?;
         let (key, value) = (key.trim(), value.trim());
+        let per_listener = security::is_per_listener_key(key);
         let ty = BROKER_SETTINGS
             .iter()
             .find(|s| s.name == key)
             .map(|s| s.ty)
             .or_else(|| topic_config::by_broker_synonym(key).map(|d| d.ty))
+            .or_else(|| per_listener.then_some(ConfigType::String))
             .ok_or_else(|| ConfigError::UnknownKey(key.to_string()))?;
+        if security::is_sensitive(key) {
+            out.secrets.insert(key.to_string(), SecretText(value.to_string()));
+            continue;
+        }
         ty.validate(value).map_err(|reason| ConfigError::InvalidValue {
             key: key.to_string(),
             value: value.to_string(),
             reason,
         })?;
-        out.insert(key.to_string(), value.to_string());
+        out.plain.insert(key.to_string(), value.to_string());
     }
     Ok(out)
 }
@@ -692,7 +801,7 @@ mod tests {
                 "{} is not listed",
                 setting.name
             );
-            if !setting.default.is_empty() {
+            if !setting.default.is_empty() && setting.ty != ConfigType::Password {
                 parse_settings(&[format!("{}={}", setting.name, setting.default)])
                     .unwrap_or_else(|e| panic!("{}'s default is refused: {e}", setting.name));
             }

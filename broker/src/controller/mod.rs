@@ -7,12 +7,13 @@
 //! `partition_change` (AlterPartition, elections, taking a broker out of service),
 //! `elect_leaders` (the ElectLeaders admin request), `reassignment` (moving a partition to new
 //! replicas), `brokers` (registration, fencing, controlled shutdown, liveness), `configs`,
-//! `quotas` (client quotas) and `producer_ids`.
+//! `quotas` (client quotas), `scram` (SCRAM credentials), `acls` and `producer_ids`.
 //! Managers depend only on `outcome` and on each other downward, never on `decide`.
 //!
 //! `timer` is the one part with a clock: the active controller's loop that proposes fencing
 //! and preferred leader elections, deciding what to propose with the pure functions.
 
+pub mod acls;
 mod brokers;
 mod configs;
 mod elect_leaders;
@@ -21,6 +22,7 @@ mod placement;
 mod producer_ids;
 pub mod quotas;
 mod reassignment;
+pub mod scram;
 pub mod timer;
 mod topics;
 
@@ -116,5 +118,17 @@ pub fn decide(image: &MetadataImage, command: &MetadataCommand) -> Result<(Vec<M
             target,
         } => done(reassign_partition(image, name, *partition, target.as_deref())?),
         MetadataCommand::AlterClientQuotas { entity, ops } => done(alter_client_quotas(image, entity, ops)?),
+        MetadataCommand::AlterScramCredentials {
+            deletions,
+            upsertions,
+            only_if_absent,
+        } => Ok(scram::alter_scram_credentials(
+            image,
+            deletions,
+            upsertions,
+            *only_if_absent,
+        )),
+        MetadataCommand::CreateAcls { acls } => done(acls::create_acls(image, acls)?),
+        MetadataCommand::DeleteAcls { filters } => Ok(acls::delete_acls(image, filters)),
     }
 }

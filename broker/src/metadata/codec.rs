@@ -16,10 +16,13 @@ use std::fmt::Display;
 use prost::Message;
 use uuid::Uuid;
 
+use super::acls::{
+    AclBinding, AclFilter, AclOperation, AclPermission, AclTable, PatternFilter, PatternType, ResourceType,
+};
 use super::image::{BrokerRegistration, MetadataImage, PartitionRegistration, TopicImage};
 use super::records::{
     AlterOp, ConfigResource, ElectionType, Endpoint, MetadataCommand, MetadataRecord, NewTopic, Proposal, QuotaEntity,
-    QuotaName, QuotaValue,
+    QuotaName, QuotaValue, ScramCredential, ScramMechanism,
 };
 
 /// The prost types generated from `metadata.proto` by `build.rs`.
@@ -39,7 +42,9 @@ pub mod pb {
 /// registrations that wait for the previous session, the record of a pending incarnation (an
 /// image field too), and unfencing by the broker's own incarnation. A version-3 build would
 /// accept such a registration at once and unfence the previous incarnation.
-pub const METADATA_VERSION: u32 = 4;
+/// Version 5 added SCRAM credentials and ACLs (commands, records and image fields a version-4
+/// build would drop, letting users in with passwords since changed and ignoring ACLs).
+pub const METADATA_VERSION: u32 = 5;
 
 /// Why metadata bytes were refused. Displayed after what was refused ("metadata log entry 7 ...").
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -421,6 +426,24 @@ fn command_to_pb(command: &MetadataCommand) -> pb::MetadataCommand {
                 })
                 .collect(),
         }),
+        MetadataCommand::AlterScramCredentials {
+            deletions,
+            upsertions,
+            only_if_absent,
+        } => C::AlterScramCredentials(pb::AlterScramCredentials {
+            deletions: deletions
+                .iter()
+                .map(|(user, mechanism)| user_mechanism_to_pb(user, *mechanism))
+                .collect(),
+            upsertions: upsertions.iter().map(scram_credential_to_pb).collect(),
+            only_if_absent: *only_if_absent,
+        }),
+        MetadataCommand::CreateAcls { acls } => C::CreateAcls(pb::CreateAcls {
+            acls: acls.iter().map(|(id, binding)| acl_entry_to_pb(id, binding)).collect(),
+        }),
+        MetadataCommand::DeleteAcls { filters } => C::DeleteAcls(pb::DeleteAcls {
+            filters: filters.iter().map(acl_filter_to_pb).collect(),
+        }),
     };
     pb::MetadataCommand { command: Some(command) }
 }
@@ -510,8 +533,174 @@ fn command_from_pb(command: pb::MetadataCommand) -> Decoded<MetadataCommand> {
                 entity: quota_entity_from_pb(required("alter_client_quotas entity", a.entity)?),
                 ops: a.ops.into_iter().map(|op| (op.key, op.value.map(QuotaValue))).collect(),
             },
+            C::AlterScramCredentials(a) => MetadataCommand::AlterScramCredentials {
+                deletions: a
+                    .deletions
+                    .into_iter()
+                    .map(user_mechanism_from_pb)
+                    .collect::<Decoded<_>>()?,
+                upsertions: a
+                    .upsertions
+                    .into_iter()
+                    .map(scram_credential_from_pb)
+                    .collect::<Decoded<_>>()?,
+                only_if_absent: a.only_if_absent,
+            },
+            C::CreateAcls(c) => MetadataCommand::CreateAcls {
+                acls: c.acls.into_iter().map(acl_entry_from_pb).collect::<Decoded<_>>()?,
+            },
+            C::DeleteAcls(d) => MetadataCommand::DeleteAcls {
+                filters: d.filters.into_iter().map(acl_filter_from_pb).collect::<Decoded<_>>()?,
+            },
         },
     )
+}
+
+fn scram_mechanism_to_pb(mechanism: ScramMechanism) -> i32 {
+    match mechanism {
+        ScramMechanism::Sha256 => pb::ScramMechanism::ScramSha256,
+        ScramMechanism::Sha512 => pb::ScramMechanism::ScramSha512,
+    }
+    .into()
+}
+
+fn scram_mechanism_from_pb(code: i32) -> Decoded<ScramMechanism> {
+    match pb::ScramMechanism::try_from(code) {
+        Ok(pb::ScramMechanism::ScramSha256) => Ok(ScramMechanism::Sha256),
+        Ok(pb::ScramMechanism::ScramSha512) => Ok(ScramMechanism::Sha512),
+        Ok(pb::ScramMechanism::Unspecified) => Err("SCRAM mechanism is missing".into()),
+        Err(_) => Err(format!("SCRAM mechanism {code} is unknown")),
+    }
+}
+
+fn user_mechanism_to_pb(user: &str, mechanism: ScramMechanism) -> pb::UserMechanism {
+    pb::UserMechanism {
+        user: user.to_string(),
+        mechanism: scram_mechanism_to_pb(mechanism),
+    }
+}
+
+fn user_mechanism_from_pb(u: pb::UserMechanism) -> Decoded<(String, ScramMechanism)> {
+    Ok((u.user, scram_mechanism_from_pb(u.mechanism)?))
+}
+
+fn scram_credential_to_pb(c: &ScramCredential) -> pb::ScramCredential {
+    pb::ScramCredential {
+        user: c.user.clone(),
+        mechanism: scram_mechanism_to_pb(c.mechanism),
+        salt: c.salt.clone(),
+        stored_key: c.stored_key.clone(),
+        server_key: c.server_key.clone(),
+        iterations: c.iterations,
+    }
+}
+
+fn scram_credential_from_pb(c: pb::ScramCredential) -> Decoded<ScramCredential> {
+    if c.user.is_empty() || c.salt.is_empty() || c.stored_key.is_empty() || c.server_key.is_empty() {
+        return Err(format!("SCRAM credential of {:?} lacks a user, salt or key", c.user));
+    }
+    Ok(ScramCredential {
+        mechanism: scram_mechanism_from_pb(c.mechanism)?,
+        user: c.user,
+        salt: c.salt,
+        stored_key: c.stored_key,
+        server_key: c.server_key,
+        iterations: c.iterations,
+    })
+}
+
+fn acl_binding_to_pb(b: &AclBinding) -> pb::AclBinding {
+    pb::AclBinding {
+        resource_type: b.resource_type as i32,
+        resource_name: b.resource_name.clone(),
+        pattern_type: b.pattern_type as i32,
+        principal: b.principal.clone(),
+        host: b.host.clone(),
+        operation: b.operation as i32,
+        permission: b.permission as i32,
+    }
+}
+
+/// A Kafka code as the `i8` it is on the wire, if the stored `i32` fits.
+fn code(field: &str, value: i32) -> Decoded<i8> {
+    in_range(field, value)
+}
+
+fn acl_binding_from_pb(b: pb::AclBinding) -> Decoded<AclBinding> {
+    let bad = |field: &str, value: i32| format!("ACL {field} {value} is unknown");
+    Ok(AclBinding {
+        resource_type: ResourceType::from_code(code("resource type", b.resource_type)?)
+            .ok_or_else(|| bad("resource type", b.resource_type))?,
+        pattern_type: PatternType::from_code(code("pattern type", b.pattern_type)?)
+            .ok_or_else(|| bad("pattern type", b.pattern_type))?,
+        operation: AclOperation::from_code(code("operation", b.operation)?)
+            .ok_or_else(|| bad("operation", b.operation))?,
+        permission: AclPermission::from_code(code("permission", b.permission)?)
+            .ok_or_else(|| bad("permission", b.permission))?,
+        resource_name: b.resource_name,
+        principal: b.principal,
+        host: b.host,
+    })
+}
+
+fn acl_entry_to_pb(id: &Uuid, binding: &AclBinding) -> pb::AclEntry {
+    pb::AclEntry {
+        id: id.as_bytes().to_vec(),
+        binding: Some(acl_binding_to_pb(binding)),
+    }
+}
+
+fn acl_entry_from_pb(e: pb::AclEntry) -> Decoded<(Uuid, AclBinding)> {
+    Ok((
+        uuid("ACL id", &e.id)?,
+        acl_binding_from_pb(required("ACL binding", e.binding)?)?,
+    ))
+}
+
+/// ANY (1) is a filter's "every value"; stored filters carry it as the code.
+const ANY_CODE: i32 = 1;
+
+fn acl_filter_to_pb(f: &AclFilter) -> pb::AclFilter {
+    pb::AclFilter {
+        resource_type: f.resource_type.map_or(ANY_CODE, |t| t as i32),
+        resource_name: f.resource_name.clone(),
+        pattern_type: match f.pattern {
+            PatternFilter::Any => ANY_CODE,
+            PatternFilter::Match => 2,
+            PatternFilter::Exactly(t) => t as i32,
+        },
+        principal: f.principal.clone(),
+        host: f.host.clone(),
+        operation: f.operation.map_or(ANY_CODE, |o| o as i32),
+        permission: f.permission.map_or(ANY_CODE, |p| p as i32),
+    }
+}
+
+fn acl_filter_from_pb(f: pb::AclFilter) -> Decoded<AclFilter> {
+    let any_or = |field: &str, value: i32| -> Decoded<Option<i8>> {
+        if value == ANY_CODE {
+            Ok(None)
+        } else {
+            code(field, value).map(Some)
+        }
+    };
+    let bad = |field: &str, value: i32| format!("ACL filter {field} {value} is unknown");
+    Ok(AclFilter {
+        resource_type: any_or("resource type", f.resource_type)?
+            .map(|c| ResourceType::from_code(c).ok_or_else(|| bad("resource type", f.resource_type)))
+            .transpose()?,
+        pattern: PatternFilter::from_code(code("pattern type", f.pattern_type)?)
+            .ok_or_else(|| bad("pattern type", f.pattern_type))?,
+        operation: any_or("operation", f.operation)?
+            .map(|c| AclOperation::from_code(c).ok_or_else(|| bad("operation", f.operation)))
+            .transpose()?,
+        permission: any_or("permission", f.permission)?
+            .map(|c| AclPermission::from_code(c).ok_or_else(|| bad("permission", f.permission)))
+            .transpose()?,
+        resource_name: f.resource_name,
+        principal: f.principal,
+        host: f.host,
+    })
 }
 
 fn quota_name_to_pb(name: &QuotaName) -> pb::QuotaName {
@@ -645,6 +834,14 @@ fn record_to_pb(record: &MetadataRecord) -> pb::MetadataRecord {
             key: key.clone(),
             value: value.map(|v| v.0),
         }),
+        MetadataRecord::ScramCredential(c) => R::ScramCredential(scram_credential_to_pb(c)),
+        MetadataRecord::RemoveScramCredential { user, mechanism } => {
+            R::RemoveScramCredential(user_mechanism_to_pb(user, *mechanism))
+        }
+        MetadataRecord::Acl { id, binding } => R::Acl(acl_entry_to_pb(id, binding)),
+        MetadataRecord::RemoveAcl { id } => R::RemoveAcl(pb::AclId {
+            id: id.as_bytes().to_vec(),
+        }),
     };
     pb::MetadataRecord { record: Some(record) }
 }
@@ -716,6 +913,18 @@ fn record_from_pb(record: pb::MetadataRecord) -> Decoded<MetadataRecord> {
                 key: q.key,
                 value: q.value.map(QuotaValue),
             },
+            R::ScramCredential(c) => MetadataRecord::ScramCredential(scram_credential_from_pb(c)?),
+            R::RemoveScramCredential(u) => {
+                let (user, mechanism) = user_mechanism_from_pb(u)?;
+                MetadataRecord::RemoveScramCredential { user, mechanism }
+            }
+            R::Acl(e) => {
+                let (id, binding) = acl_entry_from_pb(e)?;
+                MetadataRecord::Acl { id, binding }
+            }
+            R::RemoveAcl(a) => MetadataRecord::RemoveAcl {
+                id: uuid("remove_acl id", &a.id)?,
+            },
         },
     )
 }
@@ -779,6 +988,8 @@ fn image_to_pb(image: &MetadataImage) -> pb::Image {
                 values: values.iter().map(|(key, value)| (key.clone(), value.0)).collect(),
             })
             .collect(),
+        scram_credentials: image.scram_credentials.values().map(scram_credential_to_pb).collect(),
+        acls: image.acls.iter().map(|(id, binding)| acl_entry_to_pb(id, binding)).collect(),
     }
 }
 
@@ -840,6 +1051,22 @@ fn image_from_pb(image: pb::Image) -> Decoded<MetadataImage> {
                 Ok((entity, values))
             })
             .collect::<Decoded<_>>()?,
+        scram_credentials: image
+            .scram_credentials
+            .into_iter()
+            .map(|c| {
+                let c = scram_credential_from_pb(c)?;
+                Ok(((c.user.clone(), c.mechanism), c))
+            })
+            .collect::<Decoded<_>>()?,
+        acls: {
+            let mut table = AclTable::default();
+            for entry in image.acls {
+                let (id, binding) = acl_entry_from_pb(entry)?;
+                table.insert(id, binding);
+            }
+            std::sync::Arc::new(table)
+        },
     })
 }
 

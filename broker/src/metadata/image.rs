@@ -3,10 +3,12 @@
 //! the metadata log, so applying must be deterministic.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use uuid::Uuid;
 
-use super::records::{ConfigResource, Endpoint, MetadataRecord, QuotaEntity, QuotaValue};
+use super::acls::AclTable;
+use super::records::{ConfigResource, Endpoint, MetadataRecord, QuotaEntity, QuotaValue, ScramCredential, ScramMechanism};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokerRegistration {
@@ -136,6 +138,12 @@ pub struct MetadataImage {
     /// Client quotas by entity (Kafka's `ClientQuotasImage`); an entity with no keys left is
     /// removed, so every entry holds at least one value.
     pub client_quotas: BTreeMap<QuotaEntity, BTreeMap<String, QuotaValue>>,
+    /// SCRAM credentials by user and mechanism (Kafka's `ScramImage`): what SASL/SCRAM and
+    /// SASL/PLAIN check passwords against.
+    pub scram_credentials: BTreeMap<(String, ScramMechanism), ScramCredential>,
+    /// The ACLs (Kafka's `AclsImage`), shared between images so that publishing a new image
+    /// does not copy them.
+    pub acls: Arc<AclTable>,
 }
 
 impl MetadataImage {
@@ -170,6 +178,14 @@ impl MetadataImage {
         self.brokers
             .get(&broker_id)
             .is_some_and(|b| b.is_live() && b.pending_incarnation.is_none())
+    }
+
+    /// Whether the user has a SCRAM credential of any mechanism.
+    pub fn has_scram_user(&self, user: &str) -> bool {
+        self.scram_credentials
+            .range((user.to_string(), ScramMechanism::Sha256)..)
+            .next()
+            .is_some_and(|((u, _), _)| u == user)
     }
 
     /// Applies one record. Records that refer to something unknown (a partition of a
@@ -334,6 +350,17 @@ impl MetadataImage {
                     }
                 }
             },
+            MetadataRecord::ScramCredential(credential) => {
+                self.scram_credentials
+                    .insert((credential.user.clone(), credential.mechanism), credential.clone());
+            }
+            MetadataRecord::RemoveScramCredential { user, mechanism } => {
+                self.scram_credentials.remove(&(user.clone(), *mechanism));
+            }
+            MetadataRecord::Acl { id, binding } => Arc::make_mut(&mut self.acls).insert(*id, binding.clone()),
+            MetadataRecord::RemoveAcl { id } => {
+                Arc::make_mut(&mut self.acls).remove(id);
+            }
         }
     }
 }

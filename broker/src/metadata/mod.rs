@@ -13,6 +13,7 @@
 //! the JSON of earlier builds, damage) is never skipped: the quorum member stops with a
 //! sentence saying what to do, because skipping would let nodes silently diverge.
 
+pub mod acls;
 pub mod codec;
 pub mod image;
 pub mod outcome;

@@ -5,6 +5,8 @@
 use kafka_protocol::error::ResponseError;
 use uuid::Uuid;
 
+use super::acls::AclBinding;
+
 /// A refused request: the Kafka error for the client and a sentence for a human.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
@@ -49,6 +51,11 @@ pub enum Outcome {
     /// An ElectLeaders request was decided: per topic, per partition, whether a leader was
     /// elected (`None`) or why not.
     LeadersElected(Vec<TopicElection>),
+    /// AlterUserScramCredentials was decided: per user named, its error if it was refused
+    /// (the others' changes were written).
+    ScramCredentialsAltered(Vec<(String, Option<ApiError>)>),
+    /// DeleteAcls was decided: per filter, in request order, the ACLs it deleted.
+    AclsDeleted(Vec<Vec<AclBinding>>),
     /// The request was refused, but its decision still wrote records (a registration refused
     /// while the broker's previous incarnation is live records that a new one is waiting). The
     /// proposer gets the error as it would a plain refusal.

@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 
 use uuid::Uuid;
 
+use super::acls::{AclBinding, AclFilter};
+
 /// A Kafka listener endpoint as advertised to clients: the listener's name (a client is
 /// answered with the endpoints of the listener it connected to) and its address.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,6 +100,61 @@ pub enum MetadataRecord {
         key: String,
         value: Option<QuotaValue>,
     },
+    /// A user's SCRAM credential for one mechanism was set (KRaft's `UserScramCredentialRecord`).
+    ScramCredential(ScramCredential),
+    /// A user's SCRAM credential for one mechanism was removed.
+    RemoveScramCredential { user: String, mechanism: ScramMechanism },
+    /// An ACL was created (KRaft's `AccessControlEntryRecord`).
+    Acl { id: Uuid, binding: AclBinding },
+    /// An ACL was deleted.
+    RemoveAcl { id: Uuid },
+}
+
+/// Kafka's SCRAM mechanisms, by their `ScramMechanism` type codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ScramMechanism {
+    Sha256 = 1,
+    Sha512 = 2,
+}
+
+impl ScramMechanism {
+    pub fn from_code(code: i8) -> Option<ScramMechanism> {
+        match code {
+            1 => Some(ScramMechanism::Sha256),
+            2 => Some(ScramMechanism::Sha512),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ScramMechanism::Sha256 => "SCRAM-SHA-256",
+            ScramMechanism::Sha512 => "SCRAM-SHA-512",
+        }
+    }
+}
+
+/// What the cluster keeps of a user's SCRAM password for one mechanism (RFC 5802): the salt,
+/// the iteration count and the keys derived from the salted password. Never the password, nor
+/// the salted password, which would let anyone who reads the metadata log log in.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ScramCredential {
+    pub user: String,
+    pub mechanism: ScramMechanism,
+    pub salt: Vec<u8>,
+    pub stored_key: Vec<u8>,
+    pub server_key: Vec<u8>,
+    pub iterations: u32,
+}
+
+impl std::fmt::Debug for ScramCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScramCredential")
+            .field("user", &self.user)
+            .field("mechanism", &self.mechanism)
+            .field("iterations", &self.iterations)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A request to change metadata, proposed to the quorum by any broker and decided when it is
@@ -185,6 +242,19 @@ pub enum MetadataCommand {
         entity: QuotaEntity,
         ops: Vec<(String, Option<QuotaValue>)>,
     },
+    /// AlterUserScramCredentials: remove and set credentials. With `only_if_absent` (the
+    /// `--add-scram` users a broker brings at start) an upsertion whose user already has any
+    /// credential is skipped, so a restart never resets a password changed since.
+    AlterScramCredentials {
+        deletions: Vec<(String, ScramMechanism)>,
+        upsertions: Vec<ScramCredential>,
+        only_if_absent: bool,
+    },
+    /// CreateAcls: each binding with the id the proposer chose for it. A binding already
+    /// present is not added twice.
+    CreateAcls { acls: Vec<(Uuid, AclBinding)> },
+    /// DeleteAcls: every ACL matching any of the filters.
+    DeleteAcls { filters: Vec<AclFilter> },
     /// AlterPartitionReassignments for one partition: move it to `target` (add the new replicas,
     /// and once they are in sync switch to `target`), or with `None` cancel an ongoing move.
     ReassignPartition {
