@@ -22,10 +22,13 @@ use crate::metrics::history::History;
 use crate::metrics::BrokerMetrics;
 use crate::quota::ClientQuotaManager;
 use crate::replica_manager::ReplicaManager;
+use crate::security::Security;
 use crate::topic_config::{self, BrokerOverrides};
 
 pub struct Broker {
     pub config: Arc<BrokerConfig>,
+    /// TLS configurations, the authorizer, the OAUTHBEARER validator, the brokers' credential.
+    pub security: Arc<Security>,
     pub metadata: Arc<MetadataStore>,
     pub replicas: Arc<ReplicaManager>,
     /// Consumer groups this broker coordinates.
@@ -62,13 +65,18 @@ pub struct Broker {
 impl Broker {
     /// Opens the data dir and joins the metadata quorum (replaying the local metadata log).
     /// Partitions are opened once this start's registration is committed (see `register`).
-    pub async fn open(config: BrokerConfig) -> Result<Arc<Broker>, MetadataError> {
+    pub async fn open(config: BrokerConfig, security: Arc<Security>) -> Result<Arc<Broker>, MetadataError> {
         let config = Arc::new(config);
         let metadata = Arc::new(MetadataStore::open(&config, controller::decide).await?);
         let metrics = Arc::new(BrokerMetrics::new(
             config.listeners.all.iter().map(|l| Arc::<str>::from(l.name.as_str())),
         ));
-        let replicas = Arc::new(ReplicaManager::new(config.clone(), metadata.clone(), metrics.clone()));
+        let replicas = Arc::new(ReplicaManager::new(
+            config.clone(),
+            metadata.clone(),
+            metrics.clone(),
+            security.clone(),
+        ));
         let permits = request_memory_budget(&config);
         let mut group_config = config.group.clone();
         let max_message_bytes =
@@ -90,6 +98,7 @@ impl Broker {
             fetch_sessions: FetchSessionCache::new(config.fetch_sessions),
             request_memory: Arc::new(Semaphore::new(permits)),
             config,
+            security,
             metadata,
             replicas,
             registered: watch::channel(false).0,
@@ -288,8 +297,60 @@ impl controller::timer::ControllerHost for Broker {
 /// Kafka's `BrokerLifecycleManager`: registers this process, then keeps it unfenced.
 async fn run_lifecycle(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
     if register(&broker, &mut shutdown).await {
+        if !broker.config.security.add_scram.is_empty() {
+            tokio::spawn(add_scram_users(broker.clone(), shutdown.clone()));
+        }
         keep_unfenced(&broker, &mut shutdown).await;
     }
+}
+
+/// Creates the `--add-scram` users the cluster has none of (Kafka's `kafka-storage format
+/// --add-scram`, but at any start: a user that exists, with any mechanism, is left as it is, so
+/// a password changed since is never reset). Retries while the quorum is unavailable.
+async fn add_scram_users(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+    let users = broker.config.security.add_scram.clone();
+    let upsertions = tokio::task::spawn_blocking(move || {
+        users
+            .iter()
+            .map(|u| {
+                let mechanism = match u.mechanism {
+                    crate::config::SaslMechanism::ScramSha256 => crate::metadata::records::ScramMechanism::Sha256,
+                    _ => crate::metadata::records::ScramMechanism::Sha512,
+                };
+                crate::security::scram::credential_from_password(&u.name, mechanism, u.password.expose(), u.iterations)
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap_or_default();
+    let existing = broker.metadata.image();
+    let command = MetadataCommand::AlterScramCredentials {
+        deletions: Vec::new(),
+        upsertions: upsertions.clone(),
+        only_if_absent: true,
+    };
+    for attempt in 0..30u32 {
+        match broker.commit(command.clone()).await {
+            Ok((image, _)) => {
+                for c in &upsertions {
+                    if existing.has_scram_user(&c.user) || !image.scram_credentials.contains_key(&(c.user.clone(), c.mechanism)) {
+                        tracing::info!(user = %c.user, "--add-scram: the cluster already has this user; left it unchanged (change passwords with kafka-configs --alter --entity-type users)");
+                    } else {
+                        tracing::info!(user = %c.user, mechanism = c.mechanism.name(), "--add-scram: created the SCRAM user");
+                    }
+                }
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, attempt, "--add-scram: could not create the users yet; retrying");
+                tokio::select! {
+                    _ = shutdown.changed() => return,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+        }
+    }
+    tracing::error!("--add-scram: gave up creating the users after 30 attempts; create them with kafka-configs --alter --entity-type users");
 }
 
 /// How long registration and unfencing requests wait before they are repeated: half a

@@ -17,6 +17,12 @@
 //! A response carrying a quota's throttle time (Produce, Fetch) mutes the connection: as
 //! Kafka does since KIP-219, the response goes out at once and no further request from the
 //! client is read until the throttle time has passed.
+//!
+//! Security: [`accept`] runs the TLS handshake on a TLS listener (telling apart a client that
+//! speaks plaintext to it) and takes the client certificate's principal; on a plaintext
+//! listener a TLS hello is recognised and refused. The reader hands SaslHandshake,
+//! SaslAuthenticate and bare v0 tokens to the connection's `Authenticator`, and lets no other
+//! request through before it has authenticated (see `security::authenticator`).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -33,8 +39,9 @@ use sluice_protocol::request::{
 };
 use sluice_protocol::response_frame::ResponseFrame;
 use sluice_protocol::ResponseBody;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
-use tokio::net::tcp::OwnedWriteHalf;
+use sluice_protocol::request::Request;
+use sluice_protocol::RequestBody;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
 use tokio::time::Instant;
@@ -42,6 +49,8 @@ use tokio::time::Instant;
 use crate::api::{self, Reply, Session};
 use crate::broker::Broker;
 use crate::metrics::BrokerMetrics;
+use crate::security::authenticator::{Authenticator, SaslReply, SaslResponse};
+use crate::security::tls;
 
 /// A response slot in the writer's queue.
 enum Outgoing {
@@ -129,9 +138,68 @@ fn throttle_time_ms(body: &ResponseBody) -> i32 {
     }
 }
 
-pub async fn serve(broker: Arc<Broker>, stream: TcpStream, session: Session, mut shutdown: watch::Receiver<bool>) {
+/// Serves one accepted connection: over TLS on a TLS listener (after the handshake), as is
+/// otherwise.
+pub async fn accept(broker: Arc<Broker>, stream: TcpStream, mut session: Session, shutdown: watch::Receiver<bool>) {
+    let Some(tls) = broker.security.tls(&session.listener).cloned() else {
+        let (reader, writer) = stream.into_split();
+        return serve(broker, reader, writer, session, shutdown).await;
+    };
     let peer = session.peer;
-    let (mut reader, writer) = stream.into_split();
+    let listener = session.listener.clone();
+    let timeout = Duration::from_millis(broker.config.socket_request_read_timeout_ms);
+    let mut first = [0u8; 5];
+    match tokio::time::timeout(timeout, stream.peek(&mut first)).await {
+        Ok(Ok(0)) | Ok(Err(_)) => return,
+        Ok(Ok(n)) if !tls::looks_like_tls_hello(&first[..n]) => {
+            tracing::warn!(%peer, %listener,
+                "closing connection: it sent plaintext to listener {listener}, which speaks TLS; configure the client with security.protocol=SSL (or SASL_SSL), or connect it to a PLAINTEXT listener");
+            return;
+        }
+        Ok(Ok(_)) => {}
+        Err(_) => {
+            tracing::debug!(%peer, %listener, "closing a TLS connection that sent nothing within socket.request.read.timeout.ms");
+            return;
+        }
+    }
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls.server_config());
+    let stream = match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => {
+            broker.security.count_authentication(&listener, false);
+            tracing::warn!(%peer, %listener, "closing connection: the TLS handshake failed ({e}); check the client's truststore trusts this broker's certificate and, with ssl.client.auth, that the client's certificate is valid and signed by a CA in this broker's truststore");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(%peer, %listener, "closing connection: the TLS handshake did not finish within socket.request.read.timeout.ms");
+            return;
+        }
+    };
+    let sasl = broker.security.listener(&listener).is_some_and(|l| l.protocol.uses_sasl());
+    if !sasl {
+        // On an SSL listener the client is its certificate (or ANONYMOUS without one).
+        match tls::certificate_principal(&tls.principal_rules, stream.get_ref().1.peer_certificates()) {
+            Some(principal) => session.principal = Arc::from(principal),
+            None => {
+                broker.security.count_authentication(&listener, false);
+                tracing::warn!(%peer, %listener, "closing connection: no ssl.principal.mapping.rules rule matches the client certificate's name; add a rule for it, or end the rules with DEFAULT");
+                return;
+            }
+        }
+        if session.principal.as_ref() != crate::security::ANONYMOUS {
+            broker.security.count_authentication(&listener, true);
+        }
+    }
+    let (reader, writer) = tokio::io::split(stream);
+    serve(broker, reader, writer, session, shutdown).await
+}
+
+async fn serve<R, W>(broker: Arc<Broker>, mut reader: R, writer: W, mut session: Session, mut shutdown: watch::Receiver<bool>)
+where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let peer = session.peer;
     let (queue, pending) = mpsc::channel(broker.config.max_in_flight_requests_per_connection.max(1));
     let owed = Arc::new(Owed::new());
     let writer_task = tokio::spawn(write_responses(
@@ -141,6 +209,9 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, session: Session, mut
         owed.clone(),
         broker.metrics.clone(),
     ));
+    let mut auth = Authenticator::new(broker.security.clone(), session.listener.clone());
+    let plaintext = broker.security.tls(&session.listener).is_none();
+    let mut first_frame = true;
     let max_bytes = broker.config.socket_request_max_bytes;
     let budget = broker.config.queued_max_request_bytes.clamp(1, u32::MAX as usize);
     let idle_timeout = Duration::from_millis(broker.config.connections_max_idle_ms);
@@ -153,8 +224,21 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, session: Session, mut
     let mut permit: Option<OwnedSemaphorePermit> = None;
     let mute = Arc::new(Mute::new());
     let close_reason: Option<String> = loop {
-        let size = match peek_frame_size(&buf, max_bytes) {
+        if first_frame && plaintext && buf.len() >= 2 {
+            if tls::looks_like_tls_hello(&buf) {
+                break Some(format!(
+                    "it sent a TLS handshake to listener {}, which is not a TLS listener; configure the client with security.protocol=PLAINTEXT (or SASL_PLAINTEXT), or connect it to an SSL/SASL_SSL listener",
+                    session.listener
+                ));
+            }
+            first_frame = false;
+        }
+        // Before authentication only small frames are read (sasl.server.max.receive.size).
+        let size = match peek_frame_size(&buf, auth.max_frame_bytes(max_bytes)) {
             Ok(size) => size,
+            Err(e) if auth.is_authenticating() => {
+                break Some(format!("{e} before it authenticated (sasl.server.max.receive.size)"))
+            }
             Err(e) => break Some(e.to_string()),
         };
         if let (Some(size), None) = (size, &permit) {
@@ -181,7 +265,42 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, session: Session, mut
             let frame = buf.split_to(size);
             frame_started = (!buf.is_empty()).then(Instant::now);
             let request_memory = permit.take();
-            let outgoing = match answer(&broker, frame, &session, &mute, Instant::now()) {
+            let received = Instant::now();
+            let decoded = if auth.expects_raw_token() {
+                // After a v0 SaslHandshake the SASL tokens come as bare frames.
+                let reply = auth
+                    .raw_token(frame.freeze(), broker.metadata.image(), &mut session.principal)
+                    .await;
+                match send_sasl_reply(&queue, &owed, reply, 0, 0, received, &mut shutdown).await {
+                    Ok(()) => continue,
+                    Err(reason) => break reason,
+                }
+            } else {
+                decode_request(frame.freeze())
+            };
+            let decoded = match decoded {
+                Ok(request) if is_sasl(&request.body) => {
+                    let (version, correlation_id) = (request.api_version, request.header.correlation_id);
+                    let reply = match request.body {
+                        RequestBody::SaslHandshake(r) => auth.handshake(version, &r, &session.principal),
+                        RequestBody::SaslAuthenticate(r) => {
+                            auth.authenticate(version, r, broker.metadata.image(), &mut session.principal)
+                                .await
+                        }
+                        _ => unreachable!("is_sasl matched"),
+                    };
+                    match send_sasl_reply(&queue, &owed, reply, version, correlation_id, received, &mut shutdown).await {
+                        Ok(()) => continue,
+                        Err(reason) => break reason,
+                    }
+                }
+                Ok(request) => match auth.screen(request.header.request_api_key, received.into_std()) {
+                    Ok(()) => Ok(request),
+                    Err(reason) => break Some(reason),
+                },
+                Err(e) => Err(e),
+            };
+            let outgoing = match answer(&broker, decoded, &session, &mute, received) {
                 Ok(Some(outgoing)) => outgoing,
                 Ok(None) => continue,
                 Err(reason) => break Some(reason),
@@ -232,17 +351,73 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, session: Session, mut
         }
     };
     if let Some(reason) = close_reason {
-        tracing::warn!(%peer, "closing connection: {reason}");
+        tracing::warn!(%peer, listener = %session.listener, principal = %session.principal, "closing connection: {reason}");
     }
     drop(queue);
     let _ = writer_task.await;
+}
+
+fn is_sasl(body: &RequestBody) -> bool {
+    matches!(body, RequestBody::SaslHandshake(_) | RequestBody::SaslAuthenticate(_))
+}
+
+/// Queues the authenticator's answer. `Err` closes the connection (with a reason to log, or
+/// `None` on shutdown), after the failed-authentication delay, once the answer is queued.
+async fn send_sasl_reply(
+    queue: &mpsc::Sender<Queued>,
+    owed: &Owed,
+    reply: SaslReply,
+    version: i16,
+    correlation_id: i32,
+    received: Instant,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<(), Option<String>> {
+    if let Some((delay, _)) = &reply.close {
+        // KIP-306: the answer to a failed authentication waits, so guessing is slow.
+        tokio::select! {
+            _ = shutdown.changed() => return Err(None),
+            _ = tokio::time::sleep(*delay) => {}
+        }
+    }
+    let (api_key, bytes) = match reply.response {
+        None => (ApiKey::SaslAuthenticate as i16, None),
+        Some(SaslResponse::Raw(token)) => {
+            let mut bytes = BytesMut::with_capacity(SIZE_PREFIX_LEN + token.len());
+            bytes.extend_from_slice(&(token.len() as i32).to_be_bytes());
+            bytes.extend_from_slice(&token);
+            (ApiKey::SaslAuthenticate as i16, Some(bytes))
+        }
+        Some(SaslResponse::Handshake(r)) => (
+            ApiKey::SaslHandshake as i16,
+            Some(encode_response(version, correlation_id, &ResponseBody::SaslHandshake(r)).map_err(|e| Some(e.to_string()))?),
+        ),
+        Some(SaslResponse::Authenticate(r)) => (
+            ApiKey::SaslAuthenticate as i16,
+            Some(encode_response(version, correlation_id, &ResponseBody::SaslAuthenticate(r)).map_err(|e| Some(e.to_string()))?),
+        ),
+    };
+    if let Some(bytes) = bytes {
+        owed.unanswered.fetch_add(1, Ordering::Relaxed);
+        let queued = Queued {
+            response: Outgoing::Ready(bytes),
+            api_key,
+            received,
+        };
+        if queue.send(queued).await.is_err() {
+            return Err(None);
+        }
+    }
+    match reply.close {
+        Some((_, reason)) => Err(Some(reason)),
+        None => Ok(()),
+    }
 }
 
 /// Decodes a frame and runs its handler's synchronous part: the response to queue, `None`
 /// when the request gets no response (acks=0), or why the connection must close.
 fn answer(
     broker: &Arc<Broker>,
-    frame: BytesMut,
+    decoded: Result<Request, RequestError>,
     session: &Session,
     mute: &Arc<Mute>,
     received: Instant,
@@ -258,7 +433,7 @@ fn answer(
         api_key,
         received,
     };
-    match decode_request(frame.freeze()) {
+    match decoded {
         Ok(request) => {
             let (version, correlation_id) = (request.api_version, request.header.correlation_id);
             let api_key = request.header.request_api_key;
@@ -313,15 +488,15 @@ fn answer(
 
 /// Writes a frame chunk by chunk: record sets larger than the buffer go to the socket
 /// straight from the bytes the fetch read.
-async fn write_frame(writer: &mut BufWriter<OwnedWriteHalf>, frame: &ResponseFrame) -> std::io::Result<()> {
+async fn write_frame<W: AsyncWrite + Unpin>(writer: &mut BufWriter<W>, frame: &ResponseFrame) -> std::io::Result<()> {
     for chunk in &frame.chunks {
         writer.write_all(chunk).await?;
     }
     Ok(())
 }
 
-async fn write_responses(
-    writer: OwnedWriteHalf,
+async fn write_responses<W: AsyncWrite + Unpin + Send>(
+    writer: W,
     mut pending: mpsc::Receiver<Queued>,
     peer: SocketAddr,
     owed: Arc<Owed>,

@@ -22,5 +22,6 @@ pub mod purgatory;
 pub mod quota;
 pub mod replica_manager;
 pub mod replication;
+pub mod security;
 pub mod server;
 pub mod topic_config;

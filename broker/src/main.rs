@@ -138,7 +138,8 @@ async fn run(mut config: BrokerConfig) -> Result<(), String> {
         }
         None => None,
     };
-    let broker = Broker::open(config).await.map_err(|e| e.to_string())?;
+    let security = sluice_broker::security::Security::load(&config)?;
+    let broker = Broker::open(config, security.clone()).await.map_err(|e| e.to_string())?;
     tracing::info!(
         node_id = broker.config.node_id,
         listeners = %broker.config.listeners.describe_bound(),
@@ -154,6 +155,7 @@ async fn run(mut config: BrokerConfig) -> Result<(), String> {
         signal(SignalKind::terminate()).map_err(|e| format!("cannot install the SIGTERM handler: {e}"))?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| format!("cannot install the SIGINT handler: {e}"))?;
     let mut background = broker.spawn_background(stopped.clone());
+    background.push(tokio::spawn(security.run_reloads(stopped.clone())));
     if let Some(socket) = metrics_listener {
         tracing::info!(address = %broker.config.metrics_listen.map(|a| a.to_string()).unwrap_or_default(),
             "serving Prometheus metrics at /metrics and the console at /");

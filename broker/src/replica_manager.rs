@@ -125,11 +125,17 @@ pub fn check_follower_identity(
 }
 
 impl ReplicaManager {
-    pub fn new(config: Arc<BrokerConfig>, metadata: Arc<MetadataStore>, metrics: Arc<BrokerMetrics>) -> Self {
+    pub fn new(
+        config: Arc<BrokerConfig>,
+        metadata: Arc<MetadataStore>,
+        metrics: Arc<BrokerMetrics>,
+        security: Arc<crate::security::Security>,
+    ) -> Self {
         let checkpointed = checkpoint::read(&config.data_dir);
         ReplicaManager {
             fetchers: ReplicaFetcherManager::new(
                 config.clone(),
+                security,
                 metadata.subscribe(),
                 ReplicationQuota::follower(
                     config.quota.replication_window_num,

@@ -64,10 +64,10 @@ async fn accept(
                     };
                     let _ = stream.set_nodelay(true);
                     let (broker, shutdown) = (broker.clone(), shutdown.clone());
-                    let session = Session { peer, listener: name.clone() };
+                    let session = Session::new(peer, name.clone());
                     let counted = broker.metrics.connection_opened(&name);
                     connections.spawn(async move {
-                        connection::serve(broker, stream, session, shutdown).await;
+                        connection::accept(broker, stream, session, shutdown).await;
                         drop((slot, counted));
                     });
                 }

@@ -118,6 +118,9 @@ implemented_apis! {
     AlterClientQuotas: AlterClientQuotasRequest => AlterClientQuotasResponse;
     DescribeUserScramCredentials: DescribeUserScramCredentialsRequest => DescribeUserScramCredentialsResponse;
     DescribeQuorum: DescribeQuorumRequest => DescribeQuorumResponse;
+    SaslHandshake: SaslHandshakeRequest => SaslHandshakeResponse;
+    SaslAuthenticate: SaslAuthenticateRequest => SaslAuthenticateResponse;
+    AlterUserScramCredentials: AlterUserScramCredentialsRequest => AlterUserScramCredentialsResponse;
     DescribeCluster: DescribeClusterRequest => DescribeClusterResponse;
     DescribeProducers: DescribeProducersRequest => DescribeProducersResponse;
     DescribeTopicPartitions: DescribeTopicPartitionsRequest => DescribeTopicPartitionsResponse;

@@ -67,6 +67,16 @@ impl ClusterSecret {
         }
         Ok(ClusterSecret(bytes.into()))
     }
+
+    /// A key for another use of the secret, HMAC-SHA256 keyed by it over `label`, so the
+    /// secret itself never leaves this module (the brokers derive their inter-broker
+    /// credential this way). Distinct labels give unrelated keys.
+    pub fn derive(&self, label: &[u8]) -> [u8; 32] {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.0).unwrap_or_else(|_| unreachable!());
+        mac.update(b"sluice-derived-key:");
+        mac.update(label);
+        mac.finalize().into_bytes().into()
+    }
 }
 
 impl fmt::Debug for ClusterSecret {

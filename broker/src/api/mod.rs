@@ -7,6 +7,7 @@ pub mod alter_client_quotas;
 pub mod alter_configs;
 pub mod alter_partition_reassignments;
 pub mod alter_replica_log_dirs;
+pub mod alter_user_scram_credentials;
 pub mod api_versions;
 pub mod create_partitions;
 pub mod create_topics;
@@ -54,11 +55,36 @@ use sluice_protocol::{RequestBody, ResponseBody};
 use crate::broker::Broker;
 use crate::metadata::CommitError;
 
-/// Who sent a request: the client's address and the listener it connected through (whose
-/// advertised addresses Metadata, FindCoordinator and DescribeCluster answer with).
+/// Who sent a request: the client's address, the listener it connected through (whose
+/// advertised addresses Metadata, FindCoordinator and DescribeCluster answer with), and the
+/// principal it authenticated as. Cheap to clone into a handler's future.
+#[derive(Debug, Clone)]
 pub struct Session {
     pub peer: SocketAddr,
     pub listener: Arc<str>,
+    /// `User:ANONYMOUS`, a client certificate's mapped name, or `User:<SASL user>`.
+    pub principal: Arc<str>,
+    /// The client's IP address as text: what an ACL's host is compared with.
+    pub host: Arc<str>,
+}
+
+impl Session {
+    pub fn new(peer: SocketAddr, listener: Arc<str>) -> Session {
+        Session {
+            peer,
+            listener,
+            principal: Arc::from(crate::security::ANONYMOUS),
+            host: Arc::from(peer.ip().to_string()),
+        }
+    }
+
+    /// Who is asking, as the authorizer takes it.
+    pub fn requester(&self) -> crate::security::authorizer::Requester<'_> {
+        crate::security::authorizer::Requester {
+            principal: &self.principal,
+            host: &self.host,
+        }
+    }
 }
 
 /// What a handler hands back to the connection.
@@ -127,8 +153,11 @@ pub fn handle(broker: &Arc<Broker>, request: Request, session: &Session) -> Repl
             describe_client_quotas::handle(broker, r),
         )),
         RequestBody::DescribeUserScramCredentials(r) => now(ResponseBody::DescribeUserScramCredentials(
-            describe_user_scram_credentials::handle(r),
+            describe_user_scram_credentials::handle(broker, session, r),
         )),
+        RequestBody::AlterUserScramCredentials(r) => later(
+            alter_user_scram_credentials::handle(b, session.clone(), r).map(ResponseBody::AlterUserScramCredentials),
+        ),
         RequestBody::AlterClientQuotas(r) => {
             later(alter_client_quotas::handle(b, r).map(ResponseBody::AlterClientQuotas))
         }
@@ -138,9 +167,20 @@ pub fn handle(broker: &Arc<Broker>, request: Request, session: &Session) -> Repl
             &session.listener,
         ))),
         RequestBody::DeleteRecords(r) => later(delete_records::handle(b, r).map(ResponseBody::DeleteRecords)),
-        RequestBody::DescribeAcls(r) => now(ResponseBody::DescribeAcls(acls::describe(r))),
-        RequestBody::CreateAcls(r) => now(ResponseBody::CreateAcls(acls::create(r))),
-        RequestBody::DeleteAcls(r) => now(ResponseBody::DeleteAcls(acls::delete(r))),
+        RequestBody::DescribeAcls(r) => now(ResponseBody::DescribeAcls(acls::describe(broker, session, r, version))),
+        RequestBody::CreateAcls(r) => later(acls::create(b, session.clone(), r, version).map(ResponseBody::CreateAcls)),
+        RequestBody::DeleteAcls(r) => later(acls::delete(b, session.clone(), r, version).map(ResponseBody::DeleteAcls)),
+        // The connection's authenticator answers these; one reaching here arrived where no
+        // SASL exchange is possible.
+        RequestBody::SaslHandshake(_) => now(ResponseBody::SaslHandshake(
+            kafka_protocol::messages::SaslHandshakeResponse::default()
+                .with_error_code(ResponseError::IllegalSaslState.code()),
+        )),
+        RequestBody::SaslAuthenticate(_) => now(ResponseBody::SaslAuthenticate(
+            kafka_protocol::messages::SaslAuthenticateResponse::default()
+                .with_error_code(ResponseError::IllegalSaslState.code())
+                .with_error_message(Some(str_bytes("SaslAuthenticate request received outside a SASL exchange"))),
+        )),
         RequestBody::AlterReplicaLogDirs(r) => now(ResponseBody::AlterReplicaLogDirs(alter_replica_log_dirs::handle(
             broker, r,
         ))),

@@ -1,13 +1,29 @@
 //! One connection from this broker to another broker's Kafka listener, for the replica
 //! fetcher: requests are encoded with the `kafka-protocol` codecs, one in flight at a time.
+//! Over TLS when the inter-broker listener uses it, and logged in (SASL) as this broker when
+//! the security settings give it a credential.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{RequestHeader, ResponseHeader};
+use kafka_protocol::messages::{
+    RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest,
+};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+use crate::config::SaslMechanism;
+use crate::metadata::records::ScramMechanism;
+use crate::security::scram::ScramClient;
+
+/// A byte stream to another broker: TCP, or TLS over TCP.
+trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
+
+/// How long the TLS handshake and the SASL login may take.
+const LOGIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A response larger than this is refused (the fetcher asks for far less).
 const MAX_RESPONSE_BYTES: usize = 256 * 1024 * 1024;
@@ -26,17 +42,26 @@ pub enum ClientError {
     Timeout(i32, Duration),
     #[error("broker {0} sent a response that does not decode: {1}")]
     Protocol(i32, String),
+    #[error("cannot log in to broker {0}: {1}")]
+    Login(i32, String),
 }
 
 pub struct BrokerConnection {
     broker: i32,
-    stream: TcpStream,
+    stream: Box<dyn Io>,
     next_correlation_id: i32,
     client_id: StrBytes,
 }
 
 impl BrokerConnection {
-    pub async fn connect(broker: i32, host: &str, port: i32, client_id: String) -> Result<Self, ClientError> {
+    /// Connects, over TLS with `tls` when given (the server name checked is `host`).
+    pub async fn connect(
+        broker: i32,
+        host: &str,
+        port: i32,
+        client_id: String,
+        tls: Option<Arc<rustls::ClientConfig>>,
+    ) -> Result<Self, ClientError> {
         let addr = format!("{host}:{port}");
         let connect = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(&addr));
         let stream = match connect.await {
@@ -51,12 +76,77 @@ impl BrokerConnection {
             }
         };
         let _ = stream.set_nodelay(true);
+        let stream: Box<dyn Io> = match tls {
+            None => Box::new(stream),
+            Some(config) => {
+                let name = rustls::pki_types::ServerName::try_from(host.to_string())
+                    .map_err(|e| ClientError::Login(broker, format!("{host} is not a name TLS can check: {e}")))?;
+                let handshake = tokio_rustls::TlsConnector::from(config).connect(name, stream);
+                match tokio::time::timeout(LOGIN_TIMEOUT, handshake).await {
+                    Ok(Ok(tls)) => Box::new(tls),
+                    Ok(Err(e)) => {
+                        return Err(ClientError::Login(
+                            broker,
+                            format!("the TLS handshake with {addr} failed: {e}; check that this broker's truststore trusts that broker's certificate and that it names {host}"),
+                        ))
+                    }
+                    Err(_) => return Err(ClientError::Timeout(broker, LOGIN_TIMEOUT)),
+                }
+            }
+        };
         Ok(BrokerConnection {
             broker,
             stream,
             next_correlation_id: 0,
             client_id: StrBytes::from_string(client_id),
         })
+    }
+
+    /// Logs in with SASL (SaslHandshake v1, SaslAuthenticate v1) as `user`.
+    pub async fn login(&mut self, mechanism: SaslMechanism, user: &str, password: &str) -> Result<(), ClientError> {
+        let broker = self.broker;
+        let failed = |message: String| ClientError::Login(broker, message);
+        let handshake = SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(mechanism.name()));
+        let answer = self.call(&handshake, 1, LOGIN_TIMEOUT).await?;
+        if answer.error_code != 0 {
+            let offered: Vec<&str> = answer.mechanisms.iter().map(|m| m.as_str()).collect();
+            return Err(failed(format!(
+                "it does not accept {mechanism} (error {}; it offers {offered:?}); enable it in sasl.enabled.mechanisms on every broker",
+                answer.error_code
+            )));
+        }
+        match mechanism {
+            SaslMechanism::Plain => {
+                self.authenticate(format!("\0{user}\0{password}").into_bytes()).await?;
+            }
+            SaslMechanism::ScramSha256 | SaslMechanism::ScramSha512 => {
+                let hash = if mechanism == SaslMechanism::ScramSha256 {
+                    ScramMechanism::Sha256
+                } else {
+                    ScramMechanism::Sha512
+                };
+                let mut client = ScramClient::new(hash, user, password);
+                let challenge = self.authenticate(client.first_message()).await?;
+                let last = client.final_message(&challenge).map_err(failed)?;
+                let server_final = self.authenticate(last).await?;
+                client.verify_server(&server_final).map_err(failed)?;
+            }
+            SaslMechanism::OAuthBearer => return Err(failed("brokers do not log in with OAUTHBEARER".into())),
+        }
+        Ok(())
+    }
+
+    async fn authenticate(&mut self, token: Vec<u8>) -> Result<Vec<u8>, ClientError> {
+        let request = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(token));
+        let answer = self.call(&request, 1, LOGIN_TIMEOUT).await?;
+        if answer.error_code != 0 {
+            let message = answer.error_message.as_deref().unwrap_or("").to_string();
+            return Err(ClientError::Login(
+                self.broker,
+                format!("{message} (check that every broker has the same cluster secret, or the inter-broker credentials)"),
+            ));
+        }
+        Ok(answer.auth_bytes.to_vec())
     }
 
     /// The broker at the other end.

@@ -34,6 +34,7 @@ use super::client::{BrokerConnection, ClientError};
 use super::session::{FetchSessionHandler, PartitionFetch, SessionRequest};
 use crate::clock::now_ms;
 use crate::config::BrokerConfig;
+use crate::security::Security;
 use crate::metadata::image::MetadataImage;
 use crate::metrics::BrokerMetrics;
 use crate::partition::Partition;
@@ -91,6 +92,8 @@ struct Fetcher {
 
 pub struct ReplicaFetcherManager {
     config: Arc<BrokerConfig>,
+    /// How fetchers reach and log in to leaders (TLS, SASL or the brokers' own credential).
+    security: Arc<Security>,
     images: watch::Receiver<Arc<MetadataImage>>,
     fetchers: Mutex<HashMap<i32, Fetcher>>,
     /// The follower side of the replication throttle, shared by every fetcher of this broker.
@@ -101,12 +104,14 @@ pub struct ReplicaFetcherManager {
 impl ReplicaFetcherManager {
     pub fn new(
         config: Arc<BrokerConfig>,
+        security: Arc<Security>,
         images: watch::Receiver<Arc<MetadataImage>>,
         quota: ReplicationQuota,
         metrics: Arc<BrokerMetrics>,
     ) -> Self {
         ReplicaFetcherManager {
             config,
+            security,
             images,
             fetchers: Mutex::default(),
             quota: Arc::new(quota),
@@ -132,6 +137,7 @@ impl ReplicaFetcherManager {
                 leader,
                 shared.clone(),
                 self.config.clone(),
+                self.security.clone(),
                 self.images.clone(),
                 self.quota.clone(),
                 self.metrics.clone(),
@@ -178,6 +184,7 @@ async fn run_fetcher(
     leader: i32,
     shared: Arc<Shared>,
     config: Arc<BrokerConfig>,
+    security: Arc<Security>,
     images: watch::Receiver<Arc<MetadataImage>>,
     quota: Arc<ReplicationQuota>,
     metrics: Arc<BrokerMetrics>,
@@ -203,7 +210,7 @@ async fn run_fetcher(
             continue;
         }
         if connection.is_none() {
-            match connect(leader, &config, &images).await {
+            match connect(leader, &config, &security, &images).await {
                 Ok(c) => connection = Some(c),
                 Err(e) => {
                     failures += 1;
@@ -294,6 +301,7 @@ fn collect_round(
 async fn connect(
     leader: i32,
     config: &BrokerConfig,
+    security: &Security,
     images: &watch::Receiver<Arc<MetadataImage>>,
 ) -> Result<BrokerConnection, ClientError> {
     let endpoint = images
@@ -315,7 +323,12 @@ async fn connect(
         None => return Err(ClientError::Protocol(leader, "the broker is not registered".into())),
     };
     let client_id = format!("sluice-replica-fetcher-{}", config.node_id);
-    BrokerConnection::connect(leader, &endpoint.host, endpoint.port, client_id).await
+    let tls = security.inter_broker_tls().map(|t| t.client_config());
+    let mut connection = BrokerConnection::connect(leader, &endpoint.host, endpoint.port, client_id, tls).await?;
+    if let Some((mechanism, user, password)) = security.inter_broker_credentials() {
+        connection.login(mechanism, &user, password.expose()).await?;
+    }
+    Ok(connection)
 }
 
 /// This broker's epoch in the applied metadata (its current registration), which its fetches
