@@ -1041,4 +1041,79 @@ mod tests {
         );
         assert_eq!(described.iter().filter(|(k, _, _)| k == "listeners").count(), 1);
     }
+
+    #[test]
+    fn security_settings_use_kafkas_names_per_listener() {
+        let config = BrokerConfig::from_cli(&cli(&[
+            "--set",
+            "listeners=SASL_SSL://127.0.0.1:9093,INTERNAL://127.0.0.1:9092",
+            "--set",
+            "listener.security.protocol.map=SASL_SSL:SASL_SSL,INTERNAL:SSL",
+            "--set",
+            "inter.broker.listener.name=INTERNAL",
+            "--set",
+            "ssl.keystore.location=/etc/sluice/broker.pem",
+            "--set",
+            "ssl.keystore.password=hunter2",
+            "--set",
+            "listener.name.internal.ssl.client.auth=required",
+            "--set",
+            "listener.name.internal.ssl.truststore.location=/etc/sluice/ca.pem",
+            "--set",
+            "sasl.enabled.mechanisms=SCRAM-SHA-512,PLAIN",
+            "--set",
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "--set",
+            "super.users=User:admin;User:ops",
+        ]))
+        .unwrap();
+        let sasl = config.security.listener("SASL_SSL").unwrap();
+        assert_eq!(sasl.protocol, SecurityProtocol::SaslSsl);
+        assert_eq!(sasl.sasl_mechanisms, vec![SaslMechanism::ScramSha512, SaslMechanism::Plain]);
+        assert_eq!(sasl.tls.as_ref().unwrap().client_auth, security::ClientAuth::None);
+        let internal = config.security.listener("INTERNAL").unwrap();
+        let tls = internal.tls.as_ref().unwrap();
+        assert_eq!(tls.client_auth, security::ClientAuth::Required, "the listener's own value wins");
+        assert!(internal.sasl_mechanisms.is_empty());
+        assert_eq!(config.security.authorizer.as_ref().unwrap().super_users, vec!["User:admin", "User:ops"]);
+        assert!(!format!("{config:?}").contains("hunter2"), "a password leaked into Debug output");
+        let described = config.describe();
+        let password = described.iter().find(|(k, _, _)| k == "ssl.keystore.password").unwrap();
+        assert_eq!((password.1.as_str(), password.2), ("", true), "listed as set, without its value");
+    }
+
+    #[test]
+    fn security_settings_that_cannot_work_are_refused_with_what_to_do() {
+        let error = |args: &[&str]| BrokerConfig::from_cli(&cli(args)).unwrap_err().to_string();
+        let sasl = ["--set", "listener.security.protocol.map=PLAINTEXT:SASL_PLAINTEXT"];
+        let with = |extra: &[&'static str]| -> Vec<&'static str> { sasl.iter().chain(extra).copied().collect() };
+        assert!(error(&with(&["--set", "sasl.enabled.mechanisms=GSSAPI"])).contains("GSSAPI (Kerberos) is not supported"));
+        assert!(error(&with(&["--set", "sasl.enabled.mechanisms=OAUTHBEARER"])).contains("sasl.oauthbearer.jwks.endpoint.url"));
+        assert!(error(&with(&["--set", "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512"]))
+            .contains("set listener.name.plaintext.scram-sha-512.sasl.jaas.config"));
+        let ssl = ["--set", "listener.security.protocol.map=PLAINTEXT:SSL"];
+        assert!(error(&ssl).contains("has no certificate"));
+        let jks: Vec<&str> = ssl
+            .iter()
+            .copied()
+            .chain(["--set", "ssl.keystore.location=/k.jks", "--set", "ssl.keystore.type=JKS"])
+            .collect();
+        let refusal = error(&jks);
+        assert!(refusal.contains("keytool -importkeystore") && refusal.contains("-deststoretype PKCS12"), "{refusal}");
+        let bad_protocol: Vec<&str> = ssl
+            .iter()
+            .copied()
+            .chain(["--set", "ssl.keystore.location=/k.pem", "--set", "ssl.enabled.protocols=TLSv1.1"])
+            .collect();
+        assert!(error(&bad_protocol).contains("TLSv1.2 and TLSv1.3"));
+        assert!(error(&["--set", "authorizer.class.name=com.example.Custom"]).contains("StandardAuthorizer"));
+        assert!(error(&["--set", "authorizer.class.name=x.StandardAuthorizer", "--set", "super.users=admin"]).contains("StandardAuthorizer"));
+        assert!(error(&[
+            "--set",
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "--set",
+            "super.users=admin"
+        ])
+        .contains("Type:name"));
+    }
 }

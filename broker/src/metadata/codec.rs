@@ -1175,7 +1175,49 @@ mod tests {
                 key: "consumer_byte_rate".into(),
                 value: None,
             },
+            MetadataRecord::ScramCredential(scram("alice", ScramMechanism::Sha256)),
+            MetadataRecord::ScramCredential(scram("alice", ScramMechanism::Sha512)),
+            MetadataRecord::RemoveScramCredential {
+                user: "alice".into(),
+                mechanism: ScramMechanism::Sha256,
+            },
+            MetadataRecord::Acl {
+                id: id(31),
+                binding: acl("orders", PatternType::Literal, AclPermission::Allow),
+            },
+            MetadataRecord::Acl {
+                id: id(32),
+                binding: acl("ord", PatternType::Prefixed, AclPermission::Deny),
+            },
+            MetadataRecord::Acl {
+                id: id(33),
+                binding: acl("x", PatternType::Literal, AclPermission::Allow),
+            },
+            MetadataRecord::RemoveAcl { id: id(33) },
         ]
+    }
+
+    fn scram(user: &str, mechanism: ScramMechanism) -> ScramCredential {
+        ScramCredential {
+            user: user.into(),
+            mechanism,
+            salt: vec![1, 2, 3],
+            stored_key: vec![4; 32],
+            server_key: vec![5; 32],
+            iterations: 8192,
+        }
+    }
+
+    fn acl(name: &str, pattern_type: PatternType, permission: AclPermission) -> AclBinding {
+        AclBinding {
+            resource_type: ResourceType::Topic,
+            resource_name: name.into(),
+            pattern_type,
+            principal: "User:alice".into(),
+            host: "*".into(),
+            operation: AclOperation::Write,
+            permission,
+        }
     }
 
     /// One of every command, optional fields both set and unset.
@@ -1298,6 +1340,50 @@ mod tests {
                     ("consumer_byte_rate".into(), None),
                 ],
             },
+            MetadataCommand::AlterScramCredentials {
+                deletions: vec![("bob".into(), ScramMechanism::Sha512)],
+                upsertions: vec![scram("alice", ScramMechanism::Sha256)],
+                only_if_absent: true,
+            },
+            MetadataCommand::AlterScramCredentials {
+                deletions: vec![],
+                upsertions: vec![],
+                only_if_absent: false,
+            },
+            MetadataCommand::CreateAcls {
+                acls: vec![(id(41), acl("orders", PatternType::Prefixed, AclPermission::Allow))],
+            },
+            MetadataCommand::DeleteAcls {
+                filters: vec![
+                    AclFilter {
+                        resource_type: None,
+                        resource_name: None,
+                        pattern: PatternFilter::Any,
+                        principal: None,
+                        host: None,
+                        operation: None,
+                        permission: None,
+                    },
+                    AclFilter {
+                        resource_type: Some(ResourceType::Group),
+                        resource_name: Some("g".into()),
+                        pattern: PatternFilter::Match,
+                        principal: Some("User:bob".into()),
+                        host: Some("10.0.0.1".into()),
+                        operation: Some(AclOperation::Read),
+                        permission: Some(AclPermission::Deny),
+                    },
+                    AclFilter {
+                        resource_type: Some(ResourceType::Topic),
+                        resource_name: Some("t".into()),
+                        pattern: PatternFilter::Exactly(PatternType::Literal),
+                        principal: None,
+                        host: None,
+                        operation: Some(AclOperation::All),
+                        permission: Some(AclPermission::Allow),
+                    },
+                ],
+            },
         ]
     }
 
@@ -1360,6 +1446,8 @@ mod tests {
         }
         assert!(!image.brokers.is_empty() && !image.broker_configs.is_empty() && image.next_producer_id > 0);
         assert_eq!(image.client_quotas.len(), 2, "client quotas are part of the snapshot");
+        assert_eq!(image.scram_credentials.len(), 1, "SCRAM credentials are part of the snapshot");
+        assert_eq!(image.acls.len(), 2, "ACLs are part of the snapshot");
         assert_eq!(
             image.brokers[&1].pending_incarnation,
             Some(id(12)),
@@ -1439,6 +1527,28 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn unknown_acl_codes_and_incomplete_credentials_are_refused() {
+        use pb::metadata_record::Record as R;
+        let refused = |record: R| {
+            let bytes = seal(&pb::MetadataRecord { record: Some(record) });
+            decode_record(&bytes).unwrap_err()
+        };
+        let mut binding = acl_binding_to_pb(&acl("t", PatternType::Literal, AclPermission::Allow));
+        binding.operation = 99;
+        let err = refused(R::Acl(pb::AclEntry {
+            id: id(1).as_bytes().to_vec(),
+            binding: Some(binding),
+        }));
+        assert!(matches!(err, DecodeError::Malformed { ref detail, .. } if detail.contains("operation 99")), "{err:?}");
+        let mut credential = scram_credential_to_pb(&scram("alice", ScramMechanism::Sha256));
+        credential.stored_key.clear();
+        assert!(matches!(refused(R::ScramCredential(credential)), DecodeError::Malformed { .. }));
+        let mut credential = scram_credential_to_pb(&scram("alice", ScramMechanism::Sha256));
+        credential.mechanism = 7;
+        assert!(matches!(refused(R::ScramCredential(credential)), DecodeError::Malformed { .. }));
     }
 
     #[test]
