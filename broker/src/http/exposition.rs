@@ -35,6 +35,8 @@ struct Scrape {
     replication_bytes_in: u64,
     replication_bytes_out: u64,
     connections: Vec<(String, i64)>,
+    /// Per listener: successful and failed authentications since start.
+    authentications: Vec<(String, u64, u64)>,
     request_memory_available: u64,
     request_memory_total: u64,
     fetch_sessions: usize,
@@ -59,6 +61,16 @@ pub fn render(broker: &Broker) -> String {
         replication_bytes_in: metrics.replication_bytes_in.load(ordering),
         replication_bytes_out: metrics.replication_bytes_out.load(ordering),
         connections: metrics.connections().map(|(l, n)| (l.to_string(), n)).collect(),
+        authentications: {
+            let mut counts: Vec<(String, u64, u64)> = broker
+                .security
+                .counts
+                .iter()
+                .map(|(l, c)| (l.clone(), c.successful.load(ordering), c.failed.load(ordering)))
+                .collect();
+            counts.sort();
+            counts
+        },
         request_memory_available: broker.request_memory.available_permits() as u64,
         request_memory_total: broker.request_memory_budget() as u64,
         fetch_sessions: broker.fetch_sessions.len(),
@@ -484,6 +496,24 @@ impl Scrape {
         )?;
         for (listener, open) in &self.connections {
             f.labelled_gauge(&[("listener", listener.as_str())], *open)?;
+        }
+        let mut f = family(
+            e,
+            "kafka_server_socket_server_metrics_successful_authentication",
+            "Connections that authenticated (SASL, or a TLS client certificate), by listener.",
+            MetricType::Counter,
+        )?;
+        for (listener, successful, _) in &self.authentications {
+            f.labelled_counter(&[("listener", listener.as_str())], *successful)?;
+        }
+        let mut f = family(
+            e,
+            "kafka_server_socket_server_metrics_failed_authentication",
+            "Connections whose authentication failed (wrong credentials, refused certificates), by listener.",
+            MetricType::Counter,
+        )?;
+        for (listener, _, failed) in &self.authentications {
+            f.labelled_counter(&[("listener", listener.as_str())], *failed)?;
         }
         let available = self.request_memory_available.min(self.request_memory_total);
         gauge(
