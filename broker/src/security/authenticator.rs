@@ -443,29 +443,34 @@ impl Authenticator {
     }
 }
 
-/// SASL/PLAIN (RFC 4616): `authzid NUL user NUL password`, the password checked against the
-/// user's SCRAM credential (one user store, no plaintext password file).
+/// A SASL/PLAIN message (RFC 4616): `authzid NUL user NUL password`, or the message Kafka
+/// refuses it with.
+pub fn parse_plain(message: &[u8]) -> Result<(&str, &str, &str), String> {
+    let text = std::str::from_utf8(message).map_err(|_| "Invalid SASL/PLAIN response: the message is not UTF-8".to_string())?;
+    let tokens: Vec<&str> = text.splitn(4, '\0').collect();
+    let [authzid, user, password] = tokens[..] else {
+        return Err(format!("Invalid SASL/PLAIN response: expected 3 tokens, got {}", tokens.len()));
+    };
+    if user.is_empty() {
+        return Err("Authentication failed: username not specified".into());
+    }
+    if password.is_empty() {
+        return Err("Authentication failed: password not specified".into());
+    }
+    Ok((authzid, user, password))
+}
+
+/// SASL/PLAIN, the password checked against the user's SCRAM credential (one user store, no
+/// plaintext password file).
 fn plain(security: &Security, image: &MetadataImage, message: &[u8]) -> Step {
     let failed = |client: &str, log: String| Step::Failed {
         client: client.to_string(),
         log,
     };
-    let Ok(text) = std::str::from_utf8(message) else {
-        return failed("Invalid SASL/PLAIN response: expected 3 tokens, got 1", "the PLAIN message is not UTF-8".into());
+    let (authzid, user, password) = match parse_plain(message) {
+        Ok(parsed) => parsed,
+        Err(client) => return failed(&client, "a malformed PLAIN message".into()),
     };
-    let tokens: Vec<&str> = text.splitn(4, '\0').collect();
-    let [authzid, user, password] = tokens[..] else {
-        return failed(
-            &format!("Invalid SASL/PLAIN response: expected 3 tokens, got {}", tokens.len()),
-            "a malformed PLAIN message".into(),
-        );
-    };
-    if user.is_empty() {
-        return failed("Authentication failed: username not specified", "PLAIN without a user name".into());
-    }
-    if password.is_empty() {
-        return failed("Authentication failed: password not specified", format!("PLAIN without a password for {user:?}"));
-    }
     let credential = [ScramMechanism::Sha512, ScramMechanism::Sha256]
         .into_iter()
         .find_map(|m| security.scram_credential(image, user, m));

@@ -14,6 +14,7 @@
 
 pub mod authenticator;
 pub mod authorizer;
+pub mod fuzzing;
 pub mod oauthbearer;
 pub mod scram;
 pub mod tls;
