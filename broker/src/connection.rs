@@ -48,7 +48,7 @@ use tokio::time::Instant;
 
 use crate::api::{self, Reply, Session};
 use crate::broker::Broker;
-use crate::metrics::BrokerMetrics;
+use crate::metrics::{BrokerMetrics, ConnectionGuard};
 use crate::security::authenticator::{Authenticator, SaslReply, SaslResponse};
 use crate::security::tls;
 
@@ -140,10 +140,16 @@ fn throttle_time_ms(body: &ResponseBody) -> i32 {
 
 /// Serves one accepted connection: over TLS on a TLS listener (after the handshake), as is
 /// otherwise.
-pub async fn accept(broker: Arc<Broker>, stream: TcpStream, mut session: Session, shutdown: watch::Receiver<bool>) {
+pub async fn accept(
+    broker: Arc<Broker>,
+    stream: TcpStream,
+    mut session: Session,
+    mut counted: ConnectionGuard,
+    shutdown: watch::Receiver<bool>,
+) {
     let Some(tls) = broker.security.tls(&session.listener).cloned() else {
         let (reader, writer) = stream.into_split();
-        return serve(broker, reader, writer, session, shutdown).await;
+        return serve(broker, reader, writer, session, counted, shutdown).await;
     };
     let peer = session.peer;
     let listener = session.listener.clone();
@@ -188,14 +194,21 @@ pub async fn accept(broker: Arc<Broker>, stream: TcpStream, mut session: Session
         }
         if session.principal.as_ref() != crate::security::ANONYMOUS {
             broker.security.count_authentication(&listener, true);
+            counted.set_principal(&session.principal);
         }
     }
     let (reader, writer) = tokio::io::split(stream);
-    serve(broker, reader, writer, session, shutdown).await
+    serve(broker, reader, writer, session, counted, shutdown).await
 }
 
-async fn serve<R, W>(broker: Arc<Broker>, mut reader: R, writer: W, mut session: Session, mut shutdown: watch::Receiver<bool>)
-where
+async fn serve<R, W>(
+    broker: Arc<Broker>,
+    mut reader: R,
+    writer: W,
+    mut session: Session,
+    mut counted: ConnectionGuard,
+    mut shutdown: watch::Receiver<bool>,
+) where
     R: AsyncRead + Unpin + Send,
     W: AsyncWrite + Unpin + Send + 'static,
 {
@@ -271,6 +284,7 @@ where
                 let reply = auth
                     .raw_token(frame.freeze(), broker.metadata.image(), &mut session.principal)
                     .await;
+                counted.set_principal(&session.principal);
                 match send_sasl_reply(&queue, &owed, reply, 0, 0, received, &mut shutdown).await {
                     Ok(()) => continue,
                     Err(reason) => break reason,
@@ -289,6 +303,7 @@ where
                         }
                         _ => unreachable!("is_sasl matched"),
                     };
+                    counted.set_principal(&session.principal);
                     match send_sasl_reply(&queue, &owed, reply, version, correlation_id, received, &mut shutdown).await {
                         Ok(()) => continue,
                         Err(reason) => break reason,

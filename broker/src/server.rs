@@ -65,10 +65,10 @@ async fn accept(
                     let _ = stream.set_nodelay(true);
                     let (broker, shutdown) = (broker.clone(), shutdown.clone());
                     let session = Session::new(peer, name.clone());
-                    let counted = broker.metrics.connection_opened(&name);
+                    let counted = broker.metrics.connection_opened(&name, session.principal.clone());
                     connections.spawn(async move {
-                        connection::accept(broker, stream, session, shutdown).await;
-                        drop((slot, counted));
+                        connection::accept(broker, stream, session, counted, shutdown).await;
+                        drop(slot);
                     });
                 }
                 Err(e) => {

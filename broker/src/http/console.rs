@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::snapshot::{self, ClusterView, GroupView};
+use super::snapshot::{self, ClientView, ClusterView, GroupView};
 use crate::broker::Broker;
 use crate::metrics::history::{self, Sample};
 
@@ -26,6 +26,9 @@ pub struct LocalView {
     pub node_id: i32,
     pub groups: Vec<GroupView>,
     pub history: Vec<Sample>,
+    /// Its client connections by listener and principal (absent from older builds).
+    #[serde(default)]
+    pub clients: Vec<ClientView>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -39,6 +42,7 @@ pub fn local(broker: &Broker) -> LocalView {
         node_id: broker.config.node_id,
         groups: snapshot::take(broker).groups,
         history: broker.history.samples(),
+        clients: snapshot::clients(broker),
     }
 }
 
@@ -47,6 +51,7 @@ pub async fn cluster(broker: &Broker) -> ClusterView {
     let (peers, unreachable) = ask_peers(broker, &view).await;
     for peer in peers {
         view.groups.extend(peer.groups);
+        view.clients.extend(peer.clients);
     }
     view.groups.sort_by(|a, b| a.group_id.cmp(&b.group_id));
     // A group that moved between coordinators while they were asked appears once.

@@ -29,6 +29,33 @@ pub struct ClusterView {
     pub groups: Vec<GroupView>,
     /// Brokers whose console did not answer (their groups are missing from `groups`).
     pub unreachable: Vec<i32>,
+    /// Who is connected: open client connections per broker, listener and principal.
+    pub clients: Vec<ClientView>,
+}
+
+/// Open client connections of one principal on one listener of one broker.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct ClientView {
+    pub node_id: i32,
+    pub listener: String,
+    /// `User:alice`, a certificate's mapped name, or `User:ANONYMOUS`.
+    pub principal: String,
+    pub connections: i64,
+}
+
+/// This broker's client connections by listener and principal.
+pub fn clients(broker: &Broker) -> Vec<ClientView> {
+    broker
+        .metrics
+        .principals()
+        .into_iter()
+        .map(|(listener, principal, connections)| ClientView {
+            node_id: broker.config.node_id,
+            listener,
+            principal,
+            connections,
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -169,6 +196,7 @@ pub fn take(broker: &Broker) -> ClusterView {
         topics,
         groups,
         unreachable: Vec::new(),
+        clients: clients(broker),
     }
 }
 

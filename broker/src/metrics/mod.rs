@@ -83,6 +83,9 @@ pub struct BrokerMetrics {
     pub replication_bytes_out: AtomicU64,
     /// Open client connections per Kafka listener, in configuration order.
     connections: Vec<(Arc<str>, AtomicI64)>,
+    /// Open client connections per listener and principal (the console's "who is connected"):
+    /// bounded by the open connections, an entry going when its count reaches zero.
+    principals: parking_lot::Mutex<HashMap<(Arc<str>, Arc<str>), i64>>,
 }
 
 impl BrokerMetrics {
@@ -104,6 +107,7 @@ impl BrokerMetrics {
             replication_bytes_in: AtomicU64::new(0),
             replication_bytes_out: AtomicU64::new(0),
             connections: listeners.into_iter().map(|l| (l, AtomicI64::new(0))).collect(),
+            principals: parking_lot::Mutex::new(HashMap::new()),
         }
     }
 
@@ -173,16 +177,46 @@ impl BrokerMetrics {
         self.requests.iter().flatten().filter(|r| r.total_time_ms.count() > 0)
     }
 
-    /// A connection on `listener` opened; the guard counts it until dropped.
-    pub fn connection_opened(self: &Arc<Self>, listener: &str) -> ConnectionGuard {
+    /// A connection on `listener` opened, as `principal` (ANONYMOUS until it authenticates);
+    /// the guard counts it until dropped.
+    pub fn connection_opened(self: &Arc<Self>, listener: &str, principal: Arc<str>) -> ConnectionGuard {
         let index = self.connections.iter().position(|(l, _)| &**l == listener);
         if let Some(i) = index {
             self.connections[i].1.fetch_add(1, Ordering::Relaxed);
         }
+        let listener: Arc<str> = match index {
+            Some(i) => self.connections[i].0.clone(),
+            None => Arc::from(listener),
+        };
+        self.count_principal(&listener, &principal, 1);
         ConnectionGuard {
             metrics: self.clone(),
             index,
+            listener,
+            principal,
         }
+    }
+
+    fn count_principal(&self, listener: &Arc<str>, principal: &Arc<str>, delta: i64) {
+        let mut principals = self.principals.lock();
+        let key = (listener.clone(), principal.clone());
+        let count = principals.entry(key.clone()).or_insert(0);
+        *count += delta;
+        if *count <= 0 {
+            principals.remove(&key);
+        }
+    }
+
+    /// Open connections per (listener, principal).
+    pub fn principals(&self) -> Vec<(String, String, i64)> {
+        let mut out: Vec<_> = self
+            .principals
+            .lock()
+            .iter()
+            .map(|((l, p), n)| (l.to_string(), p.to_string(), *n))
+            .collect();
+        out.sort();
+        out
     }
 
     /// Open connections per listener.
@@ -195,6 +229,20 @@ impl BrokerMetrics {
 pub struct ConnectionGuard {
     metrics: Arc<BrokerMetrics>,
     index: Option<usize>,
+    listener: Arc<str>,
+    principal: Arc<str>,
+}
+
+impl ConnectionGuard {
+    /// The connection authenticated (or re-authenticated) as `principal`.
+    pub fn set_principal(&mut self, principal: &Arc<str>) {
+        if *principal == self.principal {
+            return;
+        }
+        self.metrics.count_principal(&self.listener, &self.principal, -1);
+        self.metrics.count_principal(&self.listener, principal, 1);
+        self.principal = principal.clone();
+    }
 }
 
 impl Drop for ConnectionGuard {
@@ -202,6 +250,7 @@ impl Drop for ConnectionGuard {
         if let Some(i) = self.index {
             self.metrics.connections[i].1.fetch_sub(1, Ordering::Relaxed);
         }
+        self.metrics.count_principal(&self.listener, &self.principal, -1);
     }
 }
 
@@ -252,12 +301,30 @@ mod tests {
     #[test]
     fn connections_are_counted_per_listener_until_closed() {
         let metrics = Arc::new(BrokerMetrics::new([Arc::from("INTERNAL"), Arc::from("EXTERNAL")]));
-        let first = metrics.connection_opened("EXTERNAL");
-        let _second = metrics.connection_opened("EXTERNAL");
+        let anonymous: Arc<str> = Arc::from("User:ANONYMOUS");
+        let first = metrics.connection_opened("EXTERNAL", anonymous.clone());
+        let _second = metrics.connection_opened("EXTERNAL", anonymous.clone());
         let counts = |m: &BrokerMetrics| m.connections().map(|(_, n)| n).collect::<Vec<_>>();
         assert_eq!(counts(&metrics), [0, 2]);
         drop(first);
         assert_eq!(counts(&metrics), [0, 1]);
+    }
+
+    #[test]
+    fn connections_are_counted_per_principal_as_they_authenticate() {
+        let metrics = Arc::new(BrokerMetrics::new([Arc::from("SASL_SSL")]));
+        let mut first = metrics.connection_opened("SASL_SSL", Arc::from("User:ANONYMOUS"));
+        let second = metrics.connection_opened("SASL_SSL", Arc::from("User:ANONYMOUS"));
+        first.set_principal(&Arc::from("User:alice"));
+        assert_eq!(
+            metrics.principals(),
+            vec![
+                ("SASL_SSL".to_string(), "User:ANONYMOUS".to_string(), 1),
+                ("SASL_SSL".to_string(), "User:alice".to_string(), 1)
+            ]
+        );
+        drop((first, second));
+        assert!(metrics.principals().is_empty(), "entries go with their last connection");
     }
 
     #[test]
