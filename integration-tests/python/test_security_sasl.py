@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import struct
 import time
 
@@ -18,10 +19,11 @@ from confluent_kafka.admin import AdminClient, NewTopic, ScramMechanism, UserScr
     ScramCredentialInfo
 
 from security_certs import Pki
-from security_clients import (KCAT, JwtIssuer, Login, confluent_round_trip, kafka_python_round_trip,
+from security_clients import (KCAT, JwtIssuer, Login, confluent_round_trip, jwt_claims, kafka_python_round_trip,
                               kcat, kcat_round_trip, log_line_count, log_lines, wait_for_log,
                               wait_for_log_lines, wait_until)
-from sluice_node import HOST, SaslError, SluiceNode, _recv_exact, _request, connect, sasl_login
+from sluice_node import (HOST, SaslError, SluiceNode, _recv_exact, _request, connect, sasl_authenticate,
+                         sasl_handshake, sasl_login)
 
 ADMIN = ("admin", "admin-secret")
 ALICE = ("alice", "alice-secret")
@@ -189,6 +191,24 @@ def test_an_invalid_oauthbearer_token_is_refused_with_the_rfc7628_status(node, p
     assert kafka_python_auth_error(creds, caplog) == '[Error 58] SaslAuthenticationFailedError: {"status":"invalid_token"}'
     line = wait_for_log(node, "closing connection: authentication failed", after=before)
     assert reason in line, line
+
+
+def test_an_oauthbearer_session_lasts_until_the_token_expires(node, pki, idp):
+    """The session lifetime the broker gives (KIP-368) is what is left of the token; a request
+    after it ends closes the connection."""
+    issuer, _ = idp
+    token = issuer.token("svc-short", lifetime_s=2)
+    expires_at = jwt_claims(token)["exp"]
+    tls_only = {"security.protocol": "SSL", "ssl.ca.location": str(pki.ca.cert)}
+    with connect(HOST, node.ports["SASL_SSL"], tls_only) as sock:
+        sasl_handshake(sock, "OAUTHBEARER")
+        asked = time.time()
+        _, lifetime_ms = sasl_authenticate(sock, f"n,,\x01auth=Bearer {token}\x01\x01".encode(), 101)
+        assert 0 < lifetime_ms <= (expires_at - asked) * 1000 + 50, lifetime_ms
+        assert struct.unpack(">h", _request(sock, 18, 0, 102, b"")[:2]) == (0,)
+        wait_until("the token to expire", lambda: time.time() > expires_at + 0.2, 5)
+        with pytest.raises((ConnectionError, ssl.SSLError)):
+            _request(sock, 18, 0, 103, b"")
 
 
 # --- before authentication -------------------------------------------------------------------
