@@ -160,6 +160,7 @@ pub async fn accept(
         Ok(Ok(n)) if !tls::looks_like_tls_hello(&first[..n]) => {
             tracing::warn!(%peer, %listener,
                 "closing connection: it sent plaintext to listener {listener}, which speaks TLS; configure the client with security.protocol=SSL (or SASL_SSL), or connect it to a PLAINTEXT listener");
+            close_after_discarding_input(stream).await;
             return;
         }
         Ok(Ok(_)) => {}
@@ -199,6 +200,21 @@ pub async fn accept(
     }
     let (reader, writer) = tokio::io::split(stream);
     serve(broker, reader, writer, session, counted, shutdown).await
+}
+
+/// Closes a connection after reading what the client already sent (at most 64 KiB). Closing
+/// a socket with unread input makes the kernel answer with a reset, and the client then sees
+/// "connection reset by peer" instead of the connection ending, which is what Kafka's clients
+/// turn into their hint (librdkafka: "connecting to a SSL listener?").
+async fn close_after_discarding_input(mut stream: TcpStream) {
+    let mut discard = [0u8; 4096];
+    for _ in 0..16 {
+        match stream.try_read(&mut discard) {
+            Ok(n) if n > 0 => continue,
+            _ => break,
+        }
+    }
+    let _ = stream.shutdown().await;
 }
 
 async fn serve<R, W>(

@@ -20,9 +20,10 @@ def pytest_runtest_makereport(item, call):
     setattr(item, f"rep_{rep.when}", rep)
 
 
-def stop_nodes(request, nodes: list[SluiceNode]) -> None:
+def stop_nodes(request, nodes: list[SluiceNode], failed: bool | None = None) -> None:
     """Kills `nodes`; keeps their work dirs and prints their log tails if the test failed."""
-    failed = getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed
+    if failed is None:
+        failed = getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed
     for node in nodes:
         node.kill()
         if failed:
@@ -34,16 +35,33 @@ def stop_nodes(request, nodes: list[SluiceNode]) -> None:
 @pytest.fixture
 def start_node(request):
     """Factory: start_node({"num.partitions": "3"}) -> a ready SluiceNode, stopped after the test.
+    Keyword arguments go to SluiceNode (`listeners`, `client_security`, `env`, ...).
     On failure the work dir is kept and the broker log tail is printed."""
     nodes: list[SluiceNode] = []
 
-    def start(settings: dict[str, str] | None = None, metrics: bool = False) -> SluiceNode:
-        node = SluiceNode(settings, metrics=metrics)
+    def start(settings: dict[str, str] | None = None, metrics: bool = False, **kwargs) -> SluiceNode:
+        node = SluiceNode(settings, metrics=metrics, **kwargs)
         nodes.append(node)
         return node.start()
 
     yield start
     stop_nodes(request, nodes)
+
+
+@pytest.fixture(scope="module")
+def start_module_node(request):
+    """Factory like `start_node` for a broker shared by the tests of one module, stopped after
+    the last; if any test of the module failed, its work dir is kept and its log tail printed."""
+    nodes: list[SluiceNode] = []
+    failed_before = request.session.testsfailed
+
+    def start(settings: dict[str, str] | None = None, **kwargs) -> SluiceNode:
+        node = SluiceNode(settings, **kwargs)
+        nodes.append(node)
+        return node.start()
+
+    yield start
+    stop_nodes(request, nodes, failed=request.session.testsfailed > failed_before)
 
 
 @pytest.fixture

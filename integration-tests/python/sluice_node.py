@@ -8,11 +8,15 @@ only the Python mechanics: processes, sockets, temporary directories.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
 import os
 import secrets
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import tempfile
@@ -64,27 +68,174 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return buf
 
 
-def _request(sock: socket.socket, api_key: int, version: int, corr: int, body: bytes) -> bytes:
+def _request(sock: socket.socket, api_key: int, version: int, corr: int, body: bytes,
+             flexible: bool = False) -> bytes:
+    """One request and its response body. `flexible`: request header v2 and response header v1
+    (each with an empty tagged-field section), for the flexible versions of an API."""
     client_id = b"pytest"
-    msg = struct.pack(">hhih", api_key, version, corr, len(client_id)) + client_id + body
+    msg = struct.pack(">hhih", api_key, version, corr, len(client_id)) + client_id
+    msg += (b"\x00" if flexible else b"") + body
     sock.sendall(struct.pack(">i", len(msg)) + msg)
     (length,) = struct.unpack(">i", _recv_exact(sock, 4))
     resp = _recv_exact(sock, length)
     (got,) = struct.unpack(">i", resp[:4])
     if got != corr:
         raise ValueError(f"correlation id {got} != {corr}")
+    if flexible:
+        if resp[4] != 0:
+            raise ValueError("the probe does not read tagged fields in a response header")
+        return resp[5:]
     return resp[4:]
 
 
-def probe(host: str, port: int) -> list[tuple[int, str, int]]:
-    """Hand-encoded ApiVersions + brokers-only Metadata as node.json's `ready` says; returns the
-    (node id, host, port) brokers listed. Readiness must not depend on one client library's
-    quirks: client incompatibilities fail that client's tests instead."""
+# --- TLS and SASL for the probe and raw-socket tests ----------------------------------------
+#
+# A node's `client_security` uses librdkafka's property names, so the same dict configures
+# confluent-kafka: security.protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL), ssl.ca.location,
+# ssl.certificate.location + ssl.key.location (PEM files), sasl.mechanism (PLAIN, SCRAM-SHA-256,
+# SCRAM-SHA-512), sasl.username, sasl.password.
+
+class SaslError(Exception):
+    """The broker refused a SASL step: its error code and message."""
+
+    def __init__(self, code: int, message: str | None):
+        super().__init__(f"SASL error {code}: {message}")
+        self.code = code
+        self.message = message
+
+
+def _uvarint(n: int) -> bytes:
+    out = b""
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if n:
+            out += bytes([byte | 0x80])
+        else:
+            return out + bytes([byte])
+
+
+def _read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
+    shift = value = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+
+
+def sasl_handshake(sock: socket.socket, mechanism: str, corr: int = 100) -> list[str]:
+    """SaslHandshake v1; returns the enabled mechanisms the broker lists, raising SaslError if
+    it refuses `mechanism`."""
+    name = mechanism.encode()
+    body = _request(sock, 17, 1, corr, struct.pack(">h", len(name)) + name)
+    err, n = struct.unpack_from(">hi", body)
+    pos, enabled = 6, []
+    for _ in range(n):
+        (length,) = struct.unpack_from(">h", body, pos)
+        enabled.append(body[pos + 2:pos + 2 + length].decode())
+        pos += 2 + length
+    if err:
+        raise SaslError(err, f"mechanism {mechanism} refused; enabled: {enabled}")
+    return enabled
+
+
+def sasl_authenticate(sock: socket.socket, token: bytes, corr: int) -> tuple[bytes, int]:
+    """SaslAuthenticate v2 (flexible) with one token; returns (the broker's token, session
+    lifetime ms), raising SaslError with the broker's message on an error code."""
+    body = _request(sock, 36, 2, corr, _uvarint(len(token) + 1) + token + b"\x00", flexible=True)
+    (err,) = struct.unpack_from(">h", body)
+    length, pos = _read_uvarint(body, 2)
+    message = None
+    if length:
+        message = body[pos:pos + length - 1].decode(errors="replace")
+        pos += length - 1
+    length, pos = _read_uvarint(body, pos)
+    auth = body[pos:pos + length - 1]
+    pos += length - 1
+    (lifetime_ms,) = struct.unpack_from(">q", body, pos)
+    if err:
+        raise SaslError(err, message)
+    return auth, lifetime_ms
+
+
+def _scram_escape(name: str) -> str:
+    return name.replace("=", "=3D").replace(",", "=2C")
+
+
+def sasl_login(sock: socket.socket, mechanism: str, username: str, password: str) -> int:
+    """Authenticates the connection (SaslHandshake v1 + SaslAuthenticate v2) with PLAIN or
+    SCRAM-SHA-256/512 (RFC 5802, the server signature checked); returns the session lifetime
+    in ms the broker gave. Raises SaslError when refused."""
+    sasl_handshake(sock, mechanism)
+    if mechanism == "PLAIN":
+        _, lifetime = sasl_authenticate(sock, f"\0{username}\0{password}".encode(), 101)
+        return lifetime
+    if mechanism not in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        raise ValueError(f"the probe speaks PLAIN and SCRAM, not {mechanism}")
+    digest = "sha256" if mechanism == "SCRAM-SHA-256" else "sha512"
+    nonce = base64.b64encode(secrets.token_bytes(18)).decode()
+    client_first_bare = f"n={_scram_escape(username)},r={nonce}"
+    server_first, _ = sasl_authenticate(sock, f"n,,{client_first_bare}".encode(), 101)
+    fields = dict(item.split("=", 1) for item in server_first.decode().split(","))
+    if not fields["r"].startswith(nonce):
+        raise ValueError("the server's SCRAM nonce does not extend ours")
+    salted = hashlib.pbkdf2_hmac(digest, password.encode(), base64.b64decode(fields["s"]), int(fields["i"]))
+    client_key = hmac.new(salted, b"Client Key", digest).digest()
+    stored_key = hashlib.new(digest, client_key).digest()
+    without_proof = f"c=biws,r={fields['r']}"
+    auth_message = f"{client_first_bare},{server_first.decode()},{without_proof}".encode()
+    signature = hmac.new(stored_key, auth_message, digest).digest()
+    proof = bytes(a ^ b for a, b in zip(client_key, signature))
+    final = f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+    server_final, lifetime = sasl_authenticate(sock, final, 102)
+    server_key = hmac.new(salted, b"Server Key", digest).digest()
+    expected = base64.b64encode(hmac.new(server_key, auth_message, digest).digest()).decode()
+    if server_final.decode() != f"v={expected}":
+        raise ValueError(f"the server's SCRAM signature is wrong: {server_final!r}")
+    return lifetime
+
+
+def tls_context(security: dict[str, str]) -> ssl.SSLContext:
+    """A client TLS context trusting ssl.ca.location, presenting ssl.certificate.location and
+    ssl.key.location when given, checking the host name."""
+    context = ssl.create_default_context(cafile=security.get("ssl.ca.location"))
+    if security.get("ssl.certificate.location"):
+        context.load_cert_chain(security["ssl.certificate.location"], security.get("ssl.key.location"))
+    return context
+
+
+def connect(host: str, port: int, security: dict[str, str] | None = None,
+            timeout: float = 10.0) -> socket.socket:
+    """A connection ready for Kafka requests: TLS and SASL as `security` (librdkafka names)
+    says; plain TCP without it."""
+    security = security or {}
+    protocol = security.get("security.protocol", "PLAINTEXT").upper()
+    sock: socket.socket = socket.create_connection((host, port), timeout=timeout)
+    try:
+        if protocol in ("SSL", "SASL_SSL"):
+            sock = tls_context(security).wrap_socket(sock, server_hostname=host)
+        if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+            sasl_login(sock, security.get("sasl.mechanism", "PLAIN"), security["sasl.username"],
+                       security["sasl.password"])
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def probe(host: str, port: int, security: dict[str, str] | None = None) -> list[tuple[int, str, int]]:
+    """Hand-encoded ApiVersions + brokers-only Metadata as node.json's `ready` says, after TLS
+    and SASL when `security` asks for them; returns the (node id, host, port) brokers listed.
+    Readiness must not depend on one client library's quirks: client incompatibilities fail
+    that client's tests instead."""
     spec = SPEC["ready"]
     if spec["api_versions_version"] != 0:
         raise ValueError(f"the probe speaks ApiVersions v0 only, node.json asks for v{spec['api_versions_version']}")
     lowest, highest = spec["metadata_versions"]
-    with socket.create_connection((host, port), timeout=spec["connect_timeout_ms"] / 1000) as s:
+    with connect(host, port, security, timeout=spec["connect_timeout_ms"] / 1000) as s:
         body = _request(s, 18, 0, 1, b"")
         err, n = struct.unpack(">hi", body[:6])
         if err != 0:
@@ -116,10 +267,22 @@ def probe(host: str, port: int) -> list[tuple[int, str, int]]:
 
 
 class SluiceNode:
+    """One broker process. By default it has node.json's single PLAINTEXT listener (`--listen`).
+
+    Secured nodes: `listeners` ({"SASL_SSL": "SASL_SSL", "SSL": "SSL", ...}: name -> security
+    protocol, a port each, in Kafka's `listeners` setting instead of --listen) and
+    `client_security` (librdkafka property names, see `connect`): how the readiness probe, and
+    `client_config()`, reach the first listener. `env` adds to the process environment."""
+
     def __init__(self, settings: dict[str, str] | None = None, node_id: int = 1,
                  ready_timeout: float | None = None, extra_args: list[str] | None = None,
-                 metrics: bool = False):
+                 metrics: bool = False, listeners: dict[str, str] | None = None,
+                 client_security: dict[str, str] | None = None, env: dict[str, str] | None = None):
         self.settings = {**SPEC["settings"], **(settings or {})}
+        self.listeners = dict(listeners or {})
+        self.ports: dict[str, int] = {}
+        self.client_security = dict(client_security or {})
+        self.extra_env = dict(env or {})
         # With `metrics`, the node serves /metrics and its console on a loopback port of its own.
         self.metrics = metrics
         self.metrics_port = 0
@@ -138,6 +301,23 @@ class SluiceNode:
     def bootstrap(self) -> str:
         return f"{HOST}:{self.port}"
 
+    def bootstrap_for(self, listener: str) -> str:
+        """The address of one of the named `listeners`."""
+        return f"{HOST}:{self.ports[listener]}"
+
+    def client_config(self, **extra: str) -> dict[str, str]:
+        """A librdkafka (confluent-kafka) configuration reaching the first listener as the probe
+        does, plus `extra`."""
+        return {"bootstrap.servers": self.bootstrap, **self.client_security, **extra}
+
+    def choose_ports(self) -> None:
+        """A fresh port for the node (each named listener gets one; the first is `port`)."""
+        if self.listeners:
+            self.ports = {name: free_loopback_port() for name in self.listeners}
+            self.port = next(iter(self.ports.values()))
+        else:
+            self.port = free_loopback_port()
+
     @property
     def metrics_url(self) -> str:
         """Where this node's metrics and console are served, e.g. http://127.0.0.1:40123."""
@@ -153,7 +333,7 @@ class SluiceNode:
     def start(self) -> "SluiceNode":
         last = None
         for _ in range(SPEC["start_attempts"]):  # a fresh port each, in case another process took ours
-            self.port = free_loopback_port()
+            self.choose_ports()
             self.choose_metrics_port()
             try:
                 self._spawn_and_wait()
@@ -173,14 +353,25 @@ class SluiceNode:
     def spawn(self) -> None:
         """Starts the process on `self.port` without waiting (cluster members need each other)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        settings = self.settings
+        spec_args = SPEC["args"]
+        if self.listeners:
+            named = SPEC["named_listeners"]
+            spec_args = named["args"]
+            listeners = named["separator"].join(
+                fill(named["listener"], name=name, host=HOST, port=str(self.ports[name])) for name in self.listeners)
+            protocol_map = named["separator"].join(
+                fill(named["protocol"], name=name, protocol=protocol) for name, protocol in self.listeners.items())
+            settings = {**{k: fill(v, listeners=listeners, protocol_map=protocol_map)
+                           for k, v in named["settings"].items()}, **settings}
         args = [str(self.binary)] + [
             fill(a, node_id=str(self.node_id), data_dir=str(self.data_dir), addr=self.bootstrap)
-            for a in SPEC["args"]
+            for a in spec_args
         ]
-        for k, v in self.settings.items():
+        for k, v in settings.items():
             args += [SPEC["setting_flag"], fill(SPEC["setting"], key=k, value=v)]
         args += self.extra_args
-        env = {**SPEC["env_if_unset"], **os.environ, **SPEC["env"]}
+        env = {**SPEC["env_if_unset"], **os.environ, **SPEC["env"], **self.extra_env}
         with open(self.log_path, "ab") as log:
             note = fill(SPEC["log_note"], note=f"starting {' '.join(args)}")
             log.write(f"{note}\n".encode())
@@ -197,7 +388,7 @@ class SluiceNode:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode} ({last})")
             try:
-                brokers = probe(HOST, self.port)
+                brokers = probe(HOST, self.port, self.client_security)
                 if any(b[0] == self.node_id and b[2] == self.port for b in brokers):
                     return
                 last = f"metadata brokers {brokers}"
