@@ -287,6 +287,8 @@ broker_settings! {
     "super.users", "", String, "Principals allowed everything, separated by ; (e.g. User:admin).";
     "allow.everyone.if.no.acl.found", "false", Boolean, "With an authorizer, allow an operation on a resource no ACL names.";
     "metrics.listen", "", String, "IP:PORT of the HTTP server for Prometheus at /metrics and the console at / (off when empty).";
+    "metrics.ssl.enable", "false", Boolean, "Serve metrics.listen over TLS with the broker-wide ssl.keystore.* settings (Sluice's own).";
+    "metrics.authentication", "none", String, "none, or scram: metrics.listen asks for HTTP Basic credentials of a SCRAM user, who needs DESCRIBE on the cluster when an authorizer is on (Sluice's own).";
     "metrics.max.connections", "32", Int, "HTTP connections served at once on metrics.listen; more wait in the backlog (Sluice's own).";
 }
 

@@ -222,6 +222,21 @@ pub struct SecuritySettings {
     /// for changes.
     pub ssl_reload_check_interval_ms: u64,
     pub add_scram: Vec<AddScram>,
+    /// `metrics.ssl.enable` (Sluice's own): the HTTP server on `metrics.listen` speaks TLS with
+    /// the broker-wide `ssl.*` settings.
+    pub metrics_tls: Option<TlsSettings>,
+    /// `metrics.authentication` (Sluice's own): whether the HTTP server asks for credentials.
+    pub metrics_authentication: MetricsAuthentication,
+}
+
+/// Who may read `/metrics` and the console.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsAuthentication {
+    /// Anyone who reaches `metrics.listen`.
+    None,
+    /// HTTP Basic credentials of a SCRAM user (checked as SASL/PLAIN checks them), who also
+    /// needs DESCRIBE on the cluster when an authorizer is on.
+    Scram,
 }
 
 impl SecuritySettings {
@@ -325,10 +340,11 @@ pub struct SettingsView<'a> {
 }
 
 impl SettingsView<'_> {
-    /// The listener's own value of `key` (`listener.name.<listener>.<key>`), else the broker's.
+    /// The listener's own value of `key` (`listener.name.<listener>.<key>`), else the broker's
+    /// (the broker's alone for the listener named "").
     fn for_listener(&self, listener: &str, key: &str) -> String {
         let own = format!("listener.name.{}.{key}", listener.to_ascii_lowercase());
-        if (self.is_set)(&own) {
+        if !listener.is_empty() && (self.is_set)(&own) {
             (self.value)(&own)
         } else {
             (self.value)(key)
@@ -337,7 +353,10 @@ impl SettingsView<'_> {
 
     fn secret_for_listener(&self, listener: &str, key: &str) -> Option<SecretText> {
         let own = format!("listener.name.{}.{key}", listener.to_ascii_lowercase());
-        (self.secret)(&own).or_else(|| (self.secret)(key))
+        (!listener.is_empty())
+            .then(|| (self.secret)(&own))
+            .flatten()
+            .or_else(|| (self.secret)(key))
     }
 }
 
@@ -370,7 +389,23 @@ pub fn resolve(
         .any(|l| l.sasl_mechanisms.contains(&SaslMechanism::OAuthBearer));
     let oauthbearer = oauth_enabled.then(|| oauthbearer_settings(view)).transpose()?;
     let inter_broker_sasl = inter_broker_sasl(view, &listeners, inter_broker_listener)?;
+    let metrics_tls = ((view.value)("metrics.ssl.enable").trim() == "true")
+        .then(|| tls_settings(view, ""))
+        .transpose()?;
+    let metrics_authentication = match (view.value)("metrics.authentication").trim().to_ascii_lowercase().as_str() {
+        "" | "none" => MetricsAuthentication::None,
+        "scram" => MetricsAuthentication::Scram,
+        other => {
+            return Err(invalid(
+                "metrics.authentication",
+                other,
+                "use none, or scram (HTTP Basic credentials of a SCRAM user)",
+            ))
+        }
+    };
     Ok(SecuritySettings {
+        metrics_tls,
+        metrics_authentication,
         authorizer: authorizer_settings(view)?,
         connections_max_reauth_ms: parse_u64(view, "connections.max.reauth.ms")?,
         failed_authentication_delay_ms: parse_u64(view, "connection.failed.authentication.delay.ms")?,

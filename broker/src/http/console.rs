@@ -2,13 +2,16 @@
 //! every live broker that serves a console (each broker knows only the groups it
 //! coordinates); `/api/history` adds up the brokers' samples. Peers are asked for their
 //! `/api/local` over the HTTP address they registered, all at once, each bounded in time and
-//! size; a peer that does not answer is listed in `unreachable` and the page says so.
+//! size; a peer that does not answer is listed in `unreachable` and the page says so. They are
+//! asked over TLS when `metrics.ssl.enable` is set and with the brokers' own HTTP credentials
+//! when `metrics.authentication` asks for them.
 
 use std::time::Duration;
 
 use futures::future::join_all;
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use base64::Engine;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::snapshot::{self, ClientView, ClusterView, GroupView};
@@ -80,7 +83,7 @@ async fn ask_peers(broker: &Broker, view: &ClusterView) -> (Vec<LocalView>, Vec<
         .collect();
     let answers = join_all(peers.into_iter().map(|(node_id, http)| async move {
         let answer = match http {
-            Some((host, port)) => fetch_local(&snapshot::host_port(&host, port)).await,
+            Some((host, port)) => fetch_local(broker, &host, port).await,
             None => Err("it does not serve a console (metrics.listen is not set there)".to_string()),
         };
         (node_id, answer)
@@ -108,18 +111,33 @@ async fn ask_peers(broker: &Broker, view: &ClusterView) -> (Vec<LocalView>, Vec<
     (views, unreachable)
 }
 
-async fn fetch_local(address: &str) -> Result<LocalView, String> {
+async fn fetch_local(broker: &Broker, host: &str, port: i32) -> Result<LocalView, String> {
+    let address = snapshot::host_port(host, port);
+    let security = &broker.security;
+    let authorization = match security.settings.metrics_authentication {
+        crate::config::security::MetricsAuthentication::None => String::new(),
+        _ => match security.broker_http_credentials() {
+            Some((user, password)) => format!(
+                "Authorization: Basic {}\r\n",
+                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+            ),
+            None => String::new(),
+        },
+    };
+    let request = format!("GET /api/local HTTP/1.1\r\nHost: {address}\r\n{authorization}Connection: close\r\n\r\n");
     let exchange = async {
-        let mut stream = TcpStream::connect(address).await.map_err(|e| e.to_string())?;
-        let request = format!("GET /api/local HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.map_err(|e| e.to_string())?;
-        let mut response = Vec::new();
-        let mut limited = (&mut stream).take(MAX_PEER_RESPONSE_BYTES as u64 + 1);
-        limited.read_to_end(&mut response).await.map_err(|e| e.to_string())?;
-        if response.len() > MAX_PEER_RESPONSE_BYTES {
-            return Err(format!("its answer is larger than {MAX_PEER_RESPONSE_BYTES} bytes"));
+        let stream = TcpStream::connect(&address).await.map_err(|e| e.to_string())?;
+        match security.metrics_tls() {
+            None => exchange_on(stream, &request).await,
+            Some(tls) => {
+                let name = rustls::pki_types::ServerName::try_from(host.to_string()).map_err(|e| e.to_string())?;
+                let stream = tokio_rustls::TlsConnector::from(tls.client_config())
+                    .connect(name, stream)
+                    .await
+                    .map_err(|e| format!("TLS with it failed: {e}"))?;
+                exchange_on(stream, &request).await
+            }
         }
-        Ok::<_, String>(response)
     };
     let response = tokio::time::timeout(PEER_TIMEOUT, exchange)
         .await
@@ -131,4 +149,21 @@ async fn fetch_local(address: &str) -> Result<LocalView, String> {
         return Err("its answer is not 200 OK".into());
     }
     serde_json::from_slice(&response[body_at + 4..]).map_err(|e| format!("its answer does not decode: {e}"))
+}
+
+/// Sends `request` and reads the answer, at most [`MAX_PEER_RESPONSE_BYTES`].
+async fn exchange_on<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, request: &str) -> Result<Vec<u8>, String> {
+    stream.write_all(request.as_bytes()).await.map_err(|e| e.to_string())?;
+    let mut response = Vec::new();
+    let mut limited = (&mut stream).take(MAX_PEER_RESPONSE_BYTES as u64 + 1);
+    // A TLS peer may close without close_notify after `Connection: close`: keep what arrived.
+    if let Err(e) = limited.read_to_end(&mut response).await {
+        if response.is_empty() {
+            return Err(e.to_string());
+        }
+    }
+    if response.len() > MAX_PEER_RESPONSE_BYTES {
+        return Err(format!("its answer is larger than {MAX_PEER_RESPONSE_BYTES} bytes"));
+    }
+    Ok(response)
 }

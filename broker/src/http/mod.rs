@@ -2,6 +2,12 @@
 //! GET only. Deliberately small (one request per connection, `Connection: close`) and bounded
 //! like the Kafka side: at most `metrics.max.connections` served at once, a request head of at
 //! most [`MAX_HEAD_BYTES`] that must arrive within [`HEAD_TIMEOUT`], no request body read.
+//!
+//! It shows topic names, group members and lag, so it can be secured like the Kafka listeners:
+//! `metrics.ssl.enable` serves it over TLS with the broker's `ssl.*` certificate, and
+//! `metrics.authentication=scram` asks for HTTP Basic credentials of a SCRAM user (checked as
+//! SASL/PLAIN checks them; with an authorizer the user needs DESCRIBE on the cluster). Brokers'
+//! consoles ask each other with the brokers' own credential.
 
 pub mod console;
 pub mod exposition;
@@ -11,11 +17,15 @@ pub mod snapshot;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use base64::Engine;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
 use crate::broker::Broker;
+use crate::config::security::MetricsAuthentication;
+use crate::controller::acls::CLUSTER_NAME;
+use crate::metadata::acls::{AclOperation, ResourceType};
 
 /// Longest request line plus headers accepted; a longer head is answered 431.
 pub const MAX_HEAD_BYTES: usize = 16 * 1024;
@@ -43,10 +53,10 @@ pub async fn serve(broker: Arc<Broker>, listener: TcpListener, mut shutdown: wat
             accepted = listener.accept() => accepted,
         };
         match accepted {
-            Ok((stream, _peer)) => {
+            Ok((stream, peer)) => {
                 let broker = broker.clone();
                 connections.spawn(async move {
-                    serve_connection(&broker, stream).await;
+                    accept_connection(&broker, stream, peer).await;
                     drop(slot);
                 });
             }
@@ -59,11 +69,26 @@ pub async fn serve(broker: Arc<Broker>, listener: TcpListener, mut shutdown: wat
     connections.abort_all();
 }
 
-/// A parsed request head: method and path (query string dropped).
+/// A parsed request head: method and path (query string dropped), and the `Authorization`
+/// header's value if any.
 #[derive(Debug, PartialEq, Eq)]
 struct Head<'a> {
     method: &'a str,
     path: &'a str,
+    authorization: Option<&'a str>,
+}
+
+/// Serves one connection, after a TLS handshake when `metrics.ssl.enable` is set.
+async fn accept_connection(broker: &Arc<Broker>, stream: TcpStream, peer: std::net::SocketAddr) {
+    let Some(tls) = broker.security.metrics_tls() else {
+        return serve_connection(broker, stream, peer).await;
+    };
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls.server_config());
+    match tokio::time::timeout(HEAD_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(stream)) => serve_connection(broker, stream, peer).await,
+        Ok(Err(e)) => tracing::debug!(%peer, "metrics.listen: TLS handshake failed ({e}); is the client using https://?"),
+        Err(_) => {}
+    }
 }
 
 /// Why a request head could not be used.
@@ -73,7 +98,7 @@ enum BadRequest {
     Malformed,
 }
 
-async fn serve_connection(broker: &Arc<Broker>, mut stream: TcpStream) {
+async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(broker: &Arc<Broker>, mut stream: S, peer: std::net::SocketAddr) {
     let mut buf = Vec::with_capacity(1024);
     let head = tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut stream, &mut buf)).await;
     let response = match head {
@@ -81,7 +106,10 @@ async fn serve_connection(broker: &Arc<Broker>, mut stream: TcpStream) {
         Ok(Ok(Err(BadRequest::TooLarge))) => Response::text(431, "request head too large\n"),
         Ok(Ok(Err(BadRequest::Malformed))) => Response::text(400, "malformed HTTP request\n"),
         Ok(Ok(Ok(end))) => match parse_head(&buf[..end]) {
-            Ok(head) => route(broker, head).await,
+            Ok(head) => match authenticate(broker, &head, peer).await {
+                Ok(()) => route(broker, head).await,
+                Err(refusal) => refusal,
+            },
             Err(_) => Response::text(400, "malformed HTTP request\n"),
         },
     };
@@ -94,7 +122,7 @@ async fn serve_connection(broker: &Arc<Broker>, mut stream: TcpStream) {
 }
 
 /// Reads until the blank line that ends the head; returns where it ends in `buf`.
-async fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<Result<usize, BadRequest>> {
+async fn read_head<S: AsyncRead + Unpin>(stream: &mut S, buf: &mut Vec<u8>) -> std::io::Result<Result<usize, BadRequest>> {
     let mut chunk = [0u8; 4096];
     loop {
         if let Some(end) = find_head_end(buf) {
@@ -128,7 +156,62 @@ fn parse_head(head: &[u8]) -> Result<Head<'_>, BadRequest> {
         return Err(BadRequest::Malformed);
     }
     let path = target.split(['?', '#']).next().unwrap_or(target);
-    Ok(Head { method, path })
+    let authorization = text.split("\r\n").skip(1).find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.trim().eq_ignore_ascii_case("authorization").then(|| value.trim())
+    });
+    Ok(Head {
+        method,
+        path,
+        authorization,
+    })
+}
+
+/// With `metrics.authentication=scram`: the request must carry HTTP Basic credentials of a SCRAM
+/// user (401 otherwise), who needs DESCRIBE on the cluster when an authorizer is on (403).
+async fn authenticate(broker: &Arc<Broker>, head: &Head<'_>, peer: std::net::SocketAddr) -> Result<(), Response> {
+    let security = &broker.security;
+    if security.settings.metrics_authentication == MetricsAuthentication::None {
+        return Ok(());
+    }
+    let unauthorized = || {
+        let mut r = Response::text(401, "credentials needed: HTTP Basic with a SCRAM user's name and password\n");
+        r.challenge = true;
+        r
+    };
+    let Some((user, password)) = head.authorization.and_then(basic_credentials) else {
+        return Err(unauthorized());
+    };
+    let image = broker.metadata.image();
+    if !security.check_http_login(image.clone(), &user, &password).await {
+        tracing::info!(%peer, user = %user, "metrics.listen: wrong HTTP credentials");
+        return Err(unauthorized());
+    }
+    let principal = format!("User:{user}");
+    let host = peer.ip().to_string();
+    let who = crate::security::authorizer::Requester {
+        principal: &principal,
+        host: &host,
+    };
+    if !security
+        .authorizer
+        .authorize(&image.acls, who, AclOperation::Describe, ResourceType::Cluster, CLUSTER_NAME)
+    {
+        return Err(Response::text(403, "this user may not read the cluster's metrics: it needs DESCRIBE on the cluster\n"));
+    }
+    Ok(())
+}
+
+/// `Basic base64(user:password)`.
+fn basic_credentials(value: &str) -> Option<(String, String)> {
+    let (scheme, encoded) = value.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD.decode(encoded.trim()).ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let (user, password) = text.split_once(':')?;
+    Some((user.to_string(), password.to_string()))
 }
 
 async fn route(broker: &Arc<Broker>, head: Head<'_>) -> Response {
@@ -152,6 +235,8 @@ struct Response {
     status: u16,
     content_type: &'static str,
     body: Vec<u8>,
+    /// Ask for HTTP Basic credentials (`WWW-Authenticate`, with a 401).
+    challenge: bool,
 }
 
 impl Response {
@@ -160,6 +245,7 @@ impl Response {
             status,
             content_type,
             body,
+            challenge: false,
         }
     }
 
@@ -178,12 +264,19 @@ impl Response {
         let reason = match self.status {
             200 => "OK",
             400 => "Bad Request",
+            401 => "Unauthorized",
+            403 => "Forbidden",
             404 => "Not Found",
             405 => "Method Not Allowed",
             431 => "Request Header Fields Too Large",
             _ => "Internal Server Error",
         };
         let allow = if self.status == 405 { "Allow: GET\r\n" } else { "" };
+        let allow = if self.challenge {
+            "WWW-Authenticate: Basic realm=\"sluice\", charset=\"UTF-8\"\r\n"
+        } else {
+            allow
+        };
         format!(
             "HTTP/1.1 {} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n{allow}Connection: close\r\n\r\n",
             self.status,
@@ -200,14 +293,18 @@ mod tests {
 
     #[test]
     fn a_request_line_gives_method_and_path_without_the_query() {
-        let head = parse_head(b"GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+        let head = parse_head(b"GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\nauthorization: Basic YTpi\r\n\r\n").unwrap();
         assert_eq!(
             head,
             Head {
                 method: "GET",
-                path: "/metrics"
+                path: "/metrics",
+                authorization: Some("Basic YTpi"),
             }
         );
+        assert_eq!(basic_credentials("Basic YTpi"), Some(("a".into(), "b".into())));
+        assert_eq!(basic_credentials("Bearer YTpi"), None);
+        assert_eq!(basic_credentials("Basic !!"), None);
         assert_eq!(parse_head(b"GET metrics HTTP/1.1\r\n\r\n"), Err(BadRequest::Malformed));
         assert_eq!(parse_head(b"GET / SPDY/3\r\n\r\n"), Err(BadRequest::Malformed));
         assert_eq!(parse_head(b"GET / HTTP/1.1 extra\r\n\r\n"), Err(BadRequest::Malformed));

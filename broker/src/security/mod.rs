@@ -70,7 +70,16 @@ pub struct Security {
     pub counts: HashMap<String, AuthCounts>,
     /// The inter-broker listener's name.
     inter_broker_listener: String,
+    /// TLS of the HTTP server on `metrics.listen` (`metrics.ssl.enable`).
+    metrics_tls: Option<Arc<TlsListener>>,
+    /// HTTP Basic credentials recently checked and found right: (user, keyed hash of the
+    /// password) → when, so a scraper polling every few seconds does not cost a PBKDF2 each.
+    http_logins: parking_lot::Mutex<HashMap<(String, [u8; 32]), std::time::Instant>>,
 }
+
+/// How long a checked HTTP Basic login is remembered, and how many are.
+const HTTP_LOGIN_TTL: Duration = Duration::from_secs(60);
+const MAX_HTTP_LOGINS: usize = 1024;
 
 impl Security {
     /// Reads certificates and the JWKS and derives the brokers' credential; an error is a
@@ -102,7 +111,13 @@ impl Security {
             }
         });
         let counts = settings.listeners.keys().map(|name| (name.clone(), AuthCounts::default())).collect();
+        let metrics_tls = match &settings.metrics_tls {
+            Some(t) => Some(Arc::new(TlsListener::load("metrics.listen", t).map_err(|e| e.to_string())?)),
+            None => None,
+        };
         Ok(Arc::new(Security {
+            metrics_tls,
+            http_logins: parking_lot::Mutex::new(HashMap::new()),
             authorizer: Authorizer::new(settings.authorizer.as_ref()),
             inter_broker_listener: config.listeners.inter_broker.clone(),
             settings,
@@ -127,6 +142,8 @@ impl Security {
                 inter_broker_sasl: None,
                 ssl_reload_check_interval_ms: 5000,
                 add_scram: Vec::new(),
+                metrics_tls: None,
+                metrics_authentication: crate::config::security::MetricsAuthentication::None,
             },
             tls: HashMap::new(),
             authorizer: Authorizer::disabled(),
@@ -135,6 +152,8 @@ impl Security {
             broker_login: None,
             counts: HashMap::new(),
             inter_broker_listener: String::new(),
+            metrics_tls: None,
+            http_logins: parking_lot::Mutex::new(HashMap::new()),
         })
     }
 
@@ -185,6 +204,72 @@ impl Security {
         image.scram_credentials.get(&(user.to_string(), mechanism)).cloned()
     }
 
+    /// TLS of the HTTP server on `metrics.listen`, when `metrics.ssl.enable` is set.
+    pub fn metrics_tls(&self) -> Option<&Arc<TlsListener>> {
+        self.metrics_tls.as_ref()
+    }
+
+    /// The HTTP Basic credentials a broker's console sends to the other brokers' (their own
+    /// user and the password derived from the cluster secret).
+    pub fn broker_http_credentials(&self) -> Option<(&'static str, &str)> {
+        self.broker_login.as_ref().map(|b| (BROKER_USER, b.password.expose()))
+    }
+
+    /// Whether HTTP Basic credentials are a SCRAM user's (or the brokers' own). The first check
+    /// of a password costs a PBKDF2 on a blocking thread; a right one is then remembered for a
+    /// minute.
+    pub async fn check_http_login(
+        self: &Arc<Self>,
+        image: Arc<crate::metadata::image::MetadataImage>,
+        user: &str,
+        password: &str,
+    ) -> bool {
+        use subtle::ConstantTimeEq;
+        if user == BROKER_USER {
+            return self
+                .broker_login
+                .as_ref()
+                .is_some_and(|b| bool::from(b.password.expose().as_bytes().ct_eq(password.as_bytes())));
+        }
+        let key = (user.to_string(), self.keyed_hash(password));
+        if self
+            .http_logins
+            .lock()
+            .get(&key)
+            .is_some_and(|at| at.elapsed() < HTTP_LOGIN_TTL)
+        {
+            return true;
+        }
+        let security = self.clone();
+        let (user, password) = (user.to_string(), password.to_string());
+        let right = tokio::task::spawn_blocking(move || {
+            [ScramMechanism::Sha512, ScramMechanism::Sha256]
+                .into_iter()
+                .find_map(|m| security.scram_credential(&image, &user, m))
+                .is_some_and(|c| scram::password_matches(&c, &password))
+        })
+        .await
+        .unwrap_or(false);
+        if right {
+            let mut logins = self.http_logins.lock();
+            if logins.len() >= MAX_HTTP_LOGINS {
+                logins.retain(|_, at| at.elapsed() < HTTP_LOGIN_TTL);
+                if logins.len() >= MAX_HTTP_LOGINS {
+                    logins.clear();
+                }
+            }
+            logins.insert(key, std::time::Instant::now());
+        }
+        right
+    }
+
+    fn keyed_hash(&self, password: &str) -> [u8; 32] {
+        use hmac::{Hmac, Mac};
+        let mut mac = <Hmac<sha2::Sha256> as Mac>::new_from_slice(&self.decoy_key).expect("any key length");
+        mac.update(password.as_bytes());
+        mac.finalize().into_bytes().into()
+    }
+
     /// Whether brokers can log in to each other with the cluster secret.
     pub fn has_broker_login(&self) -> bool {
         self.broker_login.is_some()
@@ -214,10 +299,10 @@ impl Security {
         loop {
             tokio::select! {
                 _ = shutdown.changed() => return,
-                _ = tls_tick.tick(), if !self.tls.is_empty() => {
+                _ = tls_tick.tick(), if !self.tls.is_empty() || self.metrics_tls.is_some() => {
                     let security = self.clone();
                     let _ = tokio::task::spawn_blocking(move || {
-                        for listener in security.tls.values() {
+                        for listener in security.tls.values().chain(&security.metrics_tls) {
                             listener.reload_if_changed();
                         }
                     }).await;
