@@ -67,7 +67,7 @@ impl Broker {
     /// Partitions are opened once this start's registration is committed (see `register`).
     pub async fn open(config: BrokerConfig, security: Arc<Security>) -> Result<Arc<Broker>, MetadataError> {
         let config = Arc::new(config);
-        let metadata = Arc::new(MetadataStore::open(&config, controller::decide).await?);
+        let metadata = Arc::new(MetadataStore::open(&config, controller::decide, security.quorum_tls()).await?);
         let metrics = Arc::new(BrokerMetrics::new(
             config.listeners.all.iter().map(|l| Arc::<str>::from(l.name.as_str())),
         ));

@@ -34,6 +34,7 @@ use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use raft::eraftpb::ConfState;
@@ -117,6 +118,23 @@ pub struct QuorumConfig {
     /// Shared by every member; peers prove they know it before any message is read. Required
     /// unless this node is the only voter (then, without one, it accepts no peer connections).
     pub secret: Option<ClusterSecret>,
+    /// Mutual TLS between members, on top of the secret: connections are encrypted, and each
+    /// side's certificate must name the host its `voters` entry gives (pinned to the voters).
+    pub tls: Option<QuorumTls>,
+}
+
+/// The TLS configurations of the controller listener, asked for at every new connection so
+/// that certificates the broker reloads take effect without a restart. The server side must
+/// require client certificates; the client side presents this node's certificate.
+#[derive(Clone)]
+pub struct QuorumTls {
+    pub configs: Arc<dyn Fn() -> (Arc<rustls::ServerConfig>, Arc<rustls::ClientConfig>) + Send + Sync>,
+}
+
+impl std::fmt::Debug for QuorumTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("QuorumTls")
+    }
 }
 
 /// A member's Raft role.

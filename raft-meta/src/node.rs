@@ -246,6 +246,8 @@ impl<S: StateMachine> Driver<S> {
             node_id,
             &config.cluster_id,
             config.secret.clone(),
+            config.tls.clone(),
+            config.voters.clone(),
             inbound_tx,
             events_tx,
         );

@@ -138,6 +138,7 @@ fn config(
         snapshot_every_entries: snapshot_every,
         cluster_id: "test-cluster".to_owned(),
         secret: Some(test_secret()),
+        tls: None,
     }
 }
 

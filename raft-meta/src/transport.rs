@@ -8,6 +8,12 @@
 //! matching. The listener tags each message with the authenticated peer id; the driver checks
 //! every message against it (`validate.rs`) before raft-rs sees it.
 //!
+//! With [`QuorumTls`] every connection is TLS with certificates on both sides, before the
+//! handshake: the dialer checks that the listener's certificate names the host its `voters`
+//! entry gives, and the listener, once the handshake has told it who dialled, that the dialer's
+//! certificate names that voter's host. A member can then neither be impersonated by a
+//! certificate of another host nor read on the wire.
+//!
 //! Raft tolerates message loss, which keeps this layer simple and bounded: every queue has a
 //! fixed capacity and drops on overflow, a failed write drops the messages in flight, and the
 //! driver reports such losses to raft-rs (`report_unreachable`, `report_snapshot`) so it
@@ -31,7 +37,11 @@ use tokio::time::Instant;
 
 use crate::frame::{invalid, read_frame_rest, write_frame};
 use crate::handshake::{self, ClusterSecret, HandshakeError};
-use crate::node_id_of;
+use crate::{node_id_of, QuorumTls};
+
+/// A connection's byte stream: TCP, or TLS over TCP.
+pub(crate) trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
 
 /// Largest frame accepted or sent. A Raft snapshot travels in one message, so this also bounds
 /// the size of the metadata state.
@@ -92,6 +102,9 @@ struct Local {
     cluster_id: String,
     /// `None` only on a lone voter, which has no peers to talk to.
     secret: Option<ClusterSecret>,
+    tls: Option<QuorumTls>,
+    /// Each voter's `host:port`, for pinning its certificate.
+    voters: std::collections::BTreeMap<u64, String>,
 }
 
 struct PeerSender {
@@ -102,11 +115,14 @@ struct PeerSender {
 impl Transport {
     /// Starts accepting connections on `listener`; inbound messages go to `inbound`
     /// (dropped when it is full), delivery problems to `events`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn start(
         listener: TcpListener,
         node_id: u64,
         cluster_id: &str,
         secret: Option<ClusterSecret>,
+        tls: Option<QuorumTls>,
+        voters: std::collections::BTreeMap<u64, String>,
         inbound: mpsc::Sender<Inbound>,
         events: mpsc::Sender<TransportEvent>,
     ) -> Transport {
@@ -114,6 +130,8 @@ impl Transport {
             node_id,
             cluster_id: cluster_id.to_owned(),
             secret,
+            tls,
+            voters,
         });
         let mut tasks = JoinSet::new();
         tasks.spawn(accept_loop(listener, local.clone(), inbound));
@@ -201,6 +219,31 @@ async fn accept_loop(listener: TcpListener, local: Arc<Local>, inbound: mpsc::Se
 /// disconnects or breaks the framing.
 async fn serve_inbound(stream: TcpStream, remote: std::net::SocketAddr, local: &Local, inbound: mpsc::Sender<Inbound>) {
     let _ = stream.set_nodelay(true);
+    let (stream, peer_certificate): (Box<dyn Io>, Option<Vec<u8>>) = match &local.tls {
+        None => (Box::new(stream), None),
+        Some(tls) => {
+            let acceptor = tokio_rustls::TlsAcceptor::from((tls.configs)().0);
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                Ok(Ok(stream)) => {
+                    let leaf = stream
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|c| c.first())
+                        .map(|c| c.as_ref().to_vec());
+                    (Box::new(stream), leaf)
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(%remote, error = %e, "refused a controller connection: the TLS handshake failed (a quorum member must present a certificate the controller truststore trusts)");
+                    return;
+                }
+                Err(_) => {
+                    tracing::warn!(%remote, "refused a controller connection: no TLS handshake in time");
+                    return;
+                }
+            }
+        }
+    };
     let mut stream = tokio::io::BufReader::new(stream);
     let accepted = tokio::time::timeout(
         HANDSHAKE_TIMEOUT,
@@ -222,6 +265,12 @@ async fn serve_inbound(stream: TcpStream, remote: std::net::SocketAddr, local: &
             return;
         }
     };
+    if local.tls.is_some() {
+        if let Err(why) = pin_to_voter(local, peer_id, peer_certificate.as_deref()) {
+            tracing::warn!(%remote, peer = node_id_of(peer_id), "refused a controller connection: {why}");
+            return;
+        }
+    }
     tracing::debug!(peer = node_id_of(peer_id), %remote, "controller connection authenticated");
     match forward_messages(&mut stream, peer_id, inbound, FRAME_READ_TIMEOUT).await {
         Ok(()) => tracing::debug!(peer = node_id_of(peer_id), %remote, "controller connection closed"),
@@ -282,7 +331,7 @@ async fn run_peer_sender(
     mut queue: mpsc::Receiver<Message>,
     events: mpsc::Sender<TransportEvent>,
 ) {
-    let mut conn: Option<BufWriter<TcpStream>> = None;
+    let mut conn: Option<BufWriter<Box<dyn Io>>> = None;
     let mut backoff = RECONNECT_BACKOFF_MIN;
     let mut retry_at = Instant::now();
     let mut warned = false;
@@ -337,8 +386,33 @@ async fn run_peer_sender(
     }
 }
 
-/// Connects to `peer_id` at `addr` and authenticates both ends.
-async fn connect(addr: &str, peer_id: u64, local: &Local) -> Result<BufWriter<TcpStream>, HandshakeError> {
+/// The host of a `host:port` voter address, as a TLS server name.
+fn voter_host(addr: &str) -> Option<rustls::pki_types::ServerName<'static>> {
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h).trim_matches(['[', ']']);
+    rustls::pki_types::ServerName::try_from(host.to_string()).ok()
+}
+
+/// Whether a dialer's certificate names the host of its voter entry.
+fn pin_to_voter(local: &Local, peer_id: u64, certificate: Option<&[u8]>) -> Result<(), String> {
+    let addr = local
+        .voters
+        .get(&peer_id)
+        .ok_or_else(|| format!("node {} is not a voter", node_id_of(peer_id)))?;
+    let name = voter_host(addr).ok_or_else(|| format!("voter address {addr} has no host name TLS can check"))?;
+    let certificate = certificate.ok_or("it presented no certificate")?;
+    let der = rustls::pki_types::CertificateDer::from(certificate);
+    let cert = webpki::EndEntityCert::try_from(&der).map_err(|e| format!("its certificate does not parse: {e}"))?;
+    cert.verify_is_valid_for_subject_name(&name).map_err(|_| {
+        format!(
+            "node {}'s certificate does not name {addr}, its --voters host; give each voter a certificate for the host the others dial",
+            node_id_of(peer_id)
+        )
+    })
+}
+
+/// Connects to `peer_id` at `addr` (over TLS when configured, checking its certificate names
+/// that host) and authenticates both ends.
+async fn connect(addr: &str, peer_id: u64, local: &Local) -> Result<BufWriter<Box<dyn Io>>, HandshakeError> {
     let Some(secret) = local.secret.as_ref() else {
         return Err(HandshakeError::NoSecret);
     };
@@ -346,6 +420,18 @@ async fn connect(addr: &str, peer_id: u64, local: &Local) -> Result<BufWriter<Tc
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
     let _ = stream.set_nodelay(true);
+    let stream: Box<dyn Io> = match &local.tls {
+        None => Box::new(stream),
+        Some(tls) => {
+            let name = voter_host(addr)
+                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("{addr} has no host TLS can check")))?;
+            let connector = tokio_rustls::TlsConnector::from((tls.configs)().1);
+            let tls_stream = tokio::time::timeout(HANDSHAKE_TIMEOUT, connector.connect(name, stream))
+                .await
+                .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "the TLS handshake timed out"))??;
+            Box::new(tls_stream)
+        }
+    };
     let mut stream = BufWriter::new(stream);
     tokio::time::timeout(
         HANDSHAKE_TIMEOUT,
@@ -396,7 +482,7 @@ pub(crate) fn is_snapshot(msg: &Message) -> bool {
 /// for tests and tools that need to reach a node's Raft layer (e.g. to check that forged
 /// messages are refused). Sluice itself uses [`Transport`].
 pub struct PeerConnection {
-    stream: BufWriter<TcpStream>,
+    stream: BufWriter<Box<dyn Io>>,
 }
 
 impl PeerConnection {
@@ -412,6 +498,8 @@ impl PeerConnection {
             node_id,
             cluster_id: cluster_id.to_owned(),
             secret: Some(secret.clone()),
+            tls: None,
+            voters: Default::default(),
         };
         Ok(PeerConnection {
             stream: connect(addr, peer_id, &local).await?,
@@ -554,7 +642,7 @@ mod tests {
         let addr = listener.local_addr().unwrap().to_string();
         let (inbound_tx, mut inbound_rx) = mpsc::channel(8);
         let (events_tx, _events_rx) = mpsc::channel(8);
-        let transport = Transport::start(listener, 1, "cluster-a", Some(secret()), inbound_tx, events_tx);
+        let transport = Transport::start(listener, 1, "cluster-a", Some(secret()), None, Default::default(), inbound_tx, events_tx);
 
         let wrong = ClusterSecret::new(b"some-other-secret-value".to_vec()).unwrap();
         let refused = PeerConnection::connect(&addr, 2, 1, "cluster-a", &wrong).await.err();
@@ -586,12 +674,12 @@ mod tests {
         let addr = listener.local_addr().unwrap().to_string();
         let (inbound_tx, mut inbound_rx) = mpsc::channel(64);
         let (events_tx, _events_rx) = mpsc::channel(8);
-        let receiver = Transport::start(listener, 1, "c", Some(secret()), inbound_tx, events_tx);
+        let receiver = Transport::start(listener, 1, "c", Some(secret()), None, Default::default(), inbound_tx, events_tx);
 
         let sender_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let (tx2, _rx2) = mpsc::channel(8);
         let (ev2, _ev2_rx) = mpsc::channel(64);
-        let mut sender = Transport::start(sender_listener, 2, "c", Some(secret()), tx2, ev2);
+        let mut sender = Transport::start(sender_listener, 2, "c", Some(secret()), None, Default::default(), tx2, ev2);
         for i in 1..=10u64 {
             let mut msg = Message::default();
             msg.from = 2;
@@ -609,5 +697,94 @@ mod tests {
         }
         sender.shutdown().await;
         receiver.shutdown().await;
+    }
+
+    /// A CA and, per name, a certificate for it that it signed, as rustls configurations for
+    /// both ends of a quorum connection (client certificates required).
+    fn tls_for(names: &[&str]) -> Vec<QuorumTls> {
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = rcgen::Issuer::new(ca_params, ca_key);
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca.der().clone()).unwrap();
+        let roots = Arc::new(roots);
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        names
+            .iter()
+            .map(|name| {
+                let key = rcgen::KeyPair::generate().unwrap();
+                let params = rcgen::CertificateParams::new(vec![name.to_string()]).unwrap();
+                let cert = params.signed_by(&key, &issuer).unwrap();
+                let chain = vec![CertificateDer::from(cert.der().to_vec())];
+                let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
+                    .build()
+                    .unwrap();
+                let server = rustls::ServerConfig::builder_with_provider(provider.clone())
+                    .with_safe_default_protocol_versions()
+                    .unwrap()
+                    .with_client_cert_verifier(verifier)
+                    .with_single_cert(chain.clone(), key.clone_key())
+                    .unwrap();
+                let client = rustls::ClientConfig::builder_with_provider(provider.clone())
+                    .with_safe_default_protocol_versions()
+                    .unwrap()
+                    .with_root_certificates(roots.clone())
+                    .with_client_auth_cert(chain, key)
+                    .unwrap();
+                let configs = (Arc::new(server), Arc::new(client));
+                QuorumTls {
+                    configs: Arc::new(move || configs.clone()),
+                }
+            })
+            .collect()
+    }
+
+    /// A TLS receiver (node 1, certificate for 127.0.0.1) and sender (node 2, certificate for
+    /// `sender_cert_name`): the receiver's inbound queue, both transports, the receiver's address.
+    async fn tls_pair(sender_cert_name: &str) -> (mpsc::Receiver<Inbound>, Transport, Transport, String) {
+        let tls = tls_for(&["127.0.0.1", sender_cert_name]);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let sender_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let sender_addr = sender_listener.local_addr().unwrap().to_string();
+        let voters: std::collections::BTreeMap<u64, String> = [(1, addr.clone()), (2, sender_addr)].into();
+        let (inbound_tx, inbound_rx) = mpsc::channel(64);
+        let (events_tx, _events_rx) = mpsc::channel(8);
+        let receiver = Transport::start(listener, 1, "c", Some(secret()), Some(tls[0].clone()), voters.clone(), inbound_tx, events_tx);
+        let (tx2, _rx2) = mpsc::channel(8);
+        let (ev2, _evr2) = mpsc::channel(8);
+        let sender = Transport::start(sender_listener, 2, "c", Some(secret()), Some(tls[1].clone()), voters, tx2, ev2);
+        (inbound_rx, receiver, sender, addr)
+    }
+
+    fn heartbeat(from: u64, to: u64) -> Message {
+        let mut msg = Message::default();
+        msg.set_msg_type(MessageType::MsgHeartbeat);
+        msg.from = from;
+        msg.to = to;
+        msg
+    }
+
+    #[tokio::test]
+    async fn quorum_members_talk_over_mutual_tls_when_certificates_name_their_voter_hosts() {
+        let (mut inbound, _receiver, mut sender, addr) = tls_pair("127.0.0.1").await;
+        assert_eq!(sender.send(heartbeat(2, 1), &addr), SendOutcome::Queued);
+        let got = tokio::time::timeout(Duration::from_secs(10), inbound.recv()).await.unwrap().unwrap();
+        assert_eq!((got.peer_id, got.msg.get_msg_type()), (2, MessageType::MsgHeartbeat));
+    }
+
+    #[tokio::test]
+    async fn a_member_whose_certificate_names_another_host_is_refused() {
+        let (mut inbound, _receiver, mut sender, addr) = tls_pair("impostor.example").await;
+        for _ in 0..3 {
+            sender.send(heartbeat(2, 1), &addr);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let got = tokio::time::timeout(Duration::from_secs(2), inbound.recv()).await;
+        assert!(got.is_err(), "a message from a mis-certified peer arrived: {got:?}");
     }
 }

@@ -281,6 +281,22 @@ fn bind_address(key: &str, value: &str, host: &str, port: u16) -> Result<SocketA
         })
 }
 
+/// The protocol `listener.security.protocol.map` gives the listener `name`, if it names it.
+pub fn protocol_in_map(map: &str, name: &str) -> Result<Option<SecurityProtocol>, ConfigError> {
+    let key = "listener.security.protocol.map";
+    for entry in map.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (n, protocol) = entry
+            .split_once(':')
+            .ok_or_else(|| invalid(key, map, format!("{entry:?} is not NAME:PROTOCOL")))?;
+        if n.trim().eq_ignore_ascii_case(name) {
+            return SecurityProtocol::parse(protocol).map(Some).ok_or_else(|| {
+                invalid(key, map, format!("{protocol:?} is not a security protocol; use PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"))
+            });
+        }
+    }
+    Ok(None)
+}
+
 /// Each bound listener's security protocol, in `bound`'s order.
 fn security_protocols(map: &str, bound: &[(String, String, SocketAddr)]) -> Result<Vec<SecurityProtocol>, ConfigError> {
     let key = "listener.security.protocol.map";

@@ -200,6 +200,7 @@ broker_settings! {
     "advertised.listeners", "", String, "What each listener tells clients to dial, NAME://host:port,... (default: what it binds, or --advertise).";
     "listener.security.protocol.map", listeners::DEFAULT_SECURITY_PROTOCOL_MAP, String, "NAME:PROTOCOL for every listener: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.";
     "inter.broker.listener.name", "", String, "The listener followers fetch from leaders through (default: the only listener, or PLAINTEXT).";
+    "controller.listener.names", "CONTROLLER", List, "The metadata quorum's listener name (--controller-listen); mapped to SSL in listener.security.protocol.map, quorum members use mutual TLS pinned to their --voters hosts.";
     "num.partitions", "1", Int, "Partitions of an auto-created topic or one created without a count.";
     "default.replication.factor", "3", Short, "Replicas of a topic created without a factor (lowered to the live brokers).";
     "auto.create.topics.enable", "true", Boolean, "Create a topic when a client asks Metadata for one that does not exist.";
@@ -418,6 +419,13 @@ impl BrokerConfig {
         }
         let protocols: Vec<(String, SecurityProtocol)> =
             listeners.all.iter().map(|l| (l.name.clone(), l.protocol)).collect();
+        let controller_name = get("controller.listener.names")
+            .split(',')
+            .map(|n| n.trim().to_ascii_uppercase())
+            .find(|n| !n.is_empty())
+            .unwrap_or_else(|| "CONTROLLER".to_string());
+        let controller_protocol = listeners::protocol_in_map(&get("listener.security.protocol.map"), &controller_name)?
+            .unwrap_or(SecurityProtocol::Plaintext);
         let security = security::resolve(
             &security::SettingsView {
                 value: &|key| broker_value(&overrides, key),
@@ -426,6 +434,7 @@ impl BrokerConfig {
             },
             &protocols,
             &listeners.inter_broker,
+            (&controller_name, controller_protocol),
             add_scram,
         )?;
         let (voters, controller_listen) = quorum_membership(cli)?;
@@ -1117,5 +1126,29 @@ mod tests {
             "super.users=admin"
         ])
         .contains("Type:name"));
+    }
+
+    #[test]
+    fn the_controller_listener_mapped_to_ssl_gives_the_quorum_mutual_tls() {
+        let voters = ["--voters", "1@127.0.0.1:9093,2@127.0.0.1:9193", "--cluster-secret", "a-test-secret-of-enough-bytes"];
+        let with = |extra: &[&'static str]| -> Vec<&'static str> { voters.iter().chain(extra).copied().collect() };
+        let config = BrokerConfig::from_cli(&cli(&with(&[
+            "--set",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:SSL",
+            "--set",
+            "listener.name.controller.ssl.keystore.location=/q.pem",
+            "--set",
+            "ssl.truststore.location=/ca.pem",
+        ])))
+        .unwrap();
+        let tls = config.security.controller_tls.as_ref().unwrap();
+        assert_eq!(tls.client_auth, security::ClientAuth::Required, "quorum members always show a certificate");
+        assert_eq!(tls.keystore_location.as_deref(), Some(std::path::Path::new("/q.pem")));
+        assert!(BrokerConfig::from_cli(&cli(&voters)).unwrap().security.controller_tls.is_none());
+        let error = |extra: &[&'static str]| BrokerConfig::from_cli(&cli(&with(extra))).unwrap_err().to_string();
+        assert!(error(&["--set", "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:SSL", "--set", "ssl.keystore.location=/q.pem"])
+            .contains("needs a truststore"));
+        assert!(error(&["--set", "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_SSL"])
+            .contains("PLAINTEXT or SSL"));
     }
 }

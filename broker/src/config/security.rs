@@ -227,6 +227,10 @@ pub struct SecuritySettings {
     pub metrics_tls: Option<TlsSettings>,
     /// `metrics.authentication` (Sluice's own): whether the HTTP server asks for credentials.
     pub metrics_authentication: MetricsAuthentication,
+    /// The controller listener (`controller.listener.names`, the metadata quorum's port) mapped
+    /// to SSL: mutual TLS between quorum members on top of the cluster secret, each member's
+    /// certificate pinned to its `--voters` host. Client certificates are always required.
+    pub controller_tls: Option<TlsSettings>,
 }
 
 /// Who may read `/metrics` and the console.
@@ -365,6 +369,7 @@ pub fn resolve(
     view: &SettingsView<'_>,
     protocols: &[(String, SecurityProtocol)],
     inter_broker_listener: &str,
+    controller: (&str, SecurityProtocol),
     add_scram: Vec<AddScram>,
 ) -> Result<SecuritySettings, ConfigError> {
     let mut listeners = BTreeMap::new();
@@ -389,6 +394,28 @@ pub fn resolve(
         .any(|l| l.sasl_mechanisms.contains(&SaslMechanism::OAuthBearer));
     let oauthbearer = oauth_enabled.then(|| oauthbearer_settings(view)).transpose()?;
     let inter_broker_sasl = inter_broker_sasl(view, &listeners, inter_broker_listener)?;
+    let controller_tls = match controller.1 {
+        SecurityProtocol::Plaintext => None,
+        SecurityProtocol::Ssl => {
+            let mut tls = tls_settings(view, controller.0)?;
+            tls.client_auth = ClientAuth::Required;
+            if tls.truststore_location.is_none() && tls.truststore_certificates.is_none() {
+                return Err(invalid(
+                    "ssl.truststore.location",
+                    "",
+                    format!("the controller listener {} uses SSL, which needs a truststore to check the other quorum members' certificates; set listener.name.{}.ssl.truststore.location (or ssl.truststore.location)", controller.0, controller.0.to_ascii_lowercase()),
+                ));
+            }
+            Some(tls)
+        }
+        other => {
+            return Err(invalid(
+                "listener.security.protocol.map",
+                other.name(),
+                format!("the controller listener {} may be PLAINTEXT or SSL: quorum members authenticate each other with the cluster secret, not SASL", controller.0),
+            ))
+        }
+    };
     let metrics_tls = ((view.value)("metrics.ssl.enable").trim() == "true")
         .then(|| tls_settings(view, ""))
         .transpose()?;
@@ -404,6 +431,7 @@ pub fn resolve(
         }
     };
     Ok(SecuritySettings {
+        controller_tls,
         metrics_tls,
         metrics_authentication,
         authorizer: authorizer_settings(view)?,

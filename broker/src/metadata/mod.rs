@@ -100,7 +100,11 @@ impl MetadataStore {
     /// Checks the data dir's identity (`meta.properties`), starts this node's quorum member
     /// (which restores the snapshot and replays the metadata log) and returns once the local
     /// image reflects everything this node had committed.
-    pub async fn open(config: &BrokerConfig, decide: Decide) -> Result<MetadataStore, MetadataError> {
+    pub async fn open(
+        config: &BrokerConfig,
+        decide: Decide,
+        tls: Option<sluice_raft_meta::QuorumTls>,
+    ) -> Result<MetadataStore, MetadataError> {
         let cluster_id = load_or_create_identity(&config.data_dir, config.node_id, config.cluster_id.as_deref())?;
         let incarnation = Uuid::new_v4();
         let (sender, published) = watch::channel(Arc::new(MetadataImage::new(cluster_id.clone())));
@@ -129,6 +133,7 @@ impl MetadataStore {
             snapshot_every_entries: 1000,
             cluster_id,
             secret: config.cluster_secret.clone(),
+            tls,
         };
         let quorum = Quorum::start(quorum_config, state_machine).await?;
         let image = published.borrow().clone();

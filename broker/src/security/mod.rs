@@ -72,6 +72,8 @@ pub struct Security {
     inter_broker_listener: String,
     /// TLS of the HTTP server on `metrics.listen` (`metrics.ssl.enable`).
     metrics_tls: Option<Arc<TlsListener>>,
+    /// TLS of the metadata quorum's controller listener.
+    controller_tls: Option<Arc<TlsListener>>,
     /// HTTP Basic credentials recently checked and found right: (user, keyed hash of the
     /// password) → when, so a scraper polling every few seconds does not cost a PBKDF2 each.
     http_logins: parking_lot::Mutex<HashMap<(String, [u8; 32]), std::time::Instant>>,
@@ -115,7 +117,12 @@ impl Security {
             Some(t) => Some(Arc::new(TlsListener::load("metrics.listen", t).map_err(|e| e.to_string())?)),
             None => None,
         };
+        let controller_tls = match &settings.controller_tls {
+            Some(t) => Some(Arc::new(TlsListener::load("CONTROLLER", t).map_err(|e| e.to_string())?)),
+            None => None,
+        };
         Ok(Arc::new(Security {
+            controller_tls,
             metrics_tls,
             http_logins: parking_lot::Mutex::new(HashMap::new()),
             authorizer: Authorizer::new(settings.authorizer.as_ref()),
@@ -144,6 +151,7 @@ impl Security {
                 add_scram: Vec::new(),
                 metrics_tls: None,
                 metrics_authentication: crate::config::security::MetricsAuthentication::None,
+                controller_tls: None,
             },
             tls: HashMap::new(),
             authorizer: Authorizer::disabled(),
@@ -153,7 +161,17 @@ impl Security {
             counts: HashMap::new(),
             inter_broker_listener: String::new(),
             metrics_tls: None,
+            controller_tls: None,
             http_logins: parking_lot::Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The metadata quorum's TLS, when the controller listener is mapped to SSL: a provider of
+    /// the configurations in force, so reloaded certificates reach new quorum connections.
+    pub fn quorum_tls(&self) -> Option<sluice_raft_meta::QuorumTls> {
+        let tls = self.controller_tls.clone()?;
+        Some(sluice_raft_meta::QuorumTls {
+            configs: Arc::new(move || (tls.server_config(), tls.client_config())),
         })
     }
 
@@ -299,10 +317,10 @@ impl Security {
         loop {
             tokio::select! {
                 _ = shutdown.changed() => return,
-                _ = tls_tick.tick(), if !self.tls.is_empty() || self.metrics_tls.is_some() => {
+                _ = tls_tick.tick(), if !self.tls.is_empty() || self.metrics_tls.is_some() || self.controller_tls.is_some() => {
                     let security = self.clone();
                     let _ = tokio::task::spawn_blocking(move || {
-                        for listener in security.tls.values().chain(&security.metrics_tls) {
+                        for listener in security.tls.values().chain(&security.metrics_tls).chain(&security.controller_tls) {
                             listener.reload_if_changed();
                         }
                     }).await;

@@ -49,6 +49,7 @@ async fn append_entry(data_dir: &Path, node_id: i32, entry: Vec<u8>) -> Result<(
         snapshot_every_entries: u64::MAX,
         cluster_id,
         secret: None,
+        tls: None,
     };
     let quorum = Quorum::start(config, Appender).await?;
     let deadline = Instant::now() + Duration::from_secs(10);
