@@ -18,6 +18,8 @@ pub struct NodeSpec {
     pub work_dir: WorkDirSpec,
     /// The command line before settings, with `{node_id}`, `{data_dir}` and `{addr}`.
     pub args: Vec<String>,
+    /// How a node with [`crate::NodeOptions::listener`] is started instead.
+    pub named_listener: NamedListenerSpec,
     pub setting_flag: String,
     /// One setting's argument, with `{key}` and `{value}`.
     pub setting: String,
@@ -31,6 +33,17 @@ pub struct NodeSpec {
     pub start_attempts: usize,
     pub ready: ReadySpec,
     pub cluster: ClusterSpec,
+}
+
+/// A node whose one listener is named (`listeners=NAME://addr`) rather than given by
+/// `--listen`/`--advertise`.
+#[derive(Debug, Deserialize)]
+pub struct NamedListenerSpec {
+    /// Replaces `args`, with `{node_id}` and `{data_dir}`.
+    pub args: Vec<String>,
+    pub setting_key: String,
+    /// With `{listener}` and `{addr}`.
+    pub setting_value: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -170,6 +183,20 @@ mod tests {
             ]
         );
         assert_eq!(fill(&spec.setting, &[("key", "a.b"), ("value", "1")]).unwrap(), "a.b=1");
+        let named = &spec.named_listener;
+        assert_eq!(
+            fill_all(&named.args, &node).unwrap(),
+            ["--node-id", "1", "--data-dir", "/d"]
+        );
+        let listener = [("listener", "SASL_SSL"), ("addr", "127.0.0.1:9092")];
+        assert_eq!(
+            format!(
+                "{}={}",
+                named.setting_key,
+                fill(&named.setting_value, &listener).unwrap()
+            ),
+            "listeners=SASL_SSL://127.0.0.1:9092"
+        );
         assert_eq!(fill(&spec.log_note, &[("note", "hi")]).unwrap(), "=== harness: hi ===");
         let voter = [("node_id", "2"), ("host", "h"), ("controller_port", "7")];
         assert_eq!(fill(&spec.cluster.voter, &voter).unwrap(), "2@h:7");
