@@ -33,7 +33,7 @@ use bytes::{Buf, BytesMut};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use kafka_protocol::messages::ApiKey;
-use sluice_protocol::frame::{peek_frame_size, SIZE_PREFIX_LEN};
+use sluice_protocol::frame::{peek_frame_size, FrameError, SIZE_PREFIX_LEN};
 use sluice_protocol::request::{
     decode_request, encode_api_versions_too_new, encode_response, encode_response_frame, RequestError,
 };
@@ -265,9 +265,9 @@ async fn serve<R, W>(
         // Before authentication only small frames are read (sasl.server.max.receive.size).
         let size = match peek_frame_size(&buf, auth.max_frame_bytes(max_bytes)) {
             Ok(size) => size,
-            Err(e) if auth.is_authenticating() => {
-                break Some(format!("{e} before it authenticated (sasl.server.max.receive.size)"))
-            }
+            Err(FrameError::TooLarge { size, max }) if auth.is_authenticating() => break Some(format!(
+                "frame size {size} exceeds {max}, the limit before authentication (sasl.server.max.receive.size); a client sends only small SASL requests until it has logged in"
+            )),
             Err(e) => break Some(e.to_string()),
         };
         if let (Some(size), None) = (size, &permit) {

@@ -3,6 +3,7 @@
 //! Consumers here use manual partition assignment (they never join their group) and producers
 //! keep idempotence off, so tests using them do not depend on the group coordinator or
 //! InitProducerId. Group members that subscribe and commit are in [`crate::groups`].
+//! [`secured`] adds librdkafka's TLS and SASL settings for a secured listener.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -18,6 +19,8 @@ use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryFuture, FutureProducer
 use rdkafka::types::RDKafkaErrorCode;
 
 use rdkafka::{Offset, TopicPartitionList};
+
+use crate::security::ClientSecurity;
 
 /// Producer: `acks=all`, idempotence off, small linger, bounded delivery time.
 pub fn producer_config(bootstrap: &str) -> ClientConfig {
@@ -50,6 +53,42 @@ pub fn consumer_config(bootstrap: &str) -> ClientConfig {
         .set("fetch.wait.max.ms", "100")
         .set("log_level", "4");
     c
+}
+
+/// `config` set up to connect as `security` says: librdkafka's `security.protocol`, the CA to
+/// trust and the client certificate (`ssl.*`, PEM files), the SASL mechanism and login
+/// (`sasl.*`). librdkafka checks that the broker's certificate names the host it dials
+/// (`ssl.endpoint.identification.algorithm=https`, its default), so test certificates carry
+/// SAN IP 127.0.0.1.
+pub fn secured(mut config: ClientConfig, security: &ClientSecurity) -> ClientConfig {
+    config.set("security.protocol", security.protocol());
+    if let Some(tls) = &security.tls {
+        config
+            .set("ssl.ca.location", tls.ca_pem.display().to_string())
+            .set("ssl.endpoint.identification.algorithm", "https");
+        if let Some((chain, key)) = &tls.identity {
+            config
+                .set("ssl.certificate.location", chain.display().to_string())
+                .set("ssl.key.location", key.display().to_string());
+        }
+    }
+    if let Some(login) = &security.sasl {
+        config
+            .set("sasl.mechanisms", login.mechanism.name())
+            .set("sasl.username", &login.username)
+            .set("sasl.password", &login.password);
+    }
+    config
+}
+
+/// [`producer_config`] for a secured listener ([`secured`]).
+pub fn secured_producer_config(bootstrap: &str, security: &ClientSecurity) -> ClientConfig {
+    secured(producer_config(bootstrap), security)
+}
+
+/// [`consumer_config`] for a secured listener ([`secured`]).
+pub fn secured_consumer_config(bootstrap: &str, security: &ClientSecurity) -> ClientConfig {
+    secured(consumer_config(bootstrap), security)
 }
 
 pub fn admin_client(bootstrap: &str) -> Result<AdminClient<DefaultClientContext>> {

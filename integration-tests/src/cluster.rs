@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use kafka_protocol::messages::MetadataResponse;
+use kafka_protocol::protocol::Request;
 use tempfile::TempDir;
 
 use crate::faults::{Net, KAFKA_PORT, QUORUM_PORT};
@@ -229,10 +231,23 @@ impl Cluster {
         (1..=self.nodes.len() as i32).collect()
     }
 
+    /// Sends `request` at `version` to node `id`, over TLS and logged in as the node's
+    /// [`NodeOptions::client_security`] says, and decodes the response.
+    pub fn call<R: Request>(&self, id: i32, request: &R, version: i16, timeout: Duration) -> Result<R::Response> {
+        let node = &self.nodes[id as usize - 1];
+        kafka_client::call_secured(node.addr(), node.client_security(), request, version, timeout)
+    }
+
+    /// All-topics Metadata v12 from node `id` (over its secured listener, if it has one).
+    pub fn metadata(&self, id: i32) -> Result<MetadataResponse> {
+        let node = &self.nodes[id as usize - 1];
+        kafka_client::metadata_secured(node.addr(), node.client_security())
+    }
+
     /// The active controller as node `asking` reports it, waiting until one is known.
     pub fn controller(&self, asking: i32, timeout: Duration) -> Result<i32> {
         crate::clients::wait_until(timeout, "a known controller", || {
-            kafka_client::metadata(self.addr(asking))
+            self.metadata(asking)
                 .ok()
                 .map(|m| m.controller_id.0)
                 .filter(|id| *id > 0)
@@ -243,7 +258,7 @@ impl Cluster {
     /// topic leadership; returns that common view.
     pub fn await_identical_metadata(&self, among: &[i32], timeout: Duration) -> Result<String> {
         let view = |id: i32| -> Result<String> {
-            let m = kafka_client::metadata(self.addr(id))?;
+            let m = self.metadata(id)?;
             let mut brokers: Vec<i32> = m.brokers.iter().map(|b| b.node_id.0).collect();
             brokers.sort();
             let mut topics: Vec<String> = m
@@ -282,7 +297,7 @@ impl Cluster {
 
     /// Broker ids node `asking` lists in Metadata (fenced brokers are not listed).
     pub fn listed_brokers(&self, asking: i32) -> Result<Vec<i32>> {
-        let m = kafka_client::metadata(self.addr(asking)).context("metadata")?;
+        let m = self.metadata(asking).context("metadata")?;
         let mut ids: Vec<i32> = m.brokers.iter().map(|b| b.node_id.0).collect();
         ids.sort();
         Ok(ids)
@@ -296,7 +311,7 @@ impl Cluster {
     /// Leader, epoch, replicas and ISR of every partition of `topic` as node `asking` reports
     /// them, sorted by partition.
     pub fn partitions(&self, asking: i32, topic: &str) -> Result<Vec<PartitionState>> {
-        let m = kafka_client::metadata(self.addr(asking)).with_context(|| format!("metadata from node {asking}"))?;
+        let m = self.metadata(asking).with_context(|| format!("metadata from node {asking}"))?;
         let t = m
             .topics
             .iter()

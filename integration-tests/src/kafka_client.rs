@@ -20,6 +20,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 
+use crate::security::{ClientSecurity, KafkaStream};
 use crate::wire;
 
 /// Sends one request at `version` and decodes its response.
@@ -27,19 +28,44 @@ pub fn call<R: Request>(addr: SocketAddr, request: &R, version: i16, timeout: Du
     KafkaConnection::connect(addr, "sluice-it", timeout)?.call(request, version)
 }
 
+/// [`call`] on a connection secured (TLS, SASL login) as `security` says.
+pub fn call_secured<R: Request>(
+    addr: SocketAddr,
+    security: &ClientSecurity,
+    request: &R,
+    version: i16,
+    timeout: Duration,
+) -> Result<R::Response> {
+    KafkaConnection::connect_secured(addr, security, "sluice-it", timeout)?.call(request, version)
+}
+
 /// One client connection, kept across requests, with its own client id (quotas apply per
 /// client id, and a throttled client's next request waits on the same connection).
 pub struct KafkaConnection {
-    stream: TcpStream,
+    stream: KafkaStream,
     client_id: StrBytes,
     correlation_id: i32,
 }
 
 impl KafkaConnection {
     pub fn connect(addr: SocketAddr, client_id: &str, timeout: Duration) -> Result<KafkaConnection> {
+        Self::connect_secured(addr, &ClientSecurity::default(), client_id, timeout)
+    }
+
+    /// [`Self::connect`], then the TLS handshake and SASL login `security` asks for.
+    pub fn connect_secured(
+        addr: SocketAddr,
+        security: &ClientSecurity,
+        client_id: &str,
+        timeout: Duration,
+    ) -> Result<KafkaConnection> {
         let stream =
             TcpStream::connect_timeout(&addr, Duration::from_secs(5)).with_context(|| format!("connect {addr}"))?;
         stream.set_read_timeout(Some(timeout))?;
+        let stream = match (&security.tls, &security.sasl) {
+            (None, None) => KafkaStream::Plain(stream),
+            _ => security.secure(stream, addr)?,
+        };
         Ok(KafkaConnection {
             stream,
             client_id: StrBytes::from_string(client_id.to_string()),
@@ -83,8 +109,17 @@ impl KafkaConnection {
 
 /// All-topics Metadata v12 (controller id, brokers, topics with leaders).
 pub fn metadata(addr: SocketAddr) -> Result<kafka_protocol::messages::MetadataResponse> {
-    call(
+    metadata_secured(addr, &ClientSecurity::default())
+}
+
+/// [`metadata`] over a connection secured as `security` says.
+pub fn metadata_secured(
+    addr: SocketAddr,
+    security: &ClientSecurity,
+) -> Result<kafka_protocol::messages::MetadataResponse> {
+    call_secured(
         addr,
+        security,
         &MetadataRequest::default().with_topics(None),
         12,
         Duration::from_secs(10),

@@ -8,6 +8,8 @@
 //!   (`python/sluice_node.py`) reads too.
 //! - [`clients`]: rdkafka configurations (manual assignment, idempotence off) and helpers.
 //! - [`wire`]: hand-encoded requests for tests that send hostile or exact bytes.
+//! - [`security`]: how the harness reaches a TLS and/or SASL listener ([`ClientSecurity`]:
+//!   rustls, SASL PLAIN and SCRAM), for the readiness probe and typed requests alike.
 //! - [`canary::Canary`]: proof that a broker fed hostile input still serves other clients.
 //! - [`Cluster`]: several nodes forming one cluster (`--voters`), started together.
 //! - [`kafka_client`]: typed requests for fields client libraries hide (controller id, quorum).
@@ -29,7 +31,9 @@ pub mod kafka_client;
 pub mod node;
 pub mod node_spec;
 pub mod procstat;
+pub mod security;
 pub mod wire;
 
 pub use cluster::{retry_port_races, Cluster};
 pub use node::{free_loopback_port, sluice_binary, workspace_root, NodeOptions, SluiceNode};
+pub use security::ClientSecurity;

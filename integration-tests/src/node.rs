@@ -13,6 +13,7 @@ use tempfile::TempDir;
 
 use crate::faults::LazyFsMount;
 use crate::node_spec::{fill, fill_all, node_spec};
+use crate::security::{ClientSecurity, KafkaStream};
 use crate::wire;
 
 /// How to start a node. `Default` gives node 1 on a fresh temporary data dir and a free port.
@@ -44,6 +45,13 @@ pub struct NodeOptions {
     /// Put the data dir on a `sluice-lazyfs` mount over `<work dir>/lazyfs-backing`, which
     /// loses unsynced writes on [`crate::faults::power_cut`].
     pub lazyfs: bool,
+    /// Start with one listener of this name (`listeners=NAME://addr`, `named_listeners` in
+    /// `node.json`) instead of `--listen`/`--advertise`, e.g. `SASL_SSL`, whose security
+    /// protocol Kafka's default `listener.security.protocol.map` makes SASL_SSL.
+    pub listener: Option<String>,
+    /// How the readiness probe and the harness's typed requests reach the listener (TLS,
+    /// SASL); plaintext by default.
+    pub client_security: ClientSecurity,
 }
 
 impl Default for NodeOptions {
@@ -60,6 +68,8 @@ impl Default for NodeOptions {
             netns: None,
             host: None,
             lazyfs: false,
+            listener: None,
+            client_security: ClientSecurity::default(),
         }
     }
 }
@@ -81,6 +91,16 @@ impl NodeOptions {
     /// Starts the broker under an open-files limit of `limit` (soft and hard).
     pub fn open_files_limit(mut self, limit: u64) -> Self {
         self.open_files_limit = Some(limit);
+        self
+    }
+    /// Starts the broker with the one listener `listeners=NAME://addr` ([`Self::listener`]).
+    pub fn listener(mut self, name: &str) -> Self {
+        self.listener = Some(name.to_string());
+        self
+    }
+    /// Reaches the listener over TLS and/or SASL ([`Self::client_security`]).
+    pub fn client_security(mut self, security: ClientSecurity) -> Self {
+        self.client_security = security;
         self
     }
 }
@@ -189,6 +209,15 @@ impl SluiceNode {
     }
     pub fn node_id(&self) -> i32 {
         self.opts.node_id
+    }
+    /// How clients reach this node's listener (TLS, SASL), as it was started.
+    pub fn client_security(&self) -> &ClientSecurity {
+        &self.opts.client_security
+    }
+    /// A connection to the node's listener, over TLS and logged in as [`Self::client_security`]
+    /// says, with read/write timeouts `io_timeout`.
+    pub fn connect(&self, io_timeout: Duration) -> Result<KafkaStream> {
+        self.opts.client_security.connect(self.addr, io_timeout)
     }
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
@@ -374,14 +403,28 @@ impl SluiceNode {
             self.data_dir.display().to_string(),
             self.addr.to_string(),
         );
-        cmd.args(fill_all(
-            &spec.args,
-            &[("node_id", &node_id), ("data_dir", &data_dir), ("addr", &addr)],
-        )?);
+        let node = [("node_id", node_id.as_str()), ("data_dir", &data_dir), ("addr", &addr)];
+        let mut listener = Vec::new();
+        match &self.opts.listener {
+            None => cmd.args(fill_all(&spec.args, &node)?),
+            Some(name) => {
+                // One listener named for its protocol, on the node's address.
+                let named = &spec.named_listeners;
+                let (host, port) = (self.addr.ip().to_string(), self.addr.port().to_string());
+                let listeners = fill(&named.listener, &[("name", name), ("host", &host), ("port", &port)])?;
+                let protocol_map = fill(&named.protocol, &[("name", name), ("protocol", name)])?;
+                let values = [("listeners", listeners.as_str()), ("protocol_map", protocol_map.as_str())];
+                for (key, value) in &named.settings {
+                    listener.push((key.clone(), fill(value, &values)?));
+                }
+                cmd.args(fill_all(&named.args, &node)?)
+            }
+        };
         // Every test node's settings first, so the node's own can override them.
+        let named = listener.iter().map(|(k, v)| (k.as_str(), v.as_str()));
         let defaults = spec.settings.iter().map(|(k, v)| (k.as_str(), v.as_str()));
         let own = self.opts.settings.iter().map(|(k, v)| (k.as_str(), v.as_str()));
-        for (k, v) in defaults.chain(own) {
+        for (k, v) in named.chain(defaults).chain(own) {
             cmd.arg(&spec.setting_flag)
                 .arg(fill(&spec.setting, &[("key", k), ("value", v)])?);
         }
@@ -420,8 +463,11 @@ impl SluiceNode {
         Ok(())
     }
 
-    /// Ready = the process is alive, accepts TCP, answers ApiVersions v0 without error, and lists
-    /// itself at the expected port in a Metadata response. The probe is hand-encoded on purpose:
+    /// Ready = the process is alive, accepts TCP (and, on a secured listener, completes the TLS
+    /// handshake and the SASL login of [`NodeOptions::client_security`]), answers ApiVersions v0
+    /// without error, and lists itself at the expected port in a Metadata response. A SASL
+    /// login fails until the node has created its `--add-scram` users, which it does once
+    /// registered, so this also waits for them. The probe is hand-encoded on purpose:
     /// readiness must not depend on one client library's quirks, so a client incompatibility
     /// fails the tests that use that client, with that client's error.
     fn await_ready(&mut self) -> Result<()> {
@@ -473,7 +519,7 @@ impl SluiceNode {
                 spec.api_versions_version
             );
         }
-        let mut stream = wire::connect(self.addr, spec.connect_timeout())?;
+        let mut stream = self.connect(spec.connect_timeout())?;
         let versions = wire::api_versions_v0(&mut stream, 1)?;
         if versions.error_code != wire::ERROR_NONE {
             bail!("ApiVersions v0 error code {}", versions.error_code);

@@ -18,6 +18,8 @@ pub struct NodeSpec {
     pub work_dir: WorkDirSpec,
     /// The command line before settings, with `{node_id}`, `{data_dir}` and `{addr}`.
     pub args: Vec<String>,
+    /// How a node with [`crate::NodeOptions::listener`] is started instead.
+    pub named_listeners: NamedListenersSpec,
     pub setting_flag: String,
     /// One setting's argument, with `{key}` and `{value}`.
     pub setting: String,
@@ -31,6 +33,21 @@ pub struct NodeSpec {
     pub start_attempts: usize,
     pub ready: ReadySpec,
     pub cluster: ClusterSpec,
+}
+
+/// A node whose listeners are named (`listeners=NAME://host:port,...`, each with its security
+/// protocol) rather than given by `--listen`/`--advertise`.
+#[derive(Debug, Deserialize)]
+pub struct NamedListenersSpec {
+    /// Replaces `args`, with `{node_id}` and `{data_dir}`.
+    pub args: Vec<String>,
+    /// One listener, with `{name}`, `{host}` and `{port}`.
+    pub listener: String,
+    /// One listener's protocol-map entry, with `{name}` and `{protocol}`.
+    pub protocol: String,
+    pub separator: String,
+    /// Settings added first, with `{listeners}` and `{protocol_map}`.
+    pub settings: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -170,6 +187,18 @@ mod tests {
             ]
         );
         assert_eq!(fill(&spec.setting, &[("key", "a.b"), ("value", "1")]).unwrap(), "a.b=1");
+        let named = &spec.named_listeners;
+        assert_eq!(
+            fill_all(&named.args, &node).unwrap(),
+            ["--node-id", "1", "--data-dir", "/d"]
+        );
+        let listener = [("name", "SASL_SSL"), ("host", "127.0.0.1"), ("port", "9092")];
+        assert_eq!(fill(&named.listener, &listener).unwrap(), "SASL_SSL://127.0.0.1:9092");
+        let listeners = [("listeners", "SASL_SSL://127.0.0.1:9092"), ("protocol_map", "SASL_SSL:SASL_SSL")];
+        assert_eq!(
+            fill(&named.settings["listeners"], &listeners).unwrap(),
+            "SASL_SSL://127.0.0.1:9092"
+        );
         assert_eq!(fill(&spec.log_note, &[("note", "hi")]).unwrap(), "=== harness: hi ===");
         let voter = [("node_id", "2"), ("host", "h"), ("controller_port", "7")];
         assert_eq!(fill(&spec.cluster.voter, &voter).unwrap(), "2@h:7");

@@ -12,12 +12,17 @@ use anyhow::{bail, ensure, Context, Result};
 
 pub const API_KEY_PRODUCE: i16 = 0;
 pub const API_KEY_METADATA: i16 = 3;
+pub const API_KEY_SASL_HANDSHAKE: i16 = 17;
 pub const API_KEY_API_VERSIONS: i16 = 18;
+pub const API_KEY_SASL_AUTHENTICATE: i16 = 36;
 
 pub const ERROR_NONE: i16 = 0;
 pub const ERROR_CORRUPT_MESSAGE: i16 = 2;
 pub const ERROR_UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+pub const ERROR_UNSUPPORTED_SASL_MECHANISM: i16 = 33;
+pub const ERROR_ILLEGAL_SASL_STATE: i16 = 34;
 pub const ERROR_UNSUPPORTED_VERSION: i16 = 35;
+pub const ERROR_SASL_AUTHENTICATION_FAILED: i16 = 58;
 
 /// Big-endian encoder for the primitive types of the Kafka protocol.
 #[derive(Default, Debug, Clone)]
@@ -82,6 +87,14 @@ impl Encoder {
     pub fn compact_string(&mut self, v: &str) -> &mut Self {
         self.uvarint(v.len() as u64 + 1).bytes(v.as_bytes())
     }
+    /// BYTES: i32 length + bytes.
+    pub fn sized_bytes(&mut self, v: &[u8]) -> &mut Self {
+        self.i32(i32::try_from(v.len()).expect("bytes too long")).bytes(v)
+    }
+    /// COMPACT_BYTES: uvarint(len + 1) + bytes.
+    pub fn compact_bytes(&mut self, v: &[u8]) -> &mut Self {
+        self.uvarint(v.len() as u64 + 1).bytes(v)
+    }
 }
 
 /// Big-endian decoder that fails (never panics) on truncated input.
@@ -122,6 +135,56 @@ impl<'a> Decoder<'a> {
         let len = self.i16()?;
         ensure!(len >= 0, "unexpected null string");
         Ok(String::from_utf8(self.take(len as usize)?.to_vec())?)
+    }
+    pub fn nullable_string(&mut self) -> Result<Option<String>> {
+        let len = self.i16()?;
+        if len < 0 {
+            return Ok(None);
+        }
+        Ok(Some(String::from_utf8(self.take(len as usize)?.to_vec())?))
+    }
+    /// BYTES: i32 length + bytes (null, -1, read as empty).
+    pub fn sized_bytes(&mut self) -> Result<Vec<u8>> {
+        let len = self.i32()?;
+        Ok(if len < 0 {
+            Vec::new()
+        } else {
+            self.take(len as usize)?.to_vec()
+        })
+    }
+    pub fn uvarint(&mut self) -> Result<u64> {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.take(1)?[0];
+            value |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        bail!("unsigned varint longer than 10 bytes")
+    }
+    /// COMPACT_NULLABLE_STRING: uvarint(len + 1), 0 for null.
+    pub fn compact_nullable_string(&mut self) -> Result<Option<String>> {
+        match self.uvarint()? {
+            0 => Ok(None),
+            n => Ok(Some(String::from_utf8(self.take(n as usize - 1)?.to_vec())?)),
+        }
+    }
+    /// COMPACT_BYTES: uvarint(len + 1) (null, 0, read as empty).
+    pub fn compact_bytes(&mut self) -> Result<Vec<u8>> {
+        match self.uvarint()? {
+            0 => Ok(Vec::new()),
+            n => Ok(self.take(n as usize - 1)?.to_vec()),
+        }
+    }
+    /// Skips a tagged-field section (flexible versions).
+    pub fn tagged_fields(&mut self) -> Result<()> {
+        for _ in 0..self.uvarint()? {
+            self.uvarint()?; // tag
+            let len = self.uvarint()?;
+            self.take(len as usize)?;
+        }
+        Ok(())
     }
 }
 
@@ -166,7 +229,7 @@ pub fn connect(addr: SocketAddr, io_timeout: Duration) -> Result<TcpStream> {
 }
 
 /// Reads one length-prefixed response frame (without the prefix).
-pub fn read_frame(stream: &mut TcpStream) -> Result<Vec<u8>> {
+pub fn read_frame(stream: &mut impl Read) -> Result<Vec<u8>> {
     let mut len = [0u8; 4];
     stream.read_exact(&mut len).context("read response length")?;
     let len = i32::from_be_bytes(len);
@@ -303,7 +366,7 @@ pub fn parse_api_versions_v0(frame: &[u8]) -> Result<ApiVersionsV0> {
 }
 
 /// Sends ApiVersions v0 on `stream` and decodes the answer.
-pub fn api_versions_v0(stream: &mut TcpStream, correlation_id: i32) -> Result<ApiVersionsV0> {
+pub fn api_versions_v0<S: Read + Write>(stream: &mut S, correlation_id: i32) -> Result<ApiVersionsV0> {
     let req = request_frame(API_KEY_API_VERSIONS, 0, correlation_id, Some("it"), false, &[]);
     stream.write_all(&req).context("send ApiVersions v0")?;
     let resp = parse_api_versions_v0(&read_frame(stream)?)?;
@@ -325,7 +388,11 @@ pub struct MetadataBroker {
 
 /// Sends a brokers-only Metadata request (empty topic list) at `version` (1..=8, the
 /// non-flexible versions) and returns the brokers listed in the response.
-pub fn metadata_brokers(stream: &mut TcpStream, version: i16, correlation_id: i32) -> Result<Vec<MetadataBroker>> {
+pub fn metadata_brokers<S: Read + Write>(
+    stream: &mut S,
+    version: i16,
+    correlation_id: i32,
+) -> Result<Vec<MetadataBroker>> {
     ensure!(
         (1..=8).contains(&version),
         "metadata_brokers speaks Metadata v1..=8, not v{version}"
@@ -364,6 +431,155 @@ pub fn metadata_brokers(stream: &mut TcpStream, version: i16, correlation_id: i3
         brokers.push(MetadataBroker { node_id, host, port });
     }
     Ok(brokers)
+}
+
+/// A SaslHandshake response (v0 and v1 share it; header v0).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SaslHandshakeReply {
+    pub correlation_id: i32,
+    pub error_code: i16,
+    /// The mechanisms the listener enables.
+    pub mechanisms: Vec<String>,
+}
+
+/// The SaslHandshake request body (v0 and v1): the mechanism asked for. With v0 the SASL
+/// tokens that follow are bare size-prefixed frames; with v1 they are SaslAuthenticate requests.
+pub fn sasl_handshake_body(mechanism: &str) -> Vec<u8> {
+    let mut body = Encoder::new();
+    body.string(mechanism);
+    body.buf
+}
+
+/// Decodes a SaslHandshake response, every byte accounted for.
+pub fn parse_sasl_handshake_response(frame: &[u8]) -> Result<SaslHandshakeReply> {
+    let mut d = Decoder::new(frame);
+    let correlation_id = d.i32()?;
+    let error_code = d.i16()?;
+    let n = d.i32()?;
+    ensure!((0..=100).contains(&n), "implausible mechanism count {n}");
+    let mechanisms = (0..n).map(|_| d.string()).collect::<Result<Vec<_>>>()?;
+    ensure!(
+        d.remaining() == 0,
+        "{} trailing bytes after a SaslHandshake response",
+        d.remaining()
+    );
+    Ok(SaslHandshakeReply {
+        correlation_id,
+        error_code,
+        mechanisms,
+    })
+}
+
+/// Sends SaslHandshake at `version` (0 or 1) and decodes the answer.
+pub fn sasl_handshake<S: Read + Write>(
+    stream: &mut S,
+    version: i16,
+    mechanism: &str,
+    correlation_id: i32,
+) -> Result<SaslHandshakeReply> {
+    let req = request_frame(
+        API_KEY_SASL_HANDSHAKE,
+        version,
+        correlation_id,
+        Some("it"),
+        false,
+        &sasl_handshake_body(mechanism),
+    );
+    stream.write_all(&req).context("send SaslHandshake")?;
+    let reply = parse_sasl_handshake_response(&read_frame(stream)?)?;
+    ensure!(
+        reply.correlation_id == correlation_id,
+        "SaslHandshake correlation id {} != {correlation_id}",
+        reply.correlation_id
+    );
+    Ok(reply)
+}
+
+/// A SaslAuthenticate response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SaslAuthenticateReply {
+    pub correlation_id: i32,
+    pub error_code: i16,
+    pub error_message: Option<String>,
+    pub auth_bytes: Vec<u8>,
+    /// v1+: how long the session lasts before the client must re-authenticate (0: for ever).
+    pub session_lifetime_ms: i64,
+}
+
+/// A complete SaslAuthenticate request frame at `version` (0..=2; v2 is flexible: header v2,
+/// COMPACT_BYTES, tagged fields).
+pub fn sasl_authenticate_frame(version: i16, correlation_id: i32, auth_bytes: &[u8]) -> Vec<u8> {
+    let flexible = version >= 2;
+    let mut body = Encoder::new();
+    if flexible {
+        body.compact_bytes(auth_bytes).uvarint(0);
+    } else {
+        body.sized_bytes(auth_bytes);
+    }
+    request_frame(
+        API_KEY_SASL_AUTHENTICATE,
+        version,
+        correlation_id,
+        Some("it"),
+        flexible,
+        &body.buf,
+    )
+}
+
+/// Decodes a SaslAuthenticate response at `version` (0..=2), every byte accounted for.
+pub fn parse_sasl_authenticate_response(version: i16, frame: &[u8]) -> Result<SaslAuthenticateReply> {
+    let flexible = version >= 2;
+    let mut d = Decoder::new(frame);
+    let correlation_id = d.i32()?;
+    if flexible {
+        d.tagged_fields()?; // response header v1
+    }
+    let error_code = d.i16()?;
+    let (error_message, auth_bytes) = if flexible {
+        (d.compact_nullable_string()?, d.compact_bytes()?)
+    } else {
+        (d.nullable_string()?, d.sized_bytes()?)
+    };
+    let session_lifetime_ms = if version >= 1 { d.i64()? } else { 0 };
+    if flexible {
+        d.tagged_fields()?;
+    }
+    ensure!(
+        d.remaining() == 0,
+        "{} trailing bytes after a SaslAuthenticate v{version} response",
+        d.remaining()
+    );
+    Ok(SaslAuthenticateReply {
+        correlation_id,
+        error_code,
+        error_message,
+        auth_bytes,
+        session_lifetime_ms,
+    })
+}
+
+/// Sends one SaslAuthenticate token at `version` (0..=2) and decodes the answer.
+pub fn sasl_authenticate<S: Read + Write>(
+    stream: &mut S,
+    version: i16,
+    auth_bytes: &[u8],
+    correlation_id: i32,
+) -> Result<SaslAuthenticateReply> {
+    stream
+        .write_all(&sasl_authenticate_frame(version, correlation_id, auth_bytes))
+        .context("send SaslAuthenticate")?;
+    let reply = parse_sasl_authenticate_response(version, &read_frame(stream)?)?;
+    ensure!(
+        reply.correlation_id == correlation_id,
+        "SaslAuthenticate correlation id {} != {correlation_id}",
+        reply.correlation_id
+    );
+    Ok(reply)
+}
+
+/// SASL/PLAIN's one message (RFC 4616): `authzid NUL user NUL password`, no authzid.
+pub fn sasl_plain_message(user: &str, password: &str) -> Vec<u8> {
+    format!("\0{user}\0{password}").into_bytes()
 }
 
 /// One record for [`record_batch_v2`].
@@ -485,6 +701,29 @@ mod tests {
         assert_eq!(batch[16], 2, "magic");
         let crc = u32::from_be_bytes(batch[17..21].try_into().unwrap());
         assert_eq!(crc, crc32c::crc32c(&batch[21..]));
+    }
+
+    #[test]
+    fn sasl_authenticate_v2_is_flexible_and_v1_is_not() {
+        let v1 = sasl_authenticate_frame(1, 9, b"tok");
+        // size, key, version, correlation id, client id "it", BYTES(3) "tok"
+        assert_eq!(v1.len(), 4 + 2 + 2 + 4 + 4 + 4 + 3);
+        let v2 = sasl_authenticate_frame(2, 9, b"tok");
+        // + header tags, COMPACT_BYTES (1-byte length), body tags
+        assert_eq!(v2.len(), 4 + 2 + 2 + 4 + 4 + 1 + 1 + 3 + 1);
+        let mut e = Encoder::new();
+        e.i32(9)
+            .uvarint(0)
+            .i16(58)
+            .uvarint(4)
+            .bytes(b"bad")
+            .uvarint(1)
+            .i64(0)
+            .uvarint(0);
+        let reply = parse_sasl_authenticate_response(2, &e.buf).unwrap();
+        assert_eq!(reply.error_code, 58);
+        assert_eq!(reply.error_message.as_deref(), Some("bad"));
+        assert!(reply.auth_bytes.is_empty());
     }
 
     #[test]

@@ -240,6 +240,14 @@ impl Authenticator {
         image: Arc<MetadataImage>,
         principal: &mut Arc<str>,
     ) -> SaslReply {
+        if matches!(&self.state, State::AwaitHandshake) {
+            // Kafka: IllegalSaslStateException, no response, the connection closes (after the
+            // failed-authentication delay).
+            return self.fail(
+                None,
+                "Unexpected Kafka request of type SASL_AUTHENTICATE during SASL handshake; a client sends SaslHandshake first".into(),
+            );
+        }
         if !matches!(&self.state, State::Exchange(Exchange { raw: false, .. })) {
             return SaslReply {
                 response: Some(SaslResponse::Authenticate(

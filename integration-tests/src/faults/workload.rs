@@ -19,7 +19,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, Prod
 use rdkafka::{ClientContext, Offset};
 
 use crate::clients::{self, wait_until};
-use crate::{kafka_client, Cluster};
+use crate::Cluster;
 
 /// Creates `topic` with `replication_factor` and `configs` (e.g. `min.insync.replicas`) through
 /// node `via`, failing with the broker's error code and message.
@@ -46,7 +46,7 @@ pub fn create_topic(
             .with_replication_factor(replication_factor)
             .with_configs(configs)])
         .with_timeout_ms(30_000);
-    let response = kafka_client::call(cluster.addr(via), &request, 7, Duration::from_secs(35))?;
+    let response = cluster.call(via, &request, 7, Duration::from_secs(35))?;
     let result = response.topics.first().context("CreateTopics: no topic result")?;
     if result.error_code != 0 {
         bail!(

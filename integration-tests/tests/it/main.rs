@@ -32,4 +32,5 @@ mod quotas;
 mod rdkafka_roundtrip;
 mod reassignment;
 mod replication;
+mod security;
 mod soak;
