@@ -1,6 +1,7 @@
 //! AlterClientQuotas: set or remove quotas of `user`, `client-id` and `user` + `client-id`
 //! entities (a null name is the default entity). Each entry is committed through the metadata
-//! quorum on its own and answered with its own error, as Kafka does.
+//! quorum on its own and answered with its own error, as Kafka does. Needs ALTER_CONFIGS on
+//! the cluster, else every entry is answered CLUSTER_AUTHORIZATION_FAILED.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -9,13 +10,20 @@ use kafka_protocol::messages::alter_client_quotas_request::EntryData;
 use kafka_protocol::messages::alter_client_quotas_response::{EntityData, EntryData as EntryResult};
 use kafka_protocol::messages::{AlterClientQuotasRequest, AlterClientQuotasResponse};
 
-use super::{commit_error, str_bytes};
+use super::{commit_error, str_bytes, Access, Session};
 use crate::broker::Broker;
 use crate::controller::{self, quotas::parse_entity};
+use crate::metadata::acls::AclOperation;
 use crate::metadata::records::{MetadataCommand, QuotaEntity, QuotaValue};
 use crate::metadata::CommitError;
 
-pub async fn handle(broker: Arc<Broker>, request: AlterClientQuotasRequest) -> AlterClientQuotasResponse {
+pub async fn handle(
+    broker: Arc<Broker>,
+    session: Session,
+    request: AlterClientQuotasRequest,
+) -> AlterClientQuotasResponse {
+    let image = broker.metadata.image();
+    let refusal = refusal(session.access(&broker.security.authorizer, &image.acls));
     let mut done: HashSet<QuotaEntity> = HashSet::new();
     let mut results = Vec::with_capacity(request.entries.len());
     for entry in &request.entries {
@@ -29,7 +37,11 @@ pub async fn handle(broker: Arc<Broker>, request: AlterClientQuotasRequest) -> A
             })
             .collect();
         let result = EntryResult::default().with_entity(entity);
-        results.push(match alter(&broker, entry, request.validate_only, &mut done).await {
+        let altered = match &refusal {
+            Some(refused) => Err(refused.clone()),
+            None => alter(&broker, entry, request.validate_only, &mut done).await,
+        };
+        results.push(match altered {
             Ok(()) => result,
             Err((code, message)) => result
                 .with_error_code(code)
@@ -37,6 +49,16 @@ pub async fn handle(broker: Arc<Broker>, request: AlterClientQuotasRequest) -> A
         });
     }
     AlterClientQuotasResponse::default().with_entries(results)
+}
+
+/// Why the principal may not alter quotas (ALTER_CONFIGS on the cluster), if it may not.
+fn refusal(access: Access<'_>) -> Option<(i16, String)> {
+    (!access.authorize_cluster(AclOperation::AlterConfigs)).then(|| {
+        (
+            kafka_protocol::error::ResponseError::ClusterAuthorizationFailed.code(),
+            access.denied_cluster(AclOperation::AlterConfigs),
+        )
+    })
 }
 
 /// Validates and commits one entry; `done` holds the entities this request already altered.
@@ -70,4 +92,23 @@ async fn alter(
         .await
         .map(|_| ())
         .map_err(refused)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::testing::Acls;
+
+    #[test]
+    fn altering_quotas_needs_alter_configs_on_the_cluster() {
+        let refused = refusal(Acls::none().allow_cluster(AclOperation::DescribeConfigs).access());
+        assert_eq!(
+            refused.map(|r| r.0),
+            Some(kafka_protocol::error::ResponseError::ClusterAuthorizationFailed.code())
+        );
+        assert_eq!(
+            refusal(Acls::none().allow_cluster(AclOperation::AlterConfigs).access()),
+            None
+        );
+    }
 }

@@ -3,6 +3,7 @@
 //! leaves out is removed.
 //! It is turned into IncrementalAlterConfigs' SET and DELETE operations and committed through
 //! the same metadata command, so both APIs validate and apply configs the same way.
+//! Each resource needs ALTER_CONFIGS on its topic or on the cluster (`config_refusal`).
 
 use std::sync::Arc;
 
@@ -11,21 +12,34 @@ use kafka_protocol::messages::alter_configs_request::AlterConfigsResource;
 use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::{AlterConfigsRequest, AlterConfigsResponse};
 
-use super::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
+use super::describe_configs::{config_refusal, RESOURCE_BROKER, RESOURCE_TOPIC};
 use super::incremental_alter_configs::{alter_broker_configs, broker_resource_id};
-use super::{commit_error, str_bytes};
+use super::{commit_error, str_bytes, Session};
 use crate::broker::Broker;
 use crate::controller;
+use crate::metadata::acls::AclOperation;
 use crate::metadata::records::MetadataCommand;
 use crate::metadata::CommitError;
 
-pub async fn handle(broker: Arc<Broker>, request: AlterConfigsRequest) -> AlterConfigsResponse {
+pub async fn handle(broker: Arc<Broker>, session: Session, request: AlterConfigsRequest) -> AlterConfigsResponse {
+    let image = broker.metadata.image();
+    let access = session.access(&broker.security.authorizer, &image.acls);
     let mut responses = Vec::with_capacity(request.resources.len());
     for resource in &request.resources {
         let result = AlterConfigsResourceResponse::default()
             .with_resource_type(resource.resource_type)
             .with_resource_name(resource.resource_name.clone());
-        responses.push(match alter(&broker, resource, request.validate_only).await {
+        let refusal = config_refusal(
+            access,
+            AclOperation::AlterConfigs,
+            resource.resource_type,
+            &resource.resource_name,
+        );
+        let altered = match refusal {
+            Some((error, message)) => Err((error.code(), message)),
+            None => alter(&broker, resource, request.validate_only).await,
+        };
+        responses.push(match altered {
             Ok(()) => result,
             Err((code, message)) => result
                 .with_error_code(code)

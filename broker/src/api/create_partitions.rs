@@ -1,20 +1,38 @@
-//! CreatePartitions: grow topics; one result per requested topic.
+//! CreatePartitions: grow topics; one result per requested topic. Each topic needs ALTER
+//! (else TOPIC_AUTHORIZATION_FAILED), as Kafka.
 
 use std::sync::Arc;
 
+use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse};
 
-use super::{commit_error, str_bytes};
+use super::{commit_error, str_bytes, Access, Session};
 use crate::broker::Broker;
 use crate::controller;
+use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::metadata::records::MetadataCommand;
 use crate::metadata::CommitError;
 
-pub async fn handle(broker: Arc<Broker>, request: CreatePartitionsRequest) -> CreatePartitionsResponse {
+pub async fn handle(
+    broker: Arc<Broker>,
+    session: Session,
+    request: CreatePartitionsRequest,
+) -> CreatePartitionsResponse {
+    let image = broker.metadata.image();
+    let access = session.access(&broker.security.authorizer, &image.acls);
     let mut results = Vec::with_capacity(request.topics.len());
     for topic in &request.topics {
         let name = topic.name.0.to_string();
+        if let Some(message) = alter_refusal(access, &name) {
+            results.push(
+                CreatePartitionsTopicResult::default()
+                    .with_name(topic.name.clone())
+                    .with_error_code(ResponseError::TopicAuthorizationFailed.code())
+                    .with_error_message(Some(str_bytes(message))),
+            );
+            continue;
+        }
         let assignments: Option<Vec<Vec<i32>>> = topic
             .assignments
             .as_ref()
@@ -48,4 +66,28 @@ pub async fn handle(broker: Arc<Broker>, request: CreatePartitionsRequest) -> Cr
         });
     }
     CreatePartitionsResponse::default().with_results(results)
+}
+
+/// Why the principal may not add partitions to topic `name`, if it may not.
+fn alter_refusal(access: Access<'_>, name: &str) -> Option<String> {
+    let allowed = access.authorize(AclOperation::Alter, ResourceType::Topic, name);
+    (!allowed).then(|| access.denied(AclOperation::Alter, ResourceType::Topic, name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::testing::Acls;
+
+    #[test]
+    fn adding_partitions_needs_alter_on_the_topic() {
+        let acls = Acls::none()
+            .allow(ResourceType::Topic, "orders", AclOperation::Alter)
+            .allow(ResourceType::Topic, "audit", AclOperation::AlterConfigs);
+        assert_eq!(alter_refusal(acls.access(), "orders"), None);
+        assert!(
+            alter_refusal(acls.access(), "audit").is_some(),
+            "ALTER_CONFIGS is not ALTER"
+        );
+    }
 }

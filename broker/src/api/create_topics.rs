@@ -1,4 +1,8 @@
 //! CreateTopics: one result per requested topic, with its effective configs (v5+).
+//!
+//! Authorized as Kafka's controller does: a topic needs CREATE on the cluster or on itself
+//! (else TOPIC_AUTHORIZATION_FAILED), and its configs are answered only with DESCRIBE_CONFIGS
+//! on it (else `topic_config_error_code` is TOPIC_AUTHORIZATION_FAILED and they are left out).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -9,15 +13,18 @@ use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, Cr
 use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
 use uuid::Uuid;
 
-use super::{commit_error, str_bytes};
+use super::{commit_error, str_bytes, Access, Session};
 use crate::broker::Broker;
 use crate::controller::{self, ApiError};
+use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::metadata::records::MetadataCommand;
 use crate::metadata::records::NewTopic;
 use crate::metadata::METADATA_TOPIC;
 use crate::topic_config;
 
-pub async fn handle(broker: Arc<Broker>, request: CreateTopicsRequest) -> CreateTopicsResponse {
+pub async fn handle(broker: Arc<Broker>, session: Session, request: CreateTopicsRequest) -> CreateTopicsResponse {
+    let image = broker.metadata.image();
+    let access = session.access(&broker.security.authorizer, &image.acls);
     let mut seen: HashMap<String, usize> = HashMap::new();
     for topic in &request.topics {
         *seen.entry(topic.name.0.to_string()).or_default() += 1;
@@ -31,13 +38,25 @@ pub async fn handle(broker: Arc<Broker>, request: CreateTopicsRequest) -> Create
             topics.push(failed(result, ResponseError::InvalidRequest.code(), message));
             continue;
         }
-        topics.push(create_one(&broker, topic, result, request.validate_only).await);
+        topics.push(create_one(&broker, access, topic, result, request.validate_only).await);
     }
     CreateTopicsResponse::default().with_topics(topics)
 }
 
+/// Whether the principal may create topic `name`: `Ok` with whether it may see the topic's
+/// configs, or why not.
+fn creation_rights(access: Access<'_>, name: &str) -> Result<bool, String> {
+    let may_create =
+        access.check_cluster(AclOperation::Create) || access.authorize(AclOperation::Create, ResourceType::Topic, name);
+    if !may_create {
+        return Err(access.denied(AclOperation::Create, ResourceType::Topic, name));
+    }
+    Ok(access.check(AclOperation::DescribeConfigs, ResourceType::Topic, name))
+}
+
 async fn create_one(
     broker: &Broker,
+    access: Access<'_>,
     topic: &CreatableTopic,
     result: CreatableTopicResult,
     validate_only: bool,
@@ -45,6 +64,10 @@ async fn create_one(
     if let Some(message) = prohibited(broker, topic.name.0.as_str()) {
         return failed(result, ResponseError::InvalidRequest.code(), message);
     }
+    let configs_shown = match creation_rights(access, topic.name.0.as_str()) {
+        Ok(configs_shown) => configs_shown,
+        Err(message) => return failed(result, ResponseError::TopicAuthorizationFailed.code(), message),
+    };
     let new_topic = match new_topic(broker, topic) {
         Ok(t) => t,
         Err(e) => return failed(result, e.code(), e.message),
@@ -55,7 +78,14 @@ async fn create_one(
         return match controller::create_topic(&image, &new_topic, topic_id) {
             Ok(_) => {
                 let replication_factor = controller::replication_factor(&image, &new_topic);
-                succeeded(broker, result, &new_topic, replication_factor, Uuid::nil())
+                succeeded(
+                    broker,
+                    result,
+                    &new_topic,
+                    replication_factor,
+                    Uuid::nil(),
+                    configs_shown,
+                )
             }
             Err(e) => failed(result, e.code(), e.message),
         };
@@ -79,7 +109,7 @@ async fn create_one(
                 replication_factor,
                 "created topic"
             );
-            succeeded(broker, result, &new_topic, replication_factor, topic_id)
+            succeeded(broker, result, &new_topic, replication_factor, topic_id, configs_shown)
         }
         Err(e) => {
             let (code, message) = commit_error(&e);
@@ -154,13 +184,19 @@ fn new_topic(broker: &Broker, topic: &CreatableTopic) -> Result<NewTopic, ApiErr
     })
 }
 
+/// A created (or validated) topic's result; without DESCRIBE_CONFIGS on it, only its id,
+/// as Kafka's controller answers.
 fn succeeded(
     broker: &Broker,
     result: CreatableTopicResult,
     topic: &NewTopic,
     replication_factor: i16,
     topic_id: Uuid,
+    configs_shown: bool,
 ) -> CreatableTopicResult {
+    if !configs_shown {
+        return configs_hidden(result.with_topic_id(topic_id));
+    }
     let configs = topic_config::describe(&topic.configs, &broker.topic_defaults(&broker.metadata.image()))
         .into_iter()
         .map(|(def, value, source)| {
@@ -177,6 +213,14 @@ fn succeeded(
         .with_configs(Some(configs))
 }
 
+fn configs_hidden(result: CreatableTopicResult) -> CreatableTopicResult {
+    result
+        .with_topic_config_error_code(ResponseError::TopicAuthorizationFailed.code())
+        .with_num_partitions(-1)
+        .with_replication_factor(-1)
+        .with_configs(Some(Vec::new()))
+}
+
 fn failed(result: CreatableTopicResult, code: i16, message: String) -> CreatableTopicResult {
     result
         .with_error_code(code)
@@ -184,4 +228,45 @@ fn failed(result: CreatableTopicResult, code: i16, message: String) -> Creatable
         .with_num_partitions(-1)
         .with_replication_factor(-1)
         .with_configs(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::testing::Acls;
+
+    #[test]
+    fn creating_a_topic_needs_create_on_the_cluster_or_the_topic() {
+        assert!(creation_rights(Acls::none().access(), "orders").is_err());
+        let writers = Acls::none().allow(ResourceType::Topic, "orders", AclOperation::Write);
+        assert!(
+            creation_rights(writers.access(), "orders").is_err(),
+            "WRITE is not CREATE"
+        );
+        let creators = Acls::none().allow(ResourceType::Topic, "orders", AclOperation::Create);
+        assert_eq!(
+            creation_rights(creators.access(), "orders"),
+            Ok(false),
+            "no DESCRIBE_CONFIGS"
+        );
+        assert!(creation_rights(creators.access(), "payments").is_err());
+        let cluster = Acls::none().allow_cluster(AclOperation::Create).allow(
+            ResourceType::Topic,
+            "payments",
+            AclOperation::DescribeConfigs,
+        );
+        assert_eq!(creation_rights(cluster.access(), "payments"), Ok(true));
+        assert_eq!(creation_rights(Acls::disabled().access(), "payments"), Ok(true));
+    }
+
+    #[test]
+    fn hidden_configs_say_why() {
+        let result = configs_hidden(CreatableTopicResult::default().with_topic_id(Uuid::from_u128(7)));
+        assert_eq!(
+            result.topic_config_error_code,
+            ResponseError::TopicAuthorizationFailed.code()
+        );
+        assert_eq!((result.error_code, result.topic_id), (0, Uuid::from_u128(7)));
+        assert_eq!(result.configs, Some(Vec::new()));
+    }
 }

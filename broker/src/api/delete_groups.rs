@@ -1,16 +1,26 @@
 //! DeleteGroups: removes empty groups with their committed offsets; one result per group.
+//! Each group needs DELETE, else GROUP_AUTHORIZATION_FAILED, as Kafka.
 
 use std::sync::Arc;
 
+use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse};
 
+use super::{Access, Session};
 use crate::broker::Broker;
+use crate::metadata::acls::{AclOperation, ResourceType};
 
-pub async fn handle(broker: Arc<Broker>, request: DeleteGroupsRequest) -> DeleteGroupsResponse {
+pub async fn handle(broker: Arc<Broker>, session: Session, request: DeleteGroupsRequest) -> DeleteGroupsResponse {
+    let image = broker.metadata.image();
+    let access = session.access(&broker.security.authorizer, &image.acls);
     let mut results = Vec::with_capacity(request.groups_names.len());
     for id in request.groups_names {
-        let outcome = broker.groups.delete_group(&id.0).await;
+        let outcome = if may_delete(access, &id.0) {
+            broker.groups.delete_group(&id.0).await
+        } else {
+            Err(ResponseError::GroupAuthorizationFailed)
+        };
         if outcome.is_ok() {
             tracing::info!(group = %id.0, "deleted consumer group");
         }
@@ -21,4 +31,24 @@ pub async fn handle(broker: Arc<Broker>, request: DeleteGroupsRequest) -> Delete
         );
     }
     DeleteGroupsResponse::default().with_results(results)
+}
+
+/// Whether the principal may delete group `id`: DELETE on it.
+fn may_delete(access: Access<'_>, id: &str) -> bool {
+    access.authorize(AclOperation::Delete, ResourceType::Group, id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::testing::Acls;
+
+    #[test]
+    fn deleting_a_group_needs_delete_on_it() {
+        let acls = Acls::none()
+            .allow(ResourceType::Group, "g", AclOperation::Delete)
+            .allow(ResourceType::Group, "h", AclOperation::Read);
+        assert!(may_delete(acls.access(), "g"));
+        assert!(!may_delete(acls.access(), "h"), "READ is not DELETE");
+    }
 }

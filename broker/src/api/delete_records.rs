@@ -4,7 +4,8 @@
 //! responses (the low watermark), as Kafka's delayed delete-records does. Reads below the new
 //! start get OFFSET_OUT_OF_RANGE. Topics whose `cleanup.policy` lacks `delete` refuse it with
 //! POLICY_VIOLATION, and internal topics (`__consumer_offsets`) with INVALID_TOPIC_EXCEPTION,
-//! as Kafka does.
+//! as Kafka does. Each topic needs DELETE (else its partitions get TOPIC_AUTHORIZATION_FAILED
+//! and nothing moves).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,26 +14,31 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 
+use super::{Access, Session};
 use crate::broker::Broker;
 use crate::controller;
+use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::metadata::image::TopicImage;
 use crate::partition::AppendError;
 use crate::purgatory::DelayedDeleteRecords;
 use crate::topic_config;
 
-pub async fn handle(broker: Arc<Broker>, request: DeleteRecordsRequest) -> DeleteRecordsResponse {
+pub async fn handle(broker: Arc<Broker>, session: Session, request: DeleteRecordsRequest) -> DeleteRecordsResponse {
     let image = broker.metadata.image();
+    let access = session.access(&broker.security.authorizer, &image.acls);
     let deadline = tokio::time::Instant::now() + Duration::from_millis(request.timeout_ms.max(0) as u64);
     // Every partition's start moves first; then the waits share one deadline.
     let mut pending = Vec::new();
     for topic in request.topics {
+        let refusal = delete_refusal(access, &topic.name.0);
         let started: Vec<(i32, Result<DelayedDeleteRecords, AppendError>)> = topic
             .partitions
             .iter()
             .map(|p| {
-                let result = match image.topic(topic.name.0.as_str()) {
-                    None => Err((ResponseError::UnknownTopicOrPartition, "unknown topic".to_string())),
-                    Some(image_topic) => start(&broker, image_topic, p.partition_index, p.offset),
+                let result = match (image.topic(topic.name.0.as_str()), &refusal) {
+                    (_, Some(message)) => Err((ResponseError::TopicAuthorizationFailed, message.clone())),
+                    (None, None) => Err((ResponseError::UnknownTopicOrPartition, "unknown topic".to_string())),
+                    (Some(image_topic), None) => start(&broker, image_topic, p.partition_index, p.offset),
                 };
                 (p.partition_index, result)
             })
@@ -101,4 +107,25 @@ fn start(broker: &Broker, topic: &TopicImage, index: i32, offset: i64) -> Result
         log_start_offset,
         leader_epoch,
     })
+}
+
+/// Why the principal may not delete records of topic `name`, if it may not.
+fn delete_refusal(access: Access<'_>, name: &str) -> Option<String> {
+    let allowed = access.authorize(AclOperation::Delete, ResourceType::Topic, name);
+    (!allowed).then(|| access.denied(AclOperation::Delete, ResourceType::Topic, name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::testing::Acls;
+
+    #[test]
+    fn deleting_records_needs_delete_on_the_topic() {
+        let acls = Acls::none()
+            .allow(ResourceType::Topic, "orders", AclOperation::Delete)
+            .allow(ResourceType::Topic, "audit", AclOperation::Write);
+        assert_eq!(delete_refusal(acls.access(), "orders"), None);
+        assert!(delete_refusal(acls.access(), "audit").is_some(), "WRITE is not DELETE");
+    }
 }

@@ -2,15 +2,17 @@
 //! metadata image, with Kafka's matching (`ClientQuotasImage.describe`): each component names an
 //! entity type and matches one name (EXACT), the default entity (DEFAULT) or any name,
 //! default included (SPECIFIED); `strict` keeps only entities with no other types. No
-//! components and not strict matches everything.
+//! components and not strict matches everything. Needs DESCRIBE_CONFIGS on the cluster, else
+//! CLUSTER_AUTHORIZATION_FAILED, as Kafka.
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_client_quotas_response::{EntityData, EntryData, ValueData};
 use kafka_protocol::messages::{DescribeClientQuotasRequest, DescribeClientQuotasResponse};
 
-use super::str_bytes;
+use super::{str_bytes, Access, Session};
 use crate::broker::Broker;
 use crate::controller::quotas::{CLIENT_ID, IP, USER};
+use crate::metadata::acls::AclOperation;
 use crate::metadata::image::MetadataImage;
 use crate::metadata::records::{QuotaEntity, QuotaName};
 
@@ -18,14 +20,31 @@ const MATCH_TYPE_EXACT: i8 = 0;
 const MATCH_TYPE_DEFAULT: i8 = 1;
 const MATCH_TYPE_SPECIFIED: i8 = 2;
 
-pub fn handle(broker: &Broker, request: DescribeClientQuotasRequest) -> DescribeClientQuotasResponse {
-    match describe(&broker.metadata.image(), &request) {
+pub fn handle(
+    broker: &Broker,
+    request: DescribeClientQuotasRequest,
+    session: &Session,
+) -> DescribeClientQuotasResponse {
+    let image = broker.metadata.image();
+    let access = session.access(&broker.security.authorizer, &image.acls);
+    match permitted(access).and_then(|()| describe(&image, &request)) {
         Ok(entries) => DescribeClientQuotasResponse::default().with_entries(Some(entries)),
         Err((error, message)) => DescribeClientQuotasResponse::default()
             .with_error_code(error.code())
             .with_error_message(Some(str_bytes(message)))
             .with_entries(None),
     }
+}
+
+/// DESCRIBE_CONFIGS on the cluster, or why not.
+fn permitted(access: Access<'_>) -> Result<(), (ResponseError, String)> {
+    if access.authorize_cluster(AclOperation::DescribeConfigs) {
+        return Ok(());
+    }
+    Err((
+        ResponseError::ClusterAuthorizationFailed,
+        access.denied_cluster(AclOperation::DescribeConfigs),
+    ))
 }
 
 /// What one filter component asks of an entity's dimension.
@@ -280,5 +299,13 @@ mod tests {
             described(vec![component("group", 2, None)], false),
             Err(ResponseError::UnsupportedVersion)
         );
+    }
+
+    #[test]
+    fn describing_quotas_needs_describe_configs_on_the_cluster() {
+        use crate::api::testing::Acls;
+        let refused = permitted(Acls::none().allow_cluster(AclOperation::Describe).access());
+        assert_eq!(refused.map_err(|e| e.0), Err(ResponseError::ClusterAuthorizationFailed));
+        assert!(permitted(Acls::none().allow_cluster(AclOperation::AlterConfigs).access()).is_ok());
     }
 }

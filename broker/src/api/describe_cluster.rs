@@ -1,18 +1,21 @@
 //! DescribeCluster: cluster id, controller and brokers (the Admin client's describeCluster).
+//! Anyone may ask; the cluster's authorized operations, when asked for, are 0 without
+//! DESCRIBE on the cluster, as Kafka answers.
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::{DescribeClusterRequest, DescribeClusterResponse};
 
-use super::str_bytes;
+use super::{str_bytes, Session};
 use crate::broker::Broker;
 
 /// Kafka's endpoint types: 1 = brokers, 2 = controllers.
 const ENDPOINT_TYPE_BROKERS: i8 = 1;
 
-/// Brokers are described by their endpoint on the client's `listener`.
-pub fn handle(broker: &Broker, request: DescribeClusterRequest, listener: &str) -> DescribeClusterResponse {
+/// Brokers are described by their endpoint on the client's listener.
+pub fn handle(broker: &Broker, request: DescribeClusterRequest, session: &Session) -> DescribeClusterResponse {
     let image = broker.metadata.image();
+    let listener: &str = &session.listener;
     let response = DescribeClusterResponse::default()
         .with_endpoint_type(request.endpoint_type)
         .with_cluster_id(str_bytes(image.cluster_id.clone()))
@@ -40,7 +43,8 @@ pub fn handle(broker: &Broker, request: DescribeClusterRequest, listener: &str) 
         .collect();
     let response = response.with_brokers(brokers);
     if request.include_cluster_authorized_operations {
-        response.with_cluster_authorized_operations(super::metadata::CLUSTER_OPERATIONS)
+        let access = session.access(&broker.security.authorizer, &image.acls);
+        response.with_cluster_authorized_operations(access.cluster_operations())
     } else {
         response
     }

@@ -1,5 +1,10 @@
 //! DescribeConfigs: every topic or broker config with its value, source, type and synonyms,
 //! so tools can read-modify-write on the output.
+//!
+//! Each resource needs DESCRIBE_CONFIGS: a topic's on the topic (else
+//! TOPIC_AUTHORIZATION_FAILED), a broker's on the cluster (else CLUSTER_AUTHORIZATION_FAILED),
+//! as Kafka; AlterConfigs and IncrementalAlterConfigs need ALTER_CONFIGS the same way
+//! ([`config_refusal`]).
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_configs_response::{
@@ -8,15 +13,53 @@ use kafka_protocol::messages::describe_configs_response::{
 use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use super::str_bytes;
+use super::{str_bytes, Access, Session};
 use crate::broker::Broker;
+use crate::controller::acls::CLUSTER_NAME;
+use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::metadata::records::BROKER_DEFAULT;
 use crate::topic_config::{self, ConfigDef, ConfigSource, ConfigType};
 
 pub const RESOURCE_TOPIC: i8 = 2;
 pub const RESOURCE_BROKER: i8 = 4;
+/// Kafka's other config resource types: Sluice serves none of them, but authorizes them as
+/// Kafka does before saying so.
+const RESOURCE_BROKER_LOGGER: i8 = 8;
+const RESOURCE_CLIENT_METRICS: i8 = 16;
+const RESOURCE_GROUP: i8 = 32;
 
-pub fn handle(broker: &Broker, request: DescribeConfigsRequest, _version: i16) -> DescribeConfigsResponse {
+/// Why the principal may not perform `operation` (DESCRIBE_CONFIGS or ALTER_CONFIGS) on the
+/// config resource, if it may not: the Kafka error and its message. A topic is its own ACL
+/// resource, a broker (or its loggers) the cluster.
+pub(super) fn config_refusal(
+    access: Access<'_>,
+    operation: AclOperation,
+    resource_type: i8,
+    name: &str,
+) -> Option<(ResponseError, String)> {
+    let (acl_type, acl_name, error) = match resource_type {
+        RESOURCE_TOPIC => (ResourceType::Topic, name, ResponseError::TopicAuthorizationFailed),
+        RESOURCE_BROKER | RESOURCE_BROKER_LOGGER | RESOURCE_CLIENT_METRICS => (
+            ResourceType::Cluster,
+            CLUSTER_NAME,
+            ResponseError::ClusterAuthorizationFailed,
+        ),
+        RESOURCE_GROUP => (ResourceType::Group, name, ResponseError::GroupAuthorizationFailed),
+        // Unknown types are refused as such.
+        _ => return None,
+    };
+    let allowed = access.authorize(operation, acl_type, acl_name);
+    (!allowed).then(|| (error, access.denied(operation, acl_type, acl_name)))
+}
+
+pub fn handle(
+    broker: &Broker,
+    request: DescribeConfigsRequest,
+    _version: i16,
+    session: &Session,
+) -> DescribeConfigsResponse {
+    let image = broker.metadata.image();
+    let access = session.access(&broker.security.authorizer, &image.acls);
     let results = request
         .resources
         .iter()
@@ -34,7 +77,17 @@ pub fn handle(broker: &Broker, request: DescribeConfigsRequest, _version: i16) -
                 synonyms: request.include_synonyms,
                 documentation: request.include_documentation,
             };
-            match describe(broker, resource.resource_type, &resource.resource_name, options) {
+            let refusal = config_refusal(
+                access,
+                AclOperation::DescribeConfigs,
+                resource.resource_type,
+                &resource.resource_name,
+            );
+            let described = match refusal {
+                Some(refusal) => Err(refusal),
+                None => describe(broker, resource.resource_type, &resource.resource_name, options),
+            };
+            match described {
                 Ok(configs) => result.with_configs(configs.into_iter().filter(|c| wanted(c.name.as_str())).collect()),
                 Err((error, message)) => result
                     .with_error_code(error.code())
@@ -178,7 +231,11 @@ fn broker_entry(key: &str, layers: &[(&str, ConfigSource)], options: Options) ->
         .with_is_sensitive(sensitive)
         .with_read_only(!topic_config::is_dynamic_broker_config(key))
         .with_config_source(source as i8)
-        .with_config_type(if sensitive { ConfigType::Password } else { ConfigType::String } as i8)
+        .with_config_type(if sensitive {
+            ConfigType::Password
+        } else {
+            ConfigType::String
+        } as i8)
         .with_synonyms(synonyms)
 }
 
@@ -220,4 +277,41 @@ fn synonym(name: &str, value: &str, source: ConfigSource) -> DescribeConfigsSyno
         .with_name(str_bytes(name))
         .with_value(Some(str_bytes(value)))
         .with_source(source as i8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::testing::Acls;
+
+    #[test]
+    fn config_resources_are_authorized_on_their_topic_or_the_cluster() {
+        let acls = Acls::none()
+            .allow(ResourceType::Topic, "orders", AclOperation::DescribeConfigs)
+            .allow(ResourceType::Topic, "audit", AclOperation::AlterConfigs);
+        let describe = |resource_type, name| {
+            config_refusal(acls.access(), AclOperation::DescribeConfigs, resource_type, name).map(|r| r.0)
+        };
+        assert_eq!(describe(RESOURCE_TOPIC, "orders"), None);
+        assert_eq!(
+            describe(RESOURCE_TOPIC, "audit"),
+            None,
+            "ALTER_CONFIGS implies DESCRIBE_CONFIGS"
+        );
+        assert_eq!(
+            describe(RESOURCE_TOPIC, "payments"),
+            Some(ResponseError::TopicAuthorizationFailed)
+        );
+        assert_eq!(
+            describe(RESOURCE_BROKER, "1"),
+            Some(ResponseError::ClusterAuthorizationFailed)
+        );
+        let alter = |name| config_refusal(acls.access(), AclOperation::AlterConfigs, RESOURCE_TOPIC, name).map(|r| r.0);
+        assert_eq!(alter("audit"), None);
+        assert_eq!(alter("orders"), Some(ResponseError::TopicAuthorizationFailed));
+        let operators = Acls::none().allow_cluster(AclOperation::AlterConfigs);
+        let broker = |operation| config_refusal(operators.access(), operation, RESOURCE_BROKER, "");
+        assert_eq!(broker(AclOperation::AlterConfigs), None);
+        assert_eq!(broker(AclOperation::DescribeConfigs), None);
+    }
 }

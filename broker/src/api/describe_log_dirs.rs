@@ -1,18 +1,25 @@
 //! DescribeLogDirs (`kafka-log-dirs`): the one log directory this node has (its data dir), the
 //! size of each partition replica it hosts, and the file system's total and usable bytes.
 //! Sluice keeps one log directory per node, so there is never a future (moving) replica.
+//! Needs DESCRIBE on the cluster, else CLUSTER_AUTHORIZATION_FAILED and no results, as Kafka.
 
 use std::path::Path;
 
+use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_log_dirs_response::{
     DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
 };
 use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse, TopicName};
 
-use super::str_bytes;
+use super::{str_bytes, Access, Session};
 use crate::broker::Broker;
+use crate::metadata::acls::AclOperation;
 
-pub fn handle(broker: &Broker, request: DescribeLogDirsRequest) -> DescribeLogDirsResponse {
+pub fn handle(broker: &Broker, request: DescribeLogDirsRequest, session: &Session) -> DescribeLogDirsResponse {
+    let image = broker.metadata.image();
+    if let Some(refused) = refusal(session.access(&broker.security.authorizer, &image.acls)) {
+        return refused;
+    }
     let wanted = |topic: &str, index: i32| match &request.topics {
         None => true,
         Some(topics) => topics
@@ -64,4 +71,24 @@ fn disk_space(dir: &Path) -> Option<(i64, i64)> {
     let total = stat.f_blocks.saturating_mul(block);
     let usable = stat.f_bavail.saturating_mul(block);
     Some((i64::try_from(total).ok()?, i64::try_from(usable).ok()?))
+}
+
+/// The answer without DESCRIBE on the cluster.
+fn refusal(access: Access<'_>) -> Option<DescribeLogDirsResponse> {
+    (!access.authorize_cluster(AclOperation::Describe))
+        .then(|| DescribeLogDirsResponse::default().with_error_code(ResponseError::ClusterAuthorizationFailed.code()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::testing::Acls;
+
+    #[test]
+    fn describing_log_dirs_needs_describe_on_the_cluster() {
+        let refused = refusal(Acls::none().allow_cluster(AclOperation::DescribeConfigs).access()).expect("refused");
+        assert_eq!(refused.error_code, ResponseError::ClusterAuthorizationFailed.code());
+        assert!(refused.results.is_empty());
+        assert!(refusal(Acls::none().allow_cluster(AclOperation::Describe).access()).is_none());
+    }
 }

@@ -2,6 +2,8 @@
 //! producers a partition leader remembers, from its producer state. Only the leader answers
 //! (NOT_LEADER_OR_FOLLOWER elsewhere), as in Kafka. Sluice has no transactions yet, so the
 //! coordinator epoch and the open transaction's start offset are always -1.
+//!
+//! Each topic needs READ (else its partitions get TOPIC_AUTHORIZATION_FAILED), as Kafka.
 
 use std::collections::HashSet;
 
@@ -9,11 +11,13 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_producers_response::{PartitionResponse, ProducerState, TopicResponse};
 use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId};
 
-use super::str_bytes;
+use super::{str_bytes, Access, Session};
 use crate::broker::Broker;
+use crate::metadata::acls::{AclOperation, ResourceType};
 
-pub fn handle(broker: &Broker, request: DescribeProducersRequest) -> DescribeProducersResponse {
+pub fn handle(broker: &Broker, request: DescribeProducersRequest, session: &Session) -> DescribeProducersResponse {
     let image = broker.metadata.image();
+    let access = session.access(&broker.security.authorizer, &image.acls);
     // A partition named twice is described once: the response stays bounded by the partitions
     // that exist, however many times a request repeats one.
     let mut described = HashSet::new();
@@ -22,11 +26,17 @@ pub fn handle(broker: &Broker, request: DescribeProducersRequest) -> DescribePro
         .iter()
         .map(|t| {
             let topic = image.topic(&t.name.0);
+            let refusal = read_refusal(access, &t.name.0);
             let partitions = t
                 .partition_indexes
                 .iter()
                 .map(|&index| {
                     let response = PartitionResponse::default().with_partition_index(index);
+                    if let Some(message) = &refusal {
+                        return response
+                            .with_error_code(ResponseError::TopicAuthorizationFailed.code())
+                            .with_error_message(Some(str_bytes(message.clone())));
+                    }
                     let leader = match topic {
                         Some(topic) => broker.replicas.leader_partition(topic, index),
                         None => Err(ResponseError::UnknownTopicOrPartition),
@@ -64,4 +74,25 @@ pub fn handle(broker: &Broker, request: DescribeProducersRequest) -> DescribePro
         })
         .collect();
     DescribeProducersResponse::default().with_topics(topics)
+}
+
+/// Why the principal may not see the producers of topic `name`, if it may not.
+fn read_refusal(access: Access<'_>, name: &str) -> Option<String> {
+    let allowed = access.authorize(AclOperation::Read, ResourceType::Topic, name);
+    (!allowed).then(|| access.denied(AclOperation::Read, ResourceType::Topic, name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::testing::Acls;
+
+    #[test]
+    fn describing_producers_needs_read_on_the_topic() {
+        let acls = Acls::none()
+            .allow(ResourceType::Topic, "orders", AclOperation::Read)
+            .allow(ResourceType::Topic, "audit", AclOperation::Describe);
+        assert_eq!(read_refusal(acls.access(), "orders"), None);
+        assert!(read_refusal(acls.access(), "audit").is_some(), "DESCRIBE is not enough");
+    }
 }

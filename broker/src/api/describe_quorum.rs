@@ -1,19 +1,30 @@
 //! DescribeQuorum: the metadata quorum's leader, epoch, high watermark and replicas, as
-//! `kafka-metadata-quorum describe --status` shows them.
+//! `kafka-metadata-quorum describe --status` shows them. Needs DESCRIBE on the cluster, else
+//! CLUSTER_AUTHORIZATION_FAILED, as Kafka.
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_quorum_response::{Listener, Node, PartitionData, ReplicaState, TopicData};
 use kafka_protocol::messages::{BrokerId, DescribeQuorumRequest, DescribeQuorumResponse};
 
-use super::str_bytes;
+use super::{str_bytes, Access, Session};
 use crate::broker::Broker;
 use crate::clock::now_ms;
+use crate::metadata::acls::AclOperation;
 use crate::metadata::{node_id_of, METADATA_TOPIC};
 
 /// The `nodes` field (controller endpoints) exists from v2.
 const FIRST_VERSION_WITH_NODES: i16 = 2;
 
-pub fn handle(broker: &Broker, request: DescribeQuorumRequest, version: i16) -> DescribeQuorumResponse {
+pub fn handle(
+    broker: &Broker,
+    request: DescribeQuorumRequest,
+    version: i16,
+    session: &Session,
+) -> DescribeQuorumResponse {
+    let image = broker.metadata.image();
+    if let Some(refused) = refusal(session.access(&broker.security.authorizer, &image.acls)) {
+        return refused;
+    }
     let status = broker.metadata.quorum_status();
     let now = now_ms();
     let replica = |r: &sluice_raft_meta::ReplicaState| {
@@ -71,4 +82,29 @@ pub fn handle(broker: &Broker, request: DescribeQuorumRequest, version: i16) -> 
         })
         .collect();
     response.with_nodes(nodes)
+}
+
+/// The answer without DESCRIBE on the cluster.
+fn refusal(access: Access<'_>) -> Option<DescribeQuorumResponse> {
+    (!access.authorize_cluster(AclOperation::Describe)).then(|| {
+        DescribeQuorumResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
+            .with_error_message(Some(str_bytes(access.denied_cluster(AclOperation::Describe))))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::testing::Acls;
+
+    #[test]
+    fn describing_the_quorum_needs_describe_on_the_cluster() {
+        let refused = refusal(Acls::none().allow_cluster(AclOperation::DescribeConfigs).access());
+        assert_eq!(
+            refused.map(|r| r.error_code),
+            Some(ResponseError::ClusterAuthorizationFailed.code())
+        );
+        assert!(refusal(Acls::none().allow_cluster(AclOperation::Describe).access()).is_none());
+    }
 }

@@ -6,6 +6,10 @@
 //! at the cursor's partition within that topic; at most min(`response_partition_limit`,
 //! `max.request.partition.size.limit`) partitions (at least 1). When a topic is cut short, or
 //! the limit is used up before the next topic, `next_cursor` says where to go on.
+//!
+//! With an authorizer, as Kafka: a topic needs DESCRIBE to be described. A request for every
+//! topic silently leaves out the others; a topic named without it is answered
+//! TOPIC_AUTHORIZATION_FAILED (after the page, without its id), exists or not.
 
 use std::collections::BTreeSet;
 
@@ -16,28 +20,32 @@ use kafka_protocol::messages::describe_topic_partitions_response::{
 use kafka_protocol::messages::{DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse, TopicName};
 use uuid::Uuid;
 
-use super::metadata::{PartitionView, TOPIC_OPERATIONS};
-use super::str_bytes;
+use super::metadata::PartitionView;
+use super::{str_bytes, Access, Session};
 use crate::broker::Broker;
 use crate::controller;
+use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::metadata::image::{MetadataImage, TopicImage};
 
 pub fn handle(
     broker: &Broker,
     request: DescribeTopicPartitionsRequest,
-    listener: &str,
+    session: &Session,
 ) -> DescribeTopicPartitionsResponse {
+    let image = broker.metadata.image();
     describe(
-        &broker.metadata.image(),
+        &image,
+        session.access(&broker.security.authorizer, &image.acls),
         &request,
         broker.config.max_request_partition_size_limit,
-        listener,
+        &session.listener,
     )
 }
 
 /// `listener`: the client's, which partition leaders must have (as in Metadata).
 fn describe(
     image: &MetadataImage,
+    access: Access<'_>,
     request: &DescribeTopicPartitionsRequest,
     max_partitions: i32,
     listener: &str,
@@ -58,15 +66,28 @@ fn describe(
             .collect();
         return DescribeTopicPartitionsResponse::default().with_topics(topics);
     }
-    let names: Vec<&str> = if request.topics.is_empty() {
+    let all_topics = request.topics.is_empty();
+    let names: Vec<&str> = if all_topics {
         image.topics.keys().map(String::as_str).collect()
     } else {
         requested.into_iter().collect()
     };
     let mut remaining = request.response_partition_limit.min(max_partitions).max(1) as usize;
     let mut topics = Vec::new();
+    let mut refused = Vec::new();
     let mut next_cursor = None;
     for name in names.into_iter().filter(|name| *name >= cursor_topic) {
+        let describable = if all_topics {
+            access.check(AclOperation::Describe, ResourceType::Topic, name)
+        } else {
+            access.authorize(AclOperation::Describe, ResourceType::Topic, name)
+        };
+        if !describable {
+            if !all_topics {
+                refused.push(error_topic(name, ResponseError::TopicAuthorizationFailed));
+            }
+            continue;
+        }
         if remaining == 0 {
             next_cursor = Some(cursor(name, 0));
             break;
@@ -90,6 +111,12 @@ fn describe(
         }
         remaining -= end.saturating_sub(start);
     }
+    for topic in &mut topics {
+        if let Some(name) = &topic.name {
+            topic.topic_authorized_operations = access.operations(ResourceType::Topic, &name.0);
+        }
+    }
+    topics.extend(refused);
     DescribeTopicPartitionsResponse::default()
         .with_topics(topics)
         .with_next_cursor(next_cursor)
@@ -127,8 +154,6 @@ fn topic_partitions(
         .with_topic_id(topic.topic_id)
         .with_is_internal(controller::is_internal_topic(&topic.name))
         .with_partitions(partitions)
-        // Kafka always fills these in for this API; without an authorizer, everything.
-        .with_topic_authorized_operations(TOPIC_OPERATIONS)
 }
 
 fn error_topic(name: &str, error: ResponseError) -> DescribeTopicPartitionsResponseTopic {
@@ -148,8 +173,16 @@ fn cursor(topic: &str, partition_index: i32) -> Cursor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::testing::Acls;
     use crate::metadata::records::{Endpoint, MetadataRecord};
     use kafka_protocol::messages::describe_topic_partitions_request::{self as request, TopicRequest};
+
+    static NO_AUTHORIZER: std::sync::LazyLock<Acls> = std::sync::LazyLock::new(Acls::disabled);
+
+    /// No authorizer: every topic and every operation.
+    fn everything() -> Access<'static> {
+        NO_AUTHORIZER.access()
+    }
 
     /// Broker 1 and topics `a` (3 partitions) and `b` (2), all on broker 1.
     fn image() -> MetadataImage {
@@ -229,7 +262,7 @@ mod tests {
         let mut pages = 0;
         loop {
             let request = request(&[], 2, cursor.as_ref().map(|(t, p)| (t.as_str(), *p)));
-            let (described, next) = page(&describe(&image, &request, 2000, "PLAINTEXT"));
+            let (described, next) = page(&describe(&image, everything(), &request, 2000, "PLAINTEXT"));
             assert!(described.len() <= 2, "page {pages} holds {described:?}");
             seen.extend(described);
             pages += 1;
@@ -244,18 +277,36 @@ mod tests {
 
     #[test]
     fn a_full_page_that_ends_with_a_topic_points_at_the_next_topic() {
-        let (described, next) = page(&describe(&image(), &request(&[], 3, None), 2000, "PLAINTEXT"));
+        let (described, next) = page(&describe(
+            &image(),
+            everything(),
+            &request(&[], 3, None),
+            2000,
+            "PLAINTEXT",
+        ));
         assert_eq!(described, pairs(&[("a", 0), ("a", 1), ("a", 2)]));
         assert_eq!(next, Some(("b".to_string(), 0)));
     }
 
     #[test]
     fn the_broker_limit_caps_what_the_client_asks_for() {
-        let (described, next) = page(&describe(&image(), &request(&["b", "a"], 100, None), 1, "PLAINTEXT"));
+        let (described, next) = page(&describe(
+            &image(),
+            everything(),
+            &request(&["b", "a"], 100, None),
+            1,
+            "PLAINTEXT",
+        ));
         assert_eq!(described, pairs(&[("a", 0)]));
         assert_eq!(next, Some(("a".to_string(), 1)));
         // A limit of 0 or less still describes one partition.
-        let (described, _) = page(&describe(&image(), &request(&["b"], 0, None), 2000, "PLAINTEXT"));
+        let (described, _) = page(&describe(
+            &image(),
+            everything(),
+            &request(&["b"], 0, None),
+            2000,
+            "PLAINTEXT",
+        ));
         assert_eq!(described, pairs(&[("b", 0)]));
     }
 
@@ -263,6 +314,7 @@ mod tests {
     fn named_topics_are_sorted_and_unknown_ones_get_an_error() {
         let response = describe(
             &image(),
+            everything(),
             &request(&["zz", "b", "b", "bad/name"], 10, Some(("b", 1))),
             2000,
             "PLAINTEXT",
@@ -282,7 +334,7 @@ mod tests {
         let b = &response.topics[0];
         assert_eq!(
             (b.topic_id, b.topic_authorized_operations),
-            (Uuid::from_u128(2), TOPIC_OPERATIONS)
+            (Uuid::from_u128(2), 0b1101_1111_1000)
         );
         assert_eq!(b.partitions[0].eligible_leader_replicas, Some(vec![]));
     }
@@ -290,7 +342,13 @@ mod tests {
     #[test]
     fn a_negative_cursor_partition_or_a_cursor_outside_the_named_topics_is_an_invalid_request() {
         for cursor in [("a", -1), ("b", 0)] {
-            let response = describe(&image(), &request(&["a"], 10, Some(cursor)), 2000, "PLAINTEXT");
+            let response = describe(
+                &image(),
+                everything(),
+                &request(&["a"], 10, Some(cursor)),
+                2000,
+                "PLAINTEXT",
+            );
             assert_eq!(response.topics.len(), 1, "{cursor:?}");
             assert_eq!(
                 response.topics[0].error_code,
@@ -298,5 +356,49 @@ mod tests {
                 "{cursor:?}"
             );
         }
+    }
+
+    #[test]
+    fn topics_without_describe_are_left_out_of_all_topics_and_refused_when_named() {
+        let acls = Acls::none().allow(ResourceType::Topic, "b", AclOperation::Read);
+        let all = describe(&image(), acls.access(), &request(&[], 10, None), 2000, "PLAINTEXT");
+        let names: Vec<(String, i16)> = all
+            .topics
+            .iter()
+            .map(|t| (t.name.as_ref().unwrap().0.to_string(), t.error_code))
+            .collect();
+        assert_eq!(names, vec![("b".to_string(), 0)]);
+        let read_and_describe = (1 << AclOperation::Read as i32) | (1 << AclOperation::Describe as i32);
+        assert_eq!(all.topics[0].topic_authorized_operations, read_and_describe);
+
+        let named = describe(
+            &image(),
+            acls.access(),
+            &request(&["a", "b", "zz"], 10, None),
+            2000,
+            "PLAINTEXT",
+        );
+        let refused = ResponseError::TopicAuthorizationFailed.code();
+        let topics: Vec<(String, i16, Uuid, usize)> = named
+            .topics
+            .iter()
+            .map(|t| {
+                (
+                    t.name.as_ref().unwrap().0.to_string(),
+                    t.error_code,
+                    t.topic_id,
+                    t.partitions.len(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            topics,
+            vec![
+                ("b".to_string(), 0, Uuid::from_u128(2), 2),
+                ("a".to_string(), refused, Uuid::nil(), 0),
+                ("zz".to_string(), refused, Uuid::nil(), 0),
+            ]
+        );
+        assert_eq!(named.topics[1].topic_authorized_operations, i32::MIN);
     }
 }

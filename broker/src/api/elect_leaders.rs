@@ -1,6 +1,7 @@
 //! ElectLeaders (KIP-460; `kafka-leader-election`): preferred or unclean leader election for
 //! the named partitions, or for all of them. The controller decides each partition when the
-//! command is applied (`controller::elect_leaders`); this only translates.
+//! command is applied (`controller::elect_leaders`); this only translates. Needs ALTER on
+//! the cluster, else CLUSTER_AUTHORIZATION_FAILED (top level and on every named partition).
 
 use std::sync::Arc;
 
@@ -8,14 +9,29 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
 use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse, TopicName};
 
-use super::{commit_error, str_bytes};
+use super::{commit_error, str_bytes, Access, Session};
 use crate::broker::Broker;
+use crate::metadata::acls::AclOperation;
 use crate::metadata::outcome::{Outcome, TopicElection};
 use crate::metadata::records::{ElectionType, MetadataCommand};
 
 const FIRST_VERSION_WITH_TOP_LEVEL_ERROR: i16 = 1;
 
-pub async fn handle(broker: Arc<Broker>, request: ElectLeadersRequest, version: i16) -> ElectLeadersResponse {
+pub async fn handle(
+    broker: Arc<Broker>,
+    session: Session,
+    request: ElectLeadersRequest,
+    version: i16,
+) -> ElectLeadersResponse {
+    let image = broker.metadata.image();
+    if let Some(message) = refusal(session.access(&broker.security.authorizer, &image.acls)) {
+        return refuse_all(
+            &request,
+            version,
+            ResponseError::ClusterAuthorizationFailed.code(),
+            message,
+        );
+    }
     // v0 has no election type field and means preferred, which decodes as 0 too.
     let Some(election) = ElectionType::from_code(request.election_type) else {
         let message = format!(
@@ -54,6 +70,11 @@ pub async fn handle(broker: Arc<Broker>, request: ElectLeadersRequest, version: 
             refuse_all(&request, version, code, message)
         }
     }
+}
+
+/// Why the principal may not elect leaders (ALTER on the cluster), if it may not.
+fn refusal(access: Access<'_>) -> Option<String> {
+    (!access.authorize_cluster(AclOperation::Alter)).then(|| access.denied_cluster(AclOperation::Alter))
 }
 
 fn topic_result(topic: TopicElection) -> ReplicaElectionResult {
@@ -107,4 +128,16 @@ fn refuse_all(request: &ElectLeadersRequest, version: i16, code: i16, message: S
     ElectLeadersResponse::default()
         .with_error_code(top_level)
         .with_replica_election_results(results)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::testing::Acls;
+
+    #[test]
+    fn electing_leaders_needs_alter_on_the_cluster() {
+        assert!(refusal(Acls::none().allow_cluster(AclOperation::AlterConfigs).access()).is_some());
+        assert_eq!(refusal(Acls::none().allow_cluster(AclOperation::Alter).access()), None);
+    }
 }

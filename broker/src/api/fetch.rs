@@ -10,6 +10,12 @@
 //! for the log to grow. A claim that fails the check is answered with per-partition errors
 //! and changes nothing. The long poll itself is `purgatory::DelayedFetch`.
 //!
+//! With an authorizer, a follower's fetch needs CLUSTER_ACTION on the cluster (else the
+//! whole fetch is refused with CLUSTER_AUTHORIZATION_FAILED before any session, read or
+//! follower state is touched), and a consumer's needs READ on each topic: a refused topic's
+//! partitions are answered TOPIC_AUTHORIZATION_FAILED (in a fetch session too) and are not
+//! read. Each topic is authorized once per request, and not at all without an authorizer.
+//!
 //! A consumer's response counts against its `consumer_byte_rate` quota: past it, the answer
 //! is empty with the throttle time, the bytes are not counted, and the connection pauses
 //! reading; a consumer never gets more in one response than its quota over the window.
@@ -37,11 +43,12 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::Reply;
+use super::{Access, Reply, Session};
 use crate::broker::Broker;
 use crate::clock::now_ms;
 use crate::fetch_session::{self, SessionFetch, TopicRef};
 use crate::log::LogError;
+use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::metrics::BrokerMetrics;
 use crate::partition::{Partition, PartitionRead, ReadBound};
 use crate::purgatory::{DelayedFetch, FetchWake};
@@ -107,7 +114,13 @@ enum PartitionPass {
 /// A read pass over the plan: one entry per requested partition, in request order.
 type ReadPass = Vec<PartitionPass>;
 
-pub fn handle(broker: &Arc<Broker>, request: FetchRequest, version: i16, client_id: &str) -> Reply {
+pub fn handle(broker: &Arc<Broker>, request: FetchRequest, version: i16, client_id: &str, who: &Session) -> Reply {
+    if broker.security.authorizer.is_enabled() && replica_id(&request, version) >= 0 {
+        let image = broker.metadata.image();
+        if !follower_may_fetch(who.access(&broker.security.authorizer, &image.acls)) {
+            return Reply::Now(ResponseBody::Fetch(follower_refused()));
+        }
+    }
     let session = if version >= FIRST_VERSION_WITH_SESSIONS {
         let begun = broker.fetch_sessions.begin(
             request.session_id,
@@ -133,7 +146,7 @@ pub fn handle(broker: &Arc<Broker>, request: FetchRequest, version: i16, client_
         SessionFetch::Incremental { topics, .. } => topics.as_slice(),
         _ => request.topics.as_slice(),
     };
-    let plan = Arc::new(resolve(broker, &request, topics, version, client_id));
+    let plan = Arc::new(resolve(broker, &request, topics, version, client_id, who));
     let max_wait = Duration::from_millis(request.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
     // Watching starts before the first read so a write between the read and the wait is not missed.
     let mut delayed = DelayedFetch::new(
@@ -255,6 +268,31 @@ fn apply_quota(broker: &Broker, client_id: &str, response: FetchResponse, bytes:
     FetchResponse::default().with_throttle_time_ms(throttle_time_ms)
 }
 
+/// The replica id a fetch claims (-1 for a consumer).
+fn replica_id(request: &FetchRequest, version: i16) -> i32 {
+    if version >= FIRST_FETCH_VERSION_WITH_REPLICA_STATE {
+        request.replica_state.replica_id.0
+    } else {
+        request.replica_id.0
+    }
+}
+
+/// Whether a fetch claiming a replica id may fetch as a follower: CLUSTER_ACTION on the
+/// cluster, which the brokers' own principal has.
+fn follower_may_fetch(access: Access<'_>) -> bool {
+    access.authorize_cluster(AclOperation::ClusterAction)
+}
+
+/// A follower's fetch without CLUSTER_ACTION on the cluster.
+fn follower_refused() -> FetchResponse {
+    FetchResponse::default().with_error_code(ResponseError::ClusterAuthorizationFailed.code())
+}
+
+/// Whether a consumer may read the topic `name`. Only asked with an authorizer on.
+fn may_read(access: Access<'_>, name: &str) -> bool {
+    access.authorize(AclOperation::Read, ResourceType::Topic, name)
+}
+
 /// The plan for `topics`: the request's own, or for an incremental fetch its session's.
 fn resolve(
     broker: &Arc<Broker>,
@@ -262,16 +300,17 @@ fn resolve(
     topics: &[FetchTopic],
     version: i16,
     client_id: &str,
+    who: &Session,
 ) -> FetchPlan {
     let image = broker.metadata.image();
     let by_topic_id = version >= FIRST_VERSION_WITH_TOPIC_IDS;
-    let (replica_id, broker_epoch) = if version >= FIRST_FETCH_VERSION_WITH_REPLICA_STATE {
-        let state = &request.replica_state;
-        (state.replica_id.0, Some(state.replica_epoch))
-    } else {
-        (request.replica_id.0, None)
-    };
+    let replica_id = replica_id(request, version);
+    let broker_epoch =
+        (version >= FIRST_FETCH_VERSION_WITH_REPLICA_STATE).then_some(request.replica_state.replica_epoch);
     let from_follower = replica_id >= 0;
+    // A follower passed its CLUSTER_ACTION check in `handle`; a consumer reads per topic.
+    let access = who.access(&broker.security.authorizer, &image.acls);
+    let authorizing = access.is_enabled() && !from_follower;
     let party = if from_follower {
         FetchParty::Follower {
             replica_id,
@@ -329,6 +368,13 @@ fn resolve(
             } else {
                 ResponseError::UnknownTopicOrPartition
             };
+            // Kafka authorizes the name (an unknown id has none), before the topic's existence.
+            let refused = authorizing
+                && match (by_topic_id, topic) {
+                    (true, Some(topic)) => !may_read(access, &topic.name),
+                    (true, None) => false,
+                    (false, _) => !may_read(access, &t.topic.0),
+                };
             let partitions = t
                 .partitions
                 .iter()
@@ -341,6 +387,7 @@ fn resolve(
                         topic.is_some_and(|topic| quota.applies_to(topic, p.partition, node_id, replica_id))
                     }),
                     partition: match topic {
+                        _ if refused => Err(ResponseError::TopicAuthorizationFailed),
                         None => Err(unknown),
                         Some(topic) => broker.replicas.partition_for_fetch(
                             topic,
@@ -459,7 +506,8 @@ fn read_planned(plan: &FetchPlan, pass: ReadPass) -> (FetchResponse, usize, bool
         let len = data.records.as_ref().map_or(0, Bytes::len);
         remaining = remaining.saturating_sub(len);
         total += len;
-        had_error |= data.error_code != 0;
+        // As in Kafka, a refused partition does not end the others' long poll.
+        had_error |= data.error_code != 0 && !matches!(target.partition, Err(ResponseError::TopicAuthorizationFailed));
         data
     });
     (response, total, had_error)
@@ -557,4 +605,39 @@ fn build_response(plan: &FetchPlan, mut partition: impl FnMut(&Target) -> Partit
         })
         .collect();
     FetchResponse::default().with_responses(responses)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::testing::Acls;
+    use kafka_protocol::messages::fetch_request::ReplicaState;
+    use kafka_protocol::messages::BrokerId;
+
+    #[test]
+    fn a_consumer_reads_only_topics_it_has_read_on() {
+        let acls = Acls::none()
+            .allow(ResourceType::Topic, "orders", AclOperation::Read)
+            .allow(ResourceType::Topic, "audit", AclOperation::Describe);
+        assert!(may_read(acls.access(), "orders"));
+        assert!(!may_read(acls.access(), "audit"), "DESCRIBE does not allow READ");
+        assert!(!may_read(acls.access(), "payments"));
+    }
+
+    #[test]
+    fn a_follower_is_known_by_its_replica_id_and_refused_as_a_whole() {
+        let follower = FetchRequest::default().with_replica_state(ReplicaState::default().with_replica_id(BrokerId(2)));
+        assert_eq!(replica_id(&follower, 15), 2);
+        let consumer = FetchRequest::default().with_replica_id(BrokerId(-1));
+        assert_eq!(replica_id(&consumer, 12), -1);
+        assert!(!follower_may_fetch(
+            Acls::none().allow_cluster(AclOperation::Describe).access()
+        ));
+        assert!(follower_may_fetch(
+            Acls::none().allow_cluster(AclOperation::ClusterAction).access()
+        ));
+        let refused = follower_refused();
+        assert_eq!(refused.error_code, ResponseError::ClusterAuthorizationFailed.code());
+        assert!(refused.responses.is_empty(), "nothing is read for a refused follower");
+    }
 }

@@ -5,6 +5,11 @@
 //!
 //! Transaction coordinators are not implemented: transaction keys get
 //! COORDINATOR_NOT_AVAILABLE with a message saying so.
+//!
+//! A group key needs DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED), a transaction
+//! key DESCRIBE on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED), per key
+//! from v4 and for the whole answer before, as Kafka. `__consumer_offsets` is created only for
+//! a key the principal may look up.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,9 +20,10 @@ use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinator
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use super::{commit_error, str_bytes};
+use super::{commit_error, str_bytes, Access, Session};
 use crate::broker::Broker;
 use crate::group::OFFSETS_TOPIC;
+use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::metadata::image::MetadataImage;
 use crate::metadata::records::MetadataCommand;
 use crate::metadata::records::NewTopic;
@@ -35,33 +41,41 @@ struct Found {
     error: Option<(ResponseError, String)>,
 }
 
-/// The coordinator is named by its endpoint on the client's `listener`.
+/// The coordinator is named by its endpoint on the client's listener.
 pub async fn handle(
     broker: Arc<Broker>,
+    session: Session,
     request: FindCoordinatorRequest,
     version: i16,
-    listener: Arc<str>,
 ) -> FindCoordinatorResponse {
     let keys: Vec<StrBytes> = if version < FIRST_BATCHED_VERSION {
         vec![request.key.clone()]
     } else {
         request.coordinator_keys.clone()
     };
-    let image = if request.key_type == GROUP_KEY && !keys.is_empty() {
+    let refusals: Vec<Option<Found>> = {
+        let image = broker.metadata.image();
+        let access = session.access(&broker.security.authorizer, &image.acls);
+        keys.iter().map(|key| refusal(access, request.key_type, key)).collect()
+    };
+    let image = if request.key_type == GROUP_KEY && refusals.iter().any(Option::is_none) {
         ensure_offsets_topic(&broker).await
     } else {
         Ok(broker.metadata.image())
     };
+    let listener = &session.listener;
     let found: Vec<Found> = keys
         .iter()
-        .map(|key| match (&image, request.key_type) {
-            (_, TRANSACTION_KEY) => not_found(
+        .zip(refusals)
+        .map(|(key, refusal)| match (&image, request.key_type, refusal) {
+            (_, _, Some(refused)) => refused,
+            (_, TRANSACTION_KEY, None) => not_found(
                 ResponseError::CoordinatorNotAvailable,
                 "transactions are not supported by this broker yet".into(),
             ),
-            (_, k) if k != GROUP_KEY => not_found(ResponseError::InvalidRequest, format!("unknown key type {k}")),
-            (Err(e), _) => not_found(e.0, e.1.clone()),
-            (Ok(image), _) => group_coordinator(&broker, image, key, &listener),
+            (_, k, None) if k != GROUP_KEY => not_found(ResponseError::InvalidRequest, format!("unknown key type {k}")),
+            (Err(e), _, None) => not_found(e.0, e.1.clone()),
+            (Ok(image), _, None) => group_coordinator(&broker, image, key, listener),
         })
         .collect();
     if version < FIRST_BATCHED_VERSION {
@@ -90,6 +104,20 @@ pub async fn handle(
         })
         .collect();
     FindCoordinatorResponse::default().with_coordinators(coordinators)
+}
+
+/// The answer for a key the principal may not look up, if it may not.
+fn refusal(access: Access<'_>, key_type: i8, key: &str) -> Option<Found> {
+    let (resource_type, error) = match key_type {
+        GROUP_KEY => (ResourceType::Group, ResponseError::GroupAuthorizationFailed),
+        TRANSACTION_KEY => (
+            ResourceType::TransactionalId,
+            ResponseError::TransactionalIdAuthorizationFailed,
+        ),
+        _ => return None,
+    };
+    let allowed = access.authorize(AclOperation::Describe, resource_type, key);
+    (!allowed).then(|| not_found(error, access.denied(AclOperation::Describe, resource_type, key)))
 }
 
 fn not_found(error: ResponseError, message: String) -> Found {
@@ -169,5 +197,41 @@ async fn ensure_offsets_topic(broker: &Broker) -> Result<Arc<MetadataImage>, (Re
             let (_, message) = commit_error(&e);
             Err((ResponseError::CoordinatorNotAvailable, message))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::testing::Acls;
+
+    fn refused_with(access: Access<'_>, key_type: i8, key: &str) -> Option<ResponseError> {
+        refusal(access, key_type, key).and_then(|f| f.error.map(|e| e.0))
+    }
+
+    #[test]
+    fn a_group_key_needs_describe_on_the_group() {
+        let acls = Acls::none().allow(ResourceType::Group, "g", AclOperation::Describe);
+        assert_eq!(refused_with(acls.access(), GROUP_KEY, "g"), None);
+        assert_eq!(
+            refused_with(acls.access(), GROUP_KEY, "h"),
+            Some(ResponseError::GroupAuthorizationFailed)
+        );
+    }
+
+    #[test]
+    fn a_transaction_key_needs_describe_on_the_transactional_id() {
+        let acls = Acls::none()
+            .allow(ResourceType::TransactionalId, "tx", AclOperation::Write)
+            .allow(ResourceType::Group, "other", AclOperation::Describe);
+        assert_eq!(
+            refused_with(acls.access(), TRANSACTION_KEY, "tx"),
+            None,
+            "WRITE implies DESCRIBE"
+        );
+        assert_eq!(
+            refused_with(acls.access(), TRANSACTION_KEY, "other"),
+            Some(ResponseError::TransactionalIdAuthorizationFailed)
+        );
     }
 }

@@ -1,10 +1,21 @@
 //! Heartbeat: keeps a member's session alive and tells it when to rejoin.
 
+use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{HeartbeatRequest, HeartbeatResponse};
 
+use super::join_group::may_take_part;
+use super::Session;
 use crate::broker::Broker;
 
-pub fn handle(broker: &Broker, request: HeartbeatRequest) -> HeartbeatResponse {
+/// Needs READ on the group, else GROUP_AUTHORIZATION_FAILED.
+pub fn handle(broker: &Broker, request: HeartbeatRequest, session: &Session) -> HeartbeatResponse {
+    let image = broker.metadata.image();
+    if !may_take_part(
+        session.access(&broker.security.authorizer, &image.acls),
+        &request.group_id.0,
+    ) {
+        return HeartbeatResponse::default().with_error_code(ResponseError::GroupAuthorizationFailed.code());
+    }
     let result = broker.groups.heartbeat(
         &request.group_id.0,
         &request.member_id,

@@ -1,6 +1,7 @@
 //! IncrementalAlterConfigs: SET, DELETE, APPEND and SUBTRACT on topic configs, SET and DELETE on
 //! dynamic broker configs; the change is committed through the metadata quorum and the logs
-//! pick it up at once.
+//! pick it up at once. Each resource needs ALTER_CONFIGS on its topic or on the cluster
+//! (`config_refusal`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,22 +12,39 @@ use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsRe
 use kafka_protocol::messages::{IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use super::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
-use super::{commit_error, str_bytes};
+use super::describe_configs::{config_refusal, RESOURCE_BROKER, RESOURCE_TOPIC};
+use super::{commit_error, str_bytes, Session};
 use crate::broker::Broker;
 use crate::controller;
+use crate::metadata::acls::AclOperation;
 use crate::metadata::records::MetadataCommand;
 use crate::metadata::records::{AlterOp, BROKER_DEFAULT};
 use crate::metadata::CommitError;
 use crate::topic_config;
 
-pub async fn handle(broker: Arc<Broker>, request: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse {
+pub async fn handle(
+    broker: Arc<Broker>,
+    session: Session,
+    request: IncrementalAlterConfigsRequest,
+) -> IncrementalAlterConfigsResponse {
+    let image = broker.metadata.image();
+    let access = session.access(&broker.security.authorizer, &image.acls);
     let mut responses = Vec::with_capacity(request.resources.len());
     for resource in &request.resources {
         let result = AlterConfigsResourceResponse::default()
             .with_resource_type(resource.resource_type)
             .with_resource_name(resource.resource_name.clone());
-        responses.push(match alter(&broker, resource, request.validate_only).await {
+        let refusal = config_refusal(
+            access,
+            AclOperation::AlterConfigs,
+            resource.resource_type,
+            &resource.resource_name,
+        );
+        let altered = match refusal {
+            Some((error, message)) => Err((error.code(), message)),
+            None => alter(&broker, resource, request.validate_only).await,
+        };
+        responses.push(match altered {
             Ok(()) => result,
             Err((code, message)) => result
                 .with_error_code(code)

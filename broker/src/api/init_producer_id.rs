@@ -1,19 +1,39 @@
 //! InitProducerId: a producer id and epoch for an idempotent producer (the default in the
 //! Java client since 3.0 and in franz-go). Transactions are not supported yet.
+//!
+//! As Kafka: a transactional id needs WRITE on it (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+//! without one, IDEMPOTENT_WRITE on the cluster or (KIP-679) WRITE on any topic (else
+//! CLUSTER_AUTHORIZATION_FAILED). An empty transactional id counts as none, as below.
 
 use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 
-use super::commit_error;
+use super::{commit_error, Access, Session};
 use crate::broker::Broker;
+use crate::metadata::acls::{AclOperation, ResourceType};
 
-pub async fn handle(broker: Arc<Broker>, request: InitProducerIdRequest) -> InitProducerIdResponse {
+pub async fn handle(broker: Arc<Broker>, session: Session, request: InitProducerIdRequest) -> InitProducerIdResponse {
     let response = InitProducerIdResponse::default()
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);
-    if request.transactional_id.as_ref().is_some_and(|id| !id.0.is_empty()) {
+    let transactional_id = request
+        .transactional_id
+        .as_ref()
+        .map(|id| id.0.as_str())
+        .filter(|id| !id.is_empty());
+    let refused = {
+        let image = broker.metadata.image();
+        refusal(
+            session.access(&broker.security.authorizer, &image.acls),
+            transactional_id,
+        )
+    };
+    if let Some(error) = refused {
+        return response.with_error_code(error.code());
+    }
+    if transactional_id.is_some() {
         tracing::debug!("refusing a transactional InitProducerId: transactions are not supported yet");
         return response.with_error_code(ResponseError::CoordinatorNotAvailable.code());
     }
@@ -26,5 +46,48 @@ pub async fn handle(broker: Arc<Broker>, request: InitProducerIdRequest) -> Init
     match broker.next_producer_id().await {
         Ok(id) => response.with_producer_id(ProducerId(id)).with_producer_epoch(0),
         Err(e) => response.with_error_code(commit_error(&e).0),
+    }
+}
+
+/// Why the principal may not have a producer id, if it may not.
+fn refusal(access: Access<'_>, transactional_id: Option<&str>) -> Option<ResponseError> {
+    match transactional_id {
+        Some(id) => (!access.authorize(AclOperation::Write, ResourceType::TransactionalId, id))
+            .then_some(ResponseError::TransactionalIdAuthorizationFailed),
+        None => {
+            let idempotent = access.check_cluster(AclOperation::IdempotentWrite)
+                || access.check_any(AclOperation::Write, ResourceType::Topic);
+            (!idempotent).then_some(ResponseError::ClusterAuthorizationFailed)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::testing::Acls;
+
+    #[test]
+    fn an_idempotent_producer_needs_idempotent_write_on_the_cluster_or_write_on_a_topic() {
+        let refused = Some(ResponseError::ClusterAuthorizationFailed);
+        assert_eq!(refusal(Acls::none().access(), None), refused);
+        let readers = Acls::none().allow(ResourceType::Topic, "orders", AclOperation::Read);
+        assert_eq!(refusal(readers.access(), None), refused);
+        let writers = Acls::none().allow(ResourceType::Topic, "orders", AclOperation::Write);
+        assert_eq!(refusal(writers.access(), None), None);
+        let idempotent = Acls::none().allow_cluster(AclOperation::IdempotentWrite);
+        assert_eq!(refusal(idempotent.access(), None), None);
+    }
+
+    #[test]
+    fn a_transactional_producer_needs_write_on_its_transactional_id() {
+        let acls = Acls::none()
+            .allow(ResourceType::TransactionalId, "tx", AclOperation::Write)
+            .allow_cluster(AclOperation::IdempotentWrite);
+        assert_eq!(refusal(acls.access(), Some("tx")), None);
+        assert_eq!(
+            refusal(acls.access(), Some("other")),
+            Some(ResponseError::TransactionalIdAuthorizationFailed)
+        );
     }
 }

@@ -1,26 +1,45 @@
 //! JoinGroup: a member (re)joins its group; the answer waits for the rebalance to settle.
+//!
+//! Taking part in a group (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) needs READ on it,
+//! else GROUP_AUTHORIZATION_FAILED, as Kafka ([`may_take_part`]).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
+use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::{JoinGroupRequest, JoinGroupResponse};
 use uuid::Uuid;
 
-use super::str_bytes;
+use super::{str_bytes, Access, Session};
 use crate::broker::Broker;
 use crate::group::coordinator::JoinRequest;
+use crate::metadata::acls::{AclOperation, ResourceType};
 
 /// From v4 a new member first gets MEMBER_ID_REQUIRED and an id to rejoin with (KIP-394).
 const FIRST_VERSION_REQUIRING_MEMBER_ID: i16 = 4;
+/// From v7 the protocol name is nullable (and null in an error answer).
+const FIRST_VERSION_WITH_NULLABLE_PROTOCOL_NAME: i16 = 7;
+
+/// Whether the principal may take part in group `group_id` as a member: READ on it.
+pub(super) fn may_take_part(access: Access<'_>, group_id: &str) -> bool {
+    access.authorize(AclOperation::Read, ResourceType::Group, group_id)
+}
 
 pub async fn handle(
     broker: Arc<Broker>,
+    session: Session,
     request: JoinGroupRequest,
     version: i16,
     client_id: String,
-    peer: SocketAddr,
 ) -> JoinGroupResponse {
+    let image = broker.metadata.image();
+    if !may_take_part(
+        session.access(&broker.security.authorizer, &image.acls),
+        &request.group_id.0,
+    ) {
+        return refused(version);
+    }
+    let peer = session.peer;
     let instance_id = request.group_instance_id.map(|i| i.to_string());
     let prefix = instance_id.clone().unwrap_or_else(|| client_id.clone());
     let join = JoinRequest {
@@ -65,4 +84,39 @@ pub async fn handle(
                 })
                 .collect(),
         )
+}
+
+/// Kafka's JoinGroup error answer, for a principal without READ on the group.
+fn refused(version: i16) -> JoinGroupResponse {
+    let protocol_name = (version < FIRST_VERSION_WITH_NULLABLE_PROTOCOL_NAME).then(|| str_bytes(""));
+    JoinGroupResponse::default()
+        .with_error_code(ResponseError::GroupAuthorizationFailed.code())
+        .with_generation_id(-1)
+        .with_protocol_name(protocol_name)
+        .with_leader(str_bytes(""))
+        .with_member_id(str_bytes(""))
+        .with_members(Vec::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::testing::Acls;
+
+    #[test]
+    fn taking_part_in_a_group_needs_read_on_it() {
+        let acls = Acls::none().allow(ResourceType::Group, "g", AclOperation::Read).allow(
+            ResourceType::Group,
+            "watched",
+            AclOperation::Describe,
+        );
+        assert!(may_take_part(acls.access(), "g"));
+        assert!(!may_take_part(acls.access(), "watched"), "DESCRIBE is not READ");
+        assert!(!may_take_part(acls.access(), "other"));
+        assert_eq!(refused(9).error_code, ResponseError::GroupAuthorizationFailed.code());
+        assert_eq!(
+            (refused(9).protocol_name, refused(6).protocol_name),
+            (None, Some(str_bytes("")))
+        );
+    }
 }

@@ -2,15 +2,26 @@
 
 use std::sync::Arc;
 
+use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse};
 
+use super::join_group::may_take_part;
+use super::Session;
 use crate::broker::Broker;
 
 /// v3 batches members and answers per member.
 const FIRST_BATCHED_VERSION: i16 = 3;
 
-pub fn handle(broker: &Arc<Broker>, request: LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
+/// Needs READ on the group, else GROUP_AUTHORIZATION_FAILED for the whole request.
+pub fn handle(broker: &Arc<Broker>, request: LeaveGroupRequest, version: i16, session: &Session) -> LeaveGroupResponse {
+    let image = broker.metadata.image();
+    if !may_take_part(
+        session.access(&broker.security.authorizer, &image.acls),
+        &request.group_id.0,
+    ) {
+        return LeaveGroupResponse::default().with_error_code(ResponseError::GroupAuthorizationFailed.code());
+    }
     let leaving: Vec<(String, Option<String>)> = if version < FIRST_BATCHED_VERSION {
         vec![(request.member_id.to_string(), None)]
     } else {

@@ -3,12 +3,16 @@
 //! (replica id -1) is answered from what it may fetch, below the high watermark (there are
 //! no transactions, so READ_COMMITTED's last stable offset is the HW too); a replica or a
 //! debugging tool from the whole log.
+//!
+//! Each topic needs DESCRIBE (else its partitions get TOPIC_AUTHORIZATION_FAILED), as Kafka.
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
+use super::{Access, Session};
 use crate::broker::Broker;
+use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::partition::ReadBound;
 
 const LATEST: i64 = -1;
@@ -19,8 +23,9 @@ const LATEST_TIERED: i64 = -5;
 const FIRST_VERSION_WITH_LEADER_EPOCH: i16 = 4;
 const CONSUMER_REPLICA_ID: i32 = -1;
 
-pub fn handle(broker: &Broker, request: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
+pub fn handle(broker: &Broker, request: ListOffsetsRequest, version: i16, session: &Session) -> ListOffsetsResponse {
     let image = broker.metadata.image();
+    let access = session.access(&broker.security.authorizer, &image.acls);
     let bound = if request.replica_id.0 == CONSUMER_REPLICA_ID {
         ReadBound::HighWatermark
     } else {
@@ -31,6 +36,7 @@ pub fn handle(broker: &Broker, request: ListOffsetsRequest, version: i16) -> Lis
         .into_iter()
         .map(|t| {
             let topic = image.topic(&t.name.0);
+            let refused = !may_describe(access, &t.name.0);
             let partitions = t
                 .partitions
                 .into_iter()
@@ -40,6 +46,7 @@ pub fn handle(broker: &Broker, request: ListOffsetsRequest, version: i16) -> Lis
                         .with_timestamp(-1)
                         .with_offset(-1);
                     let hosted = match topic {
+                        _ if refused => Err(ResponseError::TopicAuthorizationFailed),
                         Some(topic) => broker.replicas.leader_partition(topic, p.partition_index),
                         None => Err(ResponseError::UnknownTopicOrPartition),
                     };
@@ -78,4 +85,23 @@ pub fn handle(broker: &Broker, request: ListOffsetsRequest, version: i16) -> Lis
         })
         .collect();
     ListOffsetsResponse::default().with_topics(topics)
+}
+
+/// Whether the principal may list the offsets of topic `name`.
+fn may_describe(access: Access<'_>, name: &str) -> bool {
+    access.authorize(AclOperation::Describe, ResourceType::Topic, name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::testing::Acls;
+
+    #[test]
+    fn listing_offsets_needs_describe_on_the_topic() {
+        assert!(!may_describe(Acls::none().access(), "orders"));
+        let acls = Acls::none().allow(ResourceType::Topic, "orders", AclOperation::Describe);
+        assert!(may_describe(acls.access(), "orders"));
+        assert!(!may_describe(acls.access(), "payments"));
+    }
 }

@@ -1,9 +1,11 @@
 //! ListPartitionReassignments (KIP-455; `kafka-reassign-partitions --verify/--list`): the
 //! partitions whose move is under way, with the full replica set and the replicas being
-//! added and removed, from this broker's metadata image.
+//! added and removed, from this broker's metadata image. Needs DESCRIBE on the cluster, else
+//! CLUSTER_AUTHORIZATION_FAILED, as Kafka.
 
 use std::sync::Arc;
 
+use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::list_partition_reassignments_response::{
     OngoingPartitionReassignment, OngoingTopicReassignment,
 };
@@ -11,12 +13,20 @@ use kafka_protocol::messages::{
     BrokerId, ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, TopicName,
 };
 
-use super::str_bytes;
+use super::{str_bytes, Access, Session};
 use crate::broker::Broker;
+use crate::metadata::acls::AclOperation;
 use crate::metadata::image::{PartitionRegistration, TopicImage};
 
-pub fn handle(broker: &Arc<Broker>, request: ListPartitionReassignmentsRequest) -> ListPartitionReassignmentsResponse {
+pub fn handle(
+    broker: &Arc<Broker>,
+    request: ListPartitionReassignmentsRequest,
+    session: &Session,
+) -> ListPartitionReassignmentsResponse {
     let image = broker.metadata.image();
+    if let Some(refused) = refusal(session.access(&broker.security.authorizer, &image.acls), &request) {
+        return refused;
+    }
     let mut topics = Vec::new();
     match &request.topics {
         // Every reassigning partition of every topic.
@@ -36,6 +46,38 @@ pub fn handle(broker: &Arc<Broker>, request: ListPartitionReassignmentsRequest) 
         }
     }
     ListPartitionReassignmentsResponse::default().with_topics(topics)
+}
+
+/// The answer without DESCRIBE on the cluster: the error, and the named partitions with
+/// nothing about them (as Kafka's error response).
+fn refusal(
+    access: Access<'_>,
+    request: &ListPartitionReassignmentsRequest,
+) -> Option<ListPartitionReassignmentsResponse> {
+    if access.authorize_cluster(AclOperation::Describe) {
+        return None;
+    }
+    let topics = request
+        .topics
+        .iter()
+        .flatten()
+        .map(|t| {
+            OngoingTopicReassignment::default()
+                .with_name(t.name.clone())
+                .with_partitions(
+                    t.partition_indexes
+                        .iter()
+                        .map(|&i| OngoingPartitionReassignment::default().with_partition_index(i))
+                        .collect(),
+                )
+        })
+        .collect();
+    Some(
+        ListPartitionReassignmentsResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
+            .with_error_message(Some(str_bytes(access.denied_cluster(AclOperation::Describe))))
+            .with_topics(topics),
+    )
 }
 
 fn push_ongoing(out: &mut Vec<OngoingTopicReassignment>, topic: &TopicImage, indexes: &[i32]) {
@@ -62,4 +104,27 @@ fn ongoing(index: i32, p: &PartitionRegistration) -> OngoingPartitionReassignmen
         .with_replicas(ids(&p.replicas))
         .with_adding_replicas(ids(&p.adding_replicas))
         .with_removing_replicas(ids(&p.removing_replicas))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::testing::Acls;
+
+    #[test]
+    fn listing_reassignments_needs_describe_on_the_cluster() {
+        let request = ListPartitionReassignmentsRequest::default().with_topics(None);
+        let refused = refusal(
+            Acls::none().allow_cluster(AclOperation::ClusterAction).access(),
+            &request,
+        );
+        assert_eq!(
+            refused.map(|r| r.error_code),
+            Some(ResponseError::ClusterAuthorizationFailed.code())
+        );
+        assert!(
+            refusal(Acls::none().allow_cluster(AclOperation::Alter).access(), &request).is_none(),
+            "ALTER implies DESCRIBE"
+        );
+    }
 }

@@ -1,6 +1,12 @@
 //! Metadata: brokers, controller, topics and partition leadership, from the applied image.
 //! Unknown topics are auto-created when both the client and `auto.create.topics.enable`
 //! allow it, with `num.partitions` partitions.
+//!
+//! With an authorizer, as Kafka: a topic needs DESCRIBE to be shown. A request for every topic
+//! silently leaves out the others; a topic named without it is answered
+//! TOPIC_AUTHORIZATION_FAILED, exists or not (by id: with its id, which is not secret).
+//! Auto-creating a topic also needs CREATE on the cluster or on the topic, else
+//! TOPIC_AUTHORIZATION_FAILED. Authorized-operations bits are computed only when asked for.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -16,9 +22,10 @@ use uuid::Uuid;
 
 use sluice_protocol::ResponseBody;
 
-use super::{str_bytes, Reply};
+use super::{str_bytes, Access, Reply, Session};
 use crate::broker::Broker;
 use crate::controller;
+use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::metadata::image::{MetadataImage, PartitionRegistration, TopicImage};
 use crate::metadata::records::MetadataCommand;
 use crate::metadata::records::NewTopic;
@@ -29,14 +36,19 @@ use crate::metadata::CommitError;
 /// client asks again (its retry backoff, 100 ms by default), by when every broker has applied
 /// the creation: had this broker named the leaders at once, a producer could reach a leader
 /// that has not yet heard of the topic, and an acks=0 batch refused there is lost unseen.
-pub fn handle(broker: &Arc<Broker>, request: MetadataRequest, version: i16, listener: &Arc<str>) -> Reply {
+pub fn handle(broker: &Arc<Broker>, request: MetadataRequest, version: i16, session: &Session) -> Reply {
     let image = broker.metadata.image();
-    let to_create: Vec<String> = if request.allow_auto_topic_creation && broker.config.auto_create_topics_enable {
+    let access = session.access(&broker.security.authorizer, &image.acls);
+    let creating = request.allow_auto_topic_creation && broker.config.auto_create_topics_enable;
+    let allowed = authorize_named(&image, access, &request, version, creating);
+    let to_create: Vec<String> = if creating {
         request
             .topics
             .iter()
             .flatten()
-            .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))
+            .zip(&allowed)
+            .filter(|(_, allowed)| **allowed)
+            .filter_map(|(t, _)| t.name.as_ref().map(|n| n.0.to_string()))
             .filter(|name| image.topic(name).is_none() && controller::may_auto_create(name))
             .collect()
     } else {
@@ -47,11 +59,12 @@ pub fn handle(broker: &Arc<Broker>, request: MetadataRequest, version: i16, list
             broker,
             &request,
             version,
-            listener,
+            session,
+            &allowed,
             &HashMap::new(),
         )));
     }
-    let (broker, listener) = (broker.clone(), listener.clone());
+    let (broker, session) = (broker.clone(), session.clone());
     Reply::Later(
         async move {
             let mut failures = HashMap::new();
@@ -59,40 +72,118 @@ pub fn handle(broker: &Arc<Broker>, request: MetadataRequest, version: i16, list
                 let error = auto_create(&broker, &name).await.err();
                 failures.insert(name, error.unwrap_or(ResponseError::LeaderNotAvailable));
             }
-            ResponseBody::Metadata(respond(&broker, &request, version, &listener, &failures))
+            ResponseBody::Metadata(respond(&broker, &request, version, &session, &allowed, &failures))
         }
         .boxed(),
     )
 }
 
-/// Builds the response from the current image; `failures` are the topics this request
-/// auto-created (LEADER_NOT_AVAILABLE) or failed to. Brokers are described by their endpoint
-/// on the client's `listener`; one without it is left out.
+/// Whether the request is for every topic (v0 has no null: an empty list means every topic).
+fn is_all_topics(request: &MetadataRequest, version: i16) -> bool {
+    request.topics.is_none() || (version == 0 && request.topics.as_ref().is_some_and(Vec::is_empty))
+}
+
+/// For each topic the request names (none when it asks for every topic), whether it may be
+/// shown: DESCRIBE on it, and when it is missing and `auto_create` would create it, CREATE
+/// on the cluster or on it. A topic named by an unknown id is allowed (answered
+/// UNKNOWN_TOPIC_ID).
+fn authorize_named(
+    image: &MetadataImage,
+    access: Access<'_>,
+    request: &MetadataRequest,
+    version: i16,
+    auto_create: bool,
+) -> Vec<bool> {
+    if is_all_topics(request, version) {
+        return Vec::new();
+    }
+    let describe = |name: &str| access.authorize(AclOperation::Describe, ResourceType::Topic, name);
+    request
+        .topics
+        .iter()
+        .flatten()
+        .map(|requested| match &requested.name {
+            Some(name) => {
+                let name = name.0.as_str();
+                let may_create = || {
+                    access.check_cluster(AclOperation::Create)
+                        || access.authorize(AclOperation::Create, ResourceType::Topic, name)
+                };
+                describe(name) && (!auto_create || image.topic(name).is_some() || may_create())
+            }
+            None => image.topic_by_id(&requested.topic_id).is_none_or(|t| describe(&t.name)),
+        })
+        .collect()
+}
+
+/// Builds the response from the current image; `allowed` is [`authorize_named`]'s verdict on
+/// each named topic, `failures` are the topics this request auto-created
+/// (LEADER_NOT_AVAILABLE) or failed to. Brokers are described by their endpoint on the
+/// client's listener; one without it is left out.
 fn respond(
     broker: &Broker,
     request: &MetadataRequest,
     version: i16,
-    listener: &str,
+    session: &Session,
+    allowed: &[bool],
     failures: &HashMap<String, ResponseError>,
 ) -> MetadataResponse {
     let image = broker.metadata.image();
-    let topic_metadata = |image: &MetadataImage, topic: &TopicImage| topic_metadata(image, topic, listener, version);
-    // v0 has no null: an empty list means every topic.
-    let all_topics = request.topics.is_none() || (version == 0 && request.topics.as_ref().is_some_and(Vec::is_empty));
-    let mut topics = Vec::new();
-    if all_topics {
-        topics.extend(image.topics.values().map(|t| topic_metadata(&image, t)));
+    let access = session.access(&broker.security.authorizer, &image.acls);
+    let listener = &session.listener;
+    let topics = topics(&image, access, request, version, listener, allowed, failures);
+    let response = MetadataResponse::default()
+        .with_brokers(brokers(&image, listener))
+        .with_cluster_id(Some(str_bytes(image.cluster_id.clone())))
+        .with_controller_id(BrokerId(broker.metadata.controller_id()))
+        .with_topics(topics);
+    if request.include_cluster_authorized_operations && (8..=10).contains(&version) {
+        response.with_cluster_authorized_operations(access.cluster_operations())
     } else {
-        for requested in request.topics.iter().flatten() {
+        response
+    }
+}
+
+/// The response's topics: every topic the principal may describe, or each named one.
+fn topics(
+    image: &MetadataImage,
+    access: Access<'_>,
+    request: &MetadataRequest,
+    version: i16,
+    listener: &str,
+    allowed: &[bool],
+    failures: &HashMap<String, ResponseError>,
+) -> Vec<MetadataResponseTopic> {
+    let topic_metadata = |topic: &TopicImage| topic_metadata(image, topic, listener, version);
+    let mut topics = Vec::new();
+    if is_all_topics(request, version) {
+        let visible = image
+            .topics
+            .values()
+            .filter(|t| access.check(AclOperation::Describe, ResourceType::Topic, &t.name));
+        topics.extend(visible.map(topic_metadata));
+    } else {
+        let refused = ResponseError::TopicAuthorizationFailed;
+        for (requested, allowed) in request.topics.iter().flatten().zip(allowed) {
             let by_name = requested.name.as_ref().map(|n| n.0.to_string());
+            if !allowed {
+                // No id with a name the principal may not see; an id is not secret.
+                let topic_id = if by_name.is_some() {
+                    Uuid::nil()
+                } else {
+                    requested.topic_id
+                };
+                topics.push(error_topic(by_name, topic_id, refused));
+                continue;
+            }
             let found = match &by_name {
-                Some(name) => image.topic(name).cloned(),
-                None => image.topic_by_id(&requested.topic_id).cloned(),
+                Some(name) => image.topic(name),
+                None => image.topic_by_id(&requested.topic_id),
             };
             let entry = match (found, by_name) {
                 (Some(topic), name) => match name.as_ref().and_then(|n| failures.get(n)) {
                     Some(error) => error_topic(name, Uuid::nil(), *error),
-                    None => topic_metadata(&image, &topic),
+                    None => topic_metadata(topic),
                 },
                 (None, Some(name)) => {
                     let error = match (failures.get(&name), controller::validate_topic_name(&name)) {
@@ -108,36 +199,17 @@ fn respond(
         }
     }
     if request.include_topic_authorized_operations && version >= 8 {
-        for topic in topics.iter_mut().filter(|t| t.error_code == 0) {
-            topic.topic_authorized_operations = TOPIC_OPERATIONS;
+        // Every topic shown by name, as Kafka: not the refused ones, nor unknown ids.
+        for topic in topics
+            .iter_mut()
+            .filter(|t| t.error_code != ResponseError::TopicAuthorizationFailed.code())
+        {
+            if let Some(name) = &topic.name {
+                topic.topic_authorized_operations = access.operations(ResourceType::Topic, &name.0);
+            }
         }
     }
-    let response = MetadataResponse::default()
-        .with_brokers(brokers(&image, listener))
-        .with_cluster_id(Some(str_bytes(image.cluster_id.clone())))
-        .with_controller_id(BrokerId(broker.metadata.controller_id()))
-        .with_topics(topics);
-    // Without an authorizer every operation is allowed, and Kafka says so when asked.
-    if request.include_cluster_authorized_operations && (8..=10).contains(&version) {
-        response.with_cluster_authorized_operations(CLUSTER_OPERATIONS)
-    } else {
-        response
-    }
-}
-
-/// ACL operation bits (Kafka's `AclOperation` codes) allowed on a topic / the cluster when no
-/// authorizer is configured: what kafka-python and the Admin clients decode.
-pub const TOPIC_OPERATIONS: i32 = bits(&[3, 4, 5, 6, 7, 8, 10, 11]);
-pub const CLUSTER_OPERATIONS: i32 = bits(&[5, 7, 8, 9, 10, 11, 12]);
-
-const fn bits(operations: &[u32]) -> i32 {
-    let mut value = 0;
-    let mut i = 0;
-    while i < operations.len() {
-        value |= 1 << operations[i];
-        i += 1;
-    }
-    value
+    topics
 }
 
 async fn auto_create(broker: &Broker, name: &str) -> Result<(), ResponseError> {
@@ -342,5 +414,155 @@ mod tests {
         assert_eq!(errors("EXTERNAL", 12), vec![(0, 1), (not_found, -1)]);
         let unavailable = ResponseError::LeaderNotAvailable.code();
         assert_eq!(errors("EXTERNAL", 5), vec![(0, 1), (unavailable, -1)]);
+    }
+
+    mod authorization {
+        use super::*;
+        use crate::api::testing::Acls;
+        use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+
+        fn named(names: &[&str]) -> MetadataRequest {
+            MetadataRequest::default().with_topics(Some(
+                names
+                    .iter()
+                    .map(|n| MetadataRequestTopic::default().with_name(Some(TopicName(str_bytes(*n)))))
+                    .collect(),
+            ))
+        }
+
+        fn shown(acls: &Acls, request: &MetadataRequest, auto_create: bool) -> Vec<(Option<String>, i16, Uuid)> {
+            let image = image();
+            let allowed = authorize_named(&image, acls.access(), request, 12, auto_create);
+            topics(
+                &image,
+                acls.access(),
+                request,
+                12,
+                "INTERNAL",
+                &allowed,
+                &HashMap::new(),
+            )
+            .into_iter()
+            .map(|t| (t.name.map(|n| n.0.to_string()), t.error_code, t.topic_id))
+            .collect()
+        }
+
+        #[test]
+        fn a_request_for_every_topic_silently_leaves_out_topics_without_describe() {
+            let all = MetadataRequest::default().with_topics(None);
+            assert_eq!(shown(&Acls::none(), &all, false), vec![]);
+            let readers = Acls::none().allow(ResourceType::Topic, "t", AclOperation::Read);
+            assert_eq!(
+                shown(&readers, &all, false),
+                vec![(Some("t".into()), 0, Uuid::from_u128(1))]
+            );
+        }
+
+        #[test]
+        fn a_named_topic_without_describe_is_refused_without_its_id_or_partitions() {
+            let refused = ResponseError::TopicAuthorizationFailed.code();
+            // Whether it exists ("t") or not ("nope") is not disclosed.
+            assert_eq!(
+                shown(&Acls::none(), &named(&["t", "nope"]), false),
+                vec![
+                    (Some("t".into()), refused, Uuid::nil()),
+                    (Some("nope".into()), refused, Uuid::nil())
+                ]
+            );
+            let image = image();
+            let response = topics(
+                &image,
+                Acls::none().access(),
+                &named(&["t"]),
+                12,
+                "INTERNAL",
+                &[false],
+                &HashMap::new(),
+            );
+            assert!(response[0].partitions.is_empty());
+            // Asked by id, the id is answered (it is not secret) but not the name.
+            let by_id = MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default()
+                .with_name(None)
+                .with_topic_id(Uuid::from_u128(1))]));
+            assert_eq!(
+                shown(&Acls::none(), &by_id, false),
+                vec![(None, refused, Uuid::from_u128(1))]
+            );
+            let describers = Acls::none().allow(ResourceType::Topic, "t", AclOperation::Describe);
+            assert_eq!(
+                shown(&describers, &by_id, false),
+                vec![(Some("t".into()), 0, Uuid::from_u128(1))]
+            );
+        }
+
+        #[test]
+        fn auto_creating_a_topic_needs_create_on_the_cluster_or_the_topic() {
+            let image = image();
+            let request = named(&["new", "t"]);
+            let describers = Acls::none()
+                .allow(ResourceType::Topic, "new", AclOperation::Describe)
+                .allow(ResourceType::Topic, "t", AclOperation::Describe);
+            let verdict = |acls: &Acls, auto_create| authorize_named(&image, acls.access(), &request, 12, auto_create);
+            assert_eq!(
+                verdict(&describers, true),
+                vec![false, true],
+                "no CREATE: refused; t exists"
+            );
+            assert_eq!(
+                verdict(&describers, false),
+                vec![true, true],
+                "nothing to create: unknown, not refused"
+            );
+            let topic_creator = describers.allow(ResourceType::Topic, "new", AclOperation::Create);
+            assert_eq!(verdict(&topic_creator, true), vec![true, true]);
+            let cluster_creator = Acls::none()
+                .allow(ResourceType::Topic, "new", AclOperation::Describe)
+                .allow_cluster(AclOperation::Create);
+            assert_eq!(verdict(&cluster_creator, true), vec![true, false]);
+        }
+
+        #[test]
+        fn authorized_operations_are_the_principals_and_only_when_asked() {
+            let image = image();
+            let acls = Acls::none().allow(ResourceType::Topic, "t", AclOperation::Read);
+            let ask = |version| {
+                let request = named(&["t"]).with_include_topic_authorized_operations(true);
+                topics(
+                    &image,
+                    acls.access(),
+                    &request,
+                    version,
+                    "INTERNAL",
+                    &[true],
+                    &HashMap::new(),
+                )[0]
+                .topic_authorized_operations
+            };
+            assert_eq!(
+                ask(12),
+                (1 << AclOperation::Read as i32) | (1 << AclOperation::Describe as i32)
+            );
+            assert_eq!(ask(7), i32::MIN, "the field does not exist before v8");
+            let everything = Acls::disabled();
+            let all = topics(
+                &image,
+                everything.access(),
+                &named(&["t"]).with_include_topic_authorized_operations(true),
+                12,
+                "INTERNAL",
+                &[true],
+                &HashMap::new(),
+            );
+            assert_eq!(
+                all[0].topic_authorized_operations, 0b1101_1111_1000,
+                "every topic operation"
+            );
+            assert_eq!(Acls::none().access().cluster_operations(), 0);
+            let describer = Acls::none().allow_cluster(AclOperation::Describe);
+            assert_eq!(
+                describer.access().cluster_operations(),
+                1 << AclOperation::Describe as i32
+            );
+        }
     }
 }

@@ -9,6 +9,11 @@
 //! The request's bytes count against the client's `producer_byte_rate` quota: past it, the
 //! response carries the throttle time and the connection pauses reading (`quota/`).
 //!
+//! With an authorizer, a request naming a transactional id needs WRITE on it (else every
+//! partition is answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED), and each topic needs WRITE
+//! (else its partitions get TOPIC_AUTHORIZATION_FAILED); refused records are never appended.
+//! Each topic is authorized once per request, and not at all without an authorizer.
+//!
 //! With `acks=all` the response waits (Kafka's delayed produce) until the high watermark
 //! passes every appended batch, woken by high-watermark and leadership changes, or until the
 //! request's timeout.
@@ -27,10 +32,11 @@ use sluice_protocol::batch::{validate_batches, BatchError, BatchIter};
 use sluice_protocol::records::{recompress_batch, BatchRecords, Compressor};
 use sluice_protocol::ResponseBody;
 
-use super::{str_bytes, Reply};
+use super::{str_bytes, Access, Reply, Session};
 use crate::broker::Broker;
 use crate::clock::now_ms;
 use crate::controller;
+use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::metadata::image::{MetadataImage, PartitionRegistration, TopicImage};
 use crate::partition::{AppendError, AppendOutcome, Partition};
 use crate::purgatory::DelayedProduce;
@@ -40,8 +46,16 @@ use crate::topic_config::{self, BrokerOverrides};
 /// Produce v13 names topics by id; earlier versions by name.
 const FIRST_VERSION_WITH_TOPIC_IDS: i16 = 13;
 
-pub fn handle(broker: &Broker, request: ProduceRequest, version: i16, client_id: &str) -> Reply {
+pub fn handle(broker: &Broker, request: ProduceRequest, version: i16, client_id: &str, session: &Session) -> Reply {
     let image = broker.metadata.image();
+    let access = session.access(&broker.security.authorizer, &image.acls);
+    let authorizing = access.is_enabled();
+    if authorizing {
+        let transactional_id = request.transactional_id.as_ref().map(|id| id.0.as_str());
+        if let Some(message) = transactional_refusal(access, transactional_id) {
+            return refuse_all(request, ResponseError::TransactionalIdAuthorizationFailed, message);
+        }
+    }
     let now = now_ms();
     let acks = request.acks;
     // Kafka counts the whole request against producer_byte_rate, appended or not.
@@ -65,27 +79,38 @@ pub fn handle(broker: &Broker, request: ProduceRequest, version: i16, client_id:
             } else {
                 image.topic(&topic_data.name.0)
             };
+            // Kafka authorizes the name (an unknown id has none), before the topic's existence.
+            let denied = if !authorizing {
+                None
+            } else if version >= FIRST_VERSION_WITH_TOPIC_IDS {
+                topic.and_then(|t| write_refusal(access, &t.name))
+            } else {
+                write_refusal(access, &topic_data.name.0)
+            };
             let partition_responses = topic_data
                 .partition_data
                 .into_iter()
                 .enumerate()
                 .map(|(partition_index, data)| {
-                    let result = match topic {
-                        None if version >= FIRST_VERSION_WITH_TOPIC_IDS => {
+                    let result = match (topic, &denied) {
+                        (_, Some(message)) => {
+                            Err(Refusal::new(ResponseError::TopicAuthorizationFailed, message.clone()))
+                        }
+                        (None, None) if version >= FIRST_VERSION_WITH_TOPIC_IDS => {
                             Err(Refusal::new(ResponseError::UnknownTopicId, "unknown topic id"))
                         }
-                        None => Err(Refusal::new(ResponseError::UnknownTopicOrPartition, "unknown topic")),
-                        Some(_) if !(-1..=1).contains(&acks) => Err(Refusal::new(
+                        (None, None) => Err(Refusal::new(ResponseError::UnknownTopicOrPartition, "unknown topic")),
+                        (Some(_), None) if !(-1..=1).contains(&acks) => Err(Refusal::new(
                             ResponseError::InvalidRequiredAcks,
                             format!("acks={acks} is invalid; use 0, 1 or -1 (all)"),
                         )),
                         // Kafka's ReplicaManager: only the broker itself writes these (the
                         // group coordinator appends to the partition, not through Produce).
-                        Some(topic) if controller::is_internal_topic(&topic.name) => Err(Refusal::new(
+                        (Some(topic), None) if controller::is_internal_topic(&topic.name) => Err(Refusal::new(
                             ResponseError::InvalidTopicException,
                             format!("Cannot append to internal topic {}", topic.name),
                         )),
-                        Some(topic) => {
+                        (Some(topic), None) => {
                             let result = append(broker, &image, topic, data.index, data.records, acks, now);
                             match &result {
                                 Err(refusal) => tracing::debug!(topic = %topic.name, partition = data.index,
@@ -162,6 +187,45 @@ pub fn handle(broker: &Broker, request: ProduceRequest, version: i16, client_id:
         }
         .boxed(),
     )
+}
+
+/// Why a request naming `transactional_id` may not write under it, if it may not.
+fn transactional_refusal(access: Access<'_>, transactional_id: Option<&str>) -> Option<String> {
+    let id = transactional_id.filter(|id| !id.is_empty())?;
+    let allowed = access.authorize(AclOperation::Write, ResourceType::TransactionalId, id);
+    (!allowed).then(|| access.denied(AclOperation::Write, ResourceType::TransactionalId, id))
+}
+
+/// Why the principal may not write to the topic `name`, if it may not.
+fn write_refusal(access: Access<'_>, name: &str) -> Option<String> {
+    let allowed = access.authorize(AclOperation::Write, ResourceType::Topic, name);
+    (!allowed).then(|| access.denied(AclOperation::Write, ResourceType::Topic, name))
+}
+
+/// The whole request refused: every partition answered `error`, nothing appended. An acks=0
+/// producer gets no answer, so its connection closes, as Kafka does.
+fn refuse_all(request: ProduceRequest, error: ResponseError, message: String) -> Reply {
+    if request.acks == 0 {
+        return Reply::Close(format!("an acks=0 produce was refused: {message}"));
+    }
+    let responses = request
+        .topic_data
+        .into_iter()
+        .map(|topic| {
+            let partitions = topic
+                .partition_data
+                .iter()
+                .map(|p| partition_response(p.index, Err(Refusal::new(error, message.clone()))))
+                .collect();
+            TopicProduceResponse::default()
+                .with_name(topic.name)
+                .with_topic_id(topic.topic_id)
+                .with_partition_responses(partitions)
+        })
+        .collect();
+    Reply::Now(ResponseBody::Produce(
+        ProduceResponse::default().with_responses(responses),
+    ))
 }
 
 /// Offsets assigned by a successful append.
@@ -598,5 +662,63 @@ mod tests {
         let refusal = check_records(&batch, &rules, NOW).unwrap_err();
         assert_eq!(refusal.error, ResponseError::InvalidTimestamp);
         assert_eq!(indexes(&refusal), vec![0, 1]);
+    }
+
+    mod authorization {
+        use super::super::*;
+        use crate::api::testing::Acls;
+        use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+        use kafka_protocol::messages::{TopicName, TransactionalId};
+
+        #[test]
+        fn writing_to_a_topic_needs_write_on_it() {
+            let acls = Acls::none().allow(ResourceType::Topic, "orders", AclOperation::Write);
+            assert_eq!(write_refusal(acls.access(), "orders"), None);
+            let refusal = write_refusal(acls.access(), "payments").expect("no WRITE on payments");
+            assert!(refusal.contains("WRITE") && refusal.contains("payments"), "{refusal}");
+            // DESCRIBE or READ does not let a principal write.
+            let readers = Acls::none().allow(ResourceType::Topic, "orders", AclOperation::Read);
+            assert!(write_refusal(readers.access(), "orders").is_some());
+            assert_eq!(write_refusal(Acls::disabled().access(), "orders"), None);
+            let denied = Acls::none()
+                .allow(ResourceType::Topic, "orders", AclOperation::All)
+                .deny(ResourceType::Topic, "orders", AclOperation::Write);
+            assert!(write_refusal(denied.access(), "orders").is_some(), "a DENY wins");
+        }
+
+        #[test]
+        fn a_transactional_id_needs_write_on_it_and_its_refusal_fails_every_partition() {
+            let acls = Acls::none().allow(ResourceType::TransactionalId, "tx-1", AclOperation::Write);
+            assert_eq!(transactional_refusal(acls.access(), Some("tx-1")), None);
+            assert_eq!(transactional_refusal(acls.access(), None), None, "not transactional");
+            let message = transactional_refusal(acls.access(), Some("tx-2")).expect("no WRITE on tx-2");
+            let partition = |index| PartitionProduceData::default().with_index(index);
+            let request = |acks| {
+                ProduceRequest::default()
+                    .with_acks(acks)
+                    .with_transactional_id(Some(TransactionalId(str_bytes("tx-2"))))
+                    .with_topic_data(vec![TopicProduceData::default()
+                        .with_name(TopicName(str_bytes("orders")))
+                        .with_partition_data(vec![partition(0), partition(1)])])
+            };
+            let Reply::Now(ResponseBody::Produce(response)) = refuse_all(
+                request(-1),
+                ResponseError::TransactionalIdAuthorizationFailed,
+                message.clone(),
+            ) else {
+                panic!("acks=all is answered");
+            };
+            let codes: Vec<i16> = response.responses[0]
+                .partition_responses
+                .iter()
+                .map(|p| p.error_code)
+                .collect();
+            let refused = ResponseError::TransactionalIdAuthorizationFailed.code();
+            assert_eq!(codes, vec![refused, refused]);
+            assert!(matches!(
+                refuse_all(request(0), ResponseError::TransactionalIdAuthorizationFailed, message),
+                Reply::Close(_)
+            ));
+        }
     }
 }

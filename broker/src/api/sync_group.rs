@@ -2,13 +2,23 @@
 
 use std::sync::Arc;
 
+use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{SyncGroupRequest, SyncGroupResponse};
 
-use super::str_bytes;
+use super::join_group::may_take_part;
+use super::{str_bytes, Session};
 use crate::broker::Broker;
 use crate::group::coordinator::SyncRequest;
 
-pub async fn handle(broker: Arc<Broker>, request: SyncGroupRequest) -> SyncGroupResponse {
+/// Needs READ on the group, else GROUP_AUTHORIZATION_FAILED.
+pub async fn handle(broker: Arc<Broker>, session: Session, request: SyncGroupRequest) -> SyncGroupResponse {
+    let image = broker.metadata.image();
+    if !may_take_part(
+        session.access(&broker.security.authorizer, &image.acls),
+        &request.group_id.0,
+    ) {
+        return SyncGroupResponse::default().with_error_code(ResponseError::GroupAuthorizationFailed.code());
+    }
     let sync = SyncRequest {
         group_id: request.group_id.0.to_string(),
         generation_id: request.generation_id,
