@@ -10,9 +10,9 @@
 //! for the log to grow. A claim that fails the check is answered with per-partition errors
 //! and changes nothing. The long poll itself is `purgatory::DelayedFetch`.
 //!
-//! With an authorizer, a follower's fetch needs CLUSTER_ACTION on the cluster (else the
-//! whole fetch is refused with CLUSTER_AUTHORIZATION_FAILED before any session, read or
-//! follower state is touched), and a consumer's needs READ on each topic: a refused topic's
+//! With an authorizer, a follower's fetch needs CLUSTER_ACTION on the cluster (else, as Kafka
+//! answers, every partition it names gets TOPIC_AUTHORIZATION_FAILED, before any session, read
+//! or follower state is touched), and a consumer's needs READ on each topic: a refused topic's
 //! partitions are answered TOPIC_AUTHORIZATION_FAILED (in a fetch session too) and are not
 //! read. Each topic is authorized once per request, and not at all without an authorizer.
 //!
@@ -52,7 +52,7 @@ use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::metrics::BrokerMetrics;
 use crate::partition::{Partition, PartitionRead, ReadBound};
 use crate::purgatory::{DelayedFetch, FetchWake};
-use crate::quota::{ReplicationQuota, ANONYMOUS};
+use crate::quota::ReplicationQuota;
 use crate::replica_manager::{check_follower_identity, FetchParty};
 use crate::replication::FIRST_FETCH_VERSION_WITH_REPLICA_STATE;
 
@@ -118,7 +118,7 @@ pub fn handle(broker: &Arc<Broker>, request: FetchRequest, version: i16, client_
     if broker.security.authorizer.is_enabled() && replica_id(&request, version) >= 0 {
         let image = broker.metadata.image();
         if !follower_may_fetch(who.access(&broker.security.authorizer, &image.acls)) {
-            return Reply::Now(ResponseBody::Fetch(follower_refused()));
+            return Reply::Now(ResponseBody::Fetch(follower_refused(&request)));
         }
     }
     let session = if version >= FIRST_VERSION_WITH_SESSIONS {
@@ -162,7 +162,7 @@ pub fn handle(broker: &Arc<Broker>, request: FetchRequest, version: i16, client_
     let first_pass = plan_pass(&plan);
     let permits = broker.replicas.fetch_read_permits().clone();
     // Followers are never client-throttled.
-    let quota = (!plan.from_follower).then(|| (broker.clone(), client_id.to_string()));
+    let quota = (!plan.from_follower).then(|| (broker.clone(), who.quota_user().to_string(), client_id.to_string()));
     let metrics = broker.metrics.clone();
     Reply::Later(
         async move {
@@ -181,7 +181,7 @@ pub fn handle(broker: &Arc<Broker>, request: FetchRequest, version: i16, client_
             }
             .await;
             let response = match quota {
-                Some((broker, client_id)) => apply_quota(&broker, &client_id, response, bytes),
+                Some((broker, user, client_id)) => apply_quota(&broker, &user, &client_id, response, bytes),
                 None => response,
             };
             let response = answer_in_session(&session, &plan, response);
@@ -257,14 +257,14 @@ fn count_sent(metrics: &BrokerMetrics, plan: &FetchPlan, response: &FetchRespons
 
 /// Counts a consumer's response against its `consumer_byte_rate`. Past the quota the bytes
 /// are taken back and the answer is empty, with the throttle time (as Kafka answers).
-fn apply_quota(broker: &Broker, client_id: &str, response: FetchResponse, bytes: usize) -> FetchResponse {
+fn apply_quota(broker: &Broker, user: &str, client_id: &str, response: FetchResponse, bytes: usize) -> FetchResponse {
     let image = broker.metadata.image();
     let now = now_ms();
-    let throttle_time_ms = broker.fetch_quotas.record(&image, ANONYMOUS, client_id, bytes, now);
+    let throttle_time_ms = broker.fetch_quotas.record(&image, user, client_id, bytes, now);
     if throttle_time_ms == 0 {
         return response;
     }
-    broker.fetch_quotas.unrecord(&image, ANONYMOUS, client_id, bytes, now);
+    broker.fetch_quotas.unrecord(&image, user, client_id, bytes, now);
     FetchResponse::default().with_throttle_time_ms(throttle_time_ms)
 }
 
@@ -283,9 +283,30 @@ fn follower_may_fetch(access: Access<'_>) -> bool {
     access.authorize_cluster(AclOperation::ClusterAction)
 }
 
-/// A follower's fetch without CLUSTER_ACTION on the cluster.
-fn follower_refused() -> FetchResponse {
-    FetchResponse::default().with_error_code(ResponseError::ClusterAuthorizationFailed.code())
+/// A follower's fetch without CLUSTER_ACTION on the cluster: every partition it names is
+/// answered TOPIC_AUTHORIZATION_FAILED, as Kafka answers it, and nothing is read.
+fn follower_refused(request: &FetchRequest) -> FetchResponse {
+    let responses = request
+        .topics
+        .iter()
+        .map(|t| {
+            FetchableTopicResponse::default()
+                .with_topic(t.topic.clone())
+                .with_topic_id(t.topic_id)
+                .with_partitions(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            PartitionData::default()
+                                .with_partition_index(p.partition)
+                                .with_error_code(ResponseError::TopicAuthorizationFailed.code())
+                                .with_high_watermark(-1)
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    FetchResponse::default().with_responses(responses)
 }
 
 /// Whether a consumer may read the topic `name`. Only asked with an authorizer on.
@@ -339,7 +360,7 @@ fn resolve(
         match from_follower {
             false => broker
                 .fetch_quotas
-                .max_bytes_in_window(&image, ANONYMOUS, client_id)
+                .max_bytes_in_window(&image, who.quota_user(), client_id)
                 .map_or(within_cap, |quota_bytes| within_cap.min(quota_bytes)),
             true => within_cap,
         }
@@ -625,7 +646,7 @@ mod tests {
     }
 
     #[test]
-    fn a_follower_is_known_by_its_replica_id_and_refused_as_a_whole() {
+    fn a_follower_is_known_by_its_replica_id_and_refused_per_partition() {
         let follower = FetchRequest::default().with_replica_state(ReplicaState::default().with_replica_id(BrokerId(2)));
         assert_eq!(replica_id(&follower, 15), 2);
         let consumer = FetchRequest::default().with_replica_id(BrokerId(-1));
@@ -636,8 +657,20 @@ mod tests {
         assert!(follower_may_fetch(
             Acls::none().allow_cluster(AclOperation::ClusterAction).access()
         ));
-        let refused = follower_refused();
-        assert_eq!(refused.error_code, ResponseError::ClusterAuthorizationFailed.code());
-        assert!(refused.responses.is_empty(), "nothing is read for a refused follower");
+        let asked = FetchRequest::default().with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(kafka_protocol::protocol::StrBytes::from_static_str("orders")))
+            .with_partitions(vec![FetchPartition::default().with_partition(3)])]);
+        let refused = follower_refused(&asked);
+        assert_eq!(refused.error_code, 0);
+        let partition = &refused.responses[0].partitions[0];
+        assert_eq!(
+            (
+                partition.partition_index,
+                partition.error_code,
+                partition.records.as_ref().is_none_or(|r| r.is_empty())
+            ),
+            (3, ResponseError::TopicAuthorizationFailed.code(), true),
+            "every named partition refused, nothing read"
+        );
     }
 }

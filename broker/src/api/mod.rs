@@ -87,6 +87,12 @@ impl Session {
         }
     }
 
+    /// The user client quotas are kept under: the principal's name (`alice` for `User:alice`,
+    /// `ANONYMOUS` before authentication), as Kafka names a quota's user entity.
+    pub fn quota_user(&self) -> &str {
+        self.principal.split_once(':').map_or(&self.principal, |(_, name)| name)
+    }
+
     /// Who is asking, as the authorizer takes it.
     pub fn requester(&self) -> Requester<'_> {
         Requester {

@@ -40,7 +40,6 @@ use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::metadata::image::{MetadataImage, PartitionRegistration, TopicImage};
 use crate::partition::{AppendError, AppendOutcome, Partition};
 use crate::purgatory::DelayedProduce;
-use crate::quota::ANONYMOUS;
 use crate::topic_config::{self, BrokerOverrides};
 
 /// Produce v13 names topics by id; earlier versions by name.
@@ -67,7 +66,7 @@ pub fn handle(broker: &Broker, request: ProduceRequest, version: i16, client_id:
         .sum();
     let throttle_time_ms = broker
         .produce_quotas
-        .record(&image, ANONYMOUS, client_id, produced_bytes, now);
+        .record(&image, session.quota_user(), client_id, produced_bytes, now);
     let mut waits: Vec<(usize, usize, DelayedProduce)> = Vec::new();
     let responses: Vec<TopicProduceResponse> = request
         .topic_data

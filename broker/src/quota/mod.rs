@@ -28,8 +28,8 @@ pub use precedence::QuotaTable;
 use rate::{throttle_time_ms, RateWindow, SampledRate};
 pub use replication::ReplicationQuota;
 
-/// The principal of every connection until authentication exists (Kafka's unauthenticated
-/// principal name), so `user` quotas apply to the entity `ANONYMOUS` or the default user.
+/// The user of a connection that has not authenticated (Kafka's unauthenticated principal
+/// name); an authenticated one's `user` quotas apply to its principal's name.
 pub const ANONYMOUS: &str = "ANONYMOUS";
 
 /// The rate of one quota entity: Kafka's metric tags (`user`, `client-id`; empty when the
