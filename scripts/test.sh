@@ -56,6 +56,8 @@ trap summary EXIT
 install_system_packages() {
     local -a missing=()
     command -v kcat >/dev/null 2>&1 || missing+=(kcat)
+    # The security tests' PKCS12 stores (openssl pkcs12 -export) and TLS checks (s_client).
+    command -v openssl >/dev/null 2>&1 || missing+=(openssl)
     command -v chromium >/dev/null 2>&1 || missing+=(chromium)
     command -v cmake >/dev/null 2>&1 || missing+=(cmake)
     command -v g++ >/dev/null 2>&1 || missing+=(g++)
