@@ -2,11 +2,13 @@
 # The soak (issue 15): runs N seeded random fault schedules one after another, each on a fresh
 # 3-node cluster of release `sluice` brokers with the recorded acks=all idempotent workload and
 # two consumer groups committing, and checks the invariants after each (docs/soak.md).
-#   scripts/soak.sh --schedules N [--seed S] [--duration-s D] [--rate R] [--partitions] [--overlap]
+#   scripts/soak.sh --schedules N [--seed S] [--duration-s D] [--rate R] [--partitions] [--overlap] [--secure]
 # Schedule i uses seed S+i (S defaults to the clock and is printed); a failed schedule prints
 # itself and the command that replays it. The last line reads
 #   soak: N schedules, A acknowledged, L lost, V invariant violations
-# and the exit status is non-zero if L or V is.
+# and the exit status is non-zero if L or V is. --secure runs the schedules on a SASL_SSL-only
+# cluster (SCRAM users with ACLs, certificates from a test CA) and adds certificate rotations
+# and SCRAM credential changes to the faults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGET_DIR=$(cargo metadata --no-deps --format-version 1 2>/dev/null \

@@ -18,6 +18,7 @@ use crate::faults::{Net, KAFKA_PORT, QUORUM_PORT};
 use crate::kafka_client;
 use crate::node::{free_loopback_port, loopback_addr, NodeOptions, SluiceNode};
 use crate::node_spec::{fill, fill_all, node_spec};
+use crate::security::ClientSecurity;
 
 pub struct Cluster {
     nodes: Vec<SluiceNode>,
@@ -103,6 +104,16 @@ impl Cluster {
     /// and heals the links between them. Needs root, `ip` and `nft`.
     pub fn start_partitionable(size: usize, settings: &[(&str, &str)]) -> Result<Cluster> {
         Self::launch(size, settings, true, |_| Vec::new(), |_, _| {}, Some(Net::create(size)?))
+    }
+
+    /// [`Self::start_partitionable`], letting `customise(id, options)` change node `id`'s
+    /// options (its `host` is already its address on the bridge) before it is spawned.
+    pub fn start_partitionable_custom(
+        size: usize,
+        settings: &[(&str, &str)],
+        customise: impl Fn(i32, &mut NodeOptions),
+    ) -> Result<Cluster> {
+        Self::launch(size, settings, true, |_| Vec::new(), customise, Some(Net::create(size)?))
     }
 
     /// The network faults of a cluster started with [`Self::start_partitionable`].
@@ -229,6 +240,19 @@ impl Cluster {
 
     pub fn ids(&self) -> Vec<i32> {
         (1..=self.nodes.len() as i32).collect()
+    }
+
+    /// Reaches every node as `security` says from now on ([`SluiceNode::set_client_security`]):
+    /// the harness's typed requests, Metadata and readiness probes after a restart.
+    pub fn set_client_security(&mut self, security: &ClientSecurity) {
+        for node in &mut self.nodes {
+            node.set_client_security(security.clone());
+        }
+    }
+
+    /// How the harness reaches node `id` (TLS, SASL login).
+    pub fn client_security(&self, id: i32) -> &ClientSecurity {
+        self.nodes[id as usize - 1].client_security()
     }
 
     /// Sends `request` at `version` to node `id`, over TLS and logged in as the node's

@@ -10,6 +10,7 @@
 //! - [`wire`]: hand-encoded requests for tests that send hostile or exact bytes.
 //! - [`security`]: how the harness reaches a TLS and/or SASL listener ([`ClientSecurity`]:
 //!   rustls, SASL PLAIN and SCRAM), for the readiness probe and typed requests alike.
+//! - [`pki`]: a test CA issuing X.509 v3 broker and client certificates as PEM files.
 //! - [`canary::Canary`]: proof that a broker fed hostile input still serves other clients.
 //! - [`Cluster`]: several nodes forming one cluster (`--voters`), started together.
 //! - [`kafka_client`]: typed requests for fields client libraries hide (controller id, quorum).
@@ -30,6 +31,7 @@ pub mod groups;
 pub mod kafka_client;
 pub mod node;
 pub mod node_spec;
+pub mod pki;
 pub mod procstat;
 pub mod security;
 pub mod wire;

@@ -214,6 +214,11 @@ impl SluiceNode {
     pub fn client_security(&self) -> &ClientSecurity {
         &self.opts.client_security
     }
+    /// Reaches the node as `security` says from now on (the readiness probe of a restart
+    /// included), e.g. after the password the harness logs in with was changed.
+    pub fn set_client_security(&mut self, security: ClientSecurity) {
+        self.opts.client_security = security;
+    }
     /// A connection to the node's listener, over TLS and logged in as [`Self::client_security`]
     /// says, with read/write timeouts `io_timeout`.
     pub fn connect(&self, io_timeout: Duration) -> Result<KafkaStream> {

@@ -217,9 +217,35 @@ fn tls_handshake(
     Ok(stream)
 }
 
+/// The certificate `addr` presents in a TLS handshake (the leaf, first of its chain), checked
+/// as any connection checks it (chains to the CA, names `addr`'s IP address).
+pub fn served_certificate(tls: &TlsClient, addr: SocketAddr, io_timeout: Duration) -> Result<CertificateDer<'static>> {
+    let stream = tls_handshake(tls, addr, wire::connect(addr, io_timeout)?)?;
+    let leaf = stream
+        .conn
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .with_context(|| format!("{addr} presented no certificate"))?
+        .clone()
+        .into_owned();
+    Ok(leaf)
+}
+
+/// The first certificate in the PEM file `path` (a keystore's leaf).
+pub fn first_certificate(path: &Path) -> Result<CertificateDer<'static>> {
+    Ok(read_certificates(path)?.swap_remove(0))
+}
+
 /// Logs in on `stream` as Kafka's Java client does: SaslHandshake v1, then the mechanism's
 /// tokens in SaslAuthenticate v2 requests. Fails with the broker's error code and message.
 pub fn sasl_login<S: Read + Write>(stream: &mut S, login: &SaslLogin) -> Result<()> {
+    sasl_login_reporting_iterations(stream, login).map(|_| ())
+}
+
+/// [`sasl_login`], returning the iteration count a SCRAM server-first named (`None` for
+/// PLAIN): which of a user's credentials the broker holds (a credential changes salt and
+/// iterations together).
+pub fn sasl_login_reporting_iterations<S: Read + Write>(stream: &mut S, login: &SaslLogin) -> Result<Option<u32>> {
     let handshake = wire::sasl_handshake(stream, 1, login.mechanism.name(), 1_000)?;
     ensure!(
         handshake.error_code == wire::ERROR_NONE,
@@ -243,6 +269,7 @@ pub fn sasl_login<S: Read + Write>(stream: &mut S, login: &SaslLogin) -> Result<
     match login.mechanism {
         SaslMechanism::Plain => {
             authenticate(&wire::sasl_plain_message(&login.username, &login.password))?;
+            Ok(None)
         }
         SaslMechanism::ScramSha256 | SaslMechanism::ScramSha512 => {
             let mut scram = ScramClient::new(login.mechanism, &login.username, &login.password)?;
@@ -250,9 +277,26 @@ pub fn sasl_login<S: Read + Write>(stream: &mut S, login: &SaslLogin) -> Result<
             let client_final = scram.final_message(&server_first)?;
             let server_final = authenticate(client_final.as_bytes())?;
             scram.verify_server_final(&server_final)?;
+            Ok(scram.iterations)
         }
     }
-    Ok(())
+}
+
+/// SCRAM's SaltedPassword (RFC 5802: PBKDF2 of the password with the salt), what
+/// AlterUserScramCredentials carries instead of the password, as Kafka's admin client sends it.
+pub fn salted_password(mechanism: SaslMechanism, password: &str, salt: &[u8], iterations: u32) -> Vec<u8> {
+    match mechanism {
+        SaslMechanism::ScramSha256 => {
+            let mut out = [0u8; 32];
+            pbkdf2::pbkdf2_hmac::<Sha256>(password.as_bytes(), salt, iterations, &mut out);
+            out.to_vec()
+        }
+        _ => {
+            let mut out = [0u8; 64];
+            pbkdf2::pbkdf2_hmac::<Sha512>(password.as_bytes(), salt, iterations, &mut out);
+            out.to_vec()
+        }
+    }
 }
 
 /// The client side of one SCRAM exchange (RFC 5802, RFC 7677), without channel binding.
@@ -263,6 +307,8 @@ pub struct ScramClient {
     client_nonce: String,
     /// Set by [`Self::final_message`]: the server signature the last message must carry.
     expected_server_signature: Option<Vec<u8>>,
+    /// The iteration count the server-first message named.
+    iterations: Option<u32>,
 }
 
 impl ScramClient {
@@ -276,6 +322,7 @@ impl ScramClient {
             client_first_bare: format!("n={name},r={client_nonce}"),
             client_nonce,
             expected_server_signature: None,
+            iterations: None,
         })
     }
 
@@ -322,7 +369,8 @@ impl ScramClient {
             (4096..=1_000_000).contains(&iterations),
             "implausible iteration count {iterations}"
         );
-        let salted = self.salted_password(&salt, iterations);
+        self.iterations = Some(iterations);
+        let salted = salted_password(self.hash, &self.password, &salt, iterations);
         let client_key = self.hmac(&salted, b"Client Key");
         let stored_key = self.digest(&client_key);
         let without_proof = format!("c=biws,r={nonce}");
@@ -349,21 +397,6 @@ impl ScramClient {
             "the server signature does not match: the server does not hold our credential"
         );
         Ok(())
-    }
-
-    fn salted_password(&self, salt: &[u8], iterations: u32) -> Vec<u8> {
-        match self.hash {
-            SaslMechanism::ScramSha256 => {
-                let mut out = [0u8; 32];
-                pbkdf2::pbkdf2_hmac::<Sha256>(self.password.as_bytes(), salt, iterations, &mut out);
-                out.to_vec()
-            }
-            _ => {
-                let mut out = [0u8; 64];
-                pbkdf2::pbkdf2_hmac::<Sha512>(self.password.as_bytes(), salt, iterations, &mut out);
-                out.to_vec()
-            }
-        }
     }
 
     fn hmac(&self, key: &[u8], message: &[u8]) -> Vec<u8> {

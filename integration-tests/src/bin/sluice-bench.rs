@@ -15,6 +15,7 @@
 //!                     [--json PATH] [--label NAME] [--linger-ms MS]
 //!                     [--bootstrap HOST:PORT --broker-pids ID:PID,... [--replication-factor R]]
 //!                     [--create-topics NAME,...]
+//!                     [--security PLAINTEXT|SASL_SSL [--ssl-ca PEM --sasl-username U --sasl-password P]]
 //! `--linger-ms` is the latency phase's producer's `linger.ms` (default 5, librdkafka's own
 //! default, which the throughput phases always use); with
 //! another value the latency phase uses the topic `bench-latency-linger<MS>`, so one cluster
@@ -26,6 +27,11 @@
 //! topics get `--replication-factor` replicas (default: one per pid). `--create-topics` creates
 //! more topics like the bench's own (same partitions and replicas, full ISR awaited) for other
 //! clients to use after this run.
+//! `--security SASL_SSL` measures brokers whose only listener speaks TLS and SASL with
+//! SCRAM-SHA-512, every client logging in over TLS: brokers the bench starts get a certificate
+//! from a test CA made for the run and the user `admin` (`--add-scram`); for `--bootstrap`
+//! brokers, `--ssl-ca` is the CA their certificates chain to and `--sasl-username` /
+//! `--sasl-password` the SCRAM-SHA-512 login. The default, `PLAINTEXT`, is no security at all.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,7 +48,10 @@ use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::ClientContext;
 use serde_json::{json, Value};
-use sluice_integration_tests::{clients, procstat, Cluster, NodeOptions, SluiceNode};
+use sluice_integration_tests::pki::{pem_store_settings, TestCa};
+use sluice_integration_tests::security::{SaslLogin, SaslMechanism, TlsClient};
+use sluice_integration_tests::{clients, procstat, retry_port_races, ClientSecurity, Cluster, NodeOptions, SluiceNode};
+use tempfile::TempDir;
 
 struct Args {
     nodes: usize,
@@ -62,6 +71,11 @@ struct Args {
     replication_factor: Option<i16>,
     create_topics: Vec<String>,
     linger_ms: u32,
+    /// `PLAINTEXT` or `SASL_SSL` (`--security`).
+    security: String,
+    /// For `--bootstrap` brokers with `SASL_SSL`: the CA, user and password.
+    ssl_ca: Option<PathBuf>,
+    sasl_login: Option<(String, String)>,
 }
 
 fn parse_args() -> Result<Args> {
@@ -82,7 +96,11 @@ fn parse_args() -> Result<Args> {
         replication_factor: None,
         create_topics: Vec::new(),
         linger_ms: 5,
+        security: "PLAINTEXT".into(),
+        ssl_ca: None,
+        sasl_login: None,
     };
+    let (mut sasl_username, mut sasl_password) = (None, None);
     let mut bootstrap = None;
     let mut broker_pids = Vec::new();
     let mut it = std::env::args().skip(1);
@@ -110,6 +128,10 @@ fn parse_args() -> Result<Args> {
             "--replication-factor" => a.replication_factor = Some(val()?.parse()?),
             "--linger-ms" => a.linger_ms = val()?.parse()?,
             "--create-topics" => a.create_topics.extend(val()?.split(',').map(String::from)),
+            "--security" => a.security = val()?.to_uppercase(),
+            "--ssl-ca" => a.ssl_ca = Some(val()?.into()),
+            "--sasl-username" => sasl_username = Some(val()?),
+            "--sasl-password" => sasl_password = Some(val()?),
             "--set" => {
                 let kv = val()?;
                 let (k, v) = kv.split_once('=').context("--set expects key=value")?;
@@ -138,6 +160,25 @@ fn parse_args() -> Result<Args> {
         ),
     }
     ensure!(a.consumers != Some(0), "--consumers must be at least 1");
+    ensure!(
+        ["PLAINTEXT", "SASL_SSL"].contains(&a.security.as_str()),
+        "--security is PLAINTEXT or SASL_SSL, not {}",
+        a.security
+    );
+    let client_settings = a.ssl_ca.is_some() || sasl_username.is_some() || sasl_password.is_some();
+    match (&a.external, a.security.as_str()) {
+        (Some(_), "SASL_SSL") => {
+            ensure!(
+                a.ssl_ca.is_some() && sasl_username.is_some() && sasl_password.is_some(),
+                "--security SASL_SSL with --bootstrap needs --ssl-ca, --sasl-username and --sasl-password"
+            );
+            a.sasl_login = sasl_username.zip(sasl_password);
+        }
+        _ => ensure!(
+            !client_settings,
+            "--ssl-ca, --sasl-username and --sasl-password go with --bootstrap and --security SASL_SSL"
+        ),
+    }
     Ok(a)
 }
 
@@ -184,7 +225,7 @@ impl ProducerContext for DeliveryContext {
 
 /// An acks=all producer whose context keeps the ack latency of up to `timed_records` records.
 fn producer<P: FromClientConfigAndContext<DeliveryContext>>(
-    bootstrap: &str,
+    target: &Target,
     timed_records: u64,
     linger_ms: u32,
 ) -> Result<(P, Arc<Delivery>)> {
@@ -194,9 +235,8 @@ fn producer<P: FromClientConfigAndContext<DeliveryContext>>(
         epoch: Instant::now(),
         ack_ns: Mutex::new(Vec::with_capacity(usize::try_from(timed_records)?)),
     });
-    let mut cfg = ClientConfig::new();
-    cfg.set("bootstrap.servers", bootstrap)
-        .set("acks", "all")
+    let mut cfg = target.client_config();
+    cfg.set("acks", "all")
         .set("enable.idempotence", "false")
         .set("linger.ms", linger_ms.to_string())
         .set("batch.size", "1048576")
@@ -235,6 +275,53 @@ fn send(p: &BaseProducer<DeliveryContext>, topic: &str, key: &[u8], payload: &[u
     clients::send_when_room(p, rec, Duration::from_millis(5)).context("send")
 }
 
+/// The bench's own brokers with `--security SASL_SSL`: one listener, SASL_SSL, SCRAM-SHA-512
+/// only, a certificate from a test CA made for the run (every node presents the same one,
+/// naming 127.0.0.1), the user `admin` from `--add-scram`. No authorizer: the figures are what
+/// TLS and SASL cost, not ACL checks.
+struct SecuredBrokers {
+    settings: Vec<(String, String)>,
+    security: ClientSecurity,
+}
+
+const BENCH_USER: &str = "admin";
+const BENCH_PASSWORD: &str = "admin-secret";
+
+impl SecuredBrokers {
+    fn new() -> Result<(TempDir, SecuredBrokers)> {
+        let dir = tempfile::Builder::new().prefix("sluice-bench-pki-").tempdir()?;
+        let ca = TestCa::new("sluice-bench test CA")?;
+        let broker = ca.issue_broker("sluice-bench broker", &["127.0.0.1".into(), "localhost".into()])?;
+        let (ca_pem, keystore) = (dir.path().join("ca.pem"), dir.path().join("broker.pem"));
+        std::fs::write(&ca_pem, ca.certificate_pem())?;
+        std::fs::write(&keystore, broker.keystore_pem())?;
+        let mut settings = pem_store_settings(&keystore, &ca_pem);
+        settings.push(("sasl.enabled.mechanisms".into(), SaslMechanism::ScramSha512.name().into()));
+        let security = secured_login(ca_pem, BENCH_USER, BENCH_PASSWORD);
+        Ok((dir, SecuredBrokers { settings, security }))
+    }
+
+    /// One SASL_SSL listener, the bench's user, and the harness's readiness probe logging in.
+    fn customise(&self, opts: &mut NodeOptions) {
+        opts.listener = Some("SASL_SSL".into());
+        opts.client_security = self.security.clone();
+        opts.extra_args.extend([
+            "--add-scram".to_string(),
+            format!("SCRAM-SHA-512=[name={BENCH_USER},password={BENCH_PASSWORD}]"),
+        ]);
+    }
+}
+
+/// TLS trusting `ca` and a SCRAM-SHA-512 login as `user`.
+fn secured_login(ca: PathBuf, user: &str, password: &str) -> ClientSecurity {
+    ClientSecurity::default()
+        .tls(TlsClient {
+            ca_pem: ca,
+            identity: None,
+        })
+        .sasl(SaslLogin::new(SaslMechanism::ScramSha512, user, password))
+}
+
 /// The brokers under test, kept alive for the whole run.
 enum Brokers {
     Single(Box<SluiceNode>),
@@ -249,31 +336,60 @@ struct Target {
     /// (node id, pid) of every broker.
     pids: Vec<(i32, u32)>,
     replication_factor: i16,
+    /// How every client reaches the brokers (TLS and SCRAM with `--security SASL_SSL`).
+    security: ClientSecurity,
+    /// The test CA's files for brokers the bench started secured; dropped after them.
+    _pki: Option<TempDir>,
 }
 
 impl Target {
     fn start(args: &Args) -> Result<Target> {
-        let (nodes, settings) = (args.nodes, &args.settings);
+        let nodes = args.nodes;
         if let Some((bootstrap, pids)) = &args.external {
             let rf = match args.replication_factor {
                 Some(rf) => rf,
                 None => i16::try_from(pids.len()).context("too many --broker-pids")?,
+            };
+            let security = match (&args.ssl_ca, &args.sasl_login) {
+                (Some(ca), Some((user, password))) => secured_login(ca.clone(), user, password),
+                _ => ClientSecurity::default(),
             };
             return Ok(Target {
                 brokers: Brokers::External,
                 bootstrap: bootstrap.clone(),
                 pids: pids.clone(),
                 replication_factor: rf,
+                security,
+                _pki: None,
             });
         }
+        let (pki, secured) = match args.security.as_str() {
+            "SASL_SSL" => {
+                let (dir, secured) = SecuredBrokers::new()?;
+                (Some(dir), Some(secured))
+            }
+            _ => (None, None),
+        };
+        let mut settings = args.settings.clone();
+        if let Some(s) = &secured {
+            // The bench's own --set come last, so they can override these.
+            settings.splice(0..0, s.settings.clone());
+        }
+        let customise = |opts: &mut NodeOptions| {
+            if let Some(s) = &secured {
+                s.customise(opts);
+            }
+        };
+        let security = secured.as_ref().map(|s| s.security.clone()).unwrap_or_default();
         if nodes == 1 {
             let mut opts = NodeOptions {
                 report_on_drop: false,
                 ..NodeOptions::default()
             };
-            for (k, v) in settings {
+            for (k, v) in &settings {
                 opts = opts.set(k, v);
             }
+            customise(&mut opts);
             let node = SluiceNode::start(opts)?;
             let pids = vec![(node.node_id(), node.pid().context("broker not running")?)];
             return Ok(Target {
@@ -281,10 +397,14 @@ impl Target {
                 brokers: Brokers::Single(Box::new(node)),
                 pids,
                 replication_factor: 1,
+                security,
+                _pki: pki,
             });
         }
         let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        let mut cluster = Cluster::start_with(nodes, &settings, false)?;
+        let mut cluster = retry_port_races(|| {
+            Cluster::start_custom(nodes, &settings, false, |_| Vec::new(), |_, opts| customise(opts))
+        })?;
         let mut pids = Vec::new();
         for id in cluster.ids() {
             pids.push((id, cluster.node(id).pid().context("broker not running")?));
@@ -294,7 +414,25 @@ impl Target {
             brokers: Brokers::Cluster(cluster),
             pids,
             replication_factor: i16::try_from(nodes).context("--nodes too large")?,
+            security,
+            _pki: pki,
         })
+    }
+
+    /// A client configuration reaching the brokers: the bootstrap servers, and TLS and the SASL
+    /// login when they are secured.
+    fn client_config(&self) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &self.bootstrap);
+        if self.security.tls.is_some() || self.security.sasl.is_some() {
+            c = clients::secured(c, &self.security);
+        }
+        c
+    }
+
+    /// `PLAINTEXT` or `SASL_SSL`, as the clients connect.
+    fn security_protocol(&self) -> &'static str {
+        self.security.protocol()
     }
 
     fn describe(&self) -> String {
@@ -441,7 +579,7 @@ struct ThroughputRow {
 }
 
 fn throughput_phase(target: &Target, name: &str, topic: &str, records: u64, size: usize) -> Result<ThroughputRow> {
-    let (p, counts): (BaseProducer<DeliveryContext>, _) = producer(&target.bootstrap, 0, THROUGHPUT_LINGER_MS)?;
+    let (p, counts): (BaseProducer<DeliveryContext>, _) = producer(target, 0, THROUGHPUT_LINGER_MS)?;
     let payload = vec![b'x'; size];
     let meter = Meter::start(&target.pids)?;
     let start = Instant::now();
@@ -489,7 +627,7 @@ struct LatencyRow {
 /// in `warmed`.
 #[allow(clippy::too_many_arguments)]
 fn spawn_latency_reader(
-    bootstrap: &str,
+    target: &Target,
     topic: &str,
     partitions: i32,
     index: usize,
@@ -501,8 +639,8 @@ fn spawn_latency_reader(
 ) -> Result<std::thread::JoinHandle<Result<Vec<u64>>>> {
     // librdkafka's defaults otherwise (fetch.wait.max.ms 500, auto commit every 5 s):
     // measure what clients get.
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
+    let consumer: BaseConsumer = target
+        .client_config()
         .set("client.id", format!("sluice-bench-consumer-{index}"))
         .set("group.id", format!("sluice-bench-group-{index}"))
         .set("auto.offset.reset", "earliest")
@@ -556,7 +694,7 @@ const LATENCY_RECORD_BYTES: usize = 2048;
 fn latency_phase(target: &Target, topic: &str, args: &Args, consumers: usize) -> Result<LatencyRow> {
     let (partitions, rate) = (args.partitions, args.rate);
     let total = rate * args.duration_s;
-    let (p, counts): (ThreadedProducer<DeliveryContext>, _) = producer(&target.bootstrap, total, args.linger_ms)?;
+    let (p, counts): (ThreadedProducer<DeliveryContext>, _) = producer(target, total, args.linger_ms)?;
     // Warm-up: one acknowledged record per partition, so the measurement starts with every
     // follower fetching and the producer connected (steady state, not topic creation), and
     // every consumer has joined its group and fetched it.
@@ -579,7 +717,7 @@ fn latency_phase(target: &Target, topic: &str, args: &Args, consumers: usize) ->
         .map(|i| {
             let warmed = warmed.clone();
             spawn_latency_reader(
-                &target.bootstrap,
+                target,
                 topic,
                 partitions,
                 i,
@@ -764,6 +902,8 @@ fn report_json(
         "librdkafka": rdkafka::util::get_rdkafka_version().1,
         "brokers": {
             "kind": target.kind(),
+            "security_protocol": target.security_protocol(),
+            "sasl_mechanism": target.security.sasl.as_ref().map(|l| l.mechanism.name()),
             "bootstrap": target.bootstrap,
             "nodes": target.pids.len(),
             "replication_factor": target.replication_factor,
@@ -771,6 +911,7 @@ fn report_json(
         },
         "config": {
             "acks": "all",
+            "security": target.security_protocol(),
             "linger_ms": args.linger_ms,
             "partitions": args.partitions,
             "consumer_groups": consumers,
@@ -795,7 +936,18 @@ async fn main() -> Result<()> {
     });
     let target = Target::start(&args)?;
     println!("{}", target.describe());
-    let admin = clients::admin_client(&target.bootstrap)?;
+    if target.security_protocol() != "PLAINTEXT" {
+        println!(
+            "clients connect with {} ({}), over TLS to every listener",
+            target.security_protocol(),
+            target.security.sasl.as_ref().map_or("no SASL", |l| l.mechanism.name())
+        );
+    }
+    let admin: AdminClient<DefaultClientContext> = target
+        .client_config()
+        .set("client.id", "sluice-bench-admin")
+        .set("log_level", "4")
+        .create()?;
     for topic in &args.create_topics {
         target.create_topic(&admin, topic, args.partitions).await?;
     }

@@ -5,11 +5,13 @@
 //! `soak: N schedules, A acknowledged, L lost, V invariant violations`. Exits 1 if L or V > 0.
 //!
 //! Usage: sluice-soak --schedules N [--seed S] [--duration-s D] [--rate MSGS_PER_S]
-//!                    [--partitions] [--overlap]
+//!                    [--partitions] [--overlap] [--secure]
 //! Schedule i uses seed S+i; S defaults to the clock (printed). `--duration-s` is the span in
 //! which faults start (default 12); `--partitions` adds network partition faults (needs the
-//! partitionable cluster); `--overlap` lets two process faults overlap. Run it through
-//! `scripts/soak.sh`, which builds the release binaries first (see docs/soak.md).
+//! partitionable cluster); `--overlap` lets two process faults overlap; `--secure` runs every
+//! schedule on a SASL_SSL-only cluster (SCRAM users, ACLs, a test CA) and adds certificate
+//! rotations and SCRAM credential changes to the faults. Run it through `scripts/soak.sh`,
+//! which builds the release binaries first (see docs/soak.md).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -46,6 +48,7 @@ fn parse_args() -> Result<Args> {
             "--rate" => options.rate_per_s = val()?.parse().context("--rate expects records per second")?,
             "--partitions" => options.schedule.partitions = true,
             "--overlap" => options.schedule.overlap = true,
+            "--secure" => options.schedule.secure = true,
             "-h" | "--help" => {
                 println!("see the header of integration-tests/src/bin/sluice-soak.rs and docs/soak.md");
                 std::process::exit(0);
@@ -77,6 +80,9 @@ fn main() -> Result<()> {
     }
     if args.options.schedule.overlap {
         flags.push_str(" --overlap");
+    }
+    if args.options.schedule.secure {
+        flags.push_str(" --secure");
     }
     let span = args.options.schedule.span.as_secs_f64();
     flags.push_str(&format!(" --duration-s {span}"));

@@ -11,6 +11,7 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::clients::{self, wait_until};
+use crate::ClientSecurity;
 
 /// Every partition's records from offset 0 to its high watermark, read by a fresh consumer.
 #[derive(Debug)]
@@ -44,8 +45,19 @@ impl FinalLog {
 
 /// Reads `topic` from offset 0 to each partition's high watermark with a fresh consumer.
 pub fn read_final_log(bootstrap: &str, topic: &str, partitions: i32, timeout: Duration) -> Result<FinalLog> {
+    read_final_log_as(bootstrap, &ClientSecurity::default(), topic, partitions, timeout)
+}
+
+/// [`read_final_log`] by a consumer that connects as `security` says (TLS, SASL login).
+pub fn read_final_log_as(
+    bootstrap: &str,
+    security: &ClientSecurity,
+    topic: &str,
+    partitions: i32,
+    timeout: Duration,
+) -> Result<FinalLog> {
     let deadline = Instant::now() + timeout;
-    let consumer: BaseConsumer = clients::consumer_config(bootstrap)
+    let consumer: BaseConsumer = clients::secured(clients::consumer_config(bootstrap), security)
         .set("client.id", "sluice-faults-final-reader")
         .set("group.id", "sluice-faults-final-reader")
         .create()?;

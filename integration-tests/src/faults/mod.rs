@@ -16,6 +16,8 @@
 //! - `invariants.rs`: the checks 1-4 above, and [`stop_and_check`], which runs them all;
 //! - `schedule.rs`: seeded random fault schedules (kill, restart, freeze, graceful restart,
 //!   network partitions) for the soak;
+//! - `secure.rs`: the secured soak's cluster (SASL_SSL only, SCRAM users with their ACLs, a
+//!   certificate per node) and its two faults, certificate rotation and SCRAM changes;
 //! - `soak.rs`: one schedule run against the workload and two consumer groups on a fresh
 //!   cluster, with the checks as an outcome instead of a failure (`sluice-soak`, `docs/soak.md`);
 //! - `net.rs`: network partitions ([`Net`]): each node of a cluster started with
@@ -28,11 +30,13 @@ mod invariants;
 mod net;
 mod power;
 pub mod schedule;
+pub mod secure;
 pub mod soak;
 mod workload;
 
 pub use final_log::{
-    is_segment_log_file, mark_resent_by_client, partition_log_bytes, read_final_log, stored_as, FinalLog, StoredAs,
+    is_segment_log_file, mark_resent_by_client, partition_log_bytes, read_final_log, read_final_log_as, stored_as,
+    FinalLog, StoredAs,
 };
 pub use invariants::{
     acked_but_missing, acked_records, await_identical_replicas, check_acked_records_exactly_once,

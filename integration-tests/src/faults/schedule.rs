@@ -8,7 +8,9 @@
 //! faults before it. By default at most one fault is active at a time, so a 3-node cluster with
 //! replication factor 3 and `min.insync.replicas=2` always keeps a quorum and an ISR majority;
 //! [`ScheduleOptions::overlap`] lets two process faults overlap (never a partition with
-//! anything, since healing a network heals all of it).
+//! anything, since healing a network heals all of it). [`ScheduleOptions::secure`] (a cluster
+//! whose only listener is SASL_SSL) adds two security faults: a certificate rotation and a
+//! SCRAM credential change; without it the generator draws exactly what it drew before.
 
 use std::fmt;
 use std::time::Duration;
@@ -27,6 +29,9 @@ pub struct ScheduleOptions {
     pub partitions: bool,
     /// Let two process faults be active at once (on different nodes).
     pub overlap: bool,
+    /// The cluster is secured (SASL_SSL only): include [`FaultKind::RotateCertificates`] and
+    /// [`FaultKind::RotateScram`].
+    pub secure: bool,
 }
 
 impl Default for ScheduleOptions {
@@ -36,6 +41,7 @@ impl Default for ScheduleOptions {
             topic_partitions: 6,
             partitions: false,
             overlap: false,
+            secure: false,
         }
     }
 }
@@ -98,11 +104,24 @@ pub enum FaultKind {
     GracefulRestart(Target),
     /// A network partition; healed after the duration.
     Net(NetFault),
+    /// Every node's keystore file replaced by a new certificate (new serial and subject) from
+    /// the same CA. After the duration every node must present it to new connections, and
+    /// connections made before the change must still be served.
+    RotateCertificates,
+    /// SCRAM credentials changed with AlterUserScramCredentials: the workload's users get a
+    /// new salt and `iterations` with the same password (their clients keep logging in), the
+    /// admin a new password the harness logs in with from then on. After the duration every
+    /// node must hold the new credentials.
+    RotateScram { iterations: u32 },
 }
 
 impl FaultKind {
     pub fn is_net(&self) -> bool {
         matches!(self, FaultKind::Net(_))
+    }
+    /// A certificate or credential change rather than a process or network fault.
+    pub fn is_security(&self) -> bool {
+        matches!(self, FaultKind::RotateCertificates | FaultKind::RotateScram { .. })
     }
 }
 
@@ -120,6 +139,11 @@ impl fmt::Display for FaultKind {
             FaultKind::Net(NetFault::CutPort { a, other, port }) => {
                 write!(f, "cut the {port:?} port between {a} and other #{other}")
             }
+            FaultKind::RotateCertificates => write!(f, "rotate every node's certificate"),
+            FaultKind::RotateScram { iterations } => write!(
+                f,
+                "change SCRAM credentials (users: new salt, {iterations} iterations; admin: new password)"
+            ),
         }
     }
 }
@@ -167,6 +191,12 @@ const FIRST_GAP_MS: (u64, u64) = (300, 1500);
 const GAP_MS: (u64, u64) = (300, 2500);
 const DOWN_MS: (u64, u64) = (500, 6000);
 const NET_MS: (u64, u64) = (1000, 6000);
+/// How long a certificate or credential change has to reach every node before it is checked:
+/// above the secured cluster's 500 ms `ssl.reload.check.interval.ms`.
+const ROTATION_MS: (u64, u64) = (1000, 3000);
+/// Iteration counts a SCRAM change draws: within Kafka's bounds (4096-16384), kept low enough
+/// that a login's PBKDF2 stays a few milliseconds.
+const SCRAM_ITERATIONS: (u64, u64) = (4096, 10000);
 /// In overlap mode, the chance that the next fault starts while this one is still active.
 const OVERLAP_PERCENT: u64 = 40;
 
@@ -208,6 +238,7 @@ impl Schedule {
             let duration = match kind {
                 FaultKind::Restart(_) => Duration::ZERO,
                 FaultKind::Net(_) => rng.millis(NET_MS),
+                FaultKind::RotateCertificates | FaultKind::RotateScram { .. } => rng.millis(ROTATION_MS),
                 _ => rng.millis(DOWN_MS),
             };
             let fault = Fault { start, duration, kind };
@@ -309,14 +340,22 @@ fn random_target(rng: &mut SplitMix64, options: &ScheduleOptions) -> Target {
     }
 }
 
+/// Draws a fault: four process kinds, then a network partition with `partitions`, then the
+/// two security faults with `secure`. Without `secure` the draws are the ones made before the
+/// security faults existed, so old seeds replay unchanged.
 fn random_kind(rng: &mut SplitMix64, options: &ScheduleOptions) -> FaultKind {
-    let kinds = if options.partitions { 5 } else { 4 };
+    let net_kinds = u64::from(options.partitions);
+    let kinds = 4 + net_kinds + 2 * u64::from(options.secure);
     let target = random_target(rng, options);
     match rng.between(0, kinds - 1) {
         0 => FaultKind::Kill(target),
         1 => FaultKind::Restart(target),
         2 => FaultKind::Freeze(target),
         3 => FaultKind::GracefulRestart(target),
+        k if k == 4 + net_kinds => FaultKind::RotateCertificates,
+        k if k == 5 + net_kinds => FaultKind::RotateScram {
+            iterations: rng.between(SCRAM_ITERATIONS.0, SCRAM_ITERATIONS.1) as u32,
+        },
         _ => FaultKind::Net(match rng.between(0, 4) {
             0 => NetFault::Isolate(target),
             1 => NetFault::SplitOff(target),
@@ -338,7 +377,7 @@ impl fmt::Display for Schedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "schedule seed {} ({} faults over {:.1} s{}{}):",
+            "schedule seed {} ({} faults over {:.1} s{}{}{}):",
             self.seed,
             self.faults.len(),
             self.end().as_secs_f64(),
@@ -348,6 +387,7 @@ impl fmt::Display for Schedule {
                 ""
             },
             if self.options.overlap { ", overlapping" } else { "" },
+            if self.options.secure { ", secured" } else { "" },
         )?;
         for step in self.steps() {
             let fault = &self.faults[step.fault];
@@ -358,6 +398,12 @@ impl fmt::Display for Schedule {
                 }
                 (Action::Heal, FaultKind::Freeze(_)) => "thaw it (SIGCONT)".to_string(),
                 (Action::Heal, FaultKind::Net(_)) => "heal the network".to_string(),
+                (Action::Heal, FaultKind::RotateCertificates) => {
+                    "check every node serves the new certificate".to_string()
+                }
+                (Action::Heal, FaultKind::RotateScram { .. }) => {
+                    "check every node holds the new credentials".to_string()
+                }
             };
             writeln!(f, "  +{:>6.2}s  #{:<2} {what}", step.at.as_secs_f64(), step.fault + 1)?;
         }
@@ -374,6 +420,13 @@ mod tests {
             partitions,
             overlap,
             ..ScheduleOptions::default()
+        }
+    }
+
+    fn secure(partitions: bool, overlap: bool) -> ScheduleOptions {
+        ScheduleOptions {
+            secure: true,
+            ..options(partitions, overlap)
         }
     }
 
@@ -476,6 +529,7 @@ mod tests {
                     FaultKind::Kill(_) => ("kill", (DOWN_MS.0..=DOWN_MS.1).contains(&ms)),
                     FaultKind::Freeze(_) => ("freeze", (DOWN_MS.0..=DOWN_MS.1).contains(&ms)),
                     FaultKind::GracefulRestart(_) => ("graceful", (DOWN_MS.0..=DOWN_MS.1).contains(&ms)),
+                    k => panic!("seed {seed}: {k} drawn without secure"),
                 };
                 assert!(ok, "seed {seed}: {} lasts {ms} ms", f.kind);
                 seen.insert(kind);
@@ -490,6 +544,37 @@ mod tests {
             }
         }
         assert_eq!(seen.len(), 8, "{seen:?}");
+    }
+
+    #[test]
+    fn secure_adds_certificate_rotations_and_scram_changes_and_leaves_the_rest_as_it_was() {
+        let (mut rotations, mut scram) = (0, 0);
+        for seed in 0..500 {
+            for (partitions, overlap) in [(false, false), (true, false), (true, true)] {
+                let s = Schedule::generate(seed, secure(partitions, overlap));
+                let (most, left, net_with_other) = replay(&s);
+                assert!(most <= if overlap { 2 } else { 1 }, "seed {seed}:\n{s}");
+                assert_eq!(left, 0, "seed {seed}:\n{s}");
+                assert!(!net_with_other, "seed {seed}:\n{s}");
+                for f in &s.faults {
+                    let ms = f.duration.as_millis() as u64;
+                    match f.kind {
+                        FaultKind::RotateCertificates => rotations += 1,
+                        FaultKind::RotateScram { iterations } => {
+                            scram += 1;
+                            let n = u64::from(iterations);
+                            assert!((SCRAM_ITERATIONS.0..=SCRAM_ITERATIONS.1).contains(&n), "{n}");
+                        }
+                        _ => continue,
+                    }
+                    assert!((ROTATION_MS.0..=ROTATION_MS.1).contains(&ms), "seed {seed}: {} {ms} ms", f.kind);
+                }
+            }
+            // Without --secure, the same seed gives what it always gave.
+            let plain = Schedule::generate(seed, options(true, false));
+            assert!(!plain.faults.iter().any(|f| f.kind.is_security()), "seed {seed}:\n{plain}");
+        }
+        assert!(rotations > 200 && scram > 200, "{rotations} rotations, {scram} SCRAM changes");
     }
 
     #[test]

@@ -10,6 +10,10 @@
 //! group member read is missing from the final log (consumed-then-truncated), each group
 //! received every acknowledged record and committed no offset past the high watermark, and
 //! every replica holds the same bytes. Each failed check is one violation.
+//!
+//! With [`ScheduleOptions::secure`] the cluster is secured ([`SecureSoak`]: SASL_SSL only, each
+//! client its own SCRAM user and ACLs, the harness the admin) and the schedule may rotate
+//! certificates and change SCRAM credentials; the checks are the same.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -17,15 +21,18 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
+use rdkafka::config::ClientConfig;
+
 use super::schedule::{Action, FaultKind, NetFault, Port, Schedule, ScheduleOptions, Target, NODES};
+use super::secure::{SecureSoak, PRODUCER, READER};
 use super::{
     acked_but_missing, acked_records, await_identical_replicas, check_acked_records_exactly_once,
-    check_consumed_records_in_final_log, create_topic, mark_client_resends, read_final_log, report_resent_by_client,
-    Workload, FAST_FAILOVER,
+    check_consumed_records_in_final_log, create_topic, mark_client_resends, read_final_log_as, report_resent_by_client,
+    workload_producer_config, Workload, FAST_FAILOVER,
 };
-use crate::clients::wait_until;
-use crate::groups::{check_group_received, committed_offsets, member_config, GroupMember, MemberLog, Received};
-use crate::{retry_port_races, Cluster};
+use crate::clients::{self, wait_until};
+use crate::groups::{check_group_received, committed_offsets_as, member_config, GroupMember, MemberLog, Received};
+use crate::{retry_port_races, ClientSecurity, Cluster};
 
 const TOPIC: &str = "soak";
 const GROUPS: [&str; 2] = ["soak-sink", "soak-analytics"];
@@ -137,9 +144,20 @@ pub fn run_schedule(seed: u64, options: &SoakOptions) -> ScheduleOutcome {
         log_tails: Vec::new(),
         elapsed: Duration::ZERO,
     };
-    match start_cluster(options) {
+    let mut secure = match options.schedule.secure {
+        false => None,
+        true => match SecureSoak::new(seed, &GROUPS) {
+            Ok(secure) => Some(secure),
+            Err(e) => {
+                out.violations.push(format!("the test CA and users: {e:#}"));
+                out.elapsed = started.elapsed();
+                return out;
+            }
+        },
+    };
+    match start_cluster(options, secure.as_ref()) {
         Ok(mut cluster) => {
-            if let Err(e) = run_on(&mut cluster, options, &mut out) {
+            if let Err(e) = run_on(&mut cluster, &mut secure, options, &mut out) {
                 out.violations.push(format!("{e:#}"));
             }
             if !out.passed() {
@@ -161,47 +179,80 @@ pub fn run_schedule(seed: u64, options: &SoakOptions) -> ScheduleOutcome {
     out
 }
 
-/// Fast failover, no initial rebalance delay; a start that lost a port race is retried.
-fn start_cluster(options: &SoakOptions) -> Result<Cluster> {
+/// Fast failover, no initial rebalance delay, secured if `secure` is given; a start that lost
+/// a port race is retried.
+fn start_cluster(options: &SoakOptions, secure: Option<&SecureSoak>) -> Result<Cluster> {
+    let secure_settings = secure.map(SecureSoak::settings).unwrap_or_default();
     let mut settings: Vec<(&str, &str)> = FAST_FAILOVER.to_vec();
     settings.push(("group.initial.rebalance.delay.ms", "0"));
-    retry_port_races(|| {
-        if options.schedule.partitions {
-            net_start(&settings, options.report_on_drop)
-        } else {
-            Cluster::start_with(NODES as usize, &settings, options.report_on_drop)
-        }
-    })
+    settings.extend(secure_settings.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let size = NODES as usize;
+    let cluster = retry_port_races(|| match (options.schedule.partitions, secure) {
+        (true, None) => net_start(&settings, options.report_on_drop),
+        (true, Some(s)) => Cluster::start_partitionable_custom(size, &settings, |id, o| s.customise(id, o)),
+        (false, None) => Cluster::start_with(size, &settings, options.report_on_drop),
+        (false, Some(s)) => Cluster::start_custom(
+            size,
+            &settings,
+            options.report_on_drop,
+            |_| Vec::new(),
+            |id, o| s.customise(id, o),
+        ),
+    });
+    if let Some(s) = secure {
+        s.check_issued()?;
+    }
+    cluster
 }
 
 /// Workload and groups started, the schedule executed, everything healed, then every check;
 /// an `Err` is a step that made the rest meaningless (the outcome holds what ran before it).
-fn run_on(cluster: &mut Cluster, options: &SoakOptions, out: &mut ScheduleOutcome) -> Result<()> {
+fn run_on(
+    cluster: &mut Cluster,
+    secure: &mut Option<SecureSoak>,
+    options: &SoakOptions,
+    out: &mut ScheduleOutcome,
+) -> Result<()> {
     let partitions = options.schedule.topic_partitions;
     create_topic(cluster, 1, TOPIC, partitions, 3, &[("min.insync.replicas", "2")])?;
     cluster.await_full_isr(TOPIC, Duration::from_secs(20))?;
+    if let Some(s) = secure.as_ref() {
+        s.grant(cluster, 1, TOPIC).context("granting the workload's ACLs")?;
+    }
     let bootstrap = cluster.bootstrap();
+    // Each client logs in as its own principal on a secured cluster.
+    let login = |user: &str| -> ClientSecurity {
+        secure
+            .as_ref()
+            .map(|s| s.user_security(user))
+            .unwrap_or_default()
+    };
     let groups: Vec<Vec<GroupMember>> = GROUPS
         .iter()
         .map(|group| {
             (0..MEMBERS_PER_GROUP)
                 .map(|i| {
-                    GroupMember::start(
-                        member_config(&bootstrap, group, "unused"),
-                        TOPIC,
-                        &format!("{group}-{i}"),
-                    )
+                    let config = clients::secured(member_config(&bootstrap, group, "unused"), &login(group));
+                    GroupMember::start(config, TOPIC, &format!("{group}-{i}"))
                 })
                 .collect::<Result<Vec<_>>>()
         })
         .collect::<Result<_>>()?;
-    let workload = Workload::start(&bootstrap, TOPIC, partitions, options.rate_per_s)?;
+    let producer_config: ClientConfig = clients::secured(workload_producer_config(&bootstrap), &login(PRODUCER));
+    let workload = Workload::start_secured(
+        &bootstrap,
+        TOPIC,
+        partitions,
+        options.rate_per_s,
+        producer_config,
+        &login(READER),
+    )?;
     let started = Instant::now();
     workload
         .await_progress_since(started, PROGRESS, Duration::from_secs(20))
         .context("before any fault")?;
 
-    execute(cluster, &out.schedule.clone(), out);
+    execute(cluster, secure, &out.schedule.clone(), out);
     let healed_at = Instant::now();
 
     if let Err(e) = workload.await_progress_since(healed_at, PROGRESS, RECOVERY_TIMEOUT) {
@@ -226,7 +277,7 @@ impl Faulted {
 
 /// Runs the steps at their times (late if a previous step took longer, e.g. a restart waiting
 /// for readiness), recording each; failures become violations and the schedule goes on.
-fn execute(cluster: &mut Cluster, schedule: &Schedule, out: &mut ScheduleOutcome) {
+fn execute(cluster: &mut Cluster, secure: &mut Option<SecureSoak>, schedule: &Schedule, out: &mut ScheduleOutcome) {
     let t0 = Instant::now();
     let mut faulted = Faulted::default();
     for step in schedule.steps() {
@@ -236,8 +287,8 @@ fn execute(cluster: &mut Cluster, schedule: &Schedule, out: &mut ScheduleOutcome
         let fault = schedule.faults[step.fault];
         let at = t0.elapsed().as_secs_f64();
         let result = match step.action {
-            Action::Inject => inject(cluster, fault.kind, step.fault, &mut faulted),
-            Action::Heal => heal(cluster, fault.kind, step.fault, &mut faulted),
+            Action::Inject => inject(cluster, secure, fault.kind, step.fault, &mut faulted),
+            Action::Heal => heal(cluster, secure, fault.kind, step.fault, &mut faulted),
         };
         let verb = if step.action == Action::Inject { "" } else { "heal: " };
         match result {
@@ -278,6 +329,15 @@ fn healthy_node(faulted: &Faulted) -> i32 {
     (1..=NODES).find(|id| !held.contains(id)).unwrap_or(1)
 }
 
+/// Every node that runs and no fault holds: those a certificate or credential change must
+/// reach while it lasts.
+fn healthy_nodes(cluster: &mut Cluster, faulted: &Faulted) -> Vec<i32> {
+    let held = faulted.nodes();
+    (1..=NODES)
+        .filter(|id| !held.contains(id) && cluster.node(*id).is_running())
+        .collect()
+}
+
 /// The node `target` names now; if a fault already holds it (overlapping faults, or stale
 /// metadata), the lowest node no fault holds instead, said so in the returned note.
 fn resolve(cluster: &Cluster, target: Target, faulted: &Faulted) -> Result<(i32, String)> {
@@ -294,10 +354,29 @@ fn resolve(cluster: &Cluster, target: Target, faulted: &Faulted) -> Result<(i32,
     Ok((node, format!("node {node}")))
 }
 
-fn inject(cluster: &mut Cluster, kind: FaultKind, index: usize, faulted: &mut Faulted) -> Result<String> {
+fn inject(
+    cluster: &mut Cluster,
+    secure: &mut Option<SecureSoak>,
+    kind: FaultKind,
+    index: usize,
+    faulted: &mut Faulted,
+) -> Result<String> {
     let (target, what) = match kind {
         FaultKind::Kill(t) | FaultKind::Restart(t) | FaultKind::Freeze(t) | FaultKind::GracefulRestart(t) => {
             (t, kind.to_string())
+        }
+        FaultKind::RotateCertificates | FaultKind::RotateScram { .. } => {
+            let s = secure.as_mut().context("a security fault needs a secured cluster (--secure)")?;
+            let done = match kind {
+                FaultKind::RotateScram { iterations } => s.change_scram(cluster, healthy_node(faulted), iterations)?,
+                _ => {
+                    let nodes = healthy_nodes(cluster, faulted);
+                    s.rotate_certificates(cluster, &nodes)?
+                }
+            };
+            // Holds no node: only its heal, the check, is pending.
+            faulted.hit.insert(index, Vec::new());
+            return Ok(format!("{kind}: {done}"));
         }
         FaultKind::Net(net) => {
             let (step, what) = resolve_net(cluster, net, faulted)?;
@@ -317,16 +396,32 @@ fn inject(cluster: &mut Cluster, kind: FaultKind, index: usize, faulted: &mut Fa
             faulted.hit.insert(index, vec![id]);
             node.terminate(SHUTDOWN_TIMEOUT)?;
         }
-        FaultKind::Net(_) => unreachable!("handled above"),
+        FaultKind::Net(_) | FaultKind::RotateCertificates | FaultKind::RotateScram { .. } => {
+            unreachable!("handled above")
+        }
     }
     faulted.hit.insert(index, vec![id]);
     Ok(format!("{what}: {on}"))
 }
 
-fn heal(cluster: &mut Cluster, kind: FaultKind, index: usize, faulted: &mut Faulted) -> Result<String> {
+fn heal(
+    cluster: &mut Cluster,
+    secure: &mut Option<SecureSoak>,
+    kind: FaultKind,
+    index: usize,
+    faulted: &mut Faulted,
+) -> Result<String> {
     let Some(nodes) = faulted.hit.remove(&index) else {
         return Ok("nothing to undo (the fault was not injected)".to_string());
     };
+    if kind.is_security() {
+        let s = secure.as_mut().context("a security fault needs a secured cluster (--secure)")?;
+        let healthy = healthy_nodes(cluster, faulted);
+        return match kind {
+            FaultKind::RotateCertificates => s.check_certificates(cluster, &healthy),
+            _ => s.check_scram(cluster, &healthy),
+        };
+    }
     if kind.is_net() {
         net_apply(cluster, &NetStep::Heal)?;
         faulted.net_active = false;
@@ -450,7 +545,9 @@ fn check_all(
     if let Err(e) = cluster.await_full_isr(TOPIC, isr_timeout) {
         v.push(format!("full ISR after healing: {e:#}"));
     }
-    let mut log = read_final_log(&cluster.bootstrap(), TOPIC, partitions, Duration::from_secs(30))
+    // The harness's own login (the admin, with the password in force, on a secured cluster).
+    let harness = cluster.client_security(1).clone();
+    let mut log = read_final_log_as(&cluster.bootstrap(), &harness, TOPIC, partitions, Duration::from_secs(30))
         .context("reading the final log")?;
     let resent = mark_client_resends(cluster, TOPIC, &mut log);
     report_resent_by_client(&resent);
@@ -476,7 +573,7 @@ fn check_all(
     let acked: Vec<Received> = acked_records(&log, &producer);
     let bootstrap = cluster.bootstrap();
     for (group, members) in GROUPS.iter().zip(groups) {
-        v.extend(check_group(&bootstrap, group, members, &acked, &log, partitions));
+        v.extend(check_group(&bootstrap, &harness, group, members, &acked, &log, partitions));
     }
     if let Err(e) = await_identical_replicas(cluster, TOPIC, partitions, Duration::from_secs(20)) {
         v.push(format!("identical replicas: {e:#}"));
@@ -489,6 +586,7 @@ fn check_all(
 /// watermark.
 fn check_group(
     bootstrap: &str,
+    harness: &ClientSecurity,
     group: &str,
     members: Vec<GroupMember>,
     acked: &[Received],
@@ -541,7 +639,7 @@ fn check_group(
             &truncated[..truncated.len().min(10)]
         ));
     }
-    match committed_offsets(bootstrap, group, TOPIC, partitions) {
+    match committed_offsets_as(bootstrap, harness, group, TOPIC, partitions) {
         Ok(committed) => {
             let past: Vec<String> = committed
                 .iter()

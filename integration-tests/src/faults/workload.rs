@@ -19,7 +19,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, Prod
 use rdkafka::{ClientContext, Offset};
 
 use crate::clients::{self, wait_until};
-use crate::Cluster;
+use crate::{ClientSecurity, Cluster};
 
 /// Creates `topic` with `replication_factor` and `configs` (e.g. `min.insync.replicas`) through
 /// node `via`, failing with the broker's error code and message.
@@ -266,10 +266,30 @@ impl Workload {
         rate_per_s: u64,
         producer_config: ClientConfig,
     ) -> Result<Workload> {
+        Self::start_secured(
+            bootstrap,
+            topic,
+            partitions,
+            rate_per_s,
+            producer_config,
+            &ClientSecurity::default(),
+        )
+    }
+
+    /// [`Self::start_with`] on a secured listener: the producer configuration carries its own
+    /// login ([`clients::secured`]), the consumer logs in as `consumer_security` says.
+    pub fn start_secured(
+        bootstrap: &str,
+        topic: &str,
+        partitions: i32,
+        rate_per_s: u64,
+        producer_config: ClientConfig,
+        consumer_security: &ClientSecurity,
+    ) -> Result<Workload> {
         let log = Arc::new(DeliveryLog::default());
         let producer: BaseProducer<RecordingContext> =
             producer_config.create_with_context(RecordingContext(log.clone()))?;
-        let consumer: BaseConsumer = clients::consumer_config(bootstrap)
+        let consumer: BaseConsumer = clients::secured(clients::consumer_config(bootstrap), consumer_security)
             .set("client.id", "sluice-faults-consumer")
             .set("group.id", "sluice-faults-workload")
             .set("topic.metadata.refresh.interval.ms", "2000")

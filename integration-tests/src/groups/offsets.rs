@@ -12,7 +12,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::member::member_config;
-use crate::kafka_client;
+use crate::{kafka_client, ClientSecurity};
 
 /// Partitions of `__consumer_offsets` (Kafka's `offsets.topic.num.partitions` default).
 pub const OFFSETS_TOPIC_PARTITIONS: i32 = 50;
@@ -56,9 +56,20 @@ pub fn committed_offsets(
     topic: &str,
     partitions: i32,
 ) -> Result<BTreeMap<i32, Option<i64>>> {
+    committed_offsets_as(bootstrap, &ClientSecurity::default(), group, topic, partitions)
+}
+
+/// [`committed_offsets`] by a client that connects as `security` says (TLS, SASL login).
+pub fn committed_offsets_as(
+    bootstrap: &str,
+    security: &ClientSecurity,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> Result<BTreeMap<i32, Option<i64>>> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        match fetch_committed_once(bootstrap, group, topic, partitions) {
+        match fetch_committed_once(bootstrap, security, group, topic, partitions) {
             Ok(offsets) => return Ok(offsets),
             Err(e) if Instant::now() < deadline => {
                 eprintln!("OffsetFetch for {group} failed ({e:#}); retrying");
@@ -71,11 +82,13 @@ pub fn committed_offsets(
 
 fn fetch_committed_once(
     bootstrap: &str,
+    security: &ClientSecurity,
     group: &str,
     topic: &str,
     partitions: i32,
 ) -> Result<BTreeMap<i32, Option<i64>>> {
-    let consumer: BaseConsumer = member_config(bootstrap, group, "sluice-groups-offset-fetch").create()?;
+    let consumer: BaseConsumer =
+        crate::clients::secured(member_config(bootstrap, group, "sluice-groups-offset-fetch"), security).create()?;
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
         tpl.add_partition(topic, p);

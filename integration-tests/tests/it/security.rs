@@ -15,7 +15,6 @@
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
@@ -23,15 +22,13 @@ use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{BrokerId, CreateTopicsRequest, ListOffsetsRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
-};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::Offset;
 use sluice_integration_tests::clients::{self, wait_until};
 use sluice_integration_tests::faults::{self, await_identical_replicas};
 use sluice_integration_tests::kafka_client::KafkaConnection;
+use sluice_integration_tests::pki::Pki;
 use sluice_integration_tests::security::{SaslLogin, SaslMechanism, ScramClient, TlsClient};
 use sluice_integration_tests::wire::{self, Encoder};
 use sluice_integration_tests::{procstat, retry_port_races, ClientSecurity, Cluster, NodeOptions, SluiceNode};
@@ -52,78 +49,6 @@ const PLAIN_FAILED: &str = "Authentication failed: Invalid username or password"
 
 fn admin(mechanism: SaslMechanism) -> SaslLogin {
     SaslLogin::new(mechanism, ADMIN, ADMIN_PASSWORD)
-}
-
-/// A test CA and certificates it signed, as PEM files.
-struct Pki {
-    _dir: TempDir,
-    ca: PathBuf,
-    /// The brokers' PEM keystore: certificate, then its private key. It names 127.0.0.1 and
-    /// localhost, for server and client authentication: brokers present it to each other.
-    broker_keystore: PathBuf,
-    client_certificate: PathBuf,
-    client_key: PathBuf,
-}
-
-impl Pki {
-    fn new() -> Result<Pki> {
-        let dir = tempfile::Builder::new().prefix("sluice-it-pki-").tempdir()?;
-        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, "sluice-it test CA");
-        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let ca_key = KeyPair::generate()?;
-        let ca_certificate = ca_params.self_signed(&ca_key)?;
-        let issuer = Issuer::new(ca_params, ca_key);
-        let leaf = |name: &str, sans: &[&str], usages: Vec<ExtendedKeyUsagePurpose>| -> Result<(String, String)> {
-            let mut params = CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>())?;
-            params.distinguished_name.push(DnType::CommonName, name);
-            params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-            params.extended_key_usages = usages;
-            params.use_authority_key_identifier_extension = true;
-            let key = KeyPair::generate()?;
-            Ok((params.signed_by(&key, &issuer)?.pem(), key.serialize_pem()))
-        };
-        let (broker_certificate, broker_key) = leaf(
-            "sluice-it broker",
-            &["127.0.0.1", "localhost"],
-            vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth],
-        )?;
-        let (client_certificate, client_key) =
-            leaf("sluice-it client", &[], vec![ExtendedKeyUsagePurpose::ClientAuth])?;
-        let write = |name: &str, text: &str| -> Result<PathBuf> {
-            let path = dir.path().join(name);
-            std::fs::write(&path, text)?;
-            Ok(path)
-        };
-        Ok(Pki {
-            ca: write("ca.pem", &ca_certificate.pem())?,
-            broker_keystore: write("broker-keystore.pem", &format!("{broker_certificate}{broker_key}"))?,
-            client_certificate: write("client.pem", &client_certificate)?,
-            client_key: write("client.key", &client_key)?,
-            _dir: dir,
-        })
-    }
-
-    /// The brokers' `ssl.*` settings (PEM keystore and truststore).
-    fn broker_settings(&self) -> Vec<(String, String)> {
-        owned(&[
-            ("ssl.keystore.type", "PEM"),
-            ("ssl.keystore.location", &self.broker_keystore.display().to_string()),
-            ("ssl.truststore.type", "PEM"),
-            ("ssl.truststore.location", &self.ca.display().to_string()),
-        ])
-    }
-
-    /// A TLS client trusting the test CA, presenting the client certificate if `with_certificate`.
-    fn client(&self, with_certificate: bool) -> TlsClient {
-        TlsClient {
-            ca_pem: self.ca.clone(),
-            identity: with_certificate.then(|| (self.client_certificate.clone(), self.client_key.clone())),
-        }
-    }
 }
 
 fn owned(settings: &[(&str, &str)]) -> Vec<(String, String)> {

@@ -1,12 +1,16 @@
 //! The soak's code path in CI: three fixed seeds (`faults::soak::run_schedule`, as
 //! `scripts/soak.sh` runs them), each a fresh 3-node cluster with the acks=all workload and two
 //! consumer groups under a seeded schedule of kills, restarts, freezes and graceful restarts.
-//! Each must inject faults, lose no acknowledged record and violate no invariant. The spans are
-//! short to fit CI; `scripts/soak.sh --schedules N` runs many longer ones (docs/soak.md).
+//! Each must inject faults, lose no acknowledged record and violate no invariant. One more seed
+//! runs secured (`--secure`): SASL_SSL only, the workload's clients each their own SCRAM user
+//! with its ACLs, under a SCRAM credential change, a certificate rotation and a controlled
+//! restart. The spans are short to fit CI; `scripts/soak.sh --schedules N` runs many longer ones
+//! (docs/soak.md).
 
 use std::time::Duration;
 
 use anyhow::{ensure, Result};
+use sluice_integration_tests::faults::schedule::FaultKind;
 use sluice_integration_tests::faults::{run_schedule, ScheduleOptions, SoakOptions};
 
 /// Seeds whose 6 s schedules together hit every process fault kind and every kind of target:
@@ -40,6 +44,43 @@ fn fixed_seed_schedules_inject_faults_and_lose_no_acknowledged_record() -> Resul
         failures.len(),
         SEEDS.len(),
         failures.join("\n")
+    );
+    Ok(())
+}
+
+/// Seed 5's secured 6 s schedule: change the SCRAM credentials (the workload's users to a new
+/// salt and iteration count, the admin to a new password), rotate every node's certificate,
+/// then stop the controller with SIGTERM and restart it, which the harness must reach with the
+/// new certificates and the admin's new password. Replay it with
+/// `scripts/soak.sh --schedules 1 --seed 5 --duration-s 6 --secure`.
+const SECURE_SEED: u64 = 5;
+
+#[test]
+fn a_fixed_secure_seed_changes_credentials_and_certificates_and_loses_no_acknowledged_record() -> Result<()> {
+    let options = SoakOptions {
+        schedule: ScheduleOptions {
+            span: Duration::from_secs(6),
+            secure: true,
+            ..ScheduleOptions::default()
+        },
+        report_on_drop: true,
+        ..SoakOptions::default()
+    };
+    let outcome = run_schedule(SECURE_SEED, &options);
+    eprintln!("{}\n{}", outcome.line(), outcome.schedule);
+    let kinds: Vec<FaultKind> = outcome.schedule.faults.iter().map(|f| f.kind).collect();
+    ensure!(
+        kinds.iter().any(|k| matches!(k, FaultKind::RotateScram { .. }))
+            && kinds.contains(&FaultKind::RotateCertificates)
+            && kinds.iter().any(|k| matches!(k, FaultKind::GracefulRestart(_))),
+        "seed {SECURE_SEED} no longer draws a SCRAM change, a certificate rotation and a graceful restart: {}",
+        outcome.schedule
+    );
+    ensure!(
+        outcome.injected == kinds.len() && outcome.acknowledged > 0 && outcome.passed(),
+        "{}\n{}",
+        outcome.line(),
+        outcome.details()
     );
     Ok(())
 }
