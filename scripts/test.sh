@@ -10,7 +10,9 @@
 #   pkg-config,zlib1g-dev gzip codec in that build
 #   libcurl4-openssl-dev  header only: librdkafka 2.12's rdkafka_conf.c includes <curl/curl.h>
 #                         under `#ifdef WITH_OAUTHBEARER_OIDC`, which its CMake config always
-#                         defines (to 0) - SSL/SASL/curl themselves stay disabled and unlinked
+#                         defines (to 0) - curl itself stays disabled and unlinked
+#   libssl-dev            that build's TLS and SCRAM (rdkafka feature `ssl`), for the
+#                         compatibility matrix's security rows
 #   python3-venv          only if `python3 -m venv` cannot bootstrap pip
 #   chromium              headless browser for the console test (test_console.py)
 #
@@ -66,6 +68,7 @@ install_system_packages() {
     # /dev/fuse mounts (fusermount3 for non-root) for the power-loss tests' sluice-lazyfs.
     command -v fusermount3 >/dev/null 2>&1 || missing+=(fuse3)
     [ -e /usr/include/zlib.h ] || missing+=(zlib1g-dev)
+    [ -e /usr/include/openssl/ssl.h ] || missing+=(libssl-dev)
     if [ ! -e /usr/include/curl/curl.h ] && [ ! -e "/usr/include/$(gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)/curl/curl.h" ]; then
         missing+=(libcurl4-openssl-dev)
     fi

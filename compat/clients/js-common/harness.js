@@ -3,6 +3,8 @@
 // and the test records with their exact comparison. Anything but result lines goes to stderr.
 'use strict'
 
+const fs = require('fs')
+
 /** A scenario this client cannot express; the message is the reason. */
 class NotApplicable extends Error {}
 
@@ -15,15 +17,29 @@ function parseArgs(argv) {
   }
   for (const need of ['bootstrap', 'brokers', 'prefix', 'scenarios']) {
     if (!opts[need]) {
-      throw new Error('usage: --bootstrap HOST:PORT[,...] --brokers N --prefix P --scenarios s1,s2,...')
+      throw new Error('usage: --bootstrap HOST:PORT[,...] --brokers N --prefix P --security FILE --scenarios s1,s2,...')
     }
   }
   return {
     brokers: opts.bootstrap.split(','),
     clusterSize: Number(opts.brokers),
     prefix: opts.prefix,
+    // The secured listeners' logins: {scenarios: {id: {bootstrap, security_protocol, ...}}}.
+    security: opts.security ? JSON.parse(fs.readFileSync(opts.security, 'utf8')) : { error: 'no --security file given' },
     scenarios: opts.scenarios.split(','),
   }
+}
+
+/**
+ * `opts` pointed at a security row's listener, with its --security entry as `opts.login`; each
+ * adapter's client factory turns `login` into its own TLS and SASL settings.
+ */
+function secured(opts, scenario) {
+  const login = (opts.security.scenarios || {})[scenario]
+  if (!login) {
+    throw new Error(`the --security file has no login for ${scenario}${opts.security.error ? `: ${opts.security.error}` : ''}`)
+  }
+  return { ...opts, brokers: login.bootstrap.split(','), login }
 }
 
 const DEFAULT_DEADLINE_MS = 40000
@@ -155,4 +171,4 @@ function escapeRegExp(s) {
   return s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
 }
 
-module.exports = { NotApplicable, main, testRecords, sameRecords, sleep, waitFor, escapeRegExp }
+module.exports = { NotApplicable, main, secured, describe, testRecords, sameRecords, sleep, waitFor, escapeRegExp }

@@ -1,6 +1,7 @@
 //! The compatibility-matrix adapter for rust-rdkafka (issue 11 §3, driven by compat/run.py).
 //!
-//! Usage: `compat_rdkafka --bootstrap HOST:PORT[,...] --brokers N --prefix P --scenarios s1,s2,...`
+//! Usage: `compat_rdkafka --bootstrap HOST:PORT[,...] --brokers N --prefix P --security FILE
+//! --scenarios s1,s2,...`
 //!
 //! Runs each requested scenario against a running cluster with the client's default settings
 //! (unless the scenario names one) and prints one JSON line per scenario on stdout as soon as it
@@ -9,18 +10,22 @@
 
 mod client;
 mod scenarios;
+mod secure;
 
 use std::io::Write;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-/// What every scenario gets: where the cluster is and how to name what it creates.
+/// What every scenario gets: where the cluster is, how to name what it creates, and the
+/// secured listeners' logins (the --security file, `{"scenarios": {id: {...}}}`).
 #[derive(Clone)]
 pub struct Opts {
     pub bootstrap: String,
     pub brokers: usize,
     pub prefix: String,
+    pub security: Arc<serde_json::Value>,
 }
 
 /// A scenario that cannot be expressed with this client; the text is the reason.
@@ -47,22 +52,29 @@ fn deadline(id: &str) -> Duration {
 fn parse_args() -> Result<(Opts, Vec<String>)> {
     let mut args = std::env::args().skip(1);
     let (mut bootstrap, mut brokers, mut prefix, mut scenarios) = (None, None, None, None);
+    let mut security = serde_json::json!({ "error": "no --security file given" });
     while let Some(flag) = args.next() {
         let value = args.next().with_context(|| format!("{flag} needs a value"))?;
         match flag.as_str() {
             "--bootstrap" => bootstrap = Some(value),
             "--brokers" => brokers = Some(value.parse().context("--brokers must be a number")?),
             "--prefix" => prefix = Some(value),
+            "--security" => {
+                let text = std::fs::read_to_string(&value).with_context(|| format!("--security {value}"))?;
+                security = serde_json::from_str(&text).with_context(|| format!("--security {value}"))?;
+            }
             "--scenarios" => scenarios = Some(value.split(',').map(str::to_owned).collect()),
             _ => bail!("unknown flag {flag}"),
         }
     }
-    let usage = "usage: compat_rdkafka --bootstrap HOST:PORT[,...] --brokers N --prefix P --scenarios s1,s2,...";
+    let usage = "usage: compat_rdkafka --bootstrap HOST:PORT[,...] --brokers N --prefix P --security FILE \
+                 --scenarios s1,s2,...";
     Ok((
         Opts {
             bootstrap: bootstrap.context(usage)?,
             brokers: brokers.context(usage)?,
             prefix: prefix.context(usage)?,
+            security: Arc::new(security),
         },
         scenarios.context(usage)?,
     ))
