@@ -12,7 +12,8 @@
 #                         under `#ifdef WITH_OAUTHBEARER_OIDC`, which its CMake config always
 #                         defines (to 0) - curl itself stays disabled and unlinked
 #   libssl-dev            rdkafka's `ssl` feature: librdkafka's TLS and SASL/SCRAM link the
-#                         system's OpenSSL (integration-tests/tests/it/security.rs)
+#                         system's OpenSSL (integration-tests/tests/it/security.rs and the
+#                         compatibility matrix's security rows)
 #   python3-venv          only if `python3 -m venv` cannot bootstrap pip
 #   chromium              headless browser for the console test (test_console.py)
 #
