@@ -7,6 +7,11 @@
             end-to-end latency at the seed load with two consumer groups committing) and
             Kafka's own ProducerPerformance (2 KB acks=all, max throughput and at the seed
             rate). Writes one JSON result and a PNG of latency percentiles, prints one table.
+            With --security SASL_SSL each system runs twice in its turn, plaintext and then with
+            TLS and SASL SCRAM-SHA-512 on its only listener (replication too), the same workload,
+            and the table is each system's figures under both and what TLS and SASL cost it.
+            --records-2k, --records-100b, --rate, --duration-s, --pp-max-records and --settle-s
+            scale a run down (or up) from the full or --quick figures.
     report  the table and PNG again from a result JSON, or from sluice-bench --json files
             whose --label starts with "sluice" or "kafka" (the CI smoke test does this).
 
@@ -23,6 +28,7 @@ import json
 import os
 import platform
 import re
+import secrets
 import shutil
 import subprocess
 import sys
@@ -32,10 +38,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "integration-tests/python"))
 
+import security_certs  # noqa: E402
 import sluice_node  # noqa: E402  (after the path insert)
 
 SYSTEMS = ("sluice", "kafka")
 RECORD_BYTES = 2048
+SECURITY = ("PLAINTEXT", "SASL_SSL")
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+BENCH_USER = "admin"
 
 # Kafka's own defaults from kafka-server-start.sh / kafka-run-class.sh, except that the issue
 # fixes the heap at 1 GB per node.
@@ -192,12 +202,15 @@ def parse_producer_perf(output: str) -> dict:
 
 
 def producer_perf(java_lib: Path, bootstrap: str, topic: str, records: int, rate: int,
-                  pids: list[tuple[int, int]], log: Path) -> dict:
+                  pids: list[tuple[int, int]], log: Path, client_config: Path | None = None) -> dict:
     """One ProducerPerformance run (acks=all, 2 KB, Java client defaults otherwise; rate -1 =
-    as fast as it goes) with the brokers' CPU and peak RSS over it."""
+    as fast as it goes) with the brokers' CPU and peak RSS over it. `client_config` is a
+    properties file of the producer's security settings (kept out of the logged command)."""
     cmd = ["java", "-Xmx512m", "-cp", str(java_lib / "*"), "org.apache.kafka.tools.ProducerPerformance",
            "--topic", topic, "--num-records", str(records), "--record-size", str(RECORD_BYTES),
            "--throughput", str(rate), "--producer-props", "acks=all", f"bootstrap.servers={bootstrap}"]
+    if client_config is not None:
+        cmd += ["--producer.config", str(client_config)]
     meter = Meter(pids)
     t0 = time.monotonic()
     with open(log, "w") as f:
@@ -225,15 +238,61 @@ def settle(max_s: float) -> None:
         time.sleep(2)
 
 
-def run_once(order: int, system: str, cfg: dict, paths: dict, log_dir: Path) -> dict:
-    label = f"{system}-{order}"
-    say(f"run {order}: {system}")
+class Secured:
+    """A SASL_SSL-only cluster's material for one run, in `directory`: a test CA, one broker
+    certificate (SAN 127.0.0.1, localhost) every node presents as a PEM keystore, and the
+    SCRAM-SHA-512 user `admin` with a fresh random password. The brokers log in to each other
+    as that user too. The password goes to the brokers through SLUICE_ADD_SCRAM (the Kafka shim
+    reads it as well) and to the clients through files, so it is on no command line or log."""
+
+    def __init__(self, directory: Path):
+        pki = security_certs.Pki(directory)
+        server = pki.server("broker")
+        self.ca = pki.ca.cert
+        self.password = secrets.token_hex(16)
+        self.password_file = directory / "sasl-password"
+        self.password_file.write_text(self.password + "\n")
+        self.password_file.chmod(0o600)
+        self.settings = {"ssl.keystore.type": "PEM", "ssl.keystore.location": str(server.combined),
+                         "ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.ca),
+                         "sasl.enabled.mechanisms": SCRAM_MECHANISM}
+        self.env = {"SLUICE_ADD_SCRAM": f"{SCRAM_MECHANISM}=[name={BENCH_USER},password={self.password}]"}
+        self.client_security = {"security.protocol": "SASL_SSL", "sasl.mechanism": SCRAM_MECHANISM,
+                                "sasl.username": BENCH_USER, "sasl.password": self.password,
+                                "ssl.ca.location": str(self.ca)}
+        # Kafka's Java producer (ProducerPerformance): the same login, the CA as a PEM truststore.
+        self.java_config = directory / "producer-security.properties"
+        self.java_config.write_text(
+            "security.protocol=SASL_SSL\n"
+            f"sasl.mechanism={SCRAM_MECHANISM}\n"
+            "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="{BENCH_USER}" password="{self.password}";\n'
+            "ssl.truststore.type=PEM\n"
+            f"ssl.truststore.location={self.ca}\n")
+        self.java_config.chmod(0o600)
+
+    def bench_args(self) -> list[str]:
+        return ["--security", "SASL_SSL", "--ssl-ca", str(self.ca), "--sasl-username", BENCH_USER,
+                "--sasl-password-file", str(self.password_file)]
+
+
+def run_once(order: int, system: str, cfg: dict, paths: dict, log_dir: Path,
+             security: str = "PLAINTEXT") -> dict:
+    label = f"{system}-{order}" if security == "PLAINTEXT" else f"{system}-{security.lower()}-{order}"
+    say(f"run {order}: {system}, {security}")
     settle(cfg["settle_s"])
     os.environ["SLUICE_BIN"] = str(paths["sluice_bin"] if system == "sluice" else paths["kafka_shim"])
-    run: dict = {"order": order, "system": system, "label": label,
+    run: dict = {"order": order, "system": system, "security": security, "label": label,
                  "load_before": list(os.getloadavg()), "errors": []}
+    secured = Secured(log_dir / f"{label}-pki") if security == "SASL_SSL" else None
+    bench_security = secured.bench_args() if secured else []
     t0 = time.monotonic()
-    nodes = sluice_node.start_cluster(3, ready_timeout=120)
+    if secured:
+        nodes = sluice_node.start_cluster(3, settings=secured.settings, ready_timeout=120,
+                                          listeners={"SASL_SSL": "SASL_SSL"},
+                                          client_security=secured.client_security, env=secured.env)
+    else:
+        nodes = sluice_node.start_cluster(3, ready_timeout=120)
     try:
         run["startup_s"] = time.monotonic() - t0
         pids = [(n.node_id, n.proc.pid) for n in nodes]
@@ -245,7 +304,7 @@ def run_once(order: int, system: str, cfg: dict, paths: dict, log_dir: Path) -> 
                "--records-2k", str(cfg["records_2k"]), "--records-100b", str(cfg["records_100b"]),
                "--rate", str(cfg["rate"]), "--duration-s", str(cfg["duration_s"]),
                "--partitions", str(cfg["partitions"]), "--consumers", str(cfg["consumers"]),
-               "--create-topics", "perf-max,perf-rate"]
+               "--create-topics", "perf-max,perf-rate", *bench_security]
         log = log_dir / f"{label}-sluice-bench.log"
         say(f"  sluice-bench (log {log})")
         with open(log, "w") as f:
@@ -264,7 +323,8 @@ def run_once(order: int, system: str, cfg: dict, paths: dict, log_dir: Path) -> 
                       "--broker-pids", ",".join(f"{i}:{p}" for i, p in pids),
                       "--label", label, "--json", str(l0_json), "--phase", "latency", "--linger-ms", "0",
                       "--rate", str(cfg["rate"]), "--duration-s", str(cfg["duration_s"]),
-                      "--partitions", str(cfg["partitions"]), "--consumers", str(cfg["consumers"])]
+                      "--partitions", str(cfg["partitions"]), "--consumers", str(cfg["consumers"]),
+                      *bench_security]
             l0_log = log_dir / f"{label}-sluice-bench-linger0.log"
             say(f"  sluice-bench, linger.ms=0 (log {l0_log})")
             with open(l0_log, "w") as f:
@@ -283,7 +343,8 @@ def run_once(order: int, system: str, cfg: dict, paths: dict, log_dir: Path) -> 
             say(f"  ProducerPerformance {name} (log {pp_log})")
             try:
                 run["producer_perf"][name] = producer_perf(paths["java_lib"], bootstrap, topic, records,
-                                                           rate, pids, pp_log)
+                                                           rate, pids, pp_log,
+                                                           secured.java_config if secured else None)
             except Exception as e:  # noqa: BLE001 - recorded, the other figures still count
                 run["errors"].append(f"ProducerPerformance {name}: {e}")
         run["running_after"] = all(n.is_running() for n in nodes)
@@ -454,10 +515,18 @@ def format_table(result: dict) -> str:
         cells = [_cell(v) for v in row["sluice"] + row["kafka"]]
         r = row["ratio"]
         lines.append(f"| {row['figure']} | " + " | ".join(cells) + f" | {'-' if r is None else f'{r:.2f}x'} |")
-    v, m = result.get("versions", {}), result.get("machine", {})
     lines.append("")
     lines.append("ratio: Sluice/Kafka for throughput, Kafka/Sluice for latency, CPU and RSS "
                  "(means of each system's runs)")
+    lines += _footer(result)
+    return "\n".join(lines)
+
+
+def _footer(result: dict) -> list[str]:
+    """Versions, machine and each run's load average and errors."""
+    runs = result["runs"]
+    lines = []
+    v, m = result.get("versions", {}), result.get("machine", {})
     if v:
         java = " / ".join(v.get("java") or []) if isinstance(v.get("java"), list) else v.get("java")
         lines.append(f"versions: {v.get('sluice')} (commit {v.get('sluice_commit')}); Apache Kafka "
@@ -472,7 +541,65 @@ def format_table(result: dict) -> str:
         if lb and la:
             load = f"load average before {lb[0]:.2f} {lb[1]:.2f} {lb[2]:.2f}, after {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}"
         errs = "; errors: " + "; ".join(r["errors"]) if r.get("errors") else ""
-        lines.append(f"run {r['order']} {r['system']}: {load}{errs}")
+        security = f" {r['security']}" if r.get("security") else ""
+        lines.append(f"run {r['order']} {r['system']}{security}: {load}{errs}")
+    return lines
+
+
+def security_figures(cfg: dict) -> list[tuple[str, str, object]]:
+    """The figures --security compares: throughput, CPU per GB and p99, in table order."""
+    rate = cfg.get("rate", "?")
+    return [
+        ("sluice-bench (rdkafka), max throughput, acks=all", "", None),
+        ("2 KB: MB/s", "higher", lambda r: _get(_throughput(r, 2048), "mb_per_s")),
+        ("2 KB: broker CPU-s per GB", "lower", lambda r: _get(_throughput(r, 2048), "broker_cpu_s_per_gb")),
+        ("100 B: msgs/s", "higher", lambda r: _get(_throughput(r, 100), "msgs_per_s")),
+        ("100 B: broker CPU-s per GB", "lower", lambda r: _get(_throughput(r, 100), "broker_cpu_s_per_gb")),
+        (f"sluice-bench (rdkafka), {rate} msgs/s x 2 KB, groups committing", "", None),
+        ("achieved send rate, msgs/s", "info", lambda r: _get(r, "sluice_bench", "latency", "achieved_send_rate")),
+        ("producer ack p99, ms", "lower", lambda r: _get(r, "sluice_bench", "latency", "producer_ack", "p99_ms")),
+        ("end-to-end slowest group p99, ms", "lower", lambda r: _slowest(r, "sluice_bench", "p99_ms")),
+        ("broker CPU-s per GB", "lower", lambda r: _get(r, "sluice_bench", "latency", "broker_cpu_s_per_gb")),
+        ("ProducerPerformance (Java client), 2 KB, acks=all", "", None),
+        ("max: MB/s", "higher", lambda r: _get(r, "producer_perf", "max", "mb_per_s")),
+        ("max: broker CPU-s per GB", "lower", lambda r: _get(r, "producer_perf", "max", "broker_cpu_s_per_gb")),
+        ("max: ack p99, ms", "lower", lambda r: _get(r, "producer_perf", "max", "p99_ms")),
+        (f"{rate} msgs/s: ack p99, ms", "lower", lambda r: _get(r, "producer_perf", "rate", "p99_ms")),
+        (f"{rate} msgs/s: broker CPU-s per GB", "lower",
+         lambda r: _get(r, "producer_perf", "rate", "broker_cpu_s_per_gb")),
+    ]
+
+
+def _cost(better: str, plain: float | None, secured: float | None) -> str:
+    """What SASL_SSL costs against plaintext, as a signed percentage of the plaintext figure
+    (negative throughput and positive CPU or latency are losses)."""
+    if plain is None or secured is None or not plain or better == "info":
+        return "-"
+    return f"{(secured - plain) / plain * 100:+.0f}%"
+
+
+def format_security_table(result: dict) -> str:
+    """Each system plaintext and SASL_SSL (means of its runs), and what TLS and SASL cost it."""
+    runs = result["runs"]
+    heads = []
+    for system in SYSTEMS:
+        name = "Sluice" if system == "sluice" else "Kafka"
+        heads += [f"{name} PLAINTEXT", f"{name} SASL_SSL", f"{name} change"]
+    lines = ["| figure | " + " | ".join(heads) + " |", "|---" * (len(heads) + 1) + "|"]
+    for name, better, get in security_figures(result.get("config", {})):
+        if get is None:
+            lines.append(f"| **{name}** |" + " |" * len(heads))
+            continue
+        cells = []
+        for system in SYSTEMS:
+            means = [_mean([_num(get(r)) for r in runs if r["system"] == system
+                            and r.get("security", "PLAINTEXT") == sec]) for sec in SECURITY]
+            cells += [_cell(means[0]), _cell(means[1]), _cost(better, means[0], means[1])]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append("change: SASL_SSL against PLAINTEXT, per system (TLS and SCRAM-SHA-512 on the only listener, "
+                 "replication included)")
+    lines += _footer(result)
     return "\n".join(lines)
 
 
@@ -521,7 +648,8 @@ def draw_png(result: dict, path: Path) -> None:
         ys = [values[c] if values[c] is not None else 0 for c in cats]
         highest = max([highest, *ys])
         name = "Sluice" if run["system"] == "sluice" else "Kafka"
-        ax.bar(xs, ys, width=width, color=shade, label=f"{name} (run {run['order']})")
+        security = f" {run['security']}" if run.get("security", "PLAINTEXT") != "PLAINTEXT" else ""
+        ax.bar(xs, ys, width=width, color=shade, label=f"{name}{security} (run {run['order']})")
         for x, y in zip(xs, ys):
             if y > 0:
                 ax.text(x, y * 1.1, _label(y), ha="center", va="bottom", fontsize=7, rotation=90)
@@ -552,7 +680,8 @@ def utc_stamp() -> str:
 def write_outputs(result: dict, out: Path, png: Path | None) -> None:
     png = png or out.with_suffix(".png")
     out.parent.mkdir(parents=True, exist_ok=True)
-    result["table"] = format_table(result)
+    secured = result.get("config", {}).get("security", "PLAINTEXT") != "PLAINTEXT"
+    result["table"] = format_security_table(result) if secured else format_table(result)
     out.write_text(json.dumps(result, indent=2) + "\n")
     draw_png(result, png)
     print(result["table"])
@@ -561,6 +690,11 @@ def write_outputs(result: dict, out: Path, png: Path | None) -> None:
 
 def cmd_run(a) -> int:
     cfg = dict(QUICK if a.quick else FULL)
+    for key in ("records_2k", "records_100b", "rate", "duration_s", "pp_max_records", "settle_s"):
+        if getattr(a, key) is not None:
+            cfg[key] = getattr(a, key)
+    if a.no_linger0:
+        cfg["linger0"] = False
     paths = {"sluice_bin": Path(a.sluice_bin).resolve(), "bench_bin": Path(a.bench_bin).resolve(),
              "kafka_shim": ROOT / "scripts/kafka-as-sluice.py", "java_lib": Path(a.java_lib).resolve()}
     os.environ["SLUICE_JAVA_LIB"] = str(paths["java_lib"])
@@ -570,22 +704,26 @@ def cmd_run(a) -> int:
     log_dir = out.with_suffix("")
     log_dir = log_dir.parent / (log_dir.name + "-logs")
     log_dir.mkdir(parents=True, exist_ok=True)
-    order = a.order.split(",")
+    order = (a.order or ("sluice,kafka" if a.security != "PLAINTEXT" else "sluice,kafka,kafka,sluice")).split(",")
     if any(s not in SYSTEMS for s in order):
         raise SystemExit(f"--order takes {SYSTEMS}, got {order}")
+    # With --security, each system's turn is a plaintext run, then a secured one.
+    plan = [(system, sec) for system in order
+            for sec in (("PLAINTEXT", a.security) if a.security != "PLAINTEXT" else ("PLAINTEXT",))]
     result = {
         "tool": "bench_against_kafka", "schema": 1, "quick": a.quick, "started_utc": utc_stamp(),
         "machine": machine_info(), "versions": versions(paths["sluice_bin"], paths["java_lib"]),
         "config": {**cfg, "nodes": 3, "replication_factor": 3, "acks": "all", "record_bytes_latency": RECORD_BYTES,
-                   "consumer_groups": cfg["consumers"], "order": order,
+                   "consumer_groups": cfg["consumers"], "order": order, "security": a.security,
                    "kafka_heap_opts": KAFKA_HEAP_OPTS, "kafka_jvm_performance_opts": KAFKA_JVM_PERFORMANCE_OPTS},
         "runs": [],
     }
-    for i, system in enumerate(order, start=1):
+    for i, (system, security) in enumerate(plan, start=1):
         try:
-            run = run_once(i, system, cfg, paths, log_dir)
+            run = run_once(i, system, cfg, paths, log_dir, security)
         except Exception as e:  # noqa: BLE001 - a cluster that did not start is a result too
-            run = {"order": i, "system": system, "label": f"{system}-{i}", "errors": [f"{e}"[:2000]],
+            run = {"order": i, "system": system, "security": security, "label": f"{system}-{i}",
+                   "errors": [f"{e}"[:2000]],
                    "load_before": list(os.getloadavg()), "load_after": list(os.getloadavg())}
             say(f"  error: {e}")
         result["runs"].append(run)
@@ -638,7 +776,17 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--sluice-bin", required=True)
     r.add_argument("--bench-bin", required=True)
     r.add_argument("--java-lib", default=str(ROOT / ".java-lib"))
-    r.add_argument("--order", default="sluice,kafka,kafka,sluice", help="systems in run order")
+    r.add_argument("--order", help="systems in run order (default sluice,kafka,kafka,sluice; "
+                                    "with --security sluice,kafka)")
+    r.add_argument("--security", default="PLAINTEXT", type=str.upper, choices=SECURITY,
+                   help="SASL_SSL: each system plaintext, then TLS + SCRAM-SHA-512, the same workload")
+    r.add_argument("--records-2k", type=int, help="2 KB records in sluice-bench's throughput phase")
+    r.add_argument("--records-100b", type=int, help="100 B records in sluice-bench's throughput phase")
+    r.add_argument("--rate", type=int, help="msgs/s of the latency phases")
+    r.add_argument("--duration-s", type=int, help="seconds of the latency phases")
+    r.add_argument("--pp-max-records", type=int, help="records of ProducerPerformance at max throughput")
+    r.add_argument("--settle-s", type=int, help="longest wait for the load average to drop before a run")
+    r.add_argument("--no-linger0", action="store_true", help="skip the linger.ms=0 latency phase")
     r.set_defaults(func=cmd_run)
     p = sub.add_parser("report", help="table and PNG from result or sluice-bench JSON files")
     p.add_argument("inputs", nargs="+")

@@ -15,7 +15,7 @@
 //!                     [--json PATH] [--label NAME] [--linger-ms MS]
 //!                     [--bootstrap HOST:PORT --broker-pids ID:PID,... [--replication-factor R]]
 //!                     [--create-topics NAME,...]
-//!                     [--security PLAINTEXT|SASL_SSL [--ssl-ca PEM --sasl-username U --sasl-password P]]
+//!                     [--security PLAINTEXT|SASL_SSL [--ssl-ca PEM --sasl-username U --sasl-password-file F]]
 //! `--linger-ms` is the latency phase's producer's `linger.ms` (default 5, librdkafka's own
 //! default, which the throughput phases always use); with
 //! another value the latency phase uses the topic `bench-latency-linger<MS>`, so one cluster
@@ -31,7 +31,8 @@
 //! SCRAM-SHA-512, every client logging in over TLS: brokers the bench starts get a certificate
 //! from a test CA made for the run and the user `admin` (`--add-scram`); for `--bootstrap`
 //! brokers, `--ssl-ca` is the CA their certificates chain to and `--sasl-username` /
-//! `--sasl-password` the SCRAM-SHA-512 login. The default, `PLAINTEXT`, is no security at all.
+//! `--sasl-password-file` (a file holding the password, so it is in no command line or log)
+//! the SCRAM-SHA-512 login. The default, `PLAINTEXT`, is no security at all.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -131,7 +132,11 @@ fn parse_args() -> Result<Args> {
             "--security" => a.security = val()?.to_uppercase(),
             "--ssl-ca" => a.ssl_ca = Some(val()?.into()),
             "--sasl-username" => sasl_username = Some(val()?),
-            "--sasl-password" => sasl_password = Some(val()?),
+            "--sasl-password-file" => {
+                let path = val()?;
+                let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+                sasl_password = Some(text.trim_end_matches(['\r', '\n']).to_string());
+            }
             "--set" => {
                 let kv = val()?;
                 let (k, v) = kv.split_once('=').context("--set expects key=value")?;
@@ -170,13 +175,13 @@ fn parse_args() -> Result<Args> {
         (Some(_), "SASL_SSL") => {
             ensure!(
                 a.ssl_ca.is_some() && sasl_username.is_some() && sasl_password.is_some(),
-                "--security SASL_SSL with --bootstrap needs --ssl-ca, --sasl-username and --sasl-password"
+                "--security SASL_SSL with --bootstrap needs --ssl-ca, --sasl-username and --sasl-password-file"
             );
             a.sasl_login = sasl_username.zip(sasl_password);
         }
         _ => ensure!(
             !client_settings,
-            "--ssl-ca, --sasl-username and --sasl-password go with --bootstrap and --security SASL_SSL"
+            "--ssl-ca, --sasl-username and --sasl-password-file go with --bootstrap and --security SASL_SSL"
         ),
     }
     Ok(a)

@@ -77,6 +77,12 @@ pub struct ScheduleOutcome {
     pub schedule: Schedule,
     /// Faults actually injected (a fault whose inject failed is a violation, not counted).
     pub injected: usize,
+    /// Certificate rotations whose check passed: every running node presented the new
+    /// certificate and the connections made before it were still served.
+    pub certificate_checks: usize,
+    /// SCRAM credential changes whose check passed: every running node logged the users in
+    /// with the new credentials only.
+    pub scram_checks: usize,
     /// Each step as executed: when (from the first step's reference time), what, on which node.
     pub executed: Vec<String>,
     pub acknowledged: u64,
@@ -105,8 +111,15 @@ impl ScheduleOutcome {
             0 => String::new(),
             n => format!(" ({n} resent by the client under a new producer epoch)"),
         };
+        let checks = match self.schedule.options.secure {
+            false => String::new(),
+            true => format!(
+                " ({} certificate checks, {} SCRAM checks passed)",
+                self.certificate_checks, self.scram_checks
+            ),
+        };
         format!(
-            "seed {}: {} faults injected [{}]; {} acknowledged, {} lost, {} invariant violations{resent}; {:.1} s",
+            "seed {}: {} faults injected [{}]{checks}; {} acknowledged, {} lost, {} invariant violations{resent}; {:.1} s",
             self.seed(),
             self.injected,
             self.schedule.summary(),
@@ -136,6 +149,8 @@ pub fn run_schedule(seed: u64, options: &SoakOptions) -> ScheduleOutcome {
     let mut out = ScheduleOutcome {
         schedule: Schedule::generate(seed, options.schedule.clone()),
         injected: 0,
+        certificate_checks: 0,
+        scram_checks: 0,
         executed: Vec::new(),
         acknowledged: 0,
         lost: 0,
@@ -286,6 +301,8 @@ fn execute(cluster: &mut Cluster, secure: &mut Option<SecureSoak>, schedule: &Sc
         }
         let fault = schedule.faults[step.fault];
         let at = t0.elapsed().as_secs_f64();
+        // A security fault's heal is its check; it only counts if the change was made.
+        let checks_a_change = step.action == Action::Heal && faulted.hit.contains_key(&step.fault);
         let result = match step.action {
             Action::Inject => inject(cluster, secure, fault.kind, step.fault, &mut faulted),
             Action::Heal => heal(cluster, secure, fault.kind, step.fault, &mut faulted),
@@ -294,6 +311,13 @@ fn execute(cluster: &mut Cluster, secure: &mut Option<SecureSoak>, schedule: &Sc
         match result {
             Ok(what) => {
                 out.injected += usize::from(step.action == Action::Inject);
+                if checks_a_change {
+                    match fault.kind {
+                        FaultKind::RotateCertificates => out.certificate_checks += 1,
+                        FaultKind::RotateScram { .. } => out.scram_checks += 1,
+                        _ => {}
+                    }
+                }
                 out.executed.push(format!("+{at:.2}s #{} {verb}{what}", step.fault + 1));
             }
             Err(e) => {

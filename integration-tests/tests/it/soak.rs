@@ -82,5 +82,14 @@ fn a_fixed_secure_seed_changes_credentials_and_certificates_and_loses_no_acknowl
         outcome.line(),
         outcome.details()
     );
+    let rotations = kinds.iter().filter(|k| **k == FaultKind::RotateCertificates).count();
+    let changes = kinds.iter().filter(|k| matches!(k, FaultKind::RotateScram { .. })).count();
+    ensure!(
+        outcome.certificate_checks == rotations && outcome.scram_checks == changes,
+        "checks passed: {} of {rotations} certificate rotations, {} of {changes} SCRAM changes\n{}",
+        outcome.certificate_checks,
+        outcome.scram_checks,
+        outcome.details()
+    );
     Ok(())
 }
