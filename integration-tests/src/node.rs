@@ -52,6 +52,9 @@ pub struct NodeOptions {
     /// How the readiness probe and the harness's typed requests reach the listener (TLS,
     /// SASL); plaintext by default.
     pub client_security: ClientSecurity,
+    /// Environment variables holding secrets (e.g. `SLUICE_ADD_SCRAM`'s passwords): set after
+    /// the command line is written to the node's log, so they appear in no log.
+    pub secret_env: Vec<(String, String)>,
 }
 
 impl Default for NodeOptions {
@@ -70,6 +73,7 @@ impl Default for NodeOptions {
             lazyfs: false,
             listener: None,
             client_security: ClientSecurity::default(),
+            secret_env: Vec::new(),
         }
     }
 }
@@ -441,6 +445,7 @@ impl SluiceNode {
         }
         cmd.envs(&spec.env);
         self.note(&format!("starting {cmd:?}"))?;
+        cmd.envs(self.opts.secret_env.iter().map(|(k, v)| (k, v)));
         let log = OpenOptions::new().create(true).append(true).open(&self.log_path)?;
         cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
         if let Some(limit) = self.opts.open_files_limit {

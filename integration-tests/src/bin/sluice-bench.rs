@@ -29,7 +29,7 @@
 //! clients to use after this run.
 //! `--security SASL_SSL` measures brokers whose only listener speaks TLS and SASL with
 //! SCRAM-SHA-512, every client logging in over TLS: brokers the bench starts get a certificate
-//! from a test CA made for the run and the user `admin` (`--add-scram`); for `--bootstrap`
+//! from a test CA made for the run and the user `admin` (`SLUICE_ADD_SCRAM`); for `--bootstrap`
 //! brokers, `--ssl-ca` is the CA their certificates chain to and `--sasl-username` /
 //! `--sasl-password-file` (a file holding the password, so it is in no command line or log)
 //! the SCRAM-SHA-512 login. The default, `PLAINTEXT`, is no security at all.
@@ -282,7 +282,7 @@ fn send(p: &BaseProducer<DeliveryContext>, topic: &str, key: &[u8], payload: &[u
 
 /// The bench's own brokers with `--security SASL_SSL`: one listener, SASL_SSL, SCRAM-SHA-512
 /// only, a certificate from a test CA made for the run (every node presents the same one,
-/// naming 127.0.0.1), the user `admin` from `--add-scram`. No authorizer: the figures are what
+/// naming 127.0.0.1), the user `admin` from `SLUICE_ADD_SCRAM`. No authorizer: the figures are what
 /// TLS and SASL cost, not ACL checks.
 struct SecuredBrokers {
     settings: Vec<(String, String)>,
@@ -310,10 +310,11 @@ impl SecuredBrokers {
     fn customise(&self, opts: &mut NodeOptions) {
         opts.listener = Some("SASL_SSL".into());
         opts.client_security = self.security.clone();
-        opts.extra_args.extend([
-            "--add-scram".to_string(),
+        // Not --add-scram: the password stays out of the node's logged command line.
+        opts.secret_env.push((
+            "SLUICE_ADD_SCRAM".to_string(),
             format!("SCRAM-SHA-512=[name={BENCH_USER},password={BENCH_PASSWORD}]"),
-        ]);
+        ));
     }
 }
 

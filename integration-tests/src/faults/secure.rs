@@ -10,7 +10,7 @@
 //! | `soak-sink`      | group `soak-sink`'s members           | READ on topic `soak` and group `soak-sink` |
 //! | `soak-analytics` | group `soak-analytics`'s members      | READ on topic `soak` and group `soak-analytics` |
 //!
-//! Users come from `--add-scram` at start, ACLs from CreateAcls through the harness's admin
+//! Users come from `SLUICE_ADD_SCRAM` at start, ACLs from CreateAcls through the harness's admin
 //! login. The harness itself (topic creation, Metadata, the final reader, OffsetFetch) logs in
 //! as `admin`. The two security faults of [`super::schedule`] act here:
 //! [`SecureSoak::rotate_certificates`] replaces every node's keystore file with a new
@@ -162,7 +162,8 @@ impl SecureSoak {
     }
 
     /// A node's start-up hook: its first certificate (naming its host), its keystore, the one
-    /// SASL_SSL listener, the `--add-scram` users, and the harness's admin login.
+    /// SASL_SSL listener, the users (`SLUICE_ADD_SCRAM`, read as `--add-scram`), and the
+    /// harness's admin login.
     pub fn customise(&self, id: i32, opts: &mut NodeOptions) {
         let host = opts.host.unwrap_or_else(|| crate::node::loopback_addr(0).ip());
         self.hosts.lock().expect("hosts lock").insert(id, host);
@@ -176,13 +177,14 @@ impl SecureSoak {
             .push(("ssl.keystore.location".into(), self.keystore(id).display().to_string()));
         opts.listener = Some("SASL_SSL".into());
         opts.client_security = self.admin_security();
+        // SLUICE_ADD_SCRAM rather than --add-scram: the passwords stay out of the logged command.
         let mut users = vec![(ADMIN.to_string(), ADMIN_FIRST_PASSWORD.to_string())];
         users.extend(self.users.iter().cloned());
-        for (user, password) in users {
-            opts.extra_args.push("--add-scram".into());
-            opts.extra_args
-                .push(format!("{}=[name={user},password={password}]", MECHANISM.name()));
-        }
+        let entries: Vec<String> = users
+            .iter()
+            .map(|(user, password)| format!("{}=[name={user},password={password}]", MECHANISM.name()))
+            .collect();
+        opts.secret_env.push(("SLUICE_ADD_SCRAM".into(), entries.join(" ")));
     }
 
     /// Fails if a node's first certificate could not be issued.
@@ -268,8 +270,12 @@ impl SecureSoak {
                 r.error_message
             );
         }
+        // kafka-protocol's defaults filter on empty names: null means any.
         let describe = DescribeAclsRequest::default()
             .with_resource_type_filter(acl::ANY)
+            .with_resource_name_filter(None)
+            .with_principal_filter(None)
+            .with_host_filter(None)
             .with_pattern_type_filter(acl::ANY)
             .with_operation(acl::ANY)
             .with_permission_type(acl::ANY);

@@ -29,7 +29,7 @@ use sluice_integration_tests::clients::{self, wait_until};
 use sluice_integration_tests::faults::{self, await_identical_replicas};
 use sluice_integration_tests::kafka_client::KafkaConnection;
 use sluice_integration_tests::pki::Pki;
-use sluice_integration_tests::security::{SaslLogin, SaslMechanism, ScramClient, TlsClient};
+use sluice_integration_tests::security::{SaslLogin, SaslMechanism, ScramClient};
 use sluice_integration_tests::wire::{self, Encoder};
 use sluice_integration_tests::{procstat, retry_port_races, ClientSecurity, Cluster, NodeOptions, SluiceNode};
 use tempfile::TempDir;
