@@ -15,6 +15,14 @@
 # (scripts/bench_against_kafka.py; docs/performance.md). It writes
 # bench-results/against-kafka-<UTC>.json and a PNG of latency percentiles beside it.
 # --quick is a smoke run: tiny counts, a few seconds per phase.
+# --security SASL_SSL runs each system twice in its turn, plaintext and then with TLS and SASL
+# SCRAM-SHA-512 as its only listener (a test CA's PEM certificate, replication over it too), the
+# same workload, and prints each system's throughput, CPU per GB and p99 under both and what
+# TLS and SASL cost it. --records-2k, --records-100b, --rate, --duration-s, --pp-max-records,
+# --settle-s and --no-linger0 scale the runs, e.g.
+#   scripts/bench.sh --against-kafka --security SASL_SSL --records-2k 100000 --records-100b 200000 \
+#       --rate 2000 --duration-s 20 --pp-max-records 100000 --settle-s 10 --no-linger0
+# Without --against-kafka, --security SASL_SSL has sluice-bench start its brokers secured so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 against_kafka=0
