@@ -25,5 +25,6 @@ pub use coverage::{await_balanced, check_group_received, distinct_received, prod
 pub use member::{member_config, run_member, GroupMember, MemberProcess, COMMIT_INTERVAL};
 pub use member_log::{AckedCommit, Assigned, FirstAfterAssign, MemberLog, Received};
 pub use offsets::{
-    commit_as_admin, committed_offsets, committed_offsets_as, find_coordinator, java_string_hash, offsets_partition, OFFSETS_TOPIC_PARTITIONS,
+    commit_as_admin, committed_offsets, committed_offsets_as, find_coordinator, java_string_hash, offsets_partition,
+    OFFSETS_TOPIC_PARTITIONS,
 };
