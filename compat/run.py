@@ -3,12 +3,16 @@
 
 Installs every client listed in compat/clients.json and compat/clients.*.json, starts a fresh
 single node and then a fresh 3-node cluster of real `sluice` processes (with
-integration-tests/python/sluice_node.py, the harness the client tests use), runs every client's
-adapter once per cluster with all scenarios, writes the scenario x client tables to
-docs/compatibility.md, prints a summary, and exits non-zero on any unexpected result: a `fail`
-not listed in compat/known-failures.txt, or a listed pair that now passes (the list only shrinks).
+integration-tests/python/sluice_node.py, the harness the client tests use) with a PLAINTEXT
+listener and SASL_SSL, SSL (mutual TLS) and SASL_PLAINTEXT ones beside it (certificates and an
+OAUTHBEARER token from compat/security.py), runs every client's adapter once per cluster with all
+scenarios (the secured listeners' logins in a --security file), writes the scenario x client
+tables to docs/compatibility.md, prints a summary, and exits non-zero on any unexpected result: a
+`fail` not listed in compat/known-failures.txt, or a listed pair that now passes (the list only
+shrinks).
 
-Standard library only, so it runs before any virtualenv exists.
+Standard library only, so it runs before any virtualenv exists (compat/security.py, which needs
+`cryptography`, runs with .venv's Python, made when missing).
 """
 
 from __future__ import annotations
@@ -31,16 +35,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "integration-tests/python"))
 
-from sluice_node import SluiceNode, start_cluster  # noqa: E402
+from sluice_node import HOST, SluiceNode, connect, start_cluster  # noqa: E402
 
+# The rows that reach the secured listeners (the --security file names each one's way in).
+SECURITY_SCENARIOS = [
+    "sasl_ssl_scram512", "sasl_ssl_plain", "sasl_plaintext_scram256", "ssl_mtls", "oauthbearer",
+    "sasl_wrong_password",
+]
 SCENARIOS = [
     "metadata", "admin_topics", "produce_acks0", "produce_acks1", "produce_acksall",
     "compression_gzip", "compression_snappy", "compression_lz4", "compression_zstd",
     "idempotent_produce", "group_resume", "two_groups", "groups_describe_lag", "offsets_for_times",
     "delete_records", "empty_topic", "many_topics", "regex_subscribe",
+    *SECURITY_SCENARIOS,
     "tool_topics", "tool_configs", "tool_console", "tool_consumer_groups", "tool_delete_records",
     "tool_log_dirs", "tool_leader_election", "tool_reassign_partitions", "tool_metadata_quorum",
-    "tool_perf", "tool_verifiable", "tool_client_compatibility",
+    "tool_perf", "tool_verifiable", "tool_client_compatibility", "tool_scram_users",
 ]
 # Column order of the tables; clients.json files may add others, which go last.
 CLIENT_ORDER = [
@@ -51,6 +61,20 @@ CLUSTERS = {"single": 1, "three": 3}
 CLUSTER_TITLES = {"single": "Single node", "three": "3-node cluster"}
 INSTALL_TIMEOUT_S = 1800
 CELL_MAX_CHARS = 160
+
+# The listeners of every compat node: the existing scenarios use PLAINTEXT (the first, which the
+# readiness probe and `SluiceNode.bootstrap` use); the security rows use the others.
+LISTENERS = {"PLAINTEXT": "PLAINTEXT", "SASL_SSL": "SASL_SSL", "SSL": "SSL", "SASL_PLAINTEXT": "SASL_PLAINTEXT"}
+# SCRAM users, created by --add-scram on every node (a user is created once, whichever node
+# creates it): the administrator, and the user the SASL rows log in as (PLAIN checks the same
+# credentials). The wrong-password row logs in as USER with another password.
+ADMIN = ("admin", "admin-secret")
+USER = ("compat", "compat-secret")
+WRONG_PASSWORD = "not-compat-secret"
+ADD_SCRAM = [a for mechanism, (name, password) in [("SCRAM-SHA-512", ADMIN), ("SCRAM-SHA-512", USER),
+                                                   ("SCRAM-SHA-256", USER)]
+             for a in ("--add-scram", f"{mechanism}=[name={name},password={password}]")]
+SECURITY_READY_TIMEOUT_S = 30
 
 
 @dataclass
@@ -145,7 +169,8 @@ def install(client: Client, log_dir: Path) -> None:
     print(f"install {client.id}: {state} ({time.monotonic() - t0:.0f}s, log {log})", flush=True)
 
 
-def run_adapter(client: Client, cluster: str, bootstrap: str, brokers: int, matrix: Matrix, log_dir: Path) -> None:
+def run_adapter(client: Client, cluster: str, bootstrap: str, brokers: int, security: Path, matrix: Matrix,
+                log_dir: Path) -> None:
     """One adapter process for all scenarios on one cluster; scenarios it does not report in time
     fail with `no result`."""
     if client.install_error:
@@ -154,7 +179,7 @@ def run_adapter(client: Client, cluster: str, bootstrap: str, brokers: int, matr
         return
     prefix = f"{client.id}-{secrets.token_hex(2)}-"
     argv = client.run + ["--bootstrap", bootstrap, "--brokers", str(brokers), "--prefix", prefix,
-                         "--scenarios", ",".join(SCENARIOS)]
+                         "--security", str(security), "--scenarios", ",".join(SCENARIOS)]
     stderr_path = log_dir / f"{cluster}-{client.id}.stderr"
     reported: set[str] = set()
     t0 = time.monotonic()
@@ -213,33 +238,147 @@ def parse_result(line: str) -> tuple[str, Outcome] | None:
         return None
 
 
-def run_cluster(cluster: str, clients: list[Client], matrix: Matrix, log_dir: Path, parallel: int) -> None:
+def make_security_material(log_dir: Path) -> dict:
+    """Certificates, stores, the JWKS and a signed token (compat/security.py, which needs .venv's
+    `cryptography`; the venv is made when missing)."""
+    python = ROOT / ".venv/bin/python"
+    probe = subprocess.run([str(python), "-c", "import cryptography"], capture_output=True) if python.exists() else None
+    if probe is None or probe.returncode != 0:
+        subprocess.run(["bash", "scripts/python-venv.sh"], cwd=ROOT, check=True, stdin=subprocess.DEVNULL,
+                       capture_output=True, timeout=INSTALL_TIMEOUT_S)
+    done = subprocess.run([str(python), "compat/security.py", str(log_dir / "security")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        raise RuntimeError(f"compat/security.py exited {done.returncode}: {done.stderr.strip()[-500:]}")
+    return json.loads(done.stdout)
+
+
+def broker_security(material: dict) -> dict[str, str]:
+    """The brokers' settings for the secured listeners: TLS with the test certificate on SSL and
+    SASL_SSL (client certificates required on SSL), SCRAM-SHA-512/256, PLAIN and OAUTHBEARER on
+    SASL_SSL, SCRAM-SHA-256 on SASL_PLAINTEXT; replication stays on PLAINTEXT."""
+    return {
+        "ssl.keystore.location": material["server_keystore"],
+        "ssl.truststore.location": material["ca"],
+        "listener.name.ssl.ssl.client.auth": "required",
+        "listener.name.sasl_ssl.sasl.enabled.mechanisms": "SCRAM-SHA-512,SCRAM-SHA-256,PLAIN,OAUTHBEARER",
+        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "SCRAM-SHA-256",
+        "sasl.oauthbearer.jwks.endpoint.url": material["jwks"],
+        "sasl.oauthbearer.expected.audience": material["audience"],
+        "sasl.oauthbearer.expected.issuer": material["issuer"],
+        "inter.broker.listener.name": "PLAINTEXT",
+    }
+
+
+def security_file(material: dict, nodes: list[SluiceNode], path: Path) -> Path:
+    """The adapters' --security file (its format is in compat/README.md): per security row, the
+    bootstrap list of its listener and everything a client needs to log in there."""
+    def bootstrap(listener: str) -> str:
+        return ",".join(n.bootstrap_for(listener) for n in nodes)
+
+    tls = {"ca": material["ca"], "truststore": material["truststore_p12"],
+           "truststore_password": material["store_password"]}
+
+    def sasl(listener: str, mechanism: str, user: tuple[str, str]) -> dict:
+        return {"bootstrap": bootstrap(listener), "security_protocol": listener, "sasl_mechanism": mechanism,
+                "username": user[0], "password": user[1], **(tls if listener == "SASL_SSL" else {})}
+
+    scenarios = {
+        "sasl_ssl_scram512": sasl("SASL_SSL", "SCRAM-SHA-512", USER),
+        "sasl_ssl_plain": sasl("SASL_SSL", "PLAIN", USER),
+        "sasl_plaintext_scram256": sasl("SASL_PLAINTEXT", "SCRAM-SHA-256", USER),
+        "ssl_mtls": {"bootstrap": bootstrap("SSL"), "security_protocol": "SSL", **tls,
+                     "client_cert": material["client_cert"], "client_key": material["client_key"],
+                     "keystore": material["client_keystore_p12"], "keystore_password": material["store_password"]},
+        "oauthbearer": {"bootstrap": bootstrap("SASL_SSL"), "security_protocol": "SASL_SSL",
+                        "sasl_mechanism": "OAUTHBEARER", **tls, "token": material["token"],
+                        "token_file": material["token_file"], "token_principal": material["token_sub"],
+                        "token_expires_ms": material["token_expires_s"] * 1000},
+        "sasl_wrong_password": sasl("SASL_SSL", "SCRAM-SHA-512", (USER[0], WRONG_PASSWORD)),
+        "tool_scram_users": sasl("SASL_SSL", "SCRAM-SHA-512", ADMIN),
+    }
+    path.write_text(json.dumps({"scenarios": scenarios}, indent=2) + "\n")
+    return path
+
+
+def wait_for_logins(nodes: list[SluiceNode], material: dict) -> None:
+    """Waits until every node lets USER in on SASL_SSL (SCRAM-SHA-512) and SASL_PLAINTEXT
+    (SCRAM-SHA-256): the --add-scram users are created through the quorum after the brokers
+    answer, and reach each broker when it applies that record."""
+    checks = [("SASL_SSL", {"security.protocol": "SASL_SSL", "ssl.ca.location": material["ca"],
+                            "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": USER[0], "sasl.password": USER[1]}),
+              ("SASL_PLAINTEXT", {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+                                  "sasl.username": USER[0], "sasl.password": USER[1]})]
+    deadline = time.monotonic() + SECURITY_READY_TIMEOUT_S
+    for node in nodes:
+        for listener, security in checks:
+            while True:
+                try:
+                    connect(HOST, node.ports[listener], security).close()
+                    break
+                except Exception as e:  # noqa: BLE001 - retried until the deadline
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"node {node.node_id} did not let {USER[0]} in on {listener} in "
+                                           f"{SECURITY_READY_TIMEOUT_S}s: {e}") from e
+                    time.sleep(0.2)
+
+
+def start_nodes(size: int, material: dict | None) -> list[SluiceNode]:
+    """A fresh single node or cluster; with security material, with the secured listeners beside
+    PLAINTEXT and the --add-scram users."""
+    kwargs = {} if material is None else {"settings": broker_security(material), "listeners": LISTENERS,
+                                          "extra_args": ADD_SCRAM}
+    if size == 1:
+        return [SluiceNode(**kwargs).start()]
+    return start_cluster(size, **kwargs)
+
+
+def run_cluster(cluster: str, clients: list[Client], matrix: Matrix, log_dir: Path, parallel: int,
+                material: dict | str) -> None:
+    """`material` is the security material, or why there is none (the nodes then have the
+    PLAINTEXT listener only, and the --security file holds the reason the security rows fail
+    with)."""
     size = CLUSTERS[cluster]
     t0 = time.monotonic()
+    nodes: list[SluiceNode] = []
     try:
-        nodes = [SluiceNode().start()] if size == 1 else start_cluster(size)
+        nodes = start_nodes(size, material if isinstance(material, dict) else None)
+        if isinstance(material, dict):
+            wait_for_logins(nodes, material)
     except Exception as e:  # noqa: BLE001 - every scenario on this cluster fails with the reason
         reason = " ".join(str(e).split("\n")[0].split())
         print(f"{CLUSTER_TITLES[cluster]} did not start: {e}", flush=True)
+        stop_nodes(cluster, nodes, log_dir)
         for c in clients:
             for s in SCENARIOS:
                 matrix.put(c.id, s, cluster, Outcome("fail", f"the cluster did not start: {reason}"))
         return
     bootstrap = ",".join(n.bootstrap for n in nodes)
     print(f"{CLUSTER_TITLES[cluster]}: {bootstrap} (ready in {time.monotonic() - t0:.1f}s)", flush=True)
+    security = log_dir / f"security-{cluster}.json"
+    if isinstance(material, dict):
+        security_file(material, nodes, security)
+    else:
+        security.write_text(json.dumps({"error": material}) + "\n")
     try:
         with ThreadPoolExecutor(max_workers=parallel) as pool:
-            for f in [pool.submit(run_adapter, c, cluster, bootstrap, size, matrix, log_dir) for c in clients]:
+            for f in [pool.submit(run_adapter, c, cluster, bootstrap, size, security, matrix, log_dir)
+                      for c in clients]:
                 f.result()
     finally:
-        for n in nodes:
-            alive = n.is_running()
-            n.kill()
-            dest = log_dir / f"{cluster}-node{n.node_id}.log"
+        stop_nodes(cluster, nodes, log_dir)
+
+
+def stop_nodes(cluster: str, nodes: list[SluiceNode], log_dir: Path) -> None:
+    for n in nodes:
+        alive = n.is_running()
+        n.kill()
+        dest = log_dir / f"{cluster}-node{n.node_id}.log"
+        if n.log_path.exists():
             shutil.copy(n.log_path, dest)
-            if not alive:
-                print(f"  node {n.node_id} had exited before the end of the run; its log: {dest}", flush=True)
-            shutil.rmtree(n.work_dir, ignore_errors=True)
+        if not alive:
+            print(f"  node {n.node_id} had exited before the end of the run; its log: {dest}", flush=True)
+        shutil.rmtree(n.work_dir, ignore_errors=True)
 
 
 def judge(matrix: Matrix, known: list[KnownFailure]) -> list[str]:
@@ -286,9 +425,11 @@ def render(clients: list[Client], clusters: list[str], matrix: Matrix) -> str:
         f"{datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} "
         f"from sluice commit `{git('rev-parse', '--short=12', 'HEAD')}`{dirty}. Do not edit by hand.",
         "Each client runs every scenario against a fresh single node and then a fresh 3-node cluster of",
-        "real `sluice` processes; what each scenario checks is described in compat/README.md. A cell is",
-        "`pass`, `fail: <error>` or `n/a: <why>`; long errors are cut, and the full text is in the",
-        "per-cluster sections' details below each table.",
+        "real `sluice` processes; what each scenario checks is described in compat/README.md. The",
+        "security rows (`sasl_*`, `ssl_mtls`, `oauthbearer`, `tool_scram_users`) log in to SASL_SSL, SSL",
+        "(mutual TLS) and SASL_PLAINTEXT listeners the nodes have beside the PLAINTEXT one the other rows",
+        "use. A cell is `pass`, `fail: <error>` or `n/a: <why>`; long errors are cut, and the full text",
+        "is in the per-cluster sections' details below each table.",
         "",
         "| client | pinned version |",
         "|---|---|",
@@ -321,6 +462,8 @@ def main() -> int:
     p.add_argument("--out", help="where to write the tables (default docs/compatibility.md on a full run)")
     p.add_argument("--logs", help="directory for install and adapter logs (default: a fresh temporary one)")
     p.add_argument("--skip", help="comma-separated client ids to leave out")
+    p.add_argument("--scenarios", help="comma-separated scenarios to run (default: all); a partial run writes "
+                   "no docs/compatibility.md unless --out is given")
     p.add_argument("--install-only", action="store_true", help="install the clients (into their caches) "
                    "and stop: scripts/test.sh does this while the Rust tests run, so the matrix later finds "
                    "them installed")
@@ -341,8 +484,15 @@ def main() -> int:
             raise SystemExit(f"unknown client ids {sorted(unknown)} in --skip; known: {[c.id for c in clients]}")
         clients = [c for c in clients if c.id not in skipped]
     clusters = [c for c in a.clusters.split(",") if c]
-    out = Path(a.out) if a.out else (None if a.clients or a.skip or clusters != list(CLUSTERS) else ROOT / "docs/compatibility.md")
+    partial = a.clients or a.skip or a.scenarios or clusters != list(CLUSTERS)
+    out = Path(a.out) if a.out else (None if partial else ROOT / "docs/compatibility.md")
     known = load_known_failures(ROOT / "compat/known-failures.txt")
+    if a.scenarios:
+        wanted = a.scenarios.split(",")
+        unknown = set(wanted) - set(SCENARIOS)
+        if unknown:
+            raise SystemExit(f"unknown scenarios {sorted(unknown)}; known: {SCENARIOS}")
+        SCENARIOS[:] = [s for s in SCENARIOS if s in wanted]
     log_dir = Path(a.logs) if a.logs else Path(subprocess.check_output(["mktemp", "-d", "/tmp/sluice-compat-XXXXXX"], text=True).strip())
     log_dir.mkdir(parents=True, exist_ok=True)
     print(f"compatibility matrix: {len(clients)} clients x {len(SCENARIOS)} scenarios; logs in {log_dir}", flush=True)
@@ -354,9 +504,14 @@ def main() -> int:
         print(f"compatibility matrix: installed {len(clients) - len(failed)} of {len(clients)} clients"
               + (f"; failed: {', '.join(failed)} (the matrix retries them)" if failed else ""), flush=True)
         return 0
+    try:
+        material: dict | str = make_security_material(log_dir)
+    except Exception as e:  # noqa: BLE001 - the security rows fail with the reason
+        material = " ".join(str(e).split())
+        print(f"no security material, the security rows fail: {material}", flush=True)
     matrix = Matrix()
     for cluster in clusters:
-        run_cluster(cluster, clients, matrix, log_dir, a.parallel)
+        run_cluster(cluster, clients, matrix, log_dir, a.parallel, material)
 
     if out:
         out.write_text(render(clients, clusters, matrix))

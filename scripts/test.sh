@@ -12,7 +12,8 @@
 #                         under `#ifdef WITH_OAUTHBEARER_OIDC`, which its CMake config always
 #                         defines (to 0) - curl itself stays disabled and unlinked
 #   libssl-dev            rdkafka's `ssl` feature: librdkafka's TLS and SASL/SCRAM link the
-#                         system's OpenSSL (integration-tests/tests/it/security.rs)
+#                         system's OpenSSL (integration-tests/tests/it/security.rs and the
+#                         compatibility matrix's security rows)
 #   python3-venv          only if `python3 -m venv` cannot bootstrap pip
 #   chromium              headless browser for the console test (test_console.py)
 #
@@ -56,6 +57,8 @@ trap summary EXIT
 install_system_packages() {
     local -a missing=()
     command -v kcat >/dev/null 2>&1 || missing+=(kcat)
+    # The security tests' PKCS12 stores (openssl pkcs12 -export) and TLS checks (s_client).
+    command -v openssl >/dev/null 2>&1 || missing+=(openssl)
     command -v chromium >/dev/null 2>&1 || missing+=(chromium)
     command -v cmake >/dev/null 2>&1 || missing+=(cmake)
     command -v g++ >/dev/null 2>&1 || missing+=(g++)
@@ -111,7 +114,9 @@ step "module layers (no import circles)" python3 scripts/check-module-cycles.py 
 step "system packages" install_system_packages || true
 step "python venv (.venv) + pinned deps" bash scripts/python-venv.sh || true
 step "Kafka Java client + CLI tools (Maven)" bash scripts/java-lib.sh || true
-if step "cargo build --release sluice, sluice-bench, sluice-lazyfs" cargo build --release -p sluice-broker -p sluice-integration-tests -p sluice-lazyfs --bin sluice --bin sluice-bench --bin sluice-lazyfs; then
+# sluice-demo: test_compose_topology.py runs docker-compose.secure.yml's `acls` service with it
+# (cargo test builds it anyway, for the demo's own tests).
+if step "cargo build --release sluice, sluice-bench, sluice-lazyfs, sluice-demo" cargo build --release -p sluice-broker -p sluice-integration-tests -p sluice-lazyfs -p sluice-demo --bin sluice --bin sluice-bench --bin sluice-lazyfs --bin sluice-demo; then
     echo "broker binary: $SLUICE_BIN"
     # The matrix's client installs (npm source builds, go build, javac: minutes on a fresh
     # machine, cached afterwards) run while the Rust tests run, which mostly wait on brokers.

@@ -361,6 +361,8 @@ async fn serve<R, W>(
                 last_read = Instant::now();
                 frame_started.get_or_insert(last_read);
             }
+            // A TLS client that just closes, without close_notify, is not a problem to report.
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof && buf.is_empty() => break None,
             Ok(Err(e)) => break Some(format!("read failed: {e}")),
             Err(_) if frame_started.is_some() => {
                 break Some(format!(

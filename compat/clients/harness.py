@@ -3,7 +3,8 @@ requested scenarios side by side, one JSON result line per scenario on stdout, a
 the produce scenarios send and compare.
 
 The contract (compat/README.md): `adapter --bootstrap H:P[,..] --brokers N --prefix P
---scenarios s1,s2`; for each scenario one line `{"scenario", "result", "detail"}`. One scenario's
+--security FILE --scenarios s1,s2`; for each scenario one line `{"scenario", "result", "detail"}`.
+One scenario's
 failure never stops another: each runs in its own try block, and its exception becomes its
 `fail` detail.
 """
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
 import threading
 import time
@@ -41,16 +44,37 @@ def check(condition: bool, message: str) -> None:
         raise ScenarioFailed(message)
 
 
+# The security rows: log in as the --security file says, create a topic, produce SECURE_RECORDS
+# records with acks=all, consume them all in a group and commit (sasl_wrong_password instead
+# expects the login to be refused).
+SECURE_ROUND_TRIPS = ("sasl_ssl_scram512", "sasl_ssl_plain", "sasl_plaintext_scram256", "ssl_mtls", "oauthbearer")
+SECURE_RECORDS = 50
+# What a refused SASL login must be reported as (the broker's SASL_AUTHENTICATION_FAILED message
+# starts with it, for SCRAM and PLAIN alike).
+AUTHENTICATION_FAILED = "Authentication failed"
+
+
 @dataclass
 class Context:
-    """What one adapter run was given: where the cluster is, its size, and the name prefix every
-    topic and group it creates must start with."""
+    """What one adapter run was given: where the cluster is, its size, the name prefix every
+    topic and group it creates must start with, and the secured listeners' logins (the
+    --security file: {"scenarios": {scenario: {...}}})."""
     bootstrap: str
     brokers: int
     prefix: str
+    security: dict
 
     def name(self, suffix: str) -> str:
         return f"{self.prefix}{suffix}"
+
+    def login(self, scenario: str) -> dict:
+        """The --security file's entry for `scenario`: bootstrap, security_protocol and what
+        that login needs (ca, client_cert/client_key, sasl_mechanism, username/password, token)."""
+        entry = self.security.get("scenarios", {}).get(scenario)
+        if entry is None:
+            raise ScenarioFailed(f"the --security file has no login for {scenario}"
+                                 + (f": {self.security['error']}" if "error" in self.security else ""))
+        return entry
 
     @property
     def replication(self) -> int:
@@ -133,14 +157,42 @@ def each_group_reads_all(groups: tuple[str, ...], drain: Callable[[str], list[in
 Scenario = Callable[[Context], "str | None"]
 
 
+def secure_values(topic: str, count: int = SECURE_RECORDS) -> list[bytes]:
+    """The values a security row produces and must read back, in order."""
+    return [f"{topic}-{i}".encode() for i in range(count)]
+
+
+def check_values(sent: list[bytes], got: list[bytes]) -> None:
+    for i, (s, g) in enumerate(zip(sent, got)):
+        check(s == g, f"record {i} read back as {g!r}, sent {s!r}")
+    check(len(got) == len(sent), f"read back {len(got)} records, sent {len(sent)}")
+
+
+def refused_as_expected(reported: str) -> str:
+    """The pass note for sasl_wrong_password (what the client reported, `reported`); fails when that
+    is not an authentication failure."""
+    text = " ".join(reported.split())
+    check(AUTHENTICATION_FAILED in text, f"expected {AUTHENTICATION_FAILED!r}, the client reported: {text}")
+    # Shorter for the table: without librdkafka's log-line prefix, broker address and timing.
+    text = re.sub(r"^%\d\|.*?\]: ", "", text)
+    text = re.sub(r"\b(sasl_ssl|sasl_plaintext)://\S+: ", "", text)
+    text = re.sub(r" \(after \d+ms in state \w+\)$", "", text)
+    return text
+
+
 def parse_args(argv: list[str] | None = None) -> tuple[Context, list[str]]:
     p = argparse.ArgumentParser(description="compatibility-matrix adapter (see compat/README.md)")
     p.add_argument("--bootstrap", required=True)
     p.add_argument("--brokers", type=int, required=True)
     p.add_argument("--prefix", required=True)
+    p.add_argument("--security", help="the secured listeners' logins (JSON); without it the security rows fail")
     p.add_argument("--scenarios", required=True)
     a = p.parse_args(argv)
-    return Context(a.bootstrap, a.brokers, a.prefix), [s for s in a.scenarios.split(",") if s]
+    security = {"error": "no --security file given"}
+    if a.security:
+        with open(os.path.expanduser(a.security)) as f:
+            security = json.load(f)
+    return Context(a.bootstrap, a.brokers, a.prefix, security), [s for s in a.scenarios.split(",") if s]
 
 
 _out_lock = threading.Lock()

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::http::{self, Response};
 use crate::order::Order;
 use crate::resume::{group_config, ResumeContext, StoredOffsets};
+use crate::security::SecurityArgs;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct AnalyticsArgs {
@@ -37,6 +38,8 @@ pub struct AnalyticsArgs {
     /// Minutes kept and served (the newest ones); older minutes remain in the totals.
     #[arg(long, default_value_t = 15)]
     pub minutes: usize,
+    #[command(flatten)]
+    pub security: SecurityArgs,
 }
 
 /// How often the covered offsets are committed to the group (for lag display only).
@@ -151,6 +154,7 @@ pub fn run(args: &AnalyticsArgs, stop: &AtomicBool) -> Result<()> {
     if args.minutes == 0 {
         bail!("--minutes must be at least 1");
     }
+    let security = args.security.load()?;
     let counts = Arc::new(Mutex::new(Counts::new(args.minutes)));
     let listener = TcpListener::bind(args.listen)
         .with_context(|| format!("cannot listen on {}; pick another address with --listen", args.listen))?;
@@ -167,7 +171,7 @@ pub fn run(args: &AnalyticsArgs, stop: &AtomicBool) -> Result<()> {
         });
     }
     let consumer: BaseConsumer<ResumeContext<SharedCounts>> =
-        group_config(&args.bootstrap, &args.group, "sluice-demo-analytics")
+        group_config(&args.bootstrap, &security, &args.group, "sluice-demo-analytics")
             .create_with_context(ResumeContext::new(&args.topic, SharedCounts(counts.clone())))
             .context("cannot create the analytics consumer; check --bootstrap")?;
     consumer

@@ -1,6 +1,8 @@
 //! The local 3-node cluster `run` starts: every node a broker and a metadata-quorum voter, as
 //! `scripts/cluster.sh` starts them, on ports clear of a default single node
-//! (Kafka 19092/29092/39092, quorum 19093/29093/39093).
+//! (Kafka 19092/29092/39092, quorum 19093/29093/39093). Secured (`run --secure`), each node's
+//! one Kafka listener speaks SASL_SSL, to clients and to the other brokers alike, and the
+//! brokers create the demo's SCRAM users ([`SecureFiles`]).
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -15,7 +17,10 @@ use rand::RngCore;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
+use crate::acls::ADMIN;
 use crate::process::ChildProcess;
+use crate::secure::SecureFiles;
+use crate::security::ClientSecurity;
 
 pub const NODES: u16 = 3;
 /// Until every node is listed in Metadata.
@@ -36,6 +41,8 @@ pub fn console_address(id: u16) -> String {
 pub struct LocalCluster {
     nodes: Vec<ChildProcess>,
     bootstrap: String,
+    /// How the demo itself logs in (as `admin` when secured) to watch the cluster.
+    observer: ClientSecurity,
 }
 
 /// The broker binary: `$SLUICE_BIN`, else `sluice` beside this binary (both are built into
@@ -73,9 +80,9 @@ fn cluster_secret(dir: &Path) -> Result<PathBuf> {
 }
 
 impl LocalCluster {
-    /// Starts the nodes with data and logs under `dir/node-N/` and waits until each is listed
-    /// in Metadata (or `stop` is set).
-    pub fn start(binary: &Path, dir: &Path, stop: &AtomicBool) -> Result<LocalCluster> {
+    /// Starts the nodes with data and logs under `dir/node-N/`, secured with `secure` if given,
+    /// and waits until each is listed in Metadata (or `stop` is set).
+    pub fn start(binary: &Path, dir: &Path, secure: Option<&SecureFiles>, stop: &AtomicBool) -> Result<LocalCluster> {
         let secret = cluster_secret(dir)?;
         let voters: Vec<String> = (1..=NODES)
             .map(|id| format!("{id}@127.0.0.1:{}", kafka_port(id) + 1))
@@ -85,14 +92,25 @@ impl LocalCluster {
         for id in 1..=NODES {
             let node_dir = dir.join(format!("node-{id}"));
             std::fs::create_dir_all(&node_dir)?;
+            let listener = format!("127.0.0.1:{}", kafka_port(id));
             let mut cmd = Command::new(binary);
             cmd.arg("--node-id")
                 .arg(id.to_string())
                 .arg("--data-dir")
-                .arg(node_dir.join("data"))
-                .arg("--listen")
-                .arg(format!("127.0.0.1:{}", kafka_port(id)))
-                .arg("--controller-listen")
+                .arg(node_dir.join("data"));
+            match secure {
+                None => {
+                    cmd.arg("--listen").arg(&listener);
+                }
+                Some(secure) => {
+                    for setting in secure.broker_settings(id, &listener)? {
+                        cmd.arg("--set").arg(setting);
+                    }
+                    // In the environment, not the command line, which every user can list.
+                    cmd.env("SLUICE_ADD_SCRAM", secure.add_scram());
+                }
+            }
+            cmd.arg("--controller-listen")
                 .arg(format!("127.0.0.1:{}", kafka_port(id) + 1))
                 .arg("--voters")
                 .arg(&voters)
@@ -111,7 +129,15 @@ impl LocalCluster {
             .map(|id| format!("127.0.0.1:{}", kafka_port(id)))
             .collect::<Vec<_>>()
             .join(",");
-        let mut cluster = LocalCluster { nodes, bootstrap };
+        let observer = match secure {
+            Some(secure) => secure.client_security(ADMIN)?,
+            None => ClientSecurity::default(),
+        };
+        let mut cluster = LocalCluster {
+            nodes,
+            bootstrap,
+            observer,
+        };
         cluster.await_ready(stop)?;
         Ok(cluster)
     }
@@ -120,16 +146,24 @@ impl LocalCluster {
         &self.bootstrap
     }
 
+    /// A client that only reads metadata and watermarks (never joins a group), logged in as
+    /// the administrator when the cluster is secured.
+    pub fn observer(&self) -> Result<BaseConsumer> {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", &self.bootstrap)
+            .set("client.id", "sluice-demo-run");
+        self.observer.apply(&mut config);
+        Ok(config.create()?)
+    }
+
     /// Fails, naming the log, if a node has exited.
     pub fn check_running(&mut self) -> Result<()> {
         self.nodes.iter_mut().try_for_each(ChildProcess::check_running)
     }
 
     fn await_ready(&mut self, stop: &AtomicBool) -> Result<()> {
-        let client: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &self.bootstrap)
-            .set("client.id", "sluice-demo-run")
-            .create()?;
+        let client = self.observer()?;
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             self.check_running()?;
@@ -144,8 +178,14 @@ impl LocalCluster {
                 return Ok(());
             }
             if Instant::now() >= deadline {
+                let secured = if self.observer == ClientSecurity::default() {
+                    ""
+                } else {
+                    " (secured: the demo logs in as admin, whom the brokers create at start from SLUICE_ADD_SCRAM; \
+                     a cluster made with other passwords refuses it: delete --data-dir to start over)"
+                };
                 bail!(
-                    "only {listed} of {NODES} brokers were up after {READY_TIMEOUT:?}; see the logs in {}",
+                    "only {listed} of {NODES} brokers were up after {READY_TIMEOUT:?}{secured}; see the logs in {}",
                     self.nodes[0]
                         .log()
                         .parent()

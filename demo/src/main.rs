@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use sluice_demo::{analytics, producer, run, shutdown, sink};
+use sluice_demo::{acls, analytics, producer, run, shutdown, sink};
 
 #[derive(Parser)]
 #[command(
@@ -28,6 +28,8 @@ enum Program {
     Analytics(analytics::AnalyticsArgs),
     /// Start a local 3-node cluster and all three programs, and print a summary every 2 s.
     Run(run::RunArgs),
+    /// Grant the producer's, the sink's and analytics' users what each needs, as an administrator.
+    Acls(acls::AclsArgs),
 }
 
 fn main() -> ExitCode {
@@ -42,6 +44,7 @@ fn main() -> ExitCode {
         Program::Sink(args) => sink::run(args, &stop),
         Program::Analytics(args) => analytics::run(args, &stop),
         Program::Run(args) => run::run(args, &stop),
+        Program::Acls(args) => acls::run(args),
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -37,9 +37,16 @@ impl ChildProcess {
                 Ok(())
             });
         }
-        let child = cmd
-            .spawn()
-            .with_context(|| format!("cannot start the {name}: {cmd:?}"))?;
+        // The program and its arguments only: `{cmd:?}` would show the environment we set,
+        // which may hold passwords (SLUICE_ADD_SCRAM).
+        let child = cmd.spawn().with_context(|| {
+            let args: Vec<_> = cmd.get_args().map(|a| a.to_string_lossy()).collect();
+            format!(
+                "cannot start the {name}: {} {}",
+                cmd.get_program().to_string_lossy(),
+                args.join(" ")
+            )
+        })?;
         tracing::debug!(name, pid = child.id(), log = %log.display(), "started");
         Ok(ChildProcess {
             name: name.to_string(),

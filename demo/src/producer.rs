@@ -20,6 +20,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientContext;
 
 use crate::order::Order;
+use crate::security::{ClientSecurity, SecurityArgs};
 use crate::topic::ensure_topic;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -50,6 +51,8 @@ pub struct ProducerArgs {
     /// Distinct customer ids (the record keys).
     #[arg(long, default_value_t = 10_000)]
     pub customers: u32,
+    #[command(flatten)]
+    pub security: SecurityArgs,
 }
 
 /// How long librdkafka keeps retrying an order (through leader changes and broker restarts)
@@ -99,8 +102,9 @@ impl ProducerContext for Deliveries {
     }
 }
 
-fn producer_config(bootstrap: &str) -> ClientConfig {
+fn producer_config(bootstrap: &str, security: &ClientSecurity) -> ClientConfig {
     let mut c = ClientConfig::new();
+    security.apply(&mut c);
     c.set("bootstrap.servers", bootstrap)
         .set("client.id", "sluice-demo-producer")
         .set("enable.idempotence", "true")
@@ -131,7 +135,14 @@ pub fn run(args: &ProducerArgs, stop: &AtomicBool) -> Result<()> {
     if args.customers == 0 {
         bail!("--customers must be at least 1");
     }
-    ensure_topic(&args.bootstrap, &args.topic, args.partitions, args.replication_factor)?;
+    let security = args.security.load()?;
+    ensure_topic(
+        &args.bootstrap,
+        &security,
+        &args.topic,
+        args.partitions,
+        args.replication_factor,
+    )?;
     let acked_log = match &args.acked_log {
         Some(path) => Some(
             OpenOptions::new()
@@ -151,7 +162,7 @@ pub fn run(args: &ProducerArgs, stop: &AtomicBool) -> Result<()> {
         failed: AtomicU64::new(0),
         log_write_failed: AtomicBool::new(false),
     };
-    let producer: BaseProducer<Deliveries> = producer_config(&args.bootstrap)
+    let producer: BaseProducer<Deliveries> = producer_config(&args.bootstrap, &security)
         .create_with_context(context)
         .context("cannot create the producer; check --bootstrap")?;
     let produced = produce_paced(&producer, args, &run_id, stop)?;

@@ -15,6 +15,8 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
+use crate::security::ClientSecurity;
+
 /// Where an application keeps, with its results, the next offset to read per partition.
 pub trait StoredOffsets: Send + Sync + 'static {
     /// The next offset of every partition of the topic the application has results for. A
@@ -27,8 +29,9 @@ pub trait StoredOffsets: Send + Sync + 'static {
 
 /// Subscriber settings for a group whose members resume at [`StoredOffsets`]. The eager
 /// assignors only: [`ResumeContext`] assigns the whole assignment at once.
-pub fn group_config(bootstrap: &str, group: &str, client_id: &str) -> ClientConfig {
+pub fn group_config(bootstrap: &str, security: &ClientSecurity, group: &str, client_id: &str) -> ClientConfig {
     let mut c = ClientConfig::new();
+    security.apply(&mut c);
     c.set("bootstrap.servers", bootstrap)
         .set("group.id", group)
         .set("client.id", client_id)

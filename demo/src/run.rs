@@ -2,6 +2,10 @@
 //! processes (this binary re-executed with their subcommands), and a summary every 2 s.
 //! Stops on SIGINT/SIGTERM or after `--duration-s`: producer first (its orders acknowledged),
 //! then the consumers, then the brokers.
+//!
+//! With `--secure` the cluster speaks only SASL_SSL and enforces ACLs ([`SecureFiles`]); the
+//! demo grants each program's user what it needs ([`acls`]) before starting the programs,
+//! each with its own login, and watches the cluster as `admin`.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -12,17 +16,21 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
+use crate::acls::{self, ADMIN, ANALYTICS, PRODUCER, SINK};
 use crate::analytics::Stats;
 use crate::cluster::{broker_binary, console_address, LocalCluster, NODES};
 use crate::http;
 use crate::process::ChildProcess;
+use crate::secure::SecureFiles;
 use crate::sink_db::{read_next_offsets, SinkCounters};
 
 const TOPIC: &str = "orders";
 const PARTITIONS: i32 = 12;
+/// The sink's and analytics' groups (their programs' defaults), named in the ACLs.
+const SINK_GROUP: &str = "orders-sink";
+const ANALYTICS_GROUP: &str = "analytics";
 const SUMMARY_INTERVAL: Duration = Duration::from_secs(2);
 /// The producer gets this long after SIGTERM to have its last orders acknowledged.
 const PRODUCER_STOP_TIMEOUT: Duration = Duration::from_secs(20);
@@ -50,6 +58,11 @@ pub struct RunArgs {
     /// Where analytics serves GET /stats.
     #[arg(long, default_value = "127.0.0.1:18080")]
     pub analytics_listen: SocketAddr,
+    /// Secure the cluster: SASL_SSL listeners (a test CA made in --data-dir), SCRAM-SHA-512
+    /// logins and ACLs; the producer, the sink and analytics each log in as their own user,
+    /// allowed only what it needs.
+    #[arg(long)]
+    pub secure: bool,
 }
 
 /// The demo's files under `--data-dir`.
@@ -79,12 +92,17 @@ pub fn run(args: &RunArgs, stop: &AtomicBool) -> Result<()> {
         dir,
     };
     let broker = broker_binary()?;
+    let secure = args
+        .secure
+        .then(|| SecureFiles::prepare(&paths.dir, NODES))
+        .transpose()?;
     println!(
-        "starting {NODES} brokers ({}), data and logs in {}",
+        "starting {NODES} {}brokers ({}), data and logs in {}",
+        if secure.is_some() { "secured " } else { "" },
         broker.display(),
         paths.dir.display()
     );
-    let mut cluster = LocalCluster::start(&broker, &paths.dir, stop)?;
+    let mut cluster = LocalCluster::start(&broker, &paths.dir, secure.as_ref(), stop)?;
     println!(
         "cluster up at {}; console at http://{}/ (Prometheus metrics at /metrics on each node)",
         cluster.bootstrap(),
@@ -92,7 +110,8 @@ pub fn run(args: &RunArgs, stop: &AtomicBool) -> Result<()> {
     );
     // The acked log counts this run's acknowledgements (the sink database keeps every run's).
     File::create(&paths.acked_log).with_context(|| format!("cannot create {}", paths.acked_log.display()))?;
-    let programs = start_programs(args, rate, &paths, cluster.bootstrap(), stop);
+    let programs = grant(secure.as_ref(), cluster.bootstrap())
+        .and_then(|()| start_programs(args, rate, &paths, &cluster, secure.as_ref(), stop));
     let result = programs.and_then(|mut programs| {
         let watched = watch(args, &paths, &mut cluster, &mut programs, stop);
         let stopped = stop_programs(programs);
@@ -112,14 +131,40 @@ struct Programs {
     analytics: ChildProcess,
 }
 
-fn start_programs(args: &RunArgs, rate: f64, paths: &Paths, bootstrap: &str, stop: &AtomicBool) -> Result<Programs> {
+/// Secured: the ACLs that let each program's user do its work, created as `admin`.
+fn grant(secure: Option<&SecureFiles>, bootstrap: &str) -> Result<()> {
+    let Some(secure) = secure else { return Ok(()) };
+    let acls = acls::workload_acls(TOPIC, SINK_GROUP, ANALYTICS_GROUP);
+    acls::grant(bootstrap, &secure.client_security(ADMIN)?, &acls)?;
+    println!(
+        "secured: SASL_SSL, SCRAM-SHA-512 and ACLs; {} ACLs for {PRODUCER}, {SINK} and {ANALYTICS}; \
+         each user's login is in {}/<user>.properties (e.g. kcat -b {bootstrap} -F {}/{ADMIN}.properties -L)",
+        acls.len(),
+        secure.dir().display(),
+        secure.dir().display()
+    );
+    Ok(())
+}
+
+fn start_programs(
+    args: &RunArgs,
+    rate: f64,
+    paths: &Paths,
+    cluster: &LocalCluster,
+    secure: Option<&SecureFiles>,
+    stop: &AtomicBool,
+) -> Result<Programs> {
     let me = std::env::current_exe().context("cannot find this program's own binary to start the demo programs")?;
-    let program = |subcommand: &str| {
+    // Each program logs in as its own user when secured (its password stays in the file).
+    let program = |subcommand: &str, user: &str| {
         let mut cmd = Command::new(&me);
-        cmd.arg(subcommand).arg("--bootstrap").arg(bootstrap);
+        cmd.arg(subcommand).arg("--bootstrap").arg(cluster.bootstrap());
+        if let Some(secure) = secure {
+            cmd.arg("--security-config").arg(secure.client_config(user));
+        }
         cmd
     };
-    let mut cmd = program("producer");
+    let mut cmd = program("producer", PRODUCER);
     cmd.arg("--rate")
         .arg(rate.to_string())
         .arg("--size")
@@ -129,11 +174,11 @@ fn start_programs(args: &RunArgs, rate: f64, paths: &Paths, bootstrap: &str, sto
         .arg("--acked-log")
         .arg(&paths.acked_log);
     let mut producer = ChildProcess::spawn("producer", cmd, &paths.log("producer"))?;
-    await_topic(bootstrap, &mut producer, stop)?;
-    let mut cmd = program("sink");
+    await_topic(&cluster.observer()?, &mut producer, stop)?;
+    let mut cmd = program("sink", SINK);
     cmd.arg("--db").arg(&paths.db);
     let sink = ChildProcess::spawn("sink", cmd, &paths.log("sink"))?;
-    let mut cmd = program("analytics");
+    let mut cmd = program("analytics", ANALYTICS);
     cmd.arg("--listen").arg(args.analytics_listen.to_string());
     let analytics = ChildProcess::spawn("analytics", cmd, &paths.log("analytics"))?;
     println!(
@@ -149,8 +194,7 @@ fn start_programs(args: &RunArgs, rate: f64, paths: &Paths, bootstrap: &str, sto
 }
 
 /// Waits until the producer has created the topic and each partition has a leader.
-fn await_topic(bootstrap: &str, producer: &mut ChildProcess, stop: &AtomicBool) -> Result<()> {
-    let client = observer(bootstrap)?;
+fn await_topic(client: &BaseConsumer, producer: &mut ChildProcess, stop: &AtomicBool) -> Result<()> {
     let deadline = Instant::now() + TOPIC_TIMEOUT;
     while !stop.load(Ordering::Relaxed) {
         producer.check_running()?;
@@ -177,14 +221,6 @@ fn await_topic(bootstrap: &str, producer: &mut ChildProcess, stop: &AtomicBool) 
     Ok(())
 }
 
-/// A client that only reads metadata and watermarks (never joins a group).
-fn observer(bootstrap: &str) -> Result<BaseConsumer> {
-    Ok(ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("client.id", "sluice-demo-run")
-        .create()?)
-}
-
 /// Prints the summary every [`SUMMARY_INTERVAL`] until `stop`, the duration ends, or a
 /// program or broker exits (an error).
 fn watch(
@@ -194,7 +230,7 @@ fn watch(
     programs: &mut Programs,
     stop: &AtomicBool,
 ) -> Result<()> {
-    let client = observer(cluster.bootstrap())?;
+    let client = cluster.observer()?;
     let started = Instant::now();
     let mut acked = AckedLog::new(&paths.acked_log);
     let mut last = (Instant::now(), log_end_offsets(&client));

@@ -17,6 +17,7 @@ use rdkafka::message::Message;
 
 use crate::order::Order;
 use crate::resume::{group_config, ResumeContext, StoredOffsets};
+use crate::security::SecurityArgs;
 use crate::sink_db::{Pending, SinkDb};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -41,6 +42,8 @@ pub struct SinkArgs {
     /// A batch is stored at the latest this long after its first record arrived.
     #[arg(long, default_value_t = 200)]
     pub batch_max_ms: u64,
+    #[command(flatten)]
+    pub security: SecurityArgs,
 }
 
 /// The database and the batch not yet stored, behind one lock: the poll loop fills the batch,
@@ -93,6 +96,7 @@ pub fn run(args: &SinkArgs, stop: &AtomicBool) -> Result<()> {
     if args.batch_max == 0 {
         bail!("--batch-max must be at least 1");
     }
+    let security = args.security.load()?;
     let db = SinkDb::open(&args.db, &args.topic)?;
     tracing::info!(db = %args.db.display(), stored_offsets = ?db.next_offsets()?, "sink database open");
     let sink = SharedSink(Mutex::new(Sink {
@@ -100,7 +104,7 @@ pub fn run(args: &SinkArgs, stop: &AtomicBool) -> Result<()> {
         batch: Vec::with_capacity(args.batch_max),
         batch_started: None,
     }));
-    let mut config = group_config(&args.bootstrap, &args.group, "sluice-demo-sink");
+    let mut config = group_config(&args.bootstrap, &security, &args.group, "sluice-demo-sink");
     if let Some(id) = &args.instance_id {
         config.set("group.instance.id", id);
     }

@@ -8,10 +8,20 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::types::RDKafkaErrorCode;
 
+use crate::security::ClientSecurity;
+
 /// Creates `topic` with `partitions` and `replication_factor` unless it exists (an existing
 /// topic is left as it is, whatever its layout).
-pub fn ensure_topic(bootstrap: &str, topic: &str, partitions: i32, replication_factor: i32) -> Result<()> {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+pub fn ensure_topic(
+    bootstrap: &str,
+    security: &ClientSecurity,
+    topic: &str,
+    partitions: i32,
+    replication_factor: i32,
+) -> Result<()> {
+    let mut config = ClientConfig::new();
+    security.apply(&mut config);
+    let admin: AdminClient<DefaultClientContext> = config
         .set("bootstrap.servers", bootstrap)
         .set("client.id", "sluice-demo-admin")
         .create()
@@ -28,6 +38,15 @@ pub fn ensure_topic(bootstrap: &str, topic: &str, partitions: i32, replication_f
         match result {
             Ok(_) => tracing::info!(topic, partitions, replication_factor, "created topic"),
             Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => tracing::info!(topic, "topic exists"),
+            Err((
+                _,
+                code @ (RDKafkaErrorCode::TopicAuthorizationFailed | RDKafkaErrorCode::ClusterAuthorizationFailed),
+            )) => {
+                bail!(
+                    "not allowed to create topic {topic} ({code}): this principal needs CREATE on it \
+                     (`sluice-demo acls` grants it to orders-producer), or create the topic beforehand"
+                )
+            }
             Err((_, code)) => bail!(
                 "cannot create topic {topic} ({partitions} partitions, replication factor {replication_factor}): \
                  {code}; the cluster needs at least {replication_factor} brokers, or pass a smaller \

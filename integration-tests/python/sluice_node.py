@@ -419,11 +419,15 @@ class SluiceNode:
 
 
 def start_cluster(size: int, settings: dict[str, str] | None = None,
-                  metrics: bool = False, ready_timeout: float | None = None) -> list[SluiceNode]:
+                  metrics: bool = False, ready_timeout: float | None = None,
+                  listeners: dict[str, str] | None = None, client_security: dict[str, str] | None = None,
+                  extra_args: list[str] | None = None, env: dict[str, str] | None = None) -> list[SluiceNode]:
     """Starts `size` nodes (ids 1..size), each a broker and a metadata-quorum voter, and waits
     until every one lists itself (flags, secret and deadline as node.json's `cluster` says;
     `ready_timeout` in seconds overrides that deadline, e.g. for JVMs sharing two cores).
-    With `metrics`, each node serves metrics and the console on its own port (`metrics_url`)."""
+    With `metrics`, each node serves metrics and the console on its own port (`metrics_url`).
+    `listeners`, `client_security`, `extra_args` and `env` are SluiceNode's, for every node
+    (each named listener gets a port of its own on each node)."""
     spec = SPEC["cluster"]
     ports = [(free_loopback_port(), free_loopback_port()) for _ in range(size)]
     voters = spec["voters_separator"].join(
@@ -437,7 +441,10 @@ def start_cluster(size: int, settings: dict[str, str] | None = None,
     for i, (port, _) in enumerate(ports):
         timeout = spec["ready_timeout_ms"] / 1000 if ready_timeout is None else ready_timeout
         node = SluiceNode(settings, node_id=i + 1, ready_timeout=timeout,
-                          extra_args=cluster_args, metrics=metrics)
+                          extra_args=cluster_args + list(extra_args or []), metrics=metrics,
+                          listeners=listeners, client_security=client_security, env=env)
+        if node.listeners:
+            node.ports = {name: port if j == 0 else free_loopback_port() for j, name in enumerate(node.listeners)}
         node.port = port
         node.choose_metrics_port()
         nodes.append(node)

@@ -279,7 +279,7 @@ def test_a_100_mb_size_prefix_before_authentication_is_closed_at_once_without_al
             with pytest.raises(ConnectionError):
                 _recv_exact(sock, 1)
             assert time.monotonic() - started < 1.0, "the broker waited for the 100 MB frame"
-    lines = wait_for_log_lines(node, "before it authenticated (sasl.server.max.receive.size)", 4, after=before)
+    lines = wait_for_log_lines(node, "the limit before authentication (sasl.server.max.receive.size)", 4, after=before)
     assert all("closing connection" in line for line in lines), lines
     grown_kb = vm_rss_kb(node.proc.pid) - rss_before
     assert grown_kb < 4 * 1024, f"the broker's RSS grew by {grown_kb} kB"

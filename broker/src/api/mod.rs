@@ -71,7 +71,7 @@ use crate::security::authorizer::{Authorizer, Requester};
 pub struct Session {
     pub peer: SocketAddr,
     pub listener: Arc<str>,
-    /// `User:ANONYMOUS`, a client certificate's mapped name, or `User:<SASL user>`.
+    /// `User:ANONYMOUS`, `User:<a client certificate's mapped name>`, or `User:<SASL user>`.
     pub principal: Arc<str>,
     /// The client's IP address as text: what an ACL's host is compared with.
     pub host: Arc<str>,

@@ -38,7 +38,7 @@ pub struct ClusterView {
 pub struct ClientView {
     pub node_id: i32,
     pub listener: String,
-    /// `User:alice`, a certificate's mapped name, or `User:ANONYMOUS`.
+    /// `User:alice`, `User:<a certificate's mapped name>`, or `User:ANONYMOUS`.
     pub principal: String,
     pub connections: i64,
 }

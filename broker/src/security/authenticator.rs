@@ -175,7 +175,8 @@ impl Authenticator {
                     .with_mechanisms(enabled.iter().map(|m| StrBytes::from_static_str(m.name())).collect()),
             ))
         };
-        let mechanism = SaslMechanism::parse(asked);
+        // Kafka matches the name exactly (no trimming, no case folding).
+        let mechanism = SaslMechanism::ALL.into_iter().find(|m| m.name() == asked);
         let broker_login = mechanism == Some(SaslMechanism::ScramSha512) && self.security.has_broker_login();
         let reauth_of = match &self.state {
             State::AwaitHandshake => None,
@@ -430,7 +431,7 @@ impl Authenticator {
                     };
                 };
                 let checked = tokio::task::spawn_blocking(move || {
-                    let token = oauthbearer::parse_initial_response(&token).map_err(|e| format!("the OAUTHBEARER message has {e}"))?;
+                    let token = oauthbearer::parse_initial_response(&token).map_err(|e| format!("the OAUTHBEARER initial response was refused ({e})"))?;
                     validator.validate(token, now_ms().max(0) as u64)
                 })
                 .await
@@ -453,8 +454,9 @@ impl Authenticator {
 
 /// A SASL/PLAIN message (RFC 4616): `authzid NUL user NUL password`, or the message Kafka
 /// refuses it with.
-pub fn parse_plain(message: &[u8]) -> Result<(&str, &str, &str), String> {
-    let text = std::str::from_utf8(message).map_err(|_| "Invalid SASL/PLAIN response: the message is not UTF-8".to_string())?;
+pub fn parse_plain(message: &[u8]) -> Result<(String, String, String), String> {
+    // Decoded as Kafka decodes it (invalid UTF-8 becomes U+FFFD), so such a password is simply wrong.
+    let text = String::from_utf8_lossy(message);
     let tokens: Vec<&str> = text.splitn(4, '\0').collect();
     let [authzid, user, password] = tokens[..] else {
         return Err(format!("Invalid SASL/PLAIN response: expected 3 tokens, got {}", tokens.len()));
@@ -465,7 +467,7 @@ pub fn parse_plain(message: &[u8]) -> Result<(&str, &str, &str), String> {
     if password.is_empty() {
         return Err("Authentication failed: password not specified".into());
     }
-    Ok((authzid, user, password))
+    Ok((authzid.to_string(), user.to_string(), password.to_string()))
 }
 
 /// SASL/PLAIN, the password checked against the user's SCRAM credential (one user store, no
@@ -479,6 +481,7 @@ fn plain(security: &Security, image: &MetadataImage, message: &[u8]) -> Step {
         Ok(parsed) => parsed,
         Err(client) => return failed(&client, "a malformed PLAIN message".into()),
     };
+    let (authzid, user, password) = (authzid.as_str(), user.as_str(), password.as_str());
     let credential = [ScramMechanism::Sha512, ScramMechanism::Sha256]
         .into_iter()
         .find_map(|m| security.scram_credential(image, user, m));

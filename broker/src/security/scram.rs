@@ -147,7 +147,7 @@ fn parse_client_first(message: &str) -> Result<ClientFirst, &'static str> {
     // gs2-header: channel-binding flag, optional authzid, then the bare message.
     let (flag, rest) = message.split_once(',').ok_or("no GS2 header")?;
     if flag != "n" && flag != "y" {
-        return Err("channel binding is not supported");
+        return Err("a channel-binding flag, and channel binding is not supported");
     }
     let (authzid, bare) = rest.split_once(',').ok_or("no GS2 header")?;
     let gs2_header = format!("{flag},{authzid},");
@@ -240,7 +240,7 @@ impl ScramServer {
     fn first(&mut self, message: &str, lookup: impl Fn(&str) -> Option<ScramCredential>) -> ScramStep {
         let first = match parse_client_first(message) {
             Ok(first) => first,
-            Err(why) => return ScramStep::Failed(format!("the client's first SCRAM message has {why}")),
+            Err(why) => return ScramStep::Failed(format!("the client's first SCRAM message was refused: it has {why}")),
         };
         if first.token_auth {
             return ScramStep::Failed("delegation tokens (tokenauth=true) are not supported".into());

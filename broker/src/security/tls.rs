@@ -476,14 +476,15 @@ fn escape_rfc2253(value: &str) -> String {
     out
 }
 
-/// The principal a TLS client's certificate maps to (`User:<name>`), `None` when no mapping
+/// The principal a TLS client's certificate maps to (`User:<name>`, as Kafka's
+/// `KafkaPrincipal(User, name)`: what ACLs and `super.users` name), `None` when no mapping
 /// rule applies (the connection is refused), or ANONYMOUS when it sent no certificate.
 pub fn certificate_principal(rules: &[Rule], peer_certificates: Option<&[CertificateDer<'_>]>) -> Option<String> {
     let Some(leaf) = peer_certificates.and_then(|c| c.first()) else {
         return Some(super::ANONYMOUS.to_string());
     };
     let dn = distinguished_name(leaf.as_ref())?;
-    principal_rules::apply(rules, &dn)
+    principal_rules::apply(rules, &dn).map(|name| format!("User:{name}"))
 }
 
 /// A TLS record starts with 0x16 (handshake), then version 3.x: what a client configured for
@@ -507,6 +508,33 @@ mod tests {
     fn cipher_suite_names_compare_in_iana_form() {
         assert_eq!(iana_name("TLS13_AES_128_GCM_SHA256"), "TLS_AES_128_GCM_SHA256");
         assert_eq!(iana_name("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"), "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256");
+    }
+
+    /// A client certificate for `CN=compat-client,OU=eng,O=acme,C=US` (EC P-256, X.509 v3, made
+    /// by integration-tests/python/security_certs.py); only its subject is read here.
+    const CLIENT_CERT: &str = "-----BEGIN CERTIFICATE-----
+MIIB4DCCAYegAwIBAgIUOa3xLB8G5E9Oo8MbYCJbAu/CJBowCgYIKoZIzj0EAwIw
+KDENMAsGA1UECgwEYWNtZTEXMBUGA1UEAwwOU2x1aWNlIFRlc3QgQ0EwHhcNMjYx
+MjA0MTYzMjI3WhcNMjcwMTAzMTczMjI3WjBCMQswCQYDVQQGEwJVUzENMAsGA1UE
+CgwEYWNtZTEMMAoGA1UECwwDZW5nMRYwFAYDVQQDDA1jb21wYXQtY2xpZW50MFkw
+EwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEdH/DcoxgJ+S0drCchpU5ISeZcs0Q6nPP
+lLfZ0JUIcR7tiU8E/r0/R5LZyfcuCVTtPv6Z+0AOIhDEhY+isbAp+KN1MHMwDAYD
+VR0TAQH/BAIwADAOBgNVHQ8BAf8EBAMCA4gwEwYDVR0lBAwwCgYIKwYBBQUHAwIw
+HQYDVR0OBBYEFECauISfzEb3xtGYxmbzWGY4bm4kMB8GA1UdIwQYMBaAFOviSO0v
+bldwvemcVXMiqHEICaLUMAoGCCqGSM49BAMCA0cAMEQCIHPCoZxVJgwCy5PBNeaj
+Q6uLy1+E6hEJKFC/8sOgAydJAiBCLLg5mfQkXr8mQ1f+DMP8BC05Sb+awttQe/81
+LGTsUA==
+-----END CERTIFICATE-----
+";
+
+    #[test]
+    fn a_client_certificate_is_a_user_principal_as_acls_and_super_users_name_it() {
+        let cert = CertificateDer::from_pem_slice(CLIENT_CERT.as_bytes()).unwrap();
+        let principal = |rules: &str| certificate_principal(&principal_rules::parse(rules).unwrap(), Some(&[cert.clone()]));
+        assert_eq!(principal("DEFAULT").as_deref(), Some("User:CN=compat-client,OU=eng,O=acme,C=US"));
+        assert_eq!(principal("RULE:^CN=(.*?),OU=.*$/$1/U").as_deref(), Some("User:COMPAT-CLIENT"));
+        assert_eq!(principal("RULE:^CN=(alice),.*$/$1/"), None);
+        assert_eq!(certificate_principal(&[Rule::Default], None).as_deref(), Some(super::super::ANONYMOUS));
     }
 
     #[test]

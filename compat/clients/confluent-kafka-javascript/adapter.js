@@ -33,12 +33,62 @@ function stderrLogger(errors) {
 }
 
 function kafka(opts, errors = []) {
-  return new Kafka({ kafkaJS: { brokers: opts.brokers, clientId: 'compat-ckjs', logLevel: logLevel.WARN, logger: stderrLogger(errors) } })
+  const { kafkaJS, rdkafkaProperties, tokenSet } = security(opts.login)
+  const k = new Kafka({
+    kafkaJS: { brokers: opts.brokers, clientId: 'compat-ckjs', logLevel: logLevel.WARN, logger: stderrLogger(errors), ...kafkaJS },
+    ...rdkafkaProperties,
+  })
+  k.tokenSet = tokenSet
+  return k
 }
 
-async function admin(opts) {
-  const a = kafka(opts).admin()
+/**
+ * A --security login in this client's words: the KafkaJS layer's `ssl: true` and `sasl` (plain,
+ * scram-sha-256/512, or oauthbearer with a provider giving the signed token, its principal and
+ * lifetime) inside the kafkaJS block; the CA and client certificate as librdkafka properties
+ * beside it, as the layer requires.
+ */
+function security(login) {
+  if (!login) return { kafkaJS: {}, rdkafkaProperties: {} }
+  const kafkaJS = {}
+  const rdkafkaProperties = {}
+  if (login.ca) {
+    kafkaJS.ssl = true
+    rdkafkaProperties['ssl.ca.location'] = login.ca
+  }
+  if (login.client_cert) {
+    rdkafkaProperties['ssl.certificate.location'] = login.client_cert
+    rdkafkaProperties['ssl.key.location'] = login.client_key
+  }
+  let tokenSet = null
+  if (login.sasl_mechanism === 'OAUTHBEARER') {
+    let given
+    tokenSet = new Promise(resolve => (given = resolve))
+    kafkaJS.sasl = {
+      mechanism: 'oauthbearer',
+      oauthBearerProvider: async () => {
+        // The layer sets the token when this promise resolves: a turn of the event loop later.
+        setImmediate(given)
+        return { value: login.token, principal: login.token_principal, lifetime: login.token_expires_ms }
+      },
+    }
+  } else if (login.sasl_mechanism) {
+    kafkaJS.sasl = { mechanism: login.sasl_mechanism.toLowerCase(), username: login.username, password: login.password }
+  }
+  return { kafkaJS, rdkafkaProperties, tokenSet }
+}
+
+/**
+ * A connected admin client. With OAUTHBEARER it is handed over once the token callback has run:
+ * this layer's admin calls (createTopics) block Node's event loop until they answer or time out
+ * (seen: no timer fires meanwhile), so a call made right after connect() would wait out its
+ * timeout before the token the provider already returned could be set.
+ */
+async function admin(opts, errors = []) {
+  const k = kafka(opts, errors)
+  const a = k.admin()
   await a.connect()
+  if (k.tokenSet) await k.tokenSet
   return a
 }
 
@@ -136,5 +186,24 @@ h.main(
       zstd: codec('zstd', CompressionTypes.ZSTD),
     },
     regexNotApplicable: null,
+    securityNote: scenario =>
+      scenario === 'oauthbearer'
+        ? "admin calls start once the token provider has run: they block Node's event loop, which sets the token (see the adapter)"
+        : undefined,
+    // Like the codecs, TLS and the SASL mechanisms are what librdkafka found at build time.
+    securityNotApplicable(scenario) {
+      const needs = {
+        sasl_ssl_scram512: ['ssl', 'sasl_scram'],
+        sasl_ssl_plain: ['ssl', 'sasl_plain'],
+        sasl_plaintext_scram256: ['sasl_scram'],
+        ssl_mtls: ['ssl'],
+        oauthbearer: ['ssl', 'sasl_oauthbearer'],
+        sasl_wrong_password: ['ssl', 'sasl_scram'],
+      }[scenario]
+      const missing = needs.filter(f => !rdkafka.features.includes(f))
+      return missing.length
+        ? `this build of librdkafka ${rdkafka.librdkafkaVersion} has no ${missing.join(', ')} (features: ${rdkafka.features.join(',')})`
+        : null
+    },
   })
 )

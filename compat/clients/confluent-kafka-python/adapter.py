@@ -15,7 +15,7 @@ from harness import Context, Record, check, compare_records, sample_records, wai
 
 from confluent_kafka import (  # noqa: E402
     OFFSET_BEGINNING, OFFSET_END, TIMESTAMP_CREATE_TIME, ConsumerGroupTopicPartitions, Consumer, KafkaError,
-    Producer, TopicCollection, TopicPartition,
+    KafkaException, Producer, TopicCollection, TopicPartition,
 )
 from confluent_kafka.admin import (  # noqa: E402
     AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic, OffsetSpec,
@@ -325,6 +325,76 @@ def matching_record(c: Consumer, pattern: str):
     return m
 
 
+# --- the security rows ---------------------------------------------------------------------
+
+def secured_conf(login: dict, **extra) -> dict:
+    """librdkafka's settings for a --security login; OAUTHBEARER's signed token comes from the
+    application's oauth_cb (librdkafka itself only makes unsigned ones)."""
+    conf = {"bootstrap.servers": login["bootstrap"], "security.protocol": login["security_protocol"], **extra}
+    if "ca" in login:
+        conf["ssl.ca.location"] = login["ca"]
+    if "client_cert" in login:
+        conf["ssl.certificate.location"] = login["client_cert"]
+        conf["ssl.key.location"] = login["client_key"]
+    mechanism = login.get("sasl_mechanism")
+    if mechanism:
+        conf["sasl.mechanism"] = mechanism
+    if mechanism == "OAUTHBEARER":
+        token, expires, principal = login["token"], login["token_expires_ms"] / 1000, login["token_principal"]
+        conf["oauth_cb"] = lambda _config: (token, expires, principal)
+    elif mechanism:
+        conf["sasl.username"] = login["username"]
+        conf["sasl.password"] = login["password"]
+    return conf
+
+
+def secure_round_trip(ctx: Context, scenario: str) -> None:
+    login = ctx.login(scenario)
+    topic = ctx.name(scenario.replace("_", "-"))
+    a = AdminClient(secured_conf(login))
+    a.poll(0)  # serves oauth_cb: the admin client's first token
+    result(a.create_topics([NewTopic(topic, 1, ctx.replication)]), "create_topics")
+    wait_for(lambda: leaders_known(a, topic, 1), TIMEOUT_S, f"leaders of {topic}")
+    values = harness.secure_values(topic)
+    produce_values(secured_conf(login, acks="all"), topic, values)
+    c = Consumer(secured_conf(login, **{"group.id": ctx.name(f"{scenario}-group"), "auto.offset.reset": "earliest",
+                                       "enable.auto.commit": False}))
+    try:
+        c.subscribe([topic])
+        got = read(c, len(values))
+        harness.check_values(values, [m.value() for m in got])
+        c.commit(asynchronous=False)
+        [committed] = c.committed([TopicPartition(topic, 0)], timeout=10)
+        check(committed.offset == len(values), f"committed offset {committed.offset}, expected {len(values)}")
+    finally:
+        c.close()
+
+
+def produce_values(conf: dict, topic: str, values: list[bytes]) -> None:
+    p = Producer(conf)
+    errors: list[str] = []
+    for v in values:
+        p.produce(topic, value=v, on_delivery=lambda err, _msg: err is not None and errors.append(str(err)))
+    left = p.flush(TIMEOUT_S)
+    check(left == 0, f"{left} records still undelivered after {TIMEOUT_S}s")
+    check(not errors, f"{len(errors)} delivery errors, first: {errors[:1]}")
+
+
+def sasl_wrong_password(ctx: Context) -> str:
+    """The error callback reports librdkafka's SASL authentication error, and no metadata request
+    succeeds."""
+    errors: list[str] = []
+    a = AdminClient(secured_conf(ctx.login("sasl_wrong_password"), error_cb=lambda e: errors.append(e.str())))
+    # The client connects as it is created; poll() serves the error callback.
+    wait_for(lambda: a.poll(0.1) is not None and errors, TIMEOUT_S, "the error callback")
+    try:
+        a.list_topics(timeout=1)
+        raise harness.ScenarioFailed("a metadata request succeeded after logging in with a wrong password")
+    except KafkaException as e:
+        print(f"[sasl_wrong_password] list_topics: {e}", file=sys.stderr)
+    return harness.refused_as_expected(errors[0])
+
+
 SCENARIOS = {
     "metadata": metadata,
     "admin_topics": admin_topics,
@@ -344,6 +414,8 @@ SCENARIOS = {
     "empty_topic": empty_topic,
     "many_topics": many_topics,
     "regex_subscribe": regex_subscribe,
+    **{s: (lambda ctx, s=s: secure_round_trip(ctx, s)) for s in harness.SECURE_ROUND_TRIPS},
+    "sasl_wrong_password": sasl_wrong_password,
 }
 
 if __name__ == "__main__":

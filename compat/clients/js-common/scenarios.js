@@ -1,10 +1,11 @@
 // The matrix scenarios for clients with a KafkaJS-shaped API (kafkajs itself and
 // @confluentinc/kafka-javascript's KafkaJS layer). Each adapter passes a `client` facade for
 // what differs between them:
-//   admin(opts)                          connected admin (createTopics, deleteTopics, listTopics,
+//   admin(opts, errors?)                 connected admin (createTopics, deleteTopics, listTopics,
 //                                        fetchTopicMetadata, fetchTopicOffsets[ByTimestamp],
 //                                        deleteTopicRecords, listGroups, describeGroups,
-//                                        fetchOffsets, disconnect)
+//                                        fetchOffsets, disconnect); errors its client logs go to
+//                                        `errors` when given
 //   produce(opts, topic, records, {acks, compression, idempotent})
 //   consumer(opts, groupId, topics, {fromBeginning, metadataRefreshMs}) -> started consumer
 //                                        whose messages go to an `onMessage(message)` callback,
@@ -15,6 +16,10 @@
 //   stable(describedGroup)               whether its state is Stable
 //   compression.{gzip,snappy,lz4,zstd}   the codec value, or a NotApplicable to throw
 //   regexNotApplicable                   a reason, or null when regex subscribe is supported
+//   securityNotApplicable(scenario)      a reason a security row cannot run, or null
+//   securityNote(scenario)               optional: a security row's pass note
+// The security rows call the same admin/produce/consumer with `opts.login` set (h.secured):
+// the adapter's client factory applies that login's TLS and SASL settings.
 'use strict'
 
 const h = require('./harness')
@@ -110,7 +115,76 @@ module.exports = function scenarios(client) {
     if (at !== 60 || lag !== 40) throw new Error(`committed ${at}, end ${end.high}, lag ${lag}; want 60, 100, 40`)
   }
 
+  // The security rows: log in as the --security file says, create a topic, produce 50 values
+  // with acks=all, read them all in a group, commit, and read the committed offset back.
+  const SECURE_RECORDS = 50
+
+  async function secureRoundTrip(opts, scenario) {
+    const why = client.securityNotApplicable && client.securityNotApplicable(scenario)
+    if (why) throw new h.NotApplicable(why)
+    const sopts = h.secured(opts, scenario)
+    const topic = `${opts.prefix}${scenario.replace(/_/g, '-')}`
+    const group = `${opts.prefix}${scenario}-group`
+    await createTopic(sopts, topic)
+    const values = Array.from({ length: SECURE_RECORDS }, (_, i) => `${topic}-${i}`)
+    await client.produce(sopts, topic, values.map(v => ({ value: Buffer.from(v) })), { acks: -1 })
+    const c = await collector(sopts, group, [topic])
+    try {
+      const got = (await c.received(SECURE_RECORDS)).map(m => String(m.value))
+      got.forEach((v, i) => {
+        if (v !== values[i]) throw new Error(`record ${i} read back as ${v}, sent ${values[i]}`)
+      })
+      await c.commit(topic, SECURE_RECORDS)
+    } finally {
+      c.close() // in the background, as the other rows' members: the commit above was awaited
+    }
+    await withAdmin(sopts, async admin => {
+      const [committed] = await admin.fetchOffsets({ groupId: group, topics: [topic] })
+      const at = Number(committed.partitions[0].offset)
+      if (at !== SECURE_RECORDS) throw new Error(`committed offset ${at}, want ${SECURE_RECORDS}`)
+    })
+    return client.securityNote && client.securityNote(scenario)
+  }
+
+  const secureRows = Object.fromEntries(
+    ['sasl_ssl_scram512', 'sasl_ssl_plain', 'sasl_plaintext_scram256', 'ssl_mtls', 'oauthbearer'].map(s => [
+      s,
+      opts => secureRoundTrip(opts, s),
+    ])
+  )
+
   return {
+    ...secureRows,
+
+    // A SCRAM-SHA-512 login with a wrong password: the admin client must report the broker's
+    // SASL_AUTHENTICATION_FAILED ("Authentication failed ...") and list nothing.
+    async sasl_wrong_password(opts) {
+      const why = client.securityNotApplicable && client.securityNotApplicable('sasl_wrong_password')
+      if (why) throw new h.NotApplicable(why)
+      const sopts = h.secured(opts, 'sasl_wrong_password')
+      const logged = [] // what the client reports through its logger (the librdkafka-based one)
+      // Without librdkafka's thread and broker address before the message and its timing after.
+      const clean = t => t.replace(/^\[thrd:[^\]]*\]: /, '').replace(/^\w+:\/\/\S+: /, '').replace(/ \(after \d+ms in state [^)]*\)$/, '')
+      const refusal = reports => reports.map(clean).find(t => t.includes('Authentication failed'))
+      let admin
+      try {
+        admin = await client.admin(sopts, logged)
+        // The librdkafka-based client logs the refusal at once, but fails a call only at the
+        // call's timeout (which blocks Node's event loop meanwhile): its log is read first.
+        await h.waitFor('a refused login in the log', 3000, () => (refusal(logged) ? null : 'nothing yet')).catch(() => {})
+        if (refusal(logged)) return refusal(logged)
+        await admin.listTopics()
+        throw new Error('listing topics succeeded with a wrong password')
+      } catch (e) {
+        const reports = [h.describe(e), ...logged]
+        const refused = refusal(reports)
+        if (!refused) throw new Error(`expected "Authentication failed", the client reported: ${reports.map(clean).join('; ')}`)
+        return refused
+      } finally {
+        if (admin) admin.disconnect().catch(() => {})
+      }
+    },
+
     async metadata(opts) {
       const topic = `${opts.prefix}metadata`
       await createTopic(opts, topic)

@@ -5,6 +5,8 @@ here."""
 
 from __future__ import annotations
 
+import logging
+import socket
 import sys
 import time
 from pathlib import Path
@@ -16,6 +18,8 @@ from harness import Context, Record, check, compare_records, sample_records, wai
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
 from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTopic  # noqa: E402
+from kafka.conn import BrokerConnection  # noqa: E402
+from kafka.sasl.oauth import AbstractTokenProvider  # noqa: E402
 from kafka.structs import OffsetAndMetadata  # noqa: E402
 
 TIMEOUT_S = 30
@@ -323,6 +327,107 @@ def regex_subscribe(ctx: Context) -> None:
         c.close()
 
 
+# --- the security rows ---------------------------------------------------------------------
+
+def secured_kwargs(login: dict, **extra) -> dict:
+    """kafka-python's keyword arguments for a --security login."""
+    kw = {"bootstrap_servers": login["bootstrap"].split(","), "security_protocol": login["security_protocol"]}
+    if "ca" in login:
+        kw["ssl_cafile"] = login["ca"]
+    if "client_cert" in login:
+        kw["ssl_certfile"] = login["client_cert"]
+        kw["ssl_keyfile"] = login["client_key"]
+    mechanism = login.get("sasl_mechanism")
+    if mechanism:
+        kw["sasl_mechanism"] = mechanism
+    if mechanism == "OAUTHBEARER":
+        kw["sasl_oauth_token_provider"] = StaticToken(login["token"])
+    elif mechanism:
+        kw["sasl_plain_username"] = login["username"]
+        kw["sasl_plain_password"] = login["password"]
+    return {**kw, **extra}
+
+
+class StaticToken(AbstractTokenProvider):
+    """The signed JWT of the --security file, as kafka-python's OAUTHBEARER token provider."""
+
+    def __init__(self, token: str):
+        super().__init__()
+        self._token = token
+
+    def token(self) -> str:
+        return self._token
+
+
+def secure_round_trip(ctx: Context, scenario: str) -> None:
+    login = ctx.login(scenario)
+    topic = ctx.name(scenario.replace("_", "-"))
+    a = KafkaAdminClient(**secured_kwargs(login))
+    try:
+        no_errors(a.create_topics([NewTopic(topic, 1, ctx.replication)]), "create_topics")
+        wait_for(lambda: leaders_known(a, [topic], 1), TIMEOUT_S, f"leaders of {topic}")
+    finally:
+        a.close()
+    values = harness.secure_values(topic)
+    p = KafkaProducer(**secured_kwargs(login, acks="all"))
+    try:
+        futures = [p.send(topic, value=v) for v in values]
+        p.flush(TIMEOUT_S)
+        for i, f in enumerate(futures):
+            try:
+                f.get(timeout=TIMEOUT_S)
+            except Exception as e:  # noqa: BLE001 - reported as the scenario's error
+                raise harness.ScenarioFailed(f"record {i} not delivered: {e!r}") from e
+    finally:
+        p.close(timeout=TIMEOUT_S)
+    tp = TopicPartition(topic, 0)
+    c = KafkaConsumer(**secured_kwargs(login, group_id=ctx.name(f"{scenario}-group"), auto_offset_reset="earliest",
+                                       enable_auto_commit=False))
+    try:
+        c.subscribe([topic])
+        got = read(c, len(values))
+        harness.check_values(values, [m.value for m in got])
+        c.commit()
+        committed = c.committed(tp)
+        check(committed == len(values), f"committed offset {committed}, expected {len(values)}")
+    finally:
+        c.close()
+
+
+class ClosedWith(logging.Handler):
+    """kafka-python reports why it closed a connection only in its log (`<conn>: Closing
+    connection. <error>`, at ERROR when there is an error): the errors it closed `conn` with."""
+
+    def __init__(self, conn: BrokerConnection):
+        super().__init__(logging.ERROR)
+        self.conn = conn
+        self.errors: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "Closing connection" in record.msg and record.args and record.args[0] is self.conn:
+            self.errors.append(str(record.args[1]))
+
+
+def sasl_wrong_password(ctx: Context) -> str:
+    """A connection to the bootstrap broker with the --security file's SCRAM-SHA-512 login and a
+    wrong password: kafka-python must close it with SaslAuthenticationFailedError, and not log in."""
+    login = ctx.login("sasl_wrong_password")
+    host, port = login["bootstrap"].split(",")[0].rsplit(":", 1)
+    kwargs = secured_kwargs(login)
+    del kwargs["bootstrap_servers"]
+    conn = BrokerConnection(host, int(port), socket.AF_INET, **kwargs)
+    closed = ClosedWith(conn)
+    log = logging.getLogger("kafka.conn")
+    log.addHandler(closed)
+    try:
+        check(not conn.connect_blocking(timeout=TIMEOUT_S), "logged in with a wrong password")
+        check(closed.errors, "the connection failed without an error")
+        return harness.refused_as_expected(closed.errors[0])
+    finally:
+        log.removeHandler(closed)
+        conn.close()
+
+
 SCENARIOS = {
     "metadata": metadata,
     "admin_topics": admin_topics,
@@ -342,7 +447,19 @@ SCENARIOS = {
     "empty_topic": empty_topic,
     "many_topics": many_topics,
     "regex_subscribe": regex_subscribe,
+    **{s: (lambda ctx, s=s: secure_round_trip(ctx, s)) for s in harness.SECURE_ROUND_TRIPS if s != "ssl_mtls"},
+    "sasl_wrong_password": sasl_wrong_password,
+}
+NOT_APPLICABLE = {
+    # Seen here on the wire and in its debug log: TLS 1.3 servers (rustls here, the JDK under
+    # Kafka too, checked with a bare JDK TLS 1.3 server) send NewSessionTicket after the
+    # handshake; kafka-python's selector then finds the socket readable with no request in
+    # flight, and its client_async._poll closes the connection. On SASL_SSL its SaslHandshake is
+    # already in flight by then, so only the SSL listener is hit: 3 of 5 runs failed on one node.
+    "ssl_mtls": "kafka-python 2.3.3 drops a TLS 1.3 connection when the server's post-handshake NewSessionTicket "
+                "arrives before its first request ('Socket EVENT_READ without in-flight-requests'; Kafka's JDK sends "
+                "one too, dpkp/kafka-python#2369): it fails at random; with a TLS 1.2 ssl_context the row passes",
 }
 
 if __name__ == "__main__":
-    sys.exit(harness.main(SCENARIOS))
+    sys.exit(harness.main(SCENARIOS, NOT_APPLICABLE))

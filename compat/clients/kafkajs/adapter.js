@@ -3,6 +3,7 @@
 // Usage: adapter.js --bootstrap HOST:PORT[,...] --brokers N --prefix P --scenarios s1,s2,...
 'use strict'
 
+const fs = require('fs')
 const { Kafka, CompressionTypes, CompressionCodecs, ConfigResourceTypes, logLevel } = require('kafkajs')
 const SnappyCodec = require('kafkajs-snappy')
 const LZ4Codec = require('kafkajs-lz4')
@@ -20,7 +21,35 @@ const toStderr = () => ({ namespace, label, log }) => {
 }
 
 function kafka(opts) {
-  return new Kafka({ clientId: 'compat-kafkajs', brokers: opts.brokers, logLevel: logLevel.WARN, logCreator: toStderr })
+  return new Kafka({
+    clientId: 'compat-kafkajs',
+    brokers: opts.brokers,
+    logLevel: logLevel.WARN,
+    logCreator: toStderr,
+    ...security(opts.login),
+  })
+}
+
+/**
+ * kafkajs's `ssl` (Node's TLS options: the CA, and the client certificate for mutual TLS) and
+ * `sasl` (its plain, scram-sha-256/512 and oauthbearer mechanisms) for a --security login.
+ */
+function security(login) {
+  if (!login) return {}
+  const config = {}
+  if (login.ca) {
+    config.ssl = { ca: [fs.readFileSync(login.ca)] }
+    if (login.client_cert) {
+      config.ssl.cert = fs.readFileSync(login.client_cert)
+      config.ssl.key = fs.readFileSync(login.client_key)
+    }
+  }
+  if (login.sasl_mechanism === 'OAUTHBEARER') {
+    config.sasl = { mechanism: 'oauthbearer', oauthBearerProvider: async () => ({ value: login.token }) }
+  } else if (login.sasl_mechanism) {
+    config.sasl = { mechanism: login.sasl_mechanism.toLowerCase(), username: login.username, password: login.password }
+  }
+  return config
 }
 
 async function admin(opts) {

@@ -40,6 +40,10 @@ pub async fn run(id: &str, opts: &Opts) -> Result<String> {
         "empty_topic" => empty_topic(opts).await,
         "many_topics" => many_topics(opts).await,
         "regex_subscribe" => regex_subscribe(opts).await,
+        "sasl_ssl_scram512" | "sasl_ssl_plain" | "sasl_plaintext_scram256" | "ssl_mtls" | "oauthbearer" => {
+            crate::secure::round_trip(opts, id).await
+        }
+        "sasl_wrong_password" => crate::secure::wrong_password(opts).await,
         _ => bail!("this adapter does not know scenario {id}"),
     }
 }

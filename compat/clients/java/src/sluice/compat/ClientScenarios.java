@@ -54,6 +54,10 @@ final class ClientScenarios {
         TABLE.put("empty_topic", ClientScenarios::emptyTopic);
         TABLE.put("many_topics", ClientScenarios::manyTopics);
         TABLE.put("regex_subscribe", ClientScenarios::regexSubscribe);
+        for (String scenario : Security.ROUND_TRIPS) {
+            TABLE.put(scenario, ctx -> Security.roundTrip(ctx, scenario));
+        }
+        TABLE.put("sasl_wrong_password", Security::wrongPassword);
     }
 
     static String roundTrip(Harness.Context ctx, String name, int count, String... settings) throws Exception {

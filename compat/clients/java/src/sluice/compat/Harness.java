@@ -8,6 +8,8 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Function;
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
 
 /**
  * What both Java adapters of the compatibility matrix share (the contract is compat/README.md):
@@ -17,10 +19,21 @@ import java.util.function.Function;
 final class Harness {
     static final long TIMEOUT_MS = 30_000;
 
-    /** Where the adapter was pointed: the cluster, its size, and the prefix of every name it makes. */
-    record Context(String bootstrap, int brokers, String prefix) {
+    /** Where the adapter was pointed: the cluster, its size, the prefix of every name it makes, and
+     * the secured listeners' logins (the --security file; see Security). */
+    record Context(String bootstrap, int brokers, String prefix, JsonNode security) {
         String name(String suffix) {
             return prefix + suffix;
+        }
+
+        /** The --security file's login for {@code scenario}. */
+        Security.Login login(String scenario) throws Failed {
+            JsonNode entry = security.path("scenarios").path(scenario);
+            if (entry.isMissingNode()) {
+                throw new Failed("the --security file has no login for " + scenario
+                        + (security.has("error") ? ": " + security.get("error").asText() : ""));
+            }
+            return new Security.Login(entry);
         }
 
         short replication() {
@@ -78,22 +91,24 @@ final class Harness {
         }
     }
 
-    static Context parse(String[] args, List<String> scenarios) {
+    static Context parse(String[] args, List<String> scenarios) throws java.io.IOException {
         String bootstrap = null, prefix = null;
         int brokers = 0;
+        JsonNode security = new ObjectMapper().createObjectNode().put("error", "no --security file given");
         for (int i = 0; i + 1 < args.length; i += 2) {
             switch (args[i]) {
                 case "--bootstrap" -> bootstrap = args[i + 1];
                 case "--brokers" -> brokers = Integer.parseInt(args[i + 1]);
                 case "--prefix" -> prefix = args[i + 1];
+                case "--security" -> security = new ObjectMapper().readTree(new java.io.File(args[i + 1]));
                 case "--scenarios" -> scenarios.addAll(List.of(args[i + 1].split(",")));
                 default -> throw new IllegalArgumentException("unknown argument " + args[i]);
             }
         }
         if (bootstrap == null || prefix == null || brokers == 0) {
-            throw new IllegalArgumentException("usage: --bootstrap H:P[,..] --brokers N --prefix P --scenarios s1,s2");
+            throw new IllegalArgumentException("usage: --bootstrap H:P[,..] --brokers N --prefix P --security FILE --scenarios s1,s2");
         }
-        return new Context(bootstrap, brokers, prefix);
+        return new Context(bootstrap, brokers, prefix, security);
     }
 
     private final PrintStream results;

@@ -11,6 +11,7 @@ import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Properties;
 import java.util.concurrent.TimeUnit;
 import java.util.stream.Collectors;
 import org.apache.kafka.clients.admin.Admin;
@@ -44,6 +45,7 @@ final class ToolScenarios {
         TABLE.put("tool_perf", ToolScenarios::perf);
         TABLE.put("tool_verifiable", ToolScenarios::verifiable);
         TABLE.put("tool_client_compatibility", ToolScenarios::clientCompatibility);
+        TABLE.put("tool_scram_users", ToolScenarios::scramUsers);
     }
 
     /** Runs a tool with stdin; fails with its output unless it exits 0. */
@@ -287,6 +289,45 @@ final class ToolScenarios {
                 .mapToLong(l -> Long.parseLong(l.replaceAll(".*\"count\":(\\d+).*", "$1"))).sum();
         check(consumed == 200, "verifiable consumer consumed " + consumed + " of the 200 acknowledged records: " + c.tail());
         return "each tool in its own JVM: they call System.exit and report from JVM shutdown hooks";
+    }
+
+    /**
+     * kafka-configs, logged in as the administrator over SASL_SSL, creates a SCRAM-SHA-512 user and
+     * lists it; that user then produces with kafka-console-producer over SASL_SSL, and the records
+     * are read back.
+     */
+    static String scramUsers(Harness.Context ctx) throws Exception {
+        Security.Login admin = ctx.login("tool_scram_users");
+        String b = admin.bootstrap(), user = ctx.name("user"), password = "pw-" + Long.toHexString(System.nanoTime());
+        String configCommand = "kafka.admin.ConfigCommand", adminConfig = admin.file().toString();
+        shows(tool(configCommand, "--bootstrap-server", b, "--command-config", adminConfig, "--alter", "--add-config",
+                "SCRAM-SHA-512=[password=" + password + "]", "--entity-type", "users", "--entity-name", user),
+                "Completed updating config for user " + user + ".", "kafka-configs --alter --add-config SCRAM-SHA-512");
+        shows(tool(configCommand, "--bootstrap-server", b, "--command-config", adminConfig, "--describe", "--entity-type", "users"),
+                "SCRAM credential configs for user-principal '" + user + "' are SCRAM-SHA-512=iterations=", "kafka-configs --describe");
+        Security.Login login = admin.as(user, password);
+        // Each broker learns of the user when it applies the quorum's record (Kafka's too): wait
+        // until every one lets the user in (an Admin's first connection is to its one bootstrap).
+        for (String broker : b.split(",")) {
+            Properties one = login.client();
+            one.put("bootstrap.servers", broker);
+            waitFor(user + " logging in at " + broker, () -> {
+                try (Admin a = Admin.create(one)) {
+                    return a.describeCluster().clusterId().get(TIMEOUT_MS, TimeUnit.MILLISECONDS) != null;
+                }
+            });
+        }
+        String t = createTopic(ctx, ctx.name("tool-scram-users"), 1);
+        List<String> lines = new ArrayList<>();
+        for (int i = 0; i < 20; i++) {
+            lines.add(user + "-" + i);
+        }
+        toolWithInput(String.join("\n", lines) + "\n", TOOLS + "ConsoleProducer", "--bootstrap-server", b, "--topic", t,
+                "--producer.config", login.file().toString(), "--producer-property", "acks=all");
+        List<String> got = readFromBeginning(ctx, t, lines.size()).stream().map(r -> text(r.value())).toList();
+        check(got.equals(lines), "read back " + got.size() + " records, first " + got.stream().limit(2).toList()
+                + ", expected the " + lines.size() + " " + user + " produced");
+        return null;
     }
 
     static String clientCompatibility(Harness.Context ctx) throws Exception {
