@@ -20,8 +20,10 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
                                    NewTopic, ResourcePatternType, ResourceType)
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.errors import TopicAuthorizationFailedError
 
-from security_clients import JAVA_LIB, Login, java, java_ok, wait_for_log, wait_until
+from security_clients import JAVA_LIB, Login, java, wait_for_log, wait_until
 from sluice_node import SluiceNode
 
 AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
@@ -132,6 +134,7 @@ def code(error: KafkaError | None) -> int | None:
 # --- kafka-acls ------------------------------------------------------------------------------
 
 def kafka_acls(node: SluiceNode, tmp_path, user: str, *args: str):
+    """Runs Kafka's `kafka-acls` as `user` (a --command-config file); the caller checks."""
     config = login(node, user).java_properties(tmp_path / f"{user}.properties")
     return java(ACL_COMMAND, "--bootstrap-server", node.bootstrap, "--command-config", str(config), *args)
 
@@ -147,9 +150,9 @@ def test_kafka_acls_adds_lists_and_removes_a_binding_and_refuses_a_user_without_
         return [line.strip() for line in out.splitlines() if line.strip()]
 
     def listed() -> list[str]:
-        return lines(java_ok(ACL_COMMAND, "--bootstrap-server", node.bootstrap, "--command-config",
-                             str(login(node, "admin").java_properties(tmp_path / "list.properties")), "--list",
-                             *topic))
+        done = kafka_acls(node, tmp_path, "admin", "--list", *topic)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return lines(done.stdout)
 
     done = kafka_acls(node, tmp_path, "admin", "--add", "--allow-principal", "User:alice", "--operation", "Read",
                       *topic)
@@ -176,8 +179,6 @@ def test_kafka_acls_adds_lists_and_removes_a_binding_and_refuses_a_user_without_
 # --- deny by default -------------------------------------------------------------------------
 
 def test_a_user_without_acls_cannot_produce_sees_no_topics_and_cannot_consume_in_a_group(node):
-    from kafka import KafkaConsumer
-
     create_topics(node, "ledger")
     assert produce(node, "admin", "ledger") == [0]
 
@@ -211,9 +212,6 @@ def test_a_deny_binding_beats_an_allow_binding(node):
 
 
 def test_a_prefixed_binding_covers_the_topics_its_prefix_names_and_no_other(node):
-    from kafka import KafkaProducer
-    from kafka.errors import TopicAuthorizationFailedError
-
     create_topics(node, "orders-eu", "payments")
     grant(node, binding("orders", ResourceType.TOPIC, "orders-", AclOperation.WRITE,
                         pattern=ResourcePatternType.PREFIXED))
