@@ -28,6 +28,7 @@ from sluice_node import SluiceNode
 
 AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 ACL_COMMAND = "org.apache.kafka.tools.AclCommand"
+CONSOLE_PRODUCER = "org.apache.kafka.tools.ConsoleProducer"
 MECHANISM = "SCRAM-SHA-512"
 # One user per test (and the admin), so that no test's ACLs change another's outcome.
 USERS = ["admin", "alice", "nobody", "lurker", "fickle", "orders", "writer", "creator", "idem", "ops", "member",
@@ -262,12 +263,20 @@ def test_auto_creation_needs_create_on_the_cluster_or_the_topic(node):
     assert "auto-writer" in topic_names(node, "admin")
 
 
-def test_an_idempotent_producer_needs_only_write_on_a_topic(node):
+def test_an_idempotent_producer_needs_only_write_on_a_topic(node, tmp_path):
     """KIP-679: InitProducerId is allowed with IDEMPOTENT_WRITE on the cluster or WRITE on any
-    topic; librdkafka sends no record before it has a producer id."""
+    topic; librdkafka sends no record before it has a producer id, and the Java producer is
+    idempotent by default."""
     create_topics(node, "idem-topic")
     grant(node, binding("idem", ResourceType.TOPIC, "idem-topic", AclOperation.WRITE))
     assert produce(node, "idem", "idem-topic", 5, **{"enable.idempotence": True}) == [0, 1, 2, 3, 4]
+    if list(JAVA_LIB.glob("*.jar")):
+        config = login(node, "idem").java_properties(tmp_path / "idem.properties")
+        done = java(CONSOLE_PRODUCER, "--bootstrap-server", node.bootstrap, "--topic", "idem-topic",
+                    "--producer.config", str(config), stdin="java-0\njava-1\njava-2\n")
+        assert done.returncode == 0 and "Exception" not in done.stderr, done.stdout + done.stderr
+        values, error = consume_and_close(node, "admin", "idem-topic", 8, "idem-check")
+        assert (values[5:], error) == ([b"java-0", b"java-1", b"java-2"], None), (values, error)
 
     # Without WRITE anywhere the producer id is refused, a fatal error for the producer.
     errors: list[KafkaError] = []
