@@ -8,7 +8,13 @@ what Kafka itself does:
     SLUICE_BIN=$PWD/scripts/kafka-as-sluice.py .venv/bin/python -m pytest integration-tests/python/test_groups.py
     SLUICE_BIN=$PWD/scripts/kafka-as-sluice.py <test executable> --test-threads 1
 
---set values are passed through as Kafka properties. Internal topics get min(3, nodes)
+--set values are passed through as Kafka properties. Secured single nodes work too: Kafka's
+`listeners` and `listener.security.protocol.map` given with --set (the harness's named listeners)
+replace --listen, each SASL listener gets SCRAM's server JAAS line (sasl.enabled.mechanisms
+defaults to sluice's SCRAM-SHA-256,SCRAM-SHA-512), `--add-scram` users are formatted into the
+storage as `kafka-storage format --add-scram` does, and the node's own traffic (controller and
+an internal PLAINTEXT inter-broker listener) runs as User:ANONYMOUS, made a super user when
+an authorizer is set. TLS keystores are not translated. Internal topics get min(3, nodes)
 replicas, as sluice lowers them on a small cluster (Kafka's default of 3 would leave a single
 node without a group coordinator). The JVM exits with 143 after SIGTERM.
 
@@ -25,12 +31,12 @@ import subprocess
 import sys
 
 args = sys.argv[1:]
-opts = {"settings": []}
+opts = {"settings": [], "add-scram": []}
 i = 0
 while i < len(args):
     a = args[i]
-    if a == "--set":
-        opts["settings"].append(args[i + 1]); i += 2
+    if a in ("--set", "--add-scram"):
+        opts["settings" if a == "--set" else "add-scram"].append(args[i + 1]); i += 2
     elif a.startswith("--"):
         opts[a[2:]] = args[i + 1]; i += 2
     else:
@@ -38,7 +44,9 @@ while i < len(args):
 node_id = opts.get("node-id", "1")
 data = opts["data-dir"]
 os.makedirs(data, exist_ok=True)
-listen = opts["listen"]
+settings = dict(kv.split("=", 1) for kv in opts["settings"])
+named = "listeners" in settings  # the harness's named listeners instead of --listen
+listen = opts.get("listen")
 adv = opts.get("advertise", listen)
 voters = opts.get("voters")
 if voters:
@@ -72,9 +80,26 @@ props = {
     "transaction.state.log.min.isr": "1",
     "num.partitions": "1",
 }
-for kv in opts["settings"]:
-    k, v = kv.split("=", 1)
-    props[k] = v
+props.update(settings)
+if named:
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); internal = f"127.0.0.1:{s.getsockname()[1]}"; s.close()
+    protocols = dict(e.split(":", 1) for e in settings["listener.security.protocol.map"].split(","))
+    props["listeners"] = f"{settings['listeners']},INTERNAL://{internal},CONTROLLER://{ctrl}"
+    props["advertised.listeners"] = f"{settings['listeners']},INTERNAL://{internal}"
+    props["listener.security.protocol.map"] = (f"{settings['listener.security.protocol.map']},"
+                                               "INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT")
+    props["inter.broker.listener.name"] = "INTERNAL"
+    props.setdefault("sasl.enabled.mechanisms", "SCRAM-SHA-256,SCRAM-SHA-512")
+    for name, protocol in protocols.items():
+        if protocol.startswith("SASL_"):
+            prefix = f"listener.name.{name.lower()}."
+            mechanisms = props.get(prefix + "sasl.enabled.mechanisms", props["sasl.enabled.mechanisms"])
+            for mechanism in mechanisms.split(","):
+                if mechanism.startswith("SCRAM-"):
+                    props.setdefault(f"{prefix}{mechanism.lower()}.sasl.jaas.config",
+                                     "org.apache.kafka.common.security.scram.ScramLoginModule required;")
+    if props.get("authorizer.class.name"):
+        props["super.users"] = ";".join(filter(None, [props.get("super.users"), "User:ANONYMOUS"]))
 cfg = os.path.join(data, "server.properties")
 with open(cfg, "w") as f:
     for k, v in props.items():
@@ -82,8 +107,9 @@ with open(cfg, "w") as f:
 lib = os.environ.get("SLUICE_JAVA_LIB", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".java-lib"))
 cp = ":".join(sorted(glob.glob(os.path.join(lib, "*.jar"))))
 if not os.path.exists(os.path.join(data, "kafka-logs", "meta.properties")):
-    subprocess.run(["java", "-cp", cp, "kafka.tools.StorageTool", "format", f"--cluster-id={cid}", "-c", cfg, "-g"],
-                   check=True, stdout=sys.stderr)
+    scram = [arg for user in opts["add-scram"] for arg in ("--add-scram", user)]
+    subprocess.run(["java", "-cp", cp, "kafka.tools.StorageTool", "format", f"--cluster-id={cid}", "-c", cfg, "-g",
+                    *scram], check=True, stdout=sys.stderr)
 heap = os.environ.get("KAFKA_HEAP_OPTS", "-Xmx768m").split()
 jvm = os.environ.get("KAFKA_JVM_PERFORMANCE_OPTS", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1").split()
 os.execvp("java", ["java", *heap, *jvm, "-cp", cp, "kafka.Kafka", cfg])
