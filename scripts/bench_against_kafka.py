@@ -288,7 +288,10 @@ def run_once(order: int, system: str, cfg: dict, paths: dict, log_dir: Path,
     bench_security = secured.bench_args() if secured else []
     t0 = time.monotonic()
     if secured:
-        nodes = sluice_node.start_cluster(3, settings=secured.settings, ready_timeout=120,
+        # Kafka's brokers replicate over the SASL_SSL listener too, as sluice's do with only it
+        # (the shim otherwise adds an internal PLAINTEXT listener for them).
+        own = {"inter.broker.listener.name": "SASL_SSL"} if system == "kafka" else {}
+        nodes = sluice_node.start_cluster(3, settings={**secured.settings, **own}, ready_timeout=120,
                                           listeners={"SASL_SSL": "SASL_SSL"},
                                           client_security=secured.client_security, env=secured.env)
     else:

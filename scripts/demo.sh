@@ -5,6 +5,7 @@
 #   scripts/demo.sh                          20,000 orders/s of 2 KB until Ctrl-C
 #   scripts/demo.sh --scale 0.05             the same at 5% of the rate (small machines)
 #   scripts/demo.sh --duration-s 60          stop by itself after a minute
+#   scripts/demo.sh --secure                 SASL_SSL, SCRAM-SHA-512 and ACLs, each program as its own user
 #
 # Data, the sink database and every program's log live in ./demo-data (--data-dir).
 set -euo pipefail

@@ -8,13 +8,19 @@ what Kafka itself does:
     SLUICE_BIN=$PWD/scripts/kafka-as-sluice.py .venv/bin/python -m pytest integration-tests/python/test_groups.py
     SLUICE_BIN=$PWD/scripts/kafka-as-sluice.py <test executable> --test-threads 1
 
---set values are passed through as Kafka properties. Secured nodes as the harnesses start them:
-`--set listeners=NAME://host:port,...` with `listener.security.protocol.map` instead of
---listen (the first listener is also the inter-broker one), SCRAM users from `--add-scram` or
-the SLUICE_ADD_SCRAM environment variable (space-separated entries, as sluice reads it) given
-to `kafka-storage format --add-scram`. On a SASL listener the brokers log in to each other
-with SCRAM as the first of those users (`sasl.mechanism.inter.broker.protocol` is the first of
-`sasl.enabled.mechanisms`, which a secured node must set); make it a super user. Internal topics get min(3, nodes)
+--set values are passed through as Kafka properties. Secured single nodes work too: Kafka's
+`listeners` and `listener.security.protocol.map` given with --set (the harness's named listeners)
+replace --listen, each SASL listener gets SCRAM's server JAAS line (sasl.enabled.mechanisms
+defaults to sluice's SCRAM-SHA-256,SCRAM-SHA-512), `--add-scram` users are formatted into the
+storage as `kafka-storage format --add-scram` does, and the node's own traffic (controller and
+an internal PLAINTEXT inter-broker listener) runs as User:ANONYMOUS, made a super user when
+an authorizer is set. TLS keystores are not translated. SCRAM users also come from the
+SLUICE_ADD_SCRAM environment variable (space-separated entries, as sluice reads it), which keeps
+passwords off command lines. `--set inter.broker.listener.name=NAME` naming one of the SASL
+listeners puts the brokers' own traffic on it instead of the internal PLAINTEXT one (as a
+sluice node with that one listener replicates over it): they log in to each other with SCRAM as
+the first of those users, by `sasl.mechanism.inter.broker.protocol` (the first SCRAM mechanism
+enabled); make that user a super user if an authorizer is set. Internal topics get min(3, nodes)
 replicas, as sluice lowers them on a small cluster (Kafka's default of 3 would leave a single
 node without a group coordinator). The JVM exits with 143 after SIGTERM.
 
@@ -36,10 +42,8 @@ opts = {"settings": [], "add-scram": []}
 i = 0
 while i < len(args):
     a = args[i]
-    if a == "--set":
-        opts["settings"].append(args[i + 1]); i += 2
-    elif a == "--add-scram":
-        opts["add-scram"].append(args[i + 1]); i += 2
+    if a in ("--set", "--add-scram"):
+        opts["settings" if a == "--set" else "add-scram"].append(args[i + 1]); i += 2
     elif a.startswith("--"):
         opts[a[2:]] = args[i + 1]; i += 2
     else:
@@ -48,12 +52,8 @@ node_id = opts.get("node-id", "1")
 data = opts["data-dir"]
 os.makedirs(data, exist_ok=True)
 settings = dict(kv.split("=", 1) for kv in opts["settings"])
-# Named listeners (`--set listeners=...`) replace --listen / --advertise.
-named = settings.pop("listeners", None)
-protocol_map = settings.pop("listener.security.protocol.map", None)
+named = "listeners" in settings  # the harness's named listeners instead of --listen
 listen = opts.get("listen")
-if named is None and listen is None:
-    sys.exit("--listen or --set listeners=... is required")
 adv = opts.get("advertise", listen)
 voters = opts.get("voters")
 if voters:
@@ -87,24 +87,44 @@ props = {
     "transaction.state.log.min.isr": "1",
     "num.partitions": "1",
 }
+props.update(settings)
 scram_users = opts["add-scram"] + os.environ.get("SLUICE_ADD_SCRAM", "").split()
-if named is not None:
-    first = named.split(",")[0].split("://")[0]
-    protocols = dict(p.split(":", 1) for p in (protocol_map or f"{first}:{first}").split(","))
-    props["listeners"] = f"{named},CONTROLLER://{ctrl}"
-    props["advertised.listeners"] = named
-    props["inter.broker.listener.name"] = first
-    props["listener.security.protocol.map"] = ",".join(f"{k}:{v}" for k, v in protocols.items()) + ",CONTROLLER:PLAINTEXT"
-    if protocols[first].startswith("SASL_"):
-        mechanism = settings.get("sasl.enabled.mechanisms", "SCRAM-SHA-512").split(",")[0]
+if named:
+    protocols = dict(e.split(":", 1) for e in settings["listener.security.protocol.map"].split(","))
+    # The brokers' own traffic on one of the named SASL listeners, if the caller names it.
+    chosen = settings.get("inter.broker.listener.name")
+    own_listener = chosen in protocols and protocols[chosen].startswith("SASL_")
+    if own_listener:
+        props["listeners"] = f"{settings['listeners']},CONTROLLER://{ctrl}"
+        props["advertised.listeners"] = settings["listeners"]
+        props["listener.security.protocol.map"] = f"{settings['listener.security.protocol.map']},CONTROLLER:PLAINTEXT"
+    else:
+        s = socket.socket(); s.bind(("127.0.0.1", 0)); internal = f"127.0.0.1:{s.getsockname()[1]}"; s.close()
+        props["listeners"] = f"{settings['listeners']},INTERNAL://{internal},CONTROLLER://{ctrl}"
+        props["advertised.listeners"] = f"{settings['listeners']},INTERNAL://{internal}"
+        props["listener.security.protocol.map"] = (f"{settings['listener.security.protocol.map']},"
+                                                   "INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT")
+        props["inter.broker.listener.name"] = "INTERNAL"
+    props.setdefault("sasl.enabled.mechanisms", "SCRAM-SHA-256,SCRAM-SHA-512")
+    for name, protocol in protocols.items():
+        if protocol.startswith("SASL_"):
+            prefix = f"listener.name.{name.lower()}."
+            mechanisms = props.get(prefix + "sasl.enabled.mechanisms", props["sasl.enabled.mechanisms"])
+            for mechanism in mechanisms.split(","):
+                if mechanism.startswith("SCRAM-"):
+                    props.setdefault(f"{prefix}{mechanism.lower()}.sasl.jaas.config",
+                                     "org.apache.kafka.common.security.scram.ScramLoginModule required;")
+    if own_listener:
+        mechanism = next(m for m in props["sasl.enabled.mechanisms"].split(",") if m.startswith("SCRAM-"))
         login = re.search(r"name=([^,\]]+),password=([^,\]]+)", scram_users[0]) if scram_users else None
         if login is None:
             sys.exit("a SASL inter-broker listener needs an --add-scram / SLUICE_ADD_SCRAM user to log in as")
         props["sasl.mechanism.inter.broker.protocol"] = mechanism
-        props[f"listener.name.{first.lower()}.{mechanism.lower()}.sasl.jaas.config"] = (
+        props[f"listener.name.{chosen.lower()}.{mechanism.lower()}.sasl.jaas.config"] = (
             "org.apache.kafka.common.security.scram.ScramLoginModule required "
             f'username="{login.group(1)}" password="{login.group(2)}";')
-props.update(settings)
+    if props.get("authorizer.class.name"):
+        props["super.users"] = ";".join(filter(None, [props.get("super.users"), "User:ANONYMOUS"]))
 cfg = os.path.join(data, "server.properties")
 with open(cfg, "w") as f:
     for k, v in props.items():
@@ -112,9 +132,9 @@ with open(cfg, "w") as f:
 lib = os.environ.get("SLUICE_JAVA_LIB", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".java-lib"))
 cp = ":".join(sorted(glob.glob(os.path.join(lib, "*.jar"))))
 if not os.path.exists(os.path.join(data, "kafka-logs", "meta.properties")):
-    scram_args = [arg for user in scram_users for arg in ("--add-scram", user)]
+    scram = [arg for user in scram_users for arg in ("--add-scram", user)]
     subprocess.run(["java", "-cp", cp, "kafka.tools.StorageTool", "format", f"--cluster-id={cid}", "-c", cfg, "-g",
-                    *scram_args], check=True, stdout=sys.stderr)
+                    *scram], check=True, stdout=sys.stderr)
 heap = os.environ.get("KAFKA_HEAP_OPTS", "-Xmx768m").split()
 jvm = os.environ.get("KAFKA_JVM_PERFORMANCE_OPTS", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1").split()
 os.execvp("java", ["java", *heap, *jvm, "-cp", cp, "kafka.Kafka", cfg])

@@ -46,11 +46,19 @@ pub struct LocalCluster {
 }
 
 /// The broker binary: `$SLUICE_BIN`, else `sluice` beside this binary (both are built into
-/// `target/release` by `cargo build --release -p sluice-broker -p sluice-demo`).
+/// `target/release` by `cargo build --release -p sluice-broker -p sluice-demo`), or one
+/// directory up from a test binary in `target/release/deps`.
 pub fn broker_binary() -> Result<PathBuf> {
     let path = match std::env::var_os("SLUICE_BIN") {
         Some(bin) => PathBuf::from(bin),
-        None => std::env::current_exe()?.with_file_name("sluice"),
+        None => {
+            let me = std::env::current_exe()?;
+            let beside = me.with_file_name("sluice");
+            match me.parent().filter(|dir| dir.ends_with("deps")).and_then(|deps| deps.parent()) {
+                Some(profile) if !beside.is_file() => profile.join("sluice"),
+                _ => beside,
+            }
+        }
     };
     if !path.is_file() {
         bail!(

@@ -49,6 +49,8 @@ enum Step {
     Failed { client: String, log: String },
 }
 
+// Lives only inside the boxed `Exchange`, for the few round trips of one login.
+#[allow(clippy::large_enum_variant)]
 enum MechanismServer {
     Plain,
     Scram(ScramServer),
@@ -72,7 +74,8 @@ enum State {
     Open,
     /// A SASL listener before its SaslHandshake.
     AwaitHandshake,
-    Exchange(Exchange),
+    /// Boxed: most connections are `Open` for their whole life and stay small.
+    Exchange(Box<Exchange>),
 }
 
 /// The answer to a SASL request or token.
@@ -133,12 +136,12 @@ impl Authenticator {
     }
 
     fn principal_unset(&self) -> bool {
-        !matches!(&self.state, State::Exchange(Exchange { reauth_of: Some(_), .. }))
+        !matches!(&self.state, State::Exchange(e) if e.reauth_of.is_some())
     }
 
     /// The next frame is a bare SASL token (after a v0 handshake).
     pub fn expects_raw_token(&self) -> bool {
-        matches!(&self.state, State::Exchange(Exchange { raw: true, .. }))
+        matches!(&self.state, State::Exchange(e) if e.raw)
     }
 
     /// Whether a request other than SaslHandshake/SaslAuthenticate may be handled now; the
@@ -220,13 +223,13 @@ impl Authenticator {
             SaslMechanism::ScramSha512 => MechanismServer::Scram(ScramServer::new(ScramMechanism::Sha512, self.security.decoy_key())),
             SaslMechanism::OAuthBearer => MechanismServer::OAuthBearer { refused: None },
         };
-        self.state = State::Exchange(Exchange {
+        self.state = State::Exchange(Box::new(Exchange {
             mechanism,
             raw: version == 0,
             server,
             brokers_only: !enabled.contains(&mechanism),
             reauth_of,
-        });
+        }));
         SaslReply {
             response: response(0),
             close: None,
@@ -249,7 +252,7 @@ impl Authenticator {
                 "Unexpected Kafka request of type SASL_AUTHENTICATE during SASL handshake; a client sends SaslHandshake first".into(),
             );
         }
-        if !matches!(&self.state, State::Exchange(Exchange { raw: false, .. })) {
+        if !matches!(&self.state, State::Exchange(e) if !e.raw) {
             return SaslReply {
                 response: Some(SaslResponse::Authenticate(
                     SaslAuthenticateResponse::default()

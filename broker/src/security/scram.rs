@@ -177,7 +177,8 @@ fn parse_client_first(message: &str) -> Result<ClientFirst, &'static str> {
     })
 }
 
-/// Where a server-side exchange stands.
+/// Where a server-side exchange stands. Lives only for the round trips of one login.
+#[allow(clippy::large_enum_variant)]
 enum ServerState {
     ExpectFirst,
     ExpectFinal {

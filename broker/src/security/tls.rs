@@ -199,12 +199,16 @@ fn build(settings: &TlsSettings) -> Result<Loaded, String> {
                 .map_err(|e| format!("the truststore cannot check client certificates: {e}"))?
         }
     };
-    let server = ServerConfig::builder_with_provider(provider.clone())
+    let mut server = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&versions)
         .map_err(|e| format!("ssl.enabled.protocols and ssl.cipher.suites have nothing in common: {e}"))?
         .with_client_cert_verifier(verifier)
         .with_single_cert(chain.clone(), key.clone_key())
         .map_err(|e| format!("the keystore's certificate and key do not go together: {e}"))?;
+    // No TLS 1.3 session tickets. Kafka connections live for hours, so resumption saves next to
+    // nothing, and a NewSessionTicket arriving before the client's first request makes
+    // kafka-python (2.3) drop the connection as unexpected input (dpkp/kafka-python#2369).
+    server.send_tls13_tickets = 0;
     let client = client_config(settings, provider, &versions, roots, chain, key)?;
     Ok(Loaded {
         server: Arc::new(server),

@@ -447,19 +447,10 @@ SCENARIOS = {
     "empty_topic": empty_topic,
     "many_topics": many_topics,
     "regex_subscribe": regex_subscribe,
-    **{s: (lambda ctx, s=s: secure_round_trip(ctx, s)) for s in harness.SECURE_ROUND_TRIPS if s != "ssl_mtls"},
+    **{s: (lambda ctx, s=s: secure_round_trip(ctx, s)) for s in harness.SECURE_ROUND_TRIPS},
     "sasl_wrong_password": sasl_wrong_password,
 }
-NOT_APPLICABLE = {
-    # Seen here on the wire and in its debug log: TLS 1.3 servers (rustls here, the JDK under
-    # Kafka too, checked with a bare JDK TLS 1.3 server) send NewSessionTicket after the
-    # handshake; kafka-python's selector then finds the socket readable with no request in
-    # flight, and its client_async._poll closes the connection. On SASL_SSL its SaslHandshake is
-    # already in flight by then, so only the SSL listener is hit: 3 of 5 runs failed on one node.
-    "ssl_mtls": "kafka-python 2.3.3 drops a TLS 1.3 connection when the server's post-handshake NewSessionTicket "
-                "arrives before its first request ('Socket EVENT_READ without in-flight-requests'; Kafka's JDK sends "
-                "one too, dpkp/kafka-python#2369): it fails at random; with a TLS 1.2 ssl_context the row passes",
-}
+NOT_APPLICABLE: dict[str, str] = {}
 
 if __name__ == "__main__":
     sys.exit(harness.main(SCENARIOS, NOT_APPLICABLE))

@@ -10,7 +10,10 @@
 //! - hand-encoded exchanges on a SASL listener: nothing but ApiVersions and SASL before
 //!   authentication (and nothing written), Kafka's error codes and messages, the
 //!   pre-authentication frame cap, hostile tokens that get an error or a close (never a
-//!   panic), and SaslHandshake v0's bare tokens.
+//!   panic), and SaslHandshake v0's bare tokens;
+//! - with the authorizer on, a follower's Fetch from a user without CLUSTER_ACTION is refused
+//!   per partition (TOPIC_AUTHORIZATION_FAILED, as Kafka) before the replica identity check, and
+//!   reads and changes nothing.
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -1007,4 +1010,198 @@ async fn a_sasl_handshake_v0_client_logs_in_with_bare_plain_and_scram_tokens() -
     )?;
     expect_silent_close(&mut s, "PLAIN v0 with a wrong password")?;
     still_serves(&mut node, "v0 logins")
+}
+
+/// A follower's Fetch from a user without CLUSTER_ACTION, on a node with the authorizer on.
+mod follower_fetch_authorization {
+    use kafka_protocol::messages::create_acls_request::AclCreation;
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
+    use kafka_protocol::messages::{CreateAclsRequest, FetchRequest, FetchResponse, MetadataResponse};
+    use sluice_integration_tests::kafka_client::{self, consumer_fetch_request, fetch_topic, FETCH_VERSION_BY_NAME};
+
+    use super::*;
+
+    const ALICE: &str = "alice";
+    const ALICE_PASSWORD: &str = "alice-secret";
+    const TOPIC: &str = "guarded-replica";
+    const RECORDS: i64 = 3;
+    const FETCH_VERSION_WITH_REPLICA_STATE: i16 = 15;
+    const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+    const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+    // Kafka's AclOperation, ResourceType, PatternType and AclPermissionType codes.
+    const READ: i8 = 3;
+    const CLUSTER_ACTION: i8 = 9;
+    const TOPIC_RESOURCE: i8 = 2;
+    const CLUSTER_RESOURCE: i8 = 4;
+    const LITERAL: i8 = 3;
+    const ALLOW: i8 = 3;
+
+    fn alice() -> ClientSecurity {
+        ClientSecurity::default().sasl(SaslLogin::new(SaslMechanism::ScramSha512, ALICE, ALICE_PASSWORD))
+    }
+
+    /// Allows `principal` `operation` on a resource, as the admin.
+    fn allow(node: &SluiceNode, resource_type: i8, name: &str, operation: i8) -> Result<()> {
+        let request = CreateAclsRequest::default().with_creations(vec![AclCreation::default()
+            .with_resource_type(resource_type)
+            .with_resource_name(StrBytes::from_string(name.to_string()))
+            .with_resource_pattern_type(LITERAL)
+            .with_principal(StrBytes::from_static_str("User:alice"))
+            .with_host(StrBytes::from_static_str("*"))
+            .with_operation(operation)
+            .with_permission_type(ALLOW)]);
+        let response = KafkaConnection::connect_secured(node.addr(), node.client_security(), "it", IO_TIMEOUT)?
+            .call(&request, 3)?;
+        let code = response.results.first().context("no CreateAcls result")?.error_code;
+        ensure!(code == 0, "CreateAcls {name}: error code {code}");
+        Ok(())
+    }
+
+    fn metadata(node: &SluiceNode) -> Result<MetadataResponse> {
+        kafka_client::metadata_secured(node.addr(), node.client_security())
+    }
+
+    /// The partition's (error code, high watermark, record bytes) in a fetch as `security`.
+    fn fetch_as(
+        node: &SluiceNode,
+        security: &ClientSecurity,
+        request: &FetchRequest,
+        version: i16,
+    ) -> Result<(i16, i64, usize)> {
+        let response: FetchResponse =
+            KafkaConnection::connect_secured(node.addr(), security, "it", IO_TIMEOUT)?.call(request, version)?;
+        ensure!(
+            response.error_code == 0,
+            "Fetch v{version}: top-level error code {}",
+            response.error_code
+        );
+        let p = response
+            .responses
+            .first()
+            .and_then(|t| t.partitions.first())
+            .context("fetch response without a partition")?;
+        Ok((
+            p.error_code,
+            p.high_watermark,
+            p.records.as_ref().map_or(0, |r| r.len()),
+        ))
+    }
+
+    /// A follower's Fetch of partition 0 from offset 0, claiming replica 1 (this node's id): v12
+    /// with `replica_id`, v15 with `ReplicaState`.
+    fn follower_fetches(topic_id: uuid::Uuid) -> [(FetchRequest, i16); 2] {
+        let v12 = FetchRequest::default()
+            .with_replica_id(BrokerId(1))
+            .with_max_bytes(i32::MAX)
+            .with_topics(vec![fetch_topic(TOPIC, 0, i32::MAX)]);
+        let v15 = FetchRequest::default()
+            .with_replica_state(
+                ReplicaState::default()
+                    .with_replica_id(BrokerId(1))
+                    .with_replica_epoch(-1),
+            )
+            .with_max_bytes(i32::MAX)
+            .with_topics(vec![FetchTopic::default().with_topic_id(topic_id).with_partitions(
+                vec![FetchPartition::default()
+                    .with_partition(0)
+                    .with_fetch_offset(0)
+                    .with_partition_max_bytes(i32::MAX)],
+            )]);
+        [(v12, FETCH_VERSION_BY_NAME), (v15, FETCH_VERSION_WITH_REPLICA_STATE)]
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_follower_fetch_without_cluster_action_is_refused_per_partition_and_changes_nothing() -> Result<()> {
+        let mut opts = NodeOptions::default()
+            .set("listener.security.protocol.map", "PLAINTEXT:SASL_PLAINTEXT")
+            .set("sasl.enabled.mechanisms", "SCRAM-SHA-512")
+            .set("authorizer.class.name", AUTHORIZER)
+            .set("super.users", "User:admin")
+            .client_security(ClientSecurity::default().sasl(admin(SaslMechanism::ScramSha512)));
+        opts.extra_args = vec![
+            "--add-scram".into(),
+            ADD_ADMIN.into(),
+            "--add-scram".into(),
+            format!("SCRAM-SHA-512=[name={ALICE},password={ALICE_PASSWORD}]"),
+        ];
+        let mut node = SluiceNode::start(opts)?;
+        create_topic(&node, TOPIC)?;
+        let records: Vec<_> = (0..RECORDS)
+            .map(|_| wire::RawRecord {
+                key: None,
+                value: Some(b"replicated"),
+            })
+            .collect();
+        let batch = wire::record_batch_v2(clients::now_ms(), &records);
+        let mut s = node.connect(IO_TIMEOUT)?;
+        s.write_all(&wire::request_frame(
+            wire::API_KEY_PRODUCE,
+            3,
+            1,
+            Some("it"),
+            false,
+            &wire::produce_body_v3(-1, 5000, TOPIC, 0, &batch),
+        ))?;
+        let (_, _, _, code, _) = wire::parse_produce_response_first_partition(&wire::read_frame(&mut s)?)?;
+        ensure!(code == 0, "produce as the admin: error code {code}");
+        let topic_id = metadata(&node)?
+            .topics
+            .iter()
+            .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == TOPIC))
+            .map(|t| t.topic_id)
+            .context("the topic is not in metadata")?;
+
+        // READ on the topic: alice reads as a consumer.
+        allow(&node, TOPIC_RESOURCE, TOPIC, READ)?;
+        let consumer = consumer_fetch_request(TOPIC, 0, 0);
+        let read = wait_until(TIMEOUT, "alice's READ to apply", || {
+            fetch_as(&node, &alice(), &consumer, FETCH_VERSION_BY_NAME)
+                .ok()
+                .filter(|r| r.0 == 0)
+        })?;
+        ensure!(read.1 == RECORDS && read.2 > 0, "alice's consumer fetch: {read:?}");
+
+        // As a follower she is refused per partition, with nothing read, before the replica
+        // identity check (which would answer NOT_LEADER_OR_FOLLOWER).
+        for (request, version) in follower_fetches(topic_id) {
+            let answer = fetch_as(&node, &alice(), &request, version)?;
+            ensure!(
+                answer == (TOPIC_AUTHORIZATION_FAILED, -1, 0),
+                "alice's follower Fetch v{version}: (error code, HW, record bytes) {answer:?}"
+            );
+        }
+        ensure!(log_end_offset(&node, TOPIC)? == RECORDS, "the log end moved");
+        let partition = metadata(&node)?
+            .topics
+            .into_iter()
+            .find(|t| t.topic_id == topic_id)
+            .and_then(|t| t.partitions.into_iter().next())
+            .context("partition 0 in metadata")?;
+        ensure!(
+            partition.leader_id == BrokerId(1) && partition.isr_nodes == [BrokerId(1)],
+            "leader {:?}, ISR {:?} after the refused fetches",
+            partition.leader_id,
+            partition.isr_nodes
+        );
+        let after = fetch_as(&node, &alice(), &consumer, FETCH_VERSION_BY_NAME)?;
+        ensure!(
+            after.0 == 0 && after.1 == RECORDS,
+            "alice's consumer fetch after: {after:?}"
+        );
+
+        // With CLUSTER_ACTION the same claims pass the authorizer and meet the identity check.
+        allow(&node, CLUSTER_RESOURCE, "kafka-cluster", CLUSTER_ACTION)?;
+        for (request, version) in follower_fetches(topic_id) {
+            let answer = wait_until(TIMEOUT, "alice's CLUSTER_ACTION to apply", || {
+                fetch_as(&node, &alice(), &request, version)
+                    .ok()
+                    .filter(|a| a.0 != TOPIC_AUTHORIZATION_FAILED)
+            })?;
+            ensure!(
+                answer.0 == NOT_LEADER_OR_FOLLOWER,
+                "alice's follower Fetch v{version} with CLUSTER_ACTION: {answer:?}"
+            );
+        }
+        still_serves(&mut node, "follower fetches from a user")
+    }
 }
