@@ -23,6 +23,7 @@
 #   scripts/bench.sh --against-kafka --security SASL_SSL --records-2k 100000 --records-100b 200000 \
 #       --rate 2000 --duration-s 20 --pp-max-records 100000 --settle-s 10 --no-linger0
 # Without --against-kafka, --security SASL_SSL has sluice-bench start its brokers secured so.
+# SLUICE_BENCH_KEEP=1 keeps --against-kafka's broker data and logs (their paths are printed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 against_kafka=0

@@ -355,7 +355,10 @@ def run_once(order: int, system: str, cfg: dict, paths: dict, log_dir: Path,
         run["load_after"] = list(os.getloadavg())
         for n in nodes:
             n.kill()
-            shutil.rmtree(n.work_dir, ignore_errors=True)
+            if os.environ.get("SLUICE_BENCH_KEEP"):
+                say(f"  kept {n.work_dir} (SLUICE_BENCH_KEEP)")
+            else:
+                shutil.rmtree(n.work_dir, ignore_errors=True)
     for e in run["errors"]:
         say(f"  error: {e}")
     return run
