@@ -720,6 +720,20 @@ fn oversized_count_frames() -> Vec<(&'static str, Vec<u8>)> {
         ("DeleteRecords v2 with 4 billion topics", 21, 2, four_billion(&[])),
         ("CreateAcls v3 with 4 billion creations", 30, 3, four_billion(&[])),
         ("DeleteAcls v3 with 4 billion filters", 31, 3, four_billion(&[])),
+        // resource_type_filter (TOPIC), then a resource name claiming 4 GB.
+        ("DescribeAcls v3 with a 4 GB resource name", 29, 3, four_billion(&[2])),
+        (
+            "DescribeUserScramCredentials v0 with 4 billion users",
+            50,
+            0,
+            four_billion(&[]),
+        ),
+        (
+            "AlterUserScramCredentials v0 with 4 billion deletions",
+            51,
+            0,
+            four_billion(&[]),
+        ),
         ("AlterConfigs v2 with 4 billion resources", 33, 2, four_billion(&[])),
         ("AlterReplicaLogDirs v2 with 4 billion dirs", 34, 2, four_billion(&[])),
         ("DescribeLogDirs v4 with 4 billion topics", 35, 4, four_billion(&[])),
