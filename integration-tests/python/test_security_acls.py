@@ -19,7 +19,8 @@ import time
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
-                                   NewTopic, ResourcePatternType, ResourceType)
+                                   AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourcePatternType,
+                                   ResourceType)
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import TopicAuthorizationFailedError
 
@@ -32,7 +33,7 @@ CONSOLE_PRODUCER = "org.apache.kafka.tools.ConsoleProducer"
 MECHANISM = "SCRAM-SHA-512"
 # One user per test (and the admin), so that no test's ACLs change another's outcome.
 USERS = ["admin", "alice", "nobody", "lurker", "fickle", "orders", "writer", "creator", "idem", "ops", "member",
-         "outsider"]
+         "outsider", "tuner"]
 ON_KAFKA = os.environ.get("SLUICE_BIN", "").endswith("kafka-as-sluice.py")
 
 TOPIC_AUTHORIZATION_FAILED = KafkaError.TOPIC_AUTHORIZATION_FAILED
@@ -353,3 +354,33 @@ def test_a_group_member_needs_read_on_the_group_as_well_as_the_topic(node):
 
     values, error = consume_and_close(node, "outsider", "members-topic", 5, "outsiders", subscribe=True)
     assert (values, code(error)) == ([], GROUP_AUTHORIZATION_FAILED), error
+
+
+def test_altering_a_topic_config_needs_alter_configs_on_it(node):
+    create_topics(node, "tuned")
+    grant(node, binding("tuner", ResourceType.TOPIC, "tuned", AclOperation.DESCRIBE_CONFIGS))
+    tuner = admin(node, "tuner")
+    entry = ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)
+
+    def retention() -> str:
+        [future] = tuner.describe_configs([ConfigResource("topic", "tuned")]).values()
+        return future.result(timeout=20)["retention.ms"].value
+
+    before = retention()
+    refusals = {
+        "incremental_alter_configs": lambda: tuner.incremental_alter_configs(
+            [ConfigResource("topic", "tuned", incremental_configs=[entry])]),
+        "alter_configs": lambda: tuner.alter_configs(
+            [ConfigResource("topic", "tuned", set_config={"retention.ms": "3600000"})]),
+    }
+    for call, alter in refusals.items():
+        [future] = alter().values()
+        with pytest.raises(KafkaException) as refused:
+            future.result(timeout=20)
+        assert refused.value.args[0].code() == TOPIC_AUTHORIZATION_FAILED, (call, refused.value)
+    assert retention() == before != "3600000"
+
+    grant(node, binding("tuner", ResourceType.TOPIC, "tuned", AclOperation.ALTER_CONFIGS))
+    [future] = refusals["incremental_alter_configs"]().values()
+    future.result(timeout=20)
+    assert wait_until("the new retention.ms", lambda: retention() == "3600000")
