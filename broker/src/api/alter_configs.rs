@@ -12,12 +12,11 @@ use kafka_protocol::messages::alter_configs_request::AlterConfigsResource;
 use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::{AlterConfigsRequest, AlterConfigsResponse};
 
-use super::describe_configs::{config_refusal, RESOURCE_BROKER, RESOURCE_TOPIC};
+use super::describe_configs::{alter_if_authorized, RESOURCE_BROKER, RESOURCE_TOPIC};
 use super::incremental_alter_configs::{alter_broker_configs, broker_resource_id};
 use super::{commit_error, str_bytes, Session};
 use crate::broker::Broker;
 use crate::controller;
-use crate::metadata::acls::AclOperation;
 use crate::metadata::records::MetadataCommand;
 use crate::metadata::CommitError;
 
@@ -29,16 +28,13 @@ pub async fn handle(broker: Arc<Broker>, session: Session, request: AlterConfigs
         let result = AlterConfigsResourceResponse::default()
             .with_resource_type(resource.resource_type)
             .with_resource_name(resource.resource_name.clone());
-        let refusal = config_refusal(
+        let altered = alter_if_authorized(
             access,
-            AclOperation::AlterConfigs,
             resource.resource_type,
             &resource.resource_name,
-        );
-        let altered = match refusal {
-            Some((error, message)) => Err((error.code(), message)),
-            None => alter(&broker, resource, request.validate_only).await,
-        };
+            alter(&broker, resource, request.validate_only),
+        )
+        .await;
         responses.push(match altered {
             Ok(()) => result,
             Err((code, message)) => result

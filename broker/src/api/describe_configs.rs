@@ -52,6 +52,20 @@ pub(super) fn config_refusal(
     (!allowed).then(|| (error, access.denied(operation, acl_type, acl_name)))
 }
 
+/// One resource of AlterConfigs or IncrementalAlterConfigs: refused with its type's error
+/// without ALTER_CONFIGS on it, else what `alter` (not started until allowed) answers.
+pub(super) async fn alter_if_authorized(
+    access: Access<'_>,
+    resource_type: i8,
+    name: &str,
+    alter: impl std::future::Future<Output = Result<(), (i16, String)>>,
+) -> Result<(), (i16, String)> {
+    match config_refusal(access, AclOperation::AlterConfigs, resource_type, name) {
+        Some((error, message)) => Err((error.code(), message)),
+        None => alter.await,
+    }
+}
+
 pub fn handle(
     broker: &Broker,
     request: DescribeConfigsRequest,

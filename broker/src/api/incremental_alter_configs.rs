@@ -12,11 +12,10 @@ use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsRe
 use kafka_protocol::messages::{IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use super::describe_configs::{config_refusal, RESOURCE_BROKER, RESOURCE_TOPIC};
+use super::describe_configs::{alter_if_authorized, RESOURCE_BROKER, RESOURCE_TOPIC};
 use super::{commit_error, str_bytes, Session};
 use crate::broker::Broker;
 use crate::controller;
-use crate::metadata::acls::AclOperation;
 use crate::metadata::records::MetadataCommand;
 use crate::metadata::records::{AlterOp, BROKER_DEFAULT};
 use crate::metadata::CommitError;
@@ -34,16 +33,13 @@ pub async fn handle(
         let result = AlterConfigsResourceResponse::default()
             .with_resource_type(resource.resource_type)
             .with_resource_name(resource.resource_name.clone());
-        let refusal = config_refusal(
+        let altered = alter_if_authorized(
             access,
-            AclOperation::AlterConfigs,
             resource.resource_type,
             &resource.resource_name,
-        );
-        let altered = match refusal {
-            Some((error, message)) => Err((error.code(), message)),
-            None => alter(&broker, resource, request.validate_only).await,
-        };
+            alter(&broker, resource, request.validate_only),
+        )
+        .await;
         responses.push(match altered {
             Ok(()) => result,
             Err((code, message)) => result
