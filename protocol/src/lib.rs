@@ -5,6 +5,7 @@
 
 pub mod apis;
 pub mod batch;
+pub mod control;
 pub mod frame;
 pub mod fuzzing;
 pub mod records;
