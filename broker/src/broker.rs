@@ -24,6 +24,7 @@ use crate::quota::ClientQuotaManager;
 use crate::replica_manager::ReplicaManager;
 use crate::security::Security;
 use crate::topic_config::{self, BrokerOverrides};
+use crate::txn::TransactionManager;
 
 pub struct Broker {
     pub config: Arc<BrokerConfig>,
@@ -33,6 +34,8 @@ pub struct Broker {
     pub replicas: Arc<ReplicaManager>,
     /// Consumer groups this broker coordinates.
     pub groups: Arc<GroupMetadataManager>,
+    /// Transactions this broker coordinates, and the markers it writes.
+    pub txn: Arc<TransactionManager>,
     /// Bytes of requests being read or handled across all connections
     /// (`queued.max.request.bytes`): a flood of large requests waits instead of exhausting memory.
     pub request_memory: Arc<Semaphore>,
@@ -89,7 +92,17 @@ impl Broker {
             metadata.clone(),
             config.overrides.clone(),
         ));
+        let txn = Arc::new(TransactionManager::new(
+            config.txn.clone(),
+            replicas.clone(),
+            metadata.clone(),
+            groups.clone(),
+            config.overrides.clone(),
+            security.clone(),
+            config.clone(),
+        ));
         let broker = Arc::new(Broker {
+            txn,
             produce_quotas: ClientQuotaManager::produce(&config.quota),
             fetch_quotas: ClientQuotaManager::fetch(&config.quota),
             groups,
@@ -123,7 +136,8 @@ impl Broker {
                 shutdown.clone(),
             )),
             tokio::spawn(self.replicas.clone().run_isr_maintenance(shutdown.clone())),
-            tokio::spawn(self.groups.clone().run_timers(shutdown)),
+            tokio::spawn(self.groups.clone().run_timers(shutdown.clone())),
+            tokio::spawn(self.txn.clone().run_timers(shutdown)),
         ]
     }
 
@@ -530,6 +544,7 @@ async fn run_reconciler(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>
             _ = broker.replicas.reconcile_image(&image, now_ms()) => {}
         }
         broker.groups.reconcile(&image, broker.config.node_id);
+        broker.txn.reconcile(&image, broker.config.node_id);
         broker.replicas.mark_reconciled(image.last_offset);
         tokio::select! {
             _ = shutdown.changed() => return,

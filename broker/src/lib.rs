@@ -25,3 +25,4 @@ pub mod replication;
 pub mod security;
 pub mod server;
 pub mod topic_config;
+pub mod txn;

@@ -124,4 +124,10 @@ implemented_apis! {
     DescribeCluster: DescribeClusterRequest => DescribeClusterResponse;
     DescribeProducers: DescribeProducersRequest => DescribeProducersResponse;
     DescribeTopicPartitions: DescribeTopicPartitionsRequest => DescribeTopicPartitionsResponse;
+    AddPartitionsToTxn: AddPartitionsToTxnRequest => AddPartitionsToTxnResponse;
+    AddOffsetsToTxn: AddOffsetsToTxnRequest => AddOffsetsToTxnResponse;
+    EndTxn: EndTxnRequest => EndTxnResponse;
+    WriteTxnMarkers: WriteTxnMarkersRequest => WriteTxnMarkersResponse;
+    DescribeTransactions: DescribeTransactionsRequest => DescribeTransactionsResponse;
+    ListTransactions: ListTransactionsRequest => ListTransactionsResponse;
 }

@@ -3,8 +3,9 @@
 //! with `offsets.topic.num.partitions` partitions and `offsets.topic.replication.factor`
 //! replicas (fewer while fewer brokers are live), compacted.
 //!
-//! Transaction coordinators are not implemented: transaction keys get
-//! COORDINATOR_NOT_AVAILABLE with a message saying so.
+//! A transactional id's coordinator is the leader of its `__transaction_state` partition,
+//! the topic created on first use the same way (`TransactionManager::new_topic`: compacted,
+//! `min.insync.replicas` from `transaction.state.log.min.isr`).
 //!
 //! A group key needs DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED), a transaction
 //! key DESCRIBE on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED), per key
@@ -22,7 +23,7 @@ use uuid::Uuid;
 
 use super::{commit_error, str_bytes, Access, Session};
 use crate::broker::Broker;
-use crate::group::OFFSETS_TOPIC;
+use crate::controller::{OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC};
 use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::metadata::image::MetadataImage;
 use crate::metadata::records::MetadataCommand;
@@ -58,8 +59,11 @@ pub async fn handle(
         let access = session.access(&broker.security.authorizer, &image.acls);
         keys.iter().map(|key| refusal(access, request.key_type, key)).collect()
     };
-    let image = if request.key_type == GROUP_KEY && refusals.iter().any(Option::is_none) {
+    let wanted = refusals.iter().any(Option::is_none);
+    let image = if request.key_type == GROUP_KEY && wanted {
         ensure_offsets_topic(&broker).await
+    } else if request.key_type == TRANSACTION_KEY && wanted {
+        ensure_transaction_topic(&broker).await
     } else {
         Ok(broker.metadata.image())
     };
@@ -69,12 +73,17 @@ pub async fn handle(
         .zip(refusals)
         .map(|(key, refusal)| match (&image, request.key_type, refusal) {
             (_, _, Some(refused)) => refused,
-            (_, TRANSACTION_KEY, None) => not_found(
-                ResponseError::CoordinatorNotAvailable,
-                "transactions are not supported by this broker yet".into(),
-            ),
-            (_, k, None) if k != GROUP_KEY => not_found(ResponseError::InvalidRequest, format!("unknown key type {k}")),
+            (_, k, None) if k != GROUP_KEY && k != TRANSACTION_KEY => {
+                not_found(ResponseError::InvalidRequest, format!("unknown key type {k}"))
+            }
             (Err(e), _, None) => not_found(e.0, e.1.clone()),
+            (Ok(image), TRANSACTION_KEY, None) => {
+                if key.is_empty() {
+                    not_found(ResponseError::InvalidRequest, "the transactional id is empty".into())
+                } else {
+                    coordinator_of(image, TRANSACTION_STATE_TOPIC, broker.txn.partition_for(key), listener)
+                }
+            }
             (Ok(image), _, None) => group_coordinator(&broker, image, key, listener),
         })
         .collect();
@@ -133,9 +142,13 @@ fn group_coordinator(broker: &Broker, image: &MetadataImage, group_id: &str, lis
     if group_id.is_empty() {
         return not_found(ResponseError::InvalidRequest, "the group id is empty".into());
     }
-    let partition = broker.groups.partition_for(group_id);
+    coordinator_of(image, OFFSETS_TOPIC, broker.groups.partition_for(group_id), listener)
+}
+
+/// The leader of `topic`'s `partition`, named by its endpoint on `listener`.
+fn coordinator_of(image: &MetadataImage, topic: &str, partition: i32, listener: &str) -> Found {
     let leader = image
-        .topic(OFFSETS_TOPIC)
+        .topic(topic)
         .and_then(|t| t.partitions.get(partition as usize))
         .map_or(-1, |p| p.leader);
     match image.brokers.get(&leader).filter(|b| b.is_live()) {
@@ -153,16 +166,15 @@ fn group_coordinator(broker: &Broker, image: &MetadataImage, group_id: &str, lis
         },
         None => not_found(
             ResponseError::CoordinatorNotAvailable,
-            format!("partition {partition} of {OFFSETS_TOPIC} has no live leader yet; retry shortly"),
+            format!("partition {partition} of {topic} has no live leader yet; retry shortly"),
         ),
     }
 }
 
 /// The image once `__consumer_offsets` exists, creating it if needed.
 async fn ensure_offsets_topic(broker: &Broker) -> Result<Arc<MetadataImage>, (ResponseError, String)> {
-    let image = broker.metadata.image();
-    if image.topic(OFFSETS_TOPIC).is_some() {
-        return Ok(image);
+    if broker.metadata.image().topic(OFFSETS_TOPIC).is_some() {
+        return Ok(broker.metadata.image());
     }
     let config = &broker.config;
     let topic = NewTopic {
@@ -180,18 +192,33 @@ async fn ensure_offsets_topic(broker: &Broker) -> Result<Arc<MetadataImage>, (Re
             ),
         ]),
     };
+    ensure_topic(broker, topic).await
+}
+
+/// The image once `__transaction_state` exists, creating it if needed.
+async fn ensure_transaction_topic(broker: &Broker) -> Result<Arc<MetadataImage>, (ResponseError, String)> {
+    if broker.metadata.image().topic(TRANSACTION_STATE_TOPIC).is_some() {
+        return Ok(broker.metadata.image());
+    }
+    ensure_topic(broker, broker.txn.new_topic()).await
+}
+
+/// Creates an internal topic (a concurrent creation counts as success).
+async fn ensure_topic(broker: &Broker, topic: NewTopic) -> Result<Arc<MetadataImage>, (ResponseError, String)> {
+    let name = topic.name.clone();
+    let partitions = topic.num_partitions;
     let command = MetadataCommand::CreateTopic {
         topic,
         topic_id: Uuid::new_v4(),
     };
     match broker.commit(command).await {
         Ok((image, _)) => {
-            tracing::info!(partitions = config.group.num_partitions, "created {OFFSETS_TOPIC}");
+            tracing::info!(partitions, "created {name}");
             Ok(image)
         }
         Err(e) => {
             let image = broker.metadata.image();
-            if image.topic(OFFSETS_TOPIC).is_some() {
+            if image.topic(&name).is_some() {
                 return Ok(image); // created concurrently
             }
             let (_, message) = commit_error(&e);

@@ -1,5 +1,7 @@
 //! InitProducerId: a producer id and epoch for an idempotent producer (the default in the
-//! Java client since 3.0 and in franz-go). Transactions are not supported yet.
+//! Java client since 3.0 and in franz-go), or for a transactional id from its transaction
+//! coordinator (a bumped epoch per call, fencing the previous producer; an open transaction of
+//! that producer is aborted first and the caller told CONCURRENT_TRANSACTIONS, to retry).
 //!
 //! As Kafka: a transactional id needs WRITE on it (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
 //! without one, IDEMPOTENT_WRITE on the cluster or (KIP-679) WRITE on any topic (else
@@ -10,11 +12,20 @@ use std::sync::Arc;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 
+use super::end_txn::fenced_for;
 use super::{commit_error, Access, Session};
 use crate::broker::Broker;
 use crate::metadata::acls::{AclOperation, ResourceType};
 
-pub async fn handle(broker: Arc<Broker>, session: Session, request: InitProducerIdRequest) -> InitProducerIdResponse {
+/// The first version whose clients know PRODUCER_FENCED.
+const PRODUCER_FENCED_SINCE: i16 = 4;
+
+pub async fn handle(
+    broker: Arc<Broker>,
+    session: Session,
+    request: InitProducerIdRequest,
+    version: i16,
+) -> InitProducerIdResponse {
     let response = InitProducerIdResponse::default()
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);
@@ -33,9 +44,20 @@ pub async fn handle(broker: Arc<Broker>, session: Session, request: InitProducer
     if let Some(error) = refused {
         return response.with_error_code(error.code());
     }
-    if transactional_id.is_some() {
-        tracing::debug!("refusing a transactional InitProducerId: transactions are not supported yet");
-        return response.with_error_code(ResponseError::CoordinatorNotAvailable.code());
+    if let Some(id) = transactional_id {
+        let expected = (request.producer_id.0 >= 0 && request.producer_epoch >= 0)
+            .then_some((request.producer_id.0, request.producer_epoch));
+        let allocate = || async { broker.next_producer_id().await.map_err(|e| commit_response_error(&e)) };
+        return match broker
+            .txn
+            .init_producer_id(id, request.transaction_timeout_ms, expected, allocate)
+            .await
+        {
+            Ok(assigned) => response
+                .with_producer_id(ProducerId(assigned.producer_id))
+                .with_producer_epoch(assigned.producer_epoch),
+            Err(e) => response.with_error_code(fenced_for(e, version, PRODUCER_FENCED_SINCE).code()),
+        };
     }
     // KIP-360: a producer that lost track of its sequences asks for a bumped epoch.
     if request.producer_id.0 >= 0 && request.producer_epoch >= 0 && request.producer_epoch < i16::MAX - 1 {
@@ -47,6 +69,11 @@ pub async fn handle(broker: Arc<Broker>, session: Session, request: InitProducer
         Ok(id) => response.with_producer_id(ProducerId(id)).with_producer_epoch(0),
         Err(e) => response.with_error_code(commit_error(&e).0),
     }
+}
+
+/// A failed producer-id allocation as the client's error.
+fn commit_response_error(e: &crate::metadata::CommitError) -> ResponseError {
+    ResponseError::try_from_code(commit_error(e).0).unwrap_or(ResponseError::UnknownServerError)
 }
 
 /// Why the principal may not have a producer id, if it may not.

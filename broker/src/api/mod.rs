@@ -7,6 +7,8 @@
 //! is authorized with a logged refusal, listings are filtered silently.
 
 pub mod acls;
+pub mod add_offsets_to_txn;
+pub mod add_partitions_to_txn;
 pub mod alter_client_quotas;
 pub mod alter_configs;
 pub mod alter_partition_reassignments;
@@ -26,8 +28,10 @@ pub mod describe_log_dirs;
 pub mod describe_producers;
 pub mod describe_quorum;
 pub mod describe_topic_partitions;
+pub mod describe_transactions;
 pub mod describe_user_scram_credentials;
 pub mod elect_leaders;
+pub mod end_txn;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod heartbeat;
@@ -38,6 +42,7 @@ pub mod leave_group;
 pub mod list_groups;
 pub mod list_offsets;
 pub mod list_partition_reassignments;
+pub mod list_transactions;
 pub mod metadata;
 pub mod offset_commit;
 pub mod offset_delete;
@@ -45,6 +50,7 @@ pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod sync_group;
+pub mod write_txn_markers;
 #[cfg(test)]
 pub(crate) mod testing;
 
@@ -250,7 +256,23 @@ pub fn handle(broker: &Arc<Broker>, request: Request, session: &Session) -> Repl
             offset_for_leader_epoch::handle(broker, r, session),
         )),
         RequestBody::InitProducerId(r) => {
-            later(init_producer_id::handle(b, session.clone(), r).map(ResponseBody::InitProducerId))
+            later(init_producer_id::handle(b, session.clone(), r, version).map(ResponseBody::InitProducerId))
+        }
+        RequestBody::AddPartitionsToTxn(r) => later(
+            add_partitions_to_txn::handle(b, session.clone(), r, version).map(ResponseBody::AddPartitionsToTxn),
+        ),
+        RequestBody::AddOffsetsToTxn(r) => later(
+            add_offsets_to_txn::handle(b, session.clone(), r, version).map(ResponseBody::AddOffsetsToTxn),
+        ),
+        RequestBody::EndTxn(r) => later(end_txn::handle(b, session.clone(), r, version).map(ResponseBody::EndTxn)),
+        RequestBody::WriteTxnMarkers(r) => {
+            later(write_txn_markers::handle(b, session.clone(), r).map(ResponseBody::WriteTxnMarkers))
+        }
+        RequestBody::DescribeTransactions(r) => now(ResponseBody::DescribeTransactions(describe_transactions::handle(
+            broker, session, r,
+        ))),
+        RequestBody::ListTransactions(r) => {
+            now(ResponseBody::ListTransactions(list_transactions::handle(broker, session, r)))
         }
         RequestBody::FindCoordinator(r) => {
             later(find_coordinator::handle(b, session.clone(), r, version).map(ResponseBody::FindCoordinator))

@@ -21,6 +21,8 @@ pub use listeners::{Listener, Listeners, DEFAULT_LISTENER_NAME};
 use quota::quota_config;
 pub use quota::QuotaConfig;
 pub use security::{SaslMechanism, SecurityProtocol, SecuritySettings};
+use txn::txn_config;
+pub use txn::TxnConfig;
 
 mod group;
 pub mod listeners;
@@ -28,6 +30,7 @@ pub mod open_files;
 pub mod principal_rules;
 mod quota;
 pub mod security;
+mod txn;
 
 /// Command-line interface of the `sluice` binary.
 #[derive(Debug, Clone, Parser)]
@@ -243,6 +246,15 @@ broker_settings! {
     "offsets.commit.timeout.ms", "5000", Int, "How long an offset commit waits for the in-sync replicas.";
     "offsets.load.buffer.size", "5242880", Int, "Bytes read at a time when loading groups from __consumer_offsets.";
     "offset.metadata.max.bytes", "4096", Int, "Largest metadata string of a committed offset.";
+    "transaction.state.log.num.partitions", "50", Int, "Partitions of __transaction_state (fixed once it exists).";
+    "transaction.state.log.replication.factor", "3", Short, "Replicas of __transaction_state (lowered to the live brokers).";
+    "transaction.state.log.min.isr", "2", Int, "min.insync.replicas of __transaction_state.";
+    "transaction.state.log.segment.bytes", "104857600", Int, "Segment size of __transaction_state.";
+    "transaction.state.log.load.buffer.size", "5242880", Int, "Bytes read at a time when loading transactions from __transaction_state.";
+    "transaction.max.timeout.ms", "900000", Int, "Largest transaction.timeout.ms a producer may ask for.";
+    "transactional.id.expiration.ms", "604800000", Int, "A transactional id with no transaction for this long is forgotten.";
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms", "10000", Int, "How often transactions open past their timeout are aborted.";
+    "transaction.remove.expired.transaction.cleanup.interval.ms", "3600000", Int, "How often expired transactional ids are removed.";
     "group.initial.rebalance.delay.ms", "3000", Int, "How long a new group waits for more members before its first rebalance.";
     "group.min.session.timeout.ms", "6000", Int, "Smallest session timeout a group member may ask for.";
     "group.max.session.timeout.ms", "1800000", Int, "Largest session timeout a group member may ask for.";
@@ -382,6 +394,8 @@ pub struct BrokerConfig {
     pub offsets_topic_replication_factor: i16,
     /// `offsets.topic.segment.bytes`
     pub offsets_topic_segment_bytes: i32,
+    /// Transaction coordinator settings (`transaction.*`, `transactional.id.expiration.ms`).
+    pub txn: TxnConfig,
     /// Client quota measurement (`quota.window.*`).
     pub quota: QuotaConfig,
     /// Every `--set` value, by Kafka name: broker-level defaults for topic configs live here.
@@ -541,6 +555,7 @@ impl BrokerConfig {
             )?,
             offsets_topic_segment_bytes: parse_num("offsets.topic.segment.bytes", &get("offsets.topic.segment.bytes"))?,
             quota: quota_config(&get)?,
+            txn: txn_config(&get)?,
             secret_keys: secrets.keys().cloned().collect(),
             overrides,
         })

@@ -46,7 +46,7 @@ pub use quotas::alter_client_quotas;
 pub use reassignment::reassign_partition;
 pub use topics::{
     create_partitions, create_topic, delete_topic, is_internal_topic, may_auto_create, validate_topic_name,
-    MAX_TOPIC_NAME_LEN, OFFSETS_TOPIC,
+    MAX_TOPIC_NAME_LEN, OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC,
 };
 
 /// Decides a proposed command against the image: the records that carry it out, or why not.

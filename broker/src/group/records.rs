@@ -231,7 +231,7 @@ fn decode_group_value(value: &[u8]) -> Result<StoredGroup, RecordError> {
     })
 }
 
-fn put_string(buf: &mut BytesMut, s: &str) {
+pub(crate) fn put_string(buf: &mut BytesMut, s: &str) {
     let len = s.len().min(i16::MAX as usize);
     buf.put_i16(len as i16);
     buf.put_slice(&s.as_bytes()[..len]);
@@ -249,11 +249,11 @@ fn put_bytes(buf: &mut BytesMut, b: &[u8]) {
     buf.put_slice(b);
 }
 
-/// A bounds-checked reader of Kafka's fixed-width encodings.
-struct Reader<'a>(&'a [u8]);
+/// A bounds-checked reader of Kafka's fixed-width encodings (also `txn/records.rs`'s).
+pub(crate) struct Reader<'a>(pub(crate) &'a [u8]);
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], RecordError> {
+    pub(crate) fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], RecordError> {
         if self.0.len() < n {
             return Err(RecordError::Truncated(what));
         }
@@ -262,24 +262,24 @@ impl<'a> Reader<'a> {
         Ok(head)
     }
 
-    fn i16(&mut self, what: &'static str) -> Result<i16, RecordError> {
+    pub(crate) fn i16(&mut self, what: &'static str) -> Result<i16, RecordError> {
         let b = self.take(2, what)?;
         Ok(i16::from_be_bytes([b[0], b[1]]))
     }
 
-    fn i32(&mut self, what: &'static str) -> Result<i32, RecordError> {
+    pub(crate) fn i32(&mut self, what: &'static str) -> Result<i32, RecordError> {
         let b = self.take(4, what)?;
         Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
 
-    fn i64(&mut self, what: &'static str) -> Result<i64, RecordError> {
+    pub(crate) fn i64(&mut self, what: &'static str) -> Result<i64, RecordError> {
         let b = self.take(8, what)?;
         let mut a = [0u8; 8];
         a.copy_from_slice(b);
         Ok(i64::from_be_bytes(a))
     }
 
-    fn nullable_string(&mut self, what: &'static str) -> Result<Option<String>, RecordError> {
+    pub(crate) fn nullable_string(&mut self, what: &'static str) -> Result<Option<String>, RecordError> {
         let len = self.i16(what)?;
         if len < 0 {
             return Ok(None);
@@ -290,11 +290,11 @@ impl<'a> Reader<'a> {
             .map_err(|_| RecordError::NotUtf8)
     }
 
-    fn string(&mut self, what: &'static str) -> Result<String, RecordError> {
+    pub(crate) fn string(&mut self, what: &'static str) -> Result<String, RecordError> {
         Ok(self.nullable_string(what)?.unwrap_or_default())
     }
 
-    fn bytes(&mut self, what: &'static str) -> Result<Bytes, RecordError> {
+    pub(crate) fn bytes(&mut self, what: &'static str) -> Result<Bytes, RecordError> {
         let len = self.i32(what)?;
         if len < 0 {
             return Ok(Bytes::new());

@@ -14,7 +14,9 @@ use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, Str
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::config::SaslMechanism;
+use crate::config::{BrokerConfig, SaslMechanism};
+use crate::metadata::image::MetadataImage;
+use crate::security::Security;
 use crate::metadata::records::ScramMechanism;
 use crate::security::scram::ScramClient;
 
@@ -100,6 +102,37 @@ impl BrokerConnection {
             next_correlation_id: 0,
             client_id: StrBytes::from_string(client_id),
         })
+    }
+
+    /// Connects to `broker`'s inter-broker listener as the image names it, over TLS and logged
+    /// in as this broker when the security settings say so; `purpose` names the client id.
+    pub async fn dial_broker(
+        broker: i32,
+        purpose: &str,
+        image: &MetadataImage,
+        config: &BrokerConfig,
+        security: &Security,
+    ) -> Result<Self, ClientError> {
+        let listener = &config.listeners.inter_broker;
+        let endpoint = match image.brokers.get(&broker).map(|b| b.endpoint(listener).cloned()) {
+            Some(Some(endpoint)) => endpoint,
+            Some(None) => {
+                return Err(ClientError::Protocol(
+                    broker,
+                    format!(
+                        "the broker has no listener named {listener} (inter.broker.listener.name); give every broker the same inter-broker listener"
+                    ),
+                ))
+            }
+            None => return Err(ClientError::Protocol(broker, "the broker is not registered".into())),
+        };
+        let client_id = format!("{purpose}-{}", config.node_id);
+        let tls = security.inter_broker_tls().map(|t| t.client_config());
+        let mut connection = Self::connect(broker, &endpoint.host, endpoint.port, client_id, tls).await?;
+        if let Some((mechanism, user, password)) = security.inter_broker_credentials() {
+            connection.login(mechanism, &user, password.expose()).await?;
+        }
+        Ok(connection)
     }
 
     /// Logs in with SASL (SaslHandshake v1, SaslAuthenticate v1) as `user`.

@@ -304,31 +304,8 @@ async fn connect(
     security: &Security,
     images: &watch::Receiver<Arc<MetadataImage>>,
 ) -> Result<BrokerConnection, ClientError> {
-    let endpoint = images
-        .borrow()
-        .brokers
-        .get(&leader)
-        .map(|b| b.endpoint(&config.listeners.inter_broker).cloned());
-    let endpoint = match endpoint {
-        Some(Some(endpoint)) => endpoint,
-        Some(None) => {
-            return Err(ClientError::Protocol(
-                leader,
-                format!(
-                    "the broker has no listener named {} (inter.broker.listener.name); give every broker the same inter-broker listener",
-                    config.listeners.inter_broker
-                ),
-            ))
-        }
-        None => return Err(ClientError::Protocol(leader, "the broker is not registered".into())),
-    };
-    let client_id = format!("sluice-replica-fetcher-{}", config.node_id);
-    let tls = security.inter_broker_tls().map(|t| t.client_config());
-    let mut connection = BrokerConnection::connect(leader, &endpoint.host, endpoint.port, client_id, tls).await?;
-    if let Some((mechanism, user, password)) = security.inter_broker_credentials() {
-        connection.login(mechanism, &user, password.expose()).await?;
-    }
-    Ok(connection)
+    let image = images.borrow().clone();
+    BrokerConnection::dial_broker(leader, "sluice-replica-fetcher", &image, config, security).await
 }
 
 /// This broker's epoch in the applied metadata (its current registration), which its fetches

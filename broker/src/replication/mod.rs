@@ -3,7 +3,7 @@
 //! `replica_manager.rs`.
 
 pub mod checkpoint;
-mod client;
+pub mod client;
 pub mod fetcher;
 mod session;
 

@@ -1,0 +1,51 @@
+//! EndTxn: commit or abort the producer's open transaction (transactions v1). Answered once
+//! the coordinator has written PrepareCommit/PrepareAbort to `__transaction_state` and its
+//! ISR has it; the markers follow in the background, as Kafka does.
+//!
+//! Needs WRITE on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
+//! PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH below v2, which older clients know.
+
+use std::sync::Arc;
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::{EndTxnRequest, EndTxnResponse, ProducerId};
+
+use super::Session;
+use crate::broker::Broker;
+use crate::metadata::acls::{AclOperation, ResourceType};
+
+/// The first version whose clients know PRODUCER_FENCED.
+const PRODUCER_FENCED_SINCE: i16 = 2;
+
+pub async fn handle(broker: Arc<Broker>, session: Session, request: EndTxnRequest, version: i16) -> EndTxnResponse {
+    let id = request.transactional_id.0.as_str();
+    let allowed = {
+        let image = broker.metadata.image();
+        session
+            .access(&broker.security.authorizer, &image.acls)
+            .authorize(AclOperation::Write, ResourceType::TransactionalId, id)
+    };
+    let response = EndTxnResponse::default()
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    if !allowed {
+        return response.with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code());
+    }
+    let result = broker
+        .txn
+        .end_txn(id, request.producer_id.0, request.producer_epoch, request.committed)
+        .await;
+    match result {
+        Ok(()) => response,
+        Err(e) => response.with_error_code(fenced_for(e, version, PRODUCER_FENCED_SINCE).code()),
+    }
+}
+
+/// Kafka's down-conversion of PRODUCER_FENCED for clients older than `since`.
+pub(crate) fn fenced_for(error: ResponseError, version: i16, since: i16) -> ResponseError {
+    if error == ResponseError::ProducerFenced && version < since {
+        ResponseError::InvalidProducerEpoch
+    } else {
+        error
+    }
+}
