@@ -49,8 +49,13 @@ pub fn handle(broker: &Broker, request: ProduceRequest, version: i16, client_id:
     let image = broker.metadata.image();
     let access = session.access(&broker.security.authorizer, &image.acls);
     let authorizing = access.is_enabled();
+    let transactional_id = request.transactional_id.as_ref().map(|id| id.0.as_str());
+    if transactional_id.is_none_or(str::is_empty) && has_transactional_records(&request) {
+        // Kafka's answer too: transactional writes are only accepted under their id.
+        let message = "a transactional batch needs the request's transactional id".to_string();
+        return refuse_all(request, ResponseError::TransactionalIdAuthorizationFailed, message);
+    }
     if authorizing {
-        let transactional_id = request.transactional_id.as_ref().map(|id| id.0.as_str());
         if let Some(message) = transactional_refusal(access, transactional_id) {
             return refuse_all(request, ResponseError::TransactionalIdAuthorizationFailed, message);
         }
@@ -186,6 +191,18 @@ pub fn handle(broker: &Broker, request: ProduceRequest, version: i16, client_id:
         }
         .boxed(),
     )
+}
+
+/// Whether a partition's first batch is transactional (the attributes' bit 4), as Kafka's
+/// `hasTransactionalRecords` looks at it; malformed data is judged later, per partition.
+fn has_transactional_records(request: &ProduceRequest) -> bool {
+    use sluice_protocol::batch::ATTRIBUTES_OFFSET;
+    request
+        .topic_data
+        .iter()
+        .flat_map(|t| t.partition_data.iter())
+        .filter_map(|p| p.records.as_ref())
+        .any(|records| records.get(ATTRIBUTES_OFFSET + 1).is_some_and(|low| low & 0x10 != 0))
 }
 
 /// Why a request naming `transactional_id` may not write under it, if it may not.

@@ -34,3 +34,4 @@ mod reassignment;
 mod replication;
 mod security;
 mod soak;
+mod transactions;

@@ -1,0 +1,256 @@
+//! Transactions through the coordinator and the partitions: a committed transaction becomes
+//! visible to read_committed consumers even when its coordinator is killed right after the
+//! commit was acknowledged, an abandoned one is aborted at its timeout so the last stable
+//! offset moves on, and requests from strangers or stale producers change nothing.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use bytes::Bytes;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::write_txn_markers_request::{WritableTxnMarker, WritableTxnMarkerTopic};
+use kafka_protocol::messages::{
+    AddPartitionsToTxnRequest, EndTxnRequest, FindCoordinatorRequest, InitProducerIdRequest, ListOffsetsRequest,
+    ProduceRequest, ProducerId, TopicName, TransactionalId, WriteTxnMarkersRequest,
+};
+use kafka_protocol::protocol::StrBytes;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Message, Offset};
+use sluice_integration_tests::clients::{self, wait_until};
+use sluice_integration_tests::{kafka_client, Cluster, NodeOptions, SluiceNode};
+use sluice_protocol::batch::test_support::encode_simple_batch;
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+const TRANSACTION_KEY: i8 = 1;
+
+fn str_bytes(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+/// A 3-record transactional batch from producer `pid`/`epoch` at sequence `seq`.
+fn transactional_batch(pid: i64, epoch: i16, seq: i32) -> Bytes {
+    let mut batch = encode_simple_batch(3, 50, 1_700_000_000_000);
+    batch[21..23].copy_from_slice(&0x10i16.to_be_bytes());
+    batch[43..51].copy_from_slice(&pid.to_be_bytes());
+    batch[51..53].copy_from_slice(&epoch.to_be_bytes());
+    batch[53..57].copy_from_slice(&seq.to_be_bytes());
+    let crc = crc32c::crc32c(&batch[21..]);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+    Bytes::from(batch)
+}
+
+fn produce(addr: SocketAddr, id: &str, topic: &str, batch: Bytes) -> Result<i16> {
+    let data = PartitionProduceData::default().with_index(0).with_records(Some(batch));
+    let request = ProduceRequest::default()
+        .with_transactional_id(Some(TransactionalId(str_bytes(id))))
+        .with_acks(-1)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(str_bytes(topic)))
+            .with_partition_data(vec![data])]);
+    let response = kafka_client::call(addr, &request, 9, TIMEOUT)?;
+    Ok(response.responses[0].partition_responses[0].error_code)
+}
+
+/// ListOffsets latest of partition 0 at `isolation` (0: the high watermark, 1: the LSO).
+fn latest(addr: SocketAddr, topic: &str, isolation: i8) -> Result<i64> {
+    let request = ListOffsetsRequest::default()
+        .with_replica_id((-1).into())
+        .with_isolation_level(isolation)
+        .with_topics(vec![ListOffsetsTopic::default()
+            .with_name(TopicName(str_bytes(topic)))
+            .with_partitions(vec![ListOffsetsPartition::default()
+                .with_partition_index(0)
+                .with_timestamp(-1)])]);
+    let response = kafka_client::call(addr, &request, 7, TIMEOUT)?;
+    let p = &response.topics[0].partitions[0];
+    ensure!(p.error_code == 0, "ListOffsets: {p:?}");
+    Ok(p.offset)
+}
+
+/// The broker coordinating `id` (creating `__transaction_state` on first use).
+fn coordinator(addr: SocketAddr, id: &str) -> Result<i32> {
+    wait_until(Duration::from_secs(30), "a transaction coordinator", || {
+        let request = FindCoordinatorRequest::default()
+            .with_key_type(TRANSACTION_KEY)
+            .with_coordinator_keys(vec![str_bytes(id)]);
+        let response = kafka_client::call(addr, &request, 4, TIMEOUT).ok()?;
+        let c = response.coordinators.first()?;
+        (c.error_code == 0).then_some(c.node_id.0)
+    })
+}
+
+/// InitProducerId for `id` at the coordinator, retried while it loads or completes a fence.
+fn init_producer(addr: SocketAddr, id: &str, timeout_ms: i32) -> Result<(i64, i16)> {
+    wait_until(Duration::from_secs(30), "InitProducerId", || {
+        let request = InitProducerIdRequest::default()
+            .with_transactional_id(Some(TransactionalId(str_bytes(id))))
+            .with_transaction_timeout_ms(timeout_ms)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1);
+        let r = kafka_client::call(addr, &request, 4, TIMEOUT).ok()?;
+        (r.error_code == 0).then_some((r.producer_id.0, r.producer_epoch))
+    })
+}
+
+fn add_partition(addr: SocketAddr, id: &str, pid: i64, epoch: i16, topic: &str) -> Result<i16> {
+    let request = AddPartitionsToTxnRequest::default()
+        .with_v3_and_below_transactional_id(TransactionalId(str_bytes(id)))
+        .with_v3_and_below_producer_id(ProducerId(pid))
+        .with_v3_and_below_producer_epoch(epoch)
+        .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+            .with_name(TopicName(str_bytes(topic)))
+            .with_partitions(vec![0])]);
+    let response = kafka_client::call(addr, &request, 3, TIMEOUT)?;
+    Ok(response.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code)
+}
+
+fn end_txn(addr: SocketAddr, id: &str, pid: i64, epoch: i16, commit: bool) -> Result<i16> {
+    let request = EndTxnRequest::default()
+        .with_transactional_id(TransactionalId(str_bytes(id)))
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch)
+        .with_committed(commit);
+    Ok(kafka_client::call(addr, &request, 3, TIMEOUT)?.error_code)
+}
+
+fn code(e: ResponseError) -> i16 {
+    e.code()
+}
+
+#[test]
+fn strangers_and_stale_producers_cannot_end_or_mark_a_transaction() -> Result<()> {
+    let node = SluiceNode::start(NodeOptions::default())?;
+    let addr = node.addr();
+    ensure!(kafka_client::create_topic(addr, "tx-hostile", 1, TIMEOUT)? == 0);
+    coordinator(addr, "tx-h")?;
+    let (pid, epoch) = init_producer(addr, "tx-h", 60_000)?;
+    ensure!(add_partition(addr, "tx-h", pid, epoch, "tx-hostile")? == 0);
+    ensure!(produce(addr, "tx-h", "tx-hostile", transactional_batch(pid, epoch, 0))? == 0);
+    ensure!(latest(addr, "tx-hostile", 0)? == 3, "the records are below the high watermark");
+    ensure!(latest(addr, "tx-hostile", 1)? == 0, "the open transaction holds the LSO at its start");
+
+    // A stranger's producer id, and the right id at a stale epoch.
+    ensure!(end_txn(addr, "tx-h", pid + 1, epoch, true)? == code(ResponseError::InvalidProducerIdMapping));
+    ensure!(end_txn(addr, "tx-h", pid, epoch - 1, true)? == code(ResponseError::ProducerFenced));
+    // A marker naming an older epoch than the producer's is refused by the partition.
+    let stale_marker = WriteTxnMarkersRequest::default().with_markers(vec![WritableTxnMarker::default()
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch - 1)
+        .with_coordinator_epoch(0)
+        .with_transaction_result(true)
+        .with_topics(vec![WritableTxnMarkerTopic::default()
+            .with_name(TopicName(str_bytes("tx-hostile")))
+            .with_partition_indexes(vec![0])])]);
+    let answer = kafka_client::call(addr, &stale_marker, 1, TIMEOUT)?;
+    let error = answer.markers[0].topics[0].partitions[0].error_code;
+    ensure!(error == code(ResponseError::InvalidProducerEpoch), "stale marker answered {error}");
+    ensure!(latest(addr, "tx-hostile", 0)? == 3, "no marker was appended");
+    ensure!(latest(addr, "tx-hostile", 1)? == 0, "the transaction is still open");
+
+    // The producer itself commits: the markers move the LSO past its records.
+    ensure!(end_txn(addr, "tx-h", pid, epoch, true)? == 0);
+    wait_until(TIMEOUT, "the LSO to pass the commit marker", || {
+        latest(addr, "tx-hostile", 1).ok().filter(|lso| *lso == 4)
+    })?;
+    Ok(())
+}
+
+/// A read_committed consumer of every partition of `topic` from the start: the values it
+/// reads once its position reaches `end` on every partition.
+fn read_committed(bootstrap: &str, topic: &str, partitions: i32, expected: usize) -> Result<Vec<String>> {
+    let consumer: BaseConsumer = clients::consumer_config(bootstrap)
+        .set("isolation.level", "read_committed")
+        .create()?;
+    let all: Vec<i32> = (0..partitions).collect();
+    clients::assign(&consumer, topic, &all, Offset::Beginning)?;
+    let mut values = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while values.len() < expected && std::time::Instant::now() < deadline {
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
+            values.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).to_string());
+        }
+    }
+    // Anything more that would arrive (an aborted record leaking) shows in a last poll round.
+    let settle = std::time::Instant::now() + Duration::from_secs(2);
+    while std::time::Instant::now() < settle {
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
+            values.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).to_string());
+        }
+    }
+    Ok(values)
+}
+
+#[test]
+fn a_commit_completes_and_an_abandoned_transaction_aborts_when_the_coordinator_is_killed() -> Result<()> {
+    let mut cluster = Cluster::start(
+        3,
+        &[("transaction.abort.timed.out.transaction.cleanup.interval.ms", "500")],
+    )?;
+    let bootstrap = cluster.bootstrap();
+    let addr = cluster.addr(1);
+    ensure!(kafka_client::create_topic(addr, "tx-kill", 3, TIMEOUT)? == 0);
+    cluster.await_full_isr("tx-kill", Duration::from_secs(30))?;
+
+    // An abandoned transaction (typed requests: it is never ended) with a short timeout.
+    let abandoned_coordinator = coordinator(addr, "tx-abandoned")?;
+    let (pid, epoch) = init_producer(cluster.addr(abandoned_coordinator), "tx-abandoned", 3_000)?;
+    ensure!(add_partition(cluster.addr(abandoned_coordinator), "tx-abandoned", pid, epoch, "tx-kill")? == 0);
+    let leader = cluster.partition_leader(1, "tx-kill", 0, TIMEOUT)?;
+    ensure!(produce(cluster.addr(leader), "tx-abandoned", "tx-kill", transactional_batch(pid, epoch, 0))? == 0);
+
+    // A producer commits two transactions; its coordinator is killed right after the second
+    // commit is acknowledged (markers may not all be written yet).
+    let producer: BaseProducer = clients::producer_config(&bootstrap)
+        .set("transactional.id", "tx-committer")
+        .set("enable.idempotence", "true")
+        .create()?;
+    producer.init_transactions(Duration::from_secs(30))?;
+    let mut sent = Vec::new();
+    for round in 0..2 {
+        producer.begin_transaction()?;
+        for i in 0..30 {
+            let value = format!("committed-{round}-{i}");
+            let partition = i % 3;
+            producer
+                .send(BaseRecord::<(), str>::to("tx-kill").partition(partition).payload(&value))
+                .map_err(|(e, _)| e)?;
+            sent.push(value);
+        }
+        producer.commit_transaction(Duration::from_secs(30))?;
+    }
+    let killed = coordinator(addr, "tx-committer")?;
+    cluster.node(killed).kill()?;
+    let survivor = cluster.ids().into_iter().find(|id| *id != killed).context("a survivor")?;
+    let bootstrap = cluster.addr(survivor).to_string();
+
+    let read = read_committed(&bootstrap, "tx-kill", 3, sent.len())?;
+    let expected: HashSet<&String> = sent.iter().collect();
+    let got: HashSet<&String> = read.iter().collect();
+    ensure!(
+        read.len() == sent.len() && got == expected,
+        "read_committed read {} records ({} distinct), expected the {} committed ones; extra: {:?}",
+        read.len(),
+        got.len(),
+        sent.len(),
+        got.difference(&expected).take(5).collect::<Vec<_>>()
+    );
+    ensure!(
+        !read.iter().any(|v| v.starts_with('v')),
+        "a record of the aborted transaction was read"
+    );
+    // The abandoned transaction was aborted: the LSO reaches the high watermark.
+    let leader = cluster.partition_leader(survivor, "tx-kill", 0, TIMEOUT)?;
+    wait_until(Duration::from_secs(60), "the abandoned transaction to be aborted", || {
+        let hw = latest(cluster.addr(leader), "tx-kill", 0).ok()?;
+        let lso = latest(cluster.addr(leader), "tx-kill", 1).ok()?;
+        (lso == hw).then_some(())
+    })?;
+    Ok(())
+}
