@@ -553,3 +553,5 @@ fn rebuild_producer_state(log: &mut PartitionLog) -> Result<ProducerStateManager
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod txn_tests;

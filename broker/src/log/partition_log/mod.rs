@@ -410,7 +410,7 @@ impl PartitionLog {
     }
 
     /// Base offset of the segment holding `offset`.
-    fn segment_base_of(&self, offset: i64) -> i64 {
+    pub(in crate::log) fn segment_base_of(&self, offset: i64) -> i64 {
         self.segments_from(self.floor_segment_index(offset))
             .next()
             .map_or(self.active.base_offset(), LogSegment::base_offset)
