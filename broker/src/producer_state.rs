@@ -1,14 +1,24 @@
-//! Idempotent-producer state of one partition (Kafka's `ProducerStateManager`): per producer
-//! id, its epoch and the last few batches' sequence ranges and offsets, so a retried batch is
-//! recognised and answered with its original offset instead of being appended twice.
+//! Idempotent and transactional producer state of one partition (Kafka's
+//! `ProducerStateManager`): per producer id, its epoch and the last few batches' sequence
+//! ranges and offsets, so a retried batch is recognised and answered with its original offset
+//! instead of being appended twice; and its open transaction (KIP-98), so the partition knows
+//! its first unstable offset (where `read_committed` consumers must stop) and, when a marker
+//! ends a transaction, which offsets it spanned (an abort goes into the aborted-transaction
+//! index that Fetch hands to `read_committed` consumers).
 //!
-//! Only batch headers are read (producer id, epoch, base sequence, last offset delta): no
-//! record is decoded. Kept in memory and rebuilt from the log tail when a partition opens.
+//! Only batch headers are read (producer id, epoch, base sequence, last offset delta), plus
+//! the one record of a marker: no data record is decoded. Kept in memory and rebuilt from the
+//! log tail when a partition opens.
+//!
+//! A transaction opens with the producer's first transactional data batch while none is open
+//! (base sequence -1 included: TxnOffsetCommit's batches to `__consumer_offsets` carry no
+//! sequence but belong to the transaction all the same) and closes with its marker.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use kafka_protocol::error::ResponseError;
 use sluice_protocol::batch::BatchHeader;
+use sluice_protocol::control::{ControlType, EndTxnMarker};
 
 /// Batches remembered per producer: the Java client keeps at most 5 in flight per partition.
 pub const BATCHES_PER_PRODUCER: usize = 5;
@@ -22,22 +32,70 @@ struct BatchMetadata {
     base_offset: i64,
 }
 
-#[derive(Debug, Default)]
+/// Kafka's "no coordinator epoch seen yet".
+pub const NO_COORDINATOR_EPOCH: i32 = -1;
+
+#[derive(Debug)]
 struct ProducerEntry {
     epoch: i16,
     batches: VecDeque<BatchMetadata>,
     last_write: u64,
     /// The max timestamp of the producer's last batch (what DescribeProducers reports).
     last_timestamp: i64,
+    /// The epoch of the coordinator that wrote this producer's last marker: a marker from an
+    /// older coordinator is fenced (TRANSACTION_COORDINATOR_FENCED).
+    coordinator_epoch: i32,
+    /// Offset of the first batch of the producer's open transaction, if one is open.
+    current_txn_first_offset: Option<i64>,
 }
 
-/// One idempotent producer as DescribeProducers reports it.
+impl Default for ProducerEntry {
+    fn default() -> Self {
+        ProducerEntry {
+            epoch: 0,
+            batches: VecDeque::new(),
+            last_write: 0,
+            last_timestamp: -1,
+            coordinator_epoch: NO_COORDINATOR_EPOCH,
+            current_txn_first_offset: None,
+        }
+    }
+}
+
+impl ProducerEntry {
+    /// A new producer epoch forgets the old epoch's sequences (Kafka's `maybeUpdateProducerEpoch`).
+    fn update_epoch(&mut self, epoch: i16) {
+        if epoch != self.epoch {
+            self.epoch = epoch;
+            self.batches.clear();
+        }
+    }
+}
+
+/// One producer as DescribeProducers reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ActiveProducer {
     pub producer_id: i64,
     pub epoch: i16,
+    /// -1 when the producer wrote only unsequenced (transactional offset commit) batches.
     pub last_sequence: i32,
     pub last_timestamp: i64,
+    /// Offset where the producer's open transaction starts, -1 when none is open.
+    pub current_txn_start_offset: i64,
+    /// The coordinator epoch of the producer's last marker, -1 before any.
+    pub coordinator_epoch: i32,
+}
+
+/// A transaction a marker ended (Kafka's `CompletedTxn`): the producer, the offset of its
+/// first batch and the marker's own offset. An aborted one goes into the aborted-transaction
+/// index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompletedTxn {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    /// The marker's offset.
+    pub last_offset: i64,
+    pub aborted: bool,
 }
 
 /// What to do with an incoming batch.
@@ -53,6 +111,20 @@ pub enum SequenceCheck {
 pub struct ProducerStateManager {
     producers: HashMap<i64, ProducerEntry>,
     clock: u64,
+    /// Open transactions by first offset → producer id (Kafka's `ongoingTxns`): the first key
+    /// is the first unstable offset.
+    ongoing: BTreeMap<i64, i64>,
+}
+
+/// INVALID_PRODUCER_EPOCH for a batch or marker from an epoch older than the producer's.
+fn check_not_older(producer_id: i64, epoch: i16, current: i16) -> Result<(), (ResponseError, String)> {
+    if epoch < current {
+        return Err((
+            ResponseError::InvalidProducerEpoch,
+            format!("producer {producer_id} epoch {epoch} is older than the current epoch {current}"),
+        ));
+    }
+    Ok(())
 }
 
 /// The sequence after `seq`, wrapping as Kafka's does.
@@ -72,6 +144,13 @@ fn last_seq(header: &BatchHeader) -> i32 {
 impl ProducerStateManager {
     /// Checks a batch from the network before it is appended.
     pub fn check(&self, header: &BatchHeader) -> Result<SequenceCheck, (ResponseError, String)> {
+        if header.producer_id >= 0 && header.base_sequence < 0 && header.is_transactional() {
+            // Unsequenced transactional batches (TxnOffsetCommit) are still fenced by epoch.
+            if let Some(entry) = self.producers.get(&header.producer_id) {
+                check_not_older(header.producer_id, header.producer_epoch, entry.epoch)?;
+            }
+            return Ok(SequenceCheck::Append);
+        }
         if header.producer_id < 0 || header.base_sequence < 0 {
             return Ok(SequenceCheck::Append);
         }
@@ -79,15 +158,7 @@ impl ProducerStateManager {
             // Unknown producer: new, or its state aged out with the log. Accept, as Kafka does.
             return Ok(SequenceCheck::Append);
         };
-        if header.producer_epoch < entry.epoch {
-            return Err((
-                ResponseError::InvalidProducerEpoch,
-                format!(
-                    "producer {} epoch {} is older than the current epoch {}",
-                    header.producer_id, header.producer_epoch, entry.epoch
-                ),
-            ));
-        }
+        check_not_older(header.producer_id, header.producer_epoch, entry.epoch)?;
         if header.producer_epoch > entry.epoch {
             return if header.base_sequence == 0 {
                 Ok(SequenceCheck::Append)
@@ -126,30 +197,126 @@ impl ProducerStateManager {
         }
     }
 
-    /// Records an appended batch (`header` as stored, with its assigned base offset).
-    pub fn record(&mut self, header: &BatchHeader) {
-        if header.producer_id < 0 || header.base_sequence < 0 {
+    /// Checks a transaction marker before the leader appends it (Kafka's `appendEndTxnMarker`
+    /// checks): a marker from an older producer epoch is INVALID_PRODUCER_EPOCH, one from a
+    /// coordinator older than the last that wrote a marker for this producer is
+    /// TRANSACTION_COORDINATOR_FENCED.
+    pub fn check_marker(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+    ) -> Result<(), (ResponseError, String)> {
+        let Some(entry) = self.producers.get(&producer_id) else {
+            return Ok(());
+        };
+        check_not_older(producer_id, producer_epoch, entry.epoch)?;
+        if coordinator_epoch < entry.coordinator_epoch {
+            return Err((
+                ResponseError::TransactionCoordinatorFenced,
+                format!(
+                    "marker for producer {producer_id} from coordinator epoch {coordinator_epoch}, older than {}",
+                    entry.coordinator_epoch
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Records an appended batch (`header` as stored, with its assigned base offset). For a
+    /// control batch, `control` is its marker type (None for a malformed one, which changes
+    /// nothing); a marker closes the producer's open transaction and returns it. The marker's
+    /// coordinator epoch is not known here: see [`ProducerStateManager::record_marker`].
+    pub fn record(&mut self, header: &BatchHeader, control: Option<ControlType>) -> Option<CompletedTxn> {
+        match (header.is_control(), control) {
+            (true, Some(kind)) => self.record_end_txn(header, kind, None),
+            (true, None) => None,
+            (false, _) => {
+                self.record_data(header);
+                None
+            }
+        }
+    }
+
+    /// [`ProducerStateManager::record`] for a control batch whose marker was read whole: the
+    /// coordinator epoch is remembered for fencing and DescribeProducers.
+    pub fn record_marker(&mut self, header: &BatchHeader, marker: EndTxnMarker) -> Option<CompletedTxn> {
+        self.record_end_txn(header, marker.kind, Some(marker.coordinator_epoch))
+    }
+
+    fn record_data(&mut self, header: &BatchHeader) {
+        let sequenced = header.base_sequence >= 0;
+        if header.producer_id < 0 || !(sequenced || header.is_transactional()) {
             return;
         }
+        let entry = self.entry(header.producer_id);
+        entry.update_epoch(header.producer_epoch);
+        if sequenced {
+            if entry.batches.len() == BATCHES_PER_PRODUCER {
+                entry.batches.pop_front();
+            }
+            entry.batches.push_back(BatchMetadata {
+                first_seq: header.base_sequence,
+                last_seq: last_seq(header),
+                base_offset: header.base_offset,
+            });
+        }
+        entry.last_timestamp = header.max_timestamp;
+        if header.is_transactional() && entry.current_txn_first_offset.is_none() {
+            entry.current_txn_first_offset = Some(header.base_offset);
+            self.ongoing.insert(header.base_offset, header.producer_id);
+        }
+    }
+
+    fn record_end_txn(
+        &mut self,
+        header: &BatchHeader,
+        kind: ControlType,
+        coordinator_epoch: Option<i32>,
+    ) -> Option<CompletedTxn> {
+        if header.producer_id < 0 {
+            return None;
+        }
+        let entry = self.entry(header.producer_id);
+        entry.update_epoch(header.producer_epoch);
+        if let Some(epoch) = coordinator_epoch {
+            entry.coordinator_epoch = entry.coordinator_epoch.max(epoch);
+        }
+        entry.last_timestamp = header.max_timestamp;
+        let first_offset = entry.current_txn_first_offset.take()?;
+        self.ongoing.remove(&first_offset);
+        Some(CompletedTxn {
+            producer_id: header.producer_id,
+            first_offset,
+            last_offset: header.base_offset,
+            aborted: kind == ControlType::Abort,
+        })
+    }
+
+    /// The producer's entry, created (evicting the least recently written producer without an
+    /// open transaction when the partition is full) if new, and marked as just written.
+    fn entry(&mut self, producer_id: i64) -> &mut ProducerEntry {
         self.clock += 1;
-        if !self.producers.contains_key(&header.producer_id) && self.producers.len() >= MAX_PRODUCERS_PER_PARTITION {
+        if !self.producers.contains_key(&producer_id) && self.producers.len() >= MAX_PRODUCERS_PER_PARTITION {
             self.evict_oldest();
         }
-        let entry = self.producers.entry(header.producer_id).or_default();
-        if header.producer_epoch != entry.epoch {
-            entry.epoch = header.producer_epoch;
-            entry.batches.clear();
-        }
-        if entry.batches.len() == BATCHES_PER_PRODUCER {
-            entry.batches.pop_front();
-        }
-        entry.batches.push_back(BatchMetadata {
-            first_seq: header.base_sequence,
-            last_seq: last_seq(header),
-            base_offset: header.base_offset,
-        });
+        let entry = self.producers.entry(producer_id).or_default();
         entry.last_write = self.clock;
-        entry.last_timestamp = header.max_timestamp;
+        entry
+    }
+
+    /// Kafka's `firstUnstableOffset`: the first offset of the oldest open transaction.
+    /// `read_committed` consumers read no further (the last stable offset is the lower of
+    /// this and the high watermark).
+    pub fn first_unstable_offset(&self) -> Option<i64> {
+        self.ongoing.keys().next().copied()
+    }
+
+    /// Kafka's `lastStableOffset(completedTxn)` for the aborted-transaction index, called
+    /// after `completed` was recorded: the first offset of the oldest transaction still open,
+    /// else just past the marker.
+    pub fn last_stable_offset_after(&self, completed: &CompletedTxn) -> i64 {
+        self.first_unstable_offset().unwrap_or(completed.last_offset + 1)
     }
 
     /// The producers remembered, by producer id: at most [`MAX_PRODUCERS_PER_PARTITION`].
@@ -157,23 +324,27 @@ impl ProducerStateManager {
         let mut producers: Vec<ActiveProducer> = self
             .producers
             .iter()
-            .filter_map(|(&producer_id, entry)| {
-                Some(ActiveProducer {
-                    producer_id,
-                    epoch: entry.epoch,
-                    last_sequence: entry.batches.back()?.last_seq,
-                    last_timestamp: entry.last_timestamp,
-                })
+            .map(|(&producer_id, entry)| ActiveProducer {
+                producer_id,
+                epoch: entry.epoch,
+                last_sequence: entry.batches.back().map_or(-1, |b| b.last_seq),
+                last_timestamp: entry.last_timestamp,
+                current_txn_start_offset: entry.current_txn_first_offset.unwrap_or(-1),
+                coordinator_epoch: entry.coordinator_epoch,
             })
             .collect();
         producers.sort_unstable_by_key(|p| p.producer_id);
         producers
     }
 
+    /// Forgets the least recently written producer that has no open transaction: forgetting
+    /// an open transaction would let the last stable offset pass it. Producers with open
+    /// transactions are bounded by the coordinator, which aborts them at their timeout.
     fn evict_oldest(&mut self) {
         if let Some(oldest) = self
             .producers
             .iter()
+            .filter(|(_, e)| e.current_txn_first_offset.is_none())
             .min_by_key(|(_, e)| e.last_write)
             .map(|(id, _)| *id)
         {
@@ -216,9 +387,9 @@ mod tests {
     fn in_sequence_batches_append_and_a_retry_is_a_duplicate_with_its_original_offset() {
         let mut state = ProducerStateManager::default();
         assert_eq!(state.check(&batch(7, 0, 0, 10, 0)), Ok(SequenceCheck::Append));
-        state.record(&batch(7, 0, 0, 10, 100));
+        state.record(&batch(7, 0, 0, 10, 100), None);
         assert_eq!(state.check(&batch(7, 0, 10, 5, 0)), Ok(SequenceCheck::Append));
-        state.record(&batch(7, 0, 10, 5, 110));
+        state.record(&batch(7, 0, 10, 5, 110), None);
         assert_eq!(
             state.check(&batch(7, 0, 0, 10, 0)),
             Ok(SequenceCheck::Duplicate { base_offset: 100 })
@@ -232,7 +403,7 @@ mod tests {
     #[test]
     fn gaps_old_epochs_and_bad_new_epochs_are_refused() {
         let mut state = ProducerStateManager::default();
-        state.record(&batch(7, 3, 0, 10, 0));
+        state.record(&batch(7, 3, 0, 10, 0), None);
         assert_eq!(
             state.check(&batch(7, 3, 20, 1, 0)).unwrap_err().0,
             ResponseError::OutOfOrderSequenceNumber
@@ -254,24 +425,28 @@ mod tests {
         assert!(state.active_producers().is_empty());
         let mut first = batch(9, 1, 0, 4, 0);
         first.max_timestamp = 1_000;
-        state.record(&first);
+        state.record(&first, None);
         let mut second = batch(9, 1, 4, 3, 4);
         second.max_timestamp = 2_000;
-        state.record(&second);
-        state.record(&batch(-1, -1, -1, 5, 7));
-        state.record(&batch(3, 0, 0, 1, 12));
+        state.record(&second, None);
+        state.record(&batch(-1, -1, -1, 5, 7), None);
+        state.record(&batch(3, 0, 0, 1, 12), None);
         let expected = vec![
             ActiveProducer {
                 producer_id: 3,
                 epoch: 0,
                 last_sequence: 0,
                 last_timestamp: 0,
+                current_txn_start_offset: -1,
+                coordinator_epoch: -1,
             },
             ActiveProducer {
                 producer_id: 9,
                 epoch: 1,
                 last_sequence: 6,
                 last_timestamp: 2_000,
+                current_txn_start_offset: -1,
+                coordinator_epoch: -1,
             },
         ];
         assert_eq!(state.active_producers(), expected);
@@ -288,7 +463,7 @@ mod tests {
     fn only_the_last_five_batches_are_remembered_and_sequences_wrap() {
         let mut state = ProducerStateManager::default();
         for i in 0..7 {
-            state.record(&batch(1, 0, i, 1, i64::from(i)));
+            state.record(&batch(1, 0, i, 1, i64::from(i)), None);
         }
         assert_eq!(
             state.check(&batch(1, 0, 6, 1, 0)),
@@ -299,7 +474,171 @@ mod tests {
             "evicted batch is out of order, not a duplicate"
         );
         let mut wrap = ProducerStateManager::default();
-        wrap.record(&batch(2, 0, i32::MAX, 1, 0));
+        wrap.record(&batch(2, 0, i32::MAX, 1, 0), None);
         assert_eq!(wrap.check(&batch(2, 0, 0, 1, 0)), Ok(SequenceCheck::Append));
+    }
+
+    const TXN: i16 = 0x10;
+    const CONTROL: i16 = 0x20;
+
+    fn txn_batch(pid: i64, epoch: i16, seq: i32, records: i32, base_offset: i64) -> BatchHeader {
+        let mut header = batch(pid, epoch, seq, records, base_offset);
+        header.attributes = TXN;
+        header
+    }
+
+    fn marker(pid: i64, epoch: i16, offset: i64) -> BatchHeader {
+        let mut header = batch(pid, epoch, -1, 1, offset);
+        header.attributes = TXN | CONTROL;
+        header
+    }
+
+    fn end(kind: ControlType, coordinator_epoch: i32) -> EndTxnMarker {
+        EndTxnMarker {
+            kind,
+            coordinator_epoch,
+        }
+    }
+
+    #[test]
+    fn a_transaction_begins_at_its_first_batch_and_a_commit_closes_it() {
+        let mut state = ProducerStateManager::default();
+        state.record(&txn_batch(5, 0, 0, 3, 10), None);
+        state.record(&txn_batch(5, 0, 3, 2, 13), None);
+        assert_eq!(state.first_unstable_offset(), Some(10));
+        assert_eq!(state.active_producers()[0].current_txn_start_offset, 10);
+        let done = state.record_marker(&marker(5, 0, 15), end(ControlType::Commit, 4));
+        assert_eq!(
+            done,
+            Some(CompletedTxn {
+                producer_id: 5,
+                first_offset: 10,
+                last_offset: 15,
+                aborted: false
+            })
+        );
+        assert_eq!(state.first_unstable_offset(), None);
+        let described = state.active_producers()[0];
+        assert_eq!(
+            (described.current_txn_start_offset, described.coordinator_epoch),
+            (-1, 4)
+        );
+    }
+
+    #[test]
+    fn an_abort_reports_the_aborted_range_and_the_next_transaction_starts_afresh() {
+        let mut state = ProducerStateManager::default();
+        state.record(&txn_batch(5, 0, 0, 1, 0), None);
+        let done = state
+            .record(&marker(5, 0, 1), Some(ControlType::Abort))
+            .expect("closed");
+        assert!(done.aborted);
+        assert_eq!((done.first_offset, done.last_offset), (0, 1));
+        assert_eq!(state.last_stable_offset_after(&done), 2);
+        state.record(&txn_batch(5, 0, 1, 1, 2), None);
+        assert_eq!(state.first_unstable_offset(), Some(2));
+    }
+
+    #[test]
+    fn markers_without_an_open_transaction_index_nothing() {
+        let mut state = ProducerStateManager::default();
+        assert_eq!(state.record(&marker(8, 0, 0), Some(ControlType::Abort)), None);
+        assert_eq!(state.record(&marker(8, 0, 1), Some(ControlType::Commit)), None);
+        // A malformed control batch (no type) changes nothing either.
+        state.record(&txn_batch(8, 0, 0, 1, 2), None);
+        assert_eq!(state.record(&marker(8, 0, 3), None), None);
+        assert_eq!(state.first_unstable_offset(), Some(2));
+    }
+
+    #[test]
+    fn unsequenced_transactional_batches_open_a_transaction_too() {
+        // TxnOffsetCommit's batches to __consumer_offsets: producer set, base sequence -1.
+        let mut state = ProducerStateManager::default();
+        state.record(&txn_batch(9, 2, -1, 1, 40), None);
+        assert_eq!(state.first_unstable_offset(), Some(40));
+        let described = state.active_producers()[0];
+        assert_eq!((described.epoch, described.last_sequence), (2, -1));
+        assert_eq!(
+            state.check(&txn_batch(9, 1, -1, 1, 0)).unwrap_err().0,
+            ResponseError::InvalidProducerEpoch
+        );
+        let done = state
+            .record(&marker(9, 2, 41), Some(ControlType::Commit))
+            .expect("closed");
+        assert_eq!(done.first_offset, 40);
+        // A non-transactional unsequenced batch is no producer's.
+        state.record(&batch(10, 0, -1, 1, 42), None);
+        assert_eq!(state.len(), 1);
+    }
+
+    #[test]
+    fn markers_are_fenced_by_producer_epoch_and_by_coordinator_epoch() {
+        let mut state = ProducerStateManager::default();
+        state.record(&txn_batch(5, 3, 0, 1, 0), None);
+        state.record_marker(&marker(5, 3, 1), end(ControlType::Commit, 7));
+        assert_eq!(
+            state.check_marker(5, 2, 7).unwrap_err().0,
+            ResponseError::InvalidProducerEpoch
+        );
+        assert_eq!(
+            state.check_marker(5, 3, 6).unwrap_err().0,
+            ResponseError::TransactionCoordinatorFenced
+        );
+        assert_eq!(state.check_marker(5, 3, 7), Ok(()));
+        assert_eq!(state.check_marker(5, 4, 8), Ok(()));
+        assert_eq!(
+            state.check_marker(99, 0, 0),
+            Ok(()),
+            "an unknown producer is not fenced"
+        );
+        // A data batch from the old epoch stays fenced too.
+        assert_eq!(
+            state.check(&txn_batch(5, 2, 1, 1, 0)).unwrap_err().0,
+            ResponseError::InvalidProducerEpoch
+        );
+    }
+
+    #[test]
+    fn a_marker_with_a_bumped_epoch_aborts_and_resets_the_sequences() {
+        let mut state = ProducerStateManager::default();
+        state.record(&txn_batch(5, 0, 0, 2, 0), None);
+        let done = state
+            .record_marker(&marker(5, 1, 2), end(ControlType::Abort, 0))
+            .expect("closed");
+        assert!(done.aborted);
+        assert_eq!(state.active_producers()[0].epoch, 1);
+        assert_eq!(state.check(&txn_batch(5, 1, 0, 1, 0)), Ok(SequenceCheck::Append));
+    }
+
+    #[test]
+    fn the_first_unstable_offset_follows_the_oldest_open_transaction_of_interleaved_producers() {
+        let mut state = ProducerStateManager::default();
+        state.record(&txn_batch(1, 0, 0, 1, 0), None);
+        state.record(&txn_batch(2, 0, 0, 1, 1), None);
+        state.record(&batch(3, 0, 0, 1, 2), None); // idempotent, not transactional
+        state.record(&txn_batch(1, 0, 1, 1, 3), None);
+        state.record(&txn_batch(3, 0, 1, 1, 4), None);
+        assert_eq!(state.first_unstable_offset(), Some(0));
+        let first = state
+            .record(&marker(1, 0, 5), Some(ControlType::Abort))
+            .expect("closed");
+        assert_eq!(state.first_unstable_offset(), Some(1));
+        assert_eq!(state.last_stable_offset_after(&first), 1);
+        state.record(&marker(3, 0, 6), Some(ControlType::Commit));
+        assert_eq!(state.first_unstable_offset(), Some(1));
+        state.record(&marker(2, 0, 7), Some(ControlType::Commit));
+        assert_eq!(state.first_unstable_offset(), None);
+    }
+
+    #[test]
+    fn producers_with_open_transactions_are_never_evicted() {
+        let mut state = ProducerStateManager::default();
+        state.record(&txn_batch(0, 0, 0, 1, 0), None);
+        for pid in 1..=MAX_PRODUCERS_PER_PARTITION as i64 {
+            state.record(&batch(pid, 0, 0, 1, pid), None);
+        }
+        assert_eq!(state.first_unstable_offset(), Some(0));
+        assert_eq!(state.len(), MAX_PRODUCERS_PER_PARTITION);
+        assert!(state.active_producers().iter().any(|p| p.producer_id == 0));
     }
 }

@@ -10,7 +10,8 @@
 //!   start offset over the ISR) reaches the new log start, fails when leadership moves or time
 //!   runs out.
 //! - [`DelayedFetch`]: a fetch that found fewer than `min_bytes` waits until one of its
-//!   partitions changes (the high watermark for a consumer, the log end for a follower) or
+//!   partitions changes (the high watermark for a consumer, the last stable offset for a
+//!   `read_committed` one, the log end for a follower) or
 //!   `max_wait_ms` passes, then reads again.
 
 use std::sync::Arc;
@@ -19,7 +20,7 @@ use futures::FutureExt;
 use kafka_protocol::error::ResponseError;
 use tokio::time::Instant;
 
-use crate::partition::{AppendError, Partition, PartitionWatch, Watched};
+use crate::partition::{AppendError, Partition, PartitionWatch, ReadBound, Watched};
 
 /// An append waiting for the high watermark to pass `required_offset` (Kafka's
 /// `DelayedProduce`): `acks=all` produces, offset commits and group assignments.
@@ -121,14 +122,16 @@ impl DelayedDeleteRecords {
     }
 }
 
-/// What a waiting fetch watches: the log end offset (a follower's fetch) or the high
-/// watermark (a consumer's) of each partition it reads, as they were before its first read,
-/// so that a write between that read and the wait is not missed.
+/// What a waiting fetch watches: the log end offset (a follower's fetch), the high watermark
+/// (a consumer's) or the last stable offset (a `read_committed` consumer's) of each partition
+/// it reads, as they were before its first read, so that a write between that read and the
+/// wait is not missed. The last stable offset moves with the high watermark and with markers,
+/// both of which notify the partition's watch.
 pub struct DelayedFetch {
     partitions: Vec<Arc<Partition>>,
     /// Each partition's watched offset as last seen, by position.
     seen: Vec<i64>,
-    follower: bool,
+    bound: ReadBound,
     deadline: Instant,
 }
 
@@ -142,15 +145,15 @@ pub enum FetchWake {
 }
 
 impl DelayedFetch {
-    /// Watches each partition's log end offset (`follower`) or high watermark (consumer), from
-    /// their values now: call it before the first read.
-    pub fn new<'a>(partitions: impl Iterator<Item = &'a Arc<Partition>>, follower: bool, deadline: Instant) -> Self {
+    /// Watches each partition's offset that bounds the fetch's reads (`bound`), from their
+    /// values now: call it before the first read.
+    pub fn new<'a>(partitions: impl Iterator<Item = &'a Arc<Partition>>, bound: ReadBound, deadline: Instant) -> Self {
         let partitions: Vec<Arc<Partition>> = partitions.cloned().collect();
-        let seen = partitions.iter().map(|p| watched(p.watch(), follower)).collect();
+        let seen = partitions.iter().map(|p| watched(p.watch(), bound)).collect();
         DelayedFetch {
             partitions,
             seen,
-            follower,
+            bound,
             deadline,
         }
     }
@@ -173,7 +176,7 @@ impl DelayedFetch {
             let changes: Vec<_> = self.partitions.iter().map(|p| p.watch().changed().boxed()).collect();
             let mut moved = false;
             for (p, seen) in self.partitions.iter().zip(self.seen.iter_mut()) {
-                let now = watched(p.watch(), self.follower);
+                let now = watched(p.watch(), self.bound);
                 if now != *seen {
                     *seen = now;
                     moved = true;
@@ -192,10 +195,10 @@ impl DelayedFetch {
     }
 }
 
-fn watched(watch: &PartitionWatch, follower: bool) -> i64 {
-    if follower {
-        watch.log_end_offset()
-    } else {
-        watch.high_watermark()
+fn watched(watch: &PartitionWatch, bound: ReadBound) -> i64 {
+    match bound {
+        ReadBound::LogEnd => watch.log_end_offset(),
+        ReadBound::HighWatermark => watch.high_watermark(),
+        ReadBound::LastStable => watch.last_stable_offset(),
     }
 }

@@ -91,10 +91,52 @@ fn put_marker_record(batch: &mut BytesMut, kind: ControlType, coordinator_epoch:
     batch.put_u8(0); // header count
 }
 
+/// A transaction marker as read back from a stored batch: its type and the coordinator epoch
+/// of the coordinator that wrote it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EndTxnMarker {
+    pub kind: ControlType,
+    pub coordinator_epoch: i32,
+}
+
 /// The type of a control batch's first record (its key's `type`), or None when `batch` is not
 /// a complete uncompressed control batch, its first record is malformed, or the type is not
 /// a transaction marker's. Kafka never compresses control batches.
 pub fn control_type(batch: &[u8]) -> Option<ControlType> {
+    let mut record = first_control_record(batch)?;
+    let key_len = usize::try_from(record.varint()?).ok()?;
+    let key = record.take(key_len)?;
+    let version = i16::from_be_bytes(key.get(0..2)?.try_into().ok()?);
+    let kind = i16::from_be_bytes(key.get(2..4)?.try_into().ok()?);
+    // Kafka reads newer key versions by their version-0 prefix, and so do we.
+    if version < 0 {
+        return None;
+    }
+    ControlType::from_i16(kind)
+}
+
+/// The whole marker of a control batch: [`control_type`] plus the coordinator epoch from the
+/// record's value (`i16 version, i32 coordinator epoch`). None on anything malformed.
+pub fn end_txn_marker(batch: &[u8]) -> Option<EndTxnMarker> {
+    let kind = control_type(batch)?;
+    let mut record = first_control_record(batch)?;
+    let key_len = usize::try_from(record.varint()?).ok()?;
+    record.take(key_len)?;
+    let value_len = usize::try_from(record.varint()?).ok()?;
+    let value = record.take(value_len)?;
+    let version = i16::from_be_bytes(value.get(0..2)?.try_into().ok()?);
+    if version < 0 {
+        return None;
+    }
+    let coordinator_epoch = i32::from_be_bytes(value.get(2..6)?.try_into().ok()?);
+    Some(EndTxnMarker {
+        kind,
+        coordinator_epoch,
+    })
+}
+
+/// The first record of an uncompressed control batch, positioned at its key length.
+fn first_control_record(batch: &[u8]) -> Option<Reader<'_>> {
     let header = BatchHeader::parse(batch).ok()?;
     if !header.is_control() || header.compression() != 0 || header.records_count < 1 {
         return None;
@@ -109,15 +151,7 @@ pub fn control_type(batch: &[u8]) -> Option<ControlType> {
     record.take(1)?; // attributes
     record.varint()?; // timestamp delta
     record.varint()?; // offset delta
-    let key_len = usize::try_from(record.varint()?).ok()?;
-    let key = record.take(key_len)?;
-    let version = i16::from_be_bytes(key.get(0..2)?.try_into().ok()?);
-    let kind = i16::from_be_bytes(key.get(2..4)?.try_into().ok()?);
-    // Kafka reads newer key versions by their version-0 prefix, and so do we.
-    if version < 0 {
-        return None;
-    }
-    ControlType::from_i16(kind)
+    Some(record)
 }
 
 /// A bounded cursor over a record: every read checks the bytes left.
@@ -186,6 +220,13 @@ mod tests {
         for kind in [ControlType::Abort, ControlType::Commit] {
             let batch = encode_control_batch(9, 1, 2, kind, 0);
             assert_eq!(control_type(&batch), Some(kind));
+            assert_eq!(
+                end_txn_marker(&batch),
+                Some(EndTxnMarker {
+                    kind,
+                    coordinator_epoch: 2
+                })
+            );
         }
     }
 
@@ -201,6 +242,7 @@ mod tests {
         let good = encode_control_batch(9, 1, 2, ControlType::Commit, 0);
         for len in 0..good.len() {
             assert_eq!(control_type(&good[..len]), None, "truncated at {len}");
+            assert_eq!(end_txn_marker(&good[..len]), None, "truncated at {len}");
         }
     }
 
@@ -212,6 +254,7 @@ mod tests {
                 let mut bad = good.clone();
                 bad[at] = byte;
                 let _ = control_type(&bad);
+                let _ = end_txn_marker(&bad);
             }
         }
     }

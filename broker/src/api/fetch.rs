@@ -36,8 +36,8 @@ use bytes::Bytes;
 use futures::FutureExt;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{FetchRequest, FetchResponse, ProducerId, TopicName};
 use sluice_protocol::ResponseBody;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
@@ -47,7 +47,7 @@ use super::{Access, Reply, Session};
 use crate::broker::Broker;
 use crate::clock::now_ms;
 use crate::fetch_session::{self, SessionFetch, TopicRef};
-use crate::log::LogError;
+use crate::log::{AbortedTxn, LogError};
 use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::metrics::BrokerMetrics;
 use crate::partition::{Partition, PartitionRead, ReadBound};
@@ -154,7 +154,7 @@ pub fn handle(broker: &Arc<Broker>, request: FetchRequest, version: i16, client_
             .iter()
             .flat_map(|t| t.partitions.iter())
             .filter_map(|p| p.partition.as_ref().ok()),
-        plan.from_follower,
+        read_bound(&plan),
         Instant::now() + max_wait,
     );
     // Planned here, in request order (a produce read after this fetch is not in its answer);
@@ -442,13 +442,21 @@ fn resolve(
     }
 }
 
-/// Plans one read pass: each partition's read under its lock (no disk I/O), or its error.
-fn plan_pass(plan: &FetchPlan) -> ReadPass {
-    let bound = if plan.from_follower {
+/// How far this fetch may read: a follower to the log end, a `read_committed` consumer to
+/// the last stable offset, any other consumer to the high watermark.
+fn read_bound(plan: &FetchPlan) -> ReadBound {
+    if plan.from_follower {
         ReadBound::LogEnd
+    } else if plan.read_committed {
+        ReadBound::LastStable
     } else {
         ReadBound::HighWatermark
-    };
+    }
+}
+
+/// Plans one read pass: each partition's read under its lock (no disk I/O), or its error.
+fn plan_pass(plan: &FetchPlan) -> ReadPass {
+    let bound = read_bound(plan);
     plan.topics
         .iter()
         .flat_map(|topic| topic.partitions.iter())
@@ -551,7 +559,7 @@ fn read_partition(
             // Kafka's leader throttle: no records for this replica until the rate falls back.
             return empty(plan, target)
                 .with_high_watermark(partition.high_watermark())
-                .with_last_stable_offset(partition.high_watermark())
+                .with_last_stable_offset(partition.last_stable_offset())
                 .with_log_start_offset(partition.log_start_offset());
         }
     }
@@ -560,10 +568,12 @@ fn read_partition(
             if let Some((quota, _)) = throttle {
                 quota.record(outcome.records.len(), now_ms());
             }
+            let aborted = outcome.aborted_transactions.as_deref().map(aborted_transactions);
             empty(plan, target)
                 .with_high_watermark(outcome.high_watermark)
-                .with_last_stable_offset(outcome.high_watermark)
+                .with_last_stable_offset(outcome.last_stable_offset)
                 .with_log_start_offset(outcome.log_start_offset)
+                .with_aborted_transactions(aborted.or_else(|| plan.read_committed.then(Vec::new)))
                 .with_records(Some(outcome.records))
         }
         Err(e) => failed_at(plan, target, &partition, read_error(&partition, target, &e)),
@@ -608,6 +618,20 @@ fn failed_at(plan: &FetchPlan, target: &Target, partition: &Partition, error: Re
         partition.high_watermark(),
         partition.log_start_offset(),
     )
+    .with_last_stable_offset(partition.last_stable_offset())
+}
+
+/// The wire form of the aborted transactions a `read_committed` read returned (already in
+/// first-offset order, which clients such as franz-go rely on).
+fn aborted_transactions(aborted: &[AbortedTxn]) -> Vec<AbortedTransaction> {
+    aborted
+        .iter()
+        .map(|t| {
+            AbortedTransaction::default()
+                .with_producer_id(ProducerId(t.producer_id))
+                .with_first_offset(t.first_offset)
+        })
+        .collect()
 }
 
 /// The response with each requested partition's data from `partition`, in request order.

@@ -1,8 +1,8 @@
 //! ListOffsets: earliest (-2), latest (-1), max timestamp (-3), or the first offset whose
 //! timestamp is at or after a given time (through the time index). As in Kafka, a client
-//! (replica id -1) is answered from what it may fetch, below the high watermark (there are
-//! no transactions, so READ_COMMITTED's last stable offset is the HW too); a replica or a
-//! debugging tool from the whole log.
+//! (replica id -1) is answered from what it may fetch: below the high watermark, or with
+//! isolation level READ_COMMITTED below the last stable offset (so LATEST is the LSO); a
+//! replica or a debugging tool from the whole log.
 //!
 //! Each topic needs DESCRIBE (else its partitions get TOPIC_AUTHORIZATION_FAILED), as Kafka.
 
@@ -22,15 +22,13 @@ const EARLIEST_LOCAL: i64 = -4;
 const LATEST_TIERED: i64 = -5;
 const FIRST_VERSION_WITH_LEADER_EPOCH: i16 = 4;
 const CONSUMER_REPLICA_ID: i32 = -1;
+/// Kafka's `IsolationLevel.READ_COMMITTED`.
+const READ_COMMITTED: i8 = 1;
 
 pub fn handle(broker: &Broker, request: ListOffsetsRequest, version: i16, session: &Session) -> ListOffsetsResponse {
     let image = broker.metadata.image();
     let access = session.access(&broker.security.authorizer, &image.acls);
-    let bound = if request.replica_id.0 == CONSUMER_REPLICA_ID {
-        ReadBound::HighWatermark
-    } else {
-        ReadBound::LogEnd
-    };
+    let bound = read_bound(request.replica_id.0, request.isolation_level);
     let topics = request
         .topics
         .into_iter()
@@ -87,6 +85,16 @@ pub fn handle(broker: &Broker, request: ListOffsetsRequest, version: i16, sessio
     ListOffsetsResponse::default().with_topics(topics)
 }
 
+/// Kafka's `fetchOffsetForTimestamp` bound: a consumer's last fetchable offset (the LSO under
+/// READ_COMMITTED, else the HW); a replica's is the log end.
+fn read_bound(replica_id: i32, isolation_level: i8) -> ReadBound {
+    match (replica_id, isolation_level) {
+        (CONSUMER_REPLICA_ID, READ_COMMITTED) => ReadBound::LastStable,
+        (CONSUMER_REPLICA_ID, _) => ReadBound::HighWatermark,
+        _ => ReadBound::LogEnd,
+    }
+}
+
 /// Whether the principal may list the offsets of topic `name`.
 fn may_describe(access: Access<'_>, name: &str) -> bool {
     access.authorize(AclOperation::Describe, ResourceType::Topic, name)
@@ -96,6 +104,13 @@ fn may_describe(access: Access<'_>, name: &str) -> bool {
 mod tests {
     use super::*;
     use crate::api::testing::Acls;
+
+    #[test]
+    fn read_committed_consumers_are_bounded_by_the_last_stable_offset() {
+        assert_eq!(read_bound(-1, 1), ReadBound::LastStable);
+        assert_eq!(read_bound(-1, 0), ReadBound::HighWatermark);
+        assert_eq!(read_bound(3, 1), ReadBound::LogEnd);
+    }
 
     #[test]
     fn listing_offsets_needs_describe_on_the_topic() {

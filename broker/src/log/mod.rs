@@ -8,6 +8,8 @@
 //!     00000000000000000000.index      sparse offset index: (relative offset u32, position u32)
 //!                                     (entries written in bulk; see index.rs)
 //!     00000000000000000000.timeindex  sparse time index: (timestamp i64, relative offset u32)
+//!     00000000000000000000.txnindex   aborted transactions whose abort marker is in the segment
+//!                                     (34-byte entries; only for segments that have one)
 //!     00000000000000012345.log        next segment, named after its base offset
 //!     ...
 //!     leader-epoch-checkpoint         leader epoch -> first offset (Kafka's text checkpoint)
@@ -39,6 +41,7 @@ mod partition_log;
 pub mod partition_metadata;
 mod segment;
 mod tail;
+pub mod txn_index;
 
 #[cfg(test)]
 mod tests;
@@ -59,3 +62,4 @@ pub use partition_log::{
 };
 pub use segment::{LogSegment, RecoveryOutcome};
 pub use tail::TailCacheBudget;
+pub use txn_index::AbortedTxn;

@@ -598,7 +598,7 @@ impl LogSegment {
         Ok(())
     }
 
-    /// Removes the segment's three files.
+    /// Removes the segment's files (log, indexes, aborted-transaction index).
     pub fn delete(self) -> Result<(), LogError> {
         let LogSegment {
             log,
@@ -613,6 +613,7 @@ impl LogSegment {
         }
         OffsetIndex::delete(&files.index_path())?;
         TimeIndex::delete(&files.time_index_path())?;
+        remove_if_exists(&files.path(super::txn_index::TXN_INDEX_FILE_SUFFIX))?;
         Ok(())
     }
 

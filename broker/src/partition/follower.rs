@@ -4,11 +4,10 @@
 //! epoch the replica fetcher worked from. The fetching itself is `replication/fetcher.rs`.
 
 use kafka_protocol::error::ResponseError;
-use sluice_protocol::batch::BatchIter;
 
 use std::sync::atomic::Ordering;
 
-use super::{log_error, rebuild_producer_state, AppendError, Partition, ReplicaState, Role};
+use super::{log_error, rebuild_producer_state, record_appended, AppendError, Partition, ReplicaState, Role};
 
 impl Partition {
     /// Appends the leader's batches byte for byte, if this replica still follows at
@@ -20,9 +19,8 @@ impl Partition {
         let mut log = self.log.lock();
         let mut producers = self.producers.lock();
         log.append_as_follower(records, now_ms).map_err(|e| log_error(&e))?;
-        for (header, _) in BatchIter::new(records) {
-            producers.record(&header);
-        }
+        record_appended(&mut producers, &mut log, records).map_err(|e| log_error(&e))?;
+        self.watch.set_first_unstable_offset(producers.first_unstable_offset());
         self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
         let end = log.log_end_offset();
         self.watch.set_log_end_offset(end);
@@ -68,7 +66,9 @@ impl Partition {
         .map_err(|e| log_error(&e))?;
         let end = log.log_end_offset();
         if end != before || start_over {
-            *self.producers.lock() = rebuild_producer_state(&log).map_err(|e| log_error(&e))?;
+            let rebuilt = rebuild_producer_state(&mut log).map_err(|e| log_error(&e))?;
+            self.watch.set_first_unstable_offset(rebuilt.first_unstable_offset());
+            *self.producers.lock() = rebuilt;
         }
         self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
         self.watch.set_log_end_offset(end);

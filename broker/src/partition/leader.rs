@@ -11,9 +11,12 @@ use std::sync::atomic::Ordering;
 use kafka_protocol::error::ResponseError;
 use sluice_protocol::batch::BatchIter;
 
-use super::{log_error, AppendError, AppendOutcome, Partition, ReplicaState, Role};
+use sluice_protocol::control::{encode_control_batch, ControlType};
+
+use super::{log_error, record_appended, AppendError, AppendOutcome, Partition, ReplicaState, Role};
+use crate::log::{AppendInfo, PartitionLog};
 use crate::metadata::records::MetadataCommand;
-use crate::producer_state::SequenceCheck;
+use crate::producer_state::{ProducerStateManager, SequenceCheck};
 
 pub(super) struct LeaderState {
     /// Log end offset when this leadership began: a follower rejoins the ISR only once it
@@ -52,6 +55,26 @@ impl FollowerProgress {
     }
 }
 
+/// Checks every batch's sequence before any is appended: Some(base offset) when the request
+/// is a retry of batches already in the log; a request mixing retried and new batches is
+/// refused.
+fn check_sequences(producers: &ProducerStateManager, records: &[u8]) -> Result<Option<i64>, AppendError> {
+    let mut duplicate = None;
+    for (header, _) in BatchIter::new(records) {
+        match producers.check(&header)? {
+            SequenceCheck::Append if duplicate.is_some() => {
+                return Err((
+                    ResponseError::OutOfOrderSequenceNumber,
+                    "a request mixed retried and new batches".into(),
+                ))
+            }
+            SequenceCheck::Append => {}
+            SequenceCheck::Duplicate { base_offset } => duplicate = duplicate.or(Some(base_offset)),
+        }
+    }
+    Ok(duplicate)
+}
+
 fn no_longer_leader() -> AppendError {
     (
         ResponseError::NotLeaderOrFollower,
@@ -69,37 +92,68 @@ impl Partition {
         if !matches!(state.role, Role::Leader(_)) {
             return Err(no_longer_leader());
         }
+        let outcome = {
+            let mut log = self.log.lock();
+            let mut producers = self.producers.lock();
+            if let Some(base_offset) = check_sequences(&producers, records)? {
+                return Ok(AppendOutcome::Duplicate { base_offset });
+            }
+            self.append_and_record(&state, &mut log, &mut producers, records, now_ms)?
+        };
+        self.after_leader_append(&state, &outcome);
+        Ok(AppendOutcome::Appended(outcome))
+    }
+
+    /// Appends a transaction marker (KIP-98) for `producer_id` as leader, for the transaction
+    /// coordinator's WriteTxnMarkers: the same path as [`Partition::append_as_leader`] (leader
+    /// epoch stamped, tail cache, producer state, high watermark), after Kafka's marker checks
+    /// (INVALID_PRODUCER_EPOCH for an older producer epoch, TRANSACTION_COORDINATOR_FENCED for
+    /// an older coordinator epoch). Returns the marker's offset; the caller waits for the high
+    /// watermark to pass it (`purgatory::DelayedProduce`), as `acks=all` does.
+    pub fn append_control_batch(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+        kind: ControlType,
+        now_ms: i64,
+    ) -> Result<i64, AppendError> {
+        let mut marker = encode_control_batch(producer_id, producer_epoch, coordinator_epoch, kind, now_ms);
+        let state = self.replica.lock();
+        if !matches!(state.role, Role::Leader(_)) {
+            return Err(no_longer_leader());
+        }
         let info = {
             let mut log = self.log.lock();
             let mut producers = self.producers.lock();
-            let mut duplicate = None;
-            for (header, _) in BatchIter::new(records) {
-                match producers.check(&header)? {
-                    SequenceCheck::Append if duplicate.is_some() => {
-                        return Err((
-                            ResponseError::OutOfOrderSequenceNumber,
-                            "a request mixed retried and new batches".into(),
-                        ))
-                    }
-                    SequenceCheck::Append => {}
-                    SequenceCheck::Duplicate { base_offset } => duplicate = duplicate.or(Some(base_offset)),
-                }
-            }
-            if let Some(base_offset) = duplicate {
-                return Ok(AppendOutcome::Duplicate { base_offset });
-            }
-            let info = log
-                .append_as_leader(records, state.leader_epoch, now_ms)
-                .map_err(|e| log_error(&e))?;
-            for (header, _) in BatchIter::new(records) {
-                producers.record(&header);
-            }
-            self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
-            info
+            producers.check_marker(producer_id, producer_epoch, coordinator_epoch)?;
+            self.append_and_record(&state, &mut log, &mut producers, &mut marker, now_ms)?
         };
+        self.after_leader_append(&state, &info);
+        Ok(info.base_offset)
+    }
+
+    /// The append itself and the producer-state update, as one step under both locks.
+    fn append_and_record(
+        &self,
+        state: &ReplicaState,
+        log: &mut PartitionLog,
+        producers: &mut ProducerStateManager,
+        records: &mut [u8],
+        now_ms: i64,
+    ) -> Result<AppendInfo, AppendError> {
+        let info = log
+            .append_as_leader(records, state.leader_epoch, now_ms)
+            .map_err(|e| log_error(&e))?;
+        record_appended(producers, log, records).map_err(|e| log_error(&e))?;
+        self.watch.set_first_unstable_offset(producers.first_unstable_offset());
+        self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
+        Ok(info)
+    }
+
+    fn after_leader_append(&self, state: &ReplicaState, info: &AppendInfo) {
         self.watch.set_log_end_offset(info.last_offset + 1);
-        self.maybe_advance_high_watermark(&state);
-        Ok(AppendOutcome::Appended(info))
+        self.maybe_advance_high_watermark(state);
     }
 
     /// A follower fetched from `fetch_offset`: that is its log end offset. Updates its

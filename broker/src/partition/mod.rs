@@ -20,9 +20,11 @@ use parking_lot::Mutex;
 use uuid::Uuid;
 
 use sluice_protocol::batch::BatchIter;
+use sluice_protocol::control::end_txn_marker;
 
 use crate::log::{
-    AppendInfo, CleanStats, LogCleaner, LogConfig, LogError, LogToClean, PartitionLog, PlannedRead, TailCacheBudget,
+    AbortedTxn, AppendInfo, CleanStats, LogCleaner, LogConfig, LogError, LogToClean, PartitionLog, PlannedRead,
+    TailCacheBudget,
 };
 use crate::metadata::image::PartitionRegistration;
 use crate::producer_state::{ActiveProducer, ProducerStateManager};
@@ -85,10 +87,13 @@ pub enum RoleChange {
     },
 }
 
-/// The upper bound of a read: consumers see committed records only, followers everything.
+/// The upper bound of a read: consumers see committed records only (`read_committed` ones
+/// only what no open transaction makes unstable), followers everything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReadBound {
     HighWatermark,
+    /// Kafka's last stable offset: min(high watermark, first unstable offset).
+    LastStable,
     LogEnd,
 }
 
@@ -108,7 +113,11 @@ pub type AppendError = (ResponseError, String);
 pub struct ReadOutcome {
     pub records: Bytes,
     pub high_watermark: i64,
+    pub last_stable_offset: i64,
     pub log_start_offset: i64,
+    /// For a read bounded by the last stable offset: the aborted transactions overlapping the
+    /// records returned, by first offset (Fetch's `aborted_transactions`). None otherwise.
+    pub aborted_transactions: Option<Vec<AbortedTxn>>,
 }
 
 /// A read planned under the partition's lock ([`Partition::plan_read`]), to be done without it
@@ -117,7 +126,12 @@ pub struct ReadOutcome {
 pub struct PartitionRead {
     planned: PlannedRead,
     high_watermark: i64,
+    last_stable_offset: i64,
     log_start_offset: i64,
+    fetch_offset: i64,
+    /// `read_committed` only: the aborted transactions that may overlap the read, collected
+    /// from memory under the lock, narrowed to the returned records after the read.
+    aborted_candidates: Option<Vec<AbortedTxn>>,
 }
 
 impl PartitionRead {
@@ -126,10 +140,16 @@ impl PartitionRead {
     /// run it on a blocking thread then.
     pub fn read(&self, max_bytes: usize, min_one_message: bool) -> Result<ReadOutcome, LogError> {
         let result = self.planned.read(max_bytes, min_one_message)?;
+        let aborted_transactions = self.aborted_candidates.as_ref().map(|candidates| {
+            let last_returned = BatchIter::new(&result.records).last().map(|(h, _)| h.last_offset());
+            crate::log::txn_index::aborted_in_read(candidates, self.fetch_offset, last_returned)
+        });
         Ok(ReadOutcome {
             records: result.records,
             high_watermark: self.high_watermark,
+            last_stable_offset: self.last_stable_offset,
             log_start_offset: self.log_start_offset,
+            aborted_transactions,
         })
     }
 
@@ -159,9 +179,16 @@ impl Partition {
     ) -> Result<Partition, LogError> {
         let mut log = PartitionLog::open(dir, config, now_ms)?;
         log.enable_tail_cache(tail_cache.clone());
-        let producers = rebuild_producer_state(&log)?;
+        let producers = rebuild_producer_state(&mut log)?;
         let end = log.log_end_offset();
         let hw = checkpointed_hw.unwrap_or(0).clamp(log.log_start_offset(), end);
+        let watch = PartitionWatch::new(Watched {
+            high_watermark: hw,
+            log_end_offset: end,
+            leader_epoch: -1,
+            low_watermark: log.log_start_offset(),
+        });
+        watch.set_first_unstable_offset(producers.first_unstable_offset());
         Ok(Partition {
             topic: topic.to_string(),
             topic_id,
@@ -175,12 +202,7 @@ impl Partition {
                 isr: Vec::new(),
             }),
             log_start_offset: AtomicI64::new(log.log_start_offset()),
-            watch: PartitionWatch::new(Watched {
-                high_watermark: hw,
-                log_end_offset: end,
-                leader_epoch: -1,
-                low_watermark: log.log_start_offset(),
-            }),
+            watch,
             log: Mutex::new(log),
             producers: Mutex::new(producers),
         })
@@ -287,18 +309,25 @@ impl Partition {
     /// to take the segments' shared file handles and sizes (no disk I/O): concurrent fetches of
     /// this partition do not serialize on it while the disk is read, nor hold up appends.
     pub fn plan_read(&self, offset: i64, max_bytes: usize, bound: ReadBound) -> Result<PartitionRead, LogError> {
-        // The HW before the log: it never passes the log end, so the plan stays below both.
+        // The HW (and LSO) before the log: neither passes the log end, so the plan stays below.
         let high_watermark = self.high_watermark();
+        let last_stable_offset = self.last_stable_offset();
         let log = self.log.lock();
         let max_offset = match bound {
             ReadBound::HighWatermark => high_watermark,
+            ReadBound::LastStable => last_stable_offset,
             ReadBound::LogEnd => i64::MAX,
         };
         let planned = log.plan_read(offset, max_offset, max_bytes)?;
+        let aborted_candidates =
+            (bound == ReadBound::LastStable).then(|| log.collect_aborted_txns(offset, last_stable_offset));
         Ok(PartitionRead {
             planned,
             high_watermark,
+            last_stable_offset,
             log_start_offset: log.log_start_offset(),
+            fetch_offset: offset,
+            aborted_candidates,
         })
     }
 
@@ -337,6 +366,12 @@ impl Partition {
 
     pub fn high_watermark(&self) -> i64 {
         self.watch.high_watermark()
+    }
+
+    /// Kafka's last stable offset: the high watermark, or the first offset of the oldest open
+    /// transaction if lower. `read_committed` consumers read below it; leader and follower alike.
+    pub fn last_stable_offset(&self) -> i64 {
+        self.watch.last_stable_offset()
     }
 
     pub fn log_start_offset(&self) -> i64 {
@@ -380,6 +415,7 @@ impl Partition {
     pub fn last_fetchable_offset(&self, bound: ReadBound) -> i64 {
         match bound {
             ReadBound::HighWatermark => self.high_watermark(),
+            ReadBound::LastStable => self.last_stable_offset(),
             ReadBound::LogEnd => self.log_end_offset(),
         }
     }
@@ -463,16 +499,48 @@ pub fn log_error(e: &LogError) -> AppendError {
     (error, e.to_string())
 }
 
-/// Rebuilds idempotent-producer state from the headers of the log's last batches.
-fn rebuild_producer_state(log: &PartitionLog) -> Result<ProducerStateManager, LogError> {
+/// Updates producer state with appended (stamped) batches: sequences, open transactions, and
+/// for each marker the transaction it ends; an aborted one is indexed in the log (Kafka's
+/// `updateProducers` then `completeTxn` with the last stable offset at the abort). Called
+/// under the log and producer locks, as one step with the append.
+fn record_appended(
+    producers: &mut ProducerStateManager,
+    log: &mut PartitionLog,
+    records: &[u8],
+) -> Result<(), LogError> {
+    for (header, range) in BatchIter::new(records) {
+        let completed = if header.is_control() {
+            let batch = records.get(range).unwrap_or_default();
+            match end_txn_marker(batch) {
+                Some(marker) => producers.record_marker(&header, marker),
+                None => producers.record(&header, sluice_protocol::control::control_type(batch)),
+            }
+        } else {
+            producers.record(&header, None)
+        };
+        if let Some(txn) = completed.filter(|t| t.aborted) {
+            log.append_aborted_txn(AbortedTxn {
+                producer_id: txn.producer_id,
+                first_offset: txn.first_offset,
+                last_offset: txn.last_offset,
+                last_stable_offset: producers.last_stable_offset_after(&txn),
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Rebuilds producer state (and the aborted-transaction index entries of what it rescans)
+/// from the headers of the log's last batches.
+fn rebuild_producer_state(log: &mut PartitionLog) -> Result<ProducerStateManager, LogError> {
     let mut state = ProducerStateManager::default();
     let end = log.log_end_offset();
     let mut offset = log.log_start_offset().max(end - PRODUCER_STATE_REBUILD_OFFSETS);
     while offset < end {
         let read = log.read(offset, REBUILD_READ_BYTES, end, true)?;
         let mut next = offset;
-        for (header, _) in BatchIter::new(&read.records) {
-            state.record(&header);
+        record_appended(&mut state, log, &read.records)?;
+        if let Some((header, _)) = BatchIter::new(&read.records).last() {
             next = header.last_offset() + 1;
         }
         if next <= offset {
@@ -485,3 +553,5 @@ fn rebuild_producer_state(log: &PartitionLog) -> Result<ProducerStateManager, Lo
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod txn_tests;

@@ -4,10 +4,10 @@ use super::*;
 use crate::metadata::records::MetadataCommand;
 use sluice_protocol::batch::test_support::encode_simple_batch;
 
-const NOW: i64 = 1_800_000_000_000;
+pub(super) const NOW: i64 = 1_800_000_000_000;
 const LAG_MS: i64 = 30_000;
 
-fn registration(leader: i32, leader_epoch: i32, partition_epoch: i32, isr: &[i32]) -> PartitionRegistration {
+pub(super) fn registration(leader: i32, leader_epoch: i32, partition_epoch: i32, isr: &[i32]) -> PartitionRegistration {
     PartitionRegistration {
         replicas: vec![1, 2, 3],
         isr: isr.to_vec(),
@@ -18,13 +18,13 @@ fn registration(leader: i32, leader_epoch: i32, partition_epoch: i32, isr: &[i32
     }
 }
 
-fn open(dir: &Path, node_id: i32) -> Partition {
+pub(super) fn open(dir: &Path, node_id: i32) -> Partition {
     let tail_cache = crate::log::TailCacheBudget::new(1 << 20, 64 << 20);
     Partition::open(dir, "t", Uuid::nil(), 0, node_id, LogConfig::default(), None, &tail_cache, NOW).unwrap()
 }
 
 /// Makes broker 1 the only replica, leader at epoch 0.
-fn lead_alone(p: &Partition) {
+pub(super) fn lead_alone(p: &Partition) {
     let single = PartitionRegistration {
         replicas: vec![1],
         isr: vec![1],
@@ -36,7 +36,7 @@ fn lead_alone(p: &Partition) {
     p.apply_registration(&single, NOW);
 }
 
-fn append(p: &Partition, records: usize) -> i64 {
+pub(super) fn append(p: &Partition, records: usize) -> i64 {
     let mut batch = encode_simple_batch(records, 10, NOW);
     match p.append_as_leader(&mut batch, NOW).unwrap() {
         AppendOutcome::Appended(info) => info.last_offset + 1,

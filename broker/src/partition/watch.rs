@@ -29,6 +29,9 @@ pub struct PartitionWatch {
     leader_epoch: AtomicI32,
     /// Leader only: the lowest log start offset over the ISR (DeleteRecords waits on it).
     low_watermark: AtomicI64,
+    /// The first offset of the oldest open transaction, `i64::MAX` when none is open: with the
+    /// high watermark it makes the last stable offset that `read_committed` fetches wait on.
+    first_unstable_offset: AtomicI64,
     changed: Notify,
 }
 
@@ -39,6 +42,7 @@ impl PartitionWatch {
             log_end_offset: AtomicI64::new(initial.log_end_offset),
             leader_epoch: AtomicI32::new(initial.leader_epoch),
             low_watermark: AtomicI64::new(initial.low_watermark),
+            first_unstable_offset: AtomicI64::new(i64::MAX),
             changed: Notify::new(),
         }
     }
@@ -57,6 +61,21 @@ impl PartitionWatch {
 
     pub fn low_watermark(&self) -> i64 {
         self.low_watermark.load(Ordering::Acquire)
+    }
+
+    /// Kafka's last stable offset: the high watermark, or the first offset of the oldest open
+    /// transaction if that is lower. `read_committed` consumers read below it.
+    pub fn last_stable_offset(&self) -> i64 {
+        self.high_watermark()
+            .min(self.first_unstable_offset.load(Ordering::Acquire))
+    }
+
+    /// Publishes the first unstable offset (None: no open transaction); wakes waiters when it
+    /// moved, so a `read_committed` long poll sees a marker lift the last stable offset.
+    pub fn set_first_unstable_offset(&self, offset: Option<i64>) -> bool {
+        let offset = offset.unwrap_or(i64::MAX);
+        let previous = self.first_unstable_offset.swap(offset, Ordering::AcqRel);
+        self.notify_if(previous != offset)
     }
 
     pub fn get(&self) -> Watched {

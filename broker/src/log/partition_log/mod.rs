@@ -13,6 +13,7 @@ use super::segment::{
     segment_file_name, LogSegment, SegmentSnapshot, CLEANED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX,
     SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
 };
+use super::txn_index::{self, AbortedTxn, AbortedTxns, TXN_INDEX_FILE_SUFFIX};
 use super::{LogConfig, LogError};
 use open::{complete_interrupted_swaps, file_names, list_segments, resolve_interrupted_seals};
 pub use read::{PlannedRead, ReadResult};
@@ -80,6 +81,8 @@ pub struct PartitionLog {
     /// Bumped by every roll that leaves its seal to the background, so a [`PendingSeal`]
     /// taken before a later roll is told apart from that roll's.
     deferred_seals: u64,
+    /// Every segment's `.txnindex` entries, in memory for `read_committed` fetches.
+    aborted: AbortedTxns,
 }
 
 /// See [`PartitionLog::active_segment`].
@@ -165,7 +168,9 @@ impl PartitionLog {
             truncations: 0,
             tail: super::tail::TailCache::default(),
             deferred_seals: 0,
+            aborted: AbortedTxns::default(),
         };
+        log.aborted = load_aborted_txns(&files)?;
         log.check_sealed_segments()?;
         log.log_end_offset = log.load_active_segment(clean_shutdown)?;
         log.leader_epoch_cache = log.load_leader_epoch_cache()?;
@@ -177,6 +182,8 @@ impl PartitionLog {
                 log.move_log_start_offset(start, start != saved)?;
             }
         }
+
+        log.prune_aborted_txns_after_open()?;
 
         // From here on a crash is unclean: the marker must be gone from disk before any append.
         // Without a marker there is nothing to remove and nothing to make durable.
@@ -371,7 +378,66 @@ impl PartitionLog {
         sync_dir(&self.dir)?;
         let cleaned = LogSegment::open(&self.dir, base, false, now_ms)?;
         self.inactive.insert(start, cleaned);
+        // The replaced segments' `.txnindex` files went with them: one file for the cleaned
+        // segment now holds their entries (control batches survive cleaning).
+        self.rewrite_txn_index(base)?;
         Ok(true)
+    }
+
+    /// Indexes an aborted transaction in the segment holding its marker (its `.txnindex` file
+    /// and memory), unless its marker is indexed already: the partition's producer-state
+    /// rebuild after an unclean stop meets markers the files already hold.
+    pub fn append_aborted_txn(&mut self, txn: AbortedTxn) -> Result<(), LogError> {
+        if txn.last_offset < self.log_start_offset || txn.last_offset >= self.log_end_offset {
+            return Ok(()); // not (or no longer) in this log
+        }
+        if self.aborted.insert(txn) {
+            let base = self.segment_base_of(txn.last_offset);
+            txn_index::append(&self.txn_index_path(base), &txn)?;
+        }
+        Ok(())
+    }
+
+    /// The aborted transactions a `read_committed` fetch from `fetch_offset` bounded by
+    /// `upper_bound_offset` may need, in first-offset order (see `AbortedTxns::collect`).
+    /// Memory only: called under the partition's lock while a fetch is planned.
+    pub fn collect_aborted_txns(&self, fetch_offset: i64, upper_bound_offset: i64) -> Vec<AbortedTxn> {
+        self.aborted.collect(fetch_offset, upper_bound_offset)
+    }
+
+    fn txn_index_path(&self, base_offset: i64) -> std::path::PathBuf {
+        self.dir.join(segment_file_name(base_offset, TXN_INDEX_FILE_SUFFIX))
+    }
+
+    /// Base offset of the segment holding `offset`.
+    pub(in crate::log) fn segment_base_of(&self, offset: i64) -> i64 {
+        self.segments_from(self.floor_segment_index(offset))
+            .next()
+            .map_or(self.active.base_offset(), LogSegment::base_offset)
+    }
+
+    /// Rewrites the `.txnindex` of the segment at `base_offset` from memory (after a truncation
+    /// or a cleaner swap changed which entries it holds).
+    fn rewrite_txn_index(&self, base_offset: i64) -> Result<(), LogError> {
+        let next_base = self
+            .segments()
+            .map(LogSegment::base_offset)
+            .find(|b| *b > base_offset)
+            .unwrap_or(i64::MAX);
+        txn_index::rewrite(
+            &self.txn_index_path(base_offset),
+            self.aborted.in_range(base_offset, next_base),
+        )?;
+        Ok(())
+    }
+
+    /// After open: entries whose marker lies below the log start or past a recovered tail go.
+    fn prune_aborted_txns_after_open(&mut self) -> Result<(), LogError> {
+        self.aborted.drop_below(self.log_start_offset);
+        if self.aborted.truncate_from(self.log_end_offset) {
+            self.rewrite_txn_index(self.active.base_offset())?;
+        }
+        Ok(())
     }
 
     /// How many truncations this log has seen since it was opened (see `truncations`).
@@ -493,6 +559,9 @@ impl PartitionLog {
         tracing::info!(partition = %self.name, offset, truncated_bytes, "truncated log");
         self.log_end_offset = next_offset;
         debug_assert!(self.log_end_offset <= offset && self.log_end_offset >= self.log_start_offset);
+        if self.aborted.truncate_from(self.log_end_offset) {
+            self.rewrite_txn_index(self.active.base_offset())?;
+        }
         // The new end, not `offset`: a batch straddling `offset` went whole, epoch and all.
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
     }
@@ -593,6 +662,7 @@ impl PartitionLog {
             self.delete_oldest_segment()?;
         }
         self.log_start_offset = offset;
+        self.aborted.drop_below(offset);
         self.tail.trim_below(offset);
         self.leader_epoch_cache.truncate_from_start(offset)?;
         tracing::info!(partition = %self.name, log_start_offset = offset, "log start offset moved");
@@ -607,6 +677,7 @@ impl PartitionLog {
             let next_base = self.inactive.front().unwrap_or(&self.active).base_offset();
             self.log_start_offset = self.log_start_offset.max(next_base);
             oldest.delete()?;
+            self.aborted.drop_below(self.log_start_offset);
             self.leader_epoch_cache.truncate_from_start(self.log_start_offset)?;
         }
         Ok(())
@@ -627,6 +698,8 @@ impl PartitionLog {
                 segment.delete()?;
             }
         }
+        self.aborted = AbortedTxns::default();
+        remove_if_exists(&self.txn_index_path(offset))?;
         sync_dir(&self.dir)?;
         // The segment base says where the log starts now; a saved start would contradict it.
         remove_if_exists(&self.dir.join(LOG_START_OFFSET_FILE))?;
@@ -644,6 +717,19 @@ impl PartitionLog {
             log_end: self.log_end_offset,
         }
     }
+}
+
+/// Every `.txnindex` file in the directory listing, into memory. A file that cannot be read
+/// fails the open like any other unreadable segment file; invalid entries are skipped (see
+/// `txn_index::load`).
+fn load_aborted_txns(files: &[(String, std::path::PathBuf)]) -> Result<AbortedTxns, LogError> {
+    let mut entries = Vec::new();
+    for (name, path) in files {
+        if open::parse_segment_file_name(name, TXN_INDEX_FILE_SUFFIX).is_some() {
+            entries.extend(txn_index::load(path)?);
+        }
+    }
+    Ok(AbortedTxns::from_entries(entries))
 }
 
 /// The saved log start offset, if any. A file that does not parse is ignored with a warning:

@@ -264,6 +264,7 @@ pub(super) fn list_segments(files: &[(String, PathBuf)]) -> Result<Vec<i64>, Log
             log_bases.push(base);
         } else if let Some(base) = parse_segment_file_name(name, INDEX_FILE_SUFFIX)
             .or_else(|| parse_segment_file_name(name, TIME_INDEX_FILE_SUFFIX))
+            .or_else(|| parse_segment_file_name(name, crate::log::txn_index::TXN_INDEX_FILE_SUFFIX))
         {
             index_files.push((base, path));
         }

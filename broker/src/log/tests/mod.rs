@@ -10,6 +10,7 @@ mod retention;
 mod seal;
 mod tail_cache;
 mod timestamps;
+mod txn_index;
 
 use std::path::{Path, PathBuf};
 
