@@ -304,7 +304,8 @@ impl TransactionManager {
             }
             let leader_epoch = partition.leader_epoch();
             let kind = if commit { ControlType::Commit } else { ControlType::Abort };
-            let offset = append_control_batch(&partition, producer_id, producer_epoch, coordinator_epoch, kind, now_ms())
+            let offset = partition
+                .append_control_batch(producer_id, producer_epoch, coordinator_epoch, kind, now_ms())
                 .map_err(|(e, message)| {
                     tracing::debug!(topic = topic_name, partition = index, %message, "refused a transaction marker");
                     e
@@ -326,15 +327,4 @@ impl TransactionManager {
     }
 }
 
-// TEMPORARY until the partition and group sides merge.
-fn append_control_batch(
-    _p: &crate::partition::Partition,
-    _pid: i64,
-    _e: i16,
-    _ce: i32,
-    _k: ControlType,
-    _now: i64,
-) -> Result<i64, crate::partition::AppendError> {
-    Err((ResponseError::NotLeaderOrFollower, String::new()))
-}
 fn complete_transaction(_g: &crate::group::GroupMetadataManager, _i: i32, _p: i64, _c: bool) {}
