@@ -47,10 +47,12 @@ SCENARIOS = [
     "compression_gzip", "compression_snappy", "compression_lz4", "compression_zstd",
     "idempotent_produce", "group_resume", "two_groups", "groups_describe_lag", "offsets_for_times",
     "delete_records", "empty_topic", "many_topics", "regex_subscribe",
+    "transactions_commit_abort", "read_committed", "consume_transform_produce",
     *SECURITY_SCENARIOS,
     "tool_topics", "tool_configs", "tool_console", "tool_consumer_groups", "tool_delete_records",
     "tool_log_dirs", "tool_leader_election", "tool_reassign_partitions", "tool_metadata_quorum",
     "tool_perf", "tool_verifiable", "tool_client_compatibility", "tool_scram_users",
+    "tool_transactions",
 ]
 # Column order of the tables; clients.json files may add others, which go last.
 CLIENT_ORDER = [
