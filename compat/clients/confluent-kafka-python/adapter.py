@@ -492,6 +492,8 @@ def consume_transform_produce(ctx: Context) -> None:
         p.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(), TIMEOUT_S)
         p.commit_transaction(TIMEOUT_S) if commit else p.abort_transaction(TIMEOUT_S)
 
+    # A read_committed librdkafka consumer asks OffsetFetch with require_stable: pending
+    # transactional commits are resolved before it answers.
     def committed() -> int:
         return c.committed([TopicPartition(source, 0)], timeout=10)[0].offset
 

@@ -13,6 +13,7 @@ import java.util.Properties;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.ListConsumerGroupOffsetsOptions;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
@@ -175,8 +176,11 @@ final class Transactions {
                 } else {
                     p.abortTransaction();
                 }
-                OffsetAndMetadata committed = admin.listConsumerGroupOffsets(ctx.name("ctp")).partitionsToOffsetAndMetadata()
-                        .get(TIMEOUT_MS, TimeUnit.MILLISECONDS).get(tp);
+                // require_stable: once the transaction's markers are written (the admin client
+                // retries UNSTABLE_OFFSET_COMMIT until then).
+                OffsetAndMetadata committed = admin.listConsumerGroupOffsets(ctx.name("ctp"),
+                                new ListConsumerGroupOffsetsOptions().requireStable(true))
+                        .partitionsToOffsetAndMetadata().get(TIMEOUT_MS, TimeUnit.MILLISECONDS).get(tp);
                 long expected = commit ? (round + 1L) * CTP_TX_SIZE : CTP_INPUTS;
                 check(committed != null && committed.offset() == expected, "committed offset " + committed + " after "
                         + (commit ? "committed" : "aborted") + " transaction " + (round + 1) + ", expected " + expected);
