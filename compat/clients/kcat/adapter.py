@@ -292,6 +292,9 @@ NOT_APPLICABLE = {
     "groups_describe_lag": f"{NO_ADMIN} (list/describe groups, committed offsets)",
     "delete_records": f"{NO_ADMIN} (DeleteRecords)",
     "many_topics": f"{NO_ADMIN}: it cannot create topics in a batch",
+    **{s: "kcat 1.7.1 has no transactions: no transactional.id producer API (begin/commit/abort) on its command "
+          "line" + (", and no consumer group offsets to send to one" if s == "consume_transform_produce" else "")
+       for s in ("transactions_commit_abort", "consume_transform_produce")},
 }
 
 if __name__ == "__main__":
