@@ -293,8 +293,10 @@ NOT_APPLICABLE = {
     "delete_records": f"{NO_ADMIN} (DeleteRecords)",
     "many_topics": f"{NO_ADMIN}: it cannot create topics in a batch",
     **{s: "kcat 1.7.1 has no transactions: no transactional.id producer API (begin/commit/abort) on its command "
-          "line" + (", and no consumer group offsets to send to one" if s == "consume_transform_produce" else "")
-       for s in ("transactions_commit_abort", "consume_transform_produce")},
+          "line" + {"consume_transform_produce": ", and no consumer group offsets to send to one",
+                    "read_committed": " to leave one open (its consumer takes -X isolation.level, but the row "
+                                      "needs the client's own transaction)"}.get(s, "")
+       for s in ("transactions_commit_abort", "read_committed", "consume_transform_produce")},
 }
 
 if __name__ == "__main__":
