@@ -186,7 +186,6 @@ def test_read_committed_sees_committed_transactions_only_and_read_uncommitted_se
         assert c.position([tp])[0].offset == end
     finally:
         c.close()
-    p.flush(10)
 
 
 def test_open_transaction_holds_read_committed_at_the_last_stable_offset_until_commit(brokers):
