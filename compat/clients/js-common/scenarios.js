@@ -48,8 +48,14 @@ module.exports = function scenarios(client) {
 
   async function awaitLeaders(admin, topics, partitions) {
     await h.waitFor(`${topics.length} topic(s) with ${partitions} partition(s) with leaders`, 15000, async () => {
-      // One Metadata request naming every topic.
-      const md = await topicMetadata(admin, topics)
+      // One Metadata request naming every topic. A broker that has not yet heard of a topic just
+      // created answers UNKNOWN_TOPIC_OR_PARTITION (Kafka too): not ready yet, ask again.
+      let md
+      try {
+        md = await topicMetadata(admin, topics)
+      } catch (e) {
+        return `metadata: ${h.describe(e)}`
+      }
       const ready = md.filter(t => t.partitions.length === partitions && t.partitions.every(p => p.leader >= 0))
       return ready.length === topics.length ? null : `${ready.length} ready`
     })

@@ -176,11 +176,12 @@ final class Transactions {
                 } else {
                     p.abortTransaction();
                 }
-                // require_stable: once the transaction's markers are written (the admin client
-                // retries UNSTABLE_OFFSET_COMMIT until then).
-                OffsetAndMetadata committed = admin.listConsumerGroupOffsets(ctx.name("ctp"),
-                                new ListConsumerGroupOffsetsOptions().requireStable(true))
-                        .partitionsToOffsetAndMetadata().get(TIMEOUT_MS, TimeUnit.MILLISECONDS).get(tp);
+                // require_stable: the broker answers UNSTABLE_OFFSET_COMMIT for the partition
+                // until the transaction's markers are written, and the admin client then leaves
+                // the partition out of its result: ask until it is there.
+                OffsetAndMetadata committed = Harness.waitFor("a stable committed offset of " + tp, () ->
+                        admin.listConsumerGroupOffsets(ctx.name("ctp"), new ListConsumerGroupOffsetsOptions().requireStable(true))
+                                .partitionsToOffsetAndMetadata().get(TIMEOUT_MS, TimeUnit.MILLISECONDS).get(tp));
                 long expected = commit ? (round + 1L) * CTP_TX_SIZE : CTP_INPUTS;
                 check(committed != null && committed.offset() == expected, "committed offset " + committed + " after "
                         + (commit ? "committed" : "aborted") + " transaction " + (round + 1) + ", expected " + expected);
