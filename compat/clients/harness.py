@@ -156,6 +156,17 @@ def each_group_reads_all(groups: tuple[str, ...], drain: Callable[[str], list[in
 
 Scenario = Callable[[Context], "str | None"]
 
+# The transaction rows (compat/README.md): how many records each transaction holds, and how long
+# a read_committed consumer is watched for records of an open transaction it must not deliver.
+TX_COMMITTED_1, TX_ABORTED, TX_COMMITTED_2 = 10, 10, 5
+OPEN_TX_WATCH_S = 3.0
+CTP_INPUTS, CTP_TX_SIZE, CTP_ABORTED = 20, 10, 5
+
+
+def tx_values(tag: str, count: int) -> list[bytes]:
+    """The values of one transaction of the transaction rows: `tag`-0 .. `tag`-(count-1)."""
+    return [f"{tag}-{i}".encode() for i in range(count)]
+
 
 def secure_values(topic: str, count: int = SECURE_RECORDS) -> list[bytes]:
     """The values a security row produces and must read back, in order."""

@@ -109,13 +109,15 @@ async function produce(opts, topic, records, { acks = -1, compression, idempoten
  * While a regex subscription matches nothing, librdkafka reports "Unknown topic or partition"
  * itself (the same against Kafka); that notice is not counted as an error.
  */
-async function consumer(opts, groupId, topics, { fromBeginning = true, metadataRefreshMs, onMessage }) {
+async function consumer(opts, groupId, topics, { fromBeginning = true, metadataRefreshMs, readUncommitted, onMessage }) {
   const logged = []
   const isRegex = topics.some(t => t instanceof RegExp)
   const errors = {
     push: m => (isRegex && /Unknown topic or partition/.test(m) ? console.error(`[${NAME}] (regex notice, not an error)`) : logged.push(m)),
   }
   const kafkaJS = { groupId, fromBeginning, autoCommit: false }
+  // Unset: librdkafka's default isolation.level, read_committed.
+  if (readUncommitted !== undefined) kafkaJS.readUncommitted = readUncommitted
   // metadataMaxAge is this layer's name for librdkafka's topic.metadata.refresh.interval.ms.
   if (metadataRefreshMs) kafkaJS.metadataMaxAge = metadataRefreshMs
   const c = kafka(opts, errors).consumer({ kafkaJS })
@@ -131,6 +133,23 @@ async function consumer(opts, groupId, topics, { fromBeginning = true, metadataR
       h.waitFor(`consumer in ${groupId} gets its assignment`, 20000, () => (failIfCrashed(), c.assignment().length ? null : 'none yet')),
     commit: (topic, offset) => c.commitOffsets([{ topic, partition: 0, offset: String(offset) }]),
     close: () => c.disconnect().catch(e => console.error(`[${NAME}] disconnect failed: ${e.message}`)),
+    native: c,
+  }
+}
+
+/** A transactional producer; this layer's sendOffsets takes the consumer itself, not a group id. */
+async function transactional(opts, transactionalId) {
+  const producer = kafka(opts).producer({ kafkaJS: { transactionalId, idempotent: true } })
+  await producer.connect()
+  let tx
+  return {
+    begin: async () => (tx = await producer.transaction()),
+    send: (topic, values) => tx.send({ topic, messages: values.map(v => ({ value: Buffer.from(v), partition: 0 })) }),
+    sendOffsets: (consumer, _groupId, topic, offset) =>
+      tx.sendOffsets({ consumer: consumer.native, topics: [{ topic, partitions: [{ partition: 0, offset: String(offset) }] }] }),
+    commit: () => tx.commit(),
+    abort: () => tx.abort(),
+    close: () => producer.disconnect(),
   }
 }
 
@@ -174,6 +193,7 @@ h.main(
     admin,
     produce,
     consumer,
+    transactional,
     brokers,
     setRetention: noConfigs,
     retention: noConfigs,

@@ -395,6 +395,123 @@ def sasl_wrong_password(ctx: Context) -> str:
     return harness.refused_as_expected(errors[0])
 
 
+# --- transactions ------------------------------------------------------------------------------
+
+def tx_producer(ctx: Context, name: str) -> Producer:
+    p = Producer({"bootstrap.servers": ctx.bootstrap, "transactional.id": ctx.name(name)})
+    p.init_transactions(TIMEOUT_S)
+    return p
+
+
+def tx_send(p: Producer, topic: str, values: list[bytes]) -> None:
+    """Sends `values` in the open transaction and waits for every acknowledgement (an abort would
+    purge records still queued, and the rows need the aborted ones in the log)."""
+    errors: list[str] = []
+    for v in values:
+        p.produce(topic, value=v, on_delivery=lambda err, _msg: err is not None and errors.append(str(err)))
+    left = p.flush(TIMEOUT_S)
+    check(left == 0, f"{left} transactional records still undelivered after {TIMEOUT_S}s")
+    check(not errors, f"{len(errors)} delivery errors, first: {errors[:1]}")
+
+
+def isolated_reader(ctx: Context, topic: str, isolation: str) -> Consumer:
+    c = consumer(ctx, f"{isolation}-reader", **{"enable.auto.commit": False, "isolation.level": isolation})
+    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    return c
+
+
+def read_isolated(ctx: Context, topic: str, isolation: str, count: int) -> list[bytes]:
+    """The values an `isolation` consumer reads from the beginning: exactly `count`, then nothing
+    more until its position reaches the log end (past the transaction markers)."""
+    c = isolated_reader(ctx, topic, isolation)
+    try:
+        got = [m.value() for m in read(c, count)]
+        end = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)[1]
+        deadline = time.monotonic() + TIMEOUT_S
+        while c.position([TopicPartition(topic, 0)])[0].offset < end:
+            check(time.monotonic() < deadline, f"{isolation}: position did not reach the end offset {end}")
+            m = c.poll(0.2)
+            check(m is None or m.error() is not None, f"{isolation}: an extra record at offset {m and m.offset()}")
+        return got
+    finally:
+        c.close()
+
+
+def transactions_commit_abort(ctx: Context) -> None:
+    topic = create_topic(ctx, ctx.name("tx-commit-abort"))
+    p = tx_producer(ctx, "tx-commit-abort")
+    first, aborted, second = (harness.tx_values("c1", harness.TX_COMMITTED_1), harness.tx_values("a", harness.TX_ABORTED),
+                              harness.tx_values("c2", harness.TX_COMMITTED_2))
+    for values, commit in ((first, True), (aborted, False), (second, True)):
+        p.begin_transaction()
+        tx_send(p, topic, values)
+        p.commit_transaction(TIMEOUT_S) if commit else p.abort_transaction(TIMEOUT_S)
+    harness.check_values(first + second, read_isolated(ctx, topic, "read_committed", len(first + second)))
+    harness.check_values(first + aborted + second,
+                         read_isolated(ctx, topic, "read_uncommitted", len(first + aborted + second)))
+
+
+def read_committed(ctx: Context) -> None:
+    topic = create_topic(ctx, ctx.name("read-committed"))
+    p = tx_producer(ctx, "read-committed")
+    before, open_tx = harness.tx_values("before", 5), harness.tx_values("open", 5)
+    p.begin_transaction()
+    tx_send(p, topic, before)
+    p.commit_transaction(TIMEOUT_S)
+    p.begin_transaction()
+    tx_send(p, topic, open_tx)
+    c = isolated_reader(ctx, topic, "read_committed")
+    try:
+        harness.check_values(before, [m.value() for m in read(c, len(before))])
+        lso = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)[1]
+        check(lso == len(before) + 1, f"read_committed end offset {lso} with a transaction open, expected "
+                                      f"{len(before) + 1} (the last stable offset)")
+        watch_until = time.monotonic() + harness.OPEN_TX_WATCH_S
+        while time.monotonic() < watch_until:
+            m = c.poll(0.2)
+            check(m is None or m.error() is not None, f"delivered {m and m.value()!r} of the open transaction")
+        p.commit_transaction(TIMEOUT_S)
+        harness.check_values(open_tx, [m.value() for m in read(c, len(open_tx))])
+    finally:
+        c.close()
+
+
+def consume_transform_produce(ctx: Context) -> None:
+    source = create_topic(ctx, ctx.name("ctp-in"))
+    sink = create_topic(ctx, ctx.name("ctp-out"))
+    inputs = harness.tx_values("in", harness.CTP_INPUTS + harness.CTP_ABORTED)
+    produce_values({"bootstrap.servers": ctx.bootstrap}, source, inputs[:harness.CTP_INPUTS])
+    c = consumer(ctx, "ctp", **{"auto.offset.reset": "earliest", "enable.auto.commit": False,
+                                "isolation.level": "read_committed"})
+    p = tx_producer(ctx, "ctp")
+
+    def transaction(count: int, commit: bool) -> None:
+        got = read(c, count)
+        p.begin_transaction()
+        tx_send(p, sink, [b"out-" + m.value() for m in got])
+        p.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(), TIMEOUT_S)
+        p.commit_transaction(TIMEOUT_S) if commit else p.abort_transaction(TIMEOUT_S)
+
+    # A read_committed librdkafka consumer asks OffsetFetch with require_stable: pending
+    # transactional commits are resolved before it answers.
+    def committed() -> int:
+        return c.committed([TopicPartition(source, 0)], timeout=10)[0].offset
+
+    try:
+        c.subscribe([source])
+        for _ in range(harness.CTP_INPUTS // harness.CTP_TX_SIZE):
+            transaction(harness.CTP_TX_SIZE, commit=True)
+        check(committed() == harness.CTP_INPUTS, f"committed offset {committed()}, expected {harness.CTP_INPUTS}")
+        produce_values({"bootstrap.servers": ctx.bootstrap}, source, inputs[harness.CTP_INPUTS:])
+        transaction(harness.CTP_ABORTED, commit=False)
+        check(committed() == harness.CTP_INPUTS, f"committed offset {committed()} after an aborted transaction, "
+                                                 f"expected {harness.CTP_INPUTS}")
+    finally:
+        c.close()
+    harness.check_values([b"out-" + v for v in inputs[:harness.CTP_INPUTS]],
+                         read_isolated(ctx, sink, "read_committed", harness.CTP_INPUTS))
+
+
 SCENARIOS = {
     "metadata": metadata,
     "admin_topics": admin_topics,
@@ -414,6 +531,9 @@ SCENARIOS = {
     "empty_topic": empty_topic,
     "many_topics": many_topics,
     "regex_subscribe": regex_subscribe,
+    "transactions_commit_abort": transactions_commit_abort,
+    "read_committed": read_committed,
+    "consume_transform_produce": consume_transform_produce,
     **{s: (lambda ctx, s=s: secure_round_trip(ctx, s)) for s in harness.SECURE_ROUND_TRIPS},
     "sasl_wrong_password": sasl_wrong_password,
 }

@@ -170,6 +170,10 @@ var allScenarios = map[string]scenario{
 	"empty_topic":         emptyTopic,
 	"many_topics":         manyTopics,
 	"regex_subscribe":     regexSubscribe,
+	// The transaction rows (tx.go).
+	"transactions_commit_abort": transactionsCommitAbort,
+	"read_committed":            readCommitted,
+	"consume_transform_produce": consumeTransformProduce,
 	// The security rows (security.go).
 	"sasl_ssl_scram512":       secureRoundTrip("sasl_ssl_scram512"),
 	"sasl_ssl_plain":          secureRoundTrip("sasl_ssl_plain"),

@@ -18,6 +18,12 @@
 //   regexNotApplicable                   a reason, or null when regex subscribe is supported
 //   securityNotApplicable(scenario)      a reason a security row cannot run, or null
 //   securityNote(scenario)               optional: a security row's pass note
+//   transactional(opts, transactionalId) connected transactional producer: begin(), send(topic,
+//                                        values) (acknowledged), sendOffsets(consumer, groupId,
+//                                        topic, offset), commit(), abort(), close(); or
+//                                        undefined when the client has no transactions
+// consumer() also takes {readUncommitted} (false: read_committed) and returns `native`, the
+// client's own consumer object (what sendOffsets may need).
 // The security rows call the same admin/produce/consumer with `opts.login` set (h.secured):
 // the adapter's client factory applies that login's TLS and SASL settings.
 'use strict'
@@ -42,8 +48,14 @@ module.exports = function scenarios(client) {
 
   async function awaitLeaders(admin, topics, partitions) {
     await h.waitFor(`${topics.length} topic(s) with ${partitions} partition(s) with leaders`, 15000, async () => {
-      // One Metadata request naming every topic.
-      const md = await topicMetadata(admin, topics)
+      // One Metadata request naming every topic. A broker that has not yet heard of a topic just
+      // created answers UNKNOWN_TOPIC_OR_PARTITION (Kafka too): not ready yet, ask again.
+      let md
+      try {
+        md = await topicMetadata(admin, topics)
+      } catch (e) {
+        return `metadata: ${h.describe(e)}`
+      }
       const ready = md.filter(t => t.partitions.length === partitions && t.partitions.every(p => p.leader >= 0))
       return ready.length === topics.length ? null : `${ready.length} ready`
     })
@@ -113,6 +125,120 @@ module.exports = function scenarios(client) {
     const [end] = await admin.fetchTopicOffsets(topic)
     const lag = Number(end.high) - at
     if (at !== 60 || lag !== 40) throw new Error(`committed ${at}, end ${end.high}, lag ${lag}; want 60, 100, 40`)
+  }
+
+  // The transaction rows: a transactional producer (client.transactional), read back by group
+  // consumers from the beginning with read_committed (readUncommitted: false) or not.
+  const TX_COMMITTED_1 = 10, TX_ABORTED = 10, TX_COMMITTED_2 = 5
+  const CTP_INPUTS = 20, CTP_TX_SIZE = 10, CTP_ABORTED = 5
+  const txValues = (tag, n) => Array.from({ length: n }, (_, i) => `${tag}-${i}`)
+
+  async function transactional(opts, name) {
+    if (!client.transactional) throw new h.NotApplicable('this client has no transactional producer')
+    return client.transactional(opts, `${opts.prefix}${name}`)
+  }
+
+  function sameValues(what, want, got) {
+    const values = got.map(m => String(m.value))
+    if (JSON.stringify(values) !== JSON.stringify(want)) throw new Error(`${what}: read ${values.join(',')}, expected ${want.join(',')}`)
+  }
+
+  /** Reads exactly `want` (then nothing more within a second) from the beginning of `topic`. */
+  async function readIsolated(opts, topic, readUncommitted, want, what) {
+    const group = `${opts.prefix}${readUncommitted ? 'uncommitted' : 'committed'}-reader-${topic}`
+    const reader = await collector(opts, group, [topic], { readUncommitted })
+    try {
+      sameValues(what, want, await reader.received(want.length))
+      await h.sleep(1000) // a bounded look: no record beyond those may arrive
+      reader.failIfCrashed()
+      if (reader.got.length !== want.length) throw new Error(`${what}: ${reader.got.length - want.length} records more than expected`)
+    } finally {
+      reader.close()
+    }
+  }
+
+  async function inTransaction(p, topic, values, commit) {
+    await p.begin()
+    await p.send(topic, values)
+    await (commit ? p.commit() : p.abort())
+  }
+
+  async function transactionsCommitAbort(opts) {
+    const topic = `${opts.prefix}tx-commit-abort`
+    await createTopic(opts, topic)
+    const first = txValues('c1', TX_COMMITTED_1), aborted = txValues('a', TX_ABORTED), second = txValues('c2', TX_COMMITTED_2)
+    const p = await transactional(opts, 'tx-commit-abort')
+    try {
+      await inTransaction(p, topic, first, true)
+      await inTransaction(p, topic, aborted, false)
+      await inTransaction(p, topic, second, true)
+    } finally {
+      await p.close()
+    }
+    await readIsolated(opts, topic, false, [...first, ...second], 'read_committed')
+    await readIsolated(opts, topic, true, [...first, ...aborted, ...second], 'read_uncommitted')
+  }
+
+  async function readCommitted(opts) {
+    const topic = `${opts.prefix}read-committed`
+    await createTopic(opts, topic)
+    const before = txValues('before', 5), open = txValues('open', 5)
+    const p = await transactional(opts, 'read-committed')
+    let reader
+    try {
+      await inTransaction(p, topic, before, true)
+      await p.begin()
+      await p.send(topic, open)
+      reader = await collector(opts, `${opts.prefix}read-committed-reader`, [topic], { readUncommitted: false })
+      sameValues('before the open transaction', before, await reader.received(before.length))
+      await h.sleep(3000) // a bounded look: nothing of the open transaction may arrive
+      reader.failIfCrashed()
+      if (reader.got.length !== before.length) throw new Error(`delivered ${reader.got.length - before.length} records of the open transaction`)
+      await p.commit()
+      sameValues('after the commit', [...before, ...open], await reader.received(before.length + open.length))
+    } finally {
+      if (reader) reader.close()
+      await p.close()
+    }
+  }
+
+  async function consumeTransformProduce(opts) {
+    const source = `${opts.prefix}ctp-in`, sink = `${opts.prefix}ctp-out`, group = `${opts.prefix}ctp`
+    await createTopic(opts, source)
+    await createTopic(opts, sink)
+    const inputs = txValues('in', CTP_INPUTS + CTP_ABORTED)
+    await client.produce(opts, source, inputs.slice(0, CTP_INPUTS).map(v => ({ value: Buffer.from(v) })), { acks: -1 })
+    const p = await transactional(opts, 'ctp')
+    const c = await collector(opts, group, [source], { readUncommitted: false })
+    const committed = () =>
+      withAdmin(opts, async admin => Number((await admin.fetchOffsets({ groupId: group, topics: [source] }))[0].partitions[0].offset))
+    try {
+      let done = 0
+      const round = async (n, commit) => {
+        const got = (await c.received(done + n)).slice(done)
+        done += n
+        await p.begin()
+        await p.send(sink, got.map(m => `out-${m.value}`))
+        await p.sendOffsets(c, group, source, Number(got[got.length - 1].offset) + 1)
+        await (commit ? p.commit() : p.abort())
+      }
+      for (let i = 0; i < CTP_INPUTS / CTP_TX_SIZE; i++) await round(CTP_TX_SIZE, true)
+      // The client's OffsetFetch may not ask for stable offsets: a transactional commit shows
+      // once the coordinator has written the transaction's markers.
+      await h.waitFor(`committed offset ${CTP_INPUTS}`, 15000, async () => {
+        const at = await committed()
+        return at === CTP_INPUTS ? null : `at ${at}`
+      })
+      await client.produce(opts, source, inputs.slice(CTP_INPUTS).map(v => ({ value: Buffer.from(v) })), { acks: -1 })
+      await round(CTP_ABORTED, false)
+      // Once a read_committed reader got the output, the abort marker is written.
+      await readIsolated(opts, sink, false, inputs.slice(0, CTP_INPUTS).map(v => `out-${v}`), 'the output, read_committed')
+      const at = await committed()
+      if (at !== CTP_INPUTS) throw new Error(`committed offset ${at} after an aborted transaction, expected ${CTP_INPUTS}`)
+    } finally {
+      c.close()
+      await p.close()
+    }
   }
 
   // The security rows: log in as the --security file says, create a topic, produce 50 values
@@ -371,6 +497,10 @@ module.exports = function scenarios(client) {
       })
       return `200 topics with leaders ${Date.now() - started} ms after the first create`
     },
+
+    transactions_commit_abort: transactionsCommitAbort,
+    read_committed: readCommitted,
+    consume_transform_produce: consumeTransformProduce,
 
     async regex_subscribe(opts) {
       if (client.regexNotApplicable) throw new h.NotApplicable(client.regexNotApplicable)

@@ -428,6 +428,140 @@ def sasl_wrong_password(ctx: Context) -> str:
         conn.close()
 
 
+# --- transactions ------------------------------------------------------------------------------
+
+def tx_producer(ctx: Context, name: str) -> KafkaProducer:
+    p = KafkaProducer(bootstrap_servers=servers(ctx), transactional_id=ctx.name(name))
+    p.init_transactions()
+    return p
+
+
+def tx_send(p: KafkaProducer, topic: str, values: list[bytes]) -> None:
+    """Sends `values` in the open transaction and waits for every acknowledgement (the rows need
+    an aborted transaction's records in the log)."""
+    futures = [p.send(topic, value=v) for v in values]
+    p.flush(TIMEOUT_S)
+    for i, f in enumerate(futures):
+        try:
+            f.get(timeout=TIMEOUT_S)
+        except Exception as e:  # noqa: BLE001 - reported as the scenario's error
+            raise harness.ScenarioFailed(f"transactional record {i} not delivered: {e!r}") from e
+
+
+def isolated_reader(ctx: Context, topic: str, isolation: str) -> KafkaConsumer:
+    c = consumer(ctx, None, enable_auto_commit=False, isolation_level=isolation)
+    tp = TopicPartition(topic, 0)
+    c.assign([tp])
+    c.seek_to_beginning(tp)
+    return c
+
+
+def read_isolated(ctx: Context, topic: str, isolation: str, count: int) -> list[bytes]:
+    """The values an `isolation` consumer reads from the beginning: exactly `count`, then nothing
+    more until its position reaches its end offset (past the transaction markers)."""
+    c = isolated_reader(ctx, topic, isolation)
+    tp = TopicPartition(topic, 0)
+    try:
+        got = [m.value for m in read(c, count)]
+        end = c.end_offsets([tp])[tp]
+        deadline = time.monotonic() + TIMEOUT_S
+        while c.position(tp) < end:
+            check(time.monotonic() < deadline, f"{isolation}: position {c.position(tp)} did not reach {end}")
+            extra = [m.offset for batch in c.poll(timeout_ms=200).values() for m in batch]
+            check(not extra, f"{isolation}: extra records at offsets {extra}")
+        return got
+    finally:
+        c.close()
+
+
+def transactions_commit_abort(ctx: Context) -> None:
+    topic = create_topic(ctx, ctx.name("tx-commit-abort"))
+    p = tx_producer(ctx, "tx-commit-abort")
+    first, aborted, second = (harness.tx_values("c1", harness.TX_COMMITTED_1), harness.tx_values("a", harness.TX_ABORTED),
+                              harness.tx_values("c2", harness.TX_COMMITTED_2))
+    try:
+        for values, commit in ((first, True), (aborted, False), (second, True)):
+            p.begin_transaction()
+            tx_send(p, topic, values)
+            p.commit_transaction() if commit else p.abort_transaction()
+    finally:
+        p.close(timeout=TIMEOUT_S)
+    harness.check_values(first + second, read_isolated(ctx, topic, "read_committed", len(first + second)))
+    harness.check_values(first + aborted + second,
+                         read_isolated(ctx, topic, "read_uncommitted", len(first + aborted + second)))
+
+
+def read_committed(ctx: Context) -> None:
+    topic = create_topic(ctx, ctx.name("read-committed"))
+    p = tx_producer(ctx, "read-committed")
+    before, open_tx = harness.tx_values("before", 5), harness.tx_values("open", 5)
+    tp = TopicPartition(topic, 0)
+    c = None
+    try:
+        p.begin_transaction()
+        tx_send(p, topic, before)
+        p.commit_transaction()
+        p.begin_transaction()
+        tx_send(p, topic, open_tx)
+        c = isolated_reader(ctx, topic, "read_committed")
+        harness.check_values(before, [m.value for m in read(c, len(before))])
+        lso = c.end_offsets([tp])[tp]
+        check(lso == len(before) + 1, f"read_committed end offset {lso} with a transaction open, expected "
+                                      f"{len(before) + 1} (the last stable offset)")
+        watch_until = time.monotonic() + harness.OPEN_TX_WATCH_S
+        while time.monotonic() < watch_until:
+            early = [m.value for batch in c.poll(timeout_ms=200).values() for m in batch]
+            check(not early, f"delivered {early} of the open transaction")
+        p.commit_transaction()
+        harness.check_values(open_tx, [m.value for m in read(c, len(open_tx))])
+    finally:
+        if c is not None:
+            c.close()
+        p.close(timeout=TIMEOUT_S)
+
+
+def consume_transform_produce(ctx: Context) -> None:
+    source = create_topic(ctx, ctx.name("ctp-in"))
+    sink = create_topic(ctx, ctx.name("ctp-out"))
+    group = ctx.name("ctp")
+    inputs = harness.tx_values("in", harness.CTP_INPUTS + harness.CTP_ABORTED)
+    plain = [Record(None, v, (), harness.now_ms()) for v in inputs]
+    produce(ctx, source, plain[:harness.CTP_INPUTS])
+    c = consumer(ctx, "ctp", auto_offset_reset="earliest", enable_auto_commit=False, isolation_level="read_committed")
+    p = tx_producer(ctx, "ctp")
+    tp = TopicPartition(source, 0)
+
+    def transaction(count: int, commit: bool) -> None:
+        got = read(c, count)
+        p.begin_transaction()
+        tx_send(p, sink, [b"out-" + m.value for m in got])
+        p.send_offsets_to_transaction({tp: OffsetAndMetadata(c.position(tp), "", -1)}, group)
+        p.commit_transaction() if commit else p.abort_transaction()
+
+    def committed() -> int | None:
+        return c.committed(tp)
+
+    try:
+        c.subscribe([source])
+        for _ in range(harness.CTP_INPUTS // harness.CTP_TX_SIZE):
+            transaction(harness.CTP_TX_SIZE, commit=True)
+        # kafka-python's OffsetFetch has no require_stable: a transactional commit shows once
+        # the coordinator has written the transaction's markers, after commit_transaction returns.
+        wait_for(lambda: committed() == harness.CTP_INPUTS, TIMEOUT_S,
+                 f"the committed offset to reach {harness.CTP_INPUTS}")
+        produce(ctx, source, plain[harness.CTP_INPUTS:])
+        transaction(harness.CTP_ABORTED, commit=False)
+        # Once a read_committed reader passes the abort marker in the output, the abort is
+        # written: the aborted offsets must not have become the group's.
+        harness.check_values([b"out-" + v for v in inputs[:harness.CTP_INPUTS]],
+                             read_isolated(ctx, sink, "read_committed", harness.CTP_INPUTS))
+        check(committed() == harness.CTP_INPUTS, f"committed offset {committed()} after an aborted transaction, "
+                                                 f"expected {harness.CTP_INPUTS}")
+    finally:
+        c.close()
+        p.close(timeout=TIMEOUT_S)
+
+
 SCENARIOS = {
     "metadata": metadata,
     "admin_topics": admin_topics,
@@ -447,6 +581,9 @@ SCENARIOS = {
     "empty_topic": empty_topic,
     "many_topics": many_topics,
     "regex_subscribe": regex_subscribe,
+    "transactions_commit_abort": transactions_commit_abort,
+    "read_committed": read_committed,
+    "consume_transform_produce": consume_transform_produce,
     **{s: (lambda ctx, s=s: secure_round_trip(ctx, s)) for s in harness.SECURE_ROUND_TRIPS},
     "sasl_wrong_password": sasl_wrong_password,
 }

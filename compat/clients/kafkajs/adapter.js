@@ -74,8 +74,9 @@ async function produce(opts, topic, records, { acks = -1, compression, idempoten
  * callers that do not need that leave it running in the background: kafkajs's disconnect
  * waits out the fetch in flight (maxWaitTimeInMs, 5 s by default, on a drained partition).
  */
-async function consumer(opts, groupId, topics, { fromBeginning = true, onMessage }) {
-  const c = kafka(opts).consumer({ groupId })
+async function consumer(opts, groupId, topics, { fromBeginning = true, readUncommitted, onMessage }) {
+  // kafkajs reads read_committed unless told readUncommitted.
+  const c = kafka(opts).consumer(readUncommitted === undefined ? { groupId } : { groupId, readUncommitted })
   let crash
   let joined = false
   c.on(c.events.CRASH, e => (crash = e.payload.error))
@@ -91,6 +92,23 @@ async function consumer(opts, groupId, topics, { fromBeginning = true, onMessage
     assigned: () => h.waitFor(`consumer in ${groupId} joins`, 20000, () => (failIfCrashed(), joined ? null : 'not joined')),
     commit: (topic, offset) => c.commitOffsets([{ topic, partition: 0, offset: String(offset) }]),
     close: () => c.disconnect().catch(e => console.error(`[kafkajs] disconnect failed: ${e.message}`)),
+    native: c,
+  }
+}
+
+/** A transactional producer (kafkajs requires idempotence and one request in flight for it). */
+async function transactional(opts, transactionalId) {
+  const producer = kafka(opts).producer({ transactionalId, idempotent: true, maxInFlightRequests: 1 })
+  await producer.connect()
+  let tx
+  return {
+    begin: async () => (tx = await producer.transaction()),
+    send: (topic, values) => tx.send({ topic, acks: -1, messages: values.map(v => ({ value: Buffer.from(v), partition: 0 })) }),
+    sendOffsets: (_consumer, consumerGroupId, topic, offset) =>
+      tx.sendOffsets({ consumerGroupId, topics: [{ topic, partitions: [{ partition: 0, offset: String(offset) }] }] }),
+    commit: () => tx.commit(),
+    abort: () => tx.abort(),
+    close: () => producer.disconnect(),
   }
 }
 
@@ -102,6 +120,7 @@ h.main(
     admin,
     produce,
     consumer,
+    transactional,
     async brokers(opts, a) {
       return (await a.describeCluster()).brokers.map(b => `${b.host}:${b.port}`)
     },

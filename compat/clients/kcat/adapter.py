@@ -292,6 +292,11 @@ NOT_APPLICABLE = {
     "groups_describe_lag": f"{NO_ADMIN} (list/describe groups, committed offsets)",
     "delete_records": f"{NO_ADMIN} (DeleteRecords)",
     "many_topics": f"{NO_ADMIN}: it cannot create topics in a batch",
+    **{s: "kcat 1.7.1 has no transactions: no transactional.id producer API (begin/commit/abort) on its command "
+          "line" + {"consume_transform_produce": ", and no consumer group offsets to send to one",
+                    "read_committed": " to leave one open (its consumer takes -X isolation.level, but the row "
+                                      "needs the client's own transaction)"}.get(s, "")
+       for s in ("transactions_commit_abort", "read_committed", "consume_transform_produce")},
 }
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@
 mod client;
 mod scenarios;
 mod secure;
+mod tx;
 
 use std::io::Write;
 use std::sync::Arc;

@@ -40,6 +40,9 @@ pub async fn run(id: &str, opts: &Opts) -> Result<String> {
         "empty_topic" => empty_topic(opts).await,
         "many_topics" => many_topics(opts).await,
         "regex_subscribe" => regex_subscribe(opts).await,
+        "transactions_commit_abort" => crate::tx::commit_abort(opts).await,
+        "read_committed" => crate::tx::read_committed(opts).await,
+        "consume_transform_produce" => crate::tx::consume_transform_produce(opts).await,
         "sasl_ssl_scram512" | "sasl_ssl_plain" | "sasl_plaintext_scram256" | "ssl_mtls" | "oauthbearer" => {
             crate::secure::round_trip(opts, id).await
         }

@@ -54,6 +54,9 @@ final class ClientScenarios {
         TABLE.put("empty_topic", ClientScenarios::emptyTopic);
         TABLE.put("many_topics", ClientScenarios::manyTopics);
         TABLE.put("regex_subscribe", ClientScenarios::regexSubscribe);
+        TABLE.put("transactions_commit_abort", Transactions::commitAbort);
+        TABLE.put("read_committed", Transactions::readCommitted);
+        TABLE.put("consume_transform_produce", Transactions::consumeTransformProduce);
         for (String scenario : Security.ROUND_TRIPS) {
             TABLE.put(scenario, ctx -> Security.roundTrip(ctx, scenario));
         }

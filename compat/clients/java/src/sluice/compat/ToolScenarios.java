@@ -46,6 +46,7 @@ final class ToolScenarios {
         TABLE.put("tool_verifiable", ToolScenarios::verifiable);
         TABLE.put("tool_client_compatibility", ToolScenarios::clientCompatibility);
         TABLE.put("tool_scram_users", ToolScenarios::scramUsers);
+        TABLE.put("tool_transactions", Transactions::tool);
     }
 
     /** Runs a tool with stdin; fails with its output unless it exits 0. */
