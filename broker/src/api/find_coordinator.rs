@@ -200,7 +200,8 @@ async fn ensure_transaction_topic(broker: &Broker) -> Result<Arc<MetadataImage>,
     if broker.metadata.image().topic(TRANSACTION_STATE_TOPIC).is_some() {
         return Ok(broker.metadata.image());
     }
-    ensure_topic(broker, broker.txn.new_topic()).await
+    let live = broker.metadata.image().brokers.values().filter(|b| b.is_live()).count();
+    ensure_topic(broker, broker.txn.new_topic(live)).await
 }
 
 /// Creates an internal topic (a concurrent creation counts as success).

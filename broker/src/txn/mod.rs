@@ -104,8 +104,11 @@ impl TransactionManager {
     }
 
     /// `__transaction_state` as FindCoordinator creates it on first use: compacted, with
-    /// `transaction.state.log.min.isr` as its `min.insync.replicas`.
-    pub fn new_topic(&self) -> NewTopic {
+    /// `transaction.state.log.min.isr` as its `min.insync.replicas`, both lowered to the
+    /// `live_brokers` (the replication factor is, so a one-node cluster can write it).
+    pub fn new_topic(&self, live_brokers: usize) -> NewTopic {
+        let replicas = (self.config.replication_factor.max(1) as usize).min(live_brokers.max(1));
+        let min_isr = (self.config.min_isr.max(1) as usize).min(replicas);
         NewTopic {
             name: TRANSACTION_STATE_TOPIC.to_string(),
             num_partitions: self.config.num_partitions,
@@ -115,7 +118,7 @@ impl TransactionManager {
             configs: BTreeMap::from([
                 ("cleanup.policy".to_string(), "compact".to_string()),
                 ("compression.type".to_string(), "uncompressed".to_string()),
-                ("min.insync.replicas".to_string(), self.config.min_isr.to_string()),
+                ("min.insync.replicas".to_string(), min_isr.to_string()),
                 ("segment.bytes".to_string(), self.config.segment_bytes.to_string()),
                 ("unclean.leader.election.enable".to_string(), "false".to_string()),
             ]),
