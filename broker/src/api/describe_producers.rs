@@ -1,7 +1,9 @@
-//! DescribeProducers (KIP-664; `kafka-transactions describe-producers`): the idempotent
-//! producers a partition leader remembers, from its producer state. Only the leader answers
-//! (NOT_LEADER_OR_FOLLOWER elsewhere), as in Kafka. Sluice has no transactions yet, so the
-//! coordinator epoch and the open transaction's start offset are always -1.
+//! DescribeProducers (KIP-664; `kafka-transactions describe-producers` and `find-hanging`):
+//! the producers a replica remembers, from its producer state, with each one's open
+//! transaction's first offset and the coordinator epoch of its last marker. Any replica
+//! hosting the partition answers, leader or follower (Kafka reads its local log's state:
+//! `find-hanging --broker-id` asks one broker about every partition it hosts);
+//! NOT_LEADER_OR_FOLLOWER where none is hosted.
 //!
 //! Each topic needs READ (else its partitions get TOPIC_AUTHORIZATION_FAILED), as Kafka.
 
@@ -37,12 +39,15 @@ pub fn handle(broker: &Broker, request: DescribeProducersRequest, session: &Sess
                             .with_error_code(ResponseError::TopicAuthorizationFailed.code())
                             .with_error_message(Some(str_bytes(message.clone())));
                     }
-                    let leader = match topic {
-                        Some(topic) => broker.replicas.leader_partition(topic, index),
-                        None => Err(ResponseError::UnknownTopicOrPartition),
+                    let hosted = match topic {
+                        Some(topic) if index >= 0 && (index as usize) < topic.partitions.len() => broker
+                            .replicas
+                            .get(topic.topic_id, index)
+                            .ok_or(ResponseError::NotLeaderOrFollower),
+                        _ => Err(ResponseError::UnknownTopicOrPartition),
                     };
-                    let partition = match leader {
-                        Ok((partition, _)) => partition,
+                    let partition = match hosted {
+                        Ok(partition) => partition,
                         Err(error) => return response.with_error_code(error.code()),
                     };
                     if !described.insert((partition.topic_id, index)) {
