@@ -47,6 +47,7 @@ pub mod produce;
 pub mod sync_group;
 #[cfg(test)]
 pub(crate) mod testing;
+pub mod txn_offset_commit;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -265,6 +266,9 @@ pub fn handle(broker: &Arc<Broker>, request: Request, session: &Session) -> Repl
         ))),
         RequestBody::OffsetCommit(r) => {
             later(offset_commit::handle(b, session.clone(), r).map(ResponseBody::OffsetCommit))
+        }
+        RequestBody::TxnOffsetCommit(r) => {
+            later(txn_offset_commit::handle(b, session.clone(), r).map(ResponseBody::TxnOffsetCommit))
         }
         RequestBody::OffsetFetch(r) => now(ResponseBody::OffsetFetch(offset_fetch::handle(
             broker, r, version, session,

@@ -10,10 +10,11 @@
 //! The state machine sits behind one mutex, never held across an await; appends to the
 //! offsets partition happen under it so that validation and append are one step.
 
+pub mod control;
 pub mod coordinator;
 pub mod records;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,9 +35,10 @@ use crate::partition::{AppendOutcome, Partition, ReadBound};
 use crate::purgatory::DelayedProduce;
 use crate::replica_manager::ReplicaManager;
 use crate::topic_config::{self, BrokerOverrides};
+use control::{control_type, ControlType};
 use coordinator::{
-    Effect, GroupConfig, GroupCoordinator, GroupSummary, JoinRequest, JoinResult, MemberError, ReplyId, SyncRequest,
-    SyncResult,
+    Effect, GroupConfig, GroupCoordinator, GroupSummary, JoinRequest, JoinResult, LoadedRecord, MemberError, ReplyId,
+    SyncRequest, SyncResult,
 };
 use records::OffsetAndMetadata;
 
@@ -286,24 +288,63 @@ impl GroupMetadataManager {
             let partition = inner
                 .coordinator
                 .validate_commit(group_id, member_id, instance_id, generation_id, now)?;
-            let records: Vec<(Bytes, Option<Bytes>)> = offsets
-                .iter()
-                .map(|((topic, p), value)| {
-                    (
-                        records::offset_commit_key(group_id, topic, *p),
-                        Some(records::offset_commit_value(value)),
-                    )
-                })
-                .collect();
-            append(self, partition, &records, now).map_err(commit_error)?
+            let records = offset_records(group_id, &offsets);
+            append(self, partition, &records, None, now).map_err(commit_error)?
         };
         let deadline = tokio::time::Instant::now() + Duration::from_millis(self.settings.commit_timeout_ms);
-        wait.wait(deadline).await.map_err(|(e, _)| commit_error(e))?;
+        wait.wait.wait(deadline).await.map_err(|(e, _)| commit_error(e))?;
         self.inner
             .lock()
             .coordinator
-            .offsets_committed(group_id, offsets, now_ms());
+            .offsets_committed(group_id, offsets, wait.base_offset, now_ms());
         Ok(())
+    }
+
+    /// TxnOffsetCommit: checked against the group (KIP-447 fencing when the request names a
+    /// member), appended as one transactional batch of `producer_id`/`producer_epoch` and
+    /// pending from then on, answered once the ISR has it. The transaction's marker later
+    /// ends it through [`GroupMetadataManager::complete_transaction`].
+    #[allow(clippy::too_many_arguments)]
+    pub async fn txn_commit_offsets(
+        &self,
+        group_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation_id: i32,
+        offsets: Vec<((String, i32), OffsetAndMetadata)>,
+    ) -> Result<(), ResponseError> {
+        let now = now_ms();
+        let wait = {
+            let mut inner = self.inner.lock();
+            let partition = inner
+                .coordinator
+                .validate_txn_commit(group_id, member_id, instance_id, generation_id, now)?;
+            if offsets.is_empty() {
+                return Ok(());
+            }
+            let records = offset_records(group_id, &offsets);
+            let producer = Some((producer_id, producer_epoch));
+            let appended = append(self, partition, &records, producer, now).map_err(txn_commit_error)?;
+            inner
+                .coordinator
+                .txn_offsets_appended(group_id, producer_id, offsets, appended.base_offset);
+            appended.wait
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(self.settings.commit_timeout_ms);
+        wait.wait(deadline).await.map_err(|(e, _)| txn_commit_error(e))
+    }
+
+    /// A COMMIT (`commit`) or ABORT marker of `producer_id` was appended to
+    /// `__consumer_offsets` partition `partition_index`, which this broker leads, and
+    /// replicated: that producer's pending offsets there become committed or are dropped.
+    /// Called by WriteTxnMarkers.
+    pub fn complete_transaction(&self, partition_index: i32, producer_id: i64, commit: bool) {
+        self.inner
+            .lock()
+            .coordinator
+            .complete_transaction(partition_index, producer_id, commit);
     }
 
     pub fn fetch_offsets(
@@ -312,6 +353,18 @@ impl GroupMetadataManager {
         topics: Option<&[(String, Vec<i32>)]>,
     ) -> Result<coordinator::CommittedOffsets, ResponseError> {
         self.inner.lock().coordinator.fetch_offsets(group_id, topics)
+    }
+
+    /// [`GroupMetadataManager::fetch_offsets`] with, read in the same step, the partitions an
+    /// open transaction holds offsets for (OffsetFetch's `require_stable`).
+    pub fn fetch_offsets_and_pending(
+        &self,
+        group_id: &str,
+        topics: Option<&[(String, Vec<i32>)]>,
+    ) -> Result<(coordinator::CommittedOffsets, HashSet<(String, i32)>), ResponseError> {
+        let inner = self.inner.lock();
+        let committed = inner.coordinator.fetch_offsets(group_id, topics)?;
+        Ok((committed, inner.coordinator.pending_txn_partitions(group_id)))
     }
 
     pub fn list_groups(&self) -> (Vec<(String, String, coordinator::GroupState)>, bool) {
@@ -428,27 +481,48 @@ async fn store_one(groups: &GroupMetadataManager, store: &Store) -> Result<(), R
     let wait = match store {
         Store::Group {
             partition, key, value, ..
-        } => append(groups, *partition, &[(key.clone(), Some(value.clone()))], now),
+        } => append(groups, *partition, &[(key.clone(), Some(value.clone()))], None, now),
         Store::Tombstones { partition, keys } => {
             let records: Vec<(Bytes, Option<Bytes>)> = keys.iter().map(|k| (k.clone(), None)).collect();
-            append(groups, *partition, &records, now)
+            append(groups, *partition, &records, None, now)
         }
     }?;
     let timeout = Duration::from_millis(groups.settings.commit_timeout_ms);
-    wait.wait(tokio::time::Instant::now() + timeout)
+    wait.wait
+        .wait(tokio::time::Instant::now() + timeout)
         .await
         .map_err(|(e, _)| e)
 }
 
+/// The OffsetCommit records of `offsets`, in their order.
+fn offset_records(group_id: &str, offsets: &[((String, i32), OffsetAndMetadata)]) -> Vec<(Bytes, Option<Bytes>)> {
+    offsets
+        .iter()
+        .map(|((topic, p), value)| {
+            (
+                records::offset_commit_key(group_id, topic, *p),
+                Some(records::offset_commit_value(value)),
+            )
+        })
+        .collect()
+}
+
+/// A batch appended to `__consumer_offsets`: where it starts, and the wait for its replication.
+struct Appended {
+    base_offset: i64,
+    wait: DelayedProduce,
+}
+
 /// Appends records to `__consumer_offsets` partition `index` as its leader (refusing, as a
 /// produce with `acks=all` would, when the ISR is below `min.insync.replicas`) and returns the
-/// wait for their replication.
+/// wait for their replication. With `producer` (id, epoch) the batch is transactional.
 fn append(
     groups: &GroupMetadataManager,
     index: i32,
     entries: &[(Bytes, Option<Bytes>)],
+    producer: Option<(i64, i16)>,
     now: i64,
-) -> Result<DelayedProduce, ResponseError> {
+) -> Result<Appended, ResponseError> {
     let image = groups.metadata.image();
     let topic = image
         .topic(OFFSETS_TOPIC)
@@ -459,29 +533,45 @@ fn append(
     if partition.isr_size() < min_isr {
         return Err(ResponseError::NotEnoughReplicas);
     }
-    let mut batch = encode_batch(entries, now).map_err(|e| {
+    let mut batch = encode_batch(entries, producer, now).map_err(|e| {
         tracing::error!(error = %e, "could not encode group records");
         ResponseError::UnknownServerError
     })?;
     let leader_epoch = partition.leader_epoch();
-    let required_offset = match partition.append_as_leader(&mut batch, now).map_err(|(e, _)| e)? {
-        AppendOutcome::Appended(info) => info.last_offset + 1,
-        AppendOutcome::Duplicate { base_offset } => base_offset + 1,
+    // No sequence numbers, so the producer state never answers Duplicate; handled anyway.
+    let (base_offset, required_offset) = match partition.append_as_leader(&mut batch, now).map_err(|(e, _)| e)? {
+        AppendOutcome::Appended(info) => (info.base_offset, info.last_offset + 1),
+        AppendOutcome::Duplicate { base_offset } => (base_offset, base_offset + 1),
     };
-    Ok(DelayedProduce {
-        partition,
-        required_offset,
-        leader_epoch,
-        min_insync_replicas: min_isr,
+    Ok(Appended {
+        base_offset,
+        wait: DelayedProduce {
+            partition,
+            required_offset,
+            leader_epoch,
+            min_insync_replicas: min_isr,
+        },
     })
 }
 
-/// One uncompressed v2 batch holding `entries` (offsets are assigned on append).
-fn encode_batch(entries: &[(Bytes, Option<Bytes>)], now: i64) -> anyhow::Result<BytesMut> {
+/// One uncompressed v2 batch holding `entries` (offsets are assigned on append). With
+/// `producer` (id, epoch) it is a transactional batch of that producer, as Kafka's
+/// coordinator writes a TxnOffsetCommit: base sequence -1 (NO_SEQUENCE: the coordinator's
+/// own append, never a retry to deduplicate).
+fn encode_batch(entries: &[(Bytes, Option<Bytes>)], producer: Option<(i64, i16)>, now: i64) -> anyhow::Result<BytesMut> {
     let records: Vec<Record> = entries
         .iter()
         .enumerate()
-        .map(|(i, (key, value))| producer_record(i as i64, now, Some(key.clone()), value.clone()))
+        .map(|(i, (key, value))| {
+            // `producer_record` numbers sequences from -1, so the batch's base sequence is -1.
+            let mut record = producer_record(i as i64, now, Some(key.clone()), value.clone());
+            if let Some((producer_id, producer_epoch)) = producer {
+                record.transactional = true;
+                record.producer_id = producer_id;
+                record.producer_epoch = producer_epoch;
+            }
+            record
+        })
         .collect();
     let mut buf = BytesMut::new();
     RecordBatchEncoder::encode(
@@ -496,9 +586,11 @@ fn encode_batch(entries: &[(Bytes, Option<Bytes>)], now: i64) -> anyhow::Result<
 }
 
 /// Reads a `__consumer_offsets` partition from its start to its end and hands the records
-/// to the coordinator. Runs on a blocking thread: the log may be large. A batch whose CRC or
-/// records are bad, or whose records decompress past the partition's `max.message.bytes`,
-/// counts as one skipped entry.
+/// to the coordinator, with the transaction markers between them (records of transactional
+/// batches wait for their producer's marker: `coordinator/load.rs`). Runs on a blocking
+/// thread: the log may be large. A batch whose CRC or records are bad, or whose records
+/// decompress past the partition's `max.message.bytes`, counts as one skipped entry; so does a
+/// control batch that is no COMMIT or ABORT marker.
 fn load_partition(
     manager: Arc<Mutex<Inner>>,
     partition: Arc<Partition>,
@@ -524,20 +616,37 @@ fn load_partition(
         let mut next = offset;
         for (header, range) in BatchIter::new(&read.records) {
             next = header.last_offset() + 1;
+            let batch = &read.records[range];
             if header.is_control() {
+                // A marker before the load's start offset belongs to an earlier read.
+                if header.base_offset < offset {
+                    continue;
+                }
+                match validate_stored_batch(batch).ok().and_then(|_| control_type(batch)) {
+                    Some(marker) => loaded.push(LoadedRecord::Marker {
+                        producer_id: header.producer_id,
+                        commit: marker == ControlType::Commit,
+                    }),
+                    None => skipped += 1,
+                }
                 continue;
             }
-            let batch = &read.records[range];
+            let producer_id = header.is_transactional().then_some(header.producer_id);
             let decoded =
                 validate_stored_batch(batch).and_then(|_| BatchRecords::decode(batch, max_message_bytes as usize));
             match decoded {
                 Ok(batch) => {
-                    let in_range = batch
-                        .iter()
-                        .filter(|r| header.base_offset.saturating_add(i64::from(r.offset_delta)) >= offset);
-                    for record in in_range {
+                    for record in batch.iter() {
+                        let record_offset = header.base_offset.saturating_add(i64::from(record.offset_delta));
+                        if record_offset < offset {
+                            continue;
+                        }
                         match records::decode(record.key, record.value) {
-                            Ok(r) => loaded.push(r),
+                            Ok(record) => loaded.push(LoadedRecord::Record {
+                                offset: record_offset,
+                                producer_id,
+                                record,
+                            }),
                             Err(_) => skipped += 1,
                         }
                     }
@@ -599,6 +708,16 @@ fn commit_error(error: ResponseError) -> ResponseError {
         MessageTooLarge | RecordListTooLarge | InvalidFetchSize => InvalidCommitOffsetSize,
         other if is_group_error(other) => other,
         _ => UnknownServerError,
+    }
+}
+
+/// [`commit_error`] for a TxnOffsetCommit, whose producer may also be refused by the
+/// partition's producer state (an old epoch: the client aborts or is fenced).
+fn txn_commit_error(error: ResponseError) -> ResponseError {
+    use ResponseError::*;
+    match error {
+        InvalidProducerEpoch | ProducerFenced | InvalidTxnState | InvalidProducerIdMapping => error,
+        other => commit_error(other),
     }
 }
 
