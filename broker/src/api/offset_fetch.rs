@@ -307,4 +307,33 @@ mod tests {
             "named topics were checked before"
         );
     }
+
+    #[test]
+    fn with_require_stable_partitions_of_open_transactions_are_unstable_in_both_formats() {
+        let committed = vec![
+            ("orders".to_string(), 0, offset(7)),
+            ("orders".to_string(), 1, offset(8)),
+        ];
+        let unstable = HashSet::from([("orders".to_string(), 1)]);
+        let unstable_code = ResponseError::UnstableOffsetCommit.code();
+
+        let single = single_group_topics(committed.clone(), None, &unstable);
+        let answered: Vec<(i64, i16)> = single[0]
+            .partitions
+            .iter()
+            .map(|p| (p.committed_offset, p.error_code))
+            .collect();
+        assert_eq!(answered, vec![(7, 0), (-1, unstable_code)]);
+
+        let batched = batched_topics(committed.clone(), &unstable);
+        let answered: Vec<(i64, i16)> = batched[0]
+            .partitions
+            .iter()
+            .map(|p| (p.committed_offset, p.error_code))
+            .collect();
+        assert_eq!(answered, vec![(7, 0), (-1, unstable_code)]);
+
+        let stable = batched_topics(committed, &Unstable::new());
+        assert!(stable[0].partitions.iter().all(|p| p.error_code == 0));
+    }
 }
