@@ -31,11 +31,7 @@ type Checked = Vec<Vec<Option<ResponseError>>>;
 /// The offsets to commit, by topic and partition.
 type ToCommit = Vec<((String, i32), OffsetAndMetadata)>;
 
-pub async fn handle(
-    broker: Arc<Broker>,
-    session: Session,
-    request: TxnOffsetCommitRequest,
-) -> TxnOffsetCommitResponse {
+pub async fn handle(broker: Arc<Broker>, session: Session, request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse {
     let image = broker.metadata.image();
     let access = session.access(&broker.security.authorizer, &image.acls);
     if let Some(error) = request_refusal(access, &request) {
@@ -236,7 +232,11 @@ mod tests {
         assert_eq!(request_refusal(both.access(), &request), None);
         assert_eq!(request_refusal(Acls::disabled().access(), &request), None);
 
-        let refused = respond(&request, vec![], Some(ResponseError::TransactionalIdAuthorizationFailed));
+        let refused = respond(
+            &request,
+            vec![],
+            Some(ResponseError::TransactionalIdAuthorizationFailed),
+        );
         let code = ResponseError::TransactionalIdAuthorizationFailed.code();
         assert_eq!(codes(&refused), vec![vec![code, code], vec![code]]);
     }

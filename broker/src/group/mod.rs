@@ -5,7 +5,9 @@
 //! groups when this broker becomes its leader and drops them when leadership moves, appends the
 //! records the state machine asks for to `__consumer_offsets` and waits until they are
 //! committed (high watermark past them) before the client is answered, delivers deferred
-//! JoinGroup/SyncGroup answers, and drives the timers.
+//! JoinGroup/SyncGroup answers, and drives the timers. TxnOffsetCommit appends transactional
+//! batches whose offsets stay pending until WriteTxnMarkers reports the transaction's end
+//! (`complete_transaction`); loading replays markers the same way.
 //!
 //! The state machine sits behind one mutex, never held across an await; appends to the
 //! offsets partition happen under it so that validation and append are one step.
@@ -319,9 +321,10 @@ impl GroupMetadataManager {
         let now = now_ms();
         let wait = {
             let mut inner = self.inner.lock();
-            let partition = inner
-                .coordinator
-                .validate_txn_commit(group_id, member_id, instance_id, generation_id, now)?;
+            let partition =
+                inner
+                    .coordinator
+                    .validate_txn_commit(group_id, member_id, instance_id, generation_id, now)?;
             if offsets.is_empty() {
                 return Ok(());
             }
@@ -559,7 +562,11 @@ fn append(
 /// `producer` (id, epoch) it is a transactional batch of that producer, as Kafka's
 /// coordinator writes a TxnOffsetCommit: base sequence -1 (NO_SEQUENCE: the coordinator's
 /// own append, never a retry to deduplicate).
-fn encode_batch(entries: &[(Bytes, Option<Bytes>)], producer: Option<(i64, i16)>, now: i64) -> anyhow::Result<BytesMut> {
+fn encode_batch(
+    entries: &[(Bytes, Option<Bytes>)],
+    producer: Option<(i64, i16)>,
+    now: i64,
+) -> anyhow::Result<BytesMut> {
     let records: Vec<Record> = entries
         .iter()
         .enumerate()
@@ -692,7 +699,8 @@ impl LoadRead {
     /// The batch's records at or after `from`.
     fn records_of(&mut self, header: &BatchHeader, batch: &[u8], from: i64, max_message_bytes: u32) {
         let producer_id = header.is_transactional().then_some(header.producer_id);
-        let decoded = validate_stored_batch(batch).and_then(|_| BatchRecords::decode(batch, max_message_bytes as usize));
+        let decoded =
+            validate_stored_batch(batch).and_then(|_| BatchRecords::decode(batch, max_message_bytes as usize));
         let decoded = match decoded {
             Ok(decoded) => decoded,
             Err(e) => {
@@ -800,8 +808,18 @@ mod tests {
 
     fn leading_partition(dir: &std::path::Path) -> Partition {
         let tail_cache = TailCacheBudget::new(1 << 20, 64 << 20);
-        let p = Partition::open(dir, OFFSETS_TOPIC, Uuid::nil(), 0, 1, LogConfig::default(), None, &tail_cache, NOW)
-            .unwrap();
+        let p = Partition::open(
+            dir,
+            OFFSETS_TOPIC,
+            Uuid::nil(),
+            0,
+            1,
+            LogConfig::default(),
+            None,
+            &tail_cache,
+            NOW,
+        )
+        .unwrap();
         let alone = PartitionRegistration {
             replicas: vec![1],
             isr: vec![1],
@@ -881,7 +899,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = leading_partition(dir.path());
         append_batch(&p, encode_batch(&[commit("g", 0, 1)], None, NOW).unwrap()); // 0
-        append_batch(&p, encode_batch(&[commit("g", 0, 10), commit("g", 1, 11)], Some((7, 0)), NOW).unwrap()); // 1-2
+        append_batch(
+            &p,
+            encode_batch(&[commit("g", 0, 10), commit("g", 1, 11)], Some((7, 0)), NOW).unwrap(),
+        ); // 1-2
         append_batch(&p, encode_batch(&[commit("g", 2, 20)], Some((8, 0)), NOW).unwrap()); // 3
         append_batch(&p, marker(7, true)); // 4
         append_batch(&p, marker(8, false)); // 5
@@ -894,7 +915,9 @@ mod tests {
             .records
             .iter()
             .map(|r| match r {
-                LoadedRecord::Record { offset, producer_id, .. } => (Some(*offset), *producer_id, None),
+                LoadedRecord::Record {
+                    offset, producer_id, ..
+                } => (Some(*offset), *producer_id, None),
                 LoadedRecord::Marker { producer_id, commit } => (None, Some(*producer_id), Some(*commit)),
             })
             .collect();

@@ -109,7 +109,9 @@ impl Replay {
     }
 
     /// The open transactions' offsets regrouped by group, then producer id.
-    pub(super) fn pending_by_group(&mut self) -> HashMap<String, HashMap<i64, HashMap<TopicPartition, CommittedOffset>>> {
+    pub(super) fn pending_by_group(
+        &mut self,
+    ) -> HashMap<String, HashMap<i64, HashMap<TopicPartition, CommittedOffset>>> {
         let mut by_group: HashMap<String, HashMap<i64, HashMap<TopicPartition, CommittedOffset>>> = HashMap::new();
         for (pid, groups) in self.pending.drain() {
             for (group_id, offsets) in groups {

@@ -23,11 +23,14 @@ fn pending(f: &Fixture, group: &str) -> Vec<(String, i32)> {
 }
 
 /// A TxnOffsetCommit of `offsets` by `producer` appended at log offset `base_offset`.
-fn txn_commit(f: &mut Fixture, group: &str, producer: i64, offsets: Vec<((String, i32), OffsetAndMetadata)>, base: i64) {
-    assert_eq!(
-        f.coordinator.validate_txn_commit(group, "", None, -1, f.now),
-        Ok(0)
-    );
+fn txn_commit(
+    f: &mut Fixture,
+    group: &str,
+    producer: i64,
+    offsets: Vec<((String, i32), OffsetAndMetadata)>,
+    base: i64,
+) {
+    assert_eq!(f.coordinator.validate_txn_commit(group, "", None, -1, f.now), Ok(0));
     f.coordinator.txn_offsets_appended(group, producer, offsets, base);
 }
 
@@ -54,7 +57,11 @@ fn an_abort_marker_drops_the_transactions_offsets_and_keeps_the_committed_ones()
     assert_eq!(committed(&f, GROUP, 0), Some(5));
     assert!(pending(&f, GROUP).is_empty());
     f.coordinator.complete_transaction(0, PRODUCER, true);
-    assert_eq!(committed(&f, GROUP, 0), Some(5), "a second marker finds nothing pending");
+    assert_eq!(
+        committed(&f, GROUP, 0),
+        Some(5),
+        "a second marker finds nothing pending"
+    );
 }
 
 #[test]
@@ -125,10 +132,12 @@ fn members_named_by_a_txn_commit_are_checked_so_zombies_are_fenced() {
 fn a_txn_commit_is_accepted_while_the_rebalance_completes() {
     let mut f = Fixture::new(config());
     let generation = f.joined_group(GROUP, &["m1"]);
-    assert_eq!(f.commit(GROUP, "m1", generation), Err(ResponseError::RebalanceInProgress));
     assert_eq!(
-        f.coordinator
-            .validate_txn_commit(GROUP, "m1", None, generation, f.now),
+        f.commit(GROUP, "m1", generation),
+        Err(ResponseError::RebalanceInProgress)
+    );
+    assert_eq!(
+        f.coordinator.validate_txn_commit(GROUP, "m1", None, generation, f.now),
         Ok(0)
     );
 }
@@ -154,7 +163,8 @@ fn open_transactions_keep_their_offsets_and_group_from_expiring() {
         offsets_retention_ms: retention_ms,
         ..config()
     });
-    f.coordinator.offsets_committed("standalone", vec![orders(0, 1), orders(1, 1)], 0, 0);
+    f.coordinator
+        .offsets_committed("standalone", vec![orders(0, 1), orders(1, 1)], 0, 0);
     txn_commit(&mut f, "standalone", PRODUCER, vec![orders(1, 2)], 5);
     txn_commit(&mut f, "txn-only", PRODUCER, vec![orders(0, 3)], 6);
     f.now = 10 * retention_ms;
@@ -170,7 +180,11 @@ fn open_transactions_keep_their_offsets_and_group_from_expiring() {
     );
     f.coordinator.complete_transaction(0, PRODUCER, true);
     assert_eq!(committed(&f, "standalone", 1), Some(2));
-    assert_eq!(committed(&f, "txn-only", 0), Some(3), "the group was kept for its COMMIT");
+    assert_eq!(
+        committed(&f, "txn-only", 0),
+        Some(3),
+        "the group was kept for its COMMIT"
+    );
 }
 
 #[test]
@@ -208,7 +222,13 @@ fn deleting_a_partitions_offsets_drops_it_from_open_transactions() {
 
 // ---- loading ----
 
-fn record(offset_in_log: i64, producer_id: Option<i64>, group: &str, partition: i32, value: Option<i64>) -> LoadedRecord {
+fn record(
+    offset_in_log: i64,
+    producer_id: Option<i64>,
+    group: &str,
+    partition: i32,
+    value: Option<i64>,
+) -> LoadedRecord {
     let value = value.map(|v| offset_commit_value(&offset(v, 100)));
     LoadedRecord::Record {
         offset: offset_in_log,
