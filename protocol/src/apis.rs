@@ -100,6 +100,7 @@ implemented_apis! {
     InitProducerId: InitProducerIdRequest => InitProducerIdResponse;
     DeleteRecords: DeleteRecordsRequest => DeleteRecordsResponse;
     OffsetForLeaderEpoch: OffsetForLeaderEpochRequest => OffsetForLeaderEpochResponse;
+    TxnOffsetCommit: TxnOffsetCommitRequest => TxnOffsetCommitResponse;
     DescribeAcls: DescribeAclsRequest => DescribeAclsResponse;
     CreateAcls: CreateAclsRequest => CreateAclsResponse;
     DeleteAcls: DeleteAclsRequest => DeleteAclsResponse;

@@ -53,6 +53,7 @@ pub mod sync_group;
 pub mod write_txn_markers;
 #[cfg(test)]
 pub(crate) mod testing;
+pub mod txn_offset_commit;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -287,6 +288,9 @@ pub fn handle(broker: &Arc<Broker>, request: Request, session: &Session) -> Repl
         ))),
         RequestBody::OffsetCommit(r) => {
             later(offset_commit::handle(b, session.clone(), r).map(ResponseBody::OffsetCommit))
+        }
+        RequestBody::TxnOffsetCommit(r) => {
+            later(txn_offset_commit::handle(b, session.clone(), r).map(ResponseBody::TxnOffsetCommit))
         }
         RequestBody::OffsetFetch(r) => now(ResponseBody::OffsetFetch(offset_fetch::handle(
             broker, r, version, session,

@@ -16,7 +16,7 @@ use crate::broker::Broker;
 use crate::clock::now_ms;
 use crate::group::records::OffsetAndMetadata;
 use crate::metadata::acls::{AclOperation, ResourceType};
-use crate::metadata::image::MetadataImage;
+use crate::metadata::image::{MetadataImage, TopicImage};
 
 /// Per requested partition: an error found before the commit, or the offset to commit.
 type Checked = Vec<Vec<Result<OffsetAndMetadata, ResponseError>>>;
@@ -91,30 +91,43 @@ fn check(
             .partitions
             .iter()
             .map(|p| {
-                let exists =
-                    known.is_some_and(|t| p.partition_index >= 0 && (p.partition_index as usize) < t.partitions.len());
                 let metadata = p.committed_metadata.as_deref().unwrap_or_default();
-                if !readable {
-                    Err(ResponseError::TopicAuthorizationFailed)
-                } else if !exists {
-                    Err(ResponseError::UnknownTopicOrPartition)
-                } else if metadata.len() > max_metadata {
-                    Err(ResponseError::OffsetMetadataTooLarge)
-                } else {
-                    let value = OffsetAndMetadata {
-                        offset: p.committed_offset,
-                        leader_epoch: p.committed_leader_epoch,
-                        metadata: metadata.to_string(),
-                        commit_timestamp_ms: now,
-                    };
-                    to_commit.push(((topic.name.0.to_string(), p.partition_index), value.clone()));
-                    Ok(value)
-                }
+                refusal(known, readable, p.partition_index, metadata, max_metadata)?;
+                let value = OffsetAndMetadata {
+                    offset: p.committed_offset,
+                    leader_epoch: p.committed_leader_epoch,
+                    metadata: metadata.to_string(),
+                    commit_timestamp_ms: now,
+                };
+                to_commit.push(((topic.name.0.to_string(), p.partition_index), value.clone()));
+                Ok(value)
             })
             .collect();
         checked.push(partitions);
     }
     (checked, to_commit)
+}
+
+/// Why one partition's offset is not committed, checked in Kafka's order (shared with
+/// TxnOffsetCommit): no READ on its topic, an unknown topic or partition, metadata over
+/// `offset.metadata.max.bytes`.
+pub(super) fn refusal(
+    topic: Option<&TopicImage>,
+    readable: bool,
+    partition_index: i32,
+    metadata: &str,
+    max_metadata: usize,
+) -> Result<(), ResponseError> {
+    let exists = topic.is_some_and(|t| partition_index >= 0 && (partition_index as usize) < t.partitions.len());
+    if !readable {
+        Err(ResponseError::TopicAuthorizationFailed)
+    } else if !exists {
+        Err(ResponseError::UnknownTopicOrPartition)
+    } else if metadata.len() > max_metadata {
+        Err(ResponseError::OffsetMetadataTooLarge)
+    } else {
+        Ok(())
+    }
 }
 
 /// Without READ on the group, every partition answered GROUP_AUTHORIZATION_FAILED.

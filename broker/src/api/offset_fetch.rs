@@ -5,6 +5,8 @@
 //! topic without it is answered TOPIC_AUTHORIZATION_FAILED per partition, and a fetch of every
 //! committed topic silently leaves it out, as Kafka.
 
+use std::collections::HashSet;
+
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic,
@@ -26,6 +28,8 @@ const FIRST_VERSION_WITH_TOP_LEVEL_ERROR: i16 = 2;
 type TopicOffsets = (String, Vec<(i32, Option<OffsetAndMetadata>)>);
 /// Topics by name with the partitions asked for.
 type Asked = Vec<(String, Vec<i32>)>;
+/// Partitions with offsets of an open transaction.
+type Unstable = HashSet<(String, i32)>;
 
 pub fn handle(broker: &Broker, request: OffsetFetchRequest, version: i16, session: &Session) -> OffsetFetchResponse {
     let image = broker.metadata.image();
@@ -45,10 +49,10 @@ pub fn handle(broker: &Broker, request: OffsetFetchRequest, version: i16, sessio
                         .collect()
                 });
                 let (asked, refused) = split_by_describe(access, topics);
-                match broker.groups.fetch_offsets(&group.group_id.0, asked.as_deref()) {
-                    Ok(committed) => {
+                match fetch(broker, &group.group_id.0, asked.as_deref(), request.require_stable) {
+                    Ok((committed, unstable)) => {
                         let committed = describable(access, committed, asked.is_none());
-                        let mut topics = batched_topics(committed);
+                        let mut topics = batched_topics(committed, &unstable);
                         topics.extend(refused.into_iter().map(refused_batched_topic));
                         response.with_topics(topics)
                     }
@@ -65,16 +69,14 @@ pub fn handle(broker: &Broker, request: OffsetFetchRequest, version: i16, sessio
     });
     let fetched = if may_describe_group(access, &request.group_id.0) {
         let (asked, refused) = split_by_describe(access, topics.clone());
-        broker
-            .groups
-            .fetch_offsets(&request.group_id.0, asked.as_deref())
-            .map(|committed| (describable(access, committed, asked.is_none()), refused))
+        fetch(broker, &request.group_id.0, asked.as_deref(), request.require_stable)
+            .map(|(committed, unstable)| (describable(access, committed, asked.is_none()), unstable, refused))
     } else {
         Err(ResponseError::GroupAuthorizationFailed)
     };
     match fetched {
-        Ok((committed, refused)) => {
-            let mut answered = single_group_topics(committed, None);
+        Ok((committed, unstable, refused)) => {
+            let mut answered = single_group_topics(committed, None, &unstable);
             answered.extend(refused.into_iter().map(refused_topic));
             OffsetFetchResponse::default().with_topics(answered)
         }
@@ -84,10 +86,40 @@ pub fn handle(broker: &Broker, request: OffsetFetchRequest, version: i16, sessio
                 .flatten()
                 .flat_map(|(t, ps)| ps.into_iter().map(move |p| (t.clone(), p, None)))
                 .collect();
-            OffsetFetchResponse::default().with_topics(single_group_topics(unanswered, Some(error)))
+            OffsetFetchResponse::default().with_topics(single_group_topics(unanswered, Some(error), &HashSet::new()))
         }
         Err(error) => OffsetFetchResponse::default().with_error_code(error.code()),
     }
+}
+
+/// The group's committed offsets and, with `require_stable` (v7+), the partitions an open
+/// transaction holds offsets for: Kafka answers those UNSTABLE_OFFSET_COMMIT, which the
+/// client retries, so a consumer taking over never starts from an offset a pending
+/// transaction is about to replace.
+fn fetch(
+    broker: &Broker,
+    group_id: &str,
+    asked: Option<&[(String, Vec<i32>)]>,
+    require_stable: bool,
+) -> Result<(Committed, Unstable), ResponseError> {
+    if require_stable {
+        broker.groups.fetch_offsets_and_pending(group_id, asked)
+    } else {
+        Ok((broker.groups.fetch_offsets(group_id, asked)?, Unstable::new()))
+    }
+}
+
+/// A partition's answer fields: its committed offset, or -1 with the partition's error.
+fn answer(
+    topic: &str,
+    partition: i32,
+    offset: &Option<OffsetAndMetadata>,
+    unstable: &Unstable,
+) -> ((i64, i32, String), Option<ResponseError>) {
+    if unstable.contains(&(topic.to_string(), partition)) {
+        return ((-1, -1, String::new()), Some(ResponseError::UnstableOffsetCommit));
+    }
+    (fields(offset), None)
 }
 
 /// Whether the principal may see the group's offsets: DESCRIBE on it.
@@ -174,49 +206,52 @@ fn fields(offset: &Option<OffsetAndMetadata>) -> (i64, i32, String) {
     }
 }
 
-fn single_group_topics(committed: Committed, error: Option<ResponseError>) -> Vec<OffsetFetchResponseTopic> {
+fn single_group_topics(
+    committed: Committed,
+    error: Option<ResponseError>,
+    unstable: &Unstable,
+) -> Vec<OffsetFetchResponseTopic> {
     by_topic(committed)
         .into_iter()
         .map(|(topic, partitions)| {
+            let answered = partitions
+                .into_iter()
+                .map(|(index, offset)| {
+                    let ((offset, epoch, metadata), unstable) = answer(&topic, index, &offset, unstable);
+                    OffsetFetchResponsePartition::default()
+                        .with_partition_index(index)
+                        .with_committed_offset(offset)
+                        .with_committed_leader_epoch(epoch)
+                        .with_metadata(Some(str_bytes(metadata)))
+                        .with_error_code(error.or(unstable).map_or(0, |e| e.code()))
+                })
+                .collect();
             OffsetFetchResponseTopic::default()
                 .with_name(TopicName(str_bytes(topic)))
-                .with_partitions(
-                    partitions
-                        .into_iter()
-                        .map(|(index, offset)| {
-                            let (offset, epoch, metadata) = fields(&offset);
-                            OffsetFetchResponsePartition::default()
-                                .with_partition_index(index)
-                                .with_committed_offset(offset)
-                                .with_committed_leader_epoch(epoch)
-                                .with_metadata(Some(str_bytes(metadata)))
-                                .with_error_code(error.map_or(0, |e| e.code()))
-                        })
-                        .collect(),
-                )
+                .with_partitions(answered)
         })
         .collect()
 }
 
-fn batched_topics(committed: Committed) -> Vec<OffsetFetchResponseTopics> {
+fn batched_topics(committed: Committed, unstable: &Unstable) -> Vec<OffsetFetchResponseTopics> {
     by_topic(committed)
         .into_iter()
         .map(|(topic, partitions)| {
+            let answered = partitions
+                .into_iter()
+                .map(|(index, offset)| {
+                    let ((offset, epoch, metadata), unstable) = answer(&topic, index, &offset, unstable);
+                    OffsetFetchResponsePartitions::default()
+                        .with_partition_index(index)
+                        .with_committed_offset(offset)
+                        .with_committed_leader_epoch(epoch)
+                        .with_metadata(Some(str_bytes(metadata)))
+                        .with_error_code(unstable.map_or(0, |e| e.code()))
+                })
+                .collect();
             OffsetFetchResponseTopics::default()
                 .with_name(TopicName(str_bytes(topic)))
-                .with_partitions(
-                    partitions
-                        .into_iter()
-                        .map(|(index, offset)| {
-                            let (offset, epoch, metadata) = fields(&offset);
-                            OffsetFetchResponsePartitions::default()
-                                .with_partition_index(index)
-                                .with_committed_offset(offset)
-                                .with_committed_leader_epoch(epoch)
-                                .with_metadata(Some(str_bytes(metadata)))
-                        })
-                        .collect(),
-                )
+                .with_partitions(answered)
         })
         .collect()
 }
@@ -271,5 +306,34 @@ mod tests {
             2,
             "named topics were checked before"
         );
+    }
+
+    #[test]
+    fn with_require_stable_partitions_of_open_transactions_are_unstable_in_both_formats() {
+        let committed = vec![
+            ("orders".to_string(), 0, offset(7)),
+            ("orders".to_string(), 1, offset(8)),
+        ];
+        let unstable = HashSet::from([("orders".to_string(), 1)]);
+        let unstable_code = ResponseError::UnstableOffsetCommit.code();
+
+        let single = single_group_topics(committed.clone(), None, &unstable);
+        let answered: Vec<(i64, i16)> = single[0]
+            .partitions
+            .iter()
+            .map(|p| (p.committed_offset, p.error_code))
+            .collect();
+        assert_eq!(answered, vec![(7, 0), (-1, unstable_code)]);
+
+        let batched = batched_topics(committed.clone(), &unstable);
+        let answered: Vec<(i64, i16)> = batched[0]
+            .partitions
+            .iter()
+            .map(|p| (p.committed_offset, p.error_code))
+            .collect();
+        assert_eq!(answered, vec![(7, 0), (-1, unstable_code)]);
+
+        let stable = batched_topics(committed, &Unstable::new());
+        assert!(stable[0].partitions.iter().all(|p| p.error_code == 0));
     }
 }

@@ -5,15 +5,18 @@
 //! groups when this broker becomes its leader and drops them when leadership moves, appends the
 //! records the state machine asks for to `__consumer_offsets` and waits until they are
 //! committed (high watermark past them) before the client is answered, delivers deferred
-//! JoinGroup/SyncGroup answers, and drives the timers.
+//! JoinGroup/SyncGroup answers, and drives the timers. TxnOffsetCommit appends transactional
+//! batches whose offsets stay pending until WriteTxnMarkers reports the transaction's end
+//! (`complete_transaction`); loading replays markers the same way.
 //!
 //! The state machine sits behind one mutex, never held across an await; appends to the
 //! offsets partition happen under it so that validation and append are one step.
 
+pub mod control;
 pub mod coordinator;
 pub mod records;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,20 +26,22 @@ use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEnc
 use parking_lot::Mutex;
 use tokio::sync::{oneshot, watch};
 
-use sluice_protocol::batch::{validate_stored_batch, BatchIter};
+use sluice_protocol::batch::{validate_stored_batch, BatchError, BatchHeader, BatchIter};
 use sluice_protocol::records::{producer_record, BatchRecords};
 
 use crate::clock::now_ms;
 pub use crate::config::OffsetsSettings;
+use crate::log::LogError;
 use crate::metadata::image::MetadataImage;
 use crate::metadata::MetadataStore;
 use crate::partition::{AppendOutcome, Partition, ReadBound};
 use crate::purgatory::DelayedProduce;
 use crate::replica_manager::ReplicaManager;
 use crate::topic_config::{self, BrokerOverrides};
+use control::{control_type, ControlType};
 use coordinator::{
-    Effect, GroupConfig, GroupCoordinator, GroupSummary, JoinRequest, JoinResult, MemberError, ReplyId, SyncRequest,
-    SyncResult,
+    Effect, GroupConfig, GroupCoordinator, GroupSummary, JoinRequest, JoinResult, LoadedRecord, MemberError, ReplyId,
+    SyncRequest, SyncResult,
 };
 use records::OffsetAndMetadata;
 
@@ -286,24 +291,64 @@ impl GroupMetadataManager {
             let partition = inner
                 .coordinator
                 .validate_commit(group_id, member_id, instance_id, generation_id, now)?;
-            let records: Vec<(Bytes, Option<Bytes>)> = offsets
-                .iter()
-                .map(|((topic, p), value)| {
-                    (
-                        records::offset_commit_key(group_id, topic, *p),
-                        Some(records::offset_commit_value(value)),
-                    )
-                })
-                .collect();
-            append(self, partition, &records, now).map_err(commit_error)?
+            let records = offset_records(group_id, &offsets);
+            append(self, partition, &records, None, now).map_err(commit_error)?
         };
         let deadline = tokio::time::Instant::now() + Duration::from_millis(self.settings.commit_timeout_ms);
-        wait.wait(deadline).await.map_err(|(e, _)| commit_error(e))?;
+        wait.wait.wait(deadline).await.map_err(|(e, _)| commit_error(e))?;
         self.inner
             .lock()
             .coordinator
-            .offsets_committed(group_id, offsets, now_ms());
+            .offsets_committed(group_id, offsets, wait.base_offset, now_ms());
         Ok(())
+    }
+
+    /// TxnOffsetCommit: checked against the group (KIP-447 fencing when the request names a
+    /// member), appended as one transactional batch of `producer_id`/`producer_epoch` and
+    /// pending from then on, answered once the ISR has it. The transaction's marker later
+    /// ends it through [`GroupMetadataManager::complete_transaction`].
+    #[allow(clippy::too_many_arguments)]
+    pub async fn txn_commit_offsets(
+        &self,
+        group_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation_id: i32,
+        offsets: Vec<((String, i32), OffsetAndMetadata)>,
+    ) -> Result<(), ResponseError> {
+        let now = now_ms();
+        let wait = {
+            let mut inner = self.inner.lock();
+            let partition =
+                inner
+                    .coordinator
+                    .validate_txn_commit(group_id, member_id, instance_id, generation_id, now)?;
+            if offsets.is_empty() {
+                return Ok(());
+            }
+            let records = offset_records(group_id, &offsets);
+            let producer = Some((producer_id, producer_epoch));
+            let appended = append(self, partition, &records, producer, now).map_err(txn_commit_error)?;
+            inner
+                .coordinator
+                .txn_offsets_appended(group_id, producer_id, offsets, appended.base_offset);
+            appended.wait
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(self.settings.commit_timeout_ms);
+        wait.wait(deadline).await.map_err(|(e, _)| txn_commit_error(e))
+    }
+
+    /// A COMMIT (`commit`) or ABORT marker of `producer_id` was appended to
+    /// `__consumer_offsets` partition `partition_index`, which this broker leads, and
+    /// replicated: that producer's pending offsets there become committed or are dropped.
+    /// Called by WriteTxnMarkers.
+    pub fn complete_transaction(&self, partition_index: i32, producer_id: i64, commit: bool) {
+        self.inner
+            .lock()
+            .coordinator
+            .complete_transaction(partition_index, producer_id, commit);
     }
 
     pub fn fetch_offsets(
@@ -312,6 +357,18 @@ impl GroupMetadataManager {
         topics: Option<&[(String, Vec<i32>)]>,
     ) -> Result<coordinator::CommittedOffsets, ResponseError> {
         self.inner.lock().coordinator.fetch_offsets(group_id, topics)
+    }
+
+    /// [`GroupMetadataManager::fetch_offsets`] with, read in the same step, the partitions an
+    /// open transaction holds offsets for (OffsetFetch's `require_stable`).
+    pub fn fetch_offsets_and_pending(
+        &self,
+        group_id: &str,
+        topics: Option<&[(String, Vec<i32>)]>,
+    ) -> Result<(coordinator::CommittedOffsets, HashSet<(String, i32)>), ResponseError> {
+        let inner = self.inner.lock();
+        let committed = inner.coordinator.fetch_offsets(group_id, topics)?;
+        Ok((committed, inner.coordinator.pending_txn_partitions(group_id)))
     }
 
     pub fn list_groups(&self) -> (Vec<(String, String, coordinator::GroupState)>, bool) {
@@ -428,27 +485,48 @@ async fn store_one(groups: &GroupMetadataManager, store: &Store) -> Result<(), R
     let wait = match store {
         Store::Group {
             partition, key, value, ..
-        } => append(groups, *partition, &[(key.clone(), Some(value.clone()))], now),
+        } => append(groups, *partition, &[(key.clone(), Some(value.clone()))], None, now),
         Store::Tombstones { partition, keys } => {
             let records: Vec<(Bytes, Option<Bytes>)> = keys.iter().map(|k| (k.clone(), None)).collect();
-            append(groups, *partition, &records, now)
+            append(groups, *partition, &records, None, now)
         }
     }?;
     let timeout = Duration::from_millis(groups.settings.commit_timeout_ms);
-    wait.wait(tokio::time::Instant::now() + timeout)
+    wait.wait
+        .wait(tokio::time::Instant::now() + timeout)
         .await
         .map_err(|(e, _)| e)
 }
 
+/// The OffsetCommit records of `offsets`, in their order.
+fn offset_records(group_id: &str, offsets: &[((String, i32), OffsetAndMetadata)]) -> Vec<(Bytes, Option<Bytes>)> {
+    offsets
+        .iter()
+        .map(|((topic, p), value)| {
+            (
+                records::offset_commit_key(group_id, topic, *p),
+                Some(records::offset_commit_value(value)),
+            )
+        })
+        .collect()
+}
+
+/// A batch appended to `__consumer_offsets`: where it starts, and the wait for its replication.
+struct Appended {
+    base_offset: i64,
+    wait: DelayedProduce,
+}
+
 /// Appends records to `__consumer_offsets` partition `index` as its leader (refusing, as a
 /// produce with `acks=all` would, when the ISR is below `min.insync.replicas`) and returns the
-/// wait for their replication.
+/// wait for their replication. With `producer` (id, epoch) the batch is transactional.
 fn append(
     groups: &GroupMetadataManager,
     index: i32,
     entries: &[(Bytes, Option<Bytes>)],
+    producer: Option<(i64, i16)>,
     now: i64,
-) -> Result<DelayedProduce, ResponseError> {
+) -> Result<Appended, ResponseError> {
     let image = groups.metadata.image();
     let topic = image
         .topic(OFFSETS_TOPIC)
@@ -459,29 +537,49 @@ fn append(
     if partition.isr_size() < min_isr {
         return Err(ResponseError::NotEnoughReplicas);
     }
-    let mut batch = encode_batch(entries, now).map_err(|e| {
+    let mut batch = encode_batch(entries, producer, now).map_err(|e| {
         tracing::error!(error = %e, "could not encode group records");
         ResponseError::UnknownServerError
     })?;
     let leader_epoch = partition.leader_epoch();
-    let required_offset = match partition.append_as_leader(&mut batch, now).map_err(|(e, _)| e)? {
-        AppendOutcome::Appended(info) => info.last_offset + 1,
-        AppendOutcome::Duplicate { base_offset } => base_offset + 1,
+    // No sequence numbers, so the producer state never answers Duplicate; handled anyway.
+    let (base_offset, required_offset) = match partition.append_as_leader(&mut batch, now).map_err(|(e, _)| e)? {
+        AppendOutcome::Appended(info) => (info.base_offset, info.last_offset + 1),
+        AppendOutcome::Duplicate { base_offset } => (base_offset, base_offset + 1),
     };
-    Ok(DelayedProduce {
-        partition,
-        required_offset,
-        leader_epoch,
-        min_insync_replicas: min_isr,
+    Ok(Appended {
+        base_offset,
+        wait: DelayedProduce {
+            partition,
+            required_offset,
+            leader_epoch,
+            min_insync_replicas: min_isr,
+        },
     })
 }
 
-/// One uncompressed v2 batch holding `entries` (offsets are assigned on append).
-fn encode_batch(entries: &[(Bytes, Option<Bytes>)], now: i64) -> anyhow::Result<BytesMut> {
+/// One uncompressed v2 batch holding `entries` (offsets are assigned on append). With
+/// `producer` (id, epoch) it is a transactional batch of that producer, as Kafka's
+/// coordinator writes a TxnOffsetCommit: base sequence -1 (NO_SEQUENCE: the coordinator's
+/// own append, never a retry to deduplicate).
+fn encode_batch(
+    entries: &[(Bytes, Option<Bytes>)],
+    producer: Option<(i64, i16)>,
+    now: i64,
+) -> anyhow::Result<BytesMut> {
     let records: Vec<Record> = entries
         .iter()
         .enumerate()
-        .map(|(i, (key, value))| producer_record(i as i64, now, Some(key.clone()), value.clone()))
+        .map(|(i, (key, value))| {
+            // `producer_record` numbers sequences from -1, so the batch's base sequence is -1.
+            let mut record = producer_record(i as i64, now, Some(key.clone()), value.clone());
+            if let Some((producer_id, producer_epoch)) = producer {
+                record.transactional = true;
+                record.producer_id = producer_id;
+                record.producer_epoch = producer_epoch;
+            }
+            record
+        })
         .collect();
     let mut buf = BytesMut::new();
     RecordBatchEncoder::encode(
@@ -496,9 +594,7 @@ fn encode_batch(entries: &[(Bytes, Option<Bytes>)], now: i64) -> anyhow::Result<
 }
 
 /// Reads a `__consumer_offsets` partition from its start to its end and hands the records
-/// to the coordinator. Runs on a blocking thread: the log may be large. A batch whose CRC or
-/// records are bad, or whose records decompress past the partition's `max.message.bytes`,
-/// counts as one skipped entry.
+/// to the coordinator. Runs on a blocking thread: the log may be large.
 fn load_partition(
     manager: Arc<Mutex<Inner>>,
     partition: Arc<Partition>,
@@ -508,58 +604,24 @@ fn load_partition(
     max_message_bytes: u32,
 ) {
     let started = std::time::Instant::now();
-    let mut loaded = Vec::new();
-    let mut skipped = 0usize;
-    let mut first_unreadable = None;
-    let end = partition.log_end_offset();
-    let mut offset = partition.log_start_offset();
-    while offset < end {
-        let read = match partition.read(offset, buffer.max(1024), true, ReadBound::LogEnd) {
-            Ok(read) => read,
-            Err(e) => {
-                tracing::error!(partition = index, error = %e, "could not read __consumer_offsets while loading groups; they stay unavailable until the broker restarts");
-                return;
-            }
-        };
-        let mut next = offset;
-        for (header, range) in BatchIter::new(&read.records) {
-            next = header.last_offset() + 1;
-            if header.is_control() {
-                continue;
-            }
-            let batch = &read.records[range];
-            let decoded =
-                validate_stored_batch(batch).and_then(|_| BatchRecords::decode(batch, max_message_bytes as usize));
-            match decoded {
-                Ok(batch) => {
-                    let in_range = batch
-                        .iter()
-                        .filter(|r| header.base_offset.saturating_add(i64::from(r.offset_delta)) >= offset);
-                    for record in in_range {
-                        match records::decode(record.key, record.value) {
-                            Ok(r) => loaded.push(r),
-                            Err(_) => skipped += 1,
-                        }
-                    }
-                }
-                Err(e) => {
-                    skipped += 1;
-                    first_unreadable.get_or_insert((header.base_offset, e));
-                }
-            }
+    let read = match read_for_load(&partition, buffer, max_message_bytes) {
+        Ok(read) => read,
+        Err(e) => {
+            tracing::error!(partition = index, error = %e, "could not read __consumer_offsets while loading groups; they stay unavailable until the broker restarts");
+            return;
         }
-        if next <= offset {
-            break;
-        }
-        offset = next;
-    }
-    if let Some((base_offset, error)) = first_unreadable {
+    };
+    if let Some((base_offset, error)) = read.first_unreadable {
         tracing::warn!(partition = index, base_offset, %error,
             "skipped unreadable batches of __consumer_offsets while loading groups (the first is named); \
              the groups and offsets they held are not loaded");
     }
-    let count = loaded.len();
-    let done = manager.lock().coordinator.complete_load(index, epoch, loaded, now_ms());
+    let count = read.records.len();
+    let skipped = read.skipped;
+    let done = manager
+        .lock()
+        .coordinator
+        .complete_load(index, epoch, read.records, now_ms());
     if done && count + skipped > 0 {
         tracing::info!(
             partition = index,
@@ -568,6 +630,99 @@ fn load_partition(
             elapsed_ms = started.elapsed().as_millis() as u64,
             "loaded consumer groups from __consumer_offsets"
         );
+    }
+}
+
+/// What loading read from a `__consumer_offsets` log.
+struct LoadRead {
+    /// Records and transaction markers in log order.
+    records: Vec<LoadedRecord>,
+    /// Records that could not be decoded, unreadable batches, and control batches that are
+    /// no COMMIT or ABORT marker.
+    skipped: usize,
+    /// The first unreadable batch's base offset and why.
+    first_unreadable: Option<(i64, BatchError)>,
+}
+
+/// Reads the log from its start to its end: each record with its offset and, in a
+/// transactional batch, its producer id; each transaction marker (a control batch) with its
+/// producer id, so the coordinator can commit or drop what that producer wrote before it.
+/// A batch whose CRC or records are bad, or whose records decompress past the partition's
+/// `max.message.bytes`, counts as one skipped entry.
+fn read_for_load(partition: &Partition, buffer: usize, max_message_bytes: u32) -> Result<LoadRead, LogError> {
+    let mut read = LoadRead {
+        records: Vec::new(),
+        skipped: 0,
+        first_unreadable: None,
+    };
+    let end = partition.log_end_offset();
+    let mut offset = partition.log_start_offset();
+    while offset < end {
+        let chunk = partition.read(offset, buffer.max(1024), true, ReadBound::LogEnd)?;
+        let mut next = offset;
+        for (header, range) in BatchIter::new(&chunk.records) {
+            next = header.last_offset() + 1;
+            let batch = &chunk.records[range];
+            if header.is_control() {
+                // A batch starting before `offset` was read by the previous chunk.
+                if header.base_offset >= offset {
+                    read.marker(&header, batch);
+                }
+                continue;
+            }
+            read.records_of(&header, batch, offset, max_message_bytes);
+        }
+        if next <= offset {
+            break;
+        }
+        offset = next;
+    }
+    Ok(read)
+}
+
+impl LoadRead {
+    fn marker(&mut self, header: &BatchHeader, batch: &[u8]) {
+        let checked = validate_stored_batch(batch).map(|_| control_type(batch));
+        match checked {
+            Ok(Some(marker)) => self.records.push(LoadedRecord::Marker {
+                producer_id: header.producer_id,
+                commit: marker == ControlType::Commit,
+            }),
+            Ok(None) => self.skipped += 1,
+            Err(e) => {
+                self.skipped += 1;
+                self.first_unreadable.get_or_insert((header.base_offset, e));
+            }
+        }
+    }
+
+    /// The batch's records at or after `from`.
+    fn records_of(&mut self, header: &BatchHeader, batch: &[u8], from: i64, max_message_bytes: u32) {
+        let producer_id = header.is_transactional().then_some(header.producer_id);
+        let decoded =
+            validate_stored_batch(batch).and_then(|_| BatchRecords::decode(batch, max_message_bytes as usize));
+        let decoded = match decoded {
+            Ok(decoded) => decoded,
+            Err(e) => {
+                self.skipped += 1;
+                self.first_unreadable.get_or_insert((header.base_offset, e));
+                return;
+            }
+        };
+        for record in decoded.iter() {
+            let offset = header.base_offset.saturating_add(i64::from(record.offset_delta));
+            if offset < from {
+                continue;
+            }
+            match records::decode(record.key, record.value) {
+                Ok(record) => self.records.push(LoadedRecord::Record {
+                    offset,
+                    producer_id,
+                    record,
+                }),
+                Err(_) => self.skipped += 1,
+            }
+        }
     }
 }
 
@@ -602,6 +757,16 @@ fn commit_error(error: ResponseError) -> ResponseError {
     }
 }
 
+/// [`commit_error`] for a TxnOffsetCommit, whose producer may also be refused by the
+/// partition's producer state (an old epoch: the client aborts or is fenced).
+fn txn_commit_error(error: ResponseError) -> ResponseError {
+    use ResponseError::*;
+    match error {
+        InvalidProducerEpoch | ProducerFenced | InvalidTxnState | InvalidProducerIdMapping => error,
+        other => commit_error(other),
+    }
+}
+
 /// Kafka's mapping of a failed group-metadata append for the SyncGroup answers.
 fn store_group_error(error: ResponseError) -> ResponseError {
     use ResponseError::*;
@@ -629,4 +794,162 @@ fn is_group_error(error: ResponseError) -> bool {
             | GroupIdNotFound
             | NonEmptyGroup
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::{LogConfig, TailCacheBudget};
+    use crate::metadata::image::PartitionRegistration;
+    use kafka_protocol::records::TimestampType;
+    use uuid::Uuid;
+
+    const NOW: i64 = 1_800_000_000_000;
+
+    fn leading_partition(dir: &std::path::Path) -> Partition {
+        let tail_cache = TailCacheBudget::new(1 << 20, 64 << 20);
+        let p = Partition::open(
+            dir,
+            OFFSETS_TOPIC,
+            Uuid::nil(),
+            0,
+            1,
+            LogConfig::default(),
+            None,
+            &tail_cache,
+            NOW,
+        )
+        .unwrap();
+        let alone = PartitionRegistration {
+            replicas: vec![1],
+            isr: vec![1],
+            leader: 1,
+            leader_epoch: 0,
+            partition_epoch: 0,
+            ..Default::default()
+        };
+        p.apply_registration(&alone, NOW);
+        p
+    }
+
+    fn commit(group: &str, partition: i32, offset: i64) -> (Bytes, Option<Bytes>) {
+        let value = OffsetAndMetadata {
+            offset,
+            leader_epoch: -1,
+            metadata: String::new(),
+            commit_timestamp_ms: NOW,
+        };
+        (
+            records::offset_commit_key(group, "orders", partition),
+            Some(records::offset_commit_value(&value)),
+        )
+    }
+
+    /// A COMMIT (type 1) or ABORT (type 0) marker as the transaction coordinator writes it.
+    fn marker(producer_id: i64, commit: bool) -> BytesMut {
+        let record = Record {
+            transactional: true,
+            control: true,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id,
+            producer_epoch: 0,
+            timestamp_type: TimestampType::Creation,
+            offset: 0,
+            sequence: -1,
+            timestamp: NOW,
+            key: Some(Bytes::from(vec![0, 0, 0, u8::from(commit)])),
+            value: Some(Bytes::from_static(&[0, 0, 0, 0, 0, 0])),
+            headers: Default::default(),
+        };
+        let mut buf = BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        };
+        RecordBatchEncoder::encode(&mut buf, [record].iter(), &options).unwrap();
+        buf
+    }
+
+    fn append_batch(p: &Partition, mut batch: BytesMut) {
+        match p.append_as_leader(&mut batch, NOW).unwrap() {
+            AppendOutcome::Appended(_) => {}
+            AppendOutcome::Duplicate { .. } => panic!("not a retry"),
+        }
+    }
+
+    #[test]
+    fn a_txn_offset_commit_batch_is_transactional_without_a_sequence() {
+        let batch = encode_batch(&[commit("g", 0, 5), commit("g", 1, 6)], Some((42, 3)), NOW).unwrap();
+        let header = validate_stored_batch(&batch).unwrap();
+        assert!(header.is_transactional());
+        assert!(!header.is_control());
+        assert_eq!((header.producer_id, header.producer_epoch), (42, 3));
+        assert_eq!(header.base_sequence, -1, "Kafka's NO_SEQUENCE");
+        assert_eq!(header.records_count, 2);
+
+        let plain = encode_batch(&[commit("g", 0, 5)], None, NOW).unwrap();
+        let header = validate_stored_batch(&plain).unwrap();
+        assert!(!header.is_transactional());
+        assert_eq!(header.producer_id, -1);
+    }
+
+    #[test]
+    fn loading_reads_transactional_batches_and_their_markers_from_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = leading_partition(dir.path());
+        append_batch(&p, encode_batch(&[commit("g", 0, 1)], None, NOW).unwrap()); // 0
+        append_batch(
+            &p,
+            encode_batch(&[commit("g", 0, 10), commit("g", 1, 11)], Some((7, 0)), NOW).unwrap(),
+        ); // 1-2
+        append_batch(&p, encode_batch(&[commit("g", 2, 20)], Some((8, 0)), NOW).unwrap()); // 3
+        append_batch(&p, marker(7, true)); // 4
+        append_batch(&p, marker(8, false)); // 5
+        append_batch(&p, encode_batch(&[commit("g", 3, 30)], Some((9, 0)), NOW).unwrap()); // 6
+
+        // A small buffer makes the read take several chunks.
+        let read = read_for_load(&p, 1, 1 << 20).unwrap();
+        assert_eq!(read.skipped, 0);
+        let shape: Vec<(Option<i64>, Option<i64>, Option<bool>)> = read
+            .records
+            .iter()
+            .map(|r| match r {
+                LoadedRecord::Record {
+                    offset, producer_id, ..
+                } => (Some(*offset), *producer_id, None),
+                LoadedRecord::Marker { producer_id, commit } => (None, Some(*producer_id), Some(*commit)),
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                (Some(0), None, None),
+                (Some(1), Some(7), None),
+                (Some(2), Some(7), None),
+                (Some(3), Some(8), None),
+                (None, Some(7), Some(true)),
+                (None, Some(8), Some(false)),
+                (Some(6), Some(9), None),
+            ]
+        );
+
+        let mut coordinator = GroupCoordinator::new(GroupConfig {
+            num_partitions: 1,
+            ..GroupConfig::default()
+        });
+        coordinator.begin_load(0, 0);
+        assert!(coordinator.complete_load(0, 0, read.records, NOW));
+        let committed: Vec<(i32, i64)> = coordinator
+            .fetch_offsets("g", None)
+            .unwrap()
+            .into_iter()
+            .map(|(_, p, o)| (p, o.map_or(-1, |o| o.offset)))
+            .collect();
+        assert_eq!(committed, vec![(0, 10), (1, 11)], "8 aborted, 9 still open");
+        assert_eq!(
+            coordinator.pending_txn_partitions("g"),
+            HashSet::from([("orders".to_string(), 3)])
+        );
+    }
 }

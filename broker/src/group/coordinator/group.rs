@@ -72,7 +72,41 @@ pub(super) struct Group {
     pub(super) sync_deadline_ms: i64,
     /// The leader's assignment while it is being stored.
     pub(super) pending_assignment: Option<HashMap<String, Bytes>>,
-    pub(super) offsets: HashMap<(String, i32), OffsetAndMetadata>,
+    /// Committed offsets: what OffsetFetch serves.
+    pub(super) offsets: HashMap<TopicPartition, CommittedOffset>,
+    /// Offsets of TxnOffsetCommits whose transaction has not ended, by producer id (Kafka's
+    /// `pendingTransactionalOffsetCommits`): invisible to OffsetFetch until a COMMIT marker
+    /// makes them committed; an ABORT marker drops them.
+    pub(super) pending_txn_offsets: HashMap<i64, HashMap<TopicPartition, CommittedOffset>>,
+}
+
+/// A group's offsets are kept per (topic, partition).
+pub(super) type TopicPartition = (String, i32);
+
+/// An offset with the log offset of the `__consumer_offsets` record that holds it (Kafka's
+/// `CommitRecordMetadataAndOffset`). When a transaction commits, its offset replaces a
+/// committed one only if its record is later in the log: the log order is the order the
+/// commits were made in, and a reload must arrive at the same answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct CommittedOffset {
+    pub(super) value: OffsetAndMetadata,
+    pub(super) record_offset: i64,
+}
+
+impl CommittedOffset {
+    /// Stores `offset` at `tp` unless what is there was appended later.
+    pub(super) fn keep_latest(
+        offsets: &mut HashMap<TopicPartition, CommittedOffset>,
+        tp: TopicPartition,
+        offset: CommittedOffset,
+    ) {
+        match offsets.get(&tp) {
+            Some(existing) if existing.record_offset > offset.record_offset => {}
+            _ => {
+                offsets.insert(tp, offset);
+            }
+        }
+    }
 }
 
 impl Group {
@@ -96,6 +130,7 @@ impl Group {
             sync_deadline_ms: 0,
             pending_assignment: None,
             offsets: HashMap::new(),
+            pending_txn_offsets: HashMap::new(),
         }
     }
 
@@ -157,6 +192,21 @@ impl Group {
             .rev()
             .max_by_key(|(count, _)| *count)
             .map(|(_, name)| (*name).clone())
+    }
+
+    /// Whether a transaction still holds an offset of this partition (OffsetFetch with
+    /// `require_stable` answers UNSTABLE_OFFSET_COMMIT for it; retention keeps it).
+    pub(super) fn has_pending_txn_offset(&self, tp: &TopicPartition) -> bool {
+        self.pending_txn_offsets.values().any(|o| o.contains_key(tp))
+    }
+
+    /// Drops `tp` from every open transaction (a tombstone for it was written: Kafka 4.x's
+    /// replay of an offset tombstone does the same, so a later COMMIT cannot bring it back).
+    pub(super) fn drop_pending_txn_offset(&mut self, tp: &TopicPartition) {
+        for offsets in self.pending_txn_offsets.values_mut() {
+            offsets.remove(tp);
+        }
+        self.pending_txn_offsets.retain(|_, o| !o.is_empty());
     }
 
     pub(super) fn has_all_members_joined(&self) -> bool {

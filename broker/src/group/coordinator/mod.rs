@@ -13,23 +13,29 @@
 //!
 //! This file holds the public types, the coordinator, partition loading and the admin calls;
 //! `group.rs` the group and member state, `members.rs` JoinGroup/SyncGroup/Heartbeat/LeaveGroup,
-//! `rebalance.rs` the rebalance transitions and timers, `offsets.rs` committed offsets (split
+//! `rebalance.rs` the rebalance transitions and timers, `offsets.rs` committed offsets,
+//! `transactions.rs` transactional offsets (KIP-98/KIP-447), `load.rs` the replay of a
+//! partition's log (split
 //! so that no file runs past ~600 lines; `members.rs` uses `rebalance.rs`, and all three use
 //! `group.rs`, never the reverse).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 
-use super::records::{GroupRecord, OffsetAndMetadata, StoredGroup};
+use super::records::{OffsetAndMetadata, StoredGroup};
 pub use crate::config::GroupConfig;
 use group::{restore, Group};
+pub use load::LoadedRecord;
+use load::Replay;
 
 mod group;
+mod load;
 mod members;
 mod offsets;
 mod rebalance;
+mod transactions;
 
 /// Identifies a JoinGroup or SyncGroup request waiting for its answer.
 pub type ReplyId = u64;
@@ -217,6 +223,11 @@ pub struct GroupCoordinator {
     groups: HashMap<String, Group>,
     /// `__consumer_offsets` partitions this broker leads, by leader epoch.
     partitions: HashMap<i32, Load>,
+    /// Transaction markers written to a partition while it was loading, by producer id (the
+    /// last one per producer; a producer has one transaction open at a time). The load may
+    /// have read the log before the marker, so they are applied once it completes; applying
+    /// one the load already saw finds nothing pending.
+    txn_ends_while_loading: HashMap<i32, HashMap<i64, bool>>,
 }
 
 type Fx = Vec<Effect>;
@@ -227,6 +238,7 @@ impl GroupCoordinator {
             config,
             groups: HashMap::new(),
             partitions: HashMap::new(),
+            txn_ends_while_loading: HashMap::new(),
         }
     }
 
@@ -271,46 +283,37 @@ impl GroupCoordinator {
         fx
     }
 
-    /// Replays the partition's records (in log order) and starts serving its groups. Returns
-    /// false if leadership moved on since the load began (the records are dropped).
+    /// Replays the partition's records (in log order, transaction markers included: see
+    /// `load.rs`) and starts serving its groups. Returns false if leadership moved on since
+    /// the load began (the records are dropped). Transactions that ended while the partition
+    /// was loading (`complete_transaction`) end now.
     pub fn complete_load(
         &mut self,
         partition: i32,
         epoch: i32,
-        records: impl IntoIterator<Item = GroupRecord>,
+        records: impl IntoIterator<Item = LoadedRecord>,
         now: i64,
     ) -> bool {
         if self.partitions.get(&partition) != Some(&Load::Loading { epoch }) {
             return false;
         }
-        let mut stored: HashMap<String, StoredGroup> = HashMap::new();
-        let mut offsets: HashMap<String, HashMap<(String, i32), OffsetAndMetadata>> = HashMap::new();
+        let mut replay = Replay::default();
         for record in records {
-            match record {
-                GroupRecord::Offset {
-                    group_id,
-                    topic,
-                    partition: p,
-                    value,
-                } => {
-                    let group = offsets.entry(group_id).or_default();
-                    match value {
-                        Some(v) => group.insert((topic, p), v),
-                        None => group.remove(&(topic, p)),
-                    };
-                }
-                GroupRecord::Group { group_id, value } => match value {
-                    Some(v) => {
-                        stored.insert(group_id, v);
-                    }
-                    None => {
-                        stored.remove(&group_id);
-                    }
-                },
-            }
+            replay.apply(record);
         }
+        let mut pending = replay.pending_by_group();
+        let Replay {
+            groups: mut stored,
+            mut offsets,
+            ..
+        } = replay;
         offsets.retain(|_, o| !o.is_empty());
-        let ids: HashSet<String> = stored.keys().chain(offsets.keys()).cloned().collect();
+        let ids: HashSet<String> = stored
+            .keys()
+            .chain(offsets.keys())
+            .chain(pending.keys())
+            .cloned()
+            .collect();
         for id in ids {
             if partition_for(&id, self.config.num_partitions) != partition {
                 continue;
@@ -320,9 +323,13 @@ impl GroupCoordinator {
                 restore(&mut group, s, now);
             }
             group.offsets = offsets.remove(&id).unwrap_or_default();
+            group.pending_txn_offsets = pending.remove(&id).unwrap_or_default();
             self.groups.insert(id, group);
         }
         self.partitions.insert(partition, Load::Loaded { epoch });
+        for (producer_id, commit) in self.txn_ends_while_loading.remove(&partition).unwrap_or_default() {
+            self.complete_transaction(partition, producer_id, commit);
+        }
         true
     }
 
@@ -330,6 +337,7 @@ impl GroupCoordinator {
     /// coordinator), and requests waiting on them are answered NOT_COORDINATOR.
     pub fn unload(&mut self, partition: i32) -> Fx {
         let mut fx = Vec::new();
+        self.txn_ends_while_loading.remove(&partition);
         if self.partitions.remove(&partition).is_none() {
             return fx;
         }
@@ -397,7 +405,9 @@ impl GroupCoordinator {
     }
 
     /// DeleteGroups for one group: only an empty group goes; its offsets and record are
-    /// tombstoned.
+    /// tombstoned. Offsets of open transactions are tombstoned and dropped too (Kafka 4.x's
+    /// `deleteAllOffsets`), so a COMMIT arriving later cannot bring the group's offsets back,
+    /// in memory or on reload.
     pub fn delete_group(&mut self, group_id: &str) -> Result<Effect, ResponseError> {
         let partition = self.owner(group_id)?;
         let group = self.groups.get(group_id).ok_or(ResponseError::GroupIdNotFound)?;
@@ -406,9 +416,12 @@ impl GroupCoordinator {
             GroupState::Empty => {}
             _ => return Err(ResponseError::NonEmptyGroup),
         }
-        let group = self.groups.remove(group_id).expect("checked above");
-        let mut offsets: Vec<(String, i32)> = group.offsets.into_keys().collect();
-        offsets.sort();
+        let Some(group) = self.groups.remove(group_id) else {
+            return Err(ResponseError::GroupIdNotFound);
+        };
+        let pending = group.pending_txn_offsets.into_values().flat_map(|o| o.into_keys());
+        let offsets: BTreeSet<(String, i32)> = group.offsets.into_keys().chain(pending).collect();
+        let offsets: Vec<(String, i32)> = offsets.into_iter().collect();
         Ok(Effect::Tombstones {
             partition,
             group_id: group_id.to_string(),

@@ -2,10 +2,12 @@
 //! OffsetDelete and retention expiry (KIP-211). Split from `mod.rs` because offsets are a
 //! concern of their own next to membership.
 
+use std::collections::hash_map::Entry;
+
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 
-use super::group::{check_member, Group};
+use super::group::{check_member, CommittedOffset, Group};
 use super::{CommittedOffsets, Effect, Fx, GroupCoordinator, GroupState, Load, MemberError};
 use crate::group::records::OffsetAndMetadata;
 
@@ -14,7 +16,9 @@ impl GroupCoordinator {
 
     /// Drops offsets past `offsets.retention.minutes` (Kafka's KIP-211 rule: a consumer
     /// group's offsets expire once it has been empty that long; standalone commits that long
-    /// after they were made) and forgets empty groups left with none.
+    /// after they were made) and forgets empty groups left with none. A partition an open
+    /// transaction holds an offset for does not expire, and a group with an open transaction
+    /// stays (Kafka 4.x): its COMMIT must find the group.
     pub fn expire_offsets(&mut self, now: i64) -> Fx {
         let retention = self.config.offsets_retention_ms;
         let mut fx = Vec::new();
@@ -26,20 +30,21 @@ impl GroupCoordinator {
             let expired: Vec<(String, i32)> = group
                 .offsets
                 .iter()
-                .filter(|(_, o)| {
+                .filter(|(tp, o)| {
                     let base = if group.protocol_type.is_some() {
                         group.state_since_ms
                     } else {
-                        o.commit_timestamp_ms
+                        o.value.commit_timestamp_ms
                     };
-                    base.saturating_add(retention) <= now
+                    base.saturating_add(retention) <= now && !group.has_pending_txn_offset(tp)
                 })
                 .map(|(k, _)| k.clone())
                 .collect();
             for key in &expired {
                 group.offsets.remove(key);
             }
-            let gone = group.offsets.is_empty() && group.pending_members.is_empty();
+            let gone =
+                group.offsets.is_empty() && group.pending_members.is_empty() && group.pending_txn_offsets.is_empty();
             if !expired.is_empty() || gone {
                 fx.push(Effect::Tombstones {
                     partition: group.partition,
@@ -70,19 +75,37 @@ impl GroupCoordinator {
         generation_id: i32,
         now: i64,
     ) -> Result<i32, ResponseError> {
+        self.validate_commit_as(group_id, member_id, instance_id, generation_id, false, now)
+    }
+
+    /// Kafka's `validateOffsetCommit`, for OffsetCommit and (`transactional`) TxnOffsetCommit.
+    /// A TxnOffsetCommit before v3 names no member: it is accepted whatever the group's state,
+    /// as is a transactional commit during CompletingRebalance (Kafka checks the state only
+    /// for plain commits); one that names a member or generation (KIP-447) is checked like a
+    /// plain commit, so a zombie producer of an old generation is fenced.
+    pub(super) fn validate_commit_as(
+        &mut self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation_id: i32,
+        transactional: bool,
+        now: i64,
+    ) -> Result<i32, ResponseError> {
         let partition = self.owner(group_id)?;
-        if !self.groups.contains_key(group_id) {
-            if generation_id >= 0 {
-                return Err(ResponseError::IllegalGeneration);
-            }
-            self.groups
-                .insert(group_id.to_string(), Group::new(group_id, partition, now));
-        }
-        let group = self.groups.get_mut(group_id).expect("inserted above");
+        let group = match self.groups.entry(group_id.to_string()) {
+            Entry::Occupied(entry) => entry.into_mut(),
+            Entry::Vacant(_) if generation_id >= 0 => return Err(ResponseError::IllegalGeneration),
+            Entry::Vacant(entry) => entry.insert(Group::new(group_id, partition, now)),
+        };
         if group.state == GroupState::Dead {
             return Err(ResponseError::CoordinatorNotAvailable);
         }
         if generation_id < 0 && group.state == GroupState::Empty {
+            return Ok(partition);
+        }
+        let names_member = generation_id >= 0 || !member_id.is_empty() || instance_id.is_some();
+        if transactional && !names_member {
             return Ok(partition);
         }
         // Kafka checks the member and its generation before the state.
@@ -90,7 +113,7 @@ impl GroupCoordinator {
         if generation_id != group.generation_id {
             return Err(ResponseError::IllegalGeneration);
         }
-        if group.state == GroupState::CompletingRebalance {
+        if !transactional && group.state == GroupState::CompletingRebalance {
             return Err(ResponseError::RebalanceInProgress);
         }
         if let Some(member) = group.members.get_mut(member_id) {
@@ -100,7 +123,15 @@ impl GroupCoordinator {
     }
 
     /// Offsets whose records are committed in `__consumer_offsets`: now they are served.
-    pub fn offsets_committed(&mut self, group_id: &str, offsets: Vec<((String, i32), OffsetAndMetadata)>, now: i64) {
+    /// `base_offset` is the log offset of their batch, whose records are in `offsets`' order.
+    /// An offset a committed transaction appended later than its record stays.
+    pub fn offsets_committed(
+        &mut self,
+        group_id: &str,
+        offsets: Vec<((String, i32), OffsetAndMetadata)>,
+        base_offset: i64,
+        now: i64,
+    ) {
         let partition = self.partition_for(group_id);
         if !matches!(self.partitions.get(&partition), Some(Load::Loaded { .. })) {
             return;
@@ -109,7 +140,9 @@ impl GroupCoordinator {
             .groups
             .entry(group_id.to_string())
             .or_insert_with(|| Group::new(group_id, partition, now));
-        group.offsets.extend(offsets);
+        for (record_offset, (tp, value)) in (base_offset..).zip(offsets) {
+            CommittedOffset::keep_latest(&mut group.offsets, tp, CommittedOffset { value, record_offset });
+        }
     }
 
     /// Committed offsets of a group: those asked for (`None`: all), unknown ones as `None`.
@@ -125,7 +158,7 @@ impl GroupCoordinator {
                 .iter()
                 .flat_map(|(topic, partitions)| {
                     partitions.iter().map(move |p| {
-                        let value = offsets.and_then(|o| o.get(&(topic.clone(), *p)).cloned());
+                        let value = offsets.and_then(|o| o.get(&(topic.clone(), *p)).map(|c| c.value.clone()));
                         (topic.clone(), *p, value)
                     })
                 })
@@ -134,7 +167,7 @@ impl GroupCoordinator {
                 let mut all: Vec<_> = offsets
                     .into_iter()
                     .flatten()
-                    .map(|((t, p), o)| (t.clone(), *p, Some(o.clone())))
+                    .map(|((t, p), o)| (t.clone(), *p, Some(o.value.clone())))
                     .collect();
                 all.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
                 all
@@ -171,7 +204,9 @@ impl GroupCoordinator {
             if in_use {
                 errors.push(Some(ResponseError::GroupSubscribedToTopic));
             } else {
-                group.offsets.remove(&(topic.clone(), *p));
+                let tp = (topic.clone(), *p);
+                group.offsets.remove(&tp);
+                group.drop_pending_txn_offset(&tp);
                 deleted.push((topic.clone(), *p));
                 errors.push(None);
             }

@@ -873,6 +873,12 @@ fn a_static_member_restarting_keeps_its_assignment_without_a_rebalance_and_fence
             .validate_commit(GROUP, "a-2", Some("instance-a"), generation, f.now),
         Ok(0)
     );
+    // KIP-447: the replaced instance's transactional producer is fenced the same way.
+    assert_eq!(
+        f.coordinator
+            .validate_txn_commit(GROUP, "a-1", Some("instance-a"), generation, f.now),
+        Err(ResponseError::FencedInstanceId)
+    );
 }
 
 #[test]
@@ -1027,7 +1033,7 @@ fn committed_offsets_are_fetched_back_and_unknown_partitions_have_none() {
         (("orders".to_string(), 0), offset(10, 100)),
         (("audit".to_string(), 0), offset(5, 100)),
     ];
-    f.coordinator.offsets_committed(GROUP, commits, f.now);
+    f.coordinator.offsets_committed(GROUP, commits, 0, f.now);
     assert_eq!(
         f.coordinator.fetch_offsets(GROUP, None).unwrap(),
         vec![
@@ -1037,7 +1043,7 @@ fn committed_offsets_are_fetched_back_and_unknown_partitions_have_none() {
         ]
     );
     f.coordinator
-        .offsets_committed(GROUP, vec![(("orders".into(), 0), offset(20, 200))], f.now);
+        .offsets_committed(GROUP, vec![(("orders".into(), 0), offset(20, 200))], 100, f.now);
     let asked = [("orders".to_string(), vec![0, 2]), ("missing".to_string(), vec![0])];
     assert_eq!(
         f.coordinator.fetch_offsets(GROUP, Some(&asked)).unwrap(),
@@ -1065,9 +1071,9 @@ fn offsets_expire_once_a_group_has_been_empty_for_the_retention_but_not_while_st
     f.stable_group(OTHER, &["o1"]);
     let committed_at = f.now;
     f.coordinator
-        .offsets_committed(GROUP, vec![(("orders".into(), 0), offset(10, committed_at))], f.now);
+        .offsets_committed(GROUP, vec![(("orders".into(), 0), offset(10, committed_at))], 0, f.now);
     f.coordinator
-        .offsets_committed(OTHER, vec![(("orders".into(), 0), offset(7, committed_at))], f.now);
+        .offsets_committed(OTHER, vec![(("orders".into(), 0), offset(7, committed_at))], 0, f.now);
     // GROUP empties ten hours after its commit.
     f.now += 10 * 3_600_000;
     let emptied_at = f.now;
@@ -1111,7 +1117,7 @@ fn standalone_offsets_expire_by_their_commit_time() {
         (("orders".to_string(), 0), offset(1, 0)),
         (("orders".to_string(), 1), offset(2, 500_000)),
     ];
-    f.coordinator.offsets_committed("standalone", commits, 0);
+    f.coordinator.offsets_committed("standalone", commits, 0, 0);
     assert_eq!(
         f.coordinator.expire_offsets(1_000_000),
         vec![Effect::Tombstones {
@@ -1141,7 +1147,7 @@ fn delete_group_refuses_a_live_group_and_tombstones_an_empty_one() {
         (("orders".to_string(), 3), offset(1, 0)),
         (("audit".to_string(), 0), offset(2, 0)),
     ];
-    f.coordinator.offsets_committed(OTHER, commits, f.now);
+    f.coordinator.offsets_committed(OTHER, commits, 0, f.now);
     assert_eq!(
         f.coordinator.delete_group(OTHER),
         Ok(Effect::Tombstones {
@@ -1168,7 +1174,7 @@ fn delete_offsets_keeps_topics_an_active_consumer_group_subscribes_to() {
         (("orders".to_string(), 0), offset(10, 0)),
         (("audit".to_string(), 0), offset(3, 0)),
     ];
-    f.coordinator.offsets_committed(GROUP, commits, f.now);
+    f.coordinator.offsets_committed(GROUP, commits, 0, f.now);
     // Member metadata is "<member>:<topic>,...".
     let subscribed = |metadata: &Bytes, topic: &str| {
         let text = std::str::from_utf8(metadata).unwrap();
@@ -1216,7 +1222,7 @@ fn stored_member(id: &str, instance: Option<&str>) -> StoredMember {
 }
 
 /// The partition's log as Kafka would have written it, read back through `records::decode`.
-fn log_records() -> Vec<GroupRecord> {
+fn log_records() -> Vec<LoadedRecord> {
     let group = StoredGroup {
         protocol_type: "consumer".into(),
         generation_id: 5,
@@ -1249,7 +1255,12 @@ fn log_records() -> Vec<GroupRecord> {
         (group_metadata_key("gone"), None),
     ];
     log.iter()
-        .map(|(k, v)| decode(Some(&k[..]), v.as_deref()).unwrap())
+        .enumerate()
+        .map(|(offset, (k, v))| LoadedRecord::Record {
+            offset: offset as i64,
+            producer_id: None,
+            record: decode(Some(&k[..]), v.as_deref()).unwrap(),
+        })
         .collect()
 }
 
@@ -1363,3 +1374,5 @@ fn partition_for_matches_kafkas_abs_of_java_string_hash_code() {
     let c = GroupCoordinator::new(GroupConfig::default());
     assert_eq!(c.partition_for("orders-sink"), 15);
 }
+
+mod txn;
