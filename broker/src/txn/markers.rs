@@ -321,10 +321,8 @@ impl TransactionManager {
             .await
             .map_err(|(e, _)| e)?;
         if topic_name == OFFSETS_TOPIC {
-            complete_transaction(&self.groups, index, producer_id, commit);
+            self.groups.complete_transaction(index, producer_id, commit);
         }
         Ok(())
     }
 }
-
-fn complete_transaction(_g: &crate::group::GroupMetadataManager, _i: i32, _p: i64, _c: bool) {}
