@@ -12,7 +12,6 @@
 //! The state machine sits behind one mutex, never held across an await; appends to the
 //! offsets partition happen under it so that validation and append are one step.
 
-pub mod control;
 pub mod coordinator;
 pub mod records;
 
@@ -38,7 +37,7 @@ use crate::partition::{AppendOutcome, Partition, ReadBound};
 use crate::purgatory::DelayedProduce;
 use crate::replica_manager::ReplicaManager;
 use crate::topic_config::{self, BrokerOverrides};
-use control::{control_type, ControlType};
+use sluice_protocol::control::{control_type, ControlType};
 use coordinator::{
     Effect, GroupConfig, GroupCoordinator, GroupSummary, JoinRequest, JoinResult, LoadedRecord, MemberError, ReplyId,
     SyncRequest, SyncResult,

@@ -19,7 +19,7 @@ use kafka_protocol::messages::{
     ProduceRequest, ProducerId, TopicName, TransactionalId, WriteTxnMarkersRequest,
 };
 use kafka_protocol::protocol::StrBytes;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::BaseConsumer;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Message, Offset};
 use sluice_integration_tests::clients::{self, wait_until};
@@ -195,7 +195,11 @@ fn a_commit_completes_and_an_abandoned_transaction_aborts_when_the_coordinator_i
     )?;
     let bootstrap = cluster.bootstrap();
     let addr = cluster.addr(1);
-    ensure!(kafka_client::create_topic(addr, "tx-kill", 3, TIMEOUT)? == 0);
+    // Every broker unfenced first, so `__transaction_state` gets three replicas per partition.
+    wait_until(Duration::from_secs(30), "three unfenced brokers", || {
+        cluster.listed_brokers(1).ok().filter(|ids| ids.len() == 3)
+    })?;
+    kafka_client::create_topic_on(addr, "tx-kill", &[&[1, 2, 3], &[2, 3, 1], &[3, 1, 2]])?;
     cluster.await_full_isr("tx-kill", Duration::from_secs(30))?;
 
     // An abandoned transaction (typed requests: it is never ended) with a short timeout.
