@@ -67,6 +67,9 @@ impl Partition {
         }
         .map_err(|e| log_error(&e))?;
         let end = log.log_end_offset();
+        if start_over {
+            crate::producer_state::snapshot::delete_all(log.dir()).map_err(|e| log_error(&e.into()))?;
+        }
         if end != before || start_over {
             let rebuilt = rebuild_producer_state(&mut log).map_err(|e| log_error(&e))?;
             self.watch.set_first_unstable_offset(rebuilt.first_unstable_offset());

@@ -174,6 +174,12 @@ pub fn delete_outside(dir: &Path, from: i64, to: i64) -> io::Result<()> {
     Ok(())
 }
 
+/// Removes every snapshot: the log started over elsewhere (a follower truncating fully), so
+/// none describes its history any more.
+pub fn delete_all(dir: &Path) -> io::Result<()> {
+    delete_outside(dir, i64::MAX, i64::MIN)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
