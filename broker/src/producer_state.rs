@@ -336,7 +336,9 @@ impl ProducerStateManager {
                     epoch: entry.epoch,
                     last_sequence: last.map_or(-1, |b| b.last_seq),
                     last_offset: last.map_or(-1, |b| b.last_offset),
-                    offset_delta: last.map_or(0, |b| (b.last_offset - b.base_offset).clamp(0, i64::from(i32::MAX)) as i32),
+                    offset_delta: last.map_or(0, |b| {
+                        (b.last_offset - b.base_offset).clamp(0, i64::from(i32::MAX)) as i32
+                    }),
                     timestamp: entry.last_timestamp,
                     coordinator_epoch: entry.coordinator_epoch,
                     current_txn_first_offset: entry.current_txn_first_offset.unwrap_or(-1),
@@ -351,7 +353,8 @@ impl ProducerStateManager {
     /// are dropped (those without an open transaction first).
     pub fn from_snapshot(entries: &[SnapshotEntry]) -> ProducerStateManager {
         let mut state = ProducerStateManager::default();
-        let (open, idle): (Vec<&SnapshotEntry>, Vec<&SnapshotEntry>) = entries.iter().partition(|e| e.current_txn_first_offset >= 0);
+        let (open, idle): (Vec<&SnapshotEntry>, Vec<&SnapshotEntry>) =
+            entries.iter().partition(|e| e.current_txn_first_offset >= 0);
         for e in open.into_iter().chain(idle) {
             if state.producers.len() >= MAX_PRODUCERS_PER_PARTITION && e.current_txn_first_offset < 0 {
                 break;

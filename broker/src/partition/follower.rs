@@ -7,7 +7,9 @@ use kafka_protocol::error::ResponseError;
 
 use std::sync::atomic::Ordering;
 
-use super::{log_error, rebuild_producer_state, record_appended, snapshot_if_rolled, AppendError, Partition, ReplicaState, Role};
+use super::{
+    log_error, rebuild_producer_state, record_appended, snapshot_if_rolled, AppendError, Partition, ReplicaState, Role,
+};
 
 impl Partition {
     /// Appends the leader's batches byte for byte, if this replica still follows at

@@ -13,7 +13,9 @@ use sluice_protocol::batch::BatchIter;
 
 use sluice_protocol::control::{encode_control_batch, ControlType};
 
-use super::{log_error, record_appended, snapshot_if_rolled, AppendError, AppendOutcome, Partition, ReplicaState, Role};
+use super::{
+    log_error, record_appended, snapshot_if_rolled, AppendError, AppendOutcome, Partition, ReplicaState, Role,
+};
 use crate::log::{AppendInfo, PartitionLog};
 use crate::metadata::records::MetadataCommand;
 use crate::producer_state::{ProducerStateManager, SequenceCheck};

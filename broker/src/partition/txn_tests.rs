@@ -3,8 +3,8 @@
 //! transactions, on leader and follower, across a restart.
 
 use super::tests::{append, lead_alone, open, registration, NOW};
-use crate::producer_state::snapshot;
 use super::*;
+use crate::producer_state::snapshot;
 use sluice_protocol::batch::{
     test_support::encode_simple_batch, ATTRIBUTES_OFFSET, BASE_SEQUENCE_OFFSET, CRC_COVERED_FROM, CRC_OFFSET,
     PRODUCER_EPOCH_OFFSET, PRODUCER_ID_OFFSET,
@@ -67,11 +67,17 @@ fn the_last_stable_offset_waits_for_the_oldest_open_transaction_of_interleaved_p
     assert_eq!(BatchIter::new(&read.records).count(), 5);
     assert_eq!(aborted_ids(&read), vec![(1, 0)]);
     let later = p.read(5, 1 << 20, true, ReadBound::LastStable).unwrap();
-    assert_eq!(aborted_ids(&later), Vec::<(i64, i64)>::new(), "the abort ended before offset 5");
+    assert_eq!(
+        aborted_ids(&later),
+        Vec::<(i64, i64)>::new(),
+        "the abort ended before offset 5"
+    );
     let uncommitted = p.read(0, 1 << 20, true, ReadBound::HighWatermark).unwrap();
     assert!(uncommitted.aborted_transactions.is_none());
     let described = p.active_producers();
-    assert!(described.iter().all(|d| d.current_txn_start_offset == -1 && d.coordinator_epoch == 0));
+    assert!(described
+        .iter()
+        .all(|d| d.current_txn_start_offset == -1 && d.coordinator_epoch == 0));
 }
 
 #[test]

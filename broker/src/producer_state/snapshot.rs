@@ -105,7 +105,11 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<SnapshotEntry>, String> {
     }
     let count = i32::from_be_bytes([bytes[6], bytes[7], bytes[8], bytes[9]]);
     let body = &bytes[SNAPSHOT_HEADER_BYTES..];
-    if usize::try_from(count).ok().and_then(|c| c.checked_mul(SNAPSHOT_ENTRY_BYTES)) != Some(body.len()) {
+    if usize::try_from(count)
+        .ok()
+        .and_then(|c| c.checked_mul(SNAPSHOT_ENTRY_BYTES))
+        != Some(body.len())
+    {
         return Err(format!("{count} entries do not fill {} bytes", body.len()));
     }
     body.chunks_exact(SNAPSHOT_ENTRY_BYTES)
@@ -157,7 +161,9 @@ pub fn load_latest(dir: &Path, max_offset: i64) -> io::Result<Option<(i64, Vec<S
         let path = snapshot_path(dir, offset);
         match fs::read(&path).map_err(|e| e.to_string()).and_then(|b| decode(&b)) {
             Ok(entries) => return Ok(Some((offset, entries))),
-            Err(why) => tracing::warn!(path = %path.display(), %why, "skipping a producer snapshot that does not check"),
+            Err(why) => {
+                tracing::warn!(path = %path.display(), %why, "skipping a producer snapshot that does not check")
+            }
         }
     }
     Ok(None)
