@@ -20,6 +20,9 @@ use kafka_protocol::error::ResponseError;
 use sluice_protocol::batch::BatchHeader;
 use sluice_protocol::control::{ControlType, EndTxnMarker};
 
+pub mod snapshot;
+use snapshot::SnapshotEntry;
+
 /// Batches remembered per producer: the Java client keeps at most 5 in flight per partition.
 pub const BATCHES_PER_PRODUCER: usize = 5;
 /// Producers remembered per partition before the least recently written is forgotten.
@@ -30,6 +33,7 @@ struct BatchMetadata {
     first_seq: i32,
     last_seq: i32,
     base_offset: i64,
+    last_offset: i64,
 }
 
 /// Kafka's "no coordinator epoch seen yet".
@@ -259,6 +263,7 @@ impl ProducerStateManager {
                 first_seq: header.base_sequence,
                 last_seq: last_seq(header),
                 base_offset: header.base_offset,
+                last_offset: header.last_offset(),
             });
         }
         entry.last_timestamp = header.max_timestamp;
@@ -317,6 +322,75 @@ impl ProducerStateManager {
     /// else just past the marker.
     pub fn last_stable_offset_after(&self, completed: &CompletedTxn) -> i64 {
         self.first_unstable_offset().unwrap_or(completed.last_offset + 1)
+    }
+
+    /// Every producer as a snapshot stores it (its last batch only, as Kafka), by producer id.
+    pub fn snapshot_entries(&self) -> Vec<SnapshotEntry> {
+        let mut entries: Vec<SnapshotEntry> = self
+            .producers
+            .iter()
+            .map(|(&producer_id, entry)| {
+                let last = entry.batches.back();
+                SnapshotEntry {
+                    producer_id,
+                    epoch: entry.epoch,
+                    last_sequence: last.map_or(-1, |b| b.last_seq),
+                    last_offset: last.map_or(-1, |b| b.last_offset),
+                    offset_delta: last.map_or(0, |b| {
+                        (b.last_offset - b.base_offset).clamp(0, i64::from(i32::MAX)) as i32
+                    }),
+                    timestamp: entry.last_timestamp,
+                    coordinator_epoch: entry.coordinator_epoch,
+                    current_txn_first_offset: entry.current_txn_first_offset.unwrap_or(-1),
+                }
+            })
+            .collect();
+        entries.sort_unstable_by_key(|e| e.producer_id);
+        entries
+    }
+
+    /// Producer state as a snapshot recorded it. Entries beyond [`MAX_PRODUCERS_PER_PARTITION`]
+    /// are dropped (those without an open transaction first).
+    pub fn from_snapshot(entries: &[SnapshotEntry]) -> ProducerStateManager {
+        let mut state = ProducerStateManager::default();
+        let (open, idle): (Vec<&SnapshotEntry>, Vec<&SnapshotEntry>) =
+            entries.iter().partition(|e| e.current_txn_first_offset >= 0);
+        for e in open.into_iter().chain(idle) {
+            if state.producers.len() >= MAX_PRODUCERS_PER_PARTITION && e.current_txn_first_offset < 0 {
+                break;
+            }
+            state.restore(e);
+        }
+        state
+    }
+
+    fn restore(&mut self, e: &SnapshotEntry) {
+        self.clock += 1;
+        let mut batches = VecDeque::new();
+        if e.last_sequence >= 0 && e.last_offset >= 0 {
+            let delta = e.offset_delta.max(0);
+            batches.push_back(BatchMetadata {
+                first_seq: e.last_sequence.saturating_sub(delta).max(0),
+                last_seq: e.last_sequence,
+                base_offset: e.last_offset - i64::from(delta),
+                last_offset: e.last_offset,
+            });
+        }
+        let current_txn_first_offset = (e.current_txn_first_offset >= 0).then_some(e.current_txn_first_offset);
+        if let Some(first) = current_txn_first_offset {
+            self.ongoing.insert(first, e.producer_id);
+        }
+        self.producers.insert(
+            e.producer_id,
+            ProducerEntry {
+                epoch: e.epoch,
+                batches,
+                last_write: self.clock,
+                last_timestamp: e.timestamp,
+                coordinator_epoch: e.coordinator_epoch,
+                current_txn_first_offset,
+            },
+        );
     }
 
     /// The producers remembered, by producer id: at most [`MAX_PRODUCERS_PER_PARTITION`].
@@ -640,5 +714,26 @@ mod tests {
         assert_eq!(state.first_unstable_offset(), Some(0));
         assert_eq!(state.len(), MAX_PRODUCERS_PER_PARTITION);
         assert!(state.active_producers().iter().any(|p| p.producer_id == 0));
+    }
+
+    #[test]
+    fn a_snapshot_restores_epochs_last_batches_and_open_transactions() {
+        let mut state = ProducerStateManager::default();
+        state.record(&batch(1, 2, 0, 5, 0), None);
+        state.record(&txn_batch(2, 0, 0, 2, 5), None);
+        state.record_marker(&marker(3, 1, 7), end(ControlType::Commit, 9));
+        let restored = ProducerStateManager::from_snapshot(&state.snapshot_entries());
+        assert_eq!(restored.active_producers(), state.active_producers());
+        assert_eq!(restored.first_unstable_offset(), Some(5));
+        assert_eq!(
+            restored.check(&batch(1, 2, 0, 5, 0)),
+            Ok(SequenceCheck::Duplicate { base_offset: 0 }),
+            "the last batch is still recognised as a retry"
+        );
+        assert_eq!(restored.check(&batch(1, 2, 5, 1, 0)), Ok(SequenceCheck::Append));
+        assert_eq!(
+            restored.check_marker(3, 1, 8).unwrap_err().0,
+            ResponseError::TransactionCoordinatorFenced
+        );
     }
 }

@@ -125,27 +125,34 @@ pub struct LogSegment {
     unsynced_predecessor_bytes: Option<u64>,
 }
 
-/// What sealing a segment must still fsync, outside the partition's lock: its `.log` and its
-/// two index files (every entry already written to them).
+/// What sealing a segment must still fsync, outside the partition's lock: its `.log`, its
+/// two index files (every entry already written to them) and its aborted-transaction index,
+/// if it has one (a sealed segment's aborts are not rescanned after a crash).
 #[derive(Debug)]
 pub struct SealFiles {
     log: Arc<File>,
     index: PathBuf,
     time_index: PathBuf,
+    txn_index: PathBuf,
 }
 
 impl SealFiles {
     pub fn sync(&self) -> io::Result<()> {
         self.log.sync_all()?;
-        for path in [&self.index, &self.time_index] {
-            match File::open(path) {
-                Ok(file) => file.sync_all()?,
-                // Deleted meanwhile (retention, truncation): nothing left to make durable.
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
-            }
+        for path in [&self.index, &self.time_index, &self.txn_index] {
+            sync_if_exists(path)?;
         }
         Ok(())
+    }
+}
+
+/// fsyncs `path`; a file deleted meanwhile (retention, truncation) or never written (a
+/// segment without aborts) has nothing to make durable.
+fn sync_if_exists(path: &Path) -> io::Result<()> {
+    match File::open(path) {
+        Ok(file) => file.sync_all(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
     }
 }
 
@@ -323,6 +330,7 @@ impl LogSegment {
             log: self.log.clone(),
             index: self.files.index_path(),
             time_index: self.files.time_index_path(),
+            txn_index: self.files.path(super::txn_index::TXN_INDEX_FILE_SUFFIX),
         })
     }
 
@@ -595,6 +603,7 @@ impl LogSegment {
     pub fn flush(&mut self) -> Result<(), LogError> {
         self.log.sync_all()?;
         self.indexes.write(&self.files, true)?;
+        sync_if_exists(&self.files.path(super::txn_index::TXN_INDEX_FILE_SUFFIX))?;
         Ok(())
     }
 

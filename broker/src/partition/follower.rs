@@ -7,7 +7,9 @@ use kafka_protocol::error::ResponseError;
 
 use std::sync::atomic::Ordering;
 
-use super::{log_error, rebuild_producer_state, record_appended, AppendError, Partition, ReplicaState, Role};
+use super::{
+    log_error, rebuild_producer_state, record_appended, snapshot_if_rolled, AppendError, Partition, ReplicaState, Role,
+};
 
 impl Partition {
     /// Appends the leader's batches byte for byte, if this replica still follows at
@@ -18,7 +20,9 @@ impl Partition {
         self.check_following(&state, leader_epoch)?;
         let mut log = self.log.lock();
         let mut producers = self.producers.lock();
+        let active_before = log.active_segment().base_offset;
         log.append_as_follower(records, now_ms).map_err(|e| log_error(&e))?;
+        snapshot_if_rolled(&log, &producers, active_before);
         record_appended(&mut producers, &mut log, records).map_err(|e| log_error(&e))?;
         self.watch.set_first_unstable_offset(producers.first_unstable_offset());
         self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
@@ -65,6 +69,9 @@ impl Partition {
         }
         .map_err(|e| log_error(&e))?;
         let end = log.log_end_offset();
+        if start_over {
+            crate::producer_state::snapshot::delete_all(log.dir()).map_err(|e| log_error(&e.into()))?;
+        }
         if end != before || start_over {
             let rebuilt = rebuild_producer_state(&mut log).map_err(|e| log_error(&e))?;
             self.watch.set_first_unstable_offset(rebuilt.first_unstable_offset());

@@ -13,7 +13,9 @@ use sluice_protocol::batch::BatchIter;
 
 use sluice_protocol::control::{encode_control_batch, ControlType};
 
-use super::{log_error, record_appended, AppendError, AppendOutcome, Partition, ReplicaState, Role};
+use super::{
+    log_error, record_appended, snapshot_if_rolled, AppendError, AppendOutcome, Partition, ReplicaState, Role,
+};
 use crate::log::{AppendInfo, PartitionLog};
 use crate::metadata::records::MetadataCommand;
 use crate::producer_state::{ProducerStateManager, SequenceCheck};
@@ -142,9 +144,11 @@ impl Partition {
         records: &mut [u8],
         now_ms: i64,
     ) -> Result<AppendInfo, AppendError> {
+        let active_before = log.active_segment().base_offset;
         let info = log
             .append_as_leader(records, state.leader_epoch, now_ms)
             .map_err(|e| log_error(&e))?;
+        snapshot_if_rolled(log, producers, active_before);
         record_appended(producers, log, records).map_err(|e| log_error(&e))?;
         self.watch.set_first_unstable_offset(producers.first_unstable_offset());
         self.log_start_offset.store(log.log_start_offset(), Ordering::Release);

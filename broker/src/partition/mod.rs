@@ -27,7 +27,7 @@ use crate::log::{
     TailCacheBudget,
 };
 use crate::metadata::image::PartitionRegistration;
-use crate::producer_state::{ActiveProducer, ProducerStateManager};
+use crate::producer_state::{snapshot, ActiveProducer, ProducerStateManager};
 use leader::{FollowerProgress, LeaderState};
 pub use watch::{PartitionWatch, Watched};
 
@@ -35,9 +35,6 @@ mod follower;
 mod leader;
 mod watch;
 
-/// Offsets of the log tail scanned on open to rebuild idempotent-producer state: retries
-/// concern only the last few batches of each producer.
-const PRODUCER_STATE_REBUILD_OFFSETS: i64 = 10_000;
 const REBUILD_READ_BYTES: usize = 8 * 1024 * 1024;
 
 pub struct Partition {
@@ -447,7 +444,9 @@ impl Partition {
     pub fn run_retention(&self, now_ms: i64) -> Result<usize, LogError> {
         let mut log = self.log.lock();
         log.release_idle_tail_cache();
+        let active_before = log.active_segment().base_offset;
         log.maybe_roll(now_ms)?;
+        snapshot_if_rolled(&log, &self.producers.lock(), active_before);
         let deleted = log.delete_retained_segments(now_ms, self.high_watermark())?;
         self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
         Ok(deleted)
@@ -479,14 +478,16 @@ impl Partition {
         cleaner.clean(&self.log, to_clean, now_ms)
     }
 
-    /// Consumes the partition, closing (`delete == false`) or removing its log.
+    /// Consumes the partition, closing (`delete == false`, with a durable producer snapshot at
+    /// the log end, so the next open scans nothing) or removing its log.
     pub fn shutdown(self, delete: bool) -> Result<(), LogError> {
         let log = self.log.into_inner();
         if delete {
-            log.delete()
-        } else {
-            log.close()
+            return log.delete();
         }
+        let entries = self.producers.into_inner().snapshot_entries();
+        snapshot::write(log.dir(), log.log_end_offset(), &entries, true)?;
+        log.close()
     }
 }
 
@@ -497,6 +498,23 @@ pub fn log_error(e: &LogError) -> AppendError {
         tracing::error!(error = %e, "partition log operation failed");
     }
     (error, e.to_string())
+}
+
+/// After an append or a time roll: when the active segment changed (`active_before` was its
+/// base), snapshots producer state for the new segment's base offset, as it stood before
+/// anything in that segment was recorded, and drops snapshots below the first segment. A
+/// failure is only logged: the next open falls back to an older snapshot or a longer scan.
+fn snapshot_if_rolled(log: &PartitionLog, producers: &ProducerStateManager, active_before: i64) {
+    let active = log.active_segment().base_offset;
+    if active == active_before {
+        return;
+    }
+    let first_base = log.segment_base_offsets().next().unwrap_or(active);
+    let written = snapshot::write(log.dir(), active, &producers.snapshot_entries(), false)
+        .and_then(|()| snapshot::delete_outside(log.dir(), first_base, i64::MAX));
+    if let Err(e) = written {
+        tracing::warn!(dir = %log.dir().display(), error = %e, "could not write a producer snapshot");
+    }
 }
 
 /// Updates producer state with appended (stamped) batches: sequences, open transactions, and
@@ -530,12 +548,24 @@ fn record_appended(
     Ok(())
 }
 
-/// Rebuilds producer state (and the aborted-transaction index entries of what it rescans)
-/// from the headers of the log's last batches.
+/// Rebuilds producer state (and the aborted-transaction index entries of what it rescans):
+/// from the newest producer snapshot at or below the log end that checks, then batch headers
+/// from its offset on (Kafka's `loadProducerState`). Without one, as Kafka does for a log
+/// written before snapshots existed, only the last two segments are scanned. Snapshots past
+/// the log end (a truncated tail) or below the first segment go.
 fn rebuild_producer_state(log: &mut PartitionLog) -> Result<ProducerStateManager, LogError> {
-    let mut state = ProducerStateManager::default();
     let end = log.log_end_offset();
-    let mut offset = log.log_start_offset().max(end - PRODUCER_STATE_REBUILD_OFFSETS);
+    let start = log.log_start_offset();
+    let bases: Vec<i64> = log.segment_base_offsets().collect();
+    let first_base = bases.first().copied().unwrap_or(start);
+    snapshot::delete_outside(log.dir(), first_base, end)?;
+    let (mut state, mut offset) = match snapshot::load_latest(log.dir(), end)? {
+        Some((at, entries)) => (ProducerStateManager::from_snapshot(&entries), at.max(start)),
+        None => {
+            let second_last = bases.len().checked_sub(2).and_then(|i| bases.get(i)).copied();
+            (ProducerStateManager::default(), second_last.unwrap_or(start).max(start))
+        }
+    };
     while offset < end {
         let read = log.read(offset, REBUILD_READ_BYTES, end, true)?;
         let mut next = offset;

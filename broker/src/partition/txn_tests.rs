@@ -4,6 +4,7 @@
 
 use super::tests::{append, lead_alone, open, registration, NOW};
 use super::*;
+use crate::producer_state::snapshot;
 use sluice_protocol::batch::{
     test_support::encode_simple_batch, ATTRIBUTES_OFFSET, BASE_SEQUENCE_OFFSET, CRC_COVERED_FROM, CRC_OFFSET,
     PRODUCER_EPOCH_OFFSET, PRODUCER_ID_OFFSET,
@@ -66,11 +67,17 @@ fn the_last_stable_offset_waits_for_the_oldest_open_transaction_of_interleaved_p
     assert_eq!(BatchIter::new(&read.records).count(), 5);
     assert_eq!(aborted_ids(&read), vec![(1, 0)]);
     let later = p.read(5, 1 << 20, true, ReadBound::LastStable).unwrap();
-    assert_eq!(aborted_ids(&later), Vec::<(i64, i64)>::new(), "the abort ended before offset 5");
+    assert_eq!(
+        aborted_ids(&later),
+        Vec::<(i64, i64)>::new(),
+        "the abort ended before offset 5"
+    );
     let uncommitted = p.read(0, 1 << 20, true, ReadBound::HighWatermark).unwrap();
     assert!(uncommitted.aborted_transactions.is_none());
     let described = p.active_producers();
-    assert!(described.iter().all(|d| d.current_txn_start_offset == -1 && d.coordinator_epoch == 0));
+    assert!(described
+        .iter()
+        .all(|d| d.current_txn_start_offset == -1 && d.coordinator_epoch == 0));
 }
 
 #[test]
@@ -160,4 +167,67 @@ fn a_follower_tracks_transactions_and_aborts_from_the_leaders_bytes() {
     follower.update_follower_high_watermark(2);
     let read = follower.read(0, 1 << 20, true, ReadBound::LogEnd).unwrap();
     assert_eq!(BatchIter::new(&read.records).count(), 1);
+}
+
+fn open_small_segments(dir: &Path) -> Partition {
+    let tail_cache = crate::log::TailCacheBudget::new(1 << 20, 64 << 20);
+    let config = LogConfig {
+        segment_bytes: 1_000,
+        ..LogConfig::default()
+    };
+    Partition::open(dir, "t", Uuid::nil(), 0, 1, config, None, &tail_cache, NOW).unwrap()
+}
+
+fn snapshot_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "snapshot"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn a_transaction_open_across_many_segments_is_found_again_through_producer_snapshots() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = open_small_segments(dir.path());
+    lead_alone(&p);
+    append_txn(&p, 1, 0, 1); // offset 0, left open
+    for _ in 0..80 {
+        append(&p, 1);
+    }
+    assert!(snapshot_files(dir.path()).len() >= 3, "a snapshot per roll");
+    assert_eq!(p.last_stable_offset(), 0);
+    p.shutdown(false).unwrap();
+    let clean_close = snapshot::snapshot_path(dir.path(), 81);
+    assert!(clean_close.exists(), "a clean close snapshots at the log end");
+
+    // Unclean restart with the two newest snapshots damaged: an older one still has it.
+    std::fs::write(&clean_close, b"torn").unwrap();
+    let snapshots = snapshot_files(dir.path());
+    std::fs::write(&snapshots[snapshots.len() - 2], [0u8; 64]).unwrap();
+    let p = open_small_segments(dir.path());
+    lead_alone(&p);
+    assert_eq!(p.last_stable_offset(), 0, "the open transaction is not forgotten");
+    p.append_control_batch(1, 0, 0, ControlType::Abort, NOW).unwrap();
+    assert_eq!(p.last_stable_offset(), p.high_watermark());
+    let read = p.read(0, 1 << 20, true, ReadBound::LastStable).unwrap();
+    assert_eq!(aborted_ids(&read), vec![(1, 0)]);
+}
+
+#[test]
+fn truncation_removes_snapshots_past_the_new_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = open_small_segments(dir.path());
+    p.apply_registration(&registration(1, 4, 0, &[1]), NOW);
+    for _ in 0..40 {
+        append(&p, 1);
+    }
+    let before = snapshot_files(dir.path()).len();
+    assert!(before > 2);
+    p.apply_registration(&registration(3, 5, 1, &[1, 3]), NOW);
+    p.truncate_as_follower(5, 5, false).unwrap();
+    let after = snapshot::list(dir.path()).unwrap();
+    assert!(after.iter().all(|o| *o <= 5), "{after:?}");
 }

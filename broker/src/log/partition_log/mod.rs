@@ -610,6 +610,11 @@ impl PartitionLog {
         }
     }
 
+    /// Base offsets of the segments, oldest first (producer snapshots are named after them).
+    pub fn segment_base_offsets(&self) -> impl Iterator<Item = i64> + '_ {
+        self.segments().map(LogSegment::base_offset)
+    }
+
     pub fn segment_count(&self) -> usize {
         self.inactive.len() + 1
     }

@@ -87,7 +87,10 @@ fn delete_records_and_retention_drop_aborts_below_the_log_start() {
             .collect::<Vec<_>>(),
         vec![3]
     );
-    assert!(txn_index_files(root.path()).len() < files_before, "deleted segments took their index");
+    assert!(
+        txn_index_files(root.path()).len() < files_before,
+        "deleted segments took their index"
+    );
     log.close().unwrap();
     let log = open(root.path(), small_segments());
     assert_eq!(log.collect_aborted_txns(0, 100).len(), 1);
