@@ -86,7 +86,8 @@ mod tests {
         assert!(supported_versions(ApiKey::Produce).is_some());
         assert!(supported_versions(ApiKey::JoinGroup).is_some());
         assert!(supported_versions(ApiKey::SaslHandshake).is_some());
-        assert!(supported_versions(ApiKey::EndTxn).is_none());
+        assert!(supported_versions(ApiKey::EndTxn).is_some());
+        assert!(supported_versions(ApiKey::ConsumerGroupHeartbeat).is_none());
         assert_eq!(supported_versions(ApiKey::ApiVersions).unwrap().max, 4);
     }
 }
