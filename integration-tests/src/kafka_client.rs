@@ -136,8 +136,19 @@ pub fn topic_id(addr: SocketAddr, topic: &str) -> Result<uuid::Uuid> {
         .with_context(|| format!("{topic} is not in metadata"))
 }
 
-/// CreateTopics v7 for one topic; returns the per-topic error code.
+/// CreateTopics v7 for one topic (one replica per partition); returns the per-topic error code.
 pub fn create_topic(addr: SocketAddr, name: &str, partitions: i32, timeout: Duration) -> Result<i16> {
+    create_topic_secured(addr, &ClientSecurity::default(), name, partitions, timeout)
+}
+
+/// [`create_topic`] on a connection logged in as `security` says.
+pub fn create_topic_secured(
+    addr: SocketAddr,
+    security: &ClientSecurity,
+    name: &str,
+    partitions: i32,
+    timeout: Duration,
+) -> Result<i16> {
     let topic = CreatableTopic::default()
         .with_name(TopicName(StrBytes::from_string(name.to_string())))
         .with_num_partitions(partitions)
@@ -145,7 +156,7 @@ pub fn create_topic(addr: SocketAddr, name: &str, partitions: i32, timeout: Dura
     let request = CreateTopicsRequest::default()
         .with_topics(vec![topic])
         .with_timeout_ms(30_000);
-    let response = call(addr, &request, 7, timeout)?;
+    let response = call_secured(addr, security, &request, 7, timeout)?;
     let result = response.topics.first().context("no topic result")?;
     Ok(result.error_code)
 }

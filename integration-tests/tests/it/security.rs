@@ -21,16 +21,15 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::{BrokerId, CreateTopicsRequest, ListOffsetsRequest, TopicName};
+use kafka_protocol::messages::{BrokerId, ListOffsetsRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::Offset;
 use sluice_integration_tests::clients::{self, wait_until};
 use sluice_integration_tests::faults::{self, await_identical_replicas};
-use sluice_integration_tests::kafka_client::KafkaConnection;
+use sluice_integration_tests::kafka_client::{self, KafkaConnection};
 use sluice_integration_tests::pki::Pki;
 use sluice_integration_tests::security::{SaslLogin, SaslMechanism, ScramClient};
 use sluice_integration_tests::wire::{self, Encoder};
@@ -380,15 +379,7 @@ fn log_end_offset(node: &SluiceNode, topic: &str) -> Result<i64> {
 }
 
 fn create_topic(node: &SluiceNode, topic: &str) -> Result<()> {
-    let request = CreateTopicsRequest::default()
-        .with_topics(vec![CreatableTopic::default()
-            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
-            .with_num_partitions(1)
-            .with_replication_factor(1)])
-        .with_timeout_ms(30_000);
-    let response =
-        KafkaConnection::connect_secured(node.addr(), node.client_security(), "it", IO_TIMEOUT)?.call(&request, 7)?;
-    let code = response.topics.first().context("no topic result")?.error_code;
+    let code = kafka_client::create_topic_secured(node.addr(), node.client_security(), topic, 1, IO_TIMEOUT)?;
     ensure!(code == 0, "creating {topic}: error code {code}");
     wait_until(TIMEOUT, "the topic's leader", || log_end_offset(node, topic).ok())?;
     Ok(())
@@ -1017,7 +1008,7 @@ mod follower_fetch_authorization {
     use kafka_protocol::messages::create_acls_request::AclCreation;
     use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
     use kafka_protocol::messages::{CreateAclsRequest, FetchRequest, FetchResponse, MetadataResponse};
-    use sluice_integration_tests::kafka_client::{self, consumer_fetch_request, fetch_topic, FETCH_VERSION_BY_NAME};
+    use sluice_integration_tests::kafka_client::{consumer_fetch_request, fetch_topic, FETCH_VERSION_BY_NAME};
 
     use super::*;
 

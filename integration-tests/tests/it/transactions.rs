@@ -23,7 +23,8 @@ use rdkafka::consumer::BaseConsumer;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Message, Offset};
 use sluice_integration_tests::clients::{self, wait_until};
-use sluice_integration_tests::{kafka_client, Cluster, NodeOptions, SluiceNode};
+use sluice_integration_tests::security::{SaslLogin, SaslMechanism};
+use sluice_integration_tests::{kafka_client, ClientSecurity, Cluster, NodeOptions, SluiceNode};
 use sluice_protocol::batch::test_support::encode_simple_batch;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -31,6 +32,20 @@ const TRANSACTION_KEY: i8 = 1;
 
 fn str_bytes(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
+}
+
+/// One request on a fresh connection, logged in as `who` says (plaintext when default).
+fn call<R: kafka_protocol::protocol::Request>(
+    addr: SocketAddr,
+    who: &ClientSecurity,
+    request: &R,
+    version: i16,
+) -> Result<R::Response> {
+    kafka_client::call_secured(addr, who, request, version, TIMEOUT)
+}
+
+fn plain() -> ClientSecurity {
+    ClientSecurity::default()
 }
 
 /// A 3-record transactional batch from producer `pid`/`epoch` at sequence `seq`.
@@ -46,6 +61,10 @@ fn transactional_batch(pid: i64, epoch: i16, seq: i32) -> Bytes {
 }
 
 fn produce(addr: SocketAddr, id: &str, topic: &str, batch: Bytes) -> Result<i16> {
+    produce_as(addr, &plain(), id, topic, batch)
+}
+
+fn produce_as(addr: SocketAddr, who: &ClientSecurity, id: &str, topic: &str, batch: Bytes) -> Result<i16> {
     let data = PartitionProduceData::default().with_index(0).with_records(Some(batch));
     let request = ProduceRequest::default()
         .with_transactional_id(Some(TransactionalId(str_bytes(id))))
@@ -54,12 +73,16 @@ fn produce(addr: SocketAddr, id: &str, topic: &str, batch: Bytes) -> Result<i16>
         .with_topic_data(vec![TopicProduceData::default()
             .with_name(TopicName(str_bytes(topic)))
             .with_partition_data(vec![data])]);
-    let response = kafka_client::call(addr, &request, 9, TIMEOUT)?;
+    let response = call(addr, who, &request, 9)?;
     Ok(response.responses[0].partition_responses[0].error_code)
 }
 
 /// ListOffsets latest of partition 0 at `isolation` (0: the high watermark, 1: the LSO).
 fn latest(addr: SocketAddr, topic: &str, isolation: i8) -> Result<i64> {
+    latest_as(addr, &plain(), topic, isolation)
+}
+
+fn latest_as(addr: SocketAddr, who: &ClientSecurity, topic: &str, isolation: i8) -> Result<i64> {
     let request = ListOffsetsRequest::default()
         .with_replica_id((-1).into())
         .with_isolation_level(isolation)
@@ -68,7 +91,7 @@ fn latest(addr: SocketAddr, topic: &str, isolation: i8) -> Result<i64> {
             .with_partitions(vec![ListOffsetsPartition::default()
                 .with_partition_index(0)
                 .with_timestamp(-1)])]);
-    let response = kafka_client::call(addr, &request, 7, TIMEOUT)?;
+    let response = call(addr, who, &request, 7)?;
     let p = &response.topics[0].partitions[0];
     ensure!(p.error_code == 0, "ListOffsets: {p:?}");
     Ok(p.offset)
@@ -76,30 +99,54 @@ fn latest(addr: SocketAddr, topic: &str, isolation: i8) -> Result<i64> {
 
 /// The broker coordinating `id` (creating `__transaction_state` on first use).
 fn coordinator(addr: SocketAddr, id: &str) -> Result<i32> {
+    coordinator_as(addr, &plain(), id)
+}
+
+fn coordinator_as(addr: SocketAddr, who: &ClientSecurity, id: &str) -> Result<i32> {
     wait_until(Duration::from_secs(30), "a transaction coordinator", || {
-        let request = FindCoordinatorRequest::default()
-            .with_key_type(TRANSACTION_KEY)
-            .with_coordinator_keys(vec![str_bytes(id)]);
-        let response = kafka_client::call(addr, &request, 4, TIMEOUT).ok()?;
-        let c = response.coordinators.first()?;
-        (c.error_code == 0).then_some(c.node_id.0)
+        let c = find_coordinator(addr, who, id).ok()?;
+        (c.0 == 0).then_some(c.1)
     })
+}
+
+/// FindCoordinator for a transactional id: (error code, node id).
+fn find_coordinator(addr: SocketAddr, who: &ClientSecurity, id: &str) -> Result<(i16, i32)> {
+    let request = FindCoordinatorRequest::default()
+        .with_key_type(TRANSACTION_KEY)
+        .with_coordinator_keys(vec![str_bytes(id)]);
+    let response = call(addr, who, &request, 4)?;
+    let c = response.coordinators.first().context("no coordinator answer")?;
+    Ok((c.error_code, c.node_id.0))
 }
 
 /// InitProducerId for `id` at the coordinator, retried while it loads or completes a fence.
 fn init_producer(addr: SocketAddr, id: &str, timeout_ms: i32) -> Result<(i64, i16)> {
+    init_producer_as(addr, &plain(), id, timeout_ms)
+}
+
+fn init_producer_as(addr: SocketAddr, who: &ClientSecurity, id: &str, timeout_ms: i32) -> Result<(i64, i16)> {
     wait_until(Duration::from_secs(30), "InitProducerId", || {
-        let request = InitProducerIdRequest::default()
-            .with_transactional_id(Some(TransactionalId(str_bytes(id))))
-            .with_transaction_timeout_ms(timeout_ms)
-            .with_producer_id(ProducerId(-1))
-            .with_producer_epoch(-1);
-        let r = kafka_client::call(addr, &request, 4, TIMEOUT).ok()?;
-        (r.error_code == 0).then_some((r.producer_id.0, r.producer_epoch))
+        let (code, pid, epoch) = try_init_producer(addr, who, id, timeout_ms).ok()?;
+        (code == 0).then_some((pid, epoch))
     })
 }
 
+/// One InitProducerId: (error code, producer id, epoch).
+fn try_init_producer(addr: SocketAddr, who: &ClientSecurity, id: &str, timeout_ms: i32) -> Result<(i16, i64, i16)> {
+    let request = InitProducerIdRequest::default()
+        .with_transactional_id(Some(TransactionalId(str_bytes(id))))
+        .with_transaction_timeout_ms(timeout_ms)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    let r = call(addr, who, &request, 4)?;
+    Ok((r.error_code, r.producer_id.0, r.producer_epoch))
+}
+
 fn add_partition(addr: SocketAddr, id: &str, pid: i64, epoch: i16, topic: &str) -> Result<i16> {
+    add_partition_as(addr, &plain(), id, pid, epoch, topic)
+}
+
+fn add_partition_as(addr: SocketAddr, who: &ClientSecurity, id: &str, pid: i64, epoch: i16, topic: &str) -> Result<i16> {
     let request = AddPartitionsToTxnRequest::default()
         .with_v3_and_below_transactional_id(TransactionalId(str_bytes(id)))
         .with_v3_and_below_producer_id(ProducerId(pid))
@@ -107,17 +154,35 @@ fn add_partition(addr: SocketAddr, id: &str, pid: i64, epoch: i16, topic: &str) 
         .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
             .with_name(TopicName(str_bytes(topic)))
             .with_partitions(vec![0])]);
-    let response = kafka_client::call(addr, &request, 3, TIMEOUT)?;
+    let response = call(addr, who, &request, 3)?;
     Ok(response.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code)
 }
 
 fn end_txn(addr: SocketAddr, id: &str, pid: i64, epoch: i16, commit: bool) -> Result<i16> {
+    end_txn_as(addr, &plain(), id, pid, epoch, commit)
+}
+
+fn end_txn_as(addr: SocketAddr, who: &ClientSecurity, id: &str, pid: i64, epoch: i16, commit: bool) -> Result<i16> {
     let request = EndTxnRequest::default()
         .with_transactional_id(TransactionalId(str_bytes(id)))
         .with_producer_id(ProducerId(pid))
         .with_producer_epoch(epoch)
         .with_committed(commit);
-    Ok(kafka_client::call(addr, &request, 3, TIMEOUT)?.error_code)
+    Ok(call(addr, who, &request, 3)?.error_code)
+}
+
+/// WriteTxnMarkers for partition 0 of `topic`: the partition's error code.
+fn write_marker_as(addr: SocketAddr, who: &ClientSecurity, topic: &str, pid: i64, epoch: i16, commit: bool) -> Result<i16> {
+    let request = WriteTxnMarkersRequest::default().with_markers(vec![WritableTxnMarker::default()
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch)
+        .with_coordinator_epoch(0)
+        .with_transaction_result(commit)
+        .with_topics(vec![WritableTxnMarkerTopic::default()
+            .with_name(TopicName(str_bytes(topic)))
+            .with_partition_indexes(vec![0])])]);
+    let answer = call(addr, who, &request, 1)?;
+    Ok(answer.markers[0].topics[0].partitions[0].error_code)
 }
 
 fn code(e: ResponseError) -> i16 {
@@ -140,16 +205,7 @@ fn strangers_and_stale_producers_cannot_end_or_mark_a_transaction() -> Result<()
     ensure!(end_txn(addr, "tx-h", pid + 1, epoch, true)? == code(ResponseError::InvalidProducerIdMapping));
     ensure!(end_txn(addr, "tx-h", pid, epoch - 1, true)? == code(ResponseError::ProducerFenced));
     // A marker naming an older epoch than the producer's is refused by the partition.
-    let stale_marker = WriteTxnMarkersRequest::default().with_markers(vec![WritableTxnMarker::default()
-        .with_producer_id(ProducerId(pid))
-        .with_producer_epoch(epoch - 1)
-        .with_coordinator_epoch(0)
-        .with_transaction_result(true)
-        .with_topics(vec![WritableTxnMarkerTopic::default()
-            .with_name(TopicName(str_bytes("tx-hostile")))
-            .with_partition_indexes(vec![0])])]);
-    let answer = kafka_client::call(addr, &stale_marker, 1, TIMEOUT)?;
-    let error = answer.markers[0].topics[0].partitions[0].error_code;
+    let error = write_marker_as(addr, &plain(), "tx-hostile", pid, epoch - 1, true)?;
     ensure!(error == code(ResponseError::InvalidProducerEpoch), "stale marker answered {error}");
     ensure!(latest(addr, "tx-hostile", 0)? == 3, "no marker was appended");
     ensure!(latest(addr, "tx-hostile", 1)? == 0, "the transaction is still open");
@@ -255,6 +311,82 @@ fn a_commit_completes_and_an_abandoned_transaction_aborts_when_the_coordinator_i
         let hw = latest(cluster.addr(leader), "tx-kill", 0).ok()?;
         let lso = latest(cluster.addr(leader), "tx-kill", 1).ok()?;
         (lso == hw).then_some(())
+    })?;
+    Ok(())
+}
+
+const AUTHORIZER: &str = "org.apache.kafka.metadata.authorizer.StandardAuthorizer";
+
+fn user(name: &str) -> ClientSecurity {
+    ClientSecurity::default().sasl(SaslLogin::new(SaslMechanism::ScramSha512, name, &format!("{name}-secret")))
+}
+
+/// Allows `User:alice` `operation` (Kafka's code) on a transactional id, as the admin.
+fn allow_alice_on_transactional_id(addr: SocketAddr, admin: &ClientSecurity, id: &str, operation: i8) -> Result<()> {
+    use kafka_protocol::messages::create_acls_request::AclCreation;
+    use kafka_protocol::messages::CreateAclsRequest;
+    const TRANSACTIONAL_ID_RESOURCE: i8 = 5;
+    const LITERAL: i8 = 3;
+    const ALLOW: i8 = 3;
+    let request = CreateAclsRequest::default().with_creations(vec![AclCreation::default()
+        .with_resource_type(TRANSACTIONAL_ID_RESOURCE)
+        .with_resource_name(str_bytes(id))
+        .with_resource_pattern_type(LITERAL)
+        .with_principal(str_bytes("User:alice"))
+        .with_host(str_bytes("*"))
+        .with_operation(operation)
+        .with_permission_type(ALLOW)]);
+    let response = call(addr, admin, &request, 3)?;
+    let code = response.results.first().context("no CreateAcls result")?.error_code;
+    ensure!(code == 0, "CreateAcls: error code {code}");
+    Ok(())
+}
+
+#[test]
+fn without_acls_a_user_can_neither_join_end_nor_mark_anothers_transaction() -> Result<()> {
+    const WRITE: i8 = 4;
+    let admin = user("admin");
+    let alice = user("alice");
+    let mut opts = NodeOptions::default()
+        .set("listener.security.protocol.map", "PLAINTEXT:SASL_PLAINTEXT")
+        .set("sasl.enabled.mechanisms", "SCRAM-SHA-512")
+        .set("authorizer.class.name", AUTHORIZER)
+        .set("super.users", "User:admin")
+        .client_security(admin.clone());
+    opts.extra_args = ["admin", "alice"]
+        .iter()
+        .flat_map(|u| ["--add-scram".to_string(), format!("SCRAM-SHA-512=[name={u},password={u}-secret]")])
+        .collect();
+    let node = SluiceNode::start(opts)?;
+    let addr = node.addr();
+    ensure!(kafka_client::create_topic_secured(addr, &admin, "guarded-tx", 1, TIMEOUT)? == 0);
+    coordinator_as(addr, &admin, "tx-owned")?;
+    let (pid, epoch) = init_producer_as(addr, &admin, "tx-owned", 60_000)?;
+    ensure!(add_partition_as(addr, &admin, "tx-owned", pid, epoch, "guarded-tx")? == 0);
+    ensure!(produce_as(addr, &admin, "tx-owned", "guarded-tx", transactional_batch(pid, epoch, 0))? == 0);
+    let denied = code(ResponseError::TransactionalIdAuthorizationFailed);
+
+    // Alice, with no ACLs, knowing the producer id and epoch, is refused everywhere.
+    ensure!(find_coordinator(addr, &alice, "tx-owned")?.0 == denied);
+    ensure!(try_init_producer(addr, &alice, "tx-owned", 60_000)?.0 == denied, "no fencing without WRITE");
+    ensure!(add_partition_as(addr, &alice, "tx-owned", pid, epoch, "guarded-tx")? == denied);
+    ensure!(end_txn_as(addr, &alice, "tx-owned", pid, epoch, false)? == denied);
+    ensure!(produce_as(addr, &alice, "tx-owned", "guarded-tx", transactional_batch(pid, epoch, 1))? == denied);
+    let marker = write_marker_as(addr, &alice, "guarded-tx", pid, epoch, false)?;
+    ensure!(marker == code(ResponseError::ClusterAuthorizationFailed), "marker answered {marker}");
+    ensure!(latest_as(addr, &admin, "guarded-tx", 0)? == 3, "nothing was appended");
+    ensure!(latest_as(addr, &admin, "guarded-tx", 1)? == 0, "the transaction is still open");
+
+    // WRITE on the transactional id lets her take it over (fencing the admin's producer), but
+    // markers stay the brokers' alone.
+    allow_alice_on_transactional_id(addr, &admin, "tx-owned", WRITE)?;
+    let marker = write_marker_as(addr, &alice, "guarded-tx", pid, epoch, false)?;
+    ensure!(marker == code(ResponseError::ClusterAuthorizationFailed), "marker answered {marker}");
+    let (new_pid, new_epoch) = init_producer_as(addr, &alice, "tx-owned", 60_000)?;
+    ensure!(new_pid == pid && new_epoch > epoch, "a new epoch fences the old producer");
+    ensure!(end_txn_as(addr, &admin, "tx-owned", pid, epoch, true)? == code(ResponseError::ProducerFenced));
+    wait_until(TIMEOUT, "the fenced transaction's abort marker", || {
+        (latest_as(addr, &admin, "guarded-tx", 1).ok()? == 4).then_some(())
     })?;
     Ok(())
 }
