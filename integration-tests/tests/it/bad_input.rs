@@ -764,6 +764,14 @@ fn oversized_count_frames() -> Vec<(&'static str, Vec<u8>)> {
         ),
         ("AlterClientQuotas v1 with 4 billion entries", 49, 1, four_billion(&[])),
         ("DescribeProducers v0 with 4 billion topics", 61, 0, four_billion(&[])),
+        // The transaction APIs: arrays of 4 billion, or a transactional id claiming 4 GB.
+        ("AddPartitionsToTxn v4 with 4 billion transactions", 24, 4, four_billion(&[])),
+        ("AddOffsetsToTxn v3 with a 4 GB transactional id", 25, 3, four_billion(&[])),
+        ("EndTxn v3 with a 4 GB transactional id", 26, 3, four_billion(&[])),
+        ("WriteTxnMarkers v1 with 4 billion markers", 27, 1, four_billion(&[])),
+        ("TxnOffsetCommit v3 with a 4 GB transactional id", 28, 3, four_billion(&[])),
+        ("DescribeTransactions v0 with 4 billion ids", 65, 0, four_billion(&[])),
+        ("ListTransactions v0 with 4 billion state filters", 66, 0, four_billion(&[])),
         (
             "DescribeTopicPartitions v0 with 4 billion topics",
             75,
