@@ -564,45 +564,40 @@ impl TransactionCoordinator {
     /// Kafka's `abortTimedOutTransactions`: every open transaction past its timeout is aborted
     /// under a new epoch, so its producer is fenced (it re-initialises, KIP-360).
     pub fn expired_transactions(&mut self, now: i64) -> Vec<Transition> {
-        let mut out = Vec::new();
-        for (id, meta) in self.txns.iter_mut() {
-            let expired = meta.state == TxnState::Ongoing
-                && meta.pending.is_none()
-                && now.saturating_sub(meta.start_ms) > i64::from(meta.timeout_ms);
-            let Some(PartitionStatus::Loaded(epoch)) = self.partitions.get(&meta.partition) else {
-                continue;
-            };
-            if expired {
-                let target = abort_target(meta, now);
-                meta.pending = Some(target.clone());
-                out.push(Transition {
-                    transactional_id: id.clone(),
-                    partition: meta.partition,
-                    coordinator_epoch: *epoch,
-                    target,
-                });
-            }
-        }
-        out.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
-        out
+        self.transitions_where(|meta| {
+            let expired = meta.state == TxnState::Ongoing && now.saturating_sub(meta.start_ms) > i64::from(meta.timeout_ms);
+            expired.then(|| abort_target(meta, now))
+        })
     }
 
     /// Kafka's `removeExpiredTransactionalIds`: ids without a transaction for
     /// `transactional.id.expiration.ms` are written as tombstones and forgotten.
     pub fn expired_ids(&mut self, now: i64) -> Vec<Transition> {
-        let mut out = Vec::new();
-        for (id, meta) in self.txns.iter_mut() {
+        let expiration_ms = self.config.id_expiration_ms;
+        self.transitions_where(|meta| {
             let idle = matches!(
                 meta.state,
                 TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
-            ) && meta.pending.is_none()
-                && now.saturating_sub(meta.last_update_ms) > self.config.id_expiration_ms;
+            ) && now.saturating_sub(meta.last_update_ms) > expiration_ms;
+            idle.then(|| StoredTxn {
+                state: TxnState::Dead,
+                ..meta.stored()
+            })
+        })
+    }
+
+    /// The transitions `target` asks for, for loaded ids with none pending, each marked
+    /// pending; in id order.
+    fn transitions_where(&mut self, target: impl Fn(&TxnMetadata) -> Option<StoredTxn>) -> Vec<Transition> {
+        let mut out = Vec::new();
+        for (id, meta) in self.txns.iter_mut() {
             let Some(PartitionStatus::Loaded(epoch)) = self.partitions.get(&meta.partition) else {
                 continue;
             };
-            if idle {
-                let mut target = meta.stored();
-                target.state = TxnState::Dead;
+            if meta.pending.is_some() {
+                continue;
+            }
+            if let Some(target) = target(meta) {
                 meta.pending = Some(target.clone());
                 out.push(Transition {
                     transactional_id: id.clone(),
