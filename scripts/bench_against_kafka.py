@@ -58,6 +58,7 @@ KAFKA_JVM_PERFORMANCE_OPTS = (
 FULL = {
     "records_2k": 500_000,
     "records_100b": 2_000_000,
+    "records_txn": 200_000,
     "rate": 20_000,
     "duration_s": 30,
     "partitions": 12,
@@ -69,6 +70,7 @@ FULL = {
 QUICK = {
     "records_2k": 2_000,
     "records_100b": 5_000,
+    "records_txn": 2_000,
     "rate": 1_000,
     "duration_s": 3,
     "partitions": 12,
@@ -305,6 +307,7 @@ def run_once(order: int, system: str, cfg: dict, paths: dict, log_dir: Path,
                "--broker-pids", ",".join(f"{i}:{p}" for i, p in pids),
                "--label", label, "--json", str(bench_json),
                "--records-2k", str(cfg["records_2k"]), "--records-100b", str(cfg["records_100b"]),
+               "--records-txn", str(cfg["records_txn"]),
                "--rate", str(cfg["rate"]), "--duration-s", str(cfg["duration_s"]),
                "--partitions", str(cfg["partitions"]), "--consumers", str(cfg["consumers"]),
                "--create-topics", "perf-max,perf-rate", *bench_security]
@@ -379,9 +382,9 @@ def _get(d, *keys):
     return d
 
 
-def _throughput(run: dict, size: int) -> dict | None:
+def _throughput(run: dict, size: int, transactional: bool = False) -> dict | None:
     for t in _get(run, "sluice_bench", "throughput") or []:
-        if t.get("record_bytes") == size:
+        if t.get("record_bytes") == size and bool(t.get("transactional")) == transactional:
             return t
     return None
 
@@ -419,6 +422,9 @@ def figures(cfg: dict) -> list[tuple[str, str, object]]:
         ("100 B: msgs/s", "higher", lambda r: _get(_throughput(r, 100), "msgs_per_s")),
         ("100 B: MB/s", "higher", lambda r: _get(_throughput(r, 100), "mb_per_s")),
         ("100 B: broker CPU-s per GB", "lower", lambda r: _get(_throughput(r, 100), "broker_cpu_s_per_gb")),
+        ("2 KB in 100 ms transactions: MB/s", "higher", lambda r: _get(_throughput(r, 2048, True), "mb_per_s")),
+        ("2 KB in 100 ms transactions: broker CPU-s per GB", "lower",
+         lambda r: _get(_throughput(r, 2048, True), "broker_cpu_s_per_gb")),
         (f"sluice-bench (rdkafka), {rate} msgs/s x 2 KB, {groups} groups committing", "", None),
         ("achieved send rate, msgs/s", "info", lambda r: _get(r, "sluice_bench", "latency", "achieved_send_rate")),
     ]
@@ -696,7 +702,7 @@ def write_outputs(result: dict, out: Path, png: Path | None) -> None:
 
 def cmd_run(a) -> int:
     cfg = dict(QUICK if a.quick else FULL)
-    for key in ("records_2k", "records_100b", "rate", "duration_s", "pp_max_records", "settle_s"):
+    for key in ("records_2k", "records_100b", "records_txn", "rate", "duration_s", "pp_max_records", "settle_s"):
         if getattr(a, key) is not None:
             cfg[key] = getattr(a, key)
     if a.no_linger0:
@@ -788,6 +794,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="SASL_SSL: each system plaintext, then TLS + SCRAM-SHA-512, the same workload")
     r.add_argument("--records-2k", type=int, help="2 KB records in sluice-bench's throughput phase")
     r.add_argument("--records-100b", type=int, help="100 B records in sluice-bench's throughput phase")
+    r.add_argument("--records-txn", type=int, help="2 KB records in sluice-bench's 100 ms transactions phase")
     r.add_argument("--rate", type=int, help="msgs/s of the latency phases")
     r.add_argument("--duration-s", type=int, help="seconds of the latency phases")
     r.add_argument("--pp-max-records", type=int, help="records of ProducerPerformance at max throughput")

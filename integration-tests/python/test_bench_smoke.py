@@ -48,7 +48,7 @@ def bench_binary() -> Path:
 def bench_json(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("bench") / "sluice.json"
     cmd = [str(bench_binary()), "--label", "sluice-smoke", "--json", str(out),
-           "--records-2k", str(RECORDS_2K), "--records-100b", str(RECORDS_100B),
+           "--records-2k", str(RECORDS_2K), "--records-100b", str(RECORDS_100B), "--records-txn", str(RECORDS_2K),
            "--rate", str(RATE), "--duration-s", str(DURATION_S), "--partitions", "3", "--consumers", "2"]
     env = {**os.environ, "SLUICE_BIN": str(sluice_binary())}
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
@@ -80,10 +80,14 @@ def test_sluice_bench_json_counts_add_up(bench_json):
     assert j["config"]["acks"] == "all" and j["config"]["consumer_groups"] == 2
     assert j["config"]["linger_ms"] == 5  # librdkafka's default, unless --linger-ms says otherwise
 
-    by_size = {t["record_bytes"]: t for t in j["throughput"]}
+    by_size = {t["record_bytes"]: t for t in j["throughput"] if not t["transactional"]}
     assert set(by_size) == {2048, 100}
-    for size, records in ((2048, RECORDS_2K), (100, RECORDS_100B)):
+    transactional = [t for t in j["throughput"] if t["transactional"]]
+    assert len(transactional) == 1 and transactional[0]["transaction_ms"] == 100, transactional
+    by_size["txn"] = transactional[0]
+    for size, records in ((2048, RECORDS_2K), (100, RECORDS_100B), ("txn", RECORDS_2K)):
         t = by_size[size]
+        size = 2048 if size == "txn" else size
         assert t["records"] == records and t["bytes"] == records * size
         assert t["secs"] > 0 and t["msgs_per_s"] > 0 and t["mb_per_s"] > 0
         assert abs(t["msgs_per_s"] * t["secs"] - records) < 1e-6 * records

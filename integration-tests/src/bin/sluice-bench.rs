@@ -7,12 +7,16 @@
 //!     the measured phase starts once every consumer has received the warm-up record of every
 //!     partition, so group joins and connection set-up are not measured,
 //!     and the producer's ack latency (send to delivery report) of the same records,
-//! (c) CPU seconds and peak RSS of every broker over each phase (from /proc).
+//! (c) CPU seconds and peak RSS of every broker over each phase (from /proc),
+//! (d) produce throughput of 2 KB records in transactions (`--records-txn N`, default 100,000;
+//!     0 skips it): one transactional producer (`transactional.id`, idempotent, acks=all)
+//!     committing a transaction every `--txn-ms` (default 100), as Kafka's ProducerPerformance
+//!     `--transaction-duration-ms` does, so its cost shows beside the idempotent-free phase (a).
 //!
 //! Usage: sluice-bench [--nodes N] [--records-2k N] [--records-100b N] [--rate MSGS_PER_S]
 //!                     [--duration-s S] [--partitions P] [--consumers C]
 //!                     [--phase all|throughput|latency] [--no-commit] [--set key=value]...
-//!                     [--json PATH] [--label NAME] [--linger-ms MS]
+//!                     [--json PATH] [--label NAME] [--linger-ms MS] [--records-txn N] [--txn-ms MS]
 //!                     [--bootstrap HOST:PORT --broker-pids ID:PID,... [--replication-factor R]]
 //!                     [--create-topics NAME,...]
 //!                     [--security PLAINTEXT|SASL_SSL [--ssl-ca PEM --sasl-username U --sasl-password-file F]]
@@ -59,6 +63,9 @@ struct Args {
     consumers: Option<usize>,
     records_2k: u64,
     records_100b: u64,
+    /// 2 KB records produced in transactions of `txn_ms` (0: no transactional phase).
+    records_txn: u64,
+    txn_ms: u64,
     rate: u64,
     duration_s: u64,
     partitions: i32,
@@ -85,6 +92,8 @@ fn parse_args() -> Result<Args> {
         consumers: None,
         records_2k: 200_000,
         records_100b: 1_000_000,
+        records_txn: 100_000,
+        txn_ms: 100,
         rate: 20_000,
         duration_s: 20,
         partitions: 3,
@@ -112,6 +121,8 @@ fn parse_args() -> Result<Args> {
             "--consumers" => a.consumers = Some(val()?.parse()?),
             "--records-2k" => a.records_2k = val()?.parse()?,
             "--records-100b" => a.records_100b = val()?.parse()?,
+            "--records-txn" => a.records_txn = val()?.parse()?,
+            "--txn-ms" => a.txn_ms = val()?.parse()?,
             "--rate" => a.rate = val()?.parse()?,
             "--duration-s" => a.duration_s = val()?.parse()?,
             "--partitions" => a.partitions = val()?.parse()?,
@@ -165,6 +176,7 @@ fn parse_args() -> Result<Args> {
         ),
     }
     ensure!(a.consumers != Some(0), "--consumers must be at least 1");
+    ensure!(a.txn_ms >= 1, "--txn-ms must be at least 1");
     ensure!(
         ["PLAINTEXT", "SASL_SSL"].contains(&a.security.as_str()),
         "--security is PLAINTEXT or SASL_SSL, not {}",
@@ -582,6 +594,8 @@ struct ThroughputRow {
     secs: f64,
     bytes: u64,
     usage: Usage,
+    /// Produced in transactions (`transactional_phase`).
+    transactional: bool,
 }
 
 fn throughput_phase(target: &Target, name: &str, topic: &str, records: u64, size: usize) -> Result<ThroughputRow> {
@@ -612,6 +626,73 @@ fn throughput_phase(target: &Target, name: &str, topic: &str, records: u64, size
         secs,
         bytes: records * size as u64,
         usage,
+        transactional: false,
+    })
+}
+
+/// 2 KB records from one transactional producer committing every `txn_ms`: the phase's
+/// throughput includes every commit (EndTxn and the markers it waits for).
+fn transactional_phase(target: &Target, name: &str, topic: &str, records: u64, txn_ms: u64) -> Result<ThroughputRow> {
+    const SIZE: usize = 2048;
+    let delivery = Arc::new(Delivery {
+        ok: AtomicU64::new(0),
+        failed: AtomicU64::new(0),
+        epoch: Instant::now(),
+        ack_ns: Mutex::new(Vec::new()),
+    });
+    let mut cfg = target.client_config();
+    cfg.set("acks", "all")
+        .set("enable.idempotence", "true")
+        .set("transactional.id", format!("sluice-bench-{}", std::process::id()))
+        .set("linger.ms", THROUGHPUT_LINGER_MS.to_string())
+        .set("batch.size", "1048576")
+        .set("queue.buffering.max.messages", "500000")
+        .set("queue.buffering.max.kbytes", "1048576")
+        .set("compression.type", "none")
+        .set("message.timeout.ms", "60000");
+    let p: BaseProducer<DeliveryContext> = cfg.create_with_context(DeliveryContext(delivery.clone()))?;
+    let timeout = Duration::from_secs(60);
+    p.init_transactions(timeout)?;
+    let payload = vec![b'x'; SIZE];
+    let every = Duration::from_millis(txn_ms);
+    let meter = Meter::start(&target.pids)?;
+    let start = Instant::now();
+    let mut transactions = 0u64;
+    p.begin_transaction()?;
+    let mut opened = Instant::now();
+    for i in 0..records {
+        send(&p, topic, &i.to_be_bytes(), &payload, UNTIMED)?;
+        if i % 1024 == 0 {
+            p.poll(Duration::ZERO);
+        }
+        if opened.elapsed() >= every {
+            p.commit_transaction(timeout)?;
+            transactions += 1;
+            p.begin_transaction()?;
+            opened = Instant::now();
+        }
+    }
+    p.commit_transaction(timeout)?;
+    transactions += 1;
+    let secs = start.elapsed().as_secs_f64();
+    let usage = meter.stop()?;
+    p.poll(Duration::ZERO);
+    let ok = delivery.ok.load(Ordering::Relaxed);
+    let failed = delivery.failed.load(Ordering::Relaxed);
+    ensure!(
+        ok == records && failed == 0,
+        "{name}: {ok} delivered, {failed} failed of {records}"
+    );
+    println!("{name}: {transactions} transactions committed");
+    Ok(ThroughputRow {
+        name: name.into(),
+        topic: topic.into(),
+        record_bytes: SIZE,
+        records,
+        secs,
+        bytes: records * SIZE as u64,
+        usage,
+        transactional: true,
     })
 }
 
@@ -870,6 +951,10 @@ fn report_json(
                 m.insert("name".into(), json!(r.name));
                 m.insert("topic".into(), json!(r.topic));
                 m.insert("record_bytes".into(), json!(r.record_bytes));
+                m.insert("transactional".into(), json!(r.transactional));
+                if r.transactional {
+                    m.insert("transaction_ms".into(), json!(args.txn_ms));
+                }
             }
             v
         })
@@ -971,6 +1056,12 @@ async fn main() -> Result<()> {
             target.create_topic(&admin, topic, args.partitions).await?;
             let name = format!("produce {label}, acks=all, RF {rf}");
             rows.push(throughput_phase(&target, &name, topic, records, size)?);
+        }
+        if args.records_txn > 0 {
+            let topic = "bench-txn-2k";
+            target.create_topic(&admin, topic, args.partitions).await?;
+            let name = format!("2 KB, {} ms transactions, RF {rf}", args.txn_ms);
+            rows.push(transactional_phase(&target, &name, topic, args.records_txn, args.txn_ms)?);
         }
     }
     let latency = if args.phase != "throughput" {
