@@ -5,12 +5,14 @@
 //! `soak: N schedules, A acknowledged, L lost, V invariant violations`. Exits 1 if L or V > 0.
 //!
 //! Usage: sluice-soak --schedules N [--seed S] [--duration-s D] [--rate MSGS_PER_S]
-//!                    [--partitions] [--overlap] [--secure]
+//!                    [--partitions] [--overlap] [--secure] [--transactions]
 //! Schedule i uses seed S+i; S defaults to the clock (printed). `--duration-s` is the span in
 //! which faults start (default 12); `--partitions` adds network partition faults (needs the
 //! partitionable cluster); `--overlap` lets two process faults overlap; `--secure` runs every
 //! schedule on a SASL_SSL-only cluster (SCRAM users, ACLs, a test CA) and adds certificate
-//! rotations and SCRAM credential changes to the faults. Run it through `scripts/soak.sh`,
+//! rotations and SCRAM credential changes to the faults; `--transactions` adds transactional
+//! producers committing and aborting at random and checks Jepsen's anomalies for them
+//! (`faults::transactions`), reported per schedule and in the last line. Run it through `scripts/soak.sh`,
 //! which builds the release binaries first (see docs/soak.md).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -49,6 +51,7 @@ fn parse_args() -> Result<Args> {
             "--partitions" => options.schedule.partitions = true,
             "--overlap" => options.schedule.overlap = true,
             "--secure" => options.schedule.secure = true,
+            "--transactions" => options.transactions = true,
             "-h" | "--help" => {
                 println!("see the header of integration-tests/src/bin/sluice-soak.rs and docs/soak.md");
                 std::process::exit(0);
@@ -59,6 +62,10 @@ fn parse_args() -> Result<Args> {
     let schedules = schedules.context("--schedules N is required: how many schedules to run")?;
     ensure!(schedules >= 1, "--schedules must be at least 1");
     ensure!(options.rate_per_s >= 1, "--rate must be at least 1");
+    ensure!(
+        !(options.transactions && options.schedule.secure),
+        "--transactions does not run on a --secure cluster yet (its users have no transactional-id ACLs): run them separately"
+    );
     Ok(Args {
         schedules,
         seed,
@@ -84,6 +91,9 @@ fn main() -> Result<()> {
     if args.options.schedule.secure {
         flags.push_str(" --secure");
     }
+    if args.options.transactions {
+        flags.push_str(" --transactions");
+    }
     let span = args.options.schedule.span.as_secs_f64();
     flags.push_str(&format!(" --duration-s {span}"));
     println!(
@@ -91,6 +101,7 @@ fn main() -> Result<()> {
         args.schedules, args.options.rate_per_s
     );
     let (mut acknowledged, mut lost, mut violations) = (0u64, 0u64, 0u64);
+    let mut txn = sluice_integration_tests::faults::transactions::TxnReport::default();
     let mut failed = Vec::new();
     for i in 0..args.schedules {
         let seed = first.wrapping_add(i);
@@ -99,6 +110,9 @@ fn main() -> Result<()> {
         acknowledged += outcome.acknowledged;
         lost += outcome.lost;
         violations += outcome.violations.len() as u64;
+        if let Some(t) = &outcome.txn {
+            txn.add(t);
+        }
         if !outcome.passed() {
             println!("{}", outcome.details());
             println!("replay: scripts/soak.sh --schedules 1 --seed {seed}{flags}");
@@ -108,11 +122,15 @@ fn main() -> Result<()> {
     if !failed.is_empty() {
         println!("failed seeds: {failed:?}");
     }
+    let txn_line = match args.options.transactions {
+        true => format!("; {}", txn.line()),
+        false => String::new(),
+    };
     println!(
-        "soak: {} schedules, {acknowledged} acknowledged, {lost} lost, {violations} invariant violations",
+        "soak: {} schedules, {acknowledged} acknowledged, {lost} lost, {violations} invariant violations{txn_line}",
         args.schedules
     );
-    if lost > 0 || violations > 0 {
+    if lost > 0 || violations > 0 || txn.anomalies() > 0 {
         std::process::exit(1);
     }
     Ok(())

@@ -20,6 +20,8 @@
 //!   certificate per node) and its two faults, certificate rotation and SCRAM changes;
 //! - `soak.rs`: one schedule run against the workload and two consumer groups on a fresh
 //!   cluster, with the checks as an outcome instead of a failure (`sluice-soak`, `docs/soak.md`);
+//! - `transactions.rs`: the soak's transactional workload (`--transactions`) and its checker of
+//!   Jepsen's anomalies (lost writes, duplicates, aborted reads, torn transactions, order);
 //! - `net.rs`: network partitions ([`Net`]): each node of a cluster started with
 //!   [`Cluster::start_partitionable`] in its own network namespace, and nftables rules that drop
 //!   packets between them (isolate, split, one way, one port) until healed;
@@ -32,6 +34,7 @@ mod power;
 pub mod schedule;
 pub mod secure;
 pub mod soak;
+pub mod transactions;
 mod workload;
 
 pub use final_log::{

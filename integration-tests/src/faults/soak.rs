@@ -30,6 +30,7 @@ use super::{
     check_consumed_records_in_final_log, create_topic, mark_client_resends, read_final_log_as, report_resent_by_client,
     workload_producer_config, Workload, FAST_FAILOVER,
 };
+use super::transactions::{self, TxnReport, TxnWorkload, TXN_TOPIC};
 use crate::clients::{self, wait_until};
 use crate::groups::{check_group_received, committed_offsets_as, member_config, GroupMember, MemberLog, Received};
 use crate::{retry_port_races, ClientSecurity, Cluster};
@@ -59,6 +60,8 @@ pub struct SoakOptions {
     /// Print the nodes' log tails when the cluster is dropped (tests); off for the soak binary,
     /// which keeps them in the outcome of a failed schedule instead.
     pub report_on_drop: bool,
+    /// Run the transactional workload too (`--transactions`) and check its anomalies.
+    pub transactions: bool,
 }
 
 impl Default for SoakOptions {
@@ -67,6 +70,7 @@ impl Default for SoakOptions {
             schedule: ScheduleOptions::default(),
             rate_per_s: 1000,
             report_on_drop: false,
+            transactions: false,
         }
     }
 }
@@ -96,6 +100,8 @@ pub struct ScheduleOutcome {
     /// Per node, the last broker log lines, if the schedule failed.
     pub log_tails: Vec<String>,
     pub elapsed: Duration,
+    /// The transactional workload's figures and anomalies (`--transactions`).
+    pub txn: Option<TxnReport>,
 }
 
 impl ScheduleOutcome {
@@ -103,7 +109,7 @@ impl ScheduleOutcome {
         self.schedule.seed
     }
     pub fn passed(&self) -> bool {
-        self.lost == 0 && self.violations.is_empty()
+        self.lost == 0 && self.violations.is_empty() && self.txn.is_none_or(|t| t.anomalies() == 0)
     }
     /// One line: seed, faults and figures.
     pub fn line(&self) -> String {
@@ -118,8 +124,9 @@ impl ScheduleOutcome {
                 self.certificate_checks, self.scram_checks
             ),
         };
+        let txn = self.txn.map(|t| format!("; {}", t.line())).unwrap_or_default();
         format!(
-            "seed {}: {} faults injected [{}]{checks}; {} acknowledged, {} lost, {} invariant violations{resent}; {:.1} s",
+            "seed {}: {} faults injected [{}]{checks}; {} acknowledged, {} lost, {} invariant violations{resent}{txn}; {:.1} s",
             self.seed(),
             self.injected,
             self.schedule.summary(),
@@ -158,6 +165,7 @@ pub fn run_schedule(seed: u64, options: &SoakOptions) -> ScheduleOutcome {
         violations: Vec::new(),
         log_tails: Vec::new(),
         elapsed: Duration::ZERO,
+        txn: None,
     };
     let mut secure = match options.schedule.secure {
         false => None,
@@ -262,6 +270,16 @@ fn run_on(
         producer_config,
         &login(READER),
     )?;
+    let txn_workload = match options.transactions {
+        false => None,
+        true => {
+            create_topic(cluster, 1, TXN_TOPIC, partitions, 3, &[("min.insync.replicas", "2")])?;
+            cluster.await_full_isr(TXN_TOPIC, Duration::from_secs(20))?;
+            let config = clients::secured(txn_producer_config(&bootstrap), &login(PRODUCER));
+            Some(TxnWorkload::start(config, TXN_TOPIC, partitions, out.schedule.seed))
+        }
+    };
+    let txn_reader = login(READER);
     let started = Instant::now();
     workload
         .await_progress_since(started, PROGRESS, Duration::from_secs(20))
@@ -273,7 +291,33 @@ fn run_on(
     if let Err(e) = workload.await_progress_since(healed_at, PROGRESS, RECOVERY_TIMEOUT) {
         out.violations.push(format!("recovery after healing: {e:#}"));
     }
+    if let Some(txn_workload) = txn_workload {
+        let txns = txn_workload.stop();
+        if txns.is_empty() {
+            out.violations
+                .push("the transactional workload completed no transaction: nothing was checked".to_string());
+        }
+        let reader = clients::secured(clients::consumer_config(&bootstrap), &txn_reader);
+        match transactions::check(reader, TXN_TOPIC, partitions, &txns) {
+            Ok(report) => out.txn = Some(report),
+            Err(e) => out.violations.push(format!("checking the transactions: {e:#}")),
+        }
+    }
     check_all(cluster, workload, groups, healed_at, partitions, out)
+}
+
+/// The transactional producers' settings: idempotent, `acks=all`, bounded retries of each call.
+fn txn_producer_config(bootstrap: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", bootstrap)
+        .set("client.id", "soak-tx")
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", "5")
+        // librdkafka requires it no longer than transaction.timeout.ms.
+        .set("message.timeout.ms", "10000")
+        .set("log_level", "3");
+    c
 }
 
 /// The nodes a fault currently holds (down, frozen or cut off), and by whom.
