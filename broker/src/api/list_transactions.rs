@@ -40,13 +40,12 @@ pub fn handle(broker: &Broker, session: &Session, request: ListTransactionsReque
             }
         },
     };
+    if !request.state_filters.is_empty() && states.is_empty() {
+        // Every state named is unknown: nothing can match (Kafka answers an empty list).
+        return ListTransactionsResponse::default().with_unknown_state_filters(unknown);
+    }
     let filter = ListFilter {
-        // Every state name unknown: nothing can match (Kafka answers an empty list).
-        states: if !request.state_filters.is_empty() && states.is_empty() {
-            return ListTransactionsResponse::default().with_unknown_state_filters(unknown);
-        } else {
-            states
-        },
+        states,
         producer_ids: request.producer_id_filters.iter().map(|p| p.0).collect(),
         min_duration_ms: request.duration_filter,
     };

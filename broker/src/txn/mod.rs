@@ -44,8 +44,8 @@ use coordinator::{
 };
 use markers::MarkerChannels;
 
-/// How often timed-out transactions and expired ids are looked for, at most.
-const TICK: Duration = Duration::from_millis(500);
+/// How often the timers wake; each check runs at its own interval, at this granularity.
+const TICK: Duration = Duration::from_millis(100);
 /// Wait between rounds of markers that could not all be written yet.
 const MARKER_RETRY: Duration = Duration::from_millis(100);
 
@@ -293,7 +293,7 @@ impl TransactionManager {
                 _ = ticker.tick() => {}
             }
             let mut due = Vec::new();
-            if last_abort.elapsed() >= abort_every.min(TICK * 2) {
+            if last_abort.elapsed() >= abort_every {
                 last_abort = tokio::time::Instant::now();
                 due.extend(self.coordinator.lock().expired_transactions(now_ms()));
             }
