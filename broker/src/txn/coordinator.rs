@@ -277,6 +277,23 @@ impl TransactionCoordinator {
         }
     }
 
+    /// The id's metadata, served here, with the coordinator's (partition, epoch), once the
+    /// request's producer id and epoch are its current ones (Kafka's checks, in its order).
+    fn producer_of(
+        &mut self,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+    ) -> Result<(i32, i32, &mut TxnMetadata), ResponseError> {
+        let (partition, coordinator_epoch) = self.serving(transactional_id)?;
+        let meta = self
+            .txns
+            .get_mut(transactional_id)
+            .ok_or(ResponseError::InvalidProducerIdMapping)?;
+        meta.check_producer(producer_id, producer_epoch)?;
+        Ok((partition, coordinator_epoch, meta))
+    }
+
     /// InitProducerId for a transactional id (Kafka's `handleInitProducerId`). `expected` is
     /// the producer id and epoch a producer recovering from an error names (KIP-360);
     /// `fresh_producer_id` a newly allocated id, given when a call asked for one.
@@ -380,12 +397,7 @@ impl TransactionCoordinator {
         partitions: &[(String, i32)],
         now: i64,
     ) -> Result<Option<Transition>, ResponseError> {
-        let (partition, coordinator_epoch) = self.serving(transactional_id)?;
-        let meta = self
-            .txns
-            .get_mut(transactional_id)
-            .ok_or(ResponseError::InvalidProducerIdMapping)?;
-        meta.check_producer(producer_id, producer_epoch)?;
+        let (partition, coordinator_epoch, meta) = self.producer_of(transactional_id, producer_id, producer_epoch)?;
         if meta.busy() {
             return Err(ResponseError::ConcurrentTransactions);
         }
@@ -449,12 +461,7 @@ impl TransactionCoordinator {
         commit: bool,
         now: i64,
     ) -> Result<Option<Transition>, ResponseError> {
-        let (partition, coordinator_epoch) = self.serving(transactional_id)?;
-        let meta = self
-            .txns
-            .get_mut(transactional_id)
-            .ok_or(ResponseError::InvalidProducerIdMapping)?;
-        meta.check_producer(producer_id, producer_epoch)?;
+        let (partition, coordinator_epoch, meta) = self.producer_of(transactional_id, producer_id, producer_epoch)?;
         if meta.pending.is_some() {
             return Err(ResponseError::ConcurrentTransactions);
         }
