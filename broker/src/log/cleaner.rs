@@ -296,6 +296,10 @@ impl LogCleaner {
                 if full_at.is_some() || header.last_offset() < first_dirty || header.is_control() {
                     return Ok(());
                 }
+                // An aborted transaction's records never replace a key's committed value.
+                if header.is_transactional() && to_clean.is_aborted(header.producer_id, header.base_offset) {
+                    return Ok(());
+                }
                 for record in stored_records(header, batch, max_message_bytes)?.iter() {
                     let offset = header.base_offset.saturating_add(i64::from(record.offset_delta));
                     if full_at.is_some() || offset < first_dirty {

@@ -26,6 +26,9 @@ pub struct LogToClean {
     pub(super) segments: Vec<CleanableSegment>,
     /// The log's truncation count when the snapshot was taken.
     pub(super) truncations: u64,
+    /// Aborted transactions overlapping the cleanable segments: their records never stand
+    /// for their keys in the offset map, so an aborted write cannot replace a committed one.
+    pub(super) aborted: Vec<crate::log::txn_index::AbortedTxn>,
 }
 
 impl LogToClean {
@@ -36,6 +39,7 @@ impl LogToClean {
         first_dirty_offset: i64,
         segments: Vec<CleanableSegment>,
         truncations: u64,
+        aborted: Vec<crate::log::txn_index::AbortedTxn>,
     ) -> LogToClean {
         LogToClean {
             name,
@@ -44,7 +48,16 @@ impl LogToClean {
             first_dirty_offset,
             segments,
             truncations,
+            aborted,
         }
+    }
+
+    /// Whether a transactional batch of `producer_id` at `offset` belongs to an aborted
+    /// transaction (Kafka's cleaner skips those when it builds its offset map).
+    pub(super) fn is_aborted(&self, producer_id: i64, offset: i64) -> bool {
+        self.aborted
+            .iter()
+            .any(|t| t.producer_id == producer_id && t.first_offset <= offset && offset <= t.last_offset)
     }
 
     /// Where the dirty section starts.

@@ -459,12 +459,12 @@ impl Partition {
     /// What the log cleaner may compact in this replica's log below its high watermark, `None`
     /// unless `cleanup.policy` includes `compact`. `first_dirty_offset` is the cleaner checkpoint.
     pub fn log_to_clean(&self, first_dirty_offset: Option<i64>, now_ms: i64) -> Result<Option<LogToClean>, LogError> {
-        let high_watermark = self.high_watermark();
+        let last_stable = self.last_stable_offset();
         let log = self.log.lock();
         if !log.config().cleanup_policy_compact {
             return Ok(None);
         }
-        log.log_to_clean(first_dirty_offset, high_watermark, now_ms).map(Some)
+        log.log_to_clean(first_dirty_offset, last_stable, now_ms).map(Some)
     }
 
     /// One compaction pass over `to_clean` (from [`Partition::log_to_clean`]). The log's lock is

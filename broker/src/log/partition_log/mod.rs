@@ -286,13 +286,15 @@ impl PartitionLog {
     pub fn log_to_clean(
         &self,
         first_dirty_offset: Option<i64>,
-        high_watermark: i64,
+        last_stable_offset: i64,
         now_ms: i64,
     ) -> Result<LogToClean, LogError> {
         let first_dirty = first_dirty_offset
             .filter(|o| (self.log_start_offset..=self.log_end_offset).contains(o))
             .unwrap_or(self.log_start_offset);
-        let mut uncleanable = self.active.base_offset().min(high_watermark);
+        // Below the last stable offset only (Kafka's firstUncleanableOffset): a transaction
+        // still open must not have its records stand for their keys before it is decided.
+        let mut uncleanable = self.active.base_offset().min(last_stable_offset);
         if self.config.min_compaction_lag_ms > 0 {
             for segment in &self.inactive {
                 if now_ms.saturating_sub(segment.largest_timestamp_ms()?) < self.config.min_compaction_lag_ms {
@@ -312,6 +314,8 @@ impl PartitionLog {
                 next_base_offset: next_base,
             });
         }
+        let cleanable_end = segments.last().map_or(first_dirty, |s| s.next_base_offset);
+        let aborted = self.collect_aborted_txns(self.log_start_offset, cleanable_end);
         Ok(LogToClean::new(
             self.name.clone(),
             self.dir.clone(),
@@ -319,6 +323,7 @@ impl PartitionLog {
             first_dirty,
             segments,
             self.truncations,
+            aborted,
         ))
     }
 

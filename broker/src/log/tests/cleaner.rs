@@ -547,3 +547,45 @@ fn leftover_cleaned_files_are_deleted_and_swap_files_completed_on_open() {
     let log = open(root.path(), compacted());
     assert_eq!(records(&log), expected);
 }
+
+/// The same key written by a committed plain batch and then by a transactional batch whose
+/// transaction was aborted: the cleaner keeps the committed value (Kafka's cleaner leaves
+/// aborted records out of its offset map), so reading the key afterwards still finds it.
+#[test]
+fn an_aborted_transactions_record_never_replaces_a_committed_one() {
+    use crate::log::txn_index::AbortedTxn;
+    let dir = tempfile::tempdir().unwrap();
+    let log = Mutex::new(PartitionLog::open(dir.path(), compacted(), T0).unwrap());
+    {
+        let mut log = log.lock();
+        append_records(&mut log, &[("k", Some("committed"))], T0);
+        let records = [TestRecord {
+            key: Some(b"k"),
+            value: Some(b"aborted"),
+            timestamp_delta_ms: 0,
+        }];
+        let mut batch = encode_batch(0, T0, &records);
+        batch[21..23].copy_from_slice(&0x10i16.to_be_bytes()); // transactional
+        batch[43..51].copy_from_slice(&7i64.to_be_bytes()); // producer id 7
+        let crc = crc32c::crc32c(&batch[CRC_COVERED_FROM..]);
+        batch[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+        let aborted_at = log.append(&mut batch, T0).unwrap().base_offset;
+        // Stands where the abort marker would be (the index takes only offsets in the log).
+        let marker_at = append_records(&mut log, &[("other", Some("x"))], T0);
+        log.append_aborted_txn(AbortedTxn {
+            producer_id: 7,
+            first_offset: aborted_at,
+            last_offset: marker_at,
+            last_stable_offset: aborted_at,
+        })
+        .unwrap();
+        seal(&mut log);
+    }
+    let end = log.lock().log_end_offset();
+    clean(&log, &mut cleaner(1 << 20), None, end, T0);
+    let kept = records(&log.lock());
+    assert!(
+        kept.iter().any(|(o, k, v)| *o == 0 && k == "k" && v.as_deref() == Some("committed")),
+        "the committed value of k was cleaned away: {kept:?}"
+    );
+}
