@@ -11,7 +11,8 @@
 # scripts/bench.sh --against-kafka [--quick] [--out PATH] [--png PATH] [--order sluice,kafka,...]
 # runs a 3-node Sluice cluster and a 3-node Apache Kafka cluster (jars fetched by
 # scripts/java-lib.sh, 1 GB heap per node) in turn, A B B A, with sluice-bench and Kafka's
-# ProducerPerformance against each, and prints one table of both and their ratios
+# ProducerPerformance against each (both also in 100 ms transactions, beside their
+# non-transactional figures), and prints one table of both and their ratios
 # (scripts/bench_against_kafka.py; docs/performance.md). It writes
 # bench-results/against-kafka-<UTC>.json and a PNG of latency percentiles beside it.
 # --quick is a smoke run: tiny counts, a few seconds per phase.

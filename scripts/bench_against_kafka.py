@@ -3,15 +3,20 @@
 
     run     starts a 3-node Sluice cluster and a 3-node Kafka cluster (KRaft, 1 GB heap per
             node) in turn, A B B A, and drives each with the same clients: sluice-bench
-            (rdkafka: max acks=all throughput at 2 KB and 100 B, then producer-ack and
-            end-to-end latency at the seed load with two consumer groups committing) and
-            Kafka's own ProducerPerformance (2 KB acks=all, max throughput and at the seed
-            rate). Writes one JSON result and a PNG of latency percentiles, prints one table.
+            (rdkafka: max acks=all throughput at 2 KB, at 100 B and at 2 KB in 100 ms
+            transactions, then producer-ack and end-to-end latency at the seed load with two
+            consumer groups committing) and Kafka's own ProducerPerformance (2 KB acks=all: max
+            throughput, idempotent as the Java client is by default; the same records with
+            --transactional-id in 100 ms transactions; and at the seed rate). The table puts
+            each client's transactional figures beside its non-transactional ones (Java:
+            throughput and ack p99, idempotent), with what transactions cost each system
+            (1 - txn/non-txn MB/s) and their ratio.
+            Writes one JSON result and a PNG of latency percentiles, prints one table.
             With --security SASL_SSL each system runs twice in its turn, plaintext and then with
             TLS and SASL SCRAM-SHA-512 on its only listener (replication too), the same workload,
             and the table is each system's figures under both and what TLS and SASL cost it.
-            --records-2k, --records-100b, --rate, --duration-s, --pp-max-records and --settle-s
-            scale a run down (or up) from the full or --quick figures.
+            --records-2k, --records-100b, --records-txn, --rate, --duration-s, --pp-max-records
+            and --settle-s scale a run down (or up) from the full or --quick figures.
     report  the table and PNG again from a result JSON, or from sluice-bench --json files
             whose --label starts with "sluice" or "kafka" (the CI smoke test does this).
 
@@ -43,6 +48,9 @@ import sluice_node  # noqa: E402  (after the path insert)
 
 SYSTEMS = ("sluice", "kafka")
 RECORD_BYTES = 2048
+# Both clients' transactional phases commit every TRANSACTION_MS (the issue's 100 ms):
+# sluice-bench's --txn-ms and ProducerPerformance's --transaction-duration-ms.
+TRANSACTION_MS = 100
 SECURITY = ("PLAINTEXT", "SASL_SSL")
 SCRAM_MECHANISM = "SCRAM-SHA-512"
 BENCH_USER = "admin"
@@ -203,16 +211,29 @@ def parse_producer_perf(output: str) -> dict:
             "p50_ms": float(p50), "p95_ms": float(p95), "p99_ms": float(p99), "p99_9_ms": float(p999)}
 
 
-def producer_perf(java_lib: Path, bootstrap: str, topic: str, records: int, rate: int,
-                  pids: list[tuple[int, int]], log: Path, client_config: Path | None = None) -> dict:
-    """One ProducerPerformance run (acks=all, 2 KB, Java client defaults otherwise; rate -1 =
-    as fast as it goes) with the brokers' CPU and peak RSS over it. `client_config` is a
-    properties file of the producer's security settings (kept out of the logged command)."""
+def producer_perf_cmd(java_lib: Path, bootstrap: str, topic: str, records: int, rate: int,
+                      client_config: Path | None = None, transactional_id: str | None = None,
+                      transaction_ms: int = TRANSACTION_MS) -> list[str]:
+    """ProducerPerformance's command line: acks=all, 2 KB, Java client defaults otherwise
+    (idempotent); with `transactional_id`, one transactional producer committing every
+    `transaction_ms`."""
     cmd = ["java", "-Xmx512m", "-cp", str(java_lib / "*"), "org.apache.kafka.tools.ProducerPerformance",
            "--topic", topic, "--num-records", str(records), "--record-size", str(RECORD_BYTES),
            "--throughput", str(rate), "--producer-props", "acks=all", f"bootstrap.servers={bootstrap}"]
     if client_config is not None:
         cmd += ["--producer.config", str(client_config)]
+    if transactional_id is not None:
+        cmd += ["--transactional-id", transactional_id, "--transaction-duration-ms", str(transaction_ms)]
+    return cmd
+
+
+def producer_perf(java_lib: Path, bootstrap: str, topic: str, records: int, rate: int,
+                  pids: list[tuple[int, int]], log: Path, client_config: Path | None = None,
+                  transactional_id: str | None = None) -> dict:
+    """One ProducerPerformance run (producer_perf_cmd; rate -1 = as fast as it goes) with the
+    brokers' CPU and peak RSS over it. `client_config` is a properties file of the producer's
+    security settings (kept out of the logged command)."""
+    cmd = producer_perf_cmd(java_lib, bootstrap, topic, records, rate, client_config, transactional_id)
     meter = Meter(pids)
     t0 = time.monotonic()
     with open(log, "w") as f:
@@ -226,6 +247,7 @@ def producer_perf(java_lib: Path, bootstrap: str, topic: str, records: int, rate
     result = parse_producer_perf(log.read_text(errors="replace"))
     gb = result["records"] * RECORD_BYTES / 1e9
     return {**result, **usage, "target_rate": rate, "record_bytes": RECORD_BYTES, "secs": secs,
+            "transaction_ms": TRANSACTION_MS if transactional_id else None,
             "broker_cpu_s_per_gb": usage["broker_cpu_s"] / gb if gb else float("nan")}
 
 
@@ -307,10 +329,10 @@ def run_once(order: int, system: str, cfg: dict, paths: dict, log_dir: Path,
                "--broker-pids", ",".join(f"{i}:{p}" for i, p in pids),
                "--label", label, "--json", str(bench_json),
                "--records-2k", str(cfg["records_2k"]), "--records-100b", str(cfg["records_100b"]),
-               "--records-txn", str(cfg["records_txn"]),
+               "--records-txn", str(cfg["records_txn"]), "--txn-ms", str(TRANSACTION_MS),
                "--rate", str(cfg["rate"]), "--duration-s", str(cfg["duration_s"]),
                "--partitions", str(cfg["partitions"]), "--consumers", str(cfg["consumers"]),
-               "--create-topics", "perf-max,perf-rate", *bench_security]
+               "--create-topics", "perf-max,perf-txn,perf-rate", *bench_security]
         log = log_dir / f"{label}-sluice-bench.log"
         say(f"  sluice-bench (log {log})")
         with open(log, "w") as f:
@@ -342,15 +364,18 @@ def run_once(order: int, system: str, cfg: dict, paths: dict, log_dir: Path,
             if p.returncode != 0:
                 run["errors"].append(f"sluice-bench --linger-ms 0 exited with {p.returncode} (log {l0_log})")
         run["producer_perf"] = {}
-        pp_phases = [("max", "perf-max", cfg["pp_max_records"], -1),
-                     ("rate", "perf-rate", cfg["rate"] * cfg["duration_s"], cfg["rate"])]
-        for name, topic, records, rate in pp_phases:
+        # "txn" is "max" again in transactions, right after it, on a fresh topic of its own.
+        pp_phases = [("max", "perf-max", cfg["pp_max_records"], -1, None),
+                     ("txn", "perf-txn", cfg["pp_max_records"], -1, f"bench-pp-{label}"),
+                     ("rate", "perf-rate", cfg["rate"] * cfg["duration_s"], cfg["rate"], None)]
+        for name, topic, records, rate, transactional_id in pp_phases:
             pp_log = log_dir / f"{label}-producer-perf-{name}.log"
             say(f"  ProducerPerformance {name} (log {pp_log})")
             try:
                 run["producer_perf"][name] = producer_perf(paths["java_lib"], bootstrap, topic, records,
                                                            rate, pids, pp_log,
-                                                           secured.java_config if secured else None)
+                                                           secured.java_config if secured else None,
+                                                           transactional_id)
             except Exception as e:  # noqa: BLE001 - recorded, the other figures still count
                 run["errors"].append(f"ProducerPerformance {name}: {e}")
         run["running_after"] = all(n.is_running() for n in nodes)
@@ -401,6 +426,14 @@ def _slowest(run: dict, key: str, q: str) -> float | None:
     return max(vals) if vals else None
 
 
+def _transaction_cost(plain: float | None, transactional: float | None) -> float | None:
+    """The share of a client's non-transactional throughput that transactions lose, in
+    percent: 1 - txn/plain (negative when the transactional run happened to be faster)."""
+    if plain is None or transactional is None or not plain:
+        return None
+    return (1 - transactional / plain) * 100
+
+
 def _peak_rss(run: dict, combine) -> float | None:
     """Over every phase of the run: `combine` (max or sum) of the nodes' peaks, largest phase."""
     phases = list(_get(run, "sluice_bench", "throughput") or [])
@@ -425,6 +458,9 @@ def figures(cfg: dict) -> list[tuple[str, str, object]]:
         ("2 KB in 100 ms transactions: MB/s", "higher", lambda r: _get(_throughput(r, 2048, True), "mb_per_s")),
         ("2 KB in 100 ms transactions: broker CPU-s per GB", "lower",
          lambda r: _get(_throughput(r, 2048, True), "broker_cpu_s_per_gb")),
+        ("2 KB transaction cost, % of MB/s (1 - txn / 2 KB, not idempotent)", "cost",
+         lambda r: _transaction_cost(_num(_get(_throughput(r, 2048), "mb_per_s")),
+                                     _num(_get(_throughput(r, 2048, True), "mb_per_s")))),
         (f"sluice-bench (rdkafka), {rate} msgs/s x 2 KB, {groups} groups committing", "", None),
         ("achieved send rate, msgs/s", "info", lambda r: _get(r, "sluice_bench", "latency", "achieved_send_rate")),
     ]
@@ -460,6 +496,18 @@ def figures(cfg: dict) -> list[tuple[str, str, object]]:
         (f"{rate} msgs/s: broker CPU-s (all nodes)", "lower", lambda r: _get(r, "producer_perf", "rate", "broker_cpu_s")),
         (f"{rate} msgs/s: broker CPU-s per GB", "lower",
          lambda r: _get(r, "producer_perf", "rate", "broker_cpu_s_per_gb")),
+        (f"ProducerPerformance (Java client), 2 KB, acks=all, max: idempotent and in "
+         f"{TRANSACTION_MS} ms transactions", "", None),
+        ("idempotent: MB/s", "higher", lambda r: _get(r, "producer_perf", "max", "mb_per_s")),
+        ("idempotent: ack p99, ms", "lower", lambda r: _get(r, "producer_perf", "max", "p99_ms")),
+        (f"{TRANSACTION_MS} ms transactions: MB/s", "higher", lambda r: _get(r, "producer_perf", "txn", "mb_per_s")),
+        (f"{TRANSACTION_MS} ms transactions: ack p99, ms", "lower",
+         lambda r: _get(r, "producer_perf", "txn", "p99_ms")),
+        (f"{TRANSACTION_MS} ms transactions: broker CPU-s per GB", "lower",
+         lambda r: _get(r, "producer_perf", "txn", "broker_cpu_s_per_gb")),
+        ("transaction cost, % of MB/s (1 - txn/idempotent)", "cost",
+         lambda r: _transaction_cost(_num(_get(r, "producer_perf", "max", "mb_per_s")),
+                                     _num(_get(r, "producer_perf", "txn", "mb_per_s")))),
         ("memory", "", None),
         ("peak RSS, largest node, MB", "lower", lambda r: _peak_rss(r, max)),
         ("peak RSS, all nodes summed, MB", "lower", lambda r: _peak_rss(r, sum)),
@@ -477,13 +525,17 @@ def _mean(values: list[float | None]) -> float | None:
 
 
 def ratio(better: str, sluice: float | None, kafka: float | None) -> float | None:
-    """> 1 means Sluice is better: Sluice/Kafka for throughput, Kafka/Sluice for costs."""
+    """> 1 means Sluice is better: Sluice/Kafka for throughput, Kafka/Sluice for costs, and
+    for a transaction cost in percent the share of throughput Sluice keeps over the share
+    Kafka keeps, (100 - Sluice's) / (100 - Kafka's): defined whatever the costs' signs."""
     if sluice is None or kafka is None:
         return None
     if better == "higher":
         return sluice / kafka if kafka else None
     if better == "lower":
         return kafka / sluice if sluice else None
+    if better == "cost":
+        return (100 - sluice) / (100 - kafka) if kafka != 100 else None
     return None
 
 
@@ -528,8 +580,9 @@ def format_table(result: dict) -> str:
         r = row["ratio"]
         lines.append(f"| {row['figure']} | " + " | ".join(cells) + f" | {'-' if r is None else f'{r:.2f}x'} |")
     lines.append("")
-    lines.append("ratio: Sluice/Kafka for throughput, Kafka/Sluice for latency, CPU and RSS "
-                 "(means of each system's runs)")
+    lines.append("ratio: Sluice/Kafka for throughput, Kafka/Sluice for latency, CPU and RSS, and for a "
+                 "transaction cost the throughput share Sluice keeps over the share Kafka keeps, "
+                 "(100 - Sluice's %) / (100 - Kafka's %) (means of each system's runs)")
     lines += _footer(result)
     return "\n".join(lines)
 
@@ -576,6 +629,8 @@ def security_figures(cfg: dict) -> list[tuple[str, str, object]]:
         ("max: MB/s", "higher", lambda r: _get(r, "producer_perf", "max", "mb_per_s")),
         ("max: broker CPU-s per GB", "lower", lambda r: _get(r, "producer_perf", "max", "broker_cpu_s_per_gb")),
         ("max: ack p99, ms", "lower", lambda r: _get(r, "producer_perf", "max", "p99_ms")),
+        (f"max in {TRANSACTION_MS} ms transactions: MB/s", "higher",
+         lambda r: _get(r, "producer_perf", "txn", "mb_per_s")),
         (f"{rate} msgs/s: ack p99, ms", "lower", lambda r: _get(r, "producer_perf", "rate", "p99_ms")),
         (f"{rate} msgs/s: broker CPU-s per GB", "lower",
          lambda r: _get(r, "producer_perf", "rate", "broker_cpu_s_per_gb")),
@@ -726,6 +781,7 @@ def cmd_run(a) -> int:
         "tool": "bench_against_kafka", "schema": 1, "quick": a.quick, "started_utc": utc_stamp(),
         "machine": machine_info(), "versions": versions(paths["sluice_bin"], paths["java_lib"]),
         "config": {**cfg, "nodes": 3, "replication_factor": 3, "acks": "all", "record_bytes_latency": RECORD_BYTES,
+                   "transaction_ms": TRANSACTION_MS,
                    "consumer_groups": cfg["consumers"], "order": order, "security": a.security,
                    "kafka_heap_opts": KAFKA_HEAP_OPTS, "kafka_jvm_performance_opts": KAFKA_JVM_PERFORMANCE_OPTS},
         "runs": [],
@@ -797,7 +853,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--records-txn", type=int, help="2 KB records in sluice-bench's 100 ms transactions phase")
     r.add_argument("--rate", type=int, help="msgs/s of the latency phases")
     r.add_argument("--duration-s", type=int, help="seconds of the latency phases")
-    r.add_argument("--pp-max-records", type=int, help="records of ProducerPerformance at max throughput")
+    r.add_argument("--pp-max-records", type=int,
+                   help="records of ProducerPerformance at max throughput, idempotent and again in "
+                        f"{TRANSACTION_MS} ms transactions (--transactional-id)")
     r.add_argument("--settle-s", type=int, help="longest wait for the load average to drop before a run")
     r.add_argument("--no-linger0", action="store_true", help="skip the linger.ms=0 latency phase")
     r.set_defaults(func=cmd_run)

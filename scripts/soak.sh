@@ -3,12 +3,17 @@
 # 3-node cluster of release `sluice` brokers with the recorded acks=all idempotent workload and
 # two consumer groups committing, and checks the invariants after each (docs/soak.md).
 #   scripts/soak.sh --schedules N [--seed S] [--duration-s D] [--rate R] [--partitions] [--overlap] [--secure]
+#                   [--transactions]
 # Schedule i uses seed S+i (S defaults to the clock and is printed); a failed schedule prints
 # itself and the command that replays it. The last line reads
 #   soak: N schedules, A acknowledged, L lost, V invariant violations
 # and the exit status is non-zero if L or V is. --secure runs the schedules on a SASL_SSL-only
 # cluster (SCRAM users with ACLs, certificates from a test CA) and adds certificate rotations
-# and SCRAM credential changes to the faults.
+# and SCRAM credential changes to the faults. --transactions adds transactional producers and a
+# consume-transform-produce stage copying their topic in transactions, aims faults at their
+# coordinators and leaders, and adds Jepsen's anomalies for both (lost writes, duplicates,
+# aborted reads, torn transactions, non-monotonic sends and polls, G1c cycles) to each
+# schedule's line and the last one; any of them makes the exit status non-zero.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGET_DIR=$(cargo metadata --no-deps --format-version 1 2>/dev/null \

@@ -114,6 +114,7 @@ step "module layers (no import circles)" python3 scripts/check-module-cycles.py 
 step "system packages" install_system_packages || true
 step "python venv (.venv) + pinned deps" bash scripts/python-venv.sh || true
 step "Kafka Java client + CLI tools (Maven)" bash scripts/java-lib.sh || true
+step "Kafka Streams application (Maven, javac)" bash scripts/java-streams.sh || true
 # sluice-demo: test_compose_topology.py runs docker-compose.secure.yml's `acls` service with it
 # (cargo test builds it anyway, for the demo's own tests).
 if step "cargo build --release sluice, sluice-bench, sluice-lazyfs, sluice-demo" cargo build --release -p sluice-broker -p sluice-integration-tests -p sluice-lazyfs -p sluice-demo --bin sluice --bin sluice-bench --bin sluice-lazyfs --bin sluice-demo; then

@@ -242,7 +242,9 @@ impl Broker {
         if !*self.registered.borrow() {
             return;
         }
-        self.replicas.wait_reconciled_to(self.metadata.image().last_offset).await;
+        self.replicas
+            .wait_reconciled_to(self.metadata.image().last_offset)
+            .await;
     }
 }
 
@@ -347,7 +349,9 @@ async fn add_scram_users(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool
         match broker.commit(command.clone()).await {
             Ok((image, _)) => {
                 for c in &upsertions {
-                    if existing.has_scram_user(&c.user) || !image.scram_credentials.contains_key(&(c.user.clone(), c.mechanism)) {
+                    if existing.has_scram_user(&c.user)
+                        || !image.scram_credentials.contains_key(&(c.user.clone(), c.mechanism))
+                    {
                         tracing::info!(user = %c.user, "--add-scram: the cluster already has this user; left it unchanged (change passwords with kafka-configs --alter --entity-type users)");
                     } else {
                         tracing::info!(user = %c.user, mechanism = c.mechanism.name(), "--add-scram: created the SCRAM user");

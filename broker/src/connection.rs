@@ -34,13 +34,13 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use kafka_protocol::messages::ApiKey;
 use sluice_protocol::frame::{peek_frame_size, FrameError, SIZE_PREFIX_LEN};
+use sluice_protocol::request::Request;
 use sluice_protocol::request::{
     decode_request, encode_api_versions_too_new, encode_response, encode_response_frame, RequestError,
 };
 use sluice_protocol::response_frame::ResponseFrame;
-use sluice_protocol::ResponseBody;
-use sluice_protocol::request::Request;
 use sluice_protocol::RequestBody;
+use sluice_protocol::ResponseBody;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
@@ -182,7 +182,10 @@ pub async fn accept(
             return;
         }
     };
-    let sasl = broker.security.listener(&listener).is_some_and(|l| l.protocol.uses_sasl());
+    let sasl = broker
+        .security
+        .listener(&listener)
+        .is_some_and(|l| l.protocol.uses_sasl());
     if !sasl {
         // On an SSL listener the client is its certificate (or ANONYMOUS without one).
         match tls::certificate_principal(&tls.principal_rules, stream.get_ref().1.peer_certificates()) {
@@ -320,7 +323,8 @@ async fn serve<R, W>(
                         _ => unreachable!("is_sasl matched"),
                     };
                     counted.set_principal(&session.principal);
-                    match send_sasl_reply(&queue, &owed, reply, version, correlation_id, received, &mut shutdown).await {
+                    match send_sasl_reply(&queue, &owed, reply, version, correlation_id, received, &mut shutdown).await
+                    {
                         Ok(()) => continue,
                         Err(reason) => break reason,
                     }
@@ -422,11 +426,17 @@ async fn send_sasl_reply(
         }
         Some(SaslResponse::Handshake(r)) => (
             ApiKey::SaslHandshake as i16,
-            Some(encode_response(version, correlation_id, &ResponseBody::SaslHandshake(r)).map_err(|e| Some(e.to_string()))?),
+            Some(
+                encode_response(version, correlation_id, &ResponseBody::SaslHandshake(r))
+                    .map_err(|e| Some(e.to_string()))?,
+            ),
         ),
         Some(SaslResponse::Authenticate(r)) => (
             ApiKey::SaslAuthenticate as i16,
-            Some(encode_response(version, correlation_id, &ResponseBody::SaslAuthenticate(r)).map_err(|e| Some(e.to_string()))?),
+            Some(
+                encode_response(version, correlation_id, &ResponseBody::SaslAuthenticate(r))
+                    .map_err(|e| Some(e.to_string()))?,
+            ),
         ),
     };
     if let Some(bytes) = bytes {

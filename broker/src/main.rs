@@ -139,7 +139,9 @@ async fn run(mut config: BrokerConfig) -> Result<(), String> {
         None => None,
     };
     let security = sluice_broker::security::Security::load(&config)?;
-    let broker = Broker::open(config, security.clone()).await.map_err(|e| e.to_string())?;
+    let broker = Broker::open(config, security.clone())
+        .await
+        .map_err(|e| e.to_string())?;
     tracing::info!(
         node_id = broker.config.node_id,
         listeners = %broker.config.listeners.describe_bound(),
@@ -170,9 +172,16 @@ async fn run(mut config: BrokerConfig) -> Result<(), String> {
         )));
     }
     let serving = tokio::spawn(server::run(broker.clone(), listeners, stopped));
+    let mut failure = None;
     tokio::select! {
         _ = sigterm.recv() => tracing::info!("SIGTERM received; shutting down"),
         _ = sigint.recv() => tracing::info!("SIGINT received; shutting down"),
+        broken = sluice_broker::invariant::stop_requested() => {
+            tracing::error!("shutting down: {broken}");
+            failure = Some(format!(
+                "stopped because an invariant does not hold ({broken}); this is a bug in sluice: report it with this log, then restart the node"
+            ));
+        }
         // Without its quorum member this node's metadata no longer changes: serving it would
         // hand clients a frozen view (stale leaders, missing topics), so stop instead.
         exit = broker.metadata.quorum_stopped() => {
@@ -209,5 +218,5 @@ async fn run(mut config: BrokerConfig) -> Result<(), String> {
         None => tracing::warn!("requests still hold the broker; the metadata quorum stops with the process"),
     }
     tracing::info!("shutdown complete");
-    Ok(())
+    failure.map_or(Ok(()), Err)
 }

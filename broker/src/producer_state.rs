@@ -13,6 +13,14 @@
 //! A transaction opens with the producer's first transactional data batch while none is open
 //! (base sequence -1 included: TxnOffsetCommit's batches to `__consumer_offsets` carry no
 //! sequence but belong to the transaction all the same) and closes with its marker.
+//!
+//! KIP-890 part 1: a producer's first transactional batch on a partition is appended only once
+//! its coordinator has said the partition is in its open transaction, so a late write (a
+//! retry that arrives after the transaction's marker) cannot open a transaction the
+//! coordinator knows nothing of, one that would hold the last stable offset forever. The
+//! leader takes a [`VerificationGuard`] before it asks and presents it with the append; any
+//! transactional append or marker of that producer in between drops the guard, so an answer
+//! about a transaction that has since ended (the ABA case) no longer admits the batch.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -21,7 +29,7 @@ use sluice_protocol::batch::BatchHeader;
 use sluice_protocol::control::{ControlType, EndTxnMarker};
 
 pub mod snapshot;
-use snapshot::SnapshotEntry;
+use snapshot::{SnapshotBatch, SnapshotEntry};
 
 /// Batches remembered per producer: the Java client keeps at most 5 in flight per partition.
 pub const BATCHES_PER_PRODUCER: usize = 5;
@@ -34,6 +42,27 @@ struct BatchMetadata {
     last_seq: i32,
     base_offset: i64,
     last_offset: i64,
+}
+
+/// Verifications in progress remembered per partition before the oldest is dropped (its
+/// append is then refused and the producer retries).
+pub const MAX_VERIFICATIONS_PER_PARTITION: usize = MAX_PRODUCERS_PER_PARTITION;
+
+/// A verification of a producer's first transactional write here, as the leader started it
+/// (Kafka's `VerificationGuard`): unique per partition, so an old answer never matches a new
+/// verification.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VerificationGuard(u64);
+
+/// What a leader append presents for its transactional batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnVerification {
+    /// Not checked: the broker's own appends (its coordinators'), and clients' when
+    /// `transaction.partition.verification.enable` is off.
+    Unchecked,
+    /// A producer's batch may open a transaction here only with the guard its coordinator's
+    /// answer was for (`None`: no verification was made, so it may only join an open one).
+    Checked(Option<VerificationGuard>),
 }
 
 /// Kafka's "no coordinator epoch seen yet".
@@ -111,6 +140,21 @@ pub enum SequenceCheck {
     Duplicate { base_offset: i64 },
 }
 
+/// A verification in progress (Kafka's `VerificationStateEntry`): its guard, and the lowest
+/// sequence a batch waiting on it carries at the epoch it was asked for. A later batch of the
+/// producer may not open the transaction ahead of an earlier one still waiting (a client with
+/// several requests in flight retries the earlier one when its verification fails).
+#[derive(Debug, Clone, Copy)]
+struct Verifying {
+    guard: VerificationGuard,
+    epoch: i16,
+    lowest_sequence: i32,
+    /// Transactions v2 (the coordinator adds the partition): the producer's epoch was bumped
+    /// by the EndTxn of its previous transaction, whose marker, at this same epoch, may reach
+    /// the partition while this verification waits; it does not end this transaction.
+    bumped_epoch: bool,
+}
+
 #[derive(Debug, Default)]
 pub struct ProducerStateManager {
     producers: HashMap<i64, ProducerEntry>,
@@ -118,6 +162,9 @@ pub struct ProducerStateManager {
     /// Open transactions by first offset → producer id (Kafka's `ongoingTxns`): the first key
     /// is the first unstable offset.
     ongoing: BTreeMap<i64, i64>,
+    /// Producers whose first transactional write here is being verified, with their guard.
+    verifications: HashMap<i64, Verifying>,
+    next_guard: u64,
 }
 
 /// INVALID_PRODUCER_EPOCH for a batch or marker from an epoch older than the producer's.
@@ -201,6 +248,107 @@ impl ProducerStateManager {
         }
     }
 
+    /// Whether `producer_id` has a transaction open on this partition at `producer_epoch`
+    /// (Kafka's `hasOngoingTransaction`). A transactions v2 producer bumps its
+    /// epoch at every EndTxn, so its next transaction's first write may arrive before the
+    /// previous one's marker; it must be verified (the coordinator refuses it until the marker
+    /// is written), not taken as part of the transaction still open here.
+    pub fn has_ongoing_txn(&self, producer_id: i64, producer_epoch: i16) -> bool {
+        self.producers
+            .get(&producer_id)
+            .is_some_and(|e| e.current_txn_first_offset.is_some() && e.epoch == producer_epoch)
+    }
+
+    /// Starts (or joins) the verification of `producer_id`'s first transactional write here:
+    /// `None` when it has a transaction open (nothing to verify), else the guard the append
+    /// must present once the coordinator has answered.
+    pub fn start_verification(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+        sequence: i32,
+        bumped_epoch: bool,
+    ) -> Option<VerificationGuard> {
+        if self.has_ongoing_txn(producer_id, producer_epoch) {
+            return None;
+        }
+        if let Some(v) = self.verifications.get_mut(&producer_id) {
+            if producer_epoch > v.epoch {
+                v.epoch = producer_epoch;
+                v.lowest_sequence = sequence;
+                v.bumped_epoch = bumped_epoch;
+            } else if producer_epoch == v.epoch {
+                v.lowest_sequence = v.lowest_sequence.min(sequence);
+            }
+            return Some(v.guard);
+        }
+        if self.verifications.len() >= MAX_VERIFICATIONS_PER_PARTITION {
+            if let Some(oldest) = self
+                .verifications
+                .iter()
+                .min_by_key(|(_, v)| v.guard.0)
+                .map(|(id, _)| *id)
+            {
+                self.verifications.remove(&oldest);
+            }
+        }
+        self.next_guard += 1;
+        let guard = VerificationGuard(self.next_guard);
+        self.verifications.insert(
+            producer_id,
+            Verifying {
+                guard,
+                epoch: producer_epoch,
+                lowest_sequence: sequence,
+                bumped_epoch,
+            },
+        );
+        Some(guard)
+    }
+
+    /// Refuses a transactional data batch that would open a transaction here without the
+    /// guard of a verification still current (Kafka's `batchMissingRequiredVerification`).
+    pub fn check_verified(
+        &self,
+        header: &BatchHeader,
+        verification: TxnVerification,
+    ) -> Result<(), (ResponseError, String)> {
+        let TxnVerification::Checked(presented) = verification else {
+            return Ok(());
+        };
+        if !header.is_transactional()
+            || header.is_control()
+            || self.has_ongoing_txn(header.producer_id, header.producer_epoch)
+        {
+            return Ok(());
+        }
+        match (presented, self.verifications.get(&header.producer_id)) {
+            (Some(presented), Some(current))
+                if presented == current.guard
+                    && header.producer_epoch == current.epoch
+                    && header.base_sequence > current.lowest_sequence =>
+            {
+                Err((
+                    ResponseError::OutOfOrderSequenceNumber,
+                    format!(
+                        "producer {} sent sequence {} while its batch at sequence {} still waits to open the \
+                         transaction here; retry after it",
+                        header.producer_id, header.base_sequence, current.lowest_sequence
+                    ),
+                ))
+            }
+            (Some(presented), Some(current)) if presented == current.guard => Ok(()),
+            _ => Err((
+                ResponseError::InvalidTxnState,
+                format!(
+                    "producer {} has no open transaction on this partition that its coordinator confirmed; \
+                     add the partition to the transaction (or retry) before writing to it",
+                    header.producer_id
+                ),
+            )),
+        }
+    }
+
     /// Checks a transaction marker before the leader appends it (Kafka's `appendEndTxnMarker`
     /// checks): a marker from an older producer epoch is INVALID_PRODUCER_EPOCH, one from a
     /// coordinator older than the last that wrote a marker for this producer is
@@ -249,6 +397,10 @@ impl ProducerStateManager {
     }
 
     fn record_data(&mut self, header: &BatchHeader) {
+        if header.is_transactional() {
+            // The transaction is open here now (or this was the coordinator's own write).
+            self.verifications.remove(&header.producer_id);
+        }
         let sequenced = header.base_sequence >= 0;
         if header.producer_id < 0 || !(sequenced || header.is_transactional()) {
             return;
@@ -281,6 +433,16 @@ impl ProducerStateManager {
     ) -> Option<CompletedTxn> {
         if header.producer_id < 0 {
             return None;
+        }
+        // A verification started before this marker was about the transaction it ends, unless
+        // it is a transactions v2 one at the marker's (bumped) epoch: that is the next
+        // transaction's, which its coordinator confirms only once this one is complete.
+        if self
+            .verifications
+            .get(&header.producer_id)
+            .is_some_and(|v| !v.bumped_epoch || v.epoch < header.producer_epoch)
+        {
+            self.verifications.remove(&header.producer_id);
         }
         let entry = self.entry(header.producer_id);
         entry.update_epoch(header.producer_epoch);
@@ -324,7 +486,8 @@ impl ProducerStateManager {
         self.first_unstable_offset().unwrap_or(completed.last_offset + 1)
     }
 
-    /// Every producer as a snapshot stores it (its last batch only, as Kafka), by producer id.
+    /// Every producer as a snapshot stores it (its last batch, and the earlier ones it still
+    /// remembers for duplicate detection), by producer id.
     pub fn snapshot_entries(&self) -> Vec<SnapshotEntry> {
         let mut entries: Vec<SnapshotEntry> = self
             .producers
@@ -342,6 +505,17 @@ impl ProducerStateManager {
                     timestamp: entry.last_timestamp,
                     coordinator_epoch: entry.coordinator_epoch,
                     current_txn_first_offset: entry.current_txn_first_offset.unwrap_or(-1),
+                    earlier: entry
+                        .batches
+                        .iter()
+                        .take(entry.batches.len().saturating_sub(1))
+                        .map(|b| SnapshotBatch {
+                            first_seq: b.first_seq,
+                            last_seq: b.last_seq,
+                            base_offset: b.base_offset,
+                            last_offset: b.last_offset,
+                        })
+                        .collect(),
                 }
             })
             .collect();
@@ -368,6 +542,20 @@ impl ProducerStateManager {
         self.clock += 1;
         let mut batches = VecDeque::new();
         if e.last_sequence >= 0 && e.last_offset >= 0 {
+            // Earlier batches are kept only if they come before the last one, as the log had
+            // them; anything else in the file is ignored.
+            let mut next_offset = i64::MIN;
+            for b in &e.earlier[e.earlier.len().saturating_sub(BATCHES_PER_PRODUCER - 1)..] {
+                if b.base_offset >= next_offset && b.base_offset <= b.last_offset && b.last_offset < e.last_offset {
+                    batches.push_back(BatchMetadata {
+                        first_seq: b.first_seq,
+                        last_seq: b.last_seq,
+                        base_offset: b.base_offset,
+                        last_offset: b.last_offset,
+                    });
+                    next_offset = b.last_offset + 1;
+                }
+            }
             let delta = e.offset_delta.max(0);
             batches.push_back(BatchMetadata {
                 first_seq: e.last_sequence.saturating_sub(delta).max(0),
@@ -424,6 +612,17 @@ impl ProducerStateManager {
         {
             self.producers.remove(&oldest);
         }
+    }
+
+    /// Forgets producers that wrote nothing for `expiration_ms` (by their last batch's
+    /// timestamp, as Kafka's `producer.id.expiration.ms`) and have no open transaction; returns
+    /// how many. A retry from one of them after this is taken as a new producer's batch.
+    pub fn expire(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
+        let before = self.producers.len();
+        self.producers.retain(|_, e| {
+            e.current_txn_first_offset.is_some() || now_ms.saturating_sub(e.last_timestamp) < expiration_ms
+        });
+        before - self.producers.len()
     }
 
     pub fn len(&self) -> usize {
@@ -614,6 +813,86 @@ mod tests {
     }
 
     #[test]
+    fn a_first_transactional_write_needs_the_guard_of_a_current_verification() {
+        let mut state = ProducerStateManager::default();
+        let first = txn_batch(5, 0, 0, 1, 10);
+        let unverified = state.check_verified(&first, TxnVerification::Checked(None));
+        assert_eq!(unverified.unwrap_err().0, ResponseError::InvalidTxnState);
+        // The broker's own appends are not checked.
+        assert!(state.check_verified(&first, TxnVerification::Unchecked).is_ok());
+        // Plain and idempotent batches need no verification.
+        assert!(state
+            .check_verified(&batch(5, 0, 0, 1, 10), TxnVerification::Checked(None))
+            .is_ok());
+
+        let guard = state.start_verification(5, 0, 0, false).expect("no transaction open");
+        assert_eq!(
+            state.start_verification(5, 0, 0, false),
+            Some(guard),
+            "a second request joins the verification"
+        );
+        assert!(state
+            .check_verified(&first, TxnVerification::Checked(Some(guard)))
+            .is_ok());
+        state.record(&first, None);
+        // Open now: later batches need no guard, and no new verification starts.
+        assert!(state
+            .check_verified(&txn_batch(5, 0, 1, 1, 11), TxnVerification::Checked(None))
+            .is_ok());
+        assert_eq!(state.start_verification(5, 0, 0, false), None);
+    }
+
+    #[test]
+    fn a_marker_between_verification_and_append_voids_the_guard() {
+        // Kafka's ABA case: verified for transaction 1, which then aborts; the late append
+        // must not open a transaction the coordinator does not know.
+        let mut state = ProducerStateManager::default();
+        state.record(&txn_batch(5, 0, 0, 1, 0), None);
+        state.record(&marker(5, 0, 1), Some(ControlType::Abort));
+        let stale = state.start_verification(5, 0, 0, false).expect("closed");
+        state.record(&marker(5, 0, 2), Some(ControlType::Abort));
+        let late = txn_batch(5, 0, 1, 1, 3);
+        let refused = state.check_verified(&late, TxnVerification::Checked(Some(stale)));
+        assert_eq!(refused.unwrap_err().0, ResponseError::InvalidTxnState);
+        let fresh = state.start_verification(5, 0, 1, false).expect("closed");
+        assert_ne!(fresh, stale);
+        assert!(state
+            .check_verified(&late, TxnVerification::Checked(Some(fresh)))
+            .is_ok());
+    }
+
+    #[test]
+    fn verifications_in_progress_are_bounded() {
+        let mut state = ProducerStateManager::default();
+        let first = state.start_verification(0, 0, 0, false).unwrap();
+        for pid in 1..=MAX_VERIFICATIONS_PER_PARTITION as i64 {
+            state.start_verification(pid, 0, 0, false).unwrap();
+        }
+        assert_eq!(state.verifications.len(), MAX_VERIFICATIONS_PER_PARTITION);
+        let refused = state.check_verified(&txn_batch(0, 0, 0, 1, 0), TxnVerification::Checked(Some(first)));
+        assert!(refused.is_err(), "the oldest verification was dropped");
+    }
+
+    #[test]
+    fn idle_producers_expire_unless_a_transaction_is_open() {
+        let mut state = ProducerStateManager::default();
+        let mut idle = batch(1, 0, 0, 1, 0);
+        idle.max_timestamp = 1_000;
+        state.record(&idle, None);
+        let mut open = txn_batch(2, 0, 0, 1, 1);
+        open.max_timestamp = 1_000;
+        state.record(&open, None);
+        let mut recent = batch(3, 0, 0, 1, 2);
+        recent.max_timestamp = 9_000;
+        state.record(&recent, None);
+        assert_eq!(state.expire(10_000, 5_000), 1);
+        let left: Vec<i64> = state.active_producers().iter().map(|p| p.producer_id).collect();
+        assert_eq!(left, vec![2, 3]);
+        // Forgotten: its next batch is a new producer's, whatever its sequence.
+        assert_eq!(state.check(&batch(1, 0, 7, 1, 3)), Ok(SequenceCheck::Append));
+    }
+
+    #[test]
     fn markers_without_an_open_transaction_index_nothing() {
         let mut state = ProducerStateManager::default();
         assert_eq!(state.record(&marker(8, 0, 0), Some(ControlType::Abort)), None);
@@ -735,5 +1014,94 @@ mod tests {
             restored.check_marker(3, 1, 8).unwrap_err().0,
             ResponseError::TransactionCoordinatorFenced
         );
+    }
+
+    #[test]
+    fn a_snapshot_keeps_the_last_five_batches_so_a_retry_of_any_is_a_duplicate_after_a_restart() {
+        let mut state = ProducerStateManager::default();
+        for i in 0..7 {
+            state.record(&batch(1, 0, i * 2, 2, i64::from(i) * 2), None);
+        }
+        let restored = ProducerStateManager::from_snapshot(&state.snapshot_entries());
+        for i in 2..7 {
+            assert_eq!(
+                restored.check(&batch(1, 0, i * 2, 2, 0)),
+                Ok(SequenceCheck::Duplicate {
+                    base_offset: i64::from(i) * 2
+                }),
+                "batch {i} is one of the last five and its retry a duplicate"
+            );
+        }
+        assert_eq!(
+            restored.check(&batch(1, 0, 2, 2, 0)).unwrap_err().0,
+            ResponseError::OutOfOrderSequenceNumber,
+            "the sixth-last batch is forgotten, as in Kafka"
+        );
+        assert_eq!(restored.check(&batch(1, 0, 14, 1, 0)), Ok(SequenceCheck::Append));
+    }
+
+    #[test]
+    fn a_write_at_a_bumped_epoch_is_verified_even_while_the_last_epochs_transaction_is_open() {
+        let mut state = ProducerStateManager::default();
+        state.record(&txn_batch(5, 0, 0, 1, 0), None);
+        assert_eq!(
+            state.start_verification(5, 0, 0, false),
+            None,
+            "open at epoch 0: nothing to verify"
+        );
+        // Transactions v2: the next transaction (epoch 1) may write before epoch 0's marker.
+        let guard = state
+            .start_verification(5, 1, 0, false)
+            .expect("a new transaction to verify");
+        assert!(state
+            .check_verified(&txn_batch(5, 1, 0, 1, 1), TxnVerification::Checked(None))
+            .is_err());
+        assert_eq!(
+            state.check_verified(&txn_batch(5, 1, 0, 1, 1), TxnVerification::Checked(Some(guard))),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn a_later_batch_may_not_open_the_transaction_ahead_of_an_earlier_one_still_waiting() {
+        let mut state = ProducerStateManager::default();
+        let first = state.start_verification(7, 0, 0, false).expect("to verify");
+        // The request with sequence 0 is refused (its verification failed); the next one, at
+        // sequence 5, joins the same verification and must not be appended first.
+        let second = state.start_verification(7, 0, 5, false).expect("to verify");
+        assert_eq!(first, second);
+        let refused = state
+            .check_verified(&txn_batch(7, 0, 5, 1, 0), TxnVerification::Checked(Some(second)))
+            .unwrap_err();
+        assert_eq!(refused.0, ResponseError::OutOfOrderSequenceNumber);
+        assert_eq!(
+            state.check_verified(&txn_batch(7, 0, 0, 5, 0), TxnVerification::Checked(Some(second))),
+            Ok(())
+        );
+        // A bumped epoch starts the lowest sequence afresh.
+        let bumped = state.start_verification(7, 1, 3, false).unwrap();
+        assert_eq!(
+            state.check_verified(&txn_batch(7, 1, 3, 1, 0), TxnVerification::Checked(Some(bumped))),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn the_previous_transactions_marker_at_the_bumped_epoch_leaves_a_v2_verification_standing() {
+        let mut state = ProducerStateManager::default();
+        state.record(&txn_batch(5, 0, 0, 1, 0), None);
+        // Transactions v2: EndTxn bumped the epoch to 1; the next transaction's first write is
+        // being added while the commit marker (epoch 1) of the previous one is written.
+        let guard = state.start_verification(5, 1, 0, true).expect("to add");
+        state.record(&marker(5, 1, 1), Some(ControlType::Commit));
+        assert_eq!(
+            state.check_verified(&txn_batch(5, 1, 0, 1, 2), TxnVerification::Checked(Some(guard))),
+            Ok(())
+        );
+        // Its own marker (epoch 2) would end it.
+        state.record(&marker(5, 2, 2), Some(ControlType::Abort));
+        assert!(state
+            .check_verified(&txn_batch(5, 2, 0, 1, 3), TxnVerification::Checked(Some(guard)))
+            .is_err());
     }
 }

@@ -662,7 +662,12 @@ struct OpenJob {
 
 /// Opens a replica's log (blocking: directory fsyncs, tail recovery). A directory left by an
 /// older topic of the same name is removed first, and its checkpointed high watermark ignored.
-fn open_replica(job: &OpenJob, node_id: i32, tail_cache: &Arc<TailCacheBudget>, now_ms: i64) -> Result<Partition, LogError> {
+fn open_replica(
+    job: &OpenJob,
+    node_id: i32,
+    tail_cache: &Arc<TailCacheBudget>,
+    now_ms: i64,
+) -> Result<Partition, LogError> {
     let mut checkpointed_hw = job.checkpointed_hw;
     if partition_metadata::prepare_partition_dir(&job.dir, job.key.0)? {
         checkpointed_hw = None;

@@ -88,14 +88,24 @@ async fn accept(
     }
 }
 
-/// Time-based segment rolls and retention, every `log.retention.check.interval.ms`.
+/// Time-based segment rolls and retention, every `log.retention.check.interval.ms`; idle
+/// producers forgotten, every `producer.id.expiration.check.interval.ms`.
 async fn run_housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
     let period = Duration::from_millis(broker.config.log_retention_check_interval_ms.max(10));
     let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let producer_period = Duration::from_millis(broker.config.producer_id_expiration_check_interval_ms.max(10));
+    // First check one interval after start, as Kafka schedules it: a restarted broker keeps
+    // the producers it rebuilt until then.
+    let mut producer_ticker = tokio::time::interval_at(tokio::time::Instant::now() + producer_period, producer_period);
+    producer_ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = shutdown.changed() => return,
+            _ = producer_ticker.tick() => {
+                expire_producers(&broker);
+                continue;
+            }
             _ = ticker.tick() => {}
         }
         let now = now_ms();
@@ -111,6 +121,18 @@ async fn run_housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<boo
                     "log housekeeping failed; will retry at the next interval"
                 ),
             }
+        }
+    }
+}
+
+fn expire_producers(broker: &Broker) {
+    let now = now_ms();
+    let expiration_ms = broker.config.producer_id_expiration_ms;
+    for partition in broker.replicas.all() {
+        let expired = partition.expire_producers(now, expiration_ms);
+        if expired > 0 {
+            tracing::debug!(topic = %partition.topic, partition = partition.index, expired,
+                "forgot producers idle longer than producer.id.expiration.ms");
         }
     }
 }

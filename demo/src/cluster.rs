@@ -54,7 +54,11 @@ pub fn broker_binary() -> Result<PathBuf> {
         None => {
             let me = std::env::current_exe()?;
             let beside = me.with_file_name("sluice");
-            match me.parent().filter(|dir| dir.ends_with("deps")).and_then(|deps| deps.parent()) {
+            match me
+                .parent()
+                .filter(|dir| dir.ends_with("deps"))
+                .and_then(|deps| deps.parent())
+            {
                 Some(profile) if !beside.is_file() => profile.join("sluice"),
                 _ => beside,
             }

@@ -8,6 +8,10 @@
    for identical figures, and a real PNG of the latency percentiles.
 3. The ratio points the same way for every figure (> 1 = Sluice better) and ProducerPerformance's
    closing line is parsed as Kafka 4.1 prints it.
+4. Transactions: ProducerPerformance's transactional phase is the idempotent one's command with
+   --transactional-id and 100 ms transactions, and its figures sit beside the idempotent ones
+   with each system's transaction cost (1 - txn/idempotent) and a ratio > 1 when transactions
+   cost Sluice less.
 """
 
 from __future__ import annotations
@@ -126,8 +130,14 @@ def test_report_prints_table_and_draws_png(bench_json, tmp_path):
     # The same run under both labels: every measured figure is present twice and its ratio is 1.
     assert rows["2 KB: MB/s"].endswith("| 1.00x |"), rows["2 KB: MB/s"]
     assert rows["producer ack p99, ms"].endswith("| 1.00x |"), rows["producer ack p99, ms"]
+    # sluice-bench's own transactional phase ran: its cost against the 2 KB phase is the same twice.
+    txn_cost = "2 KB transaction cost, % of MB/s (1 - txn / 2 KB, not idempotent)"
+    assert rows[txn_cost].endswith("| 1.00x |"), rows[txn_cost]
     # ProducerPerformance did not run here: shown as missing, not as a number.
     assert rows["max: MB/s"] == "| max: MB/s | - | - | - |"
+    for figure in ("100 ms transactions: MB/s", "100 ms transactions: ack p99, ms",
+                   "transaction cost, % of MB/s (1 - txn/idempotent)"):
+        assert rows[figure] == f"| {figure} | - | - | - |", rows[figure]
     assert rows["linger 0: producer ack p99, ms"] == "| linger 0: producer ack p99, ms | - | - | - |"
 
     result = json.loads(out.read_text())
@@ -167,3 +177,38 @@ def test_producer_performance_summary_is_parsed():
     assert (got["p50_ms"], got["p95_ms"], got["p99_ms"], got["p99_9_ms"]) == (2, 5, 11, 98)
     with pytest.raises(ValueError):
         report.parse_producer_perf("10 records sent, 5.0 records/sec (0.01 MB/sec), 1.0 ms avg latency, 2.0 ms max latency.")
+
+
+def test_transactional_producer_performance_is_the_idempotent_command_in_100_ms_transactions():
+    args = (Path("/lib"), "127.0.0.1:9092", "perf-txn", 2000, -1)
+    idempotent = report.producer_perf_cmd(*args)
+    transactional = report.producer_perf_cmd(*args, transactional_id="bench-pp-sluice-1")
+    assert "--transactional-id" not in idempotent
+    assert transactional == idempotent + ["--transactional-id", "bench-pp-sluice-1",
+                                          "--transaction-duration-ms", "100"]
+    assert "acks=all" in transactional and transactional[transactional.index("--record-size") + 1] == "2048"
+
+
+def test_transaction_cost_rows_sit_beside_the_idempotent_figures():
+    def run(system, idempotent_mb_s, txn_mb_s, txn_p99):
+        return {"order": 1, "system": system, "errors": [], "producer_perf": {
+            "max": {"mb_per_s": idempotent_mb_s, "p99_ms": 10.0},
+            "txn": {"mb_per_s": txn_mb_s, "p99_ms": txn_p99}}}
+
+    # Transactions cost Sluice 15 % and Kafka 40 % (the mean of 30 % and 50 %).
+    result = {"runs": [run("sluice", 200.0, 170.0, 20.0), run("kafka", 100.0, 70.0, 50.0),
+                       run("kafka", 100.0, 50.0, 30.0)]}
+    rows = {r["figure"]: r for r in report.table_rows(result) if not r.get("section")}
+    assert rows["idempotent: MB/s"]["ratio"] == pytest.approx(2.0)
+    assert rows["100 ms transactions: MB/s"]["ratio"] == pytest.approx(170.0 / 60.0)
+    assert rows["100 ms transactions: ack p99, ms"]["ratio"] == pytest.approx(2.0)
+    cost = rows["transaction cost, % of MB/s (1 - txn/idempotent)"]
+    assert cost["sluice"] == [pytest.approx(15.0)]
+    assert cost["kafka"] == [pytest.approx(30.0), pytest.approx(50.0)]
+    # Sluice keeps 85 % of its throughput, Kafka 60 %: > 1, Sluice better.
+    assert cost["ratio"] == pytest.approx(0.85 / 0.6)
+    # The other way round the ratio drops below 1, and a negative cost (noise) still gives one.
+    assert report.ratio("cost", 40.0, 10.0) == pytest.approx(0.6 / 0.9)
+    assert report.ratio("cost", -5.0, 20.0) == pytest.approx(1.05 / 0.8)
+    table = report.format_table(result)
+    assert "| transaction cost, % of MB/s (1 - txn/idempotent) | 15.0 | 30.0 | 50.0 | 1.42x |" in table

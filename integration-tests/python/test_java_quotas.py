@@ -1,7 +1,8 @@
 """Client quotas through Kafka's own `kafka-configs` (kafka.admin.ConfigCommand, Kafka 4.1)
 against a single sluice node: alter, describe and delete quotas of client ids, the default
-client id and user + client-id entities, kept across a restart; invalid values are refused
-with the broker's message."""
+client id and user + client-id entities, kept across a restart; invalid values, and the quota
+keys Sluice does not enforce (request_percentage, controller_mutation_rate), are refused with
+the broker's message."""
 
 from __future__ import annotations
 
@@ -28,10 +29,10 @@ def test_kafka_configs_alters_describes_and_deletes_client_quotas(start_node):
                   "--add-config", "producer_byte_rate=1024")
     assert "Completed updating config for client C." in out
     configs(node, "--alter", "--entity-type", "clients", "--entity-default",
-            "--add-config", "consumer_byte_rate=2048,request_percentage=50")
+            "--add-config", "consumer_byte_rate=2048,producer_byte_rate=512")
     assert describe_clients(node) == [
         "Quota configs for client-id 'C' are producer_byte_rate=1024.0",
-        "Quota configs for the default client-id are consumer_byte_rate=2048.0, request_percentage=50.0",
+        "Quota configs for the default client-id are consumer_byte_rate=2048.0, producer_byte_rate=512.0",
     ]
     described = configs(node, "--describe", "--entity-type", "clients", "--entity-name", "C")
     assert "Quota configs for client-id 'C' are producer_byte_rate=1024.0" in described
@@ -45,7 +46,7 @@ def test_kafka_configs_alters_describes_and_deletes_client_quotas(start_node):
     configs(node, "--alter", "--entity-type", "clients", "--entity-name", "C",
             "--delete-config", "producer_byte_rate")
     assert describe_clients(node) == [
-        "Quota configs for the default client-id are consumer_byte_rate=2048.0, request_percentage=50.0",
+        "Quota configs for the default client-id are consumer_byte_rate=2048.0, producer_byte_rate=512.0",
     ]
 
 
@@ -72,15 +73,30 @@ def test_client_quotas_survive_a_restart(start_node):
     assert describe_clients(node) == ["Quota configs for client-id 'kept' are consumer_byte_rate=100000.0"]
 
 
-def test_a_negative_quota_is_refused_with_the_brokers_reason(start_node):
-    node = start_node()
+def refused_alter(node, config: str) -> str:
+    """Runs kafka-configs adding `config` to client C, which must fail; its output."""
     jars = sorted(JAVA_LIB.glob("*.jar"))
     done = subprocess.run(
         ["java", "-cp", os.pathsep.join(str(j) for j in jars), CONFIG_COMMAND, "--bootstrap-server",
          node.bootstrap, "--alter", "--entity-type", "clients", "--entity-name", "C",
-         "--add-config", "producer_byte_rate=-5"],
+         "--add-config", config],
         capture_output=True, text=True, timeout=90)
-    assert done.returncode != 0
-    assert "InvalidRequestException" in done.stderr + done.stdout
-    assert "producer_byte_rate must be a finite, non-negative number" in done.stderr + done.stdout
+    assert done.returncode != 0, done.stdout
+    return done.stderr + done.stdout
+
+
+def test_a_negative_quota_is_refused_with_the_brokers_reason(start_node):
+    node = start_node()
+    out = refused_alter(node, "producer_byte_rate=-5")
+    assert "InvalidRequestException" in out
+    assert "producer_byte_rate must be a finite, non-negative number" in out
+    assert describe_clients(node) == []
+
+
+def test_quotas_sluice_does_not_enforce_are_refused_not_stored(start_node):
+    node = start_node()
+    for key in ("request_percentage", "controller_mutation_rate"):
+        out = refused_alter(node, f"{key}=50")
+        assert "InvalidRequestException" in out
+        assert f"Sluice does not enforce {key}" in out, out[-2000:]
     assert describe_clients(node) == []

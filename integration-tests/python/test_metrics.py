@@ -12,7 +12,7 @@ times out with the scrape lines that show it.
    with Metadata.
 2. Group lag (kafka-exporter's figures) is 0 after a group consumed everything, exactly M after
    M more records arrive while no member runs, and 0 again once a member catches up; the member
-   gauge follows the member.
+   gauge follows the member. An open transaction's records are not lag until committed.
 3. A killed follower makes its partitions under-replicated (and under min ISR) on the leaders
    and counts ISR shrinks; once it is back, everything is in sync again and ISR expands counted.
 4. The HTTP edges: content type, 404, 405, a 100 KB header line refused, Connection: close.
@@ -27,6 +27,7 @@ import time
 from collections import Counter
 from urllib.parse import urlsplit
 
+from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from group_clients import Member, produce
@@ -399,6 +400,54 @@ def test_group_lag_rises_while_stopped_and_falls_after(cluster):
     assert total(s, FETCH_REQUESTS, topic=topic) > 0, excerpt(s, FETCH_REQUESTS)
     for api in ("FindCoordinator", "JoinGroup", "SyncGroup", "OffsetCommit", "OffsetFetch", "Fetch"):
         assert total(s, REQUESTS, request=api) > 0, f"requests{{request={api}}}\n{excerpt(s, REQUESTS)}"
+
+
+def test_group_lag_ends_at_the_last_stable_offset_while_a_transaction_is_open(start_node):
+    """An open transaction's records are not lag: a read_committed consumer cannot read them until
+    the commit. A committed offset inside the open transaction (only a read_uncommitted consumer
+    gets there) is measured to the high watermark."""
+
+    node = start_node({"offsets.topic.num.partitions": "1", "transaction.state.log.num.partitions": "1"},
+                      metrics=True)
+    admin = AdminClient({"bootstrap.servers": node.bootstrap, "log_level": 3})
+    topic, group, first, open_records = "stable", "stable-readers", 10, 6
+    create(admin, topic, 1, 1)
+    produce(node.bootstrap, topic, values(first, 20, "a"), partitions=1)
+
+    def commit(offset: int):
+        request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, offset)])
+        admin.alter_consumer_group_offsets([request], request_timeout=10)[group].result(timeout=15)
+
+    def lag_is(expected: int):
+        def check():
+            e = scrape(node)
+            got = [x.value for x in e.series(GROUP_LAG, consumergroup=group, topic=topic, partition="0")]
+            return ([] if got == [expected] else
+                    [f"lag == {expected}, got {got}\n{excerpt({node.node_id: e}, 'kafka_consumergroup_', LOG_END)}"]), None
+        return check
+
+    commit(first)
+    eventually("lag 0 with everything committed", lag_is(0))
+
+    producer = Producer({"bootstrap.servers": node.bootstrap, "transactional.id": "stable-writer", "log_level": 3})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for v in values(open_records, 20, "t"):
+        producer.produce(topic, v, partition=0)
+    assert producer.flush(30) == 0, "the transaction's records were not all acknowledged"
+    eventually("the high watermark takes in the open transaction", lambda: (
+        [] if [x.value for x in scrape(node).series(LOG_END, topic=topic, partition="0")] == [first + open_records]
+        else ["log end offset not yet at the open transaction's end"], None))
+    eventually("lag still 0: the open transaction is past the last stable offset", lag_is(0))
+
+    commit(first + 2)
+    eventually("a committed offset inside the open transaction is measured to the high watermark",
+               lag_is(open_records - 2))
+
+    commit(first)
+    producer.commit_transaction(30)
+    # The records and the commit marker are now below the last stable offset.
+    eventually("lag takes in the committed transaction and its marker", lag_is(open_records + 1))
 
 
 # --- 3. a follower down ------------------------------------------------------------------------

@@ -448,3 +448,21 @@ def test_java_transactional_message_copier_copies_exactly_n_with_random_aborts(b
     assert sorted(int(v) for v in committed) == list(range(n)), "exactly the N inputs, each once"
     # The log holds the randomly aborted transactions' records too (their number is random).
     assert len(read_all(brokers, sink, "read_uncommitted")) >= n
+
+
+def test_java_producer_perf_in_100ms_transactions_pipelines_over_many_partitions(brokers):
+    """Kafka's ProducerPerformance with a transactional id: the Java producer pipelines up to
+    five requests per connection across six partitions and starts a transaction every 100 ms,
+    so each new transaction's first requests wait for the leaders to verify them with the
+    coordinator (KIP-890) while later requests on the same connection write to partitions
+    already in the transaction. Every batch must still be appended in the order sent (no
+    OUT_OF_ORDER_SEQUENCE_NUMBER), and read_committed sees every record once."""
+    n, partitions = 30_000, 6
+    topic = create_topic(brokers, unique("java-perf-tx"), partitions)
+    out = kafka_tool("org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
+                     "--num-records", str(n), "--record-size", "2048", "--throughput", "-1",
+                     "--transactional-id", unique("java-perf"), "--transaction-duration-ms", "100",
+                     "--producer-props", f"bootstrap.servers={brokers.bootstrap}", "acks=all", timeout=120)
+    assert f"{n} records sent" in out.splitlines()[-1], out
+    committed = read_all(brokers, topic, "read_committed", partitions)
+    assert len(committed) == n, f"{len(committed)} committed records read, {n} sent"

@@ -83,7 +83,7 @@ impl Cluster {
         report_on_drop: bool,
         per_node: impl Fn(i32) -> Vec<(String, String)>,
     ) -> Result<Cluster> {
-        Self::launch(size, settings, report_on_drop, per_node, |_, _| {}, None)
+        Self::start_custom(size, settings, report_on_drop, per_node, |_, _| {})
     }
 
     /// [`Self::start_each`], letting `customise(id, options)` change node `id`'s options
@@ -95,7 +95,9 @@ impl Cluster {
         per_node: impl Fn(i32) -> Vec<(String, String)>,
         customise: impl Fn(i32, &mut NodeOptions),
     ) -> Result<Cluster> {
-        Self::launch(size, settings, report_on_drop, per_node, customise, None)
+        // Loopback ports are picked free and released before the nodes bind them, so another
+        // process can take one in between: such a start is retried on other ports.
+        retry_port_races(|| Self::launch(size, settings, report_on_drop, &per_node, &customise, None))
     }
 
     /// [`Self::start`] with each node in its own network namespace on one bridge, listening
@@ -103,7 +105,14 @@ impl Cluster {
     /// [`QUORUM_PORT`]); clients on the host reach them over the bridge. [`Self::net`] cuts
     /// and heals the links between them. Needs root, `ip` and `nft`.
     pub fn start_partitionable(size: usize, settings: &[(&str, &str)]) -> Result<Cluster> {
-        Self::launch(size, settings, true, |_| Vec::new(), |_, _| {}, Some(Net::create(size)?))
+        Self::launch(
+            size,
+            settings,
+            true,
+            |_| Vec::new(),
+            |_, _| {},
+            Some(Net::create(size)?),
+        )
     }
 
     /// [`Self::start_partitionable`], letting `customise(id, options)` change node `id`'s
@@ -113,7 +122,14 @@ impl Cluster {
         settings: &[(&str, &str)],
         customise: impl Fn(i32, &mut NodeOptions),
     ) -> Result<Cluster> {
-        Self::launch(size, settings, true, |_| Vec::new(), customise, Some(Net::create(size)?))
+        Self::launch(
+            size,
+            settings,
+            true,
+            |_| Vec::new(),
+            customise,
+            Some(Net::create(size)?),
+        )
     }
 
     /// The network faults of a cluster started with [`Self::start_partitionable`].
@@ -335,7 +351,9 @@ impl Cluster {
     /// Leader, epoch, replicas and ISR of every partition of `topic` as node `asking` reports
     /// them, sorted by partition.
     pub fn partitions(&self, asking: i32, topic: &str) -> Result<Vec<PartitionState>> {
-        let m = self.metadata(asking).with_context(|| format!("metadata from node {asking}"))?;
+        let m = self
+            .metadata(asking)
+            .with_context(|| format!("metadata from node {asking}"))?;
         let t = m
             .topics
             .iter()

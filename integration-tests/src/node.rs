@@ -422,7 +422,10 @@ impl SluiceNode {
                 let (host, port) = (self.addr.ip().to_string(), self.addr.port().to_string());
                 let listeners = fill(&named.listener, &[("name", name), ("host", &host), ("port", &port)])?;
                 let protocol_map = fill(&named.protocol, &[("name", name), ("protocol", name)])?;
-                let values = [("listeners", listeners.as_str()), ("protocol_map", protocol_map.as_str())];
+                let values = [
+                    ("listeners", listeners.as_str()),
+                    ("protocol_map", protocol_map.as_str()),
+                ];
                 for (key, value) in &named.settings {
                     listener.push((key.clone(), fill(value, &values)?));
                 }

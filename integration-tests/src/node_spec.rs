@@ -194,7 +194,10 @@ mod tests {
         );
         let listener = [("name", "SASL_SSL"), ("host", "127.0.0.1"), ("port", "9092")];
         assert_eq!(fill(&named.listener, &listener).unwrap(), "SASL_SSL://127.0.0.1:9092");
-        let listeners = [("listeners", "SASL_SSL://127.0.0.1:9092"), ("protocol_map", "SASL_SSL:SASL_SSL")];
+        let listeners = [
+            ("listeners", "SASL_SSL://127.0.0.1:9092"),
+            ("protocol_map", "SASL_SSL:SASL_SSL"),
+        ];
         assert_eq!(
             fill(&named.settings["listeners"], &listeners).unwrap(),
             "SASL_SSL://127.0.0.1:9092"

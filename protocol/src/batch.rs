@@ -24,12 +24,14 @@
 //! Errors: every [`BatchError`] is answered with `CORRUPT_MESSAGE` (2) except an old message format
 //! (magic 0 or 1), answered with `UNSUPPORTED_FOR_MESSAGE_FORMAT` (43), and records that
 //! decompress past their limit (see [`crate::records`]), answered with `RECORD_LIST_TOO_LARGE`
-//! (18); see [`BatchError::kafka_error_code`].
+//! (18); see [`BatchError::response_error`].
 //!
 //! Over 700 lines only because the header parser's tests (every field, every corruption) sit beside
 //! it.
 
 use std::ops::Range;
+
+use kafka_protocol::error::ResponseError;
 
 pub const BASE_OFFSET_OFFSET: usize = 0;
 pub const BATCH_LENGTH_OFFSET: usize = 8;
@@ -64,11 +66,6 @@ pub const MAX_COMPRESSION_CODEC: u8 = 4;
 /// delta, key length (-1), value length (-1) and header count.
 pub const MIN_RECORD_BYTES: usize = 7;
 
-/// Kafka error codes a batch problem maps to.
-pub const CORRUPT_MESSAGE: i16 = 2;
-pub const RECORD_LIST_TOO_LARGE: i16 = 18;
-pub const UNKNOWN_SERVER_ERROR: i16 = -1;
-pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
 
 const COMPRESSION_CODEC_MASK: i16 = 0x07;
 const TIMESTAMP_TYPE_MASK: i16 = 0x08;
@@ -135,13 +132,13 @@ impl BatchError {
     /// The Kafka error code to answer a producer with: `CORRUPT_MESSAGE` for everything except
     /// an old message format (v0/v1), which Kafka answers with `UNSUPPORTED_FOR_MESSAGE_FORMAT`,
     /// and records decompressing past their limit, answered with `RECORD_LIST_TOO_LARGE`.
-    pub fn kafka_error_code(&self) -> i16 {
+    pub fn response_error(&self) -> ResponseError {
         match self {
-            BatchError::UnsupportedMagic { .. } => UNSUPPORTED_FOR_MESSAGE_FORMAT,
-            BatchError::RecordsTooLarge { .. } => RECORD_LIST_TOO_LARGE,
+            BatchError::UnsupportedMagic { .. } => ResponseError::UnsupportedForMessageFormat,
+            BatchError::RecordsTooLarge { .. } => ResponseError::RecordListTooLarge,
             // The broker's own compressor failed: not the client's fault.
-            BatchError::Compression { .. } => UNKNOWN_SERVER_ERROR,
-            _ => CORRUPT_MESSAGE,
+            BatchError::Compression { .. } => ResponseError::UnknownServerError,
+            _ => ResponseError::CorruptMessage,
         }
     }
 }
@@ -767,7 +764,7 @@ mod tests {
             let mut corrupt = batch.clone();
             corrupt[i] ^= 0x40;
             let err = validate_batch(&corrupt).unwrap_err();
-            assert_eq!(err.kafka_error_code(), CORRUPT_MESSAGE, "byte {i}: {err}");
+            assert_eq!(err.response_error(), ResponseError::CorruptMessage, "byte {i}: {err}");
         }
         let mut corrupt = batch.clone();
         *corrupt.last_mut().unwrap() ^= 1;
@@ -797,14 +794,14 @@ mod tests {
         batch[MAGIC_OFFSET] = 1;
         let err = validate_batch(&batch).unwrap_err();
         assert_eq!(err, BatchError::UnsupportedMagic { magic: 1 });
-        assert_eq!(err.kafka_error_code(), UNSUPPORTED_FOR_MESSAGE_FORMAT);
+        assert_eq!(err.response_error(), ResponseError::UnsupportedForMessageFormat);
         // A short v0 message is still recognised by its magic byte.
         assert_eq!(
             validate_batch(&batch[..30]),
             Err(BatchError::UnsupportedMagic { magic: 1 })
         );
         batch[MAGIC_OFFSET] = 7;
-        assert_eq!(validate_batch(&batch).unwrap_err().kafka_error_code(), CORRUPT_MESSAGE);
+        assert_eq!(validate_batch(&batch).unwrap_err().response_error(), ResponseError::CorruptMessage);
     }
 
     #[test]
@@ -834,7 +831,7 @@ mod tests {
                 section_bytes
             }
         );
-        assert_eq!(err.kafka_error_code(), CORRUPT_MESSAGE);
+        assert_eq!(err.response_error(), ResponseError::CorruptMessage);
         assert_eq!(validate_stored_batch(&batch), Err(err));
         // The header-only check (crash recovery) leaves stored bytes to the record decoder.
         assert!(BatchHeader::parse(&batch).unwrap().validate_fields().is_ok());

@@ -234,6 +234,8 @@ pub enum ProposeError {
     NoLeader,
     #[error("the proposal was not applied within {0:?}; it may still commit later, so retry idempotently")]
     Timeout(Duration),
+    #[error("the metadata quorum's leader changed before the proposal reached its log; retry with the new leader")]
+    LeaderChanged,
     #[error("too many proposals are pending on this node; retry shortly")]
     Busy,
     #[error("the metadata quorum member is shut down")]

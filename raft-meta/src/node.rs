@@ -17,12 +17,12 @@
 //! must be read in its documented order in one place; the snapshot data format, frames and
 //! validation live in their own files.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use prost::Message as _;
 use raft::eraftpb::{ConfChange, ConfChangeType, ConfChangeV2, Entry, EntryType, Message, Snapshot};
-use raft::{RawNode, StateRole, INVALID_ID};
+use raft::{GetEntriesContext, RawNode, StateRole, INVALID_ID};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, MissedTickBehavior};
@@ -71,7 +71,11 @@ pub(crate) enum Command {
 
 /// A local caller waiting for its entry to be applied.
 enum Pending {
-    Entry(oneshot::Sender<Result<u64, ProposeError>>),
+    /// An entry proposed while `leader` led (this node's view then).
+    Entry {
+        reply: oneshot::Sender<Result<u64, ProposeError>>,
+        leader: u64,
+    },
     Learner(oneshot::Sender<Result<(), ProposeError>>),
 }
 
@@ -79,7 +83,7 @@ impl Pending {
     /// The caller gave up (timed out or was dropped).
     fn is_abandoned(&self) -> bool {
         match self {
-            Pending::Entry(tx) => tx.is_closed(),
+            Pending::Entry { reply, .. } => reply.is_closed(),
             Pending::Learner(tx) => tx.is_closed(),
         }
     }
@@ -383,7 +387,8 @@ impl<S: StateMachine> Driver<S> {
                 let id = self.next_proposal_id();
                 match self.raw.propose(id.encode(), data) {
                     Ok(()) => {
-                        self.pending.insert(id.seq, Pending::Entry(reply));
+                        let leader = self.raw.raft.leader_id;
+                        self.pending.insert(id.seq, Pending::Entry { reply, leader });
                     }
                     Err(e) => {
                         let _ = reply.send(Err(self.refused(e)));
@@ -599,7 +604,7 @@ impl<S: StateMachine> Driver<S> {
             .apply(entry.index, &entry.data)
             .map_err(QuorumError::StateMachine)?;
         match self.take_pending(&entry.context) {
-            Some(Pending::Entry(reply)) => {
+            Some(Pending::Entry { reply, .. }) => {
                 let _ = reply.send(Ok(entry.index));
             }
             // The leader turned our conf change into a no-op (another one was in progress).
@@ -648,10 +653,45 @@ impl<S: StateMachine> Driver<S> {
             Some(Pending::Learner(reply)) => {
                 let _ = reply.send(Ok(()));
             }
-            Some(Pending::Entry(reply)) => {
+            Some(Pending::Entry { reply, .. }) => {
                 let _ = reply.send(Err(ProposeError::Stopped));
             }
             None => {}
+        }
+    }
+
+    /// After the leader changed: entries proposed under another leader that are not in this
+    /// node's log were lost with that leader's term (a forwarded proposal the old leader never
+    /// appended), so their callers are told at once rather than at their timeout, as Kafka
+    /// answers NOT_CONTROLLER. An entry this node holds may still commit, and keeps waiting.
+    fn fail_proposals_lost_with_the_leader(&mut self) {
+        let leader = self.raw.raft.leader_id;
+        if !self
+            .pending
+            .values()
+            .any(|p| matches!(p, Pending::Entry { leader: then, .. } if *then != leader))
+        {
+            return;
+        }
+        let log = &self.raw.raft.raft_log;
+        let held: HashSet<u64> = log
+            .entries(self.applied_index + 1, None, GetEntriesContext::empty(false))
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|e| ProposalId::decode(&e.context))
+            .filter(|id| id.node_id == self.node_id && id.incarnation == self.incarnation)
+            .map(|id| id.seq)
+            .collect();
+        let lost: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(seq, p)| matches!(p, Pending::Entry { leader: then, .. } if *then != leader) && !held.contains(seq))
+            .map(|(seq, _)| *seq)
+            .collect();
+        for seq in lost {
+            if let Some(Pending::Entry { reply, .. }) = self.pending.remove(&seq) {
+                let _ = reply.send(Err(ProposeError::LeaderChanged));
+            }
         }
     }
 
@@ -738,11 +778,14 @@ impl<S: StateMachine> Driver<S> {
             voters: voters.into_iter().map(view).collect(),
             learners: learners.into_iter().map(view).collect(),
         });
-        self.leader_tx.send_if_modified(|current| {
+        let leader_changed = self.leader_tx.send_if_modified(|current| {
             let changed = *current != leader_id;
             *current = leader_id;
             changed
         });
+        if leader_changed {
+            self.fail_proposals_lost_with_the_leader();
+        }
     }
 }
 

@@ -277,7 +277,7 @@ where
     loop {
         match attempt().await {
             Ok(index) => return index,
-            Err(e @ (ProposeError::NoLeader | ProposeError::Timeout(_) | ProposeError::Busy)) => {
+            Err(e @ (ProposeError::NoLeader | ProposeError::LeaderChanged | ProposeError::Timeout(_) | ProposeError::Busy)) => {
                 assert!(Instant::now() < deadline, "{what} kept failing for {within:?}: {e}");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
@@ -508,6 +508,36 @@ async fn proposals_fail_within_timeout_without_a_majority_and_resume_after_it_re
     assert_eq!(payloads.last().map(String::as_str), Some("majority-back"));
     assert!(!payloads.iter().any(|p| p == "no-leader"));
 
+    for mut member in cluster.members.into_values() {
+        member.stop().await;
+    }
+}
+
+/// A follower forwards a proposal to a leader that has just died: the proposal never reaches a
+/// log, and the caller is told as soon as the follower sees another leader (Kafka answers
+/// NOT_CONTROLLER), not at its timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proposal_forwarded_to_a_dead_leader_fails_when_the_leader_changes() {
+    init_tracing();
+    let mut cluster = Cluster::start(3, 1000).await;
+    let leader = cluster.agreed_leader(Duration::from_secs(10)).await;
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    cluster.member_mut(leader).stop().await;
+    let quorum = cluster.member(follower).quorum().clone();
+    assert_eq!(
+        quorum.status().leader_id,
+        Some(leader),
+        "the follower has not noticed the leader's death yet"
+    );
+    let result = quorum.propose(b"lost-with-the-leader".to_vec(), Duration::from_secs(60)).await;
+    assert_eq!(result, Err(ProposeError::LeaderChanged));
+    propose_until_ok("a proposal under the new leader", Duration::from_secs(10), || {
+        quorum.propose(b"after".to_vec(), Duration::from_secs(2))
+    })
+    .await;
+    let payloads = cluster.converged(1, Duration::from_secs(10)).await;
+    assert!(payloads.iter().any(|p| p == "after"), "{payloads:?}");
+    assert!(!payloads.iter().any(|p| p == "lost-with-the-leader"), "{payloads:?}");
     for mut member in cluster.members.into_values() {
         member.stop().await;
     }

@@ -423,8 +423,9 @@ async fn connect(addr: &str, peer_id: u64, local: &Local) -> Result<BufWriter<Bo
     let stream: Box<dyn Io> = match &local.tls {
         None => Box::new(stream),
         Some(tls) => {
-            let name = voter_host(addr)
-                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("{addr} has no host TLS can check")))?;
+            let name = voter_host(addr).ok_or_else(|| {
+                io::Error::new(io::ErrorKind::InvalidInput, format!("{addr} has no host TLS can check"))
+            })?;
             let connector = tokio_rustls::TlsConnector::from((tls.configs)().1);
             let tls_stream = tokio::time::timeout(HANDSHAKE_TIMEOUT, connector.connect(name, stream))
                 .await
@@ -642,7 +643,16 @@ mod tests {
         let addr = listener.local_addr().unwrap().to_string();
         let (inbound_tx, mut inbound_rx) = mpsc::channel(8);
         let (events_tx, _events_rx) = mpsc::channel(8);
-        let transport = Transport::start(listener, 1, "cluster-a", Some(secret()), None, Default::default(), inbound_tx, events_tx);
+        let transport = Transport::start(
+            listener,
+            1,
+            "cluster-a",
+            Some(secret()),
+            None,
+            Default::default(),
+            inbound_tx,
+            events_tx,
+        );
 
         let wrong = ClusterSecret::new(b"some-other-secret-value".to_vec()).unwrap();
         let refused = PeerConnection::connect(&addr, 2, 1, "cluster-a", &wrong).await.err();
@@ -674,12 +684,30 @@ mod tests {
         let addr = listener.local_addr().unwrap().to_string();
         let (inbound_tx, mut inbound_rx) = mpsc::channel(64);
         let (events_tx, _events_rx) = mpsc::channel(8);
-        let receiver = Transport::start(listener, 1, "c", Some(secret()), None, Default::default(), inbound_tx, events_tx);
+        let receiver = Transport::start(
+            listener,
+            1,
+            "c",
+            Some(secret()),
+            None,
+            Default::default(),
+            inbound_tx,
+            events_tx,
+        );
 
         let sender_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let (tx2, _rx2) = mpsc::channel(8);
         let (ev2, _ev2_rx) = mpsc::channel(64);
-        let mut sender = Transport::start(sender_listener, 2, "c", Some(secret()), None, Default::default(), tx2, ev2);
+        let mut sender = Transport::start(
+            sender_listener,
+            2,
+            "c",
+            Some(secret()),
+            None,
+            Default::default(),
+            tx2,
+            ev2,
+        );
         for i in 1..=10u64 {
             let mut msg = Message::default();
             msg.from = 2;
@@ -720,9 +748,10 @@ mod tests {
                 let cert = params.signed_by(&key, &issuer).unwrap();
                 let chain = vec![CertificateDer::from(cert.der().to_vec())];
                 let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
-                    .build()
-                    .unwrap();
+                let verifier =
+                    rustls::server::WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
+                        .build()
+                        .unwrap();
                 let server = rustls::ServerConfig::builder_with_provider(provider.clone())
                     .with_safe_default_protocol_versions()
                     .unwrap()
@@ -754,10 +783,28 @@ mod tests {
         let voters: std::collections::BTreeMap<u64, String> = [(1, addr.clone()), (2, sender_addr)].into();
         let (inbound_tx, inbound_rx) = mpsc::channel(64);
         let (events_tx, _events_rx) = mpsc::channel(8);
-        let receiver = Transport::start(listener, 1, "c", Some(secret()), Some(tls[0].clone()), voters.clone(), inbound_tx, events_tx);
+        let receiver = Transport::start(
+            listener,
+            1,
+            "c",
+            Some(secret()),
+            Some(tls[0].clone()),
+            voters.clone(),
+            inbound_tx,
+            events_tx,
+        );
         let (tx2, _rx2) = mpsc::channel(8);
         let (ev2, _evr2) = mpsc::channel(8);
-        let sender = Transport::start(sender_listener, 2, "c", Some(secret()), Some(tls[1].clone()), voters, tx2, ev2);
+        let sender = Transport::start(
+            sender_listener,
+            2,
+            "c",
+            Some(secret()),
+            Some(tls[1].clone()),
+            voters,
+            tx2,
+            ev2,
+        );
         (inbound_rx, receiver, sender, addr)
     }
 
@@ -773,7 +820,10 @@ mod tests {
     async fn quorum_members_talk_over_mutual_tls_when_certificates_name_their_voter_hosts() {
         let (mut inbound, _receiver, mut sender, addr) = tls_pair("127.0.0.1").await;
         assert_eq!(sender.send(heartbeat(2, 1), &addr), SendOutcome::Queued);
-        let got = tokio::time::timeout(Duration::from_secs(10), inbound.recv()).await.unwrap().unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(10), inbound.recv())
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!((got.peer_id, got.msg.get_msg_type()), (2, MessageType::MsgHeartbeat));
     }
 

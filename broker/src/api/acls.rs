@@ -25,8 +25,8 @@ use crate::controller::acls::{check_new_acl, CLUSTER_NAME};
 use crate::metadata::acls::{
     AclBinding, AclFilter, AclOperation, AclPermission, PatternFilter, PatternType, ResourceType,
 };
-use crate::metadata::records::MetadataCommand;
 use crate::metadata::outcome::Outcome;
+use crate::metadata::records::MetadataCommand;
 
 const NO_AUTHORIZER: &str =
     "No Authorizer is configured on the broker: ACLs cannot be described, created or deleted; set authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer to enforce them";
@@ -40,7 +40,15 @@ fn disabled() -> Refusal {
 fn not_authorized(operation: AclOperation) -> Refusal {
     (
         ResponseError::ClusterAuthorizationFailed.code(),
-        format!("the principal may not {} ACLs: it needs {} on the cluster", if operation == AclOperation::Describe { "describe" } else { "change" }, operation.name()),
+        format!(
+            "the principal may not {} ACLs: it needs {} on the cluster",
+            if operation == AclOperation::Describe {
+                "describe"
+            } else {
+                "change"
+            },
+            operation.name()
+        ),
     )
 }
 
@@ -51,10 +59,13 @@ fn permitted(broker: &Broker, session: &Session, operation: AclOperation) -> Res
         return Err(disabled());
     }
     let image = broker.metadata.image();
-    if !security
-        .authorizer
-        .authorize(&image.acls, session.requester(), operation, ResourceType::Cluster, CLUSTER_NAME)
-    {
+    if !security.authorizer.authorize(
+        &image.acls,
+        session.requester(),
+        operation,
+        ResourceType::Cluster,
+        CLUSTER_NAME,
+    ) {
         return Err(not_authorized(operation));
     }
     Ok(())
@@ -82,7 +93,9 @@ fn parse_filter(
         || !any_or(operation, &|c| AclOperation::from_code(c).is_some())
         || !any_or(permission, &|c| AclPermission::from_code(c).is_some())
     {
-        return Err(invalid("the filter has an unknown resource type, operation or permission type"));
+        return Err(invalid(
+            "the filter has an unknown resource type, operation or permission type",
+        ));
     }
     let pattern = if version == 0 {
         PatternFilter::Exactly(PatternType::Literal)
@@ -100,7 +113,12 @@ fn parse_filter(
     })
 }
 
-pub fn describe(broker: &Broker, session: &Session, request: DescribeAclsRequest, version: i16) -> DescribeAclsResponse {
+pub fn describe(
+    broker: &Broker,
+    session: &Session,
+    request: DescribeAclsRequest,
+    version: i16,
+) -> DescribeAclsResponse {
     match describe_acls(broker, session, &request, version) {
         Ok(resources) => DescribeAclsResponse::default().with_resources(resources),
         Err((error, message)) => DescribeAclsResponse::default()
@@ -153,7 +171,12 @@ fn describe_acls(
 }
 
 /// One result per requested creation, in order.
-pub async fn create(broker: Arc<Broker>, session: Session, request: CreateAclsRequest, version: i16) -> CreateAclsResponse {
+pub async fn create(
+    broker: Arc<Broker>,
+    session: Session,
+    request: CreateAclsRequest,
+    version: i16,
+) -> CreateAclsResponse {
     let refused = |e: &Refusal| {
         AclCreationResult::default()
             .with_error_code(e.0)
@@ -212,14 +235,20 @@ pub async fn create(broker: Arc<Broker>, session: Session, request: CreateAclsRe
 }
 
 /// One result per requested filter, in order, each with the ACLs it deleted.
-pub async fn delete(broker: Arc<Broker>, session: Session, request: DeleteAclsRequest, version: i16) -> DeleteAclsResponse {
+pub async fn delete(
+    broker: Arc<Broker>,
+    session: Session,
+    request: DeleteAclsRequest,
+    version: i16,
+) -> DeleteAclsResponse {
     let refused = |e: &Refusal| {
         DeleteAclsFilterResult::default()
             .with_error_code(e.0)
             .with_error_message(Some(str_bytes(e.1.clone())))
     };
     if let Err(e) = permitted(&broker, &session, AclOperation::Alter) {
-        return DeleteAclsResponse::default().with_filter_results(request.filters.iter().map(|_| refused(&e)).collect());
+        return DeleteAclsResponse::default()
+            .with_filter_results(request.filters.iter().map(|_| refused(&e)).collect());
     }
     let parse = |f: &DeleteAclsFilter| {
         parse_filter(
@@ -240,7 +269,10 @@ pub async fn delete(broker: Arc<Broker>, session: Session, request: DeleteAclsRe
     } else {
         match broker.commit(MetadataCommand::DeleteAcls { filters }).await {
             Ok((_, Outcome::AclsDeleted(per_filter))) => Ok(per_filter),
-            Ok((_, other)) => Err((ResponseError::UnknownServerError.code(), format!("unexpected outcome {other:?}"))),
+            Ok((_, other)) => Err((
+                ResponseError::UnknownServerError.code(),
+                format!("unexpected outcome {other:?}"),
+            )),
             Err(e) => Err(commit_error(&e)),
         }
     };

@@ -43,7 +43,7 @@ pub async fn handle(
     let partition = (OFFSETS_TOPIC.to_string(), broker.groups.partition_for(group));
     let result = broker
         .txn
-        .add_partitions(id, request.producer_id.0, request.producer_epoch, &[partition])
+        .add_partitions(id, request.producer_id.0, request.producer_epoch, &[partition], false)
         .await;
     AddOffsetsToTxnResponse::default().with_error_code(match result {
         Ok(()) => 0,

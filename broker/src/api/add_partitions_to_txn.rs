@@ -1,6 +1,8 @@
 //! AddPartitionsToTxn: partitions join the producer's open transaction before it writes to
 //! them (v0–v3, from producers), or a partition leader asks the coordinator whether they have
-//! (v4+, batched by transaction, `verify_only`; KIP-890 part 1).
+//! (v4+, batched by transaction, `verify_only`; KIP-890 part 1), or adds them for a
+//! transactions v2 producer that writes without asking first (v5+, not `verify_only`; KIP-890
+//! part 2).
 //!
 //! As Kafka authorizes it: v0–v3 need WRITE on the transactional id (else every partition is
 //! TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and WRITE on each topic (TOPIC_AUTHORIZATION_FAILED);
@@ -24,6 +26,9 @@ use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::metadata::image::MetadataImage;
 
 const FIRST_BATCHED_VERSION: i16 = 4;
+/// From v5 a partition leader adds partitions for a transactions v2 producer (its Produce v12+
+/// or TxnOffsetCommit v5+; KIP-890 part 2), which Kafka marks as that client's version.
+const TV2_SINCE: i16 = 5;
 const PRODUCER_FENCED_SINCE: i16 = 2;
 
 type PartitionResults = Vec<((String, i32), Option<ResponseError>)>;
@@ -94,7 +99,13 @@ async fn add(
     }
     let result = broker
         .txn
-        .add_partitions(id, transaction.producer_id.0, transaction.producer_epoch, &partitions)
+        .add_partitions(
+            id,
+            transaction.producer_id.0,
+            transaction.producer_epoch,
+            &partitions,
+            version >= TV2_SINCE,
+        )
         .await;
     let error = result.err().map(|e| fenced_for(e, version, PRODUCER_FENCED_SINCE));
     partitions.into_iter().map(|p| (p, error)).collect()

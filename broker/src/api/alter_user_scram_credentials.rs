@@ -15,8 +15,8 @@ use crate::broker::Broker;
 use crate::controller::acls::CLUSTER_NAME;
 use crate::controller::scram::{check_iterations, check_user_name};
 use crate::metadata::acls::{AclOperation, ResourceType};
-use crate::metadata::records::{MetadataCommand, ScramCredential, ScramMechanism};
 use crate::metadata::outcome::Outcome;
+use crate::metadata::records::{MetadataCommand, ScramCredential, ScramMechanism};
 use crate::security::scram::credential_from_salted;
 
 /// Salt and salted password sizes accepted (Kafka's clients send 32-byte salts; a salted
@@ -75,13 +75,21 @@ pub async fn handle(
     for d in &request.deletions {
         match ScramMechanism::from_code(d.mechanism) {
             Some(m) => deletions.push((d.name.to_string(), m)),
-            None => refuse(&d.name, ResponseError::UnsupportedSaslMechanism, "Unknown SCRAM mechanism".into()),
+            None => refuse(
+                &d.name,
+                ResponseError::UnsupportedSaslMechanism,
+                "Unknown SCRAM mechanism".into(),
+            ),
         }
     }
     let mut upsertions: Vec<ScramCredential> = Vec::new();
     for u in &request.upsertions {
         let Some(mechanism) = ScramMechanism::from_code(u.mechanism) else {
-            refuse(&u.name, ResponseError::UnsupportedSaslMechanism, "Unknown SCRAM mechanism".into());
+            refuse(
+                &u.name,
+                ResponseError::UnsupportedSaslMechanism,
+                "Unknown SCRAM mechanism".into(),
+            );
             continue;
         };
         let iterations = match check_iterations(u.iterations) {
@@ -95,7 +103,11 @@ pub async fn handle(
             refuse(&u.name, e.error, e.message);
             continue;
         }
-        if u.salt.is_empty() || u.salt.len() > MAX_SALT_BYTES || u.salted_password.is_empty() || u.salted_password.len() > 64 {
+        if u.salt.is_empty()
+            || u.salt.len() > MAX_SALT_BYTES
+            || u.salted_password.is_empty()
+            || u.salted_password.len() > 64
+        {
             refuse(
                 &u.name,
                 ResponseError::UnacceptableCredential,
@@ -103,7 +115,13 @@ pub async fn handle(
             );
             continue;
         }
-        upsertions.push(credential_from_salted(&u.name, mechanism, u.salt.to_vec(), &u.salted_password, iterations));
+        upsertions.push(credential_from_salted(
+            &u.name,
+            mechanism,
+            u.salt.to_vec(),
+            &u.salted_password,
+            iterations,
+        ));
     }
     let is_refused = |user: &str| refused.iter().any(|(u, _)| u == user);
     deletions.retain(|(user, _)| !is_refused(user));

@@ -12,7 +12,11 @@ use super::{str_bytes, Session};
 use crate::broker::Broker;
 use crate::metadata::acls::{AclOperation, ResourceType};
 
-pub fn handle(broker: &Broker, session: &Session, request: DescribeTransactionsRequest) -> DescribeTransactionsResponse {
+pub fn handle(
+    broker: &Broker,
+    session: &Session,
+    request: DescribeTransactionsRequest,
+) -> DescribeTransactionsResponse {
     let image = broker.metadata.image();
     let access = session.access(&broker.security.authorizer, &image.acls);
     let states = request

@@ -33,12 +33,17 @@ pub fn handle(
     ) {
         return DescribeUserScramCredentialsResponse::default()
             .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
-            .with_error_message(Some(str_bytes("describing SCRAM credentials needs DESCRIBE on the cluster")));
+            .with_error_message(Some(str_bytes(
+                "describing SCRAM credentials needs DESCRIBE on the cluster",
+            )));
     }
     describe(&image, request)
 }
 
-fn describe(image: &MetadataImage, request: DescribeUserScramCredentialsRequest) -> DescribeUserScramCredentialsResponse {
+fn describe(
+    image: &MetadataImage,
+    request: DescribeUserScramCredentialsRequest,
+) -> DescribeUserScramCredentialsResponse {
     let mut by_user: BTreeMap<&str, Vec<CredentialInfo>> = BTreeMap::new();
     for ((user, mechanism), credential) in &image.scram_credentials {
         by_user.entry(user.as_str()).or_default().push(
@@ -119,8 +124,11 @@ mod tests {
         assert_eq!(all.results[0].credential_infos.len(), 2);
         assert_eq!(all.results[0].credential_infos[1].iterations, 8192);
         let name = |n: &str| UserName::default().with_name(str_bytes(n));
-        let request =
-            DescribeUserScramCredentialsRequest::default().with_users(Some(vec![name("bob"), name("carol"), name("bob")]));
+        let request = DescribeUserScramCredentialsRequest::default().with_users(Some(vec![
+            name("bob"),
+            name("carol"),
+            name("bob"),
+        ]));
         let codes: Vec<i16> = describe(&image, request).results.iter().map(|r| r.error_code).collect();
         assert_eq!(
             codes,

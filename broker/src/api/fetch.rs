@@ -590,7 +590,7 @@ fn read_error(partition: &Partition, target: &Target, e: &LogError) -> ResponseE
         }
         other => {
             tracing::error!(topic = %partition.topic, partition = target.index, error = %other, "fetch read failed");
-            ResponseError::try_from_code(other.kafka_error_code()).unwrap_or(ResponseError::KafkaStorageError)
+            other.response_error()
         }
     }
 }

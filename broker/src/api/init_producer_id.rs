@@ -12,7 +12,7 @@ use std::sync::Arc;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 
-use super::end_txn::fenced_for;
+use super::end_txn::{commit_response_error, fenced_for};
 use super::{commit_error, Access, Session};
 use crate::broker::Broker;
 use crate::metadata::acls::{AclOperation, ResourceType};
@@ -69,11 +69,6 @@ pub async fn handle(
         Ok(id) => response.with_producer_id(ProducerId(id)).with_producer_epoch(0),
         Err(e) => response.with_error_code(commit_error(&e).0),
     }
-}
-
-/// A failed producer-id allocation as the client's error.
-fn commit_response_error(e: &crate::metadata::CommitError) -> ResponseError {
-    ResponseError::try_from_code(commit_error(e).0).unwrap_or(ResponseError::UnknownServerError)
 }
 
 /// Why the principal may not have a producer id, if it may not.

@@ -58,6 +58,16 @@ pub fn handle(broker: &Broker, request: ListOffsetsRequest, version: i16, sessio
                     // The field exists from v4; the codec refuses a non-default value before.
                     let epoch = partition.leader_epoch();
                     let reported_epoch = if version >= FIRST_VERSION_WITH_LEADER_EPOCH { epoch } else { -1 };
+                    // A new leader whose high watermark has not reached the offset it began
+                    // its epoch at would answer a stale latest offset (a reader stopping
+                    // there misses committed records): clients are told to retry, as Kafka
+                    // does. The earliest offset does not depend on it.
+                    let stale = bound != ReadBound::LogEnd
+                        && !matches!(p.timestamp, EARLIEST | EARLIEST_LOCAL)
+                        && partition.high_watermark_behind_epoch_start();
+                    if stale {
+                        return response.with_error_code(ResponseError::OffsetNotAvailable.code());
+                    }
                     let found = match p.timestamp {
                         LATEST | LATEST_TIERED => Ok(Some((-1, partition.last_fetchable_offset(bound)))),
                         EARLIEST | EARLIEST_LOCAL => Ok(Some((-1, partition.log_start_offset()))),
@@ -74,7 +84,7 @@ pub fn handle(broker: &Broker, request: ListOffsetsRequest, version: i16, sessio
                         Ok(None) => response.with_leader_epoch(reported_epoch),
                         Err(e) => {
                             tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "offset lookup failed");
-                            response.with_error_code(e.kafka_error_code())
+                            response.with_error_code(e.response_error().code())
                         }
                     }
                 })

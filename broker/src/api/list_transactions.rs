@@ -35,9 +35,7 @@ pub fn handle(broker: &Broker, session: &Session, request: ListTransactionsReque
         }
         Some(p) => match regex::Regex::new(&format!("^(?:{p})$")) {
             Ok(re) => Some(re),
-            Err(_) => {
-                return ListTransactionsResponse::default().with_error_code(ResponseError::InvalidRequest.code())
-            }
+            Err(_) => return ListTransactionsResponse::default().with_error_code(ResponseError::InvalidRequest.code()),
         },
     };
     if !request.state_filters.is_empty() && states.is_empty() {
@@ -55,7 +53,13 @@ pub fn handle(broker: &Broker, session: &Session, request: ListTransactionsReque
     let transactions = views
         .into_iter()
         .filter(|v| pattern.as_ref().is_none_or(|re| re.is_match(&v.transactional_id)))
-        .filter(|v| access.check(AclOperation::Describe, ResourceType::TransactionalId, &v.transactional_id))
+        .filter(|v| {
+            access.check(
+                AclOperation::Describe,
+                ResourceType::TransactionalId,
+                &v.transactional_id,
+            )
+        })
         .map(|v| {
             TransactionState::default()
                 .with_transactional_id(TransactionalId(str_bytes(v.transactional_id)))

@@ -50,10 +50,10 @@ pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod sync_group;
-pub mod write_txn_markers;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod txn_offset_commit;
+pub mod write_txn_markers;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -82,6 +82,10 @@ pub struct Session {
     pub principal: Arc<str>,
     /// The client's IP address as text: what an ACL's host is compared with.
     pub host: Arc<str>,
+    /// This connection's transactional produces whose appends still wait for their
+    /// coordinator's verification (KIP-890): while any does, the connection's next produces
+    /// wait behind them, so its batches reach each partition in the order sent.
+    pub deferred_produces: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Session {
@@ -91,6 +95,7 @@ impl Session {
             listener,
             principal: Arc::from(crate::security::ANONYMOUS),
             host: Arc::from(peer.ip().to_string()),
+            deferred_produces: Arc::default(),
         }
     }
 
@@ -228,7 +233,9 @@ pub fn handle(broker: &Arc<Broker>, request: Request, session: &Session) -> Repl
             broker, r, version, session,
         ))),
         RequestBody::Metadata(r) => metadata::handle(broker, r, version, session),
-        RequestBody::ApiVersions(_) => now(ResponseBody::ApiVersions(api_versions::handle())),
+        RequestBody::ApiVersions(_) => now(ResponseBody::ApiVersions(api_versions::handle(
+            broker.config.txn.transaction_version,
+        ))),
         RequestBody::CreateTopics(r) => {
             later(create_topics::handle(b, session.clone(), r).map(ResponseBody::CreateTopics))
         }
@@ -259,12 +266,12 @@ pub fn handle(broker: &Arc<Broker>, request: Request, session: &Session) -> Repl
         RequestBody::InitProducerId(r) => {
             later(init_producer_id::handle(b, session.clone(), r, version).map(ResponseBody::InitProducerId))
         }
-        RequestBody::AddPartitionsToTxn(r) => later(
-            add_partitions_to_txn::handle(b, session.clone(), r, version).map(ResponseBody::AddPartitionsToTxn),
-        ),
-        RequestBody::AddOffsetsToTxn(r) => later(
-            add_offsets_to_txn::handle(b, session.clone(), r, version).map(ResponseBody::AddOffsetsToTxn),
-        ),
+        RequestBody::AddPartitionsToTxn(r) => {
+            later(add_partitions_to_txn::handle(b, session.clone(), r, version).map(ResponseBody::AddPartitionsToTxn))
+        }
+        RequestBody::AddOffsetsToTxn(r) => {
+            later(add_offsets_to_txn::handle(b, session.clone(), r, version).map(ResponseBody::AddOffsetsToTxn))
+        }
         RequestBody::EndTxn(r) => later(end_txn::handle(b, session.clone(), r, version).map(ResponseBody::EndTxn)),
         RequestBody::WriteTxnMarkers(r) => {
             later(write_txn_markers::handle(b, session.clone(), r).map(ResponseBody::WriteTxnMarkers))
@@ -272,9 +279,9 @@ pub fn handle(broker: &Arc<Broker>, request: Request, session: &Session) -> Repl
         RequestBody::DescribeTransactions(r) => now(ResponseBody::DescribeTransactions(describe_transactions::handle(
             broker, session, r,
         ))),
-        RequestBody::ListTransactions(r) => {
-            now(ResponseBody::ListTransactions(list_transactions::handle(broker, session, r)))
-        }
+        RequestBody::ListTransactions(r) => now(ResponseBody::ListTransactions(list_transactions::handle(
+            broker, session, r,
+        ))),
         RequestBody::FindCoordinator(r) => {
             later(find_coordinator::handle(b, session.clone(), r, version).map(ResponseBody::FindCoordinator))
         }
@@ -290,7 +297,7 @@ pub fn handle(broker: &Arc<Broker>, request: Request, session: &Session) -> Repl
             later(offset_commit::handle(b, session.clone(), r).map(ResponseBody::OffsetCommit))
         }
         RequestBody::TxnOffsetCommit(r) => {
-            later(txn_offset_commit::handle(b, session.clone(), r).map(ResponseBody::TxnOffsetCommit))
+            later(txn_offset_commit::handle(b, session.clone(), r, version).map(ResponseBody::TxnOffsetCommit))
         }
         RequestBody::OffsetFetch(r) => now(ResponseBody::OffsetFetch(offset_fetch::handle(
             broker, r, version, session,
@@ -375,7 +382,9 @@ pub(crate) fn commit_error(e: &CommitError) -> (i16, String) {
     use sluice_raft_meta::ProposeError;
     let code = match e {
         CommitError::Refused(api) => return (api.code(), api.message.clone()),
-        CommitError::Quorum(ProposeError::NoLeader | ProposeError::Stopped) => ResponseError::NotController,
+        CommitError::Quorum(ProposeError::NoLeader | ProposeError::LeaderChanged | ProposeError::Stopped) => {
+            ResponseError::NotController
+        }
         CommitError::Quorum(ProposeError::Timeout(_) | ProposeError::Busy) => ResponseError::RequestTimedOut,
         CommitError::Quorum(ProposeError::TooLarge { .. } | ProposeError::InvalidLearner { .. }) => {
             ResponseError::InvalidRequest

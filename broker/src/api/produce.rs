@@ -18,6 +18,8 @@
 //! passes every appended batch, woken by high-watermark and leadership changes, or until the
 //! request's timeout.
 
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,13 +41,23 @@ use crate::controller;
 use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::metadata::image::{MetadataImage, PartitionRegistration, TopicImage};
 use crate::partition::{AppendError, AppendOutcome, Partition};
+use crate::producer_state::{TxnVerification, VerificationGuard};
 use crate::purgatory::DelayedProduce;
 use crate::topic_config::{self, BrokerOverrides};
+use crate::txn::verify;
 
 /// Produce v13 names topics by id; earlier versions by name.
 const FIRST_VERSION_WITH_TOPIC_IDS: i16 = 13;
+/// The first version a transactions v2 producer sends (it adds no partitions itself).
+const TV2_SINCE: i16 = 12;
 
-pub fn handle(broker: &Broker, request: ProduceRequest, version: i16, client_id: &str, session: &Session) -> Reply {
+pub fn handle(
+    broker: &Arc<Broker>,
+    request: ProduceRequest,
+    version: i16,
+    client_id: &str,
+    session: &Session,
+) -> Reply {
     let image = broker.metadata.image();
     let access = session.access(&broker.security.authorizer, &image.acls);
     let authorizing = access.is_enabled();
@@ -72,78 +84,292 @@ pub fn handle(broker: &Broker, request: ProduceRequest, version: i16, client_id:
     let throttle_time_ms = broker
         .produce_quotas
         .record(&image, session.quota_user(), client_id, produced_bytes, now);
-    let mut waits: Vec<(usize, usize, DelayedProduce)> = Vec::new();
-    let responses: Vec<TopicProduceResponse> = request
-        .topic_data
-        .into_iter()
-        .enumerate()
-        .map(|(topic_index, topic_data)| {
-            let topic = if version >= FIRST_VERSION_WITH_TOPIC_IDS {
-                image.topic_by_id(&topic_data.topic_id)
-            } else {
-                image.topic(&topic_data.name.0)
+    // A transactions v2 producer sends no AddPartitionsToTxn: its first write to a partition
+    // has the leader add the partition, whatever `transaction.partition.verification.enable`.
+    let tv2 = version >= TV2_SINCE && broker.txn.tv2_enabled();
+    let verifying = transactional_id
+        .filter(|id| !id.is_empty() && acks != 0 && (broker.txn.partition_verification() || tv2))
+        .map(str::to_string);
+    let timeout_ms = request.timeout_ms;
+    let Some(transactional_id) = verifying else {
+        let produced = produce(broker, &image, access, request, version, now, &Verification::Off);
+        return reply(produced, acks, throttle_time_ms, timeout_ms);
+    };
+    if session.deferred_produces.load(Ordering::Acquire) > 0 {
+        // Earlier produces of this connection still wait for their verification: this one
+        // runs whole after them (a connection's deferred work runs in request order), so no
+        // batch overtakes one sent before it.
+        let deferred = DeferredProduce::start(&session.deferred_produces);
+        let broker = broker.clone();
+        let session = session.clone();
+        return Reply::Later(
+            async move {
+                let started = {
+                    let image = broker.metadata.image();
+                    let access = session.access(&broker.security.authorizer, &image.acls);
+                    match start_verification(&broker, &image, access, &request, version) {
+                        Ok(pending) => {
+                            let verification = pending.verification();
+                            Ok((
+                                produce(&broker, &image, access, request, version, now_ms(), &verification),
+                                pending,
+                            ))
+                        }
+                        Err(refusal) => Err(refuse_all(request, refusal.error, refusal.message)),
+                    }
+                };
+                match started {
+                    Ok((produced, pending)) => {
+                        let timing = (acks, throttle_time_ms, timeout_ms);
+                        finish(&broker, produced, pending, &transactional_id, timing, deferred).await
+                    }
+                    Err(refused) => body_of(refused, throttle_time_ms).await,
+                }
+            }
+            .boxed(),
+        );
+    }
+    let pending = match start_verification(broker, &image, access, &request, version) {
+        Ok(pending) => pending,
+        Err(refusal) => return refuse_all(request, refusal.error, refusal.message),
+    };
+    let produced = produce(broker, &image, access, request, version, now, &pending.verification());
+    if produced.deferred.is_empty() {
+        return reply(produced, acks, throttle_time_ms, timeout_ms);
+    }
+    // The partitions that open the producer's transaction wait for its coordinator; the
+    // request's others were appended above, in connection order, and the connection's next
+    // produces wait behind this one until its appends are done.
+    let deferred = DeferredProduce::start(&session.deferred_produces);
+    let broker = broker.clone();
+    Reply::Later(
+        async move {
+            let timing = (acks, throttle_time_ms, timeout_ms);
+            finish(&broker, produced, pending, &transactional_id, timing, deferred).await
+        }
+        .boxed(),
+    )
+}
+
+/// Counts a connection's produce as deferred until dropped (its appends done, or the
+/// connection gone).
+struct DeferredProduce(Arc<AtomicUsize>);
+
+impl DeferredProduce {
+    fn start(counter: &Arc<AtomicUsize>) -> DeferredProduce {
+        counter.fetch_add(1, Ordering::AcqRel);
+        DeferredProduce(counter.clone())
+    }
+}
+
+impl Drop for DeferredProduce {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The deferred part of a verified produce: the coordinator asked, the deferred partitions
+/// appended (or refused) with its verdicts, and the response once the ISR has the appends.
+async fn finish(
+    broker: &Broker,
+    mut produced: Produced,
+    pending: PendingVerification,
+    transactional_id: &str,
+    (acks, throttle_time_ms, timeout_ms): (i16, i32, i32),
+    deferred: DeferredProduce,
+) -> ResponseBody {
+    if !produced.deferred.is_empty() {
+        let verdicts = pending.verify(broker, transactional_id).await;
+        let image = broker.metadata.image();
+        for waiting in std::mem::take(&mut produced.deferred) {
+            let verdict = verdicts
+                .get(&(waiting.topic_index, waiting.partition_index))
+                .copied()
+                .unwrap_or(Err(ResponseError::UnknownServerError));
+            let result = match image.topic(&waiting.topic) {
+                None => Err(Refusal::new(
+                    ResponseError::UnknownTopicOrPartition,
+                    "the topic was deleted",
+                )),
+                Some(topic) => verified(verdict).and_then(|guard| {
+                    let checked = TxnVerification::Checked(Some(guard));
+                    let result = append(
+                        broker,
+                        &image,
+                        topic,
+                        waiting.index,
+                        waiting.records,
+                        acks,
+                        checked,
+                        now_ms(),
+                    );
+                    log_append(broker, topic, waiting.index, &result);
+                    result
+                }),
             };
-            // Kafka authorizes the name (an unknown id has none), before the topic's existence.
-            let denied = if !authorizing {
-                None
-            } else if version >= FIRST_VERSION_WITH_TOPIC_IDS {
-                topic.and_then(|t| write_refusal(access, &t.name))
-            } else {
-                write_refusal(access, &topic_data.name.0)
-            };
-            let partition_responses = topic_data
-                .partition_data
-                .into_iter()
-                .enumerate()
-                .map(|(partition_index, data)| {
-                    let result = match (topic, &denied) {
-                        (_, Some(message)) => {
-                            Err(Refusal::new(ResponseError::TopicAuthorizationFailed, message.clone()))
-                        }
-                        (None, None) if version >= FIRST_VERSION_WITH_TOPIC_IDS => {
-                            Err(Refusal::new(ResponseError::UnknownTopicId, "unknown topic id"))
-                        }
-                        (None, None) => Err(Refusal::new(ResponseError::UnknownTopicOrPartition, "unknown topic")),
-                        (Some(_), None) if !(-1..=1).contains(&acks) => Err(Refusal::new(
-                            ResponseError::InvalidRequiredAcks,
-                            format!("acks={acks} is invalid; use 0, 1 or -1 (all)"),
-                        )),
-                        // Kafka's ReplicaManager: only the broker itself writes these (the
-                        // group coordinator appends to the partition, not through Produce).
-                        (Some(topic), None) if controller::is_internal_topic(&topic.name) => Err(Refusal::new(
-                            ResponseError::InvalidTopicException,
-                            format!("Cannot append to internal topic {}", topic.name),
-                        )),
-                        (Some(topic), None) => {
-                            let result = append(broker, &image, topic, data.index, data.records, acks, now);
-                            match &result {
-                                Err(refusal) => tracing::debug!(topic = %topic.name, partition = data.index,
-                                    error = ?refusal.error, "produce refused: {}", refusal.message),
-                                Ok((appended, _)) if appended.stored.is_none() => tracing::debug!(
-                                    topic = %topic.name, partition = data.index, base_offset = appended.base_offset,
-                                    "produce: an idempotent retry already in the log, answered with its offset"),
-                                Ok(_) => {}
-                            }
-                            let stored = result.as_ref().ok().and_then(|(appended, _)| appended.stored);
-                            broker.metrics.record_produce(&topic.name, stored);
-                            result
-                        }
-                    };
-                    let result = result.map(|(appended, wait)| {
-                        if let Some(wait) = wait {
-                            waits.push((topic_index, partition_index, wait));
-                        }
-                        appended
-                    });
-                    partition_response(data.index, result)
-                })
-                .collect();
+            produced.settle(waiting.topic_index, waiting.partition_index, waiting.index, result);
+        }
+    }
+    drop(deferred);
+    body_of(reply(produced, acks, throttle_time_ms, timeout_ms), throttle_time_ms).await
+}
+
+/// The response a reply carries (a verified produce always has one: acks=0 is never verified).
+async fn body_of(reply: Reply, throttle_time_ms: i32) -> ResponseBody {
+    match reply {
+        Reply::Now(body) => body,
+        Reply::Later(wait) => wait.await,
+        Reply::None | Reply::Throttled(_) | Reply::Close(_) => {
+            tracing::error!("a verified produce had no response to send; answering it empty");
+            ResponseBody::Produce(ProduceResponse::default().with_throttle_time_ms(throttle_time_ms))
+        }
+    }
+}
+
+/// What a produce did so far: each partition's response (appended or refused), the
+/// `acks=all` waits, and the partitions whose append waits for their verification.
+struct Produced {
+    responses: Vec<TopicProduceResponse>,
+    waits: Vec<(usize, usize, DelayedProduce)>,
+    deferred: Vec<DeferredAppend>,
+}
+
+/// A partition's batches to append once the coordinator has answered.
+struct DeferredAppend {
+    topic_index: usize,
+    partition_index: usize,
+    topic: String,
+    index: i32,
+    records: Option<Bytes>,
+}
+
+impl Produced {
+    /// Records a partition's outcome: its response, and its wait when it has one.
+    fn settle(
+        &mut self,
+        topic_index: usize,
+        partition_index: usize,
+        index: i32,
+        result: Result<(Appended, Option<DelayedProduce>), Refusal>,
+    ) {
+        let result = result.map(|(appended, wait)| {
+            if let Some(wait) = wait {
+                self.waits.push((topic_index, partition_index, wait));
+            }
+            appended
+        });
+        self.responses[topic_index].partition_responses[partition_index] = partition_response(index, result);
+    }
+}
+
+fn log_append(
+    broker: &Broker,
+    topic: &TopicImage,
+    index: i32,
+    result: &Result<(Appended, Option<DelayedProduce>), Refusal>,
+) {
+    match result {
+        Err(refusal) => tracing::debug!(topic = %topic.name, partition = index,
+            error = ?refusal.error, "produce refused: {}", refusal.message),
+        Ok((appended, _)) if appended.stored.is_none() => tracing::debug!(
+            topic = %topic.name, partition = index, base_offset = appended.base_offset,
+            "produce: an idempotent retry already in the log, answered with its offset"),
+        Ok(_) => {}
+    }
+    let stored = result.as_ref().ok().and_then(|(appended, _)| appended.stored);
+    broker.metrics.record_produce(&topic.name, stored);
+}
+
+/// Each partition's batches checked and appended (or refused), except those whose
+/// verification is pending: they are handed back in `deferred`.
+fn produce(
+    broker: &Broker,
+    image: &MetadataImage,
+    access: Access<'_>,
+    request: ProduceRequest,
+    version: i16,
+    now: i64,
+    verification: &Verification,
+) -> Produced {
+    let authorizing = access.is_enabled();
+    let acks = request.acks;
+    let mut produced = Produced {
+        responses: Vec::with_capacity(request.topic_data.len()),
+        waits: Vec::new(),
+        deferred: Vec::new(),
+    };
+    for (topic_index, topic_data) in request.topic_data.into_iter().enumerate() {
+        let topic = if version >= FIRST_VERSION_WITH_TOPIC_IDS {
+            image.topic_by_id(&topic_data.topic_id)
+        } else {
+            image.topic(&topic_data.name.0)
+        };
+        // Kafka authorizes the name (an unknown id has none), before the topic's existence.
+        let denied = if !authorizing {
+            None
+        } else if version >= FIRST_VERSION_WITH_TOPIC_IDS {
+            topic.and_then(|t| write_refusal(access, &t.name))
+        } else {
+            write_refusal(access, &topic_data.name.0)
+        };
+        // Every partition answered first (a placeholder for the deferred ones).
+        produced.responses.push(
             TopicProduceResponse::default()
                 .with_name(topic_data.name)
                 .with_topic_id(topic_data.topic_id)
-                .with_partition_responses(partition_responses)
-        })
-        .collect();
+                .with_partition_responses(
+                    topic_data
+                        .partition_data
+                        .iter()
+                        .map(|p| PartitionProduceResponse::default().with_index(p.index))
+                        .collect(),
+                ),
+        );
+        for (partition_index, data) in topic_data.partition_data.into_iter().enumerate() {
+            let result = match (topic, &denied) {
+                (_, Some(message)) => Err(Refusal::new(ResponseError::TopicAuthorizationFailed, message.clone())),
+                (None, None) if version >= FIRST_VERSION_WITH_TOPIC_IDS => {
+                    Err(Refusal::new(ResponseError::UnknownTopicId, "unknown topic id"))
+                }
+                (None, None) => Err(Refusal::new(ResponseError::UnknownTopicOrPartition, "unknown topic")),
+                (Some(_), None) if !(-1..=1).contains(&acks) => Err(Refusal::new(
+                    ResponseError::InvalidRequiredAcks,
+                    format!("acks={acks} is invalid; use 0, 1 or -1 (all)"),
+                )),
+                // Kafka's ReplicaManager: only the broker itself writes these (the
+                // group coordinator appends to the partition, not through Produce).
+                (Some(topic), None) if controller::is_internal_topic(&topic.name) => Err(Refusal::new(
+                    ResponseError::InvalidTopicException,
+                    format!("Cannot append to internal topic {}", topic.name),
+                )),
+                (Some(topic), None) => match verification.of(topic_index, partition_index) {
+                    None => {
+                        produced.deferred.push(DeferredAppend {
+                            topic_index,
+                            partition_index,
+                            topic: topic.name.clone(),
+                            index: data.index,
+                            records: data.records,
+                        });
+                        continue;
+                    }
+                    Some(verified) => {
+                        let result = append(broker, image, topic, data.index, data.records, acks, verified, now);
+                        log_append(broker, topic, data.index, &result);
+                        result
+                    }
+                },
+            };
+            produced.settle(topic_index, partition_index, data.index, result);
+        }
+    }
+    produced
+}
+
+/// The response to send for what was produced: none for acks=0 (or the connection closed,
+/// when a partition failed), now, or once the ISR has every append (`acks=all`).
+fn reply(produced: Produced, acks: i16, throttle_time_ms: i32, timeout_ms: i32) -> Reply {
+    let Produced { responses, waits, .. } = produced;
     if acks == 0 {
         // Kafka closes the connection when an acks=0 produce fails, the one signal such a
         // producer gets: it reconnects and refreshes its metadata (a moved leader, say).
@@ -173,7 +399,7 @@ pub fn handle(broker: &Broker, request: ProduceRequest, version: i16, client_id:
                 .with_throttle_time_ms(throttle_time_ms),
         ));
     }
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(request.timeout_ms.max(0) as u64);
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout_ms.max(0) as u64);
     let mut responses = responses;
     Reply::Later(
         async move {
@@ -191,6 +417,151 @@ pub fn handle(broker: &Broker, request: ProduceRequest, version: i16, client_id:
         }
         .boxed(),
     )
+}
+
+/// KIP-890 verification of a transactional request, per partition by its place in the
+/// request (topic index, partition index).
+enum Verification {
+    /// Not checked: no transactional id, or `transaction.partition.verification.enable` off.
+    Off,
+    /// The partitions whose verification is pending (their append is deferred); the others
+    /// may only join a transaction already open on them.
+    Checked(HashSet<(usize, usize)>),
+}
+
+impl Verification {
+    /// What the partition's append presents, or `None` when it waits for its verification.
+    fn of(&self, topic_index: usize, partition_index: usize) -> Option<TxnVerification> {
+        match self {
+            Verification::Off => Some(TxnVerification::Unchecked),
+            Verification::Checked(pending) if pending.contains(&(topic_index, partition_index)) => None,
+            Verification::Checked(_) => Some(TxnVerification::Checked(None)),
+        }
+    }
+}
+
+/// The coordinator's verdict on a deferred partition, as its append presents it or as the
+/// producer is refused.
+fn verified(verdict: Result<VerificationGuard, ResponseError>) -> Result<VerificationGuard, Refusal> {
+    verdict.map_err(|error| {
+        let produce_error = verify::produce_error(error);
+        let message = match produce_error {
+            ResponseError::InvalidTxnState => "the partition is not in the producer's open transaction (its \
+                 coordinator says so); add it to the transaction before writing to it"
+                .to_string(),
+            ResponseError::NotEnoughReplicas => format!(
+                "could not confirm with the transaction coordinator that the partition is in the transaction \
+                 ({error:?}); retry"
+            ),
+            _ => format!("the transaction coordinator refused the producer: {error:?}"),
+        };
+        Refusal::new(produce_error, message)
+    })
+}
+
+/// Partitions whose first transactional write of the producer is to be verified, each with
+/// the guard its append will present.
+struct PendingVerification {
+    producer_id: i64,
+    producer_epoch: i16,
+    /// Transactions v2: the coordinator adds the partitions instead of only verifying them.
+    add: bool,
+    /// (topic index, partition index) in the request, topic name, partition, guard.
+    partitions: Vec<(usize, usize, String, i32, VerificationGuard)>,
+}
+
+type Verdicts = HashMap<(usize, usize), Result<VerificationGuard, ResponseError>>;
+
+impl PendingVerification {
+    fn verification(&self) -> Verification {
+        Verification::Checked(self.partitions.iter().map(|(t, p, ..)| (*t, *p)).collect())
+    }
+
+    async fn verify(&self, broker: &Broker, transactional_id: &str) -> Verdicts {
+        let asked = self
+            .partitions
+            .iter()
+            .map(|(_, _, topic, index, _)| (topic.clone(), *index))
+            .collect();
+        let verdicts = broker
+            .txn
+            .verify_for_produce(transactional_id, self.producer_id, self.producer_epoch, asked, self.add)
+            .await;
+        self.partitions
+            .iter()
+            .zip(verdicts)
+            .map(|((topic_index, partition_index, _, _, guard), (_, verdict))| {
+                ((*topic_index, *partition_index), verdict.map(|()| *guard))
+            })
+            .collect()
+    }
+}
+
+/// Starts the verification of every partition of the request where this leader is to open
+/// the producer's transaction. Partitions that will be refused anyway (unknown, internal,
+/// not authorized, not led here) are left to the append, which refuses them. All
+/// transactional batches of a request must be one producer's (Kafka's rule too).
+fn start_verification(
+    broker: &Broker,
+    image: &MetadataImage,
+    access: Access<'_>,
+    request: &ProduceRequest,
+    version: i16,
+) -> Result<PendingVerification, Refusal> {
+    let mut pending = PendingVerification {
+        producer_id: -1,
+        producer_epoch: -1,
+        add: version >= TV2_SINCE && broker.txn.tv2_enabled(),
+        partitions: Vec::new(),
+    };
+    let mut producer: Option<(i64, i16)> = None;
+    for (topic_index, topic_data) in request.topic_data.iter().enumerate() {
+        let topic = if version >= FIRST_VERSION_WITH_TOPIC_IDS {
+            image.topic_by_id(&topic_data.topic_id)
+        } else {
+            image.topic(&topic_data.name.0)
+        };
+        let Some(topic) = topic else { continue };
+        if controller::is_internal_topic(&topic.name)
+            || (access.is_enabled() && write_refusal(access, &topic.name).is_some())
+        {
+            continue;
+        }
+        for (partition_index, data) in topic_data.partition_data.iter().enumerate() {
+            let Some((header, _)) = data.records.as_deref().and_then(|r| BatchIter::new(r).next()) else {
+                continue;
+            };
+            if !header.is_transactional() || header.is_control() {
+                continue;
+            }
+            let this = (header.producer_id, header.producer_epoch);
+            if producer.is_some_and(|p| p != this) {
+                return Err(Refusal::new(
+                    ResponseError::InvalidProducerIdMapping,
+                    "the request's transactional batches come from more than one producer id or epoch",
+                ));
+            }
+            producer = Some(this);
+            let Ok((partition, _)) = broker.replicas.leader_partition(topic, data.index) else {
+                continue;
+            };
+            if let Some(guard) = partition.start_txn_verification(
+                header.producer_id,
+                header.producer_epoch,
+                header.base_sequence,
+                pending.add,
+            ) {
+                pending
+                    .partitions
+                    .push((topic_index, partition_index, topic.name.clone(), data.index, guard));
+            }
+        }
+    }
+    if let Some((producer_id, producer_epoch)) = producer {
+        pending.producer_id = producer_id;
+        pending.producer_epoch = producer_epoch;
+    }
+    Ok(pending)
 }
 
 /// Whether a partition's first batch is transactional (the attributes' bit 4), as Kafka's
@@ -253,6 +624,7 @@ struct Appended {
     stored: Option<(u64, u64)>,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn append(
     broker: &Broker,
     image: &MetadataImage,
@@ -260,6 +632,7 @@ fn append(
     index: i32,
     records: Option<Bytes>,
     acks: i16,
+    verified: TxnVerification,
     now: i64,
 ) -> Result<(Appended, Option<DelayedProduce>), Refusal> {
     let (partition, registration) = leader_replica(broker, topic, index)?;
@@ -291,7 +664,7 @@ fn append(
     let compressor = topic_config::compressor(&topic.configs, &defaults);
     let mut batches = batches_to_store(&records, compressor, rules.max_decompressed_bytes)?;
     let leader_epoch = partition.leader_epoch();
-    let (appended, required_offset) = match partition.append_as_leader(&mut batches, now)? {
+    let (appended, required_offset) = match partition.append_as_leader_verified(&mut batches, now, verified)? {
         AppendOutcome::Appended(info) => (
             Appended {
                 base_offset: info.base_offset,
@@ -400,7 +773,7 @@ impl From<(ResponseError, String)> for Refusal {
 /// The Kafka error a refused batch is answered with, and its reason.
 fn batch_error(error: &BatchError) -> Refusal {
     Refusal::new(
-        ResponseError::try_from_code(error.kafka_error_code()).unwrap_or(ResponseError::CorruptMessage),
+        error.response_error(),
         error.to_string(),
     )
 }

@@ -22,16 +22,26 @@ use super::offset_commit::refusal;
 use super::{Access, Session};
 use crate::broker::Broker;
 use crate::clock::now_ms;
+use crate::controller::OFFSETS_TOPIC;
 use crate::group::records::OffsetAndMetadata;
 use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::metadata::image::MetadataImage;
+use crate::producer_state::TxnVerification;
 
 /// Per requested partition: an error found before the commit, or none.
 type Checked = Vec<Vec<Option<ResponseError>>>;
 /// The offsets to commit, by topic and partition.
 type ToCommit = Vec<((String, i32), OffsetAndMetadata)>;
 
-pub async fn handle(broker: Arc<Broker>, session: Session, request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse {
+/// The first version a transactions v2 producer sends (it sends no AddOffsetsToTxn first).
+const TV2_SINCE: i16 = 5;
+
+pub async fn handle(
+    broker: Arc<Broker>,
+    session: Session,
+    request: TxnOffsetCommitRequest,
+    version: i16,
+) -> TxnOffsetCommitResponse {
     let image = broker.metadata.image();
     let access = session.access(&broker.security.authorizer, &image.acls);
     if let Some(error) = request_refusal(access, &request) {
@@ -42,24 +52,76 @@ pub async fn handle(broker: Arc<Broker>, session: Session, request: TxnOffsetCom
     let outcome = if to_commit.is_empty() {
         Ok(())
     } else {
-        broker
-            .groups
-            .txn_commit_offsets(
-                &request.group_id.0,
-                request.producer_id.0,
-                request.producer_epoch,
-                &request.member_id,
-                request.group_instance_id.as_deref(),
-                request.generation_id,
-                to_commit,
-            )
-            .await
+        match verify(&broker, &request, version).await {
+            Ok(verification) => {
+                broker
+                    .groups
+                    .txn_commit_offsets(
+                        &request.group_id.0,
+                        request.producer_id.0,
+                        request.producer_epoch,
+                        &request.member_id,
+                        request.group_instance_id.as_deref(),
+                        request.generation_id,
+                        to_commit,
+                        verification,
+                    )
+                    .await
+            }
+            Err(e) => Err(e),
+        }
     };
     if let Err(e) = outcome {
         tracing::debug!(group = %request.group_id.0, producer_id = request.producer_id.0, error = ?e,
             "transactional offset commit refused");
     }
     respond(&request, checked, outcome.err())
+}
+
+/// KIP-890 part 1 for offsets: unless the producer's transaction is open on the group's
+/// `__consumer_offsets` partition already, its coordinator must confirm the partition is in
+/// the transaction (AddOffsetsToTxn put it there), so a late commit cannot leave offsets
+/// pending forever (and `require_stable` offset fetches refused with them). The coordinator's
+/// retriable refusals reach the client as COORDINATOR_LOAD_IN_PROGRESS: it retries without
+/// looking up the group coordinator again, which is not the one that refused.
+async fn verify(
+    broker: &Broker,
+    request: &TxnOffsetCommitRequest,
+    version: i16,
+) -> Result<TxnVerification, ResponseError> {
+    // A transactions v2 producer sends no AddOffsetsToTxn: the group's partition is added here.
+    let add = version >= TV2_SINCE && broker.txn.tv2_enabled();
+    if !broker.txn.partition_verification() && !add {
+        return Ok(TxnVerification::Unchecked);
+    }
+    let (producer_id, producer_epoch) = (request.producer_id.0, request.producer_epoch);
+    let Some((index, guard)) =
+        broker
+            .groups
+            .start_txn_verification(&request.group_id.0, producer_id, producer_epoch, add)?
+    else {
+        return Ok(TxnVerification::Checked(None));
+    };
+    let asked = vec![(OFFSETS_TOPIC.to_string(), index)];
+    let verdicts = broker
+        .txn
+        .verify_for_produce(&request.transactional_id.0, producer_id, producer_epoch, asked, add)
+        .await;
+    match verdicts.into_iter().next().map(|(_, verdict)| verdict) {
+        Some(Ok(())) => Ok(TxnVerification::Checked(Some(guard))),
+        Some(Err(error)) => Err(match error {
+            ResponseError::ConcurrentTransactions
+            | ResponseError::NetworkException
+            | ResponseError::CoordinatorNotAvailable
+            | ResponseError::NotCoordinator
+            | ResponseError::CoordinatorLoadInProgress
+            | ResponseError::RequestTimedOut
+            | ResponseError::UnknownServerError => ResponseError::CoordinatorLoadInProgress,
+            ResponseError::ProducerFenced => ResponseError::InvalidProducerEpoch,
+            other => other,
+        }),
+        None => Err(ResponseError::CoordinatorLoadInProgress),
+    }
 }
 
 /// The error every partition gets when the request itself is not authorized: WRITE on the

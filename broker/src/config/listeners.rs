@@ -290,7 +290,11 @@ pub fn protocol_in_map(map: &str, name: &str) -> Result<Option<SecurityProtocol>
             .ok_or_else(|| invalid(key, map, format!("{entry:?} is not NAME:PROTOCOL")))?;
         if n.trim().eq_ignore_ascii_case(name) {
             return SecurityProtocol::parse(protocol).map(Some).ok_or_else(|| {
-                invalid(key, map, format!("{protocol:?} is not a security protocol; use PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"))
+                invalid(
+                    key,
+                    map,
+                    format!("{protocol:?} is not a security protocol; use PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"),
+                )
             });
         }
     }
@@ -414,12 +418,7 @@ mod tests {
 
     #[test]
     fn each_listener_takes_its_protocol_from_the_map() {
-        let l = Listeners::resolve(&settings(
-            "SSL://127.0.0.1:9093,INTERNAL://127.0.0.1:9092",
-            "",
-            "SSL",
-        ))
-        .unwrap();
+        let l = Listeners::resolve(&settings("SSL://127.0.0.1:9093,INTERNAL://127.0.0.1:9092", "", "SSL")).unwrap();
         assert_eq!(l.all[0].protocol, SecurityProtocol::Ssl);
         assert_eq!(l.all[1].protocol, SecurityProtocol::Plaintext);
         assert_eq!(l.inter_broker_listener().name, "SSL");

@@ -255,6 +255,12 @@ broker_settings! {
     "transactional.id.expiration.ms", "604800000", Int, "A transactional id with no transaction for this long is forgotten.";
     "transaction.abort.timed.out.transaction.cleanup.interval.ms", "10000", Int, "How often transactions open past their timeout are aborted.";
     "transaction.remove.expired.transaction.cleanup.interval.ms", "3600000", Int, "How often expired transactional ids are removed.";
+    "producer.id.expiration.ms", "86400000", Int, "A partition forgets an idempotent producer that has not written to it for this long (none with an open transaction).";
+    "producer.id.expiration.check.interval.ms", "600000", Int, "How often partitions look for expired producer ids.";
+    "transaction.version", "2", Int, "The transaction.version feature finalized in ApiVersions (0-2; set the same on every node): 2 lets clients use transactions v2 (KIP-890 part 2: an epoch bump at every commit or abort, partitions added by their leaders), 0 keeps them on v1.";
+    "add.partitions.to.txn.retry.backoff.ms", "20", Int, "How long a partition leader waits before asking the coordinator again to add a partition for a transactions v2 producer when the transaction is busy (CONCURRENT_TRANSACTIONS).";
+    "add.partitions.to.txn.retry.backoff.max.ms", "100", Int, "How long a partition leader keeps asking the coordinator to add a partition for a transactions v2 producer while the transaction is busy, before the producer is told to retry.";
+    "transaction.partition.verification.enable", "true", Boolean, "Partition leaders ask the coordinator before a producer's first transactional write (KIP-890), so a late write cannot leave a transaction hanging.";
     "group.initial.rebalance.delay.ms", "3000", Int, "How long a new group waits for more members before its first rebalance.";
     "group.min.session.timeout.ms", "6000", Int, "Smallest session timeout a group member may ask for.";
     "group.max.session.timeout.ms", "1800000", Int, "Largest session timeout a group member may ask for.";
@@ -347,6 +353,10 @@ pub struct BrokerConfig {
     /// setting; Kafka has none), so a slow sender cannot hold request memory indefinitely.
     pub socket_request_read_timeout_ms: u64,
     pub log_retention_check_interval_ms: u64,
+    /// `producer.id.expiration.ms`: producers idle this long are forgotten by each partition.
+    pub producer_id_expiration_ms: i64,
+    /// `producer.id.expiration.check.interval.ms`
+    pub producer_id_expiration_check_interval_ms: u64,
     pub rack: Option<String>,
     /// Metadata quorum voters by node id, with their controller listener addresses.
     pub voters: BTreeMap<i32, String>,
@@ -538,6 +548,11 @@ impl BrokerConfig {
             log_retention_check_interval_ms: parse_num(
                 "log.retention.check.interval.ms",
                 &get("log.retention.check.interval.ms"),
+            )?,
+            producer_id_expiration_ms: parse_num("producer.id.expiration.ms", &get("producer.id.expiration.ms"))?,
+            producer_id_expiration_check_interval_ms: parse_num(
+                "producer.id.expiration.check.interval.ms",
+                &get("producer.id.expiration.check.interval.ms"),
             )?,
             rack: Some(get("broker.rack")).filter(|r| !r.is_empty()),
             group: group_config(&get)?,
@@ -1095,17 +1110,34 @@ mod tests {
         .unwrap();
         let sasl = config.security.listener("SASL_SSL").unwrap();
         assert_eq!(sasl.protocol, SecurityProtocol::SaslSsl);
-        assert_eq!(sasl.sasl_mechanisms, vec![SaslMechanism::ScramSha512, SaslMechanism::Plain]);
+        assert_eq!(
+            sasl.sasl_mechanisms,
+            vec![SaslMechanism::ScramSha512, SaslMechanism::Plain]
+        );
         assert_eq!(sasl.tls.as_ref().unwrap().client_auth, security::ClientAuth::None);
         let internal = config.security.listener("INTERNAL").unwrap();
         let tls = internal.tls.as_ref().unwrap();
-        assert_eq!(tls.client_auth, security::ClientAuth::Required, "the listener's own value wins");
+        assert_eq!(
+            tls.client_auth,
+            security::ClientAuth::Required,
+            "the listener's own value wins"
+        );
         assert!(internal.sasl_mechanisms.is_empty());
-        assert_eq!(config.security.authorizer.as_ref().unwrap().super_users, vec!["User:admin", "User:ops"]);
-        assert!(!format!("{config:?}").contains("hunter2"), "a password leaked into Debug output");
+        assert_eq!(
+            config.security.authorizer.as_ref().unwrap().super_users,
+            vec!["User:admin", "User:ops"]
+        );
+        assert!(
+            !format!("{config:?}").contains("hunter2"),
+            "a password leaked into Debug output"
+        );
         let described = config.describe();
         let password = described.iter().find(|(k, _, _)| k == "ssl.keystore.password").unwrap();
-        assert_eq!((password.1.as_str(), password.2), ("", true), "listed as set, without its value");
+        assert_eq!(
+            (password.1.as_str(), password.2),
+            ("", true),
+            "listed as set, without its value"
+        );
     }
 
     #[test]
@@ -1113,27 +1145,51 @@ mod tests {
         let error = |args: &[&str]| BrokerConfig::from_cli(&cli(args)).unwrap_err().to_string();
         let sasl = ["--set", "listener.security.protocol.map=PLAINTEXT:SASL_PLAINTEXT"];
         let with = |extra: &[&'static str]| -> Vec<&'static str> { sasl.iter().chain(extra).copied().collect() };
-        assert!(error(&with(&["--set", "sasl.enabled.mechanisms=GSSAPI"])).contains("GSSAPI (Kerberos) is not supported"));
-        assert!(error(&with(&["--set", "sasl.enabled.mechanisms=OAUTHBEARER"])).contains("sasl.oauthbearer.jwks.endpoint.url"));
-        assert!(error(&with(&["--set", "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512"]))
-            .contains("set listener.name.plaintext.scram-sha-512.sasl.jaas.config"));
+        assert!(
+            error(&with(&["--set", "sasl.enabled.mechanisms=GSSAPI"])).contains("GSSAPI (Kerberos) is not supported")
+        );
+        assert!(error(&with(&["--set", "sasl.enabled.mechanisms=OAUTHBEARER"]))
+            .contains("sasl.oauthbearer.jwks.endpoint.url"));
+        assert!(
+            error(&with(&["--set", "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512"]))
+                .contains("set listener.name.plaintext.scram-sha-512.sasl.jaas.config")
+        );
         let ssl = ["--set", "listener.security.protocol.map=PLAINTEXT:SSL"];
         assert!(error(&ssl).contains("has no certificate"));
         let jks: Vec<&str> = ssl
             .iter()
             .copied()
-            .chain(["--set", "ssl.keystore.location=/k.jks", "--set", "ssl.keystore.type=JKS"])
+            .chain([
+                "--set",
+                "ssl.keystore.location=/k.jks",
+                "--set",
+                "ssl.keystore.type=JKS",
+            ])
             .collect();
         let refusal = error(&jks);
-        assert!(refusal.contains("keytool -importkeystore") && refusal.contains("-deststoretype PKCS12"), "{refusal}");
+        assert!(
+            refusal.contains("keytool -importkeystore") && refusal.contains("-deststoretype PKCS12"),
+            "{refusal}"
+        );
         let bad_protocol: Vec<&str> = ssl
             .iter()
             .copied()
-            .chain(["--set", "ssl.keystore.location=/k.pem", "--set", "ssl.enabled.protocols=TLSv1.1"])
+            .chain([
+                "--set",
+                "ssl.keystore.location=/k.pem",
+                "--set",
+                "ssl.enabled.protocols=TLSv1.1",
+            ])
             .collect();
         assert!(error(&bad_protocol).contains("TLSv1.2 and TLSv1.3"));
         assert!(error(&["--set", "authorizer.class.name=com.example.Custom"]).contains("StandardAuthorizer"));
-        assert!(error(&["--set", "authorizer.class.name=x.StandardAuthorizer", "--set", "super.users=admin"]).contains("StandardAuthorizer"));
+        assert!(error(&[
+            "--set",
+            "authorizer.class.name=x.StandardAuthorizer",
+            "--set",
+            "super.users=admin"
+        ])
+        .contains("StandardAuthorizer"));
         assert!(error(&[
             "--set",
             "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
@@ -1145,7 +1201,12 @@ mod tests {
 
     #[test]
     fn the_controller_listener_mapped_to_ssl_gives_the_quorum_mutual_tls() {
-        let voters = ["--voters", "1@127.0.0.1:9093,2@127.0.0.1:9193", "--cluster-secret", "a-test-secret-of-enough-bytes"];
+        let voters = [
+            "--voters",
+            "1@127.0.0.1:9093,2@127.0.0.1:9193",
+            "--cluster-secret",
+            "a-test-secret-of-enough-bytes",
+        ];
         let with = |extra: &[&'static str]| -> Vec<&'static str> { voters.iter().chain(extra).copied().collect() };
         let config = BrokerConfig::from_cli(&cli(&with(&[
             "--set",
@@ -1157,13 +1218,29 @@ mod tests {
         ])))
         .unwrap();
         let tls = config.security.controller_tls.as_ref().unwrap();
-        assert_eq!(tls.client_auth, security::ClientAuth::Required, "quorum members always show a certificate");
+        assert_eq!(
+            tls.client_auth,
+            security::ClientAuth::Required,
+            "quorum members always show a certificate"
+        );
         assert_eq!(tls.keystore_location.as_deref(), Some(std::path::Path::new("/q.pem")));
-        assert!(BrokerConfig::from_cli(&cli(&voters)).unwrap().security.controller_tls.is_none());
+        assert!(BrokerConfig::from_cli(&cli(&voters))
+            .unwrap()
+            .security
+            .controller_tls
+            .is_none());
         let error = |extra: &[&'static str]| BrokerConfig::from_cli(&cli(&with(extra))).unwrap_err().to_string();
-        assert!(error(&["--set", "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:SSL", "--set", "ssl.keystore.location=/q.pem"])
-            .contains("needs a truststore"));
-        assert!(error(&["--set", "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_SSL"])
-            .contains("PLAINTEXT or SSL"));
+        assert!(error(&[
+            "--set",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:SSL",
+            "--set",
+            "ssl.keystore.location=/q.pem"
+        ])
+        .contains("needs a truststore"));
+        assert!(error(&[
+            "--set",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_SSL"
+        ])
+        .contains("PLAINTEXT or SSL"));
     }
 }

@@ -111,7 +111,15 @@ mod tests {
 
     #[test]
     fn capacity_is_what_the_reserve_leaves_divided_by_files_per_replica() {
-        let config = config(&["--set", "max.connections=1000", "--set", "num.recovery.threads.per.data.dir=2"], Some(20_000));
+        let config = config(
+            &[
+                "--set",
+                "max.connections=1000",
+                "--set",
+                "num.recovery.threads.per.data.dir=2",
+            ],
+            Some(20_000),
+        );
         let budget = OpenFilesBudget::of(&config);
         // One voter (itself), one listener, no HTTP server.
         assert_eq!(budget.quorum, 16 + 64 + 1 + 1);
@@ -120,7 +128,11 @@ mod tests {
         assert_eq!(budget.process, 64 + 4 * 2);
         assert_eq!(budget.reserved(), 82 + 1001 + 64 + 72);
         assert_eq!(budget.replica_capacity(), Some(20_000 - 1219));
-        assert!(budget.describe().contains("room for 18781 partition replicas"), "{}", budget.describe());
+        assert!(
+            budget.describe().contains("room for 18781 partition replicas"),
+            "{}",
+            budget.describe()
+        );
     }
 
     #[test]

@@ -39,10 +39,12 @@ pub fn parse(rules: &str) -> Result<Vec<Rule>, String> {
             out.push(Rule::Default);
             rest = after;
         } else if let Some(after) = rest.strip_prefix("RULE:") {
-            let (pattern, after) = until_unescaped_slash(after)
-                .ok_or_else(|| format!("rule {rest:?} has no / after its pattern; write RULE:pattern/replacement/[LU]"))?;
-            let (replacement, after) = until_unescaped_slash(after)
-                .ok_or_else(|| format!("rule {rest:?} has no / after its replacement; write RULE:pattern/replacement/[LU]"))?;
+            let (pattern, after) = until_unescaped_slash(after).ok_or_else(|| {
+                format!("rule {rest:?} has no / after its pattern; write RULE:pattern/replacement/[LU]")
+            })?;
+            let (replacement, after) = until_unescaped_slash(after).ok_or_else(|| {
+                format!("rule {rest:?} has no / after its replacement; write RULE:pattern/replacement/[LU]")
+            })?;
             let (case, after) = match after.chars().next() {
                 Some('L') => (Case::Lower, &after[1..]),
                 Some('U') => (Case::Upper, &after[1..]),
@@ -134,7 +136,9 @@ pub fn apply(rules: &[Rule], distinguished_name: &str) -> Option<String> {
             if !whole.is_match(distinguished_name) {
                 return None;
             }
-            let name = pattern.replace_all(distinguished_name, replacement.as_str()).into_owned();
+            let name = pattern
+                .replace_all(distinguished_name, replacement.as_str())
+                .into_owned();
             Some(match case {
                 Case::Keep => name,
                 Case::Lower => name.to_lowercase(),
@@ -160,7 +164,10 @@ mod tests {
     #[test]
     fn rules_as_kafkas_documentation_writes_them() {
         let rules = "RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/,RULE:^CN=(.*?),OU=(.*?),O=(.*?),L=(.*?),ST=(.*?),C=(.*?)$/$1@$2/L,RULE:^.*[Cc][Nn]=([a-zA-Z0-9.]*).*$/$1/U,DEFAULT";
-        assert_eq!(map(rules, "CN=kafka-svc,OU=ServiceUsers,O=Unknown").as_deref(), Some("kafka-svc"));
+        assert_eq!(
+            map(rules, "CN=kafka-svc,OU=ServiceUsers,O=Unknown").as_deref(),
+            Some("kafka-svc")
+        );
         assert_eq!(
             map(rules, "CN=Duke,OU=JavaSoft,O=Sun Microsystems,L=Palo Alto,ST=CA,C=US").as_deref(),
             Some("duke@javasoft")
@@ -182,7 +189,9 @@ mod tests {
     #[test]
     fn malformed_rules_are_refused_with_a_reason() {
         assert!(parse("RULE:^CN=(.*)$").unwrap_err().contains("no /"));
-        assert!(parse("RULE:^CN=(.*$/$1/").unwrap_err().contains("not a regular expression"));
+        assert!(parse("RULE:^CN=(.*$/$1/")
+            .unwrap_err()
+            .contains("not a regular expression"));
         assert!(parse("SOMETHING").unwrap_err().contains("not a rule"));
         assert!(parse("DEFAULT DEFAULT").unwrap_err().contains("comma"));
     }

@@ -330,7 +330,11 @@ pub fn is_per_listener_key(key: &str) -> bool {
 fn invalid(key: &str, value: &str, reason: impl Into<String>) -> ConfigError {
     ConfigError::InvalidValue {
         key: key.to_string(),
-        value: if is_sensitive(key) { "<redacted>".into() } else { value.to_string() },
+        value: if is_sensitive(key) {
+            "<redacted>".into()
+        } else {
+            value.to_string()
+        },
         reason: reason.into(),
     }
 }
@@ -419,7 +423,11 @@ pub fn resolve(
     let metrics_tls = ((view.value)("metrics.ssl.enable").trim() == "true")
         .then(|| tls_settings(view, ""))
         .transpose()?;
-    let metrics_authentication = match (view.value)("metrics.authentication").trim().to_ascii_lowercase().as_str() {
+    let metrics_authentication = match (view.value)("metrics.authentication")
+        .trim()
+        .to_ascii_lowercase()
+        .as_str()
+    {
         "" | "none" => MetricsAuthentication::None,
         "scram" => MetricsAuthentication::Scram,
         other => {
@@ -469,7 +477,11 @@ fn store_type(key: &str, value: &str) -> Result<StoreType, ConfigError> {
         "PEM" => Ok(StoreType::Pem),
         "PKCS12" => Ok(StoreType::Pkcs12),
         "JKS" => Err(invalid(key, value, JKS_REFUSAL)),
-        other => Err(invalid(key, value, format!("{other} is not a store type Sluice reads; use PEM or PKCS12"))),
+        other => Err(invalid(
+            key,
+            value,
+            format!("{other} is not a store type Sluice reads; use PEM or PKCS12"),
+        )),
     }
 }
 
@@ -479,7 +491,11 @@ pub const JKS_REFUSAL: &str = "Sluice reads PEM and PKCS12 stores, not JKS; conv
 fn tls_settings(view: &SettingsView<'_>, listener: &str) -> Result<TlsSettings, ConfigError> {
     let get = |key: &str| view.for_listener(listener, key);
     let secret = |key: &str| view.secret_for_listener(listener, key);
-    let path = |key: &str| Some(get(key)).filter(|v| !v.trim().is_empty()).map(|v| PathBuf::from(v.trim()));
+    let path = |key: &str| {
+        Some(get(key))
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| PathBuf::from(v.trim()))
+    };
     let client_auth = match get("ssl.client.auth").trim().to_ascii_lowercase().as_str() {
         "none" | "" => ClientAuth::None,
         "requested" => ClientAuth::Requested,
@@ -717,7 +733,9 @@ pub fn parse_jaas_credentials(jaas: &str) -> Option<(String, String)> {
             let end = quoted.find('"')?;
             (&quoted[..end], &quoted[end + 1..])
         } else {
-            let end = after.find(|c: char| c.is_whitespace() || c == ';').unwrap_or(after.len());
+            let end = after
+                .find(|c: char| c.is_whitespace() || c == ';')
+                .unwrap_or(after.len());
             (&after[..end], &after[end..])
         };
         match key {
@@ -749,9 +767,9 @@ pub fn parse_add_scram(given: &str) -> Result<Vec<AddScram>, ConfigError> {
     let mut out = Vec::new();
     let mut rest = given.trim();
     while !rest.is_empty() {
-        let (mechanism, after) = rest
-            .split_once("=[")
-            .ok_or_else(|| bad("write MECHANISM=[name=...,password=...], e.g. SCRAM-SHA-512=[name=admin,password=admin-secret]".into()))?;
+        let (mechanism, after) = rest.split_once("=[").ok_or_else(|| {
+            bad("write MECHANISM=[name=...,password=...], e.g. SCRAM-SHA-512=[name=admin,password=admin-secret]".into())
+        })?;
         let mechanism = mechanism.trim_matches(|c: char| c.is_whitespace() || c == ';' || c == ',');
         let mechanism = SaslMechanism::parse(mechanism)
             .filter(|m| m.is_scram())
@@ -767,7 +785,11 @@ pub fn parse_add_scram(given: &str) -> Result<Vec<AddScram>, ConfigError> {
                         .parse()
                         .ok()
                         .filter(|n| (DEFAULT_SCRAM_ITERATIONS..=MAX_SCRAM_ITERATIONS).contains(n))
-                        .ok_or_else(|| bad(format!("iterations must be a number from {DEFAULT_SCRAM_ITERATIONS} to {MAX_SCRAM_ITERATIONS}")))?
+                        .ok_or_else(|| {
+                            bad(format!(
+                                "iterations must be a number from {DEFAULT_SCRAM_ITERATIONS} to {MAX_SCRAM_ITERATIONS}"
+                            ))
+                        })?
                 }
                 other => {
                     return Err(bad(format!(
@@ -776,7 +798,9 @@ pub fn parse_add_scram(given: &str) -> Result<Vec<AddScram>, ConfigError> {
                 }
             }
         }
-        let name = name.filter(|n| !n.is_empty()).ok_or_else(|| bad("an entry has no name".into()))?;
+        let name = name
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| bad("an entry has no name".into()))?;
         let password = password
             .filter(|p| !p.is_empty())
             .ok_or_else(|| bad(format!("the entry for {name} has no password")))?;
@@ -826,7 +850,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(users.len(), 2);
-        assert_eq!((users[0].mechanism, users[0].name.as_str()), (SaslMechanism::ScramSha512, "admin"));
+        assert_eq!(
+            (users[0].mechanism, users[0].name.as_str()),
+            (SaslMechanism::ScramSha512, "admin")
+        );
         assert_eq!(users[0].password.expose(), "admin-secret");
         assert_eq!(users[0].iterations, 4096);
         assert_eq!((users[1].name.as_str(), users[1].password.expose()), ("bob", "p,w]d"));
@@ -861,7 +888,9 @@ mod tests {
     #[test]
     fn listener_prefixed_keys_and_secrets_are_recognised() {
         assert!(is_per_listener_key("listener.name.sasl_ssl.ssl.keystore.location"));
-        assert!(is_per_listener_key("listener.name.internal.scram-sha-512.sasl.jaas.config"));
+        assert!(is_per_listener_key(
+            "listener.name.internal.scram-sha-512.sasl.jaas.config"
+        ));
         assert!(!is_per_listener_key("listener.name.internal.num.partitions"));
         assert!(!is_per_listener_key("listener.name..ssl.keystore.location"));
         assert!(is_sensitive("ssl.keystore.password"));

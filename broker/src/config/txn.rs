@@ -30,6 +30,15 @@ pub struct TxnConfig {
     pub append_timeout_ms: u64,
     /// `transaction.state.log.load.buffer.size`
     pub load_buffer_size: usize,
+    /// `transaction.partition.verification.enable` (KIP-890 part 1).
+    pub partition_verification: bool,
+    /// `transaction.version`: the feature level ApiVersions reports as finalized (2: clients
+    /// may use transactions v2, KIP-890 part 2).
+    pub transaction_version: i16,
+    /// `add.partitions.to.txn.retry.backoff.ms`
+    pub add_partitions_retry_backoff_ms: u64,
+    /// `add.partitions.to.txn.retry.backoff.max.ms`
+    pub add_partitions_retry_backoff_max_ms: u64,
 }
 
 impl Default for TxnConfig {
@@ -45,6 +54,10 @@ impl Default for TxnConfig {
             expiration_check_interval_ms: 3_600_000,
             append_timeout_ms: 5_000,
             load_buffer_size: 5_242_880,
+            partition_verification: true,
+            transaction_version: 2,
+            add_partitions_retry_backoff_ms: 20,
+            add_partitions_retry_backoff_max_ms: 100,
         }
     }
 }
@@ -82,5 +95,19 @@ pub(super) fn txn_config(get: &dyn Fn(&str) -> String) -> Result<TxnConfig, Conf
         expiration_check_interval_ms: positive("transaction.remove.expired.transaction.cleanup.interval.ms")? as u64,
         append_timeout_ms: TxnConfig::default().append_timeout_ms,
         load_buffer_size: positive("transaction.state.log.load.buffer.size")? as usize,
+        partition_verification: get("transaction.partition.verification.enable") == "true",
+        transaction_version: {
+            let level = num("transaction.version")?;
+            if !(0..=2).contains(&level) {
+                return Err(ConfigError::InvalidValue {
+                    key: "transaction.version".into(),
+                    value: level.to_string(),
+                    reason: "must be 0, 1 or 2".into(),
+                });
+            }
+            level as i16
+        },
+        add_partitions_retry_backoff_ms: positive("add.partitions.to.txn.retry.backoff.ms")? as u64,
+        add_partitions_retry_backoff_max_ms: positive("add.partitions.to.txn.retry.backoff.max.ms")? as u64,
     })
 }

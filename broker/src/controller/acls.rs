@@ -39,9 +39,7 @@ pub fn check_new_acl(acl: &AclBinding) -> Result<(), ApiError> {
         }
     }
     if acl.host.is_empty() {
-        return Err(invalid(format!(
-            "the host must be an IP address or {WILDCARD_HOST}"
-        )));
+        return Err(invalid(format!("the host must be an IP address or {WILDCARD_HOST}")));
     }
     Ok(())
 }
@@ -103,7 +101,11 @@ mod tests {
     fn creating_an_acl_twice_stores_it_once() {
         let mut image = MetadataImage::new("c".into());
         let acl = binding("orders", AclOperation::Read);
-        let records = create_acls(&image, &[(Uuid::from_u128(1), acl.clone()), (Uuid::from_u128(2), acl.clone())]).unwrap();
+        let records = create_acls(
+            &image,
+            &[(Uuid::from_u128(1), acl.clone()), (Uuid::from_u128(2), acl.clone())],
+        )
+        .unwrap();
         assert_eq!(records.len(), 1);
         apply_all(&mut image, &records);
         assert!(create_acls(&image, &[(Uuid::from_u128(3), acl)]).unwrap().is_empty());
@@ -115,7 +117,10 @@ mod tests {
         let image = MetadataImage::new("c".into());
         let mut no_colon = binding("orders", AclOperation::Read);
         no_colon.principal = "alice".into();
-        assert_eq!(create_acls(&image, &[(Uuid::nil(), no_colon)]).unwrap_err().error, ResponseError::InvalidRequest);
+        assert_eq!(
+            create_acls(&image, &[(Uuid::nil(), no_colon)]).unwrap_err().error,
+            ResponseError::InvalidRequest
+        );
         let mut cluster = binding("other", AclOperation::Alter);
         cluster.resource_type = ResourceType::Cluster;
         assert!(create_acls(&image, &[(Uuid::nil(), cluster)]).is_err());
@@ -142,7 +147,9 @@ mod tests {
             permission: None,
         };
         let (records, outcome) = delete_acls(&image, &[by_name("orders"), by_name("nothing")]);
-        let Outcome::AclsDeleted(per_filter) = outcome else { panic!() };
+        let Outcome::AclsDeleted(per_filter) = outcome else {
+            panic!()
+        };
         assert_eq!((per_filter[0].len(), per_filter[1].len()), (2, 0));
         apply_all(&mut image, &records);
         assert_eq!(image.acls.len(), 1);

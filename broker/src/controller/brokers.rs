@@ -277,7 +277,10 @@ mod tests {
             voter: broker_id == 1,
         });
         assert!(liveness_changes(&image, &unknown, &BTreeMap::new(), 1_000, 9_000).is_empty());
-        assert_eq!(liveness_changes(&image, &unknown, &BTreeMap::new(), 9_000, 9_000).len(), 2);
+        assert_eq!(
+            liveness_changes(&image, &unknown, &BTreeMap::new(), 9_000, 9_000).len(),
+            2
+        );
         let records = fence_broker(&image, 3);
         apply_all(&mut image, &records);
         // Contact is a quorum member's, not an incarnation's: hearing from it unfences no one.
@@ -347,7 +350,11 @@ mod tests {
             panic!("not refused: {outcome:?}")
         };
         assert_eq!(refused.error, ResponseError::DuplicateBrokerRegistration);
-        assert!(refused.message.contains("broker.session.timeout.ms"), "{}", refused.message);
+        assert!(
+            refused.message.contains("broker.session.timeout.ms"),
+            "{}",
+            refused.message
+        );
         assert_eq!(
             records,
             vec![MetadataRecord::RegistrationPending {
@@ -398,7 +405,11 @@ mod tests {
         for (topic, index, epoch) in led_by(&image, 1) {
             assert_eq!(topic, "rf1", "rf3 has live in-sync leaders");
             let before = led_before.iter().find(|(t, i, _)| *t == topic && *i == index).unwrap();
-            assert!(epoch > before.2 + 1, "{topic}-{index}: epoch {epoch} after {}", before.2);
+            assert!(
+                epoch > before.2 + 1,
+                "{topic}-{index}: epoch {epoch} after {}",
+                before.2
+            );
         }
         for p in &image.topic("rf3").unwrap().partitions {
             assert!(!p.isr.contains(&1), "back in the ISR only once caught up: {p:?}");

@@ -13,8 +13,9 @@ use std::collections::HashSet;
 use kafka_protocol::error::ResponseError;
 use uuid::Uuid;
 
+use super::election::{self, Candidates, Kind};
 use super::partition_change::partition_change;
-use crate::metadata::image::{MetadataImage, PartitionRegistration, TopicImage};
+use crate::metadata::image::{MetadataImage, PartitionRegistration, TopicImage, NO_LEADER};
 use crate::metadata::outcome::{ApiError, Outcome, TopicElection};
 use crate::metadata::records::{ElectionType, MetadataRecord};
 
@@ -126,34 +127,42 @@ fn preferred_leader(image: &MetadataImage, p: &PartitionRegistration, name: &str
         let why = format!("{name} is already led by its preferred replica {preferred}");
         return Err(ApiError::new(ResponseError::ElectionNotNeeded, why));
     }
-    if !p.isr.contains(&preferred) || !image.is_live(preferred) {
-        let why = format!(
-            "the preferred replica {preferred} of {name} is not {}; retry once it is back and has caught up",
-            if image.is_live(preferred) { "in sync" } else { "alive" }
-        );
-        return Err(ApiError::new(ResponseError::PreferredLeaderNotAvailable, why));
+    let candidates = Candidates::new(image);
+    match election::elect(&p.replicas, p.leader, &p.isr, Kind::Preferred, false, &candidates) {
+        Some(elected) => Ok((elected.leader, elected.isr)),
+        None => {
+            let state = if !candidates.is_live(preferred) {
+                "alive"
+            } else if !p.isr.contains(&preferred) {
+                "in sync"
+            } else {
+                "registered as its current process"
+            };
+            let why = format!(
+                "the preferred replica {preferred} of {name} is not {state}; retry once it is back and has caught up"
+            );
+            Err(ApiError::new(ResponseError::PreferredLeaderNotAvailable, why))
+        }
     }
-    Ok((preferred, p.isr.clone()))
 }
 
-/// A live ISR member as leader (ISR unchanged), else any live replica as the whole ISR.
+/// A live ISR member as leader (ISR unchanged), else any replica that may lead as the whole ISR.
 fn unclean_leader(image: &MetadataImage, p: &PartitionRegistration, name: &str) -> Result<(i32, Vec<i32>), ApiError> {
-    if p.leader != -1 && image.is_live(p.leader) {
+    let candidates = Candidates::new(image);
+    if p.leader != NO_LEADER && candidates.may_lead(p.leader) {
         let why = format!("{name} has a live leader, {}", p.leader);
         return Err(ApiError::new(ResponseError::ElectionNotNeeded, why));
     }
-    let live = |id: &&i32| image.is_live(**id);
-    if let Some(&leader) = p.isr.iter().find(live) {
-        return Ok((leader, p.isr.clone()));
+    match election::elect(&p.replicas, p.leader, &p.isr, Kind::Unclean, true, &candidates) {
+        Some(elected) if elected.leader != NO_LEADER => Ok((elected.leader, elected.isr)),
+        _ => {
+            let why = format!(
+                "no replica of {name} ({:?}) is alive; start one of those brokers and retry",
+                p.replicas
+            );
+            Err(ApiError::new(ResponseError::EligibleLeadersNotAvailable, why))
+        }
     }
-    if let Some(&leader) = p.replicas.iter().find(live) {
-        return Ok((leader, vec![leader]));
-    }
-    let why = format!(
-        "no replica of {name} ({:?}) is alive; start one of those brokers and retry",
-        p.replicas
-    );
-    Err(ApiError::new(ResponseError::EligibleLeadersNotAvailable, why))
 }
 
 #[cfg(test)]
@@ -215,10 +224,13 @@ mod tests {
     fn led_off_preferred() -> MetadataImage {
         let mut image = one_partition_on(3);
         fence(&mut image, 1);
-        decide_and_apply(&mut image, MetadataCommand::UnfenceBroker {
+        decide_and_apply(
+            &mut image,
+            MetadataCommand::UnfenceBroker {
                 broker_id: 1,
                 incarnation_id: Some(Uuid::nil()),
-            });
+            },
+        );
         decide_and_apply(&mut image, alter_isr(2, 1, 1, &[1, 2, 3]));
         assert_eq!(registration(&image), (2, 1, vec![1, 2, 3]));
         image
@@ -258,10 +270,13 @@ mod tests {
         fence(&mut image, 1);
         let not_available = ResponseError::PreferredLeaderNotAvailable;
         assert_eq!(refusal(&image, ElectionType::Preferred), not_available, "fenced");
-        decide_and_apply(&mut image, MetadataCommand::UnfenceBroker {
+        decide_and_apply(
+            &mut image,
+            MetadataCommand::UnfenceBroker {
                 broker_id: 1,
                 incarnation_id: Some(Uuid::nil()),
-            });
+            },
+        );
         let why = "alive but out of the ISR";
         assert_eq!(refusal(&image, ElectionType::Preferred), not_available, "{why}");
     }

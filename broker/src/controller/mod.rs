@@ -4,6 +4,7 @@
 //!
 //! Shaped like Kafka's `QuorumController`: [`decide`] dispatches each command to the manager
 //! that owns it. `topics` (names, creation, growth, deletion), `placement` (where replicas go),
+//! `election` (the one place a leader is chosen, with one rule for who may lead),
 //! `partition_change` (AlterPartition, elections, taking a broker out of service),
 //! `elect_leaders` (the ElectLeaders admin request), `reassignment` (moving a partition to new
 //! replicas), `brokers` (registration, fencing, controlled shutdown, liveness), `configs`,
@@ -17,6 +18,7 @@ pub mod acls;
 mod brokers;
 mod configs;
 mod elect_leaders;
+mod election;
 mod partition_change;
 mod placement;
 mod producer_ids;

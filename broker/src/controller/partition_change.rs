@@ -7,7 +7,8 @@
 use kafka_protocol::error::ResponseError;
 use uuid::Uuid;
 
-use crate::metadata::image::{MetadataImage, PartitionRegistration, TopicImage, NO_LEADER};
+use super::election::{self, Candidates, Elected, Kind};
+use crate::metadata::image::{MetadataImage, PartitionRegistration, NO_LEADER};
 use crate::metadata::outcome::{ApiError, Outcome};
 use crate::metadata::records::MetadataRecord;
 
@@ -126,65 +127,42 @@ pub fn alter_partition(
 }
 
 /// The partition changes that follow a broker out of service: it leaves every ISR it is in
-/// (unless it is the last member), and the partitions it led move to another live in-sync
-/// replica (not one whose newer process waits to register). When none is left the partition
-/// goes offline (leader -1), or, if the topic allows unclean leader election, any live replica
-/// leads with itself as the whole ISR. Each change bumps the partition epoch, and the leader epoch when leadership moves. Partitions already
+/// (unless it is the last member: Kafka keeps it so it can lead again when it returns), and
+/// the partitions it led get a new leader by [`election::elect`] (another in-sync replica, an
+/// out-of-sync one where the topic allows unclean election, or none: offline). Each change
+/// bumps the partition epoch, and the leader epoch when leadership moves. Partitions already
 /// in that state (a fenced broker now shutting down) are left alone.
 pub(super) fn take_out_of_service(image: &MetadataImage, broker_id: i32) -> Vec<MetadataRecord> {
     let mut records = Vec::new();
-    let eligible = |id: &i32| *id != broker_id && image.can_take_leadership(*id);
+    let candidates = Candidates::new(image).leaving(broker_id);
     for topic in image.topics.values() {
-        let unclean = unclean_leader_election_enabled(topic);
         for (index, p) in topic.partitions.iter().enumerate() {
             if p.leader != broker_id && !p.isr.contains(&broker_id) {
                 continue;
             }
             let remaining: Vec<i32> = p.isr.iter().copied().filter(|id| *id != broker_id).collect();
-            let (leader, isr) = if p.leader != broker_id {
-                (p.leader, remaining)
-            } else if let Some(leader) = p.isr.iter().copied().find(eligible) {
-                (leader, remaining)
-            } else if let Some(leader) = p.replicas.iter().copied().find(eligible).filter(|_| unclean) {
-                (leader, vec![leader])
-            } else {
-                (-1, remaining)
+            let isr = if remaining.is_empty() { p.isr.clone() } else { remaining };
+            let Some(elected) = election::elect_for(topic, p, &isr, Kind::IsrChange, &candidates) else {
+                continue;
             };
-            // Kafka keeps the last in-sync replica in the ISR so it can lead again when it returns.
-            let isr = if isr.is_empty() { p.isr.clone() } else { isr };
-            if leader == p.leader && isr == p.isr {
+            if elected.leader == p.leader && elected.isr == p.isr {
                 continue;
             }
-            records.push(partition_change(topic.topic_id, index, &p.replicas, isr, leader, p));
+            records.push(changed_by(topic.topic_id, index, p, elected, "a broker left service"));
         }
     }
     records
 }
 
-/// The topic's own `unclean.leader.election.enable`. Only the topic-level setting counts:
-/// decisions run on every node, and broker-level settings may differ between nodes.
-fn unclean_leader_election_enabled(topic: &TopicImage) -> bool {
-    topic
-        .configs
-        .get("unclean.leader.election.enable")
-        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
-}
-
 /// Moves leadership back to each partition's preferred replica (the first), wherever that
-/// replica is live, in sync and not already leading (Kafka's preferred leader election).
+/// replica may lead, is in sync and is not already leading (Kafka's preferred leader election).
 pub fn elect_preferred_leaders(image: &MetadataImage) -> Vec<MetadataRecord> {
+    let candidates = Candidates::new(image);
     let mut records = Vec::new();
     for topic in image.topics.values() {
         for (index, p) in topic.partitions.iter().enumerate() {
-            if let Some(preferred) = preferred_leader_to_elect(image, p) {
-                records.push(partition_change(
-                    topic.topic_id,
-                    index,
-                    &p.replicas,
-                    p.isr.clone(),
-                    preferred,
-                    p,
-                ));
+            if let Some(elected) = election::elect_for(topic, p, &p.isr, Kind::Preferred, &candidates) {
+                records.push(changed_by(topic.topic_id, index, p, elected, "preferred leader balancing"));
             }
         }
     }
@@ -194,41 +172,52 @@ pub fn elect_preferred_leaders(image: &MetadataImage) -> Vec<MetadataRecord> {
 /// Whether [`elect_preferred_leaders`] would change anything: the controller checks this
 /// before proposing, so a balanced cluster does not fill the metadata log with no-ops.
 pub fn preferred_leader_imbalance(image: &MetadataImage) -> bool {
-    image
-        .topics
-        .values()
-        .flat_map(|t| &t.partitions)
-        .any(|p| preferred_leader_to_elect(image, p).is_some())
+    let candidates = Candidates::new(image);
+    image.topics.values().any(|topic| {
+        topic
+            .partitions
+            .iter()
+            .any(|p| election::elect_for(topic, p, &p.isr, Kind::Preferred, &candidates).is_some())
+    })
 }
 
-fn preferred_leader_to_elect(image: &MetadataImage, p: &PartitionRegistration) -> Option<i32> {
-    let preferred = *p.replicas.first()?;
-    let eligible = preferred != p.leader && p.isr.contains(&preferred) && image.can_take_leadership(preferred);
-    eligible.then_some(preferred)
-}
-
-/// Partitions left without a leader get one back when an in-sync replica returns, or, if the
-/// topic allows unclean leader election, when any of their replicas returns (leading with
-/// itself as the whole ISR).
+/// Partitions left without a leader get one back when a replica returns and may lead: an
+/// in-sync one, or, if the topic allows unclean leader election, any (leading with itself as
+/// the whole ISR).
 pub(super) fn elect_leaders_for_returning(image: &MetadataImage, broker_id: i32) -> Vec<MetadataRecord> {
+    let candidates = Candidates::new(image).arriving(broker_id);
     let mut records = Vec::new();
     for topic in image.topics.values() {
-        let unclean = unclean_leader_election_enabled(topic);
         for (index, p) in topic.partitions.iter().enumerate() {
-            if p.leader != -1 {
+            if p.leader != NO_LEADER || !p.replicas.contains(&broker_id) {
                 continue;
             }
-            let isr = if p.isr.contains(&broker_id) {
-                p.isr.clone()
-            } else if unclean && p.replicas.contains(&broker_id) {
-                vec![broker_id]
-            } else {
+            let Some(elected) = election::elect_for(topic, p, &p.isr, Kind::IsrChange, &candidates) else {
                 continue;
             };
-            records.push(partition_change(topic.topic_id, index, &p.replicas, isr, broker_id, p));
+            if elected.leader != NO_LEADER {
+                records.push(changed_by(topic.topic_id, index, p, elected, "a broker returned"));
+            }
         }
     }
     records
+}
+
+/// The change a leader election makes, logged with why that leader was chosen.
+pub(super) fn changed_by(
+    topic_id: Uuid,
+    index: usize,
+    p: &PartitionRegistration,
+    elected: Elected,
+    cause: &str,
+) -> MetadataRecord {
+    if elected.leader != p.leader {
+        tracing::debug!(
+            %topic_id, partition = index, from = p.leader, to = elected.leader, reason = ?elected.reason, cause,
+            "leader elected"
+        );
+    }
+    partition_change(topic_id, index, &p.replicas, elected.isr, elected.leader, p)
 }
 
 pub(super) fn partition_change(
@@ -265,15 +254,9 @@ pub(super) fn finish_reassignment(
     isr: Vec<i32>,
 ) -> Result<Vec<MetadataRecord>, ApiError> {
     let isr = in_order(target, &isr);
-    let leader = if p.leader != NO_LEADER && isr.contains(&p.leader) {
-        p.leader
-    } else {
-        isr.iter()
-            .copied()
-            .find(|id| image.is_live(*id))
-            .or_else(|| isr.first().copied())
-            .unwrap_or(NO_LEADER)
-    };
+    let candidates = Candidates::new(image);
+    let leader = election::elect(target, p.leader, &isr, Kind::IsrChange, false, &candidates)
+        .map_or(p.leader, |elected| elected.leader);
     let mut records = Vec::new();
     if target != p.replicas || isr != p.isr || leader != p.leader {
         records.push(partition_change(topic_id, partition as usize, target, isr, leader, p));
@@ -387,10 +370,13 @@ mod tests {
         let records = fence_broker(&image, 1);
         apply_all(&mut image, &records);
         // Fenced and then back, but out of the ISR: not yet.
-        decide_and_apply(&mut image, MetadataCommand::UnfenceBroker {
+        decide_and_apply(
+            &mut image,
+            MetadataCommand::UnfenceBroker {
                 broker_id: 1,
                 incarnation_id: Some(Uuid::nil()),
-            });
+            },
+        );
         assert_eq!(image.topic("t").unwrap().partitions[0].leader, 2);
         assert!(!preferred_leader_imbalance(&image));
         decide_and_apply(&mut image, alter_isr(2, 1, 1, &[1, 2, 3]));
@@ -407,10 +393,13 @@ mod tests {
         let records = fence_broker(&image, 1);
         apply_all(&mut image, &records);
         // Still in the ISR (re-added while it was briefly back), but shutting down.
-        decide_and_apply(&mut image, MetadataCommand::UnfenceBroker {
+        decide_and_apply(
+            &mut image,
+            MetadataCommand::UnfenceBroker {
                 broker_id: 1,
                 incarnation_id: Some(Uuid::nil()),
-            });
+            },
+        );
         decide_and_apply(&mut image, alter_isr(2, 1, 1, &[1, 2]));
         let shutdown = shutdown_of(1);
         let (records, _) = decide(&image, &shutdown).unwrap();
@@ -456,10 +445,13 @@ mod tests {
                 apply_all(&mut image, &records);
             }
             assert_eq!(image.topic("t").unwrap().partitions[0].leader, -1);
-            decide_and_apply(&mut image, MetadataCommand::UnfenceBroker {
-                broker_id: 2,
-                incarnation_id: Some(Uuid::nil()),
-            });
+            decide_and_apply(
+                &mut image,
+                MetadataCommand::UnfenceBroker {
+                    broker_id: 2,
+                    incarnation_id: Some(Uuid::nil()),
+                },
+            );
             let p = &image.topic("t").unwrap().partitions[0];
             if unclean {
                 assert_eq!((p.leader, &p.isr), (2, &vec![2]));

@@ -108,7 +108,11 @@ fn rack_alternating_brokers(image: &MetadataImage) -> Vec<i32> {
 /// it registered (what its open-files limit allows, see `config::open_files`): POLICY_VIOLATION,
 /// naming the broker, the replicas it would host, its capacity and what to do. Brokers that
 /// registered no capacity (older data) are unlimited.
-pub(super) fn check_replica_capacity(image: &MetadataImage, topic: &str, assignments: &[Vec<i32>]) -> Result<(), ApiError> {
+pub(super) fn check_replica_capacity(
+    image: &MetadataImage,
+    topic: &str,
+    assignments: &[Vec<i32>],
+) -> Result<(), ApiError> {
     let mut added: BTreeMap<i32, (u64, u32)> = BTreeMap::new();
     for broker_id in assignments.iter().flatten() {
         if let Some(capacity) = image.brokers.get(broker_id).and_then(|b| b.replica_capacity) {

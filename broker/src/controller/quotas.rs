@@ -29,14 +29,17 @@ enum KeyType {
 }
 
 /// The keys Kafka accepts on user and client-id entities. The byte rates are enforced
-/// (`quota/`); `request_percentage` and `controller_mutation_rate` are stored and described
-/// only, as ARCHITECTURE.md says.
+/// (`quota/`); `request_percentage` and `controller_mutation_rate` are not ([`NOT_ENFORCED`]).
 const QUOTA_KEYS: &[(&str, KeyType)] = &[
     (PRODUCER_BYTE_RATE, KeyType::Long),
     (CONSUMER_BYTE_RATE, KeyType::Long),
     (REQUEST_PERCENTAGE, KeyType::Double),
     (CONTROLLER_MUTATION_RATE, KeyType::Double),
 ];
+
+/// Keys Kafka enforces and Sluice does not yet: a value is refused rather than stored and
+/// ignored (removing one stored by an earlier build is accepted).
+const NOT_ENFORCED: &[&str] = &[REQUEST_PERCENTAGE, CONTROLLER_MUTATION_RATE];
 
 fn invalid(message: impl Into<String>) -> ApiError {
     ApiError::new(ResponseError::InvalidRequest, message.into())
@@ -133,6 +136,11 @@ fn validate_value(key: &str, value: f64) -> Result<(), ApiError> {
             known.join(", ")
         )));
     };
+    if NOT_ENFORCED.contains(&key) {
+        return Err(invalid(format!(
+            "Sluice does not enforce {key}, so it refuses the quota rather than accept a limit it would ignore; limit clients with producer_byte_rate and consumer_byte_rate"
+        )));
+    }
     if !value.is_finite() || value < 0.0 {
         return Err(invalid(format!(
             "Configuration {key} must be a finite, non-negative number, not {value}"
@@ -191,7 +199,7 @@ mod tests {
         let records = alter_client_quotas(
             &image,
             &app,
-            &[set(PRODUCER_BYTE_RATE, 1024.0), set(REQUEST_PERCENTAGE, 12.5)],
+            &[set(PRODUCER_BYTE_RATE, 1024.0), set(CONSUMER_BYTE_RATE, 2048.0)],
         )
         .unwrap();
         assert_eq!(records.len(), 2);
@@ -201,12 +209,12 @@ mod tests {
         let records = alter_client_quotas(
             &image,
             &app,
-            &[set(PRODUCER_BYTE_RATE, 1024.0), remove(CONSUMER_BYTE_RATE)],
+            &[set(PRODUCER_BYTE_RATE, 1024.0), remove(REQUEST_PERCENTAGE)],
         )
         .unwrap();
         assert!(records.is_empty(), "{records:?}");
         let records =
-            alter_client_quotas(&image, &app, &[remove(PRODUCER_BYTE_RATE), remove(REQUEST_PERCENTAGE)]).unwrap();
+            alter_client_quotas(&image, &app, &[remove(PRODUCER_BYTE_RATE), remove(CONSUMER_BYTE_RATE)]).unwrap();
         apply_all(&mut image, &records);
         assert!(image.client_quotas.is_empty(), "an entity with no keys left is gone");
     }
@@ -236,7 +244,28 @@ mod tests {
             let err = alter_client_quotas(&image, &app, &ops).unwrap_err();
             assert_eq!(err.error, ResponseError::InvalidRequest, "{ops:?}");
         }
-        assert!(alter_client_quotas(&image, &app, &[set(REQUEST_PERCENTAGE, 0.5)]).is_ok());
+        assert!(alter_client_quotas(&image, &app, &[set(CONSUMER_BYTE_RATE, 5.0)]).is_ok());
+    }
+
+    /// Quotas Sluice would not enforce are refused, not stored and ignored; one stored by an
+    /// earlier build can still be removed.
+    #[test]
+    fn quotas_sluice_does_not_enforce_are_refused() {
+        let mut image = MetadataImage::new("c".into());
+        let app = client(Some("app"));
+        for key in [REQUEST_PERCENTAGE, CONTROLLER_MUTATION_RATE] {
+            let err = alter_client_quotas(&image, &app, &[set(key, 50.0)]).unwrap_err();
+            assert_eq!(err.error, ResponseError::InvalidRequest);
+            assert!(err.message.contains(&format!("Sluice does not enforce {key}")), "{}", err.message);
+        }
+        image.apply(&MetadataRecord::ClientQuota {
+            entity: app.clone(),
+            key: REQUEST_PERCENTAGE.into(),
+            value: Some(QuotaValue(50.0)),
+        });
+        let records = alter_client_quotas(&image, &app, &[remove(REQUEST_PERCENTAGE)]).unwrap();
+        apply_all(&mut image, &records);
+        assert!(image.client_quotas.is_empty());
         let empty = QuotaEntity {
             user: None,
             client_id: None,

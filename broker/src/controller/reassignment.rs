@@ -18,6 +18,7 @@
 
 use kafka_protocol::error::ResponseError;
 
+use super::election::{self, Candidates, Kind};
 use super::partition_change::{finish_reassignment, in_order, partition_change};
 use crate::metadata::image::MetadataImage;
 use crate::metadata::outcome::ApiError;
@@ -69,7 +70,9 @@ pub fn reassign_partition(
             format!("no in-sync replica of {name}-{partition} would remain; wait until one is in sync"),
         ));
     }
-    let leader = if isr.contains(&p.leader) { p.leader } else { isr[0] };
+    let candidates = Candidates::new(image);
+    let leader = election::elect(&replicas, p.leader, &isr, Kind::IsrChange, false, &candidates)
+        .map_or(p.leader, |elected| elected.leader);
     let mut records = Vec::new();
     if replicas != p.replicas || isr != p.isr || leader != p.leader {
         records.push(partition_change(

@@ -145,7 +145,10 @@ mod tests {
         let (records, outcome) = alter_scram_credentials(
             &image,
             &[],
-            &[credential("alice", ScramMechanism::Sha256), credential("alice", ScramMechanism::Sha512)],
+            &[
+                credential("alice", ScramMechanism::Sha256),
+                credential("alice", ScramMechanism::Sha512),
+            ],
             false,
         );
         assert_eq!(errors(&outcome), vec![("alice".into(), None)]);
@@ -183,7 +186,13 @@ mod tests {
                 ("__sluice_broker".into(), Some(ResponseError::UnacceptableCredential)),
             ]
         );
-        assert_eq!(records, vec![MetadataRecord::ScramCredential(credential("bob", ScramMechanism::Sha256))]);
+        assert_eq!(
+            records,
+            vec![MetadataRecord::ScramCredential(credential(
+                "bob",
+                ScramMechanism::Sha256
+            ))]
+        );
     }
 
     #[test]

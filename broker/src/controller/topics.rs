@@ -4,6 +4,7 @@
 use kafka_protocol::error::ResponseError;
 use uuid::Uuid;
 
+use super::election::{self, Candidates};
 use super::placement::{
     check_partition_count, check_replica_capacity, place_replicas, replication_factor, validate_assignments,
 };
@@ -84,7 +85,7 @@ pub fn create_topic(image: &MetadataImage, topic: &NewTopic, topic_id: Uuid) -> 
         name: topic.name.clone(),
         topic_id,
     }];
-    records.extend(partition_records(topic_id, 0, assignments));
+    records.extend(partition_records(image, topic_id, 0, assignments)?);
     records.extend(topic.configs.iter().map(|(name, value)| MetadataRecord::Config {
         resource: ConfigResource::Topic(topic.name.clone()),
         name: name.clone(),
@@ -125,7 +126,7 @@ pub fn create_partitions(
         }
     };
     check_replica_capacity(image, name, &new_assignments)?;
-    Ok(partition_records(topic.topic_id, current, new_assignments).collect())
+    partition_records(image, topic.topic_id, current, new_assignments)
 }
 
 /// Deletes the topic named by `name`, or by `topic_id` when the request gave no name; the
@@ -160,19 +161,40 @@ pub(super) fn existing_topic<'a>(image: &'a MetadataImage, name: &str) -> Result
     })
 }
 
-fn partition_records(topic_id: Uuid, first: i32, assignments: Vec<Vec<i32>>) -> impl Iterator<Item = MetadataRecord> {
+/// The new partitions' records, each led as [`election::elect_new`] decides: in sync on its
+/// live replicas, led by the first that may lead. A partition with no live replica is refused
+/// (Kafka: INVALID_REPLICA_ASSIGNMENT).
+fn partition_records(
+    image: &MetadataImage,
+    topic_id: Uuid,
+    first: i32,
+    assignments: Vec<Vec<i32>>,
+) -> Result<Vec<MetadataRecord>, ApiError> {
+    let candidates = Candidates::new(image);
     assignments
         .into_iter()
         .enumerate()
-        .map(move |(i, replicas)| MetadataRecord::Partition {
-            topic_id,
-            partition: first + i as i32,
-            leader: replicas[0],
-            isr: replicas.clone(),
-            replicas,
-            leader_epoch: 0,
-            partition_epoch: 0,
+        .map(|(i, replicas)| {
+            let partition = first + i as i32;
+            let elected = election::elect_new(&replicas, &candidates).ok_or_else(|| {
+                ApiError::new(
+                    ResponseError::InvalidReplicaAssignment,
+                    format!(
+                        "every broker of partition {partition}'s replicas {replicas:?} is fenced or shutting down; name live brokers"
+                    ),
+                )
+            })?;
+            Ok(MetadataRecord::Partition {
+                topic_id,
+                partition,
+                leader: elected.leader,
+                isr: elected.isr,
+                replicas,
+                leader_epoch: 0,
+                partition_epoch: 0,
+            })
         })
+        .collect()
 }
 
 #[cfg(test)]
@@ -272,7 +294,14 @@ mod tests {
         apply_all(&mut image, &records);
         let err = create_topic(&image, &new_topic("second", 5, 3), Uuid::from_u128(2)).unwrap_err();
         assert_eq!(err.error, ResponseError::PolicyViolation);
-        for part in ["broker 2", "11 partition replicas", "6 hosted + 5 new", "capacity of 10", "ulimit -n", "add brokers"] {
+        for part in [
+            "broker 2",
+            "11 partition replicas",
+            "6 hosted + 5 new",
+            "capacity of 10",
+            "ulimit -n",
+            "add brokers",
+        ] {
             assert!(err.message.contains(part), "{part:?} missing from: {}", err.message);
         }
         // Exactly filling the capacity is allowed; the decision is the same through `decide`.
@@ -285,7 +314,10 @@ mod tests {
             topic: new_topic("third", 1, 3),
             topic_id: Uuid::from_u128(3),
         };
-        assert_eq!(decide(&image, &command).unwrap_err().error, ResponseError::PolicyViolation);
+        assert_eq!(
+            decide(&image, &command).unwrap_err().error,
+            ResponseError::PolicyViolation
+        );
         // A placement avoiding broker 2 is not limited by it (1 and 3 registered no capacity).
         let mut elsewhere = new_topic("elsewhere", 1, 2);
         elsewhere.assignments = Some(vec![vec![1, 3]]);
@@ -299,7 +331,11 @@ mod tests {
         apply_all(&mut image, &records);
         let err = create_partitions(&image, "t", 5, None).unwrap_err();
         assert_eq!(err.error, ResponseError::PolicyViolation);
-        assert!(err.message.contains("5 partition replicas on broker 2"), "{}", err.message);
+        assert!(
+            err.message.contains("5 partition replicas on broker 2"),
+            "{}",
+            err.message
+        );
         assert!(err.message.contains("capacity of 4"), "{}", err.message);
         let records = create_partitions(&image, "t", 4, None).unwrap();
         apply_all(&mut image, &records);

@@ -19,30 +19,30 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions};
 use parking_lot::Mutex;
 use tokio::sync::{oneshot, watch};
 
-use sluice_protocol::batch::{validate_stored_batch, BatchError, BatchHeader, BatchIter};
-use sluice_protocol::records::{producer_record, BatchRecords};
+use sluice_protocol::batch::{validate_stored_batch, BatchError, BatchHeader};
+use sluice_protocol::records::BatchRecords;
 
 use crate::clock::now_ms;
 pub use crate::config::OffsetsSettings;
+use crate::coordinator_log::{self, Appended};
 use crate::log::LogError;
 use crate::metadata::image::MetadataImage;
 use crate::metadata::MetadataStore;
-use crate::partition::{AppendOutcome, Partition, ReadBound};
-use crate::purgatory::DelayedProduce;
+use crate::partition::Partition;
+use crate::producer_state::{TxnVerification, VerificationGuard};
 use crate::replica_manager::ReplicaManager;
-use crate::topic_config::{self, BrokerOverrides};
-use sluice_protocol::control::{control_type, ControlType};
+use crate::topic_config::BrokerOverrides;
 use coordinator::{
-    Effect, GroupConfig, GroupCoordinator, GroupSummary, JoinRequest, JoinResult, LoadedRecord, MemberError, ReplyId,
+    AfterStore, Effect, GroupConfig, GroupCoordinator, GroupSummary, JoinRequest, JoinResult, LoadedRecord, MemberError, ReplyId,
     SyncRequest, SyncResult,
 };
 use records::OffsetAndMetadata;
+use sluice_protocol::control::{control_type, ControlType};
 
 /// The internal topic holding group metadata and committed offsets.
 pub use crate::controller::OFFSETS_TOPIC;
@@ -75,7 +75,7 @@ enum Store {
         key: Bytes,
         value: Bytes,
         generation_id: i32,
-        completes_sync: bool,
+        then: AfterStore,
     },
     Tombstones {
         partition: i32,
@@ -104,14 +104,14 @@ impl Inner {
                     group_id,
                     group,
                     generation_id,
-                    completes_sync,
+                    then,
                 } => stores.push(Store::Group {
                     partition,
                     key: records::group_metadata_key(&group_id),
                     value: records::group_metadata_value(&group),
                     group_id,
                     generation_id,
-                    completes_sync,
+                    then,
                 }),
                 Effect::Tombstones {
                     partition,
@@ -291,7 +291,7 @@ impl GroupMetadataManager {
                 .coordinator
                 .validate_commit(group_id, member_id, instance_id, generation_id, now)?;
             let records = offset_records(group_id, &offsets);
-            append(self, partition, &records, None, now).map_err(commit_error)?
+            append(self, partition, &records, None, TxnVerification::Unchecked, now).map_err(commit_error)?
         };
         let deadline = tokio::time::Instant::now() + Duration::from_millis(self.settings.commit_timeout_ms);
         wait.wait.wait(deadline).await.map_err(|(e, _)| commit_error(e))?;
@@ -300,6 +300,30 @@ impl GroupMetadataManager {
             .coordinator
             .offsets_committed(group_id, offsets, wait.base_offset, now_ms());
         Ok(())
+    }
+
+    /// Starts verifying (KIP-890) `producer_id`'s first transactional offset commit for the
+    /// group: its `__consumer_offsets` partition and the guard to commit with, or `None` when
+    /// the producer's transaction is open there already.
+    pub fn start_txn_verification(
+        &self,
+        group_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        bumped_epoch: bool,
+    ) -> Result<Option<(i32, VerificationGuard)>, ResponseError> {
+        let index = self.partition_for(group_id);
+        let image = self.metadata.image();
+        let topic = image
+            .topic(OFFSETS_TOPIC)
+            .ok_or(ResponseError::CoordinatorNotAvailable)?;
+        let (partition, _) = self
+            .replicas
+            .leader_partition(topic, index)
+            .map_err(|_| ResponseError::NotCoordinator)?;
+        Ok(partition
+            .start_txn_verification(producer_id, producer_epoch, -1, bumped_epoch)
+            .map(|guard| (index, guard)))
     }
 
     /// TxnOffsetCommit: checked against the group (KIP-447 fencing when the request names a
@@ -316,6 +340,7 @@ impl GroupMetadataManager {
         instance_id: Option<&str>,
         generation_id: i32,
         offsets: Vec<((String, i32), OffsetAndMetadata)>,
+        verification: TxnVerification,
     ) -> Result<(), ResponseError> {
         let now = now_ms();
         let wait = {
@@ -329,7 +354,7 @@ impl GroupMetadataManager {
             }
             let records = offset_records(group_id, &offsets);
             let producer = Some((producer_id, producer_epoch));
-            let appended = append(self, partition, &records, producer, now).map_err(txn_commit_error)?;
+            let appended = append(self, partition, &records, producer, verification, now).map_err(txn_commit_error)?;
             inner
                 .coordinator
                 .txn_offsets_appended(group_id, producer_id, offsets, appended.base_offset);
@@ -434,25 +459,38 @@ impl GroupMetadataManager {
             let manager = self.clone();
             tokio::spawn(async move {
                 let outcome = store_one(&manager, &store).await;
-                if let Store::Group {
-                    group_id,
-                    generation_id,
-                    completes_sync: true,
-                    ..
-                } = &store
-                {
-                    let result = outcome.map_err(store_group_error);
-                    let stores = {
-                        let mut inner = manager.inner.lock();
-                        let fx = inner
-                            .coordinator
-                            .group_stored(group_id, *generation_id, result, now_ms());
-                        inner.apply(fx)
+                let waiting = match store {
+                    Store::Group {
+                        group_id,
+                        generation_id,
+                        then,
+                        ..
+                    } if then != AfterStore::Nothing => Some((group_id, generation_id, then)),
+                    _ => None,
+                };
+                let Some((group_id, generation_id, then)) = waiting else {
+                    if let Err(e) = outcome {
+                        tracing::warn!(error = ?e, "could not write a group record to __consumer_offsets; the coordinator's next change rewrites it");
+                    }
+                    return;
+                };
+                let result = outcome.map_err(store_group_error);
+                let stores = {
+                    let mut inner = manager.inner.lock();
+                    let fx = match then {
+                        AfterStore::CompleteSync => {
+                            inner
+                                .coordinator
+                                .group_stored(&group_id, generation_id, result, now_ms())
+                        }
+                        AfterStore::AnswerStaticJoin(join) => {
+                            inner.coordinator.static_member_stored(&group_id, *join, result)
+                        }
+                        AfterStore::Nothing => Vec::new(),
                     };
-                    manager.run_stores(stores);
-                } else if let Err(e) = outcome {
-                    tracing::warn!(error = ?e, "could not write a group record to __consumer_offsets; the coordinator's next change rewrites it");
-                }
+                    inner.apply(fx)
+                };
+                manager.run_stores(stores);
             });
         }
     }
@@ -484,10 +522,17 @@ async fn store_one(groups: &GroupMetadataManager, store: &Store) -> Result<(), R
     let wait = match store {
         Store::Group {
             partition, key, value, ..
-        } => append(groups, *partition, &[(key.clone(), Some(value.clone()))], None, now),
+        } => append(
+            groups,
+            *partition,
+            &[(key.clone(), Some(value.clone()))],
+            None,
+            TxnVerification::Unchecked,
+            now,
+        ),
         Store::Tombstones { partition, keys } => {
             let records: Vec<(Bytes, Option<Bytes>)> = keys.iter().map(|k| (k.clone(), None)).collect();
-            append(groups, *partition, &records, None, now)
+            append(groups, *partition, &records, None, TxnVerification::Unchecked, now)
         }
     }?;
     let timeout = Duration::from_millis(groups.settings.commit_timeout_ms);
@@ -510,86 +555,28 @@ fn offset_records(group_id: &str, offsets: &[((String, i32), OffsetAndMetadata)]
         .collect()
 }
 
-/// A batch appended to `__consumer_offsets`: where it starts, and the wait for its replication.
-struct Appended {
-    base_offset: i64,
-    wait: DelayedProduce,
-}
-
-/// Appends records to `__consumer_offsets` partition `index` as its leader (refusing, as a
-/// produce with `acks=all` would, when the ISR is below `min.insync.replicas`) and returns the
+/// Appends records to `__consumer_offsets` partition `index` as its leader and returns the
 /// wait for their replication. With `producer` (id, epoch) the batch is transactional.
 fn append(
     groups: &GroupMetadataManager,
     index: i32,
     entries: &[(Bytes, Option<Bytes>)],
     producer: Option<(i64, i16)>,
+    verification: TxnVerification,
     now: i64,
 ) -> Result<Appended, ResponseError> {
     let image = groups.metadata.image();
     let topic = image
         .topic(OFFSETS_TOPIC)
         .ok_or(ResponseError::UnknownTopicOrPartition)?;
-    let (partition, registration) = groups.replicas.leader_partition(topic, index)?;
-    let min_isr =
-        topic_config::min_insync_replicas(&topic.configs, &groups.broker_overrides, registration.replicas.len());
-    if partition.isr_size() < min_isr {
-        return Err(ResponseError::NotEnoughReplicas);
-    }
-    let mut batch = encode_batch(entries, producer, now).map_err(|e| {
-        tracing::error!(error = %e, "could not encode group records");
-        ResponseError::UnknownServerError
-    })?;
-    let leader_epoch = partition.leader_epoch();
-    // No sequence numbers, so the producer state never answers Duplicate; handled anyway.
-    let (base_offset, required_offset) = match partition.append_as_leader(&mut batch, now).map_err(|(e, _)| e)? {
-        AppendOutcome::Appended(info) => (info.base_offset, info.last_offset + 1),
-        AppendOutcome::Duplicate { base_offset } => (base_offset, base_offset + 1),
+    let target = coordinator_log::Target {
+        replicas: &groups.replicas,
+        topic,
+        broker_overrides: &groups.broker_overrides,
+        index,
+        expected_leader_epoch: None,
     };
-    Ok(Appended {
-        base_offset,
-        wait: DelayedProduce {
-            partition,
-            required_offset,
-            leader_epoch,
-            min_insync_replicas: min_isr,
-        },
-    })
-}
-
-/// One uncompressed v2 batch holding `entries` (offsets are assigned on append). With
-/// `producer` (id, epoch) it is a transactional batch of that producer, as Kafka's
-/// coordinator writes a TxnOffsetCommit: base sequence -1 (NO_SEQUENCE: the coordinator's
-/// own append, never a retry to deduplicate).
-fn encode_batch(
-    entries: &[(Bytes, Option<Bytes>)],
-    producer: Option<(i64, i16)>,
-    now: i64,
-) -> anyhow::Result<BytesMut> {
-    let records: Vec<Record> = entries
-        .iter()
-        .enumerate()
-        .map(|(i, (key, value))| {
-            // `producer_record` numbers sequences from -1, so the batch's base sequence is -1.
-            let mut record = producer_record(i as i64, now, Some(key.clone()), value.clone());
-            if let Some((producer_id, producer_epoch)) = producer {
-                record.transactional = true;
-                record.producer_id = producer_id;
-                record.producer_epoch = producer_epoch;
-            }
-            record
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        records.iter(),
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )?;
-    Ok(buf)
+    coordinator_log::append(&target, entries, producer, verification, now)
 }
 
 /// Reads a `__consumer_offsets` partition from its start to its end and hands the records
@@ -654,28 +641,16 @@ fn read_for_load(partition: &Partition, buffer: usize, max_message_bytes: u32) -
         skipped: 0,
         first_unreadable: None,
     };
-    let end = partition.log_end_offset();
-    let mut offset = partition.log_start_offset();
-    while offset < end {
-        let chunk = partition.read(offset, buffer.max(1024), true, ReadBound::LogEnd)?;
-        let mut next = offset;
-        for (header, range) in BatchIter::new(&chunk.records) {
-            next = header.last_offset() + 1;
-            let batch = &chunk.records[range];
-            if header.is_control() {
-                // A batch starting before `offset` was read by the previous chunk.
-                if header.base_offset >= offset {
-                    read.marker(&header, batch);
-                }
-                continue;
+    coordinator_log::scan(partition, buffer, |header, batch, from| {
+        if header.is_control() {
+            // A batch starting before `from` was read by the previous chunk.
+            if header.base_offset >= from {
+                read.marker(header, batch);
             }
-            read.records_of(&header, batch, offset, max_message_bytes);
+        } else {
+            read.records_of(header, batch, from, max_message_bytes);
         }
-        if next <= offset {
-            break;
-        }
-        offset = next;
-    }
+    })?;
     Ok(read)
 }
 
@@ -798,9 +773,13 @@ fn is_group_error(error: ResponseError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::coordinator_log::encode_batch;
     use crate::log::{LogConfig, TailCacheBudget};
     use crate::metadata::image::PartitionRegistration;
+    use crate::partition::AppendOutcome;
+    use bytes::BytesMut;
     use kafka_protocol::records::TimestampType;
+    use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions};
     use uuid::Uuid;
 
     const NOW: i64 = 1_800_000_000_000;

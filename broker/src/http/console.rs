@@ -8,9 +8,9 @@
 
 use std::time::Duration;
 
+use base64::Engine;
 use futures::future::join_all;
 use serde::{Deserialize, Serialize};
-use base64::Engine;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 

@@ -86,7 +86,9 @@ async fn accept_connection(broker: &Arc<Broker>, stream: TcpStream, peer: std::n
     let acceptor = tokio_rustls::TlsAcceptor::from(tls.server_config());
     match tokio::time::timeout(HEAD_TIMEOUT, acceptor.accept(stream)).await {
         Ok(Ok(stream)) => serve_connection(broker, stream, peer).await,
-        Ok(Err(e)) => tracing::debug!(%peer, "metrics.listen: TLS handshake failed ({e}); is the client using https://?"),
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, "metrics.listen: TLS handshake failed ({e}); is the client using https://?")
+        }
         Err(_) => {}
     }
 }
@@ -98,7 +100,11 @@ enum BadRequest {
     Malformed,
 }
 
-async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(broker: &Arc<Broker>, mut stream: S, peer: std::net::SocketAddr) {
+async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
+    broker: &Arc<Broker>,
+    mut stream: S,
+    peer: std::net::SocketAddr,
+) {
     let mut buf = Vec::with_capacity(1024);
     let head = tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut stream, &mut buf)).await;
     let response = match head {
@@ -122,7 +128,10 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(broker: &Arc<Broker
 }
 
 /// Reads until the blank line that ends the head; returns where it ends in `buf`.
-async fn read_head<S: AsyncRead + Unpin>(stream: &mut S, buf: &mut Vec<u8>) -> std::io::Result<Result<usize, BadRequest>> {
+async fn read_head<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<Result<usize, BadRequest>> {
     let mut chunk = [0u8; 4096];
     loop {
         if let Some(end) = find_head_end(buf) {
@@ -175,7 +184,10 @@ async fn authenticate(broker: &Arc<Broker>, head: &Head<'_>, peer: std::net::Soc
         return Ok(());
     }
     let unauthorized = || {
-        let mut r = Response::text(401, "credentials needed: HTTP Basic with a SCRAM user's name and password\n");
+        let mut r = Response::text(
+            401,
+            "credentials needed: HTTP Basic with a SCRAM user's name and password\n",
+        );
         r.challenge = true;
         r
     };
@@ -193,11 +205,17 @@ async fn authenticate(broker: &Arc<Broker>, head: &Head<'_>, peer: std::net::Soc
         principal: &principal,
         host: &host,
     };
-    if !security
-        .authorizer
-        .authorize(&image.acls, who, AclOperation::Describe, ResourceType::Cluster, CLUSTER_NAME)
-    {
-        return Err(Response::text(403, "this user may not read the cluster's metrics: it needs DESCRIBE on the cluster\n"));
+    if !security.authorizer.authorize(
+        &image.acls,
+        who,
+        AclOperation::Describe,
+        ResourceType::Cluster,
+        CLUSTER_NAME,
+    ) {
+        return Err(Response::text(
+            403,
+            "this user may not read the cluster's metrics: it needs DESCRIBE on the cluster\n",
+        ));
     }
     Ok(())
 }

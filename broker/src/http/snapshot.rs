@@ -112,6 +112,8 @@ pub struct PartitionView {
     /// The rest is this broker's replica, when it hosts one.
     pub size_bytes: Option<u64>,
     pub high_watermark: Option<i64>,
+    /// The high watermark, or the first offset of the oldest open transaction if lower.
+    pub last_stable_offset: Option<i64>,
     pub log_start_offset: Option<i64>,
     pub log_end_offset: Option<i64>,
     /// This broker's replica leads the partition (as its own state says, which may run a
@@ -153,7 +155,9 @@ pub struct OffsetView {
     pub topic: String,
     pub partition: i32,
     pub committed: i64,
-    /// The partition's high watermark, when this broker hosts a replica of it.
+    /// Where the group's consumers would stop, when this broker hosts a replica of the
+    /// partition: the last stable offset, or the high watermark when the committed offset is
+    /// past the last stable offset (only a read_uncommitted consumer gets there).
     pub end_offset: Option<i64>,
     pub lag: Option<i64>,
     /// The member the partition is assigned to, if any.
@@ -254,6 +258,7 @@ fn topics(broker: &Broker, image: &MetadataImage) -> Vec<TopicView> {
                         under_replicated: registration.isr.len() < registration.replicas.len(),
                         size_bytes: local.as_ref().map(|p| p.size_bytes()),
                         high_watermark: local.as_ref().map(|p| p.high_watermark()),
+                        last_stable_offset: local.as_ref().map(|p| p.last_stable_offset()),
                         log_start_offset: local.as_ref().map(|p| p.log_start_offset()),
                         log_end_offset: local.as_ref().map(|p| p.log_end_offset()),
                         led_here: local.as_ref().is_some_and(|p| p.is_leader()),
@@ -266,12 +271,12 @@ fn topics(broker: &Broker, image: &MetadataImage) -> Vec<TopicView> {
 }
 
 fn groups(broker: &Broker, topics: &[TopicView]) -> Vec<GroupView> {
-    let high_watermarks: HashMap<(&str, i32), i64> = topics
+    let ends: HashMap<(&str, i32), (i64, i64)> = topics
         .iter()
         .flat_map(|t| {
-            t.partitions
-                .iter()
-                .filter_map(move |p| p.high_watermark.map(|hw| ((t.name.as_str(), p.partition), hw)))
+            t.partitions.iter().filter_map(move |p| {
+                Some(((t.name.as_str(), p.partition), (p.last_stable_offset?, p.high_watermark?)))
+            })
         })
         .collect();
     let (listed, _loading) = broker.groups.list_groups();
@@ -309,7 +314,9 @@ fn groups(broker: &Broker, topics: &[TopicView]) -> Vec<GroupView> {
                 .into_iter()
                 .filter_map(|(topic, partition, offset)| {
                     let committed = offset?.offset;
-                    let end_offset = high_watermarks.get(&(topic.as_str(), partition)).copied();
+                    let end_offset = ends
+                        .get(&(topic.as_str(), partition))
+                        .map(|&(stable, hw)| if committed <= stable { stable } else { hw });
                     Some(OffsetView {
                         member_id: owner(&topic, partition),
                         lag: end_offset.map(|end| (end - committed).max(0)),

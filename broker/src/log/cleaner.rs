@@ -25,7 +25,15 @@
 //! is copied as stored; one that loses some is rebuilt from the surviving records' bytes
 //! (recompressed with its codec) keeping its base offset, last offset delta, timestamps,
 //! attributes, producer id, epoch and base sequence and partition leader epoch, with a new
-//! length, count and CRC; one that loses all is dropped, except control batches, which are kept.
+//! length, count and CRC; one that loses all is dropped.
+//!
+//! Transactions, as Kafka's cleaner treats them: the cleaner works below the last stable offset
+//! only; an aborted transaction's batches (the aborted-transaction index says which) never stand
+//! for their keys in the map and are removed when their segment is cleaned; a transaction
+//! marker (control batch) is removed once no batch of its transaction is left before it in
+//! the log and its segment is older than `delete.retention.ms`, as tombstones are. A marker
+//! whose transaction still has data stays: without it, a replica rebuilding its producer state
+//! from the log would take that data for an open transaction.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
@@ -254,12 +262,14 @@ impl LogCleaner {
             .filter(|s| s.snapshot.base_offset < end_offset)
             .collect();
         let delete_horizon_ms = now_ms.saturating_sub(to_clean.config.delete_retention_ms);
+        let mut txns = RetainedTxns::default();
         for group in group_segments(&in_range, to_clean.config.effective_segment_bytes()) {
             if self.stopped() {
                 stats.abandoned = true;
                 return Ok(stats);
             }
-            let swapped = self.clean_group(log, to_clean, &group, end_offset, delete_horizon_ms, now_ms, &mut stats)?;
+            let horizons = (end_offset, delete_horizon_ms);
+            let swapped = self.clean_group(log, to_clean, &group, horizons, now_ms, &mut txns, &mut stats)?;
             if !swapped {
                 tracing::info!(
                     partition = %to_clean.name,
@@ -331,19 +341,21 @@ impl LogCleaner {
 
     /// Writes the group's retained batches into one `.cleaned` segment and swaps it in.
     #[allow(clippy::too_many_arguments)]
+    /// `horizons` is the mapped end offset (records at or above it stay) and the time before
+    /// which tombstones and markers may go.
     fn clean_group(
         &self,
         log: &Mutex<PartitionLog>,
         to_clean: &LogToClean,
         group: &[&CleanableSegment],
-        end_offset: i64,
-        delete_horizon_ms: i64,
+        horizons: (i64, i64),
         now_ms: i64,
+        txns: &mut RetainedTxns,
         stats: &mut CleanStats,
     ) -> Result<bool, LogError> {
         let base_offset = group[0].snapshot.base_offset;
         let mut cleaned = LogSegment::create_with_suffix(&to_clean.dir, base_offset, CLEANED_FILE_SUFFIX, now_ms)?;
-        let written = self.write_cleaned(to_clean, group, end_offset, delete_horizon_ms, &mut cleaned, stats);
+        let written = self.write_cleaned(to_clean, group, horizons, &mut cleaned, txns, stats);
         let written = written.and_then(|()| cleaned.on_become_inactive());
         if let Err(e) = written {
             let _ = cleaned.delete();
@@ -362,9 +374,9 @@ impl LogCleaner {
         &self,
         to_clean: &LogToClean,
         group: &[&CleanableSegment],
-        end_offset: i64,
-        delete_horizon_ms: i64,
+        (end_offset, delete_horizon_ms): (i64, i64),
         cleaned: &mut LogSegment,
+        txns: &mut RetainedTxns,
         stats: &mut CleanStats,
     ) -> Result<(), LogError> {
         let interval = to_clean.config.index_interval_bytes;
@@ -374,6 +386,17 @@ impl LogCleaner {
             let mut kept_tombstone = false;
             segment.snapshot.for_each_batch(|header, batch| {
                 stats.bytes_read += batch.len() as u64;
+                if header.last_offset() < end_offset && header.is_transactional() {
+                    let removable = if header.is_control() {
+                        txns.on_marker(header.producer_id) && !retain_tombstones
+                    } else {
+                        to_clean.is_aborted(header.producer_id, header.base_offset)
+                    };
+                    if removable {
+                        stats.records_removed += u64::try_from(header.records_count).unwrap_or(0);
+                        return Ok(());
+                    }
+                }
                 let filter = RecordFilter {
                     map: &self.map,
                     end_offset,
@@ -383,6 +406,10 @@ impl LogCleaner {
                 let filtered = filter_batch(header, batch, &filter)?;
                 stats.records_removed += filtered.removed;
                 kept_tombstone |= filtered.kept_tombstone;
+                let kept = !matches!(filtered.outcome, BatchOutcome::Drop);
+                if kept && header.is_transactional() && !header.is_control() {
+                    txns.retained(header.producer_id);
+                }
                 match filtered.outcome {
                     BatchOutcome::Keep => out.extend_from_slice(batch),
                     BatchOutcome::Rebuilt(rebuilt) => out.extend_from_slice(&rebuilt),
@@ -438,6 +465,22 @@ fn remove_cleaned_files(dir: &Path, base_offset: i64) {
         if let Err(e) = remove_if_exists(&path) {
             tracing::warn!(file = %path.display(), error = %e, "could not remove a cleaned segment file; it is deleted on the next open");
         }
+    }
+}
+
+/// Producers whose current transaction (in log order, within one pass) has a batch that
+/// stays in the cleaned log (Kafka's `CleanedTransactionMetadata`): their marker stays too.
+#[derive(Default)]
+struct RetainedTxns(std::collections::HashSet<i64>);
+
+impl RetainedTxns {
+    fn retained(&mut self, producer_id: i64) {
+        self.0.insert(producer_id);
+    }
+
+    /// A marker of `producer_id` ends its transaction: whether none of its batches is left.
+    fn on_marker(&mut self, producer_id: i64) -> bool {
+        !self.0.remove(&producer_id)
     }
 }
 

@@ -1,14 +1,7 @@
 //! Errors of the partition log and the Kafka error codes they become.
 
+use kafka_protocol::error::ResponseError;
 use sluice_protocol::batch::BatchError;
-
-const UNKNOWN_SERVER_ERROR: i16 = -1;
-const OFFSET_OUT_OF_RANGE: i16 = 1;
-const CORRUPT_MESSAGE: i16 = 2;
-const NOT_LEADER_OR_FOLLOWER: i16 = 6;
-const MESSAGE_TOO_LARGE: i16 = 10;
-const RECORD_BATCH_TOO_LARGE: i16 = 18;
-const KAFKA_STORAGE_ERROR: i16 = 56;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
@@ -72,6 +65,10 @@ pub enum LogError {
          partition directory and let it re-replicate"
     )]
     Corrupt(String),
+    /// A broken invariant found by the log (see `invariant`): a bug in sluice, not in the data
+    /// or the request. Nothing was written; the node stops.
+    #[error("internal error: {0}; this is a bug in sluice, and the broker stops to protect the log: report it with the broker's log")]
+    Internal(String),
 }
 
 impl LogError {
@@ -79,17 +76,20 @@ impl LogError {
     /// problems keep their own code (`CORRUPT_MESSAGE` or `UNSUPPORTED_FOR_MESSAGE_FORMAT`).
     /// `UnexpectedAppendOffset` only happens on the replication path and is never sent to a client;
     /// `LeaderEpochRegression` reaches a client only if the leader's epoch is stale, and
-    /// `NOT_LEADER_OR_FOLLOWER` sends it to refresh metadata and retry.
-    pub fn kafka_error_code(&self) -> i16 {
+    /// `NOT_LEADER_OR_FOLLOWER` sends it to refresh metadata and retry. An internal error is
+    /// `UNKNOWN_SERVER_ERROR`.
+    pub fn response_error(&self) -> ResponseError {
         match self {
-            LogError::Io(_) => KAFKA_STORAGE_ERROR,
-            LogError::OffsetOutOfRange { .. } => OFFSET_OUT_OF_RANGE,
-            LogError::MessageTooLarge { .. } => MESSAGE_TOO_LARGE,
-            LogError::RecordBatchTooLarge { .. } => RECORD_BATCH_TOO_LARGE,
-            LogError::InvalidBatch(e) | LogError::UncleanableBatch { source: e, .. } => e.kafka_error_code(),
-            LogError::UnexpectedAppendOffset { .. } => UNKNOWN_SERVER_ERROR,
-            LogError::LeaderEpochRegression { .. } | LogError::TruncatedDuringRead { .. } => NOT_LEADER_OR_FOLLOWER,
-            LogError::Corrupt(_) => CORRUPT_MESSAGE,
+            LogError::Io(_) => ResponseError::KafkaStorageError,
+            LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+            LogError::MessageTooLarge { .. } => ResponseError::MessageTooLarge,
+            LogError::RecordBatchTooLarge { .. } => ResponseError::RecordListTooLarge,
+            LogError::InvalidBatch(e) | LogError::UncleanableBatch { source: e, .. } => e.response_error(),
+            LogError::UnexpectedAppendOffset { .. } | LogError::Internal(_) => ResponseError::UnknownServerError,
+            LogError::LeaderEpochRegression { .. } | LogError::TruncatedDuringRead { .. } => {
+                ResponseError::NotLeaderOrFollower
+            }
+            LogError::Corrupt(_) => ResponseError::CorruptMessage,
         }
     }
 }

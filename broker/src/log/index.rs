@@ -211,7 +211,11 @@ impl<E: IndexEntry> IndexFile<E> {
     /// The last entry for which `pred` holds.
     fn floor(&self, path: &Path, pred: impl Fn(&E) -> bool) -> io::Result<Option<E>> {
         match &self.cached {
-            Some(cached) => Ok(cached.partition_point(pred).checked_sub(1).and_then(|i| cached.get(i)).copied()),
+            Some(cached) => Ok(cached
+                .partition_point(pred)
+                .checked_sub(1)
+                .and_then(|i| cached.get(i))
+                .copied()),
             None if self.len == 0 => Ok(None),
             None => {
                 let file = File::open(path)?;

@@ -60,8 +60,7 @@ pub(super) struct SegmentFiles {
 
 impl SegmentFiles {
     fn path(&self, kind: &str) -> PathBuf {
-        self.dir
-            .join(segment_file_name(self.base_offset, kind) + self.suffix)
+        self.dir.join(segment_file_name(self.base_offset, kind) + self.suffix)
     }
 
     pub fn log_path(&self) -> PathBuf {
@@ -408,7 +407,8 @@ impl LogSegment {
         self.indexes.reset(&self.files)?;
         let file_len = self.log.metadata()?.len();
         // No larger than the file: opening a new or small partition must not cost a megabyte.
-        let buffer_bytes = usize::try_from(file_len).map_or(RECOVERY_BUFFER_BYTES, |len| len.min(RECOVERY_BUFFER_BYTES));
+        let buffer_bytes =
+            usize::try_from(file_len).map_or(RECOVERY_BUFFER_BYTES, |len| len.min(RECOVERY_BUFFER_BYTES));
         let mut reader = BufReader::with_capacity(buffer_bytes, &*self.log);
         reader.seek(SeekFrom::Start(0))?;
         let mut position = 0u64;

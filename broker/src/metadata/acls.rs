@@ -328,8 +328,15 @@ impl AclTable {
             .get(&resource_type)
             .into_iter()
             .flatten()
-            .filter(move |id| self.by_id.get(*id).is_some_and(|b| name.starts_with(b.resource_name.as_str())));
-        named.chain(wildcard).chain(prefixed).filter_map(|id| self.by_id.get(id))
+            .filter(move |id| {
+                self.by_id
+                    .get(*id)
+                    .is_some_and(|b| name.starts_with(b.resource_name.as_str()))
+            });
+        named
+            .chain(wildcard)
+            .chain(prefixed)
+            .filter_map(|id| self.by_id.get(id))
     }
 
     /// Every binding of a resource type (for checks "on any resource of this type").
@@ -357,12 +364,30 @@ mod tests {
     #[test]
     fn covering_finds_literal_wildcard_and_prefixed_bindings_only() {
         let mut table = AclTable::default();
-        table.insert(Uuid::from_u128(1), acl(ResourceType::Topic, "orders", PatternType::Literal, AclOperation::Read));
-        table.insert(Uuid::from_u128(2), acl(ResourceType::Topic, "*", PatternType::Literal, AclOperation::Describe));
-        table.insert(Uuid::from_u128(3), acl(ResourceType::Topic, "ord", PatternType::Prefixed, AclOperation::Write));
-        table.insert(Uuid::from_u128(4), acl(ResourceType::Topic, "orx", PatternType::Prefixed, AclOperation::Write));
-        table.insert(Uuid::from_u128(5), acl(ResourceType::Group, "orders", PatternType::Literal, AclOperation::Read));
-        table.insert(Uuid::from_u128(6), acl(ResourceType::Topic, "orde", PatternType::Literal, AclOperation::Read));
+        table.insert(
+            Uuid::from_u128(1),
+            acl(ResourceType::Topic, "orders", PatternType::Literal, AclOperation::Read),
+        );
+        table.insert(
+            Uuid::from_u128(2),
+            acl(ResourceType::Topic, "*", PatternType::Literal, AclOperation::Describe),
+        );
+        table.insert(
+            Uuid::from_u128(3),
+            acl(ResourceType::Topic, "ord", PatternType::Prefixed, AclOperation::Write),
+        );
+        table.insert(
+            Uuid::from_u128(4),
+            acl(ResourceType::Topic, "orx", PatternType::Prefixed, AclOperation::Write),
+        );
+        table.insert(
+            Uuid::from_u128(5),
+            acl(ResourceType::Group, "orders", PatternType::Literal, AclOperation::Read),
+        );
+        table.insert(
+            Uuid::from_u128(6),
+            acl(ResourceType::Topic, "orde", PatternType::Literal, AclOperation::Read),
+        );
         let mut found: Vec<_> = table.covering(ResourceType::Topic, "orders").cloned().collect();
         found.sort();
         assert_eq!(found.len(), 3, "{found:?}");

@@ -989,7 +989,11 @@ fn image_to_pb(image: &MetadataImage) -> pb::Image {
             })
             .collect(),
         scram_credentials: image.scram_credentials.values().map(scram_credential_to_pb).collect(),
-        acls: image.acls.iter().map(|(id, binding)| acl_entry_to_pb(id, binding)).collect(),
+        acls: image
+            .acls
+            .iter()
+            .map(|(id, binding)| acl_entry_to_pb(id, binding))
+            .collect(),
     }
 }
 
@@ -1446,7 +1450,11 @@ mod tests {
         }
         assert!(!image.brokers.is_empty() && !image.broker_configs.is_empty() && image.next_producer_id > 0);
         assert_eq!(image.client_quotas.len(), 2, "client quotas are part of the snapshot");
-        assert_eq!(image.scram_credentials.len(), 1, "SCRAM credentials are part of the snapshot");
+        assert_eq!(
+            image.scram_credentials.len(),
+            1,
+            "SCRAM credentials are part of the snapshot"
+        );
         assert_eq!(image.acls.len(), 2, "ACLs are part of the snapshot");
         assert_eq!(
             image.brokers[&1].pending_incarnation,
@@ -1542,13 +1550,22 @@ mod tests {
             id: id(1).as_bytes().to_vec(),
             binding: Some(binding),
         }));
-        assert!(matches!(err, DecodeError::Malformed { ref detail, .. } if detail.contains("operation 99")), "{err:?}");
+        assert!(
+            matches!(err, DecodeError::Malformed { ref detail, .. } if detail.contains("operation 99")),
+            "{err:?}"
+        );
         let mut credential = scram_credential_to_pb(&scram("alice", ScramMechanism::Sha256));
         credential.stored_key.clear();
-        assert!(matches!(refused(R::ScramCredential(credential)), DecodeError::Malformed { .. }));
+        assert!(matches!(
+            refused(R::ScramCredential(credential)),
+            DecodeError::Malformed { .. }
+        ));
         let mut credential = scram_credential_to_pb(&scram("alice", ScramMechanism::Sha256));
         credential.mechanism = 7;
-        assert!(matches!(refused(R::ScramCredential(credential)), DecodeError::Malformed { .. }));
+        assert!(matches!(
+            refused(R::ScramCredential(credential)),
+            DecodeError::Malformed { .. }
+        ));
     }
 
     #[test]

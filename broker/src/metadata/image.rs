@@ -8,7 +8,9 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use super::acls::AclTable;
-use super::records::{ConfigResource, Endpoint, MetadataRecord, QuotaEntity, QuotaValue, ScramCredential, ScramMechanism};
+use super::records::{
+    ConfigResource, Endpoint, MetadataRecord, QuotaEntity, QuotaValue, ScramCredential, ScramMechanism,
+};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokerRegistration {
@@ -89,7 +91,8 @@ impl PartitionRegistration {
 
     /// Which of the invariants the design relies on `self` would break as the successor of
     /// `previous`, if any: the leader is in the ISR (or there is none), the ISR is a subset of
-    /// the replicas, replicas are distinct, and neither epoch goes back.
+    /// the replicas, replicas are distinct, the partition epoch goes forward, and the leader
+    /// epoch never goes back and goes forward whenever the leader changes.
     pub fn invariant_violation(&self, previous: Option<&PartitionRegistration>) -> Option<String> {
         if self.leader != NO_LEADER && !self.isr.contains(&self.leader) {
             return Some(format!("leader {} is not in the ISR {:?}", self.leader, self.isr));
@@ -104,10 +107,16 @@ impl PartitionRegistration {
             return Some(format!("replicas {:?} repeat a broker", self.replicas));
         }
         let previous = previous?;
-        if self.leader_epoch < previous.leader_epoch || self.partition_epoch < previous.partition_epoch {
+        if self.leader_epoch < previous.leader_epoch || self.partition_epoch <= previous.partition_epoch {
             return Some(format!(
-                "epochs go back from leader epoch {} / partition epoch {} to {} / {}",
-                previous.leader_epoch, previous.partition_epoch, self.leader_epoch, self.partition_epoch
+                "epochs do not go forward: leader epoch {} / partition epoch {} after {} / {}",
+                self.leader_epoch, self.partition_epoch, previous.leader_epoch, previous.partition_epoch
+            ));
+        }
+        if self.leader != previous.leader && self.leader_epoch == previous.leader_epoch {
+            return Some(format!(
+                "leadership moves from {} to {} without a new leader epoch (still {})",
+                previous.leader, self.leader, self.leader_epoch
             ));
         }
         None
@@ -188,9 +197,72 @@ impl MetadataImage {
             .is_some_and(|((u, _), _)| u == user)
     }
 
+    /// Checks a decision's records as a whole, before any is applied: every partition change
+    /// must keep the invariants of [`PartitionRegistration::invariant_violation`] against the
+    /// registration before it (an earlier record of the same decision, else the image), and a
+    /// reassignment may only name replicas. Records for something unknown pass (they are
+    /// ignored when applied).
+    pub fn check(&self, records: &[MetadataRecord]) -> Result<(), String> {
+        let mut changed: HashMap<(Uuid, i32), PartitionRegistration> = HashMap::new();
+        let mut new_topics: HashMap<Uuid, &str> = HashMap::new();
+        for record in records {
+            match record {
+                MetadataRecord::Topic { name, topic_id } => {
+                    new_topics.insert(*topic_id, name);
+                }
+                MetadataRecord::RemoveTopic { topic_id } => {
+                    new_topics.remove(topic_id);
+                    changed.retain(|(id, _), _| id != topic_id);
+                }
+                MetadataRecord::Partition { topic_id, partition, .. } => {
+                    let existing = self.topic_by_id(topic_id).filter(|_| !new_topics.contains_key(topic_id));
+                    let name = match (existing, new_topics.get(topic_id)) {
+                        (Some(topic), _) => topic.name.as_str(),
+                        (None, Some(name)) => name,
+                        (None, None) => continue,
+                    };
+                    let before = changed.get(&(*topic_id, *partition)).cloned().or_else(|| {
+                        let index = usize::try_from(*partition).ok()?;
+                        existing.and_then(|t| t.partitions.get(index)).cloned()
+                    });
+                    let Some(after) = registration_from(record, before.as_ref()) else {
+                        continue;
+                    };
+                    if let Some(broken) = after.invariant_violation(before.as_ref()) {
+                        return Err(format!("a change of {name}-{partition} breaks an invariant: {broken}"));
+                    }
+                    changed.insert((*topic_id, *partition), after);
+                }
+                MetadataRecord::PartitionReassignment {
+                    topic_id,
+                    partition,
+                    adding,
+                    removing,
+                } => {
+                    let current = changed.get(&(*topic_id, *partition)).or_else(|| {
+                        let index = usize::try_from(*partition).ok()?;
+                        self.topic_by_id(topic_id)?.partitions.get(index)
+                    });
+                    if let Some(p) = current {
+                        if let Some(id) = adding.iter().chain(removing).find(|id| !p.replicas.contains(id)) {
+                            return Err(format!(
+                                "a reassignment of partition {partition} of topic {topic_id} names broker {id}, which is not one of its replicas {:?}",
+                                p.replicas
+                            ));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
     /// Applies one record. Records that refer to something unknown (a partition of a
-    /// deleted topic, say) are ignored: the log is the truth and replay must not fail.
-    pub fn apply(&mut self, record: &MetadataRecord) {
+    /// deleted topic, say) are ignored: the log is the truth and replay must not fail. A
+    /// record that would break an invariant the image relies on (see [`Self::check`], which
+    /// decisions pass first) is refused, and the image is left as it was.
+    pub fn try_apply(&mut self, record: &MetadataRecord) -> Result<(), String> {
         self.last_offset += 1;
         match record {
             MetadataRecord::RegisterBroker {
@@ -235,42 +307,16 @@ impl MetadataImage {
                     },
                 );
             }
-            MetadataRecord::Partition {
-                topic_id,
-                partition,
-                replicas,
-                isr,
-                leader,
-                leader_epoch,
-                partition_epoch,
-            } => {
+            MetadataRecord::Partition { topic_id, partition, .. } => {
                 let Some(topic) = self.topic_names.get(topic_id).and_then(|n| self.topics.get_mut(n)) else {
-                    return;
+                    return Ok(());
                 };
                 let index = *partition as usize;
-                // A reassignment under way stays as it is (PartitionReassignment records change
-                // it); replicas it no longer lists leave it.
-                let (adding_replicas, removing_replicas) =
-                    topic.partitions.get(index).map_or_else(Default::default, |p| {
-                        let listed = |ids: &Vec<i32>| ids.iter().copied().filter(|id| replicas.contains(id)).collect();
-                        (listed(&p.adding_replicas), listed(&p.removing_replicas))
-                    });
-                let registration = PartitionRegistration {
-                    replicas: replicas.clone(),
-                    isr: isr.clone(),
-                    leader: *leader,
-                    leader_epoch: *leader_epoch,
-                    partition_epoch: *partition_epoch,
-                    adding_replicas,
-                    removing_replicas,
+                let Some(registration) = registration_from(record, topic.partitions.get(index)) else {
+                    return Ok(());
                 };
                 if let Some(broken) = registration.invariant_violation(topic.partitions.get(index)) {
-                    // The controller never writes such a record; refusing it on every replica
-                    // keeps replay deterministic and the image sound.
-                    tracing::error!(topic = %topic.name, partition, %broken,
-                        "ignoring a metadata record that would break a partition invariant; this is a bug, please report it");
-                    debug_assert!(false, "{broken}");
-                    return;
+                    return Err(format!("a change of {}-{partition} breaks an invariant: {broken}", topic.name));
                 }
                 if index < topic.partitions.len() {
                     topic.partitions[index] = registration;
@@ -282,7 +328,7 @@ impl MetadataImage {
                 let configs = match resource {
                     ConfigResource::Topic(topic) => match self.topics.get_mut(topic) {
                         Some(t) => &mut t.configs,
-                        None => return,
+                        None => return Ok(()),
                     },
                     ConfigResource::Broker(id) => self.broker_configs.entry(*id).or_default(),
                 };
@@ -311,19 +357,19 @@ impl MetadataImage {
                 removing,
             } => {
                 let Some(topic) = self.topic_names.get(topic_id).and_then(|n| self.topics.get_mut(n)) else {
-                    return;
+                    return Ok(());
                 };
                 let Some(p) = usize::try_from(*partition)
                     .ok()
                     .and_then(|i| topic.partitions.get_mut(i))
                 else {
-                    return;
+                    return Ok(());
                 };
-                if adding.iter().chain(removing).any(|id| !p.replicas.contains(id)) {
-                    tracing::error!(topic = %topic.name, partition, ?adding, ?removing, replicas = ?p.replicas,
-                        "ignoring a reassignment record naming brokers that are not replicas; this is a bug, please report it");
-                    debug_assert!(false, "reassignment outside the replica set");
-                    return;
+                if let Some(id) = adding.iter().chain(removing).find(|id| !p.replicas.contains(id)) {
+                    return Err(format!(
+                        "a reassignment of {}-{partition} names broker {id}, which is not one of its replicas {:?}",
+                        topic.name, p.replicas
+                    ));
                 }
                 p.adding_replicas.clone_from(adding);
                 p.removing_replicas.clone_from(removing);
@@ -362,7 +408,45 @@ impl MetadataImage {
                 Arc::make_mut(&mut self.acls).remove(id);
             }
         }
+        Ok(())
     }
+
+    /// [`Self::try_apply`] for tests, where a refused record is a failed test.
+    #[cfg(test)]
+    pub fn apply(&mut self, record: &MetadataRecord) {
+        if let Err(broken) = self.try_apply(record) {
+            panic!("{broken}");
+        }
+    }
+}
+
+/// The registration a Partition record makes of the one before it (`previous`; `None` for a new
+/// partition); `None` for any other record. A reassignment under way stays as it is
+/// (PartitionReassignment records change it); replicas the record no longer lists leave it.
+fn registration_from(record: &MetadataRecord, previous: Option<&PartitionRegistration>) -> Option<PartitionRegistration> {
+    let MetadataRecord::Partition {
+        replicas,
+        isr,
+        leader,
+        leader_epoch,
+        partition_epoch,
+        ..
+    } = record
+    else {
+        return None;
+    };
+    let listed = |ids: &Vec<i32>| ids.iter().copied().filter(|id| replicas.contains(id)).collect();
+    let (adding_replicas, removing_replicas) =
+        previous.map_or_else(Default::default, |p| (listed(&p.adding_replicas), listed(&p.removing_replicas)));
+    Some(PartitionRegistration {
+        replicas: replicas.clone(),
+        isr: isr.clone(),
+        leader: *leader,
+        leader_epoch: *leader_epoch,
+        partition_epoch: *partition_epoch,
+        adding_replicas,
+        removing_replicas,
+    })
 }
 
 #[cfg(test)]

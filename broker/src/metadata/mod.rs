@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use kafka_protocol::error::ResponseError;
 use parking_lot::Mutex;
 use sluice_raft_meta::{ProposeError, Quorum, QuorumConfig, QuorumError, QuorumExit, QuorumStatus, StateMachine};
 use tokio::sync::watch;
@@ -215,15 +216,31 @@ impl StateMachine for MetadataStateMachine {
         let proposal = codec::decode_proposal(data).map_err(|e| e.refusal(&format!("metadata log entry {index}")))?;
         let decision = (self.decide)(&self.image, &proposal.command);
         let result = match decision {
-            Ok((records, outcome)) => {
-                for record in &records {
-                    self.image.apply(record);
+            Ok((records, outcome)) => match self.image.check(&records) {
+                Ok(()) => {
+                    for record in &records {
+                        // Checked above: a refusal now means the check and the image disagree,
+                        // and this node stops rather than serve an image it cannot trust.
+                        self.image
+                            .try_apply(record)
+                            .map_err(|broken| format!("metadata log entry {index} cannot be applied: {broken}; this is a bug in sluice, please report it with this node's log"))?;
+                    }
+                    if !records.is_empty() {
+                        self.published.send_replace(Arc::new(self.image.clone()));
+                    }
+                    Ok(outcome)
                 }
-                if !records.is_empty() {
-                    self.published.send_replace(Arc::new(self.image.clone()));
+                // Decided identically on every node, so every node refuses it and the image
+                // stays sound everywhere; the cluster carries on without this change.
+                Err(broken) => {
+                    tracing::error!(index, command = ?proposal.command, %broken,
+                        "refusing a controller decision that would break a metadata invariant; this is a bug in sluice, please report it with this log");
+                    Err(ApiError::new(
+                        ResponseError::UnknownServerError,
+                        format!("the controller refused its own decision because {broken}; this is a bug in sluice, please report it"),
+                    ))
                 }
-                Ok(outcome)
-            }
+            },
             Err(refused) => Err(refused),
         };
         if proposal.proposer == self.node_id && proposal.incarnation == self.incarnation {
@@ -369,6 +386,120 @@ mod tests {
         }
     }
 
+    /// A decision function with a bug: it moves t-0's leadership to broker 1 without bumping
+    /// the leader epoch, or (for ElectLeaders) to broker 9, which is no replica at all.
+    fn buggy_decide(image: &MetadataImage, command: &MetadataCommand) -> Result<(Vec<MetadataRecord>, Outcome), ApiError> {
+        let Some(topic) = image.topic("t") else {
+            return crate::controller::decide(image, command);
+        };
+        let p = &topic.partitions[0];
+        let leader = match command {
+            MetadataCommand::FenceBroker { .. } => 1,
+            MetadataCommand::ElectLeaders { .. } => 9,
+            _ => return crate::controller::decide(image, command),
+        };
+        let record = MetadataRecord::Partition {
+            topic_id: topic.topic_id,
+            partition: 0,
+            replicas: p.replicas.clone(),
+            isr: p.isr.clone(),
+            leader,
+            leader_epoch: p.leader_epoch,
+            partition_epoch: p.partition_epoch + 1,
+        };
+        Ok((vec![record], Outcome::Done))
+    }
+
+    #[test]
+    fn a_decision_that_would_break_a_partition_invariant_is_refused_and_changes_nothing() {
+        let me = Uuid::new_v4();
+        let (mut sm, _published) = state_machine(1, me);
+        sm.decide = buggy_decide;
+        for (index, broker_id) in [(1, 1), (2, 2)] {
+            let register = MetadataCommand::RegisterBroker {
+                broker_id,
+                incarnation_id: Uuid::nil(),
+                endpoints: vec![],
+                rack: None,
+                replica_capacity: None,
+                wait_for_previous_session: true,
+            };
+            sm.apply(index, &entry(1, me, register)).unwrap();
+        }
+        let mut topic = match create("t", 7) {
+            MetadataCommand::CreateTopic { topic, .. } => topic,
+            _ => unreachable!(),
+        };
+        topic.assignments = Some(vec![vec![2, 1]]);
+        let create = MetadataCommand::CreateTopic {
+            topic,
+            topic_id: Uuid::from_u128(7),
+        };
+        sm.apply(3, &entry(1, me, create)).unwrap();
+        let before = sm.image.clone();
+        assert_eq!(before.topic("t").unwrap().partitions[0].leader, 2);
+
+        sm.apply(4, &entry(1, me, MetadataCommand::FenceBroker { broker_id: 2 })).unwrap();
+        let elect = MetadataCommand::ElectLeaders {
+            election: records::ElectionType::Preferred,
+            partitions: None,
+        };
+        sm.apply(5, &entry(1, me, elect)).unwrap();
+        let outcomes = sm.outcomes.lock();
+        for index in [4, 5] {
+            let refused = outcomes[&index].as_ref().expect_err("the buggy decision is refused");
+            assert_eq!(refused.error, ResponseError::UnknownServerError);
+            assert!(refused.message.contains("breaks an invariant"), "{}", refused.message);
+        }
+        assert!(
+            outcomes[&4].as_ref().unwrap_err().message.contains("without a new leader epoch"),
+            "{:?}",
+            outcomes[&4]
+        );
+        assert!(outcomes[&5].as_ref().unwrap_err().message.contains("leader 9 is not in the ISR"));
+        let mut after = sm.image.clone();
+        after.last_offset = before.last_offset;
+        assert_eq!(after, before, "nothing of a refused decision is applied");
+    }
+
+    #[test]
+    fn records_breaking_an_invariant_are_refused_by_check_and_by_try_apply() {
+        let mut image = MetadataImage::new("c".into());
+        let id = Uuid::from_u128(3);
+        image.apply(&MetadataRecord::Topic {
+            name: "t".into(),
+            topic_id: id,
+        });
+        let partition = |leader, leader_epoch, partition_epoch| MetadataRecord::Partition {
+            topic_id: id,
+            partition: 0,
+            replicas: vec![1, 2],
+            isr: vec![1, 2],
+            leader,
+            leader_epoch,
+            partition_epoch,
+        };
+        image.apply(&partition(1, 3, 5));
+        let before = image.clone();
+        for (bad, why) in [
+            (partition(2, 3, 6), "without a new leader epoch"),
+            (partition(1, 2, 6), "epochs do not go forward"),
+            (partition(1, 3, 5), "epochs do not go forward"),
+            (partition(3, 4, 6), "leader 3 is not in the ISR"),
+        ] {
+            assert!(image.check(std::slice::from_ref(&bad)).unwrap_err().contains(why), "{bad:?}");
+            let err = image.try_apply(&bad).unwrap_err();
+            assert!(err.contains(why), "{err}");
+            let mut after = image.clone();
+            after.last_offset = before.last_offset;
+            assert_eq!(after, before, "a refused record changes nothing");
+        }
+        // Checked as a whole: the second change must follow the first, not the image.
+        let both = [partition(2, 4, 6), partition(1, 4, 6)];
+        assert!(image.check(&both).unwrap_err().contains("epochs do not go forward"));
+        assert_eq!(image.check(&[partition(2, 4, 6), partition(1, 5, 7)]), Ok(()));
+    }
+
     #[test]
     fn state_machine_applies_snapshots_and_restores_to_the_same_image() {
         let me = Uuid::new_v4();
@@ -423,7 +554,10 @@ mod tests {
         let image = published.borrow().clone();
         assert_eq!(image.last_offset, pending_at, "a retry records nothing");
         let broker = &image.brokers[&1];
-        assert_eq!((broker.incarnation_id, broker.pending_incarnation), (previous, Some(me)));
+        assert_eq!(
+            (broker.incarnation_id, broker.pending_incarnation),
+            (previous, Some(me))
+        );
         assert!(broker.is_live(), "the previous process stays registered until fenced");
     }
 

@@ -252,9 +252,13 @@ pub enum MetadataCommand {
     },
     /// CreateAcls: each binding with the id the proposer chose for it. A binding already
     /// present is not added twice.
-    CreateAcls { acls: Vec<(Uuid, AclBinding)> },
+    CreateAcls {
+        acls: Vec<(Uuid, AclBinding)>,
+    },
     /// DeleteAcls: every ACL matching any of the filters.
-    DeleteAcls { filters: Vec<AclFilter> },
+    DeleteAcls {
+        filters: Vec<AclFilter>,
+    },
     /// AlterPartitionReassignments for one partition: move it to `target` (add the new replicas,
     /// and once they are in sync switch to `target`), or with `None` cancel an ongoing move.
     ReassignPartition {

@@ -31,12 +31,17 @@ impl Partition {
         Ok(end)
     }
 
-    /// A follower's high watermark: the leader's, as far as this replica's log reaches. Like
-    /// Kafka's `maybeUpdateHighWatermark` it only moves forward (a new leader may report a
-    /// lower one until it catches up); only truncating the log lowers it.
-    pub fn update_follower_high_watermark(&self, leader_high_watermark: i64) {
-        let hw = leader_high_watermark.min(self.log_end_offset());
-        self.watch.advance_high_watermark(hw);
+    /// A follower's high watermark: the leader's, as far as this replica's log reaches, if this
+    /// replica still follows at `leader_epoch` (a fetcher answered by a previous leader must
+    /// not move it after the new one's fetcher truncated the log). Like Kafka's
+    /// `maybeUpdateHighWatermark` it only moves forward (a new leader may report a lower one
+    /// until it catches up); only truncating the log lowers it.
+    pub fn update_follower_high_watermark(&self, leader_high_watermark: i64, leader_epoch: i32) {
+        let state = self.replica.lock();
+        if self.check_following(&state, leader_epoch).is_err() {
+            return;
+        }
+        self.advance_high_watermark(leader_high_watermark.min(self.log_end_offset()));
     }
 
     /// Copies the leader's log start offset (DeleteRecords), as far as this replica's high
@@ -78,8 +83,9 @@ impl Partition {
             *self.producers.lock() = rebuilt;
         }
         self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
-        self.watch.set_log_end_offset(end);
+        // The high watermark first, so that it is never past the log end offset, even briefly.
         self.watch.clamp_high_watermark(log.log_start_offset(), end);
+        self.watch.set_log_end_offset(end);
         Ok(())
     }
 

@@ -18,7 +18,7 @@ use super::{
 };
 use crate::log::{AppendInfo, PartitionLog};
 use crate::metadata::records::MetadataCommand;
-use crate::producer_state::{ProducerStateManager, SequenceCheck};
+use crate::producer_state::{ProducerStateManager, SequenceCheck, TxnVerification, VerificationGuard};
 
 pub(super) struct LeaderState {
     /// Log end offset when this leadership began: a follower rejoins the ISR only once it
@@ -60,10 +60,18 @@ impl FollowerProgress {
 /// Checks every batch's sequence before any is appended: Some(base offset) when the request
 /// is a retry of batches already in the log; a request mixing retried and new batches is
 /// refused.
-fn check_sequences(producers: &ProducerStateManager, records: &[u8]) -> Result<Option<i64>, AppendError> {
+fn check_sequences(
+    producers: &ProducerStateManager,
+    records: &[u8],
+    verification: TxnVerification,
+) -> Result<Option<i64>, AppendError> {
     let mut duplicate = None;
     for (header, _) in BatchIter::new(records) {
-        match producers.check(&header)? {
+        let check = producers.check(&header)?;
+        if check == SequenceCheck::Append {
+            producers.check_verified(&header, verification)?;
+        }
+        match check {
             SequenceCheck::Append if duplicate.is_some() => {
                 return Err((
                     ResponseError::OutOfOrderSequenceNumber,
@@ -90,6 +98,18 @@ impl Partition {
     /// checked against their sequence first; a retry of batches already appended is answered
     /// with their original offset and not appended again.
     pub fn append_as_leader(&self, records: &mut [u8], now_ms: i64) -> Result<AppendOutcome, AppendError> {
+        self.append_as_leader_verified(records, now_ms, TxnVerification::Unchecked)
+    }
+
+    /// [`Partition::append_as_leader`] for a client's batches: a transactional batch that
+    /// would open its producer's transaction here is refused (INVALID_TXN_STATE) unless
+    /// `verification` presents the guard of a coordinator's answer still current (KIP-890).
+    pub fn append_as_leader_verified(
+        &self,
+        records: &mut [u8],
+        now_ms: i64,
+        verification: TxnVerification,
+    ) -> Result<AppendOutcome, AppendError> {
         let state = self.replica.lock();
         if !matches!(state.role, Role::Leader(_)) {
             return Err(no_longer_leader());
@@ -97,13 +117,33 @@ impl Partition {
         let outcome = {
             let mut log = self.log.lock();
             let mut producers = self.producers.lock();
-            if let Some(base_offset) = check_sequences(&producers, records)? {
+            if let Some(base_offset) = check_sequences(&producers, records, verification)? {
                 return Ok(AppendOutcome::Duplicate { base_offset });
             }
             self.append_and_record(&state, &mut log, &mut producers, records, now_ms)?
         };
         self.after_leader_append(&state, &outcome);
         Ok(AppendOutcome::Appended(outcome))
+    }
+
+    /// Forgets producers idle for `expiration_ms` (`producer.id.expiration.ms`); returns how many.
+    pub fn expire_producers(&self, now_ms: i64, expiration_ms: i64) -> usize {
+        self.producers.lock().expire(now_ms, expiration_ms)
+    }
+
+    /// Starts verifying `producer_id`'s first transactional write here (KIP-890 part 1):
+    /// `None` when it has a transaction open here already, else the guard to append with once
+    /// its coordinator confirms the partition is in its transaction.
+    pub fn start_txn_verification(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        sequence: i32,
+        bumped_epoch: bool,
+    ) -> Option<VerificationGuard> {
+        self.producers
+            .lock()
+            .start_verification(producer_id, producer_epoch, sequence, bumped_epoch)
     }
 
     /// Appends a transaction marker (KIP-98) for `producer_id` as leader, for the transaction
@@ -327,7 +367,7 @@ impl Partition {
             .filter(|id| **id != self.node_id)
             .map(|id| leader.followers.get(id).map_or(-1, |p| p.log_end_offset))
             .fold(own_end, i64::min);
-        debug_assert!(candidate <= own_end, "HW {candidate} beyond the log end {own_end}");
-        self.watch.advance_high_watermark(candidate);
+        let candidate = candidate + i64::from(*crate::invariant::HW_PAST_LOG_END);
+        self.advance_high_watermark(candidate);
     }
 }

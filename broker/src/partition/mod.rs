@@ -270,6 +270,18 @@ impl Partition {
         self.producers.lock().active_producers()
     }
 
+    /// Whether this leader's high watermark is still below the log end it started its epoch
+    /// at: it may not yet know what the previous leader committed, so a client's latest
+    /// offset or timestamp lookup gets OFFSET_NOT_AVAILABLE (Kafka's `fetchOffsetForTimestamp`)
+    /// until its followers have caught it up. False for a follower.
+    pub fn high_watermark_behind_epoch_start(&self) -> bool {
+        let state = self.replica.lock();
+        match &state.role {
+            Role::Leader(leader) => self.high_watermark() < leader.epoch_start_offset,
+            _ => false,
+        }
+    }
+
     pub fn is_leader(&self) -> bool {
         matches!(self.replica.lock().role, Role::Leader(_))
     }
@@ -363,6 +375,22 @@ impl Partition {
 
     pub fn high_watermark(&self) -> i64 {
         self.watch.high_watermark()
+    }
+
+    /// Moves the high watermark forward to `candidate` (never back). Invariant: never past the
+    /// log end offset; a candidate beyond it is a bug, reported and not taken.
+    fn advance_high_watermark(&self, candidate: i64) {
+        let end = self.watch.log_end_offset();
+        if candidate > end {
+            crate::invariant::broken(format!(
+                "{}-{}: the high watermark would move to {candidate}, past the log end offset {end} (now {})",
+                self.topic,
+                self.index,
+                self.watch.high_watermark()
+            ));
+            return;
+        }
+        self.watch.advance_high_watermark(candidate);
     }
 
     /// Kafka's last stable offset: the high watermark, or the first offset of the oldest open
@@ -493,7 +521,7 @@ impl Partition {
 
 /// The Kafka error for a failed log operation; storage failures are logged for the operator.
 pub fn log_error(e: &LogError) -> AppendError {
-    let error = ResponseError::try_from_code(e.kafka_error_code()).unwrap_or(ResponseError::KafkaStorageError);
+    let error = e.response_error();
     if error == ResponseError::KafkaStorageError {
         tracing::error!(error = %e, "partition log operation failed");
     }

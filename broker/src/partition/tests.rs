@@ -20,7 +20,18 @@ pub(super) fn registration(leader: i32, leader_epoch: i32, partition_epoch: i32,
 
 pub(super) fn open(dir: &Path, node_id: i32) -> Partition {
     let tail_cache = crate::log::TailCacheBudget::new(1 << 20, 64 << 20);
-    Partition::open(dir, "t", Uuid::nil(), 0, node_id, LogConfig::default(), None, &tail_cache, NOW).unwrap()
+    Partition::open(
+        dir,
+        "t",
+        Uuid::nil(),
+        0,
+        node_id,
+        LogConfig::default(),
+        None,
+        &tail_cache,
+        NOW,
+    )
+    .unwrap()
 }
 
 /// Makes broker 1 the only replica, leader at epoch 0.
@@ -153,11 +164,11 @@ fn a_follower_copies_the_leaders_batches_and_drops_fetches_from_an_old_epoch() {
     let batches = leader.read(0, 1 << 20, true, ReadBound::LogEnd).unwrap().records;
     assert_eq!(follower.append_as_follower(&batches, 4, NOW).unwrap(), 5);
     assert_eq!(follower.latest_log_epoch(), Some(4));
-    follower.update_follower_high_watermark(3);
+    follower.update_follower_high_watermark(3, 4);
     assert_eq!(follower.high_watermark(), 3);
-    follower.update_follower_high_watermark(9);
+    follower.update_follower_high_watermark(9, 4);
     assert_eq!(follower.high_watermark(), 5, "never past the follower's log end");
-    follower.update_follower_high_watermark(1);
+    follower.update_follower_high_watermark(1, 4);
     assert_eq!(follower.high_watermark(), 5, "never back, whatever the leader reports");
     let copied = follower.read(0, 1 << 20, true, ReadBound::LogEnd).unwrap().records;
     assert_eq!(copied, batches, "replicas hold identical bytes");
@@ -177,6 +188,28 @@ fn a_follower_copies_the_leaders_batches_and_drops_fetches_from_an_old_epoch() {
     follower.truncate_as_follower(2, 5, false).unwrap();
     assert_eq!(follower.log_end_offset(), 0, "a batch straddling the point goes whole");
     assert_eq!(follower.high_watermark(), 0);
+    // A late answer from the previous leader (epoch 4) does not move the high watermark.
+    follower.update_follower_high_watermark(5, 4);
+    assert_eq!(follower.high_watermark(), 0);
+}
+
+/// HW <= LEO is asserted where the high watermark moves: a candidate past the log end offset
+/// (here forced, as the `hw_past_log_end` failpoint does) is reported as a broken invariant and
+/// not taken.
+#[test]
+fn a_high_watermark_past_the_log_end_is_a_broken_invariant_and_is_not_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    let leader = open(dir.path(), 1);
+    leader.apply_registration(&registration(1, 4, 0, &[1]), NOW);
+    append(&leader, 3);
+    assert_eq!(leader.high_watermark(), 3);
+    leader.advance_high_watermark(7);
+    assert_eq!(leader.high_watermark(), 3, "not taken");
+    let reported = crate::invariant::first_broken().expect("reported");
+    assert!(
+        reported.contains("the high watermark would move to 7, past the log end offset 3"),
+        "{reported}"
+    );
 }
 
 #[test]

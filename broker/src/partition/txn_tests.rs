@@ -156,7 +156,7 @@ fn a_follower_tracks_transactions_and_aborts_from_the_leaders_bytes() {
     append_txn(&leader, 2, 0, 1);
     let batches = leader.read(0, 1 << 20, true, ReadBound::LogEnd).unwrap().records;
     follower.append_as_follower(&batches, 4, NOW).unwrap();
-    follower.update_follower_high_watermark(4);
+    follower.update_follower_high_watermark(4, 4);
     assert_eq!(follower.last_stable_offset(), 3);
     let read = follower.read(0, 1 << 20, true, ReadBound::LastStable).unwrap();
     assert_eq!(aborted_ids(&read), vec![(1, 0)]);
@@ -164,7 +164,7 @@ fn a_follower_tracks_transactions_and_aborts_from_the_leaders_bytes() {
     follower.apply_registration(&registration(3, 5, 1, &[2, 3]), NOW);
     follower.truncate_as_follower(2, 5, false).unwrap();
     assert_eq!(follower.last_stable_offset(), 0);
-    follower.update_follower_high_watermark(2);
+    follower.update_follower_high_watermark(2, 5);
     let read = follower.read(0, 1 << 20, true, ReadBound::LogEnd).unwrap();
     assert_eq!(BatchIter::new(&read.records).count(), 1);
 }

@@ -7,18 +7,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{
-    RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest,
-};
+use kafka_protocol::messages::{RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::config::{BrokerConfig, SaslMechanism};
 use crate::metadata::image::MetadataImage;
-use crate::security::Security;
 use crate::metadata::records::ScramMechanism;
 use crate::security::scram::ScramClient;
+use crate::security::Security;
 
 /// A byte stream to another broker: TCP, or TLS over TCP.
 trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
@@ -176,7 +174,9 @@ impl BrokerConnection {
             let message = answer.error_message.as_deref().unwrap_or("").to_string();
             return Err(ClientError::Login(
                 self.broker,
-                format!("{message} (check that every broker has the same cluster secret, or the inter-broker credentials)"),
+                format!(
+                    "{message} (check that every broker has the same cluster secret, or the inter-broker credentials)"
+                ),
             ));
         }
         Ok(answer.auth_bytes.to_vec())

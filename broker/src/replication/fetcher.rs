@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_request::ReplicaState;
-use kafka_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
 use kafka_protocol::messages::fetch_response::PartitionData;
+use kafka_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
 use kafka_protocol::messages::{BrokerId, FetchRequest, OffsetForLeaderEpochRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use parking_lot::Mutex;
@@ -34,11 +34,11 @@ use super::client::{BrokerConnection, ClientError};
 use super::session::{FetchSessionHandler, PartitionFetch, SessionRequest};
 use crate::clock::now_ms;
 use crate::config::BrokerConfig;
-use crate::security::Security;
 use crate::metadata::image::MetadataImage;
 use crate::metrics::BrokerMetrics;
 use crate::partition::Partition;
 use crate::quota::ReplicationQuota;
+use crate::security::Security;
 use crate::topic_config;
 
 type PartitionKey = (Uuid, i32);
@@ -550,7 +550,7 @@ fn apply_partition(
                     cx.quota.record(records.len(), now);
                 }
             }
-            p.update_follower_high_watermark(data.high_watermark);
+            p.update_follower_high_watermark(data.high_watermark, epoch);
             if let Err((_, message)) = p.update_follower_log_start_offset(data.log_start_offset) {
                 tracing::warn!(topic = %p.topic, partition = p.index, %message,
                     "could not move the log start offset to the leader's; retrying on the next fetch");

@@ -211,7 +211,11 @@ mod tests {
         let mut named: Vec<_> = request
             .topics
             .iter()
-            .flat_map(|t| t.partitions.iter().map(move |p| (t.topic_id, p.partition, p.fetch_offset)))
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(move |p| (t.topic_id, p.partition, p.fetch_offset))
+            })
             .collect();
         named.sort();
         named

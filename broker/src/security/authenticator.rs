@@ -46,7 +46,10 @@ enum Step {
         expires_at_ms: Option<u64>,
     },
     /// Refused: the message the client gets, and the reason for the broker's log.
-    Failed { client: String, log: String },
+    Failed {
+        client: String,
+        log: String,
+    },
 }
 
 // Lives only inside the boxed `Exchange`, for the few round trips of one login.
@@ -55,7 +58,9 @@ enum MechanismServer {
     Plain,
     Scram(ScramServer),
     /// OAUTHBEARER: set once a token was refused and the error challenge sent.
-    OAuthBearer { refused: Option<String> },
+    OAuthBearer {
+        refused: Option<String>,
+    },
 }
 
 struct Exchange {
@@ -107,11 +112,13 @@ pub struct Authenticator {
 
 impl Authenticator {
     pub fn new(security: Arc<Security>, listener: Arc<str>) -> Authenticator {
-        let sasl_listener = security
-            .listener(&listener)
-            .is_some_and(|l| l.protocol.uses_sasl());
+        let sasl_listener = security.listener(&listener).is_some_and(|l| l.protocol.uses_sasl());
         Authenticator {
-            state: if sasl_listener { State::AwaitHandshake } else { State::Open },
+            state: if sasl_listener {
+                State::AwaitHandshake
+            } else {
+                State::Open
+            },
             security,
             listener,
             sasl_listener,
@@ -129,7 +136,10 @@ impl Authenticator {
     /// The largest frame the connection may send now.
     pub fn max_frame_bytes(&self, authenticated_max: usize) -> usize {
         if self.is_authenticating() && self.principal_unset() {
-            self.security.settings.sasl_server_max_receive_size.min(authenticated_max)
+            self.security
+                .settings
+                .sasl_server_max_receive_size
+                .min(authenticated_max)
         } else {
             authenticated_max
         }
@@ -186,7 +196,10 @@ impl Authenticator {
             State::Exchange(_) => {
                 return SaslReply {
                     response: None,
-                    close: Some((Duration::ZERO, "a second SaslHandshake arrived during SASL authentication".into())),
+                    close: Some((
+                        Duration::ZERO,
+                        "a second SaslHandshake arrived during SASL authentication".into(),
+                    )),
                 }
             }
             State::Open if self.sasl_listener && self.reauth_capable => {
@@ -214,13 +227,20 @@ impl Authenticator {
         let Some(mechanism) = mechanism.filter(|m| enabled.contains(m) || broker_login) else {
             return self.fail(
                 response(ResponseError::UnsupportedSaslMechanism.code()),
-                format!("the client asked for SASL mechanism {asked:?}, which listener {} does not enable", self.listener),
+                format!(
+                    "the client asked for SASL mechanism {asked:?}, which listener {} does not enable",
+                    self.listener
+                ),
             );
         };
         let server = match mechanism {
             SaslMechanism::Plain => MechanismServer::Plain,
-            SaslMechanism::ScramSha256 => MechanismServer::Scram(ScramServer::new(ScramMechanism::Sha256, self.security.decoy_key())),
-            SaslMechanism::ScramSha512 => MechanismServer::Scram(ScramServer::new(ScramMechanism::Sha512, self.security.decoy_key())),
+            SaslMechanism::ScramSha256 => {
+                MechanismServer::Scram(ScramServer::new(ScramMechanism::Sha256, self.security.decoy_key()))
+            }
+            SaslMechanism::ScramSha512 => {
+                MechanismServer::Scram(ScramServer::new(ScramMechanism::Sha512, self.security.decoy_key()))
+            }
             SaslMechanism::OAuthBearer => MechanismServer::OAuthBearer { refused: None },
         };
         self.state = State::Exchange(Box::new(Exchange {
@@ -381,7 +401,11 @@ impl Authenticator {
         let security = self.security.clone();
         let brokers_only = exchange.brokers_only;
         let mechanism = exchange.mechanism;
-        let during = if exchange.reauth_of.is_some() { "re-authentication" } else { "authentication" };
+        let during = if exchange.reauth_of.is_some() {
+            "re-authentication"
+        } else {
+            "authentication"
+        };
         match &mut exchange.server {
             MechanismServer::Scram(server) => {
                 let scram = match mechanism {
@@ -434,7 +458,8 @@ impl Authenticator {
                     };
                 };
                 let checked = tokio::task::spawn_blocking(move || {
-                    let token = oauthbearer::parse_initial_response(&token).map_err(|e| format!("the OAUTHBEARER initial response was refused ({e})"))?;
+                    let token = oauthbearer::parse_initial_response(&token)
+                        .map_err(|e| format!("the OAUTHBEARER initial response was refused ({e})"))?;
                     validator.validate(token, now_ms().max(0) as u64)
                 })
                 .await
@@ -462,7 +487,10 @@ pub fn parse_plain(message: &[u8]) -> Result<(String, String, String), String> {
     let text = String::from_utf8_lossy(message);
     let tokens: Vec<&str> = text.splitn(4, '\0').collect();
     let [authzid, user, password] = tokens[..] else {
-        return Err(format!("Invalid SASL/PLAIN response: expected 3 tokens, got {}", tokens.len()));
+        return Err(format!(
+            "Invalid SASL/PLAIN response: expected 3 tokens, got {}",
+            tokens.len()
+        ));
     };
     if user.is_empty() {
         return Err("Authentication failed: username not specified".into());
@@ -498,8 +526,15 @@ fn plain(security: &Security, image: &MetadataImage, message: &[u8]) -> Step {
         }
     };
     if !matches {
-        let why = if credential.is_some() { "a wrong password" } else { "an unknown user" };
-        return failed("Authentication failed: Invalid username or password", format!("PLAIN login of {user:?} with {why}"));
+        let why = if credential.is_some() {
+            "a wrong password"
+        } else {
+            "an unknown user"
+        };
+        return failed(
+            "Authentication failed: Invalid username or password",
+            format!("PLAIN login of {user:?} with {why}"),
+        );
     }
     if !authzid.is_empty() && authzid != user {
         return failed(

@@ -16,9 +16,7 @@
 use std::collections::HashSet;
 
 use crate::config::security::AuthorizerSettings;
-use crate::metadata::acls::{
-    AclOperation, AclPermission, AclTable, ResourceType, WILDCARD_HOST, WILDCARD_PRINCIPAL,
-};
+use crate::metadata::acls::{AclOperation, AclPermission, AclTable, ResourceType, WILDCARD_HOST, WILDCARD_PRINCIPAL};
 
 /// Who is asking and from where.
 #[derive(Debug, Clone, Copy)]
@@ -105,7 +103,9 @@ impl Authorizer {
                 continue;
             }
             match acl.permission {
-                AclPermission::Deny if acl.operation == AclOperation::All || acl.operation == operation => return false,
+                AclPermission::Deny if acl.operation == AclOperation::All || acl.operation == operation => {
+                    return false
+                }
                 AclPermission::Deny => {}
                 AclPermission::Allow => allowed |= acl.operation.allow_implies(operation),
             }
@@ -116,7 +116,13 @@ impl Authorizer {
     /// Kafka's `authorizeByResourceType`: whether `who` may perform `operation` on at least
     /// one resource of the type (KIP-679: WRITE on any topic allows idempotent producing). An
     /// ALLOW binding counts unless a DENY of the same operation covers every name it covers.
-    pub fn check_any(&self, acls: &AclTable, who: Requester<'_>, operation: AclOperation, resource_type: ResourceType) -> bool {
+    pub fn check_any(
+        &self,
+        acls: &AclTable,
+        who: Requester<'_>,
+        operation: AclOperation,
+        resource_type: ResourceType,
+    ) -> bool {
         let Some(settings) = &self.settings else { return true };
         if Self::is_super(settings, who.principal) {
             return true;
@@ -142,7 +148,10 @@ impl Authorizer {
         let allowed = matching.iter().any(|a| {
             a.permission == AclPermission::Allow
                 && a.operation.allow_implies(operation)
-                && !denies(&a.resource_name, a.pattern_type == crate::metadata::acls::PatternType::Prefixed)
+                && !denies(
+                    &a.resource_name,
+                    a.pattern_type == crate::metadata::acls::PatternType::Prefixed,
+                )
         });
         allowed || (settings.allow_everyone_if_no_acl_found && acls.of_type(resource_type).next().is_none())
     }
@@ -167,9 +176,26 @@ impl Authorizer {
 pub fn supported_operations(resource_type: ResourceType) -> &'static [AclOperation] {
     use AclOperation::*;
     match resource_type {
-        ResourceType::Topic => &[Read, Write, Create, Describe, Delete, Alter, DescribeConfigs, AlterConfigs],
+        ResourceType::Topic => &[
+            Read,
+            Write,
+            Create,
+            Describe,
+            Delete,
+            Alter,
+            DescribeConfigs,
+            AlterConfigs,
+        ],
         ResourceType::Group => &[Read, Describe, Delete, DescribeConfigs, AlterConfigs],
-        ResourceType::Cluster => &[Create, ClusterAction, DescribeConfigs, AlterConfigs, IdempotentWrite, Alter, Describe],
+        ResourceType::Cluster => &[
+            Create,
+            ClusterAction,
+            DescribeConfigs,
+            AlterConfigs,
+            IdempotentWrite,
+            Alter,
+            Describe,
+        ],
         ResourceType::TransactionalId => &[Describe, Write],
         ResourceType::DelegationToken => &[Describe],
         ResourceType::User => &[CreateTokens, DescribeTokens],
@@ -222,31 +248,70 @@ mod tests {
 
     #[test]
     fn deny_by_default_and_allow_by_acl() {
-        let acls = table(vec![binding("orders", PatternType::Literal, "User:alice", AclOperation::Read, AclPermission::Allow)]);
+        let acls = table(vec![binding(
+            "orders",
+            PatternType::Literal,
+            "User:alice",
+            AclOperation::Read,
+            AclPermission::Allow,
+        )]);
         let auth = authorizer(&[], false);
         assert!(auth.check(&acls, ALICE, AclOperation::Read, ResourceType::Topic, "orders"));
-        assert!(auth.check(&acls, ALICE, AclOperation::Describe, ResourceType::Topic, "orders"), "READ implies DESCRIBE");
+        assert!(
+            auth.check(&acls, ALICE, AclOperation::Describe, ResourceType::Topic, "orders"),
+            "READ implies DESCRIBE"
+        );
         assert!(!auth.check(&acls, ALICE, AclOperation::Write, ResourceType::Topic, "orders"));
         assert!(!auth.check(&acls, ALICE, AclOperation::Read, ResourceType::Topic, "payments"));
-        let bob = Requester { principal: "User:bob", host: "10.0.0.1" };
+        let bob = Requester {
+            principal: "User:bob",
+            host: "10.0.0.1",
+        };
         assert!(!auth.check(&acls, bob, AclOperation::Read, ResourceType::Topic, "orders"));
     }
 
     #[test]
     fn deny_beats_allow_and_does_not_imply() {
         let acls = table(vec![
-            binding("*", PatternType::Literal, "User:*", AclOperation::All, AclPermission::Allow),
-            binding("secret", PatternType::Prefixed, "User:alice", AclOperation::Read, AclPermission::Deny),
+            binding(
+                "*",
+                PatternType::Literal,
+                "User:*",
+                AclOperation::All,
+                AclPermission::Allow,
+            ),
+            binding(
+                "secret",
+                PatternType::Prefixed,
+                "User:alice",
+                AclOperation::Read,
+                AclPermission::Deny,
+            ),
         ]);
         let auth = authorizer(&[], false);
         assert!(auth.check(&acls, ALICE, AclOperation::Write, ResourceType::Topic, "orders"));
         assert!(!auth.check(&acls, ALICE, AclOperation::Read, ResourceType::Topic, "secret-plans"));
-        assert!(auth.check(&acls, ALICE, AclOperation::Describe, ResourceType::Topic, "secret-plans"), "a DENY of READ leaves DESCRIBE");
+        assert!(
+            auth.check(
+                &acls,
+                ALICE,
+                AclOperation::Describe,
+                ResourceType::Topic,
+                "secret-plans"
+            ),
+            "a DENY of READ leaves DESCRIBE"
+        );
     }
 
     #[test]
     fn prefixed_acls_cover_names_that_start_with_them() {
-        let acls = table(vec![binding("orders-", PatternType::Prefixed, "User:alice", AclOperation::Write, AclPermission::Allow)]);
+        let acls = table(vec![binding(
+            "orders-",
+            PatternType::Prefixed,
+            "User:alice",
+            AclOperation::Write,
+            AclPermission::Allow,
+        )]);
         let auth = authorizer(&[], false);
         assert!(auth.check(&acls, ALICE, AclOperation::Write, ResourceType::Topic, "orders-eu"));
         assert!(!auth.check(&acls, ALICE, AclOperation::Write, ResourceType::Topic, "orders"));
@@ -254,7 +319,13 @@ mod tests {
 
     #[test]
     fn hosts_must_match_unless_the_acl_says_any() {
-        let mut b = binding("orders", PatternType::Literal, "User:alice", AclOperation::Read, AclPermission::Allow);
+        let mut b = binding(
+            "orders",
+            PatternType::Literal,
+            "User:alice",
+            AclOperation::Read,
+            AclPermission::Allow,
+        );
         b.host = "10.0.0.2".into();
         let acls = table(vec![b]);
         assert!(!authorizer(&[], false).check(&acls, ALICE, AclOperation::Read, ResourceType::Topic, "orders"));
@@ -262,16 +333,37 @@ mod tests {
 
     #[test]
     fn super_users_and_brokers_may_do_everything() {
-        let acls = table(vec![binding("*", PatternType::Literal, "User:*", AclOperation::All, AclPermission::Deny)]);
+        let acls = table(vec![binding(
+            "*",
+            PatternType::Literal,
+            "User:*",
+            AclOperation::All,
+            AclPermission::Deny,
+        )]);
         let auth = authorizer(&["User:alice"], false);
         assert!(auth.check(&acls, ALICE, AclOperation::Delete, ResourceType::Topic, "orders"));
-        let broker = Requester { principal: crate::security::BROKER_PRINCIPAL, host: "10.0.0.9" };
-        assert!(auth.check(&acls, broker, AclOperation::ClusterAction, ResourceType::Cluster, "kafka-cluster"));
+        let broker = Requester {
+            principal: crate::security::BROKER_PRINCIPAL,
+            host: "10.0.0.9",
+        };
+        assert!(auth.check(
+            &acls,
+            broker,
+            AclOperation::ClusterAction,
+            ResourceType::Cluster,
+            "kafka-cluster"
+        ));
     }
 
     #[test]
     fn allow_everyone_if_no_acl_found_applies_only_to_resources_no_acl_covers() {
-        let acls = table(vec![binding("orders", PatternType::Literal, "User:bob", AclOperation::Read, AclPermission::Allow)]);
+        let acls = table(vec![binding(
+            "orders",
+            PatternType::Literal,
+            "User:bob",
+            AclOperation::Read,
+            AclPermission::Allow,
+        )]);
         let auth = authorizer(&[], true);
         assert!(auth.check(&acls, ALICE, AclOperation::Read, ResourceType::Topic, "payments"));
         assert!(!auth.check(&acls, ALICE, AclOperation::Read, ResourceType::Topic, "orders"));
@@ -280,11 +372,29 @@ mod tests {
     #[test]
     fn write_on_any_topic_is_found_unless_denied_everywhere_it_applies() {
         let auth = authorizer(&[], false);
-        let acls = table(vec![binding("orders", PatternType::Literal, "User:alice", AclOperation::Write, AclPermission::Allow)]);
+        let acls = table(vec![binding(
+            "orders",
+            PatternType::Literal,
+            "User:alice",
+            AclOperation::Write,
+            AclPermission::Allow,
+        )]);
         assert!(auth.check_any(&acls, ALICE, AclOperation::Write, ResourceType::Topic));
         let acls = table(vec![
-            binding("orders", PatternType::Literal, "User:alice", AclOperation::Write, AclPermission::Allow),
-            binding("ord", PatternType::Prefixed, "User:alice", AclOperation::Write, AclPermission::Deny),
+            binding(
+                "orders",
+                PatternType::Literal,
+                "User:alice",
+                AclOperation::Write,
+                AclPermission::Allow,
+            ),
+            binding(
+                "ord",
+                PatternType::Prefixed,
+                "User:alice",
+                AclOperation::Write,
+                AclPermission::Deny,
+            ),
         ]);
         assert!(!auth.check_any(&acls, ALICE, AclOperation::Write, ResourceType::Topic));
         assert!(!auth.check_any(&AclTable::default(), ALICE, AclOperation::Write, ResourceType::Topic));
@@ -292,7 +402,13 @@ mod tests {
 
     #[test]
     fn authorized_operations_set_one_bit_per_allowed_operation() {
-        let acls = table(vec![binding("orders", PatternType::Literal, "User:alice", AclOperation::Read, AclPermission::Allow)]);
+        let acls = table(vec![binding(
+            "orders",
+            PatternType::Literal,
+            "User:alice",
+            AclOperation::Read,
+            AclPermission::Allow,
+        )]);
         let bits = authorizer(&[], false).authorized_operations(&acls, ALICE, ResourceType::Topic, "orders");
         assert_eq!(bits, (1 << 3) | (1 << 8), "READ and the DESCRIBE it implies");
         let all = Authorizer::disabled().authorized_operations(&acls, ALICE, ResourceType::Group, "g");

@@ -14,9 +14,15 @@ use crate::metadata::records::ScramMechanism;
 
 /// Input: a selector byte, then messages separated by 0xFF bytes.
 pub fn sasl_messages(data: &[u8]) {
-    let Some((selector, rest)) = data.split_first() else { return };
+    let Some((selector, rest)) = data.split_first() else {
+        return;
+    };
     let messages: Vec<&[u8]> = rest.split(|b| *b == 0xFF).take(4).collect();
-    let mechanism = if selector & 1 == 0 { ScramMechanism::Sha256 } else { ScramMechanism::Sha512 };
+    let mechanism = if selector & 1 == 0 {
+        ScramMechanism::Sha256
+    } else {
+        ScramMechanism::Sha512
+    };
     match selector % 6 {
         0 | 1 => {
             // Iterations kept at the minimum: the fuzzer does not need slow PBKDF2 runs.
@@ -67,6 +73,10 @@ mod tests {
                 replayed += 1;
             }
         }
-        assert!(replayed >= 8, "only {replayed} corpus inputs found under {}", root.display());
+        assert!(
+            replayed >= 8,
+            "only {replayed} corpus inputs found under {}",
+            root.display()
+        );
     }
 }

@@ -108,13 +108,25 @@ impl Security {
             let iterations = crate::config::security::DEFAULT_SCRAM_ITERATIONS;
             let salted = scram::salted_password(ScramMechanism::Sha512, password.as_bytes(), &salt, iterations);
             BrokerLogin {
-                credential: scram::credential_from_salted(BROKER_USER, ScramMechanism::Sha512, salt, &salted, iterations),
+                credential: scram::credential_from_salted(
+                    BROKER_USER,
+                    ScramMechanism::Sha512,
+                    salt,
+                    &salted,
+                    iterations,
+                ),
                 password: SecretText::from(password),
             }
         });
-        let counts = settings.listeners.keys().map(|name| (name.clone(), AuthCounts::default())).collect();
+        let counts = settings
+            .listeners
+            .keys()
+            .map(|name| (name.clone(), AuthCounts::default()))
+            .collect();
         let metrics_tls = match &settings.metrics_tls {
-            Some(t) => Some(Arc::new(TlsListener::load("metrics.listen", t).map_err(|e| e.to_string())?)),
+            Some(t) => Some(Arc::new(
+                TlsListener::load("metrics.listen", t).map_err(|e| e.to_string())?,
+            )),
             None => None,
         };
         let controller_tls = match &settings.controller_tls {

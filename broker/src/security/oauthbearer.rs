@@ -89,11 +89,16 @@ impl JwtValidator {
                 | Algorithm::ES384
                 | Algorithm::EdDSA
         ) {
-            return Err(format!("the token is signed with {:?}; only asymmetric algorithms are accepted", header.alg));
+            return Err(format!(
+                "the token is signed with {:?}; only asymmetric algorithms are accepted",
+                header.alg
+            ));
         }
         let keys = self.keys_for(header.kid.as_deref());
         let jwk = match header.kid.as_deref() {
-            Some(kid) => keys.find(kid).ok_or_else(|| format!("no key with id {kid:?} in the JWKS"))?,
+            Some(kid) => keys
+                .find(kid)
+                .ok_or_else(|| format!("no key with id {kid:?} in the JWKS"))?,
             None if keys.keys.len() == 1 => &keys.keys[0],
             None => return Err("the token names no key id (kid) and the JWKS holds several keys".into()),
         };
@@ -198,7 +203,9 @@ pub fn parse_initial_response(message: &[u8]) -> Result<&str, &'static str> {
     }
     for pair in rest.split('\x01').filter(|p| !p.is_empty()) {
         if let Some(value) = pair.strip_prefix("auth=") {
-            let token = value.strip_prefix("Bearer ").ok_or("the auth value is not a Bearer token")?;
+            let token = value
+                .strip_prefix("Bearer ")
+                .ok_or("the auth value is not a Bearer token")?;
             return Ok(token.trim());
         }
     }

@@ -85,7 +85,12 @@ pub fn credential_from_salted(
 }
 
 /// A credential for a password, with a fresh random salt (`--add-scram`).
-pub fn credential_from_password(user: &str, mechanism: ScramMechanism, password: &str, iterations: u32) -> ScramCredential {
+pub fn credential_from_password(
+    user: &str,
+    mechanism: ScramMechanism,
+    password: &str,
+    iterations: u32,
+) -> ScramCredential {
     let salt: Vec<u8> = rand::thread_rng().gen::<[u8; SALT_BYTES]>().to_vec();
     let salted = salted_password(mechanism, password.as_bytes(), &salt, iterations);
     credential_from_salted(user, mechanism, salt, &salted, iterations)
@@ -158,7 +163,10 @@ fn parse_client_first(message: &str) -> Result<ClientFirst, &'static str> {
         .and_then(decode_saslname)
         .ok_or("no user name")?;
     let nonce = fields.next().and_then(|f| f.strip_prefix("r=")).ok_or("no nonce")?;
-    if nonce.is_empty() || nonce.len() > MAX_NONCE_LEN || !nonce.bytes().all(|b| (0x21..=0x7e).contains(&b) && b != b',') {
+    if nonce.is_empty()
+        || nonce.len() > MAX_NONCE_LEN
+        || !nonce.bytes().all(|b| (0x21..=0x7e).contains(&b) && b != b',')
+    {
         return Err("a malformed nonce");
     }
     let authzid = authzid.strip_prefix("a=").map(decode_saslname);
@@ -241,7 +249,9 @@ impl ScramServer {
     fn first(&mut self, message: &str, lookup: impl Fn(&str) -> Option<ScramCredential>) -> ScramStep {
         let first = match parse_client_first(message) {
             Ok(first) => first,
-            Err(why) => return ScramStep::Failed(format!("the client's first SCRAM message was refused: it has {why}")),
+            Err(why) => {
+                return ScramStep::Failed(format!("the client's first SCRAM message was refused: it has {why}"))
+            }
         };
         if first.token_auth {
             return ScramStep::Failed("delegation tokens (tokenauth=true) are not supported".into());
@@ -251,7 +261,11 @@ impl ScramServer {
             None => (self.decoy(&first.user), false),
         };
         let nonce = format!("{}{}", first.nonce, random_nonce());
-        let server_first = format!("r={nonce},s={},i={}", BASE64.encode(&credential.salt), credential.iterations);
+        let server_first = format!(
+            "r={nonce},s={},i={}",
+            BASE64.encode(&credential.salt),
+            credential.iterations
+        );
         let response = server_first.clone().into_bytes();
         self.state = ServerState::ExpectFinal {
             first,
@@ -355,7 +369,8 @@ impl ScramClient {
 
     /// The final message answering the server's challenge.
     pub fn final_message(&mut self, server_first: &[u8]) -> Result<Vec<u8>, String> {
-        let server_first = std::str::from_utf8(server_first).map_err(|_| "the server's SCRAM challenge is not UTF-8")?;
+        let server_first =
+            std::str::from_utf8(server_first).map_err(|_| "the server's SCRAM challenge is not UTF-8")?;
         let mut nonce = None;
         let mut salt = None;
         let mut iterations = None;
@@ -402,7 +417,12 @@ impl ScramClient {
 mod tests {
     use super::*;
 
-    fn exchange(mechanism: ScramMechanism, stored: &ScramCredential, user: &str, password: &str) -> Result<String, String> {
+    fn exchange(
+        mechanism: ScramMechanism,
+        stored: &ScramCredential,
+        user: &str,
+        password: &str,
+    ) -> Result<String, String> {
         let mut server = ScramServer::new(mechanism, [7; 32]);
         let mut client = ScramClient::new(mechanism, user, password);
         let lookup = |name: &str| (name == stored.user).then(|| stored.clone());
@@ -449,7 +469,13 @@ mod tests {
             panic!()
         };
         let challenge = String::from_utf8(challenge).unwrap();
-        let server_nonce = challenge.strip_prefix("r=").unwrap().split(',').next().unwrap().to_string();
+        let server_nonce = challenge
+            .strip_prefix("r=")
+            .unwrap()
+            .split(',')
+            .next()
+            .unwrap()
+            .to_string();
         assert!(server_nonce.starts_with("rOprNGfwEbeRWgbNEkqO"));
         // The RFC's proof is for its own server nonce, so recompute the client side for ours.
         let mut client = ScramClient {

@@ -122,11 +122,16 @@ impl TlsListener {
 fn read_limited(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     let mut bytes = Vec::new();
-    std::fs::File::open(path)?.take(MAX_STORE_FILE_BYTES + 1).read_to_end(&mut bytes)?;
+    std::fs::File::open(path)?
+        .take(MAX_STORE_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)?;
     if bytes.len() as u64 > MAX_STORE_FILE_BYTES {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            format!("{} is larger than {MAX_STORE_FILE_BYTES} bytes; is it the right file?", path.display()),
+            format!(
+                "{} is larger than {MAX_STORE_FILE_BYTES} bytes; is it the right file?",
+                path.display()
+            ),
         ));
     }
     Ok(bytes)
@@ -157,7 +162,9 @@ fn provider(settings: &TlsSettings) -> Result<Arc<CryptoProvider>, String> {
 
 /// rustls writes TLS 1.3 suites as `TLS13_...`; Kafka (and IANA) as `TLS_...`.
 fn iana_name(name: &str) -> String {
-    name.trim().strip_prefix("TLS13_").map_or_else(|| name.trim().to_string(), |rest| format!("TLS_{rest}"))
+    name.trim()
+        .strip_prefix("TLS13_")
+        .map_or_else(|| name.trim().to_string(), |rest| format!("TLS_{rest}"))
 }
 
 fn versions(settings: &TlsSettings) -> Vec<&'static rustls::SupportedProtocolVersion> {
@@ -310,7 +317,8 @@ fn store_kind(declared: StoreType, bytes: &[u8], what: &str) -> Result<StoreType
 }
 
 fn read_store(path: &Path, setting: &str, files: &mut Vec<(PathBuf, Vec<u8>)>) -> Result<Vec<u8>, String> {
-    let bytes = read_limited(path).map_err(|e| format!("{setting} {}: {e}; check the path and its permissions", path.display()))?;
+    let bytes = read_limited(path)
+        .map_err(|e| format!("{setting} {}: {e}; check the path and its permissions", path.display()))?;
     files.push((path.to_path_buf(), bytes.clone()));
     Ok(bytes)
 }
@@ -330,20 +338,31 @@ fn keystore(
         (None, Some(chain)) => {
             let key = settings.keystore_key.as_ref().map(|k| k.expose()).unwrap_or_default();
             let pem = format!("{}\n{key}\n", chain.expose());
-            (pem.into_bytes(), StoreType::Pem, "ssl.keystore.certificate.chain".to_string())
+            (
+                pem.into_bytes(),
+                StoreType::Pem,
+                "ssl.keystore.certificate.chain".to_string(),
+            )
         }
         (None, None) => return Err("no certificate: set ssl.keystore.location".into()),
     };
     match kind {
         StoreType::Pkcs12 => {
-            let password = settings.keystore_password.as_ref().map(|p| p.expose()).unwrap_or_default();
+            let password = settings
+                .keystore_password
+                .as_ref()
+                .map(|p| p.expose())
+                .unwrap_or_default();
             let store = p12_keystore::KeyStore::from_pkcs12(&bytes, password, p12_keystore::Pkcs12ImportPolicy::Relaxed)
                 .map_err(|e| format!("{what} does not open as PKCS12 with ssl.keystore.password ({e}); check the password, or set ssl.keystore.type=PEM for a PEM file"))?;
             let (_, chain) = store
                 .private_key_chain()
                 .ok_or_else(|| format!("{what} holds no private key with its certificate"))?;
-            let certs: Vec<CertificateDer<'static>> =
-                chain.certs().iter().map(|c| CertificateDer::from(c.as_der().to_vec())).collect();
+            let certs: Vec<CertificateDer<'static>> = chain
+                .certs()
+                .iter()
+                .map(|c| CertificateDer::from(c.as_der().to_vec()))
+                .collect();
             if certs.is_empty() {
                 return Err(format!("{what} holds a private key without its certificate"));
             }
@@ -389,9 +408,15 @@ fn truststore(
     };
     let certs: Vec<CertificateDer<'static>> = match kind {
         StoreType::Pkcs12 => {
-            let password = settings.truststore_password.as_ref().map(|p| p.expose()).unwrap_or_default();
+            let password = settings
+                .truststore_password
+                .as_ref()
+                .map(|p| p.expose())
+                .unwrap_or_default();
             let store = p12_keystore::KeyStore::from_pkcs12(&bytes, password, p12_keystore::Pkcs12ImportPolicy::Raw)
-                .map_err(|e| format!("{what} does not open as PKCS12 with ssl.truststore.password ({e}); check the password"))?;
+                .map_err(|e| {
+                    format!("{what} does not open as PKCS12 with ssl.truststore.password ({e}); check the password")
+                })?;
             store
                 .entries()
                 .filter_map(|(_, entry)| match entry {
@@ -511,7 +536,10 @@ mod tests {
     #[test]
     fn cipher_suite_names_compare_in_iana_form() {
         assert_eq!(iana_name("TLS13_AES_128_GCM_SHA256"), "TLS_AES_128_GCM_SHA256");
-        assert_eq!(iana_name("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"), "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256");
+        assert_eq!(
+            iana_name("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"),
+            "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"
+        );
     }
 
     /// A client certificate for `CN=compat-client,OU=eng,O=acme,C=US` (EC P-256, X.509 v3, made
@@ -534,11 +562,21 @@ LGTsUA==
     #[test]
     fn a_client_certificate_is_a_user_principal_as_acls_and_super_users_name_it() {
         let cert = CertificateDer::from_pem_slice(CLIENT_CERT.as_bytes()).unwrap();
-        let principal = |rules: &str| certificate_principal(&principal_rules::parse(rules).unwrap(), Some(&[cert.clone()]));
-        assert_eq!(principal("DEFAULT").as_deref(), Some("User:CN=compat-client,OU=eng,O=acme,C=US"));
-        assert_eq!(principal("RULE:^CN=(.*?),OU=.*$/$1/U").as_deref(), Some("User:COMPAT-CLIENT"));
+        let principal =
+            |rules: &str| certificate_principal(&principal_rules::parse(rules).unwrap(), Some(&[cert.clone()]));
+        assert_eq!(
+            principal("DEFAULT").as_deref(),
+            Some("User:CN=compat-client,OU=eng,O=acme,C=US")
+        );
+        assert_eq!(
+            principal("RULE:^CN=(.*?),OU=.*$/$1/U").as_deref(),
+            Some("User:COMPAT-CLIENT")
+        );
         assert_eq!(principal("RULE:^CN=(alice),.*$/$1/"), None);
-        assert_eq!(certificate_principal(&[Rule::Default], None).as_deref(), Some(super::super::ANONYMOUS));
+        assert_eq!(
+            certificate_principal(&[Rule::Default], None).as_deref(),
+            Some(super::super::ANONYMOUS)
+        );
     }
 
     #[test]

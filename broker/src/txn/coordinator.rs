@@ -21,6 +21,8 @@ use super::records::{StoredTxn, TxnState};
 
 /// Kafka's `RecordBatch.NO_PRODUCER_EPOCH` / the last epoch before a producer id is exhausted.
 const MAX_EPOCH_BEFORE_NEW_ID: i16 = i16::MAX - 1;
+/// The client transaction version of KIP-890 part 2 (the `transaction.version` feature level).
+pub const TV2: i16 = 2;
 
 /// The coordinator's settings.
 #[derive(Debug, Clone)]
@@ -46,6 +48,12 @@ struct TxnMetadata {
     last_update_ms: i64,
     /// The state being written; nothing else may change the id meanwhile.
     pending: Option<StoredTxn>,
+    /// Transactions v2: the producer id the completion moves to because the epoch is
+    /// exhausted (-1: none).
+    next_producer_id: i64,
+    /// Whether the producer's last transaction used transactions v2 (an epoch bump at each
+    /// EndTxn, partitions added by their leaders).
+    client_tv2: bool,
 }
 
 impl TxnMetadata {
@@ -58,6 +66,9 @@ impl TxnMetadata {
             partitions: group_partitions(&self.partitions),
             last_update_ms: self.last_update_ms,
             start_ms: self.start_ms,
+            prev_producer_id: if self.client_tv2 { self.last_producer_id } else { -1 },
+            next_producer_id: self.next_producer_id,
+            client_transaction_version: if self.client_tv2 { TV2 } else { 0 },
         }
     }
 
@@ -81,6 +92,8 @@ impl TxnMetadata {
             .collect();
         self.start_ms = stored.start_ms;
         self.last_update_ms = stored.last_update_ms;
+        self.next_producer_id = stored.next_producer_id;
+        self.client_tv2 = stored.client_transaction_version >= TV2;
     }
 
     fn check_producer(&self, producer_id: i64, producer_epoch: i16) -> Result<(), ResponseError> {
@@ -128,6 +141,35 @@ pub struct MarkerJob {
     pub producer_epoch: i16,
     pub commit: bool,
     pub partitions: Vec<(String, i32)>,
+}
+
+/// Per partition of a verification, the error refusing it (`None`: in the transaction).
+pub type PartitionErrors = Vec<((String, i32), Option<ResponseError>)>;
+
+/// An EndTxn as the coordinator judges it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndRequest {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub commit: bool,
+    /// Transactions v2 (EndTxn v5+).
+    pub tv2: bool,
+}
+
+/// What an EndTxn asks the glue to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EndOutcome {
+    /// Nothing to write (a retried EndTxn that already took effect): answer success with the
+    /// producer id and epoch the client continues with.
+    Done { producer_id: i64, producer_epoch: i16 },
+    /// Write this; once written, answer with `producer_id` and `producer_epoch`.
+    Write {
+        transition: Transition,
+        producer_id: i64,
+        producer_epoch: i16,
+    },
+    /// Transactions v2 with an exhausted epoch: call again with a new producer id.
+    NeedProducerId,
 }
 
 /// What an InitProducerId asks the glue to do.
@@ -220,7 +262,12 @@ impl TransactionCoordinator {
     /// wins; a tombstone removes it) and returns the markers owed by transactions that were
     /// being completed when the previous coordinator stopped. Ignored (empty) when the load is
     /// stale: the partition was unloaded or reloaded at another epoch meanwhile.
-    pub fn complete_load(&mut self, partition: i32, epoch: i32, records: Vec<(String, Option<StoredTxn>)>) -> Vec<MarkerJob> {
+    pub fn complete_load(
+        &mut self,
+        partition: i32,
+        epoch: i32,
+        records: Vec<(String, Option<StoredTxn>)>,
+    ) -> Vec<MarkerJob> {
         if self.partitions.get(&partition) != Some(&PartitionStatus::Loading(epoch)) {
             return Vec::new();
         }
@@ -246,8 +293,13 @@ impl TransactionCoordinator {
                 start_ms: stored.start_ms,
                 last_update_ms: stored.last_update_ms,
                 pending: None,
+                next_producer_id: -1,
+                client_tv2: false,
             };
             meta.apply(&stored);
+            if stored.prev_producer_id >= 0 {
+                meta.last_producer_id = stored.prev_producer_id;
+            }
             if let Some(job) = marker_job(&id, &meta, epoch) {
                 jobs.push(job);
             }
@@ -327,6 +379,9 @@ impl TransactionCoordinator {
                 partitions: Vec::new(),
                 last_update_ms: now,
                 start_ms: -1,
+                prev_producer_id: -1,
+                next_producer_id: -1,
+                client_transaction_version: 0,
             };
             let mut meta = TxnMetadata {
                 partition,
@@ -340,6 +395,8 @@ impl TransactionCoordinator {
                 start_ms: -1,
                 last_update_ms: now,
                 pending: None,
+                next_producer_id: -1,
+                client_tv2: false,
             };
             meta.pending = Some(target.clone());
             self.txns.insert(transactional_id.to_string(), meta);
@@ -380,6 +437,7 @@ impl TransactionCoordinator {
                     partitions: Vec::new(),
                     last_update_ms: now,
                     start_ms: -1,
+                    ..meta.stored()
                 };
                 meta.pending = Some(target.clone());
                 Ok(InitOutcome::Write(transition(target)))
@@ -389,12 +447,15 @@ impl TransactionCoordinator {
 
     /// AddPartitionsToTxn and AddOffsetsToTxn (Kafka's `handleAddPartitionsToTransaction`):
     /// `None` when every partition is already in the open transaction (nothing to write).
+    /// `tv2`: a partition leader adds them for a transactions v2 producer (its Produce or
+    /// TxnOffsetCommit), which starts a transaction as a v1 producer's own request does.
     pub fn add_partitions(
         &mut self,
         transactional_id: &str,
         producer_id: i64,
         producer_epoch: i16,
         partitions: &[(String, i32)],
+        tv2: bool,
         now: i64,
     ) -> Result<Option<Transition>, ResponseError> {
         let (partition, coordinator_epoch, meta) = self.producer_of(transactional_id, producer_id, producer_epoch)?;
@@ -415,6 +476,8 @@ impl TransactionCoordinator {
         target.partitions = group_partitions(&all);
         target.state = TxnState::Ongoing;
         target.last_update_ms = now;
+        target.client_transaction_version = if tv2 { TV2 } else { 0 };
+        target.prev_producer_id = if tv2 { meta.last_producer_id } else { -1 };
         meta.pending = Some(target.clone());
         Ok(Some(Transition {
             transactional_id: transactional_id.to_string(),
@@ -426,21 +489,28 @@ impl TransactionCoordinator {
 
     /// KIP-890 part 1: a partition leader asks whether these partitions are in the producer's
     /// open transaction before it appends the producer's first transactional batch to them.
-    /// Each partition not in it is INVALID_TXN_STATE; a wrong producer fails them all.
+    /// Each partition not in it (as written: an add still being replicated does not count) is
+    /// INVALID_TXN_STATE; a wrong producer fails them all, and so does a transaction that is
+    /// completing (CONCURRENT_TRANSACTIONS: the producer retries once it has completed). A
+    /// transition pending otherwise does not matter: the leader's verification guard refuses
+    /// the append if the transaction's marker reaches the partition first.
     pub fn verify_partitions(
         &self,
         transactional_id: &str,
         producer_id: i64,
         producer_epoch: i16,
         partitions: &[(String, i32)],
-    ) -> Result<Vec<((String, i32), Option<ResponseError>)>, ResponseError> {
+    ) -> Result<PartitionErrors, ResponseError> {
         self.serving(transactional_id)?;
         let meta = self
             .txns
             .get(transactional_id)
             .ok_or(ResponseError::InvalidProducerIdMapping)?;
         meta.check_producer(producer_id, producer_epoch)?;
-        let open = meta.state == TxnState::Ongoing && meta.pending.is_none();
+        if matches!(meta.state, TxnState::PrepareCommit | TxnState::PrepareAbort) {
+            return Err(ResponseError::ConcurrentTransactions);
+        }
+        let open = meta.state == TxnState::Ongoing;
         Ok(partitions
             .iter()
             .map(|p| {
@@ -450,21 +520,48 @@ impl TransactionCoordinator {
             .collect())
     }
 
-    /// EndTxn (Kafka's `handleEndTransaction`, transactions v1): `None` when the transaction
-    /// already ended the way asked (a retried EndTxn), else the PrepareCommit/PrepareAbort to
-    /// write; its markers follow from [`TransactionCoordinator::transition_written`].
+    /// EndTxn (Kafka's `handleEndTransaction`). Transactions v1 (`tv2` false): `Done` when the
+    /// transaction already ended the way asked (a retried EndTxn), else the
+    /// PrepareCommit/PrepareAbort to write; its markers follow from
+    /// [`TransactionCoordinator::transition_written`].
+    ///
+    /// Transactions v2 (KIP-890 part 2, EndTxn v5+): every EndTxn bumps the producer epoch,
+    /// and the markers carry the bumped epoch, so a late write of the finished transaction is
+    /// fenced. A retry is recognised by its epoch being one below the current one (or, after
+    /// the epoch was exhausted and the producer id changed, by the previous id at the last
+    /// epoch). An abort with nothing in the transaction is written too (the client cannot know
+    /// whether its sends reached a partition leader), with no partitions to mark.
     pub fn end_txn(
         &mut self,
         transactional_id: &str,
-        producer_id: i64,
-        producer_epoch: i16,
-        commit: bool,
+        request: EndRequest,
+        fresh_producer_id: Option<i64>,
         now: i64,
-    ) -> Result<Option<Transition>, ResponseError> {
+    ) -> Result<EndOutcome, ResponseError> {
+        let EndRequest {
+            producer_id,
+            producer_epoch,
+            commit,
+            tv2,
+        } = request;
+        if tv2 {
+            return self.end_txn_v2(
+                transactional_id,
+                producer_id,
+                producer_epoch,
+                commit,
+                fresh_producer_id,
+                now,
+            );
+        }
         let (partition, coordinator_epoch, meta) = self.producer_of(transactional_id, producer_id, producer_epoch)?;
         if meta.pending.is_some() {
             return Err(ResponseError::ConcurrentTransactions);
         }
+        let done = EndOutcome::Done {
+            producer_id: meta.producer_id,
+            producer_epoch: meta.producer_epoch,
+        };
         let target = match (meta.state, commit) {
             (TxnState::Ongoing, _) => {
                 let mut target = meta.stored();
@@ -476,7 +573,7 @@ impl TransactionCoordinator {
                 target.last_update_ms = now;
                 target
             }
-            (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => return Ok(None),
+            (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => return Ok(done),
             (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
                 return Err(ResponseError::ConcurrentTransactions)
             }
@@ -484,12 +581,113 @@ impl TransactionCoordinator {
             _ => return Err(ResponseError::InvalidTxnState),
         };
         meta.pending = Some(target.clone());
-        Ok(Some(Transition {
-            transactional_id: transactional_id.to_string(),
-            partition,
-            coordinator_epoch,
-            target,
-        }))
+        Ok(EndOutcome::Write {
+            producer_id: target.producer_id,
+            producer_epoch: target.producer_epoch,
+            transition: Transition {
+                transactional_id: transactional_id.to_string(),
+                partition,
+                coordinator_epoch,
+                target,
+            },
+        })
+    }
+
+    fn end_txn_v2(
+        &mut self,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+        fresh_producer_id: Option<i64>,
+        now: i64,
+    ) -> Result<EndOutcome, ResponseError> {
+        let (partition, coordinator_epoch) = self.serving(transactional_id)?;
+        let meta = self
+            .txns
+            .get_mut(transactional_id)
+            .ok_or(ResponseError::InvalidProducerIdMapping)?;
+        let same = meta.producer_id == producer_id && meta.producer_epoch == producer_epoch;
+        let retry_on_bump =
+            meta.producer_id == producer_id && i32::from(meta.producer_epoch) == i32::from(producer_epoch) + 1;
+        let retry_on_overflow = meta.producer_id != producer_id
+            && meta.last_producer_id == producer_id
+            && producer_epoch == MAX_EPOCH_BEFORE_NEW_ID
+            && meta.producer_epoch == 0;
+        let retry = retry_on_bump || retry_on_overflow;
+        if meta.pending.is_some() {
+            return Err(ResponseError::ConcurrentTransactions);
+        }
+        if meta.producer_id != producer_id && !retry_on_overflow {
+            return Err(ResponseError::InvalidProducerIdMapping);
+        }
+        let valid = match meta.state {
+            TxnState::Ongoing | TxnState::Empty | TxnState::Dead | TxnState::PrepareEpochFence => same,
+            // The epoch this end gave the producer: its next end raced the markers of this one.
+            // Kafka answers PRODUCER_FENCED, which is fatal to a producer that did nothing wrong;
+            // it may retry once the transaction is complete.
+            TxnState::PrepareCommit | TxnState::PrepareAbort if same => {
+                return Err(ResponseError::ConcurrentTransactions)
+            }
+            TxnState::PrepareCommit | TxnState::PrepareAbort => retry_on_bump,
+            TxnState::CompleteCommit | TxnState::CompleteAbort => retry || same,
+        };
+        if !valid {
+            return Err(ResponseError::ProducerFenced);
+        }
+        let done = EndOutcome::Done {
+            producer_id: meta.producer_id,
+            producer_epoch: meta.producer_epoch,
+        };
+        let empty_abort = match (meta.state, commit) {
+            (TxnState::Ongoing, _) => false,
+            (TxnState::CompleteCommit, true) if retry => return Ok(done),
+            (TxnState::CompleteAbort, false) if retry => return Ok(done),
+            (TxnState::CompleteCommit | TxnState::CompleteAbort | TxnState::Empty, false) if !retry => true,
+            (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
+                return Err(ResponseError::ConcurrentTransactions)
+            }
+            _ => return Err(ResponseError::InvalidTxnState),
+        };
+        let next_producer_id = if meta.producer_epoch >= MAX_EPOCH_BEFORE_NEW_ID {
+            match fresh_producer_id {
+                Some(id) => id,
+                None => return Ok(EndOutcome::NeedProducerId),
+            }
+        } else {
+            -1
+        };
+        let mut target = meta.stored();
+        target.state = if commit {
+            TxnState::PrepareCommit
+        } else {
+            TxnState::PrepareAbort
+        };
+        target.producer_epoch = meta.producer_epoch.saturating_add(1);
+        target.prev_producer_id = meta.producer_id;
+        target.next_producer_id = next_producer_id;
+        target.client_transaction_version = TV2;
+        target.last_update_ms = now;
+        if empty_abort {
+            target.partitions = Vec::new();
+            target.start_ms = now;
+        }
+        let (answer_id, answer_epoch) = if next_producer_id >= 0 {
+            (next_producer_id, 0)
+        } else {
+            (target.producer_id, target.producer_epoch)
+        };
+        meta.pending = Some(target.clone());
+        Ok(EndOutcome::Write {
+            producer_id: answer_id,
+            producer_epoch: answer_epoch,
+            transition: Transition {
+                transactional_id: transactional_id.to_string(),
+                partition,
+                coordinator_epoch,
+                target,
+            },
+        })
     }
 
     /// The transition was written and replicated: it takes effect. A PrepareCommit or
@@ -559,6 +757,13 @@ impl TransactionCoordinator {
         };
         target.partitions = Vec::new();
         target.last_update_ms = now;
+        if meta.next_producer_id >= 0 {
+            // Transactions v2 with an exhausted epoch: the producer continues under a new id.
+            target.prev_producer_id = meta.producer_id;
+            target.producer_id = meta.next_producer_id;
+            target.producer_epoch = 0;
+            target.next_producer_id = -1;
+        }
         meta.pending = Some(target.clone());
         Some(Transition {
             transactional_id: job.transactional_id.clone(),
@@ -572,7 +777,8 @@ impl TransactionCoordinator {
     /// under a new epoch, so its producer is fenced (it re-initialises, KIP-360).
     pub fn expired_transactions(&mut self, now: i64) -> Vec<Transition> {
         self.transitions_where(|meta| {
-            let expired = meta.state == TxnState::Ongoing && now.saturating_sub(meta.start_ms) > i64::from(meta.timeout_ms);
+            let expired =
+                meta.state == TxnState::Ongoing && now.saturating_sub(meta.start_ms) > i64::from(meta.timeout_ms);
             expired.then(|| abort_target(meta, now))
         })
     }
@@ -631,7 +837,10 @@ impl TransactionCoordinator {
     /// ListTransactions over the loaded partitions, and whether some are still loading
     /// (answered COORDINATOR_LOAD_IN_PROGRESS, as Kafka).
     pub fn list(&self, filter: &ListFilter, now: i64) -> (Vec<TxnView>, bool) {
-        let loading = self.partitions.values().any(|s| matches!(s, PartitionStatus::Loading(_)));
+        let loading = self
+            .partitions
+            .values()
+            .any(|s| matches!(s, PartitionStatus::Loading(_)));
         let mut out: Vec<TxnView> = self
             .txns
             .iter()

@@ -3,9 +3,8 @@
 //! control batch, written by the partition's leader and replicated before it counts.
 //!
 //! Partitions this broker leads get theirs directly ([`TransactionManager::write_marker`]);
-//! for the others, one task per destination broker owns a connection to its inter-broker
-//! listener and sends what is queued for it as one WriteTxnMarkers request, so markers of
-//! many transactions share a round trip. A marker that fails (leader moved, not enough
+//! the others' go through `channels.rs`, up to 256 markers of many transactions in one
+//! WriteTxnMarkers request per destination. A marker that fails (leader moved, not enough
 //! replicas, connection lost) is retried by the job with the leader the next image names.
 
 use std::collections::HashMap;
@@ -17,136 +16,51 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::write_txn_markers_request::{WritableTxnMarker, WritableTxnMarkerTopic};
 use kafka_protocol::messages::{ProducerId, TopicName, WriteTxnMarkersRequest};
 use kafka_protocol::protocol::StrBytes;
-use parking_lot::Mutex;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use sluice_protocol::control::ControlType;
 
+use super::channels::{fail_all, BrokerChannels, Exchange};
 use super::coordinator::MarkerJob;
 use super::TransactionManager;
 use crate::clock::now_ms;
-use crate::config::BrokerConfig;
 use crate::controller::OFFSETS_TOPIC;
-use crate::metadata::MetadataStore;
 use crate::purgatory::DelayedProduce;
 use crate::replication::client::BrokerConnection;
-use crate::security::Security;
 use crate::topic_config;
 
 /// WriteTxnMarkers' only version the crate speaks; brokers of this build all answer it.
 const WRITE_TXN_MARKERS_VERSION: i16 = 1;
 /// How long another broker may take to answer a WriteTxnMarkers (it waits for its ISR).
 const MARKER_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-/// Markers queued for one broker before senders wait: bounded, as every queue.
-const CHANNEL_CAPACITY: usize = 1024;
-/// Markers sent in one WriteTxnMarkers request at most.
-const MAX_MARKERS_PER_REQUEST: usize = 256;
 /// How long a marker waits for its partition's ISR on the leader.
 const MARKER_APPEND_TIMEOUT: Duration = Duration::from_secs(30);
 
+type MarkerAnswers = Vec<((String, i32), Result<(), ResponseError>)>;
+
 /// One marker for some partitions of one broker, and where its per-partition answers go.
-struct QueuedMarker {
+pub(super) struct QueuedMarker {
     producer_id: i64,
     producer_epoch: i16,
     coordinator_epoch: i32,
     commit: bool,
     partitions: Vec<(String, i32)>,
-    reply: oneshot::Sender<Vec<((String, i32), Result<(), ResponseError>)>>,
+    reply: oneshot::Sender<MarkerAnswers>,
 }
 
-/// One sending task per destination broker, started on first use.
-pub struct MarkerChannels {
-    config: Arc<BrokerConfig>,
-    security: Arc<Security>,
-    metadata: Arc<MetadataStore>,
-    senders: Mutex<HashMap<i32, mpsc::Sender<QueuedMarker>>>,
-}
+/// Markers for other brokers: one sending task per destination.
+pub(super) type MarkerChannels = BrokerChannels<QueuedMarker>;
 
-impl MarkerChannels {
-    pub fn new(config: Arc<BrokerConfig>, security: Arc<Security>, metadata: Arc<MetadataStore>) -> Self {
-        MarkerChannels {
-            config,
-            security,
-            metadata,
-            senders: Mutex::new(HashMap::new()),
-        }
+impl Exchange for QueuedMarker {
+    const PURPOSE: &'static str = "sluice-txn-markers";
+    const MAX_PER_REQUEST: usize = 256;
+
+    fn fail(self, error: ResponseError) {
+        let answers = self.partitions.into_iter().map(|p| (p, Err(error))).collect();
+        let _ = self.reply.send(answers);
     }
 
-    fn sender(&self, broker: i32) -> mpsc::Sender<QueuedMarker> {
-        let mut senders = self.senders.lock();
-        if let Some(tx) = senders.get(&broker).filter(|tx| !tx.is_closed()) {
-            return tx.clone();
-        }
-        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-        senders.insert(broker, tx.clone());
-        tokio::spawn(send_loop(
-            broker,
-            rx,
-            self.config.clone(),
-            self.security.clone(),
-            self.metadata.clone(),
-        ));
-        tx
-    }
-
-    /// Sends one marker for `partitions` to `broker`, their leader, and returns each one's answer.
-    async fn send(
-        &self,
-        broker: i32,
-        job: &MarkerJob,
-        partitions: Vec<(String, i32)>,
-    ) -> Vec<((String, i32), Result<(), ResponseError>)> {
-        let (reply, answer) = oneshot::channel();
-        let queued = QueuedMarker {
-            producer_id: job.producer_id,
-            producer_epoch: job.producer_epoch,
-            coordinator_epoch: job.coordinator_epoch,
-            commit: job.commit,
-            partitions: partitions.clone(),
-            reply,
-        };
-        let failed = |partitions: Vec<(String, i32)>| {
-            partitions
-                .into_iter()
-                .map(|p| (p, Err(ResponseError::CoordinatorNotAvailable)))
-                .collect()
-        };
-        if self.sender(broker).send(queued).await.is_err() {
-            return failed(partitions);
-        }
-        answer.await.unwrap_or_else(|_| failed(partitions))
-    }
-}
-
-/// Owns the connection to `broker` and sends what is queued, many markers per request.
-async fn send_loop(
-    broker: i32,
-    mut queue: mpsc::Receiver<QueuedMarker>,
-    config: Arc<BrokerConfig>,
-    security: Arc<Security>,
-    metadata: Arc<MetadataStore>,
-) {
-    let mut connection: Option<BrokerConnection> = None;
-    while let Some(first) = queue.recv().await {
-        let mut batch = vec![first];
-        while batch.len() < MAX_MARKERS_PER_REQUEST {
-            match queue.try_recv() {
-                Ok(more) => batch.push(more),
-                Err(_) => break,
-            }
-        }
-        if connection.is_none() {
-            let image = metadata.image();
-            match BrokerConnection::dial_broker(broker, "sluice-txn-markers", &image, &config, &security).await {
-                Ok(c) => connection = Some(c),
-                Err(e) => {
-                    tracing::debug!(broker, error = %e, "cannot send transaction markers yet; retrying");
-                    fail_all(batch, ResponseError::CoordinatorNotAvailable);
-                    continue;
-                }
-            }
-        }
-        let Some(conn) = connection.as_mut() else { continue };
+    async fn exchange(connection: &mut BrokerConnection, batch: Vec<Self>) -> Result<(), (Vec<Self>, String)> {
         let request = WriteTxnMarkersRequest::default().with_markers(
             batch
                 .iter()
@@ -160,48 +74,66 @@ async fn send_loop(
                 })
                 .collect(),
         );
-        match conn.call(&request, WRITE_TXN_MARKERS_VERSION, MARKER_REQUEST_TIMEOUT).await {
-            Ok(response) if response.markers.len() == batch.len() => {
-                for (queued, answer) in batch.into_iter().zip(response.markers) {
-                    let mut results: HashMap<(String, i32), Result<(), ResponseError>> = HashMap::new();
-                    for topic in answer.topics {
-                        for p in topic.partitions {
-                            let result = match ResponseError::try_from_code(p.error_code) {
-                                None => Ok(()),
-                                Some(e) => Err(e),
-                            };
-                            results.insert((topic.name.to_string(), p.partition_index), result);
-                        }
-                    }
-                    let answers = queued
-                        .partitions
-                        .iter()
-                        .map(|p| {
-                            let r = results.remove(p).unwrap_or(Err(ResponseError::UnknownServerError));
-                            (p.clone(), r)
-                        })
-                        .collect();
-                    let _ = queued.reply.send(answers);
+        let response = match connection
+            .call(&request, WRITE_TXN_MARKERS_VERSION, MARKER_REQUEST_TIMEOUT)
+            .await
+        {
+            Ok(response) => response,
+            Err(e) => return Err((batch, e.to_string())),
+        };
+        if response.markers.len() != batch.len() {
+            tracing::warn!("a WriteTxnMarkers answer did not match its request; the markers are retried");
+            fail_all(batch, ResponseError::UnknownServerError);
+            return Ok(());
+        }
+        for (queued, answer) in batch.into_iter().zip(response.markers) {
+            let mut results: HashMap<(String, i32), Result<(), ResponseError>> = HashMap::new();
+            for topic in answer.topics {
+                for p in topic.partitions {
+                    let result = match ResponseError::try_from_code(p.error_code) {
+                        None => Ok(()),
+                        Some(e) => Err(e),
+                    };
+                    results.insert((topic.name.to_string(), p.partition_index), result);
                 }
             }
-            Ok(_) => {
-                tracing::warn!(broker, "a WriteTxnMarkers answer did not match its request; retrying");
-                fail_all(batch, ResponseError::UnknownServerError);
-            }
-            Err(e) => {
-                tracing::debug!(broker, error = %e, "sending transaction markers failed; retrying");
-                connection = None;
-                fail_all(batch, ResponseError::CoordinatorNotAvailable);
-            }
+            let answers = queued
+                .partitions
+                .iter()
+                .map(|p| {
+                    let r = results.remove(p).unwrap_or(Err(ResponseError::UnknownServerError));
+                    (p.clone(), r)
+                })
+                .collect();
+            let _ = queued.reply.send(answers);
         }
+        Ok(())
     }
 }
 
-fn fail_all(batch: Vec<QueuedMarker>, error: ResponseError) {
-    for queued in batch {
-        let answers = queued.partitions.iter().map(|p| (p.clone(), Err(error))).collect();
-        let _ = queued.reply.send(answers);
-    }
+/// Sends one marker for `partitions` to `broker`, their leader, and returns each one's answer.
+async fn send_marker(
+    channels: &MarkerChannels,
+    broker: i32,
+    job: &MarkerJob,
+    partitions: Vec<(String, i32)>,
+) -> MarkerAnswers {
+    let (reply, answer) = oneshot::channel();
+    let queued = QueuedMarker {
+        producer_id: job.producer_id,
+        producer_epoch: job.producer_epoch,
+        coordinator_epoch: job.coordinator_epoch,
+        commit: job.commit,
+        partitions: partitions.clone(),
+        reply,
+    };
+    channels.send(broker, queued).await;
+    answer.await.unwrap_or_else(|_| {
+        partitions
+            .into_iter()
+            .map(|p| (p, Err(ResponseError::CoordinatorNotAvailable)))
+            .collect()
+    })
 }
 
 fn by_topic(partitions: &[(String, i32)]) -> Vec<WritableTxnMarkerTopic> {
@@ -261,7 +193,7 @@ pub(super) async fn write_round(
             });
             join_all(writes).await
         } else {
-            manager.channels.send(leader, job, partitions).await
+            send_marker(&manager.channels, leader, job, partitions).await
         }
     });
     for answers in join_all(rounds).await {
@@ -303,7 +235,11 @@ impl TransactionManager {
                 return Err(ResponseError::NotEnoughReplicas);
             }
             let leader_epoch = partition.leader_epoch();
-            let kind = if commit { ControlType::Commit } else { ControlType::Abort };
+            let kind = if commit {
+                ControlType::Commit
+            } else {
+                ControlType::Abort
+            };
             let offset = partition
                 .append_control_batch(producer_id, producer_epoch, coordinator_epoch, kind, now_ms())
                 .map_err(|(e, message)| {

@@ -10,39 +10,44 @@
 //!
 //! The state machine sits behind one mutex, never held across an await.
 
+mod channels;
 pub mod coordinator;
 pub mod markers;
 pub mod records;
+pub mod verify;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::records::{Compression, RecordBatchEncoder, RecordEncodeOptions};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
-use sluice_protocol::batch::{validate_stored_batch, BatchIter};
-use sluice_protocol::records::{producer_record, BatchRecords};
+use sluice_protocol::batch::validate_stored_batch;
+use sluice_protocol::records::BatchRecords;
 
 use crate::clock::now_ms;
 pub use crate::config::TxnConfig;
 use crate::controller::TRANSACTION_STATE_TOPIC;
+use crate::coordinator_log;
 use crate::group::GroupMetadataManager;
 use crate::metadata::image::MetadataImage;
 use crate::metadata::records::NewTopic;
 use crate::metadata::MetadataStore;
-use crate::partition::{AppendOutcome, Partition, ReadBound};
+use crate::partition::Partition;
+use crate::producer_state::TxnVerification;
 use crate::purgatory::DelayedProduce;
 use crate::replica_manager::ReplicaManager;
 use crate::security::Security;
-use crate::topic_config::{self, BrokerOverrides};
+use crate::topic_config::BrokerOverrides;
 use coordinator::{
-    InitOutcome, ListFilter, MarkerJob, TransactionCoordinator, Transition, TxnCoordinatorConfig, TxnView,
+    EndOutcome, EndRequest, InitOutcome, ListFilter, MarkerJob, TransactionCoordinator, Transition,
+    TxnCoordinatorConfig, TxnView,
 };
 use markers::MarkerChannels;
+use verify::VerifyChannels;
 
 /// How often the timers wake; each check runs at its own interval, at this granularity.
 const TICK: Duration = Duration::from_millis(100);
@@ -57,6 +62,8 @@ pub struct TransactionManager {
     groups: Arc<GroupMetadataManager>,
     broker_overrides: BrokerOverrides,
     channels: MarkerChannels,
+    /// KIP-890 verifications for coordinators on other brokers.
+    verifications: VerifyChannels,
     /// This broker: markers for partitions it leads are written directly.
     node_id: i32,
 }
@@ -86,13 +93,26 @@ impl TransactionManager {
         TransactionManager {
             node_id: broker_config.node_id,
             coordinator: Mutex::new(coordinator),
-            channels: MarkerChannels::new(broker_config, security, metadata.clone()),
+            channels: MarkerChannels::new(broker_config.clone(), security.clone(), metadata.clone()),
+            verifications: VerifyChannels::new(broker_config, security, metadata.clone()),
             config,
             replicas,
             metadata,
             groups,
             broker_overrides,
         }
+    }
+
+    /// Whether partition leaders verify a producer's first transactional write with its
+    /// coordinator (`transaction.partition.verification.enable`).
+    pub fn partition_verification(&self) -> bool {
+        self.config.partition_verification
+    }
+
+    /// Whether a request of a transactions v2 client version (Produce v12+, TxnOffsetCommit
+    /// v5+) is treated as one: `transaction.version` is 2.
+    pub fn tv2_enabled(&self) -> bool {
+        self.config.transaction_version >= coordinator::TV2
     }
 
     pub fn partition_for(&self, transactional_id: &str) -> i32 {
@@ -218,19 +238,22 @@ impl TransactionManager {
     }
 
     /// AddPartitionsToTxn / AddOffsetsToTxn: the partitions join the producer's transaction
-    /// (written and replicated before the answer).
+    /// (written and replicated before the answer). `tv2`: a partition leader adds them for a
+    /// transactions v2 producer.
     pub async fn add_partitions(
         self: &Arc<Self>,
         transactional_id: &str,
         producer_id: i64,
         producer_epoch: i16,
         partitions: &[(String, i32)],
+        tv2: bool,
     ) -> Result<(), ResponseError> {
         let transition = self.coordinator.lock().add_partitions(
             transactional_id,
             producer_id,
             producer_epoch,
             partitions,
+            tv2,
             now_ms(),
         )?;
         match transition {
@@ -246,28 +269,65 @@ impl TransactionManager {
         producer_id: i64,
         producer_epoch: i16,
         partitions: &[(String, i32)],
-    ) -> Result<Vec<((String, i32), Option<ResponseError>)>, ResponseError> {
+    ) -> Result<coordinator::PartitionErrors, ResponseError> {
         self.coordinator
             .lock()
             .verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
     }
 
     /// EndTxn: answered once the PrepareCommit/PrepareAbort is replicated, as Kafka does; the
-    /// markers and the completion follow in the background.
-    pub async fn end_txn(
+    /// markers and the completion follow in the background. Returns the producer id and epoch
+    /// the client continues with (transactions v2 bumps the epoch at every EndTxn; `allocate`
+    /// gives a new producer id when the epoch is exhausted).
+    pub async fn end_txn<F, Fut>(
         self: &Arc<Self>,
         transactional_id: &str,
         producer_id: i64,
         producer_epoch: i16,
         commit: bool,
-    ) -> Result<(), ResponseError> {
-        let transition =
-            self.coordinator
+        tv2: bool,
+        allocate: F,
+    ) -> Result<ProducerIdAndEpoch, ResponseError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<i64, ResponseError>>,
+    {
+        let mut fresh = None;
+        loop {
+            let request = EndRequest {
+                producer_id,
+                producer_epoch,
+                commit,
+                tv2,
+            };
+            let outcome = self
+                .coordinator
                 .lock()
-                .end_txn(transactional_id, producer_id, producer_epoch, commit, now_ms())?;
-        match transition {
-            Some(t) => self.write(&t).await,
-            None => Ok(()),
+                .end_txn(transactional_id, request, fresh, now_ms())?;
+            match outcome {
+                EndOutcome::NeedProducerId if fresh.is_none() => fresh = Some(allocate().await?),
+                EndOutcome::NeedProducerId => return Err(ResponseError::UnknownServerError),
+                EndOutcome::Done {
+                    producer_id,
+                    producer_epoch,
+                } => {
+                    return Ok(ProducerIdAndEpoch {
+                        producer_id,
+                        producer_epoch,
+                    })
+                }
+                EndOutcome::Write {
+                    transition,
+                    producer_id,
+                    producer_epoch,
+                } => {
+                    self.write(&transition).await?;
+                    return Ok(ProducerIdAndEpoch {
+                        producer_id,
+                        producer_epoch,
+                    });
+                }
+            }
         }
     }
 
@@ -362,40 +422,16 @@ impl TransactionManager {
         let topic = image
             .topic(TRANSACTION_STATE_TOPIC)
             .ok_or(ResponseError::CoordinatorNotAvailable)?;
-        let (partition, registration) = self.replicas.leader_partition(topic, index).map_err(append_error)?;
-        if registration.leader_epoch != coordinator_epoch || partition.leader_epoch() != coordinator_epoch {
-            return Err(ResponseError::NotCoordinator);
-        }
-        let min_isr =
-            topic_config::min_insync_replicas(&topic.configs, &self.broker_overrides, registration.replicas.len());
-        if partition.isr_size() < min_isr {
-            return Err(ResponseError::CoordinatorNotAvailable);
-        }
-        let now = now_ms();
-        let record = producer_record(0, now, Some(key), value);
-        let mut batch = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut batch,
-            std::iter::once(&record),
-            &RecordEncodeOptions {
-                version: 2,
-                compression: Compression::None,
-            },
-        )
-        .map_err(|e| {
-            tracing::error!(error = %e, "could not encode a transaction record");
-            ResponseError::UnknownServerError
-        })?;
-        let required_offset = match partition.append_as_leader(&mut batch, now).map_err(|(e, _)| append_error(e))? {
-            AppendOutcome::Appended(info) => info.last_offset + 1,
-            AppendOutcome::Duplicate { base_offset } => base_offset + 1,
+        let target = coordinator_log::Target {
+            replicas: &self.replicas,
+            topic,
+            broker_overrides: &self.broker_overrides,
+            index,
+            expected_leader_epoch: Some(coordinator_epoch),
         };
-        Ok(DelayedProduce {
-            partition,
-            required_offset,
-            leader_epoch: coordinator_epoch,
-            min_insync_replicas: min_isr,
-        })
+        coordinator_log::append(&target, &[(key, value)], None, TxnVerification::Unchecked, now_ms())
+            .map(|appended| appended.wait)
+            .map_err(append_error)
     }
 
     /// Writes a job's markers in the background until every partition has its marker (or is
@@ -456,42 +492,33 @@ fn load_partition(partition: &Partition, index: i32, buffer: usize) -> Vec<(Stri
     let max_message_bytes = partition.max_message_bytes() as usize;
     let mut loaded = Vec::new();
     let mut skipped = 0usize;
-    let end = partition.log_end_offset();
-    let mut offset = partition.log_start_offset();
-    while offset < end {
-        let read = match partition.read(offset, buffer.max(1024), true, ReadBound::LogEnd) {
-            Ok(read) => read,
-            Err(e) => {
-                tracing::error!(partition = index, error = %e, "could not read {TRANSACTION_STATE_TOPIC} while loading transactions");
-                break;
-            }
-        };
-        let mut next = offset;
-        for (header, range) in BatchIter::new(&read.records) {
-            next = header.last_offset() + 1;
-            if header.is_control() {
-                continue;
-            }
-            let batch = &read.records[range];
-            match validate_stored_batch(batch).and_then(|_| BatchRecords::decode(batch, max_message_bytes)) {
-                Ok(batch) => {
-                    for record in batch.iter() {
-                        match records::decode(record.key, record.value) {
-                            Ok(r) => loaded.push(r),
-                            Err(_) => skipped += 1,
-                        }
+    let scanned = coordinator_log::scan(partition, buffer, |header, batch, from| {
+        // The coordinator writes one record per batch, so a batch starting before `from`
+        // was taken whole by the previous chunk.
+        if header.is_control() || header.base_offset < from {
+            return;
+        }
+        match validate_stored_batch(batch).and_then(|_| BatchRecords::decode(batch, max_message_bytes)) {
+            Ok(batch) => {
+                for record in batch.iter() {
+                    match records::decode(record.key, record.value) {
+                        Ok(r) => loaded.push(r),
+                        Err(_) => skipped += 1,
                     }
                 }
-                Err(_) => skipped += 1,
             }
+            Err(_) => skipped += 1,
         }
-        if next <= offset {
-            break;
-        }
-        offset = next;
+    });
+    if let Err(e) = scanned {
+        tracing::error!(partition = index, error = %e, "could not read {TRANSACTION_STATE_TOPIC} while loading transactions; the ids after the error are not loaded");
     }
     if skipped > 0 {
-        tracing::warn!(partition = index, skipped, "skipped unreadable records of {TRANSACTION_STATE_TOPIC} while loading transactions");
+        tracing::warn!(
+            partition = index,
+            skipped,
+            "skipped unreadable records of {TRANSACTION_STATE_TOPIC} while loading transactions"
+        );
     }
     if !loaded.is_empty() {
         tracing::info!(

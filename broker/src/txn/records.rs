@@ -1,7 +1,11 @@
 //! The records a transaction coordinator keeps in `__transaction_state`, in Kafka's layout
-//! (`TransactionLogKey` v0, `TransactionLogValue` v0), one per transactional id; a null value
-//! is a tombstone (the id expired). Everything decoded came from disk and is checked: no
-//! count or length allocates beyond the bytes present.
+//! (`TransactionLogKey` v0, `TransactionLogValue` v0 or v1), one per transactional id; a null
+//! value is a tombstone (the id expired). Version 1 is flexible and carries, as tagged fields,
+//! what transactions v2 (KIP-890 part 2) needs to survive a coordinator failover: the
+//! previous and next producer ids and the client's transaction version. It is written only
+//! when one of them is set, so a log of v1 transactions reads in earlier builds. Everything
+//! decoded came from disk and is checked: no count or length allocates beyond the bytes
+//! present.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -9,6 +13,11 @@ use crate::group::records::{put_string, Reader, RecordError};
 
 const KEY_VERSION: i16 = 0;
 const VALUE_VERSION: i16 = 0;
+/// The flexible version with the tagged fields of transactions v2.
+const FLEXIBLE_VALUE_VERSION: i16 = 1;
+const TAG_PREVIOUS_PRODUCER_ID: u32 = 0;
+const TAG_NEXT_PRODUCER_ID: u32 = 1;
+const TAG_CLIENT_TRANSACTION_VERSION: u32 = 2;
 
 /// Kafka's `TransactionState`, with its stored ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -95,6 +104,21 @@ pub struct StoredTxn {
     pub partitions: Vec<(String, Vec<i32>)>,
     pub last_update_ms: i64,
     pub start_ms: i64,
+    /// The producer id before the last change of producer id (-1: none). A transactions v2
+    /// producer whose epoch overflowed retries its EndTxn with it.
+    pub prev_producer_id: i64,
+    /// The producer id a transactions v2 completion moves to because the epoch is exhausted
+    /// (-1: none).
+    pub next_producer_id: i64,
+    /// The transaction version of the client's last transaction (0, or 2 for KIP-890 part 2).
+    pub client_transaction_version: i16,
+}
+
+impl StoredTxn {
+    /// Whether the record needs the flexible version (a v0 record cannot say it).
+    fn needs_flexible(&self) -> bool {
+        self.prev_producer_id >= 0 || self.next_producer_id >= 0 || self.client_transaction_version != 0
+    }
 }
 
 pub fn key(transactional_id: &str) -> Bytes {
@@ -105,23 +129,93 @@ pub fn key(transactional_id: &str) -> Bytes {
 }
 
 pub fn value(txn: &StoredTxn) -> Bytes {
+    let flexible = txn.needs_flexible();
     let mut buf = BytesMut::with_capacity(64);
-    buf.put_i16(VALUE_VERSION);
+    buf.put_i16(if flexible {
+        FLEXIBLE_VALUE_VERSION
+    } else {
+        VALUE_VERSION
+    });
     buf.put_i64(txn.producer_id);
     buf.put_i16(txn.producer_epoch);
     buf.put_i32(txn.timeout_ms);
     buf.put_i8(txn.state.id());
-    buf.put_i32(txn.partitions.len() as i32);
+    if flexible {
+        put_uvarint(&mut buf, txn.partitions.len() as u32 + 1);
+    } else {
+        buf.put_i32(txn.partitions.len() as i32);
+    }
     for (topic, partitions) in &txn.partitions {
-        put_string(&mut buf, topic);
-        buf.put_i32(partitions.len() as i32);
+        if flexible {
+            put_uvarint(&mut buf, topic.len() as u32 + 1);
+            buf.put_slice(topic.as_bytes());
+            put_uvarint(&mut buf, partitions.len() as u32 + 1);
+        } else {
+            put_string(&mut buf, topic);
+            buf.put_i32(partitions.len() as i32);
+        }
         for p in partitions {
             buf.put_i32(*p);
+        }
+        if flexible {
+            put_uvarint(&mut buf, 0); // the partition entry's tagged fields: none
         }
     }
     buf.put_i64(txn.last_update_ms);
     buf.put_i64(txn.start_ms);
+    if flexible {
+        let mut tags: Vec<(u32, Vec<u8>)> = Vec::new();
+        if txn.prev_producer_id != -1 {
+            tags.push((TAG_PREVIOUS_PRODUCER_ID, txn.prev_producer_id.to_be_bytes().to_vec()));
+        }
+        if txn.next_producer_id != -1 {
+            tags.push((TAG_NEXT_PRODUCER_ID, txn.next_producer_id.to_be_bytes().to_vec()));
+        }
+        if txn.client_transaction_version != 0 {
+            tags.push((
+                TAG_CLIENT_TRANSACTION_VERSION,
+                txn.client_transaction_version.to_be_bytes().to_vec(),
+            ));
+        }
+        put_uvarint(&mut buf, tags.len() as u32);
+        for (tag, data) in tags {
+            put_uvarint(&mut buf, tag);
+            put_uvarint(&mut buf, data.len() as u32);
+            buf.put_slice(&data);
+        }
+    }
     buf.freeze()
+}
+
+fn put_uvarint(buf: &mut BytesMut, mut v: u32) {
+    while v >= 0x80 {
+        buf.put_u8((v as u8) | 0x80);
+        v >>= 7;
+    }
+    buf.put_u8(v as u8);
+}
+
+/// An unsigned varint of at most 5 bytes.
+fn uvarint(r: &mut Reader<'_>, what: &'static str) -> Result<u32, RecordError> {
+    let mut value: u32 = 0;
+    for i in 0..5 {
+        let byte = r.take(1, what)?[0];
+        value |= u32::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Ok(value);
+        }
+    }
+    Err(RecordError::Truncated(what))
+}
+
+/// A compact length (varint N+1; 0 is null, taken as empty): checked against the bytes left
+/// at `min_each` bytes per element before anything is sized by it.
+fn compact_len(r: &mut Reader<'_>, min_each: usize, what: &'static str) -> Result<usize, RecordError> {
+    let n = uvarint(r, what)?.saturating_sub(1) as usize;
+    if n.saturating_mul(min_each) > r.0.len() {
+        return Err(RecordError::Truncated(what));
+    }
+    Ok(n)
 }
 
 /// A decoded record: the transactional id and its state, `None` for a tombstone.
@@ -141,29 +235,43 @@ pub fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<(String, Optio
 fn decode_value(value: &[u8]) -> Result<StoredTxn, RecordError> {
     let mut r = Reader(value);
     let version = r.i16("value version")?;
-    if version != VALUE_VERSION {
+    if version != VALUE_VERSION && version != FLEXIBLE_VALUE_VERSION {
         return Err(RecordError::UnknownValueVersion(version));
     }
+    let flexible = version == FLEXIBLE_VALUE_VERSION;
     let producer_id = r.i64("producer id")?;
     let producer_epoch = r.i16("producer epoch")?;
     let timeout_ms = r.i32("timeout")?;
     let state_id = r.take(1, "state")?[0] as i8;
     let state = TxnState::from_id(state_id).ok_or(RecordError::Truncated("a known transaction state"))?;
-    let topics = r.i32("topic count")?.max(0) as usize;
-    // A topic takes at least 6 bytes: never reserve more than the bytes can hold.
-    let mut partitions = Vec::with_capacity(topics.min(r.0.len() / 6));
+    let topics = if flexible {
+        compact_len(&mut r, 3, "topic count")?
+    } else {
+        r.i32("topic count")?.max(0) as usize
+    };
+    // A topic takes at least 3 bytes: never reserve more than the bytes can hold.
+    let mut partitions = Vec::with_capacity(topics.min(r.0.len() / 3));
     for _ in 0..topics {
-        let topic = r.string("topic")?;
-        let count = r.i32("partition count")?.max(0) as usize;
+        let (topic, count) = if flexible {
+            let len = compact_len(&mut r, 1, "topic")?;
+            let topic = String::from_utf8(r.take(len, "topic")?.to_vec())
+                .map_err(|_| RecordError::Truncated("a UTF-8 topic"))?;
+            (topic, compact_len(&mut r, 4, "partition count")?)
+        } else {
+            (r.string("topic")?, r.i32("partition count")?.max(0) as usize)
+        };
         let mut ids = Vec::with_capacity(count.min(r.0.len() / 4));
         for _ in 0..count {
             ids.push(r.i32("partition")?);
+        }
+        if flexible {
+            skip_tagged_fields(&mut r)?;
         }
         partitions.push((topic, ids));
     }
     let last_update_ms = r.i64("last update")?;
     let start_ms = r.i64("start")?;
-    Ok(StoredTxn {
+    let mut txn = StoredTxn {
         producer_id,
         producer_epoch,
         timeout_ms,
@@ -171,7 +279,39 @@ fn decode_value(value: &[u8]) -> Result<StoredTxn, RecordError> {
         partitions,
         last_update_ms,
         start_ms,
-    })
+        prev_producer_id: -1,
+        next_producer_id: -1,
+        client_transaction_version: 0,
+    };
+    if flexible {
+        let count = uvarint(&mut r, "tagged field count")?;
+        for _ in 0..count {
+            let tag = uvarint(&mut r, "tag")?;
+            let size = uvarint(&mut r, "tag size")? as usize;
+            let data = r.take(size, "tagged field")?;
+            let mut field = Reader(data);
+            match tag {
+                TAG_PREVIOUS_PRODUCER_ID => txn.prev_producer_id = field.i64("previous producer id")?,
+                TAG_NEXT_PRODUCER_ID => txn.next_producer_id = field.i64("next producer id")?,
+                TAG_CLIENT_TRANSACTION_VERSION => {
+                    txn.client_transaction_version = field.i16("client transaction version")?
+                }
+                _ => {} // a field of a later version: skipped
+            }
+        }
+    }
+    Ok(txn)
+}
+
+/// Skips a flexible structure's tagged fields.
+fn skip_tagged_fields(r: &mut Reader<'_>) -> Result<(), RecordError> {
+    let count = uvarint(r, "tagged field count")?;
+    for _ in 0..count {
+        uvarint(r, "tag")?;
+        let size = uvarint(r, "tag size")? as usize;
+        r.take(size, "tagged field")?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -187,7 +327,33 @@ mod tests {
             partitions: vec![("orders".into(), vec![0, 2]), ("__consumer_offsets".into(), vec![13])],
             last_update_ms: 1_700_000_000_500,
             start_ms: 1_700_000_000_000,
+            prev_producer_id: -1,
+            next_producer_id: -1,
+            client_transaction_version: 0,
         }
+    }
+
+    #[test]
+    fn transactions_v2_fields_round_trip_in_the_flexible_version() {
+        let txn = StoredTxn {
+            prev_producer_id: 3999,
+            next_producer_id: 4002,
+            client_transaction_version: 2,
+            ..sample()
+        };
+        let v = value(&txn);
+        assert_eq!(&v[..2], &[0, 1], "version 1");
+        assert_eq!(decode(Some(&key("tx-2")), Some(&v)).unwrap().1, Some(txn.clone()));
+        for cut in 0..v.len() {
+            assert!(decode(Some(&key("t")), Some(&v[..cut])).is_err(), "cut at {cut}");
+        }
+        // An unknown tag (a later version's field) is skipped.
+        let mut later = v.to_vec();
+        let tags_at = later.len() - (1 + 2 * 10 + 1 + 1 + 2);
+        assert_eq!(later[tags_at], 3, "three tagged fields");
+        later[tags_at] = 4;
+        later.extend_from_slice(&[9, 1, 0x7f]);
+        assert_eq!(decode(Some(&key("t")), Some(&later)).unwrap().1, Some(txn));
     }
 
     #[test]
@@ -199,7 +365,10 @@ mod tests {
         assert_eq!(&v[..2], &[0, 0]);
         assert_eq!(&v[2..10], &4001i64.to_be_bytes());
         assert_eq!(v[16], 2);
-        assert_eq!(decode(Some(&k), Some(&v)).unwrap(), ("tx-1".to_string(), Some(sample())));
+        assert_eq!(
+            decode(Some(&k), Some(&v)).unwrap(),
+            ("tx-1".to_string(), Some(sample()))
+        );
         assert_eq!(decode(Some(&k), None).unwrap(), ("tx-1".to_string(), None));
     }
 

@@ -313,7 +313,10 @@ impl SecuredBrokers {
         std::fs::write(&ca_pem, ca.certificate_pem())?;
         std::fs::write(&keystore, broker.keystore_pem())?;
         let mut settings = pem_store_settings(&keystore, &ca_pem);
-        settings.push(("sasl.enabled.mechanisms".into(), SaslMechanism::ScramSha512.name().into()));
+        settings.push((
+            "sasl.enabled.mechanisms".into(),
+            SaslMechanism::ScramSha512.name().into(),
+        ));
         let security = secured_login(ca_pem, BENCH_USER, BENCH_PASSWORD);
         Ok((dir, SecuredBrokers { settings, security }))
     }
@@ -1062,7 +1065,13 @@ async fn main() -> Result<()> {
             let topic = "bench-txn-2k";
             target.create_topic(&admin, topic, args.partitions).await?;
             let name = format!("2 KB, {} ms transactions, RF {rf}", args.txn_ms);
-            rows.push(transactional_phase(&target, &name, topic, args.records_txn, args.txn_ms)?);
+            rows.push(transactional_phase(
+                &target,
+                &name,
+                topic,
+                args.records_txn,
+                args.txn_ms,
+            )?);
         }
     }
     let latency = if args.phase != "throughput" {

@@ -11,9 +11,11 @@
 //! partitionable cluster); `--overlap` lets two process faults overlap; `--secure` runs every
 //! schedule on a SASL_SSL-only cluster (SCRAM users, ACLs, a test CA) and adds certificate
 //! rotations and SCRAM credential changes to the faults; `--transactions` adds transactional
-//! producers committing and aborting at random and checks Jepsen's anomalies for them
-//! (`faults::transactions`), reported per schedule and in the last line. Run it through `scripts/soak.sh`,
-//! which builds the release binaries first (see docs/soak.md).
+//! producers committing and aborting at random and a consume-transform-produce stage copying
+//! their topic in transactions, aims faults at their coordinators and leaders, and checks
+//! Jepsen's anomalies for both (`faults::transactions`, `faults::consume_transform_produce`),
+//! reported per schedule and in the last line (with `--secure` too). Run it through
+//! `scripts/soak.sh`, which builds the release binaries first (see docs/soak.md).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -51,7 +53,7 @@ fn parse_args() -> Result<Args> {
             "--partitions" => options.schedule.partitions = true,
             "--overlap" => options.schedule.overlap = true,
             "--secure" => options.schedule.secure = true,
-            "--transactions" => options.transactions = true,
+            "--transactions" => options.schedule.transactions = true,
             "-h" | "--help" => {
                 println!("see the header of integration-tests/src/bin/sluice-soak.rs and docs/soak.md");
                 std::process::exit(0);
@@ -62,10 +64,6 @@ fn parse_args() -> Result<Args> {
     let schedules = schedules.context("--schedules N is required: how many schedules to run")?;
     ensure!(schedules >= 1, "--schedules must be at least 1");
     ensure!(options.rate_per_s >= 1, "--rate must be at least 1");
-    ensure!(
-        !(options.transactions && options.schedule.secure),
-        "--transactions does not run on a --secure cluster yet (its users have no transactional-id ACLs): run them separately"
-    );
     Ok(Args {
         schedules,
         seed,
@@ -91,7 +89,7 @@ fn main() -> Result<()> {
     if args.options.schedule.secure {
         flags.push_str(" --secure");
     }
-    if args.options.transactions {
+    if args.options.schedule.transactions {
         flags.push_str(" --transactions");
     }
     let span = args.options.schedule.span.as_secs_f64();
@@ -122,7 +120,7 @@ fn main() -> Result<()> {
     if !failed.is_empty() {
         println!("failed seeds: {failed:?}");
     }
-    let txn_line = match args.options.transactions {
+    let txn_line = match args.options.schedule.transactions {
         true => format!("; {}", txn.line()),
         false => String::new(),
     };

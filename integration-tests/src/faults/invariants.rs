@@ -317,7 +317,10 @@ pub fn stop_and_check_with(
             let resent = mark_client_resends(cluster, &topic, &mut log);
             report_resent_by_client(&resent);
             if !resent.is_empty() {
-                eprintln!("[faults] the producer's idempotence events:\n    {}", producer.epoch_events_tail(40));
+                eprintln!(
+                    "[faults] the producer's idempotence events:\n    {}",
+                    producer.epoch_events_tail(40)
+                );
             }
             Some(log)
         }

@@ -22,11 +22,15 @@
 //!   cluster, with the checks as an outcome instead of a failure (`sluice-soak`, `docs/soak.md`);
 //! - `transactions.rs`: the soak's transactional workload (`--transactions`) and its checker of
 //!   Jepsen's anomalies (lost writes, duplicates, aborted reads, torn transactions, order);
+//! - `consume_transform_produce.rs`: the transactional soak's stage copying that topic to another
+//!   in exactly-once transactions (consumer group, offsets in the transaction), and its checker
+//!   (copies lost, duplicated, made from aborted records, out of order; G1c cycles);
 //! - `net.rs`: network partitions ([`Net`]): each node of a cluster started with
 //!   [`Cluster::start_partitionable`] in its own network namespace, and nftables rules that drop
 //!   packets between them (isolate, split, one way, one port) until healed;
 //! - `power.rs`: power loss, a node's data dir on a `sluice-lazyfs` mount and [`power_cut`].
 
+pub mod consume_transform_produce;
 mod final_log;
 mod invariants;
 mod net;

@@ -11,9 +11,16 @@
 //! anything, since healing a network heals all of it). [`ScheduleOptions::secure`] (a cluster
 //! whose only listener is SASL_SSL) adds two security faults: a certificate rotation and a
 //! SCRAM credential change; without it the generator draws exactly what it drew before.
+//! [`ScheduleOptions::transactions`] (the transactional workload runs) adds three targets: the
+//! transaction coordinator of one of the workload's transactional ids, the leader of a
+//! partition of its input topic, and the coordinator of the consume-transform-produce stage's
+//! group; without it the targets are drawn as before.
 
 use std::fmt;
 use std::time::Duration;
+
+use super::consume_transform_produce::STAGE_GROUP;
+use super::transactions::{transactional_id, TRANSACTIONAL_IDS, TXN_TOPIC};
 
 /// The nodes a schedule's faults are drawn for (node ids `1..=NODES`).
 pub const NODES: i32 = 3;
@@ -32,6 +39,9 @@ pub struct ScheduleOptions {
     /// The cluster is secured (SASL_SSL only): include [`FaultKind::RotateCertificates`] and
     /// [`FaultKind::RotateScram`].
     pub secure: bool,
+    /// The transactional workload runs (`--transactions`): include the targets
+    /// [`Target::TxnCoordinator`], [`Target::TxnLeader`] and [`Target::StageGroupCoordinator`].
+    pub transactions: bool,
 }
 
 impl Default for ScheduleOptions {
@@ -42,6 +52,7 @@ impl Default for ScheduleOptions {
             partitions: false,
             overlap: false,
             secure: false,
+            transactions: false,
         }
     }
 }
@@ -54,6 +65,14 @@ pub enum Target {
     Controller,
     /// The leader of this partition of the workload topic.
     Leader(i32),
+    /// The transaction coordinator (the leader of its `__transaction_state` partition) of the
+    /// transactional workload's transactional id number `k` ([`transactional_id`]).
+    TxnCoordinator(u8),
+    /// The leader of this partition of the transactional workload's input topic (`soak-tx`).
+    TxnLeader(i32),
+    /// The group coordinator of the consume-transform-produce stage's group, which holds the
+    /// offsets its transactions commit (TxnOffsetCommit).
+    StageGroupCoordinator,
 }
 
 impl fmt::Display for Target {
@@ -62,6 +81,9 @@ impl fmt::Display for Target {
             Target::Node(id) => write!(f, "node {id}"),
             Target::Controller => write!(f, "the controller"),
             Target::Leader(p) => write!(f, "the leader of p{p}"),
+            Target::TxnCoordinator(k) => write!(f, "the transaction coordinator of {}", transactional_id(*k)),
+            Target::TxnLeader(p) => write!(f, "the leader of {TXN_TOPIC} p{p}"),
+            Target::StageGroupCoordinator => write!(f, "the group coordinator of {STAGE_GROUP}"),
         }
     }
 }
@@ -332,11 +354,19 @@ fn separate_net_faults(faults: &mut [Fault]) {
     }
 }
 
+/// A node, the controller or a leader; with `transactions` also a transaction coordinator, a
+/// leader of the transactional topic or the stage's group coordinator (half the draws). Without
+/// `transactions` the draws are the ones made before those targets existed.
 fn random_target(rng: &mut SplitMix64, options: &ScheduleOptions) -> Target {
-    match rng.between(0, 2) {
+    let roles = if options.transactions { 6 } else { 3 };
+    let partition = |rng: &mut SplitMix64| rng.between(0, options.topic_partitions.max(1) as u64 - 1) as i32;
+    match rng.between(0, roles - 1) {
         0 => Target::Node(rng.between(1, NODES as u64) as i32),
         1 => Target::Controller,
-        _ => Target::Leader(rng.between(0, options.topic_partitions.max(1) as u64 - 1) as i32),
+        2 => Target::Leader(partition(rng)),
+        3 => Target::TxnCoordinator(rng.between(0, TRANSACTIONAL_IDS as u64 - 1) as u8),
+        4 => Target::TxnLeader(partition(rng)),
+        _ => Target::StageGroupCoordinator,
     }
 }
 
@@ -377,7 +407,7 @@ impl fmt::Display for Schedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "schedule seed {} ({} faults over {:.1} s{}{}{}):",
+            "schedule seed {} ({} faults over {:.1} s{}{}{}{}):",
             self.seed,
             self.faults.len(),
             self.end().as_secs_f64(),
@@ -388,6 +418,11 @@ impl fmt::Display for Schedule {
             },
             if self.options.overlap { ", overlapping" } else { "" },
             if self.options.secure { ", secured" } else { "" },
+            if self.options.transactions {
+                ", with transactions"
+            } else {
+                ""
+            },
         )?;
         for step in self.steps() {
             let fault = &self.faults[step.fault];
@@ -567,14 +602,61 @@ mod tests {
                         }
                         _ => continue,
                     }
-                    assert!((ROTATION_MS.0..=ROTATION_MS.1).contains(&ms), "seed {seed}: {} {ms} ms", f.kind);
+                    assert!(
+                        (ROTATION_MS.0..=ROTATION_MS.1).contains(&ms),
+                        "seed {seed}: {} {ms} ms",
+                        f.kind
+                    );
                 }
             }
             // Without --secure, the same seed gives what it always gave.
             let plain = Schedule::generate(seed, options(true, false));
-            assert!(!plain.faults.iter().any(|f| f.kind.is_security()), "seed {seed}:\n{plain}");
+            assert!(
+                !plain.faults.iter().any(|f| f.kind.is_security()),
+                "seed {seed}:\n{plain}"
+            );
         }
-        assert!(rotations > 200 && scram > 200, "{rotations} rotations, {scram} SCRAM changes");
+        assert!(
+            rotations > 200 && scram > 200,
+            "{rotations} rotations, {scram} SCRAM changes"
+        );
+    }
+
+    #[test]
+    fn transactions_add_the_transactional_targets_and_leave_the_rest_as_it_was() {
+        let mut seen = std::collections::BTreeSet::new();
+        for seed in 0..500 {
+            let with = Schedule::generate(
+                seed,
+                ScheduleOptions {
+                    transactions: true,
+                    ..options(false, false)
+                },
+            );
+            let (most, left, _) = replay(&with);
+            assert_eq!((most, left), (1, 0), "seed {seed}:\n{with}");
+            for f in &with.faults {
+                if let FaultKind::Kill(t)
+                | FaultKind::Restart(t)
+                | FaultKind::Freeze(t)
+                | FaultKind::GracefulRestart(t) = f.kind
+                {
+                    seen.insert(match t {
+                        Target::TxnCoordinator(k) if usize::from(k) < TRANSACTIONAL_IDS => "coordinator",
+                        Target::TxnLeader(p) if (0..with.options.topic_partitions).contains(&p) => "txn leader",
+                        Target::StageGroupCoordinator => "group coordinator",
+                        Target::Node(_) | Target::Controller | Target::Leader(_) => "other",
+                        t => panic!("seed {seed}: target {t:?} out of range"),
+                    });
+                }
+            }
+            let without = Schedule::generate(seed, options(false, false));
+            assert!(
+                without.faults.iter().all(|f| !f.kind.to_string().contains("soak-tx")),
+                "seed {seed}:\n{without}"
+            );
+        }
+        assert_eq!(seen.len(), 4, "{seen:?}");
     }
 
     #[test]

@@ -10,6 +10,15 @@
 //! | `soak-sink`      | group `soak-sink`'s members           | READ on topic `soak` and group `soak-sink` |
 //! | `soak-analytics` | group `soak-analytics`'s members      | READ on topic `soak` and group `soak-analytics` |
 //!
+//! With `--transactions`, also (transactional ids `soak-tx-0`, `soak-tx-1`; the stage's
+//! `soak-tx-copier-0`, `soak-tx-copier-1`):
+//!
+//! | principal        | who                                   | ACLs                                   |
+//! |------------------|---------------------------------------|----------------------------------------|
+//! | `soak-producer`  | the transactional producers           | WRITE, DESCRIBE on topic `soak-tx` and on their transactional ids |
+//! | `soak-copier`    | the consume-transform-produce stage   | READ on topic `soak-tx` and group `soak-tx-copier`; WRITE, DESCRIBE on topic `soak-tx-out` and on its transactional ids |
+//! | `soak-reader`    | the transactions' checker             | READ on topics `soak-tx`, `soak-tx-out` and group `soak-tx-checker` |
+//!
 //! Users come from `SLUICE_ADD_SCRAM` at start, ACLs from CreateAcls through the harness's admin
 //! login. The harness itself (topic creation, Metadata, the final reader, OffsetFetch) logs in
 //! as `admin`. The two security faults of [`super::schedule`] act here:
@@ -36,12 +45,14 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use tempfile::TempDir;
 
+use super::consume_transform_produce::{self as ctp, STAGE_GROUP, STAGE_OUTPUT};
+use super::transactions::{producer_transactional_ids, CHECKER_GROUP, TXN_TOPIC};
 use crate::kafka_client::KafkaConnection;
 use crate::node::NodeOptions;
 use crate::pki::{write_atomically, TestCa};
 use crate::security::{
-    first_certificate, sasl_login_reporting_iterations, salted_password, served_certificate, ClientSecurity,
-    SaslLogin, SaslMechanism, TlsClient,
+    first_certificate, salted_password, sasl_login_reporting_iterations, served_certificate, ClientSecurity, SaslLogin,
+    SaslMechanism, TlsClient,
 };
 use crate::{wire, Cluster};
 
@@ -65,6 +76,8 @@ const IO_TIMEOUT: Duration = Duration::from_secs(10);
 pub const PRODUCER: &str = "soak-producer";
 /// The workload consumer's principal (manual assignment; its group only names it).
 pub const READER: &str = "soak-reader";
+/// The consume-transform-produce stage's principal (`--transactions`).
+pub const COPIER: &str = "soak-copier";
 /// The group the workload consumer names (`faults::Workload`).
 pub const READER_GROUP: &str = "sluice-faults-workload";
 
@@ -72,6 +85,7 @@ pub const READER_GROUP: &str = "sluice-faults-workload";
 mod acl {
     pub const TOPIC: i8 = 2;
     pub const GROUP: i8 = 3;
+    pub const TRANSACTIONAL_ID: i8 = 5;
     pub const ANY: i8 = 1;
     pub const LITERAL: i8 = 3;
     pub const READ: i8 = 3;
@@ -112,18 +126,20 @@ pub struct SecureSoak {
 }
 
 impl SecureSoak {
-    /// The CA and work dir for a schedule; the workload users are `PRODUCER`, `READER` and one
-    /// per group in `groups` (named as the group).
-    pub fn new(seed: u64, groups: &[&str]) -> Result<SecureSoak> {
+    /// The CA and work dir for a schedule; the workload users are `PRODUCER`, `READER`, one
+    /// per group in `groups` (named as the group) and, with `transactions`, `COPIER`.
+    pub fn new(seed: u64, groups: &[&str], transactions: bool) -> Result<SecureSoak> {
         let dir = tempfile::Builder::new()
             .prefix(&format!("sluice-soak-{seed}-"))
             .tempdir()?;
         let ca = TestCa::new(&format!("sluice-soak CA (seed {seed})"))?;
         let ca_pem = dir.path().join("ca.pem");
         std::fs::write(&ca_pem, ca.certificate_pem())?;
+        let copier: &[&str] = if transactions { &[COPIER] } else { &[] };
         let users = [PRODUCER, READER]
             .iter()
             .chain(groups)
+            .chain(copier)
             .map(|u| (u.to_string(), format!("{u}-secret")))
             .collect();
         Ok(SecureSoak {
@@ -237,9 +253,9 @@ impl SecureSoak {
         self.login(user, password)
     }
 
-    /// The ACLs of the table in the module header, created through node `via`; waits until
-    /// every node enforces them and logs every workload user in.
-    pub fn grant(&self, cluster: &Cluster, via: i32, topic: &str) -> Result<()> {
+    /// The ACLs of the tables in the module header (the second with `transactions`), created
+    /// through node `via`; waits until every node lists them and logs every workload user in.
+    pub fn grant(&self, cluster: &Cluster, via: i32, topic: &str, transactions: bool) -> Result<()> {
         let allow = |user: &str, resource_type: i8, resource: &str, operation: i8| {
             AclCreation::default()
                 .with_resource_type(resource_type)
@@ -254,10 +270,29 @@ impl SecureSoak {
             allow(PRODUCER, acl::TOPIC, topic, acl::WRITE),
             allow(PRODUCER, acl::TOPIC, topic, acl::DESCRIBE),
         ];
-        for (user, _) in self.users.iter().filter(|(u, _)| u != PRODUCER) {
+        for (user, _) in self.users.iter().filter(|(u, _)| u != PRODUCER && u != COPIER) {
             let group = if user == READER { READER_GROUP } else { user.as_str() };
             creations.push(allow(user, acl::TOPIC, topic, acl::READ));
             creations.push(allow(user, acl::GROUP, group, acl::READ));
+        }
+        if transactions {
+            let write = |user: &str, resource_type: i8, resource: &str| {
+                [acl::WRITE, acl::DESCRIBE].map(|op| allow(user, resource_type, resource, op))
+            };
+            creations.extend(write(PRODUCER, acl::TOPIC, TXN_TOPIC));
+            for id in producer_transactional_ids() {
+                creations.extend(write(PRODUCER, acl::TRANSACTIONAL_ID, &id));
+            }
+            creations.push(allow(COPIER, acl::TOPIC, TXN_TOPIC, acl::READ));
+            creations.push(allow(COPIER, acl::GROUP, STAGE_GROUP, acl::READ));
+            creations.extend(write(COPIER, acl::TOPIC, STAGE_OUTPUT));
+            for id in ctp::transactional_ids() {
+                creations.extend(write(COPIER, acl::TRANSACTIONAL_ID, &id));
+            }
+            for t in [TXN_TOPIC, STAGE_OUTPUT] {
+                creations.push(allow(READER, acl::TOPIC, t, acl::READ));
+            }
+            creations.push(allow(READER, acl::GROUP, CHECKER_GROUP, acl::READ));
         }
         let expected = creations.len();
         let request = CreateAclsRequest::default().with_creations(creations);
@@ -314,7 +349,11 @@ impl SecureSoak {
         for (id, host) in hosts {
             serials.push(format!("node {id} serial {}", self.issue(id, host, self.generation)?));
         }
-        Ok(format!("certificate {} written: {}", self.generation, serials.join(", ")))
+        Ok(format!(
+            "certificate {} written: {}",
+            self.generation,
+            serials.join(", ")
+        ))
     }
 
     /// Rotation, second half: each of `nodes` presents the certificate its keystore holds now
@@ -341,7 +380,12 @@ impl SecureSoak {
             }
             held.connection
                 .call(&ApiVersionsRequest::default(), 0)
-                .with_context(|| format!("node {}: a connection made before the rotation is no longer served", held.node))?;
+                .with_context(|| {
+                    format!(
+                        "node {}: a connection made before the rotation is no longer served",
+                        held.node
+                    )
+                })?;
             served += 1;
         }
         Ok(format!(
@@ -354,7 +398,11 @@ impl SecureSoak {
     /// `iterations` (one more if that is the count in force) with the same password, the
     /// admin a new password (and salt) that the harness logs in with from now on.
     pub fn change_scram(&mut self, cluster: &mut Cluster, via: i32, iterations: u32) -> Result<String> {
-        let iterations = if iterations == self.iterations { iterations + 1 } else { iterations };
+        let iterations = if iterations == self.iterations {
+            iterations + 1
+        } else {
+            iterations
+        };
         self.admin_changes += 1;
         let admin_password = format!("{ADMIN_FIRST_PASSWORD}-{}", self.admin_changes);
         let admin_password = admin_password.as_str();

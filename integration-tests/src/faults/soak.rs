@@ -14,6 +14,11 @@
 //! With [`ScheduleOptions::secure`] the cluster is secured ([`SecureSoak`]: SASL_SSL only, each
 //! client its own SCRAM user and ACLs, the harness the admin) and the schedule may rotate
 //! certificates and change SCRAM credentials; the checks are the same.
+//!
+//! With [`ScheduleOptions::transactions`] the transactional workload
+//! ([`super::transactions`]) and the consume-transform-produce stage copying its topic
+//! ([`super::consume_transform_produce`]) run too, the schedule may aim at their coordinators
+//! and leaders, and their anomalies are counted once the schedule has healed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -21,16 +26,19 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
+use kafka_protocol::messages::FindCoordinatorRequest;
+use kafka_protocol::protocol::StrBytes;
 use rdkafka::config::ClientConfig;
 
+use super::consume_transform_produce::{self as ctp, CopyStage, STAGE_GROUP, STAGE_OUTPUT};
 use super::schedule::{Action, FaultKind, NetFault, Port, Schedule, ScheduleOptions, Target, NODES};
-use super::secure::{SecureSoak, PRODUCER, READER};
+use super::secure::{SecureSoak, COPIER, PRODUCER, READER};
+use super::transactions::{self, transactional_id, AnomalyNotes, TxnReport, TxnWorkload, TXN_TOPIC};
 use super::{
     acked_but_missing, acked_records, await_identical_replicas, check_acked_records_exactly_once,
     check_consumed_records_in_final_log, create_topic, mark_client_resends, read_final_log_as, report_resent_by_client,
     workload_producer_config, Workload, FAST_FAILOVER,
 };
-use super::transactions::{self, TxnReport, TxnWorkload, TXN_TOPIC};
 use crate::clients::{self, wait_until};
 use crate::groups::{check_group_received, committed_offsets_as, member_config, GroupMember, MemberLog, Received};
 use crate::{retry_port_races, ClientSecurity, Cluster};
@@ -46,6 +54,9 @@ const RECOVERY_TIMEOUT: Duration = Duration::from_secs(30);
 const FULL_ISR_TIMEOUT: Duration = Duration::from_secs(60);
 /// Longest a graceful shutdown (SIGTERM) may take before it counts as a violation.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(20);
+/// Longest the copy stage may take after the producers stop to have copied every committed
+/// record (its group's committed offsets past each partition's last one).
+const STAGE_CATCH_UP_TIMEOUT: Duration = Duration::from_secs(60);
 /// Longest resolving a target (asking who leads or controls) may take.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Broker log lines kept per node when a schedule fails.
@@ -60,8 +71,6 @@ pub struct SoakOptions {
     /// Print the nodes' log tails when the cluster is dropped (tests); off for the soak binary,
     /// which keeps them in the outcome of a failed schedule instead.
     pub report_on_drop: bool,
-    /// Run the transactional workload too (`--transactions`) and check its anomalies.
-    pub transactions: bool,
 }
 
 impl Default for SoakOptions {
@@ -70,7 +79,6 @@ impl Default for SoakOptions {
             schedule: ScheduleOptions::default(),
             rate_per_s: 1000,
             report_on_drop: false,
-            transactions: false,
         }
     }
 }
@@ -102,6 +110,8 @@ pub struct ScheduleOutcome {
     pub elapsed: Duration,
     /// The transactional workload's figures and anomalies (`--transactions`).
     pub txn: Option<TxnReport>,
+    /// Examples of each transaction anomaly found: which record, where.
+    pub txn_notes: AnomalyNotes,
 }
 
 impl ScheduleOutcome {
@@ -139,8 +149,12 @@ impl ScheduleOutcome {
     /// Everything needed to understand a failure: the schedule, the steps as run, the
     /// violations and the broker log tails.
     pub fn details(&self) -> String {
+        let anomalies = match self.txn_notes.is_empty() {
+            true => String::new(),
+            false => format!("transaction anomalies:\n  {}\n", self.txn_notes.lines().join("\n  ")),
+        };
         format!(
-            "{}executed:\n  {}\nviolations:\n  {}\n{}",
+            "{}executed:\n  {}\nviolations:\n  {}\n{anomalies}{}",
             self.schedule,
             self.executed.join("\n  "),
             self.violations.join("\n  "),
@@ -166,10 +180,11 @@ pub fn run_schedule(seed: u64, options: &SoakOptions) -> ScheduleOutcome {
         log_tails: Vec::new(),
         elapsed: Duration::ZERO,
         txn: None,
+        txn_notes: AnomalyNotes::default(),
     };
     let mut secure = match options.schedule.secure {
         false => None,
-        true => match SecureSoak::new(seed, &GROUPS) {
+        true => match SecureSoak::new(seed, &GROUPS, options.schedule.transactions) {
             Ok(secure) => Some(secure),
             Err(e) => {
                 out.violations.push(format!("the test CA and users: {e:#}"));
@@ -240,16 +255,12 @@ fn run_on(
     create_topic(cluster, 1, TOPIC, partitions, 3, &[("min.insync.replicas", "2")])?;
     cluster.await_full_isr(TOPIC, Duration::from_secs(20))?;
     if let Some(s) = secure.as_ref() {
-        s.grant(cluster, 1, TOPIC).context("granting the workload's ACLs")?;
+        s.grant(cluster, 1, TOPIC, options.schedule.transactions)
+            .context("granting the workload's ACLs")?;
     }
     let bootstrap = cluster.bootstrap();
     // Each client logs in as its own principal on a secured cluster.
-    let login = |user: &str| -> ClientSecurity {
-        secure
-            .as_ref()
-            .map(|s| s.user_security(user))
-            .unwrap_or_default()
-    };
+    let login = |user: &str| -> ClientSecurity { secure.as_ref().map(|s| s.user_security(user)).unwrap_or_default() };
     let groups: Vec<Vec<GroupMember>> = GROUPS
         .iter()
         .map(|group| {
@@ -270,13 +281,21 @@ fn run_on(
         producer_config,
         &login(READER),
     )?;
-    let txn_workload = match options.transactions {
+    let txn_run = match options.schedule.transactions {
         false => None,
         true => {
-            create_topic(cluster, 1, TXN_TOPIC, partitions, 3, &[("min.insync.replicas", "2")])?;
-            cluster.await_full_isr(TXN_TOPIC, Duration::from_secs(20))?;
+            for topic in [TXN_TOPIC, STAGE_OUTPUT] {
+                create_topic(cluster, 1, topic, partitions, 3, &[("min.insync.replicas", "2")])?;
+                cluster.await_full_isr(topic, Duration::from_secs(20))?;
+            }
             let config = clients::secured(txn_producer_config(&bootstrap), &login(PRODUCER));
-            Some(TxnWorkload::start(config, TXN_TOPIC, partitions, out.schedule.seed))
+            let workload = TxnWorkload::start(config, TXN_TOPIC, partitions, out.schedule.seed);
+            let stage = CopyStage::start(
+                clients::secured(txn_producer_config(&bootstrap), &login(COPIER)),
+                clients::secured(bootstrap_config(&bootstrap), &login(COPIER)),
+                out.schedule.seed,
+            );
+            Some((workload, stage))
         }
     };
     let txn_reader = login(READER);
@@ -291,19 +310,73 @@ fn run_on(
     if let Err(e) = workload.await_progress_since(healed_at, PROGRESS, RECOVERY_TIMEOUT) {
         out.violations.push(format!("recovery after healing: {e:#}"));
     }
-    if let Some(txn_workload) = txn_workload {
-        let txns = txn_workload.stop();
-        if txns.is_empty() {
-            out.violations
-                .push("the transactional workload completed no transaction: nothing was checked".to_string());
-        }
+    if let Some((txn_workload, stage)) = txn_run {
         let reader = clients::secured(clients::consumer_config(&bootstrap), &txn_reader);
-        match transactions::check(reader, TXN_TOPIC, partitions, &txns) {
-            Ok(report) => out.txn = Some(report),
-            Err(e) => out.violations.push(format!("checking the transactions: {e:#}")),
-        }
+        let harness = cluster.client_security(1).clone();
+        check_transactions(&bootstrap, reader, &harness, txn_workload, stage, partitions, out);
     }
     check_all(cluster, workload, groups, healed_at, partitions, out)
+}
+
+/// Stops the transactional producers and judges what `read_committed` shows of their topic;
+/// waits for the copy stage to copy every committed record, stops it, and judges the copy.
+/// A step that cannot be done is a violation, and the figures found so far are kept.
+fn check_transactions(
+    bootstrap: &str,
+    reader: ClientConfig,
+    harness: &ClientSecurity,
+    workload: TxnWorkload,
+    stage: CopyStage,
+    partitions: i32,
+    out: &mut ScheduleOutcome,
+) {
+    let v = &mut out.violations;
+    let txns = workload.stop();
+    if txns.is_empty() {
+        v.push("the transactional workload completed no transaction: nothing was checked".to_string());
+    }
+    let input = match transactions::read_committed(reader.clone(), TXN_TOPIC, partitions) {
+        Ok(input) => input,
+        Err(e) => {
+            v.push(format!("checking the transactions: {e:#}"));
+            stage.stop();
+            return;
+        }
+    };
+    let mut report = transactions::judge_log(&txns, &input, &mut out.txn_notes);
+    if let Err(e) = ctp::await_caught_up(bootstrap, harness, &input, partitions, STAGE_CATCH_UP_TIMEOUT) {
+        v.push(format!("{e:#}"));
+    }
+    let copies = stage.stop();
+    if copies.stuck > 0 {
+        v.push(format!(
+            "{} copy stage workers did not stop within a minute (stuck in a client call)",
+            copies.stuck
+        ));
+    }
+    let output = ctp::committed_offsets(bootstrap, harness, partitions).and_then(|committed| {
+        let output = transactions::read_committed(reader, STAGE_OUTPUT, partitions)?;
+        Ok((committed, output))
+    });
+    match output {
+        Ok((committed, output)) => {
+            let sent = transactions::sent_values(&txns);
+            report.stage = ctp::judge(&input, &sent, &committed, &copies.txns, &output, &mut out.txn_notes);
+            report.stage.hung_calls = copies.hung_calls;
+            if report.stage.committed == 0 {
+                v.push(format!("the copy stage ({STAGE_GROUP}) committed no transaction"));
+            }
+        }
+        Err(e) => v.push(format!("checking the copy stage: {e:#}")),
+    }
+    out.txn = Some(report);
+}
+
+/// Only where the cluster is: the copy stage's consumers add their group settings.
+fn bootstrap_config(bootstrap: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", bootstrap);
+    c
 }
 
 /// The transactional producers' settings: idempotent, `acks=all`, bounded retries of each call.
@@ -414,12 +487,44 @@ fn resolve(cluster: &Cluster, target: Target, faulted: &Faulted) -> Result<(i32,
         Target::Node(id) => id,
         Target::Controller => cluster.controller(asking, RESOLVE_TIMEOUT)?,
         Target::Leader(p) => cluster.partition_leader(asking, TOPIC, p, RESOLVE_TIMEOUT)?,
+        Target::TxnLeader(p) => cluster.partition_leader(asking, TXN_TOPIC, p, RESOLVE_TIMEOUT)?,
+        Target::TxnCoordinator(k) => coordinator(cluster, asking, TRANSACTION_KEY, &transactional_id(k))?,
+        Target::StageGroupCoordinator => coordinator(cluster, asking, GROUP_KEY, STAGE_GROUP)?,
     };
     if faulted.nodes().contains(&node) {
         let instead = healthy_node(faulted);
         return Ok((instead, format!("node {instead} (node {node} already faulted)")));
     }
     Ok((node, format!("node {node}")))
+}
+
+/// FindCoordinator's key types.
+const GROUP_KEY: i8 = 0;
+const TRANSACTION_KEY: i8 = 1;
+
+/// The coordinator node `asking` names for `key` (a group or a transactional id), waiting
+/// while it has none (a coordinator moving after a fault).
+fn coordinator(cluster: &Cluster, asking: i32, key_type: i8, key: &str) -> Result<i32> {
+    let request = FindCoordinatorRequest::default()
+        .with_key(StrBytes::from_string(key.to_string()))
+        .with_key_type(key_type);
+    let mut last = String::new();
+    wait_until(
+        RESOLVE_TIMEOUT,
+        &format!("the coordinator of {key}"),
+        || match cluster.call(asking, &request, 3, RESOLVE_TIMEOUT) {
+            Ok(r) if r.error_code == 0 && r.node_id.0 > 0 => Some(r.node_id.0),
+            Ok(r) => {
+                last = format!("error code {} ({:?})", r.error_code, r.error_message);
+                None
+            }
+            Err(e) => {
+                last = format!("{e:#}");
+                None
+            }
+        },
+    )
+    .with_context(|| format!("node {asking} named no coordinator for {key}: {last}"))
 }
 
 fn inject(
@@ -434,7 +539,9 @@ fn inject(
             (t, kind.to_string())
         }
         FaultKind::RotateCertificates | FaultKind::RotateScram { .. } => {
-            let s = secure.as_mut().context("a security fault needs a secured cluster (--secure)")?;
+            let s = secure
+                .as_mut()
+                .context("a security fault needs a secured cluster (--secure)")?;
             let done = match kind {
                 FaultKind::RotateScram { iterations } => s.change_scram(cluster, healthy_node(faulted), iterations)?,
                 _ => {
@@ -483,7 +590,9 @@ fn heal(
         return Ok("nothing to undo (the fault was not injected)".to_string());
     };
     if kind.is_security() {
-        let s = secure.as_mut().context("a security fault needs a secured cluster (--secure)")?;
+        let s = secure
+            .as_mut()
+            .context("a security fault needs a secured cluster (--secure)")?;
         let healthy = healthy_nodes(cluster, faulted);
         return match kind {
             FaultKind::RotateCertificates => s.check_certificates(cluster, &healthy),
@@ -590,6 +699,9 @@ fn net_apply(cluster: &Cluster, step: &NetStep) -> Result<()> {
 }
 
 /// Stops the workload and groups and runs every check, each failure one violation.
+/// The start of the line a broker logs when an invariant does not hold (`invariant::LOG_MESSAGE`).
+const BROKEN_INVARIANT_LOG: &str = "an invariant sluice relies on does not hold";
+
 fn check_all(
     cluster: &mut Cluster,
     mut workload: Workload,
@@ -608,6 +720,11 @@ fn check_all(
         if let Err(e) = cluster.node(id).assert_running() {
             v.push(format!("node {id} is not running after healing: {e:#}"));
         }
+        // A node that found a broken invariant says so and stops; a restart may hide the stop.
+        let log = std::fs::read_to_string(cluster.node(id).log_path()).unwrap_or_default();
+        for line in log.lines().filter(|l| l.contains(BROKEN_INVARIANT_LOG)) {
+            v.push(format!("node {id} found a broken invariant: {line}"));
+        }
     }
     let isr_timeout = (healed_at + FULL_ISR_TIMEOUT).saturating_duration_since(Instant::now());
     if let Err(e) = cluster.await_full_isr(TOPIC, isr_timeout) {
@@ -615,12 +732,21 @@ fn check_all(
     }
     // The harness's own login (the admin, with the password in force, on a secured cluster).
     let harness = cluster.client_security(1).clone();
-    let mut log = read_final_log_as(&cluster.bootstrap(), &harness, TOPIC, partitions, Duration::from_secs(30))
-        .context("reading the final log")?;
+    let mut log = read_final_log_as(
+        &cluster.bootstrap(),
+        &harness,
+        TOPIC,
+        partitions,
+        Duration::from_secs(30),
+    )
+    .context("reading the final log")?;
     let resent = mark_client_resends(cluster, TOPIC, &mut log);
     report_resent_by_client(&resent);
     if !resent.is_empty() {
-        eprintln!("[faults] the producer's idempotence events:\n    {}", producer.epoch_events_tail(40));
+        eprintln!(
+            "[faults] the producer's idempotence events:\n    {}",
+            producer.epoch_events_tail(40)
+        );
     }
     out.resent_by_client = resent.len() as u64;
     out.lost = acked_but_missing(&log, &producer).len() as u64;
@@ -641,7 +767,9 @@ fn check_all(
     let acked: Vec<Received> = acked_records(&log, &producer);
     let bootstrap = cluster.bootstrap();
     for (group, members) in GROUPS.iter().zip(groups) {
-        v.extend(check_group(&bootstrap, &harness, group, members, &acked, &log, partitions));
+        v.extend(check_group(
+            &bootstrap, &harness, group, members, &acked, &log, partitions,
+        ));
     }
     if let Err(e) = await_identical_replicas(cluster, TOPIC, partitions, Duration::from_secs(20)) {
         v.push(format!("identical replicas: {e:#}"));

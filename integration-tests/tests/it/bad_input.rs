@@ -657,9 +657,8 @@ fn oversized_count_frames() -> Vec<(&'static str, Vec<u8>)> {
         .uvarint(u64::from(u32::MAX));
     // Fetch v12/v13 opening an incremental-session request (KIP-227) whose forgotten topics
     // claim 4 billion entries, or one forgotten topic with 4 billion partitions.
-    let session_fetch = |version: i16, forgotten: &dyn Fn(&mut wire::Encoder)| {
-        (1, version, true, session_fetch_body(forgotten))
-    };
+    let session_fetch =
+        |version: i16, forgotten: &dyn Fn(&mut wire::Encoder)| (1, version, true, session_fetch_body(forgotten));
     let forgotten_topics = session_fetch(12, &|b| {
         b.uvarint(u64::from(u32::MAX));
     });
@@ -765,13 +764,33 @@ fn oversized_count_frames() -> Vec<(&'static str, Vec<u8>)> {
         ("AlterClientQuotas v1 with 4 billion entries", 49, 1, four_billion(&[])),
         ("DescribeProducers v0 with 4 billion topics", 61, 0, four_billion(&[])),
         // The transaction APIs: arrays of 4 billion, or a transactional id claiming 4 GB.
-        ("AddPartitionsToTxn v4 with 4 billion transactions", 24, 4, four_billion(&[])),
-        ("AddOffsetsToTxn v3 with a 4 GB transactional id", 25, 3, four_billion(&[])),
+        (
+            "AddPartitionsToTxn v4 with 4 billion transactions",
+            24,
+            4,
+            four_billion(&[]),
+        ),
+        (
+            "AddOffsetsToTxn v3 with a 4 GB transactional id",
+            25,
+            3,
+            four_billion(&[]),
+        ),
         ("EndTxn v3 with a 4 GB transactional id", 26, 3, four_billion(&[])),
         ("WriteTxnMarkers v1 with 4 billion markers", 27, 1, four_billion(&[])),
-        ("TxnOffsetCommit v3 with a 4 GB transactional id", 28, 3, four_billion(&[])),
+        (
+            "TxnOffsetCommit v3 with a 4 GB transactional id",
+            28,
+            3,
+            four_billion(&[]),
+        ),
         ("DescribeTransactions v0 with 4 billion ids", 65, 0, four_billion(&[])),
-        ("ListTransactions v0 with 4 billion state filters", 66, 0, four_billion(&[])),
+        (
+            "ListTransactions v0 with 4 billion state filters",
+            66,
+            0,
+            four_billion(&[]),
+        ),
         (
             "DescribeTopicPartitions v0 with 4 billion topics",
             75,
@@ -834,7 +853,10 @@ fn a_well_formed_session_fetch_like_the_hostile_ones_opens_a_session() -> Result
         let error = r.i16()?;
         let session_id = r.i32()?;
         ensure!(error == 0, "v{version}: the session fetch failed with error {error}");
-        ensure!(session_id > 0, "v{version}: no session was opened (session id {session_id})");
+        ensure!(
+            session_id > 0,
+            "v{version}: no session was opened (session id {session_id})"
+        );
     }
     node.assert_running()
 }

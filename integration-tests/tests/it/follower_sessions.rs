@@ -71,15 +71,19 @@ async fn followers_fetch_in_sessions_and_still_replicate_every_partition() -> Re
     // it leads. Nothing else fetches in a session here.
     let expected = |id: i32| ((NODES as u64 - 1), (NODES as u64 - 1) * led[&id]);
     let mut last = BTreeMap::new();
-    let held = wait_until(TIMEOUT, "every follower to hold a fetch session with every leader", || {
-        let all = cluster.ids().into_iter().all(|id| {
-            let cache = session_cache(metrics[id as usize - 1]);
-            let ok = cache.as_ref().is_ok_and(|c| *c == expected(id));
-            last.insert(id, format!("{cache:?}, expected {:?}", expected(id)));
-            ok
-        });
-        all.then_some(())
-    });
+    let held = wait_until(
+        TIMEOUT,
+        "every follower to hold a fetch session with every leader",
+        || {
+            let all = cluster.ids().into_iter().all(|id| {
+                let cache = session_cache(metrics[id as usize - 1]);
+                let ok = cache.as_ref().is_ok_and(|c| *c == expected(id));
+                last.insert(id, format!("{cache:?}, expected {:?}", expected(id)));
+                ok
+            });
+            all.then_some(())
+        },
+    );
     if held.is_err() {
         bail!("fetch session caches per node: {last:?}");
     }
@@ -105,7 +109,10 @@ async fn followers_fetch_in_sessions_and_still_replicate_every_partition() -> Re
     for id in cluster.ids() {
         let cache = session_cache(metrics[id as usize - 1])?;
         if cache != expected(id) {
-            bail!("node {id}: fetch session cache {cache:?} after producing, expected {:?}", expected(id));
+            bail!(
+                "node {id}: fetch session cache {cache:?} after producing, expected {:?}",
+                expected(id)
+            );
         }
     }
     Ok(())

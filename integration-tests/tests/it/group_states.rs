@@ -810,9 +810,11 @@ fn commits_to_unknown_partitions_are_refused_and_list_groups_filters_by_state() 
         id: "listed-empty".into(),
     };
     // Its offsets partition may be another one, still loading (COORDINATOR_LOAD_IN_PROGRESS).
-    wait_until(TIMEOUT, "the coordinator to answer DescribeGroups for listed-empty", || {
-        empty.describe().ok().filter(|d| d.error_code == NONE)
-    })?;
+    wait_until(
+        TIMEOUT,
+        "the coordinator to answer DescribeGroups for listed-empty",
+        || empty.describe().ok().filter(|d| d.error_code == NONE),
+    )?;
     // A group with offsets only (commits from a non-member): Empty.
     let codes = empty.commit(-1, "", &[(0, 3, "")])?;
     ensure!(codes == vec![NONE], "non-member OffsetCommit to a new group: {codes:?}");

@@ -73,11 +73,15 @@ fn a_leader_restarted_within_its_session_is_refused_until_fenced_and_returns_as_
     cluster.node(victim).respawn()?;
     let fault_at = Instant::now();
 
-    wait_until(Duration::from_secs(15), "the restarted node to say it is refused", || {
-        current_process_log(&mut cluster, victim)
-            .ok()
-            .filter(|log| log.contains(REFUSED))
-    })?;
+    wait_until(
+        Duration::from_secs(15),
+        "the restarted node to say it is refused",
+        || {
+            current_process_log(&mut cluster, victim)
+                .ok()
+                .filter(|log| log.contains(REFUSED))
+        },
+    )?;
     let moved = cluster.await_partition_0(
         &survivors,
         TOPIC,
@@ -93,7 +97,10 @@ fn a_leader_restarted_within_its_session_is_refused_until_fenced_and_returns_as_
     eprintln!("node {victim} restarted at once; partition 0 before {before:?}, after {moved:?}");
     cluster.node(victim).wait_ready()?;
     let returned_at = Instant::now();
-    eprintln!("node {victim} registered and serving {:?} after the kill", fault_at.elapsed());
+    eprintln!(
+        "node {victim} registered and serving {:?} after the kill",
+        fault_at.elapsed()
+    );
     cluster.await_full_isr(TOPIC, Duration::from_secs(25))?;
 
     std::thread::sleep(STEADY);

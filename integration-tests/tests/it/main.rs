@@ -21,6 +21,7 @@ mod groups;
 mod idempotent_producer;
 mod incarnation;
 mod internal_topics;
+mod invariants;
 mod leader_epoch;
 mod metadata_versions;
 mod offsets_topic;

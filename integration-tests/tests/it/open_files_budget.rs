@@ -57,7 +57,10 @@ async fn a_broker_at_its_open_files_limit_refuses_more_replicas_and_keeps_servin
     let bootstrap = node.bootstrap();
     let admin = clients::admin_client(&bootstrap)?;
     clients::create_topic(&admin, "kept", 1, &[]).await?;
-    ensure!(produce(&bootstrap, "kept", "before").await? == 0, "first record's offset");
+    ensure!(
+        produce(&bootstrap, "kept", "before").await? == 0,
+        "first record's offset"
+    );
 
     let mut created = 0;
     let mut refusal = None;
@@ -72,7 +75,10 @@ async fn a_broker_at_its_open_files_limit_refuses_more_replicas_and_keeps_servin
     }
     let (code, message) = refusal.context("no CreateTopics was refused within 1,000 partitions")?;
     ensure!(created > 0, "the first topic was already refused: {code} {message:?}");
-    ensure!(code == POLICY_VIOLATION, "refused with {code}, not POLICY_VIOLATION: {message:?}");
+    ensure!(
+        code == POLICY_VIOLATION,
+        "refused with {code}, not POLICY_VIOLATION: {message:?}"
+    );
     let message = message.unwrap_or_default();
     for part in ["on broker 1", "capacity of", "ulimit -n", "add brokers"] {
         ensure!(message.contains(part), "{part:?} missing from the refusal: {message}");
@@ -88,11 +94,19 @@ async fn a_broker_at_its_open_files_limit_refuses_more_replicas_and_keeps_servin
     );
 
     // Still serving: the existing topic takes and returns records, and every created topic is led.
-    ensure!(produce(&bootstrap, "kept", "after").await? == 1, "second record's offset");
+    ensure!(
+        produce(&bootstrap, "kept", "after").await? == 1,
+        "second record's offset"
+    );
     let consumer = clients::stream_consumer(&bootstrap)?;
     clients::assign(&consumer, "kept", &[0], Offset::Offset(0))?;
     let consumed = clients::consume_exact(&consumer, &HashMap::from([(0, 2)]), Duration::from_secs(20)).await?;
-    let payloads: Vec<_> = consumed.get(&0).into_iter().flatten().map(|r| r.value.clone()).collect();
+    let payloads: Vec<_> = consumed
+        .get(&0)
+        .into_iter()
+        .flatten()
+        .map(|r| r.value.clone())
+        .collect();
     ensure!(
         payloads == [Some(b"before".to_vec()), Some(b"after".to_vec())],
         "read back {payloads:?}"
@@ -103,7 +117,11 @@ async fn a_broker_at_its_open_files_limit_refuses_more_replicas_and_keeps_servin
         .iter()
         .filter(|t| t.name.as_ref().is_some_and(|n| n.0.starts_with("fill-")))
         .collect();
-    ensure!(fill_topics.len() == created, "{} fill topics listed, {created} created", fill_topics.len());
+    ensure!(
+        fill_topics.len() == created,
+        "{} fill topics listed, {created} created",
+        fill_topics.len()
+    );
     for topic in fill_topics {
         ensure!(
             topic.partitions.iter().all(|p| p.error_code == 0 && p.leader_id.0 == 1),
@@ -132,7 +150,11 @@ async fn a_broker_at_its_open_files_limit_refuses_more_replicas_and_keeps_servin
     );
     node.assert_running()?;
     let log = std::fs::read_to_string(node.log_path())?;
-    ensure!(!log.contains("Too many open files"), "the broker ran out of open files:\n{}", node.log_tail(40));
+    ensure!(
+        !log.contains("Too many open files"),
+        "the broker ran out of open files:\n{}",
+        node.log_tail(40)
+    );
     Ok(())
 }
 
@@ -150,7 +172,12 @@ fn three_hundred_partitions_are_all_led_with_a_full_isr_and_reopen_after_a_resta
             .with_timeout_ms(60_000);
         let response = kafka_client::call(addr, &request, 7, Duration::from_secs(60))?;
         let result = response.topics.first().context("no topic result")?;
-        ensure!(result.error_code == 0, "creating {topic}: {} {:?}", result.error_code, result.error_message);
+        ensure!(
+            result.error_code == 0,
+            "creating {topic}: {} {:?}",
+            result.error_code,
+            result.error_message
+        );
     }
     let all_full = |cluster: &Cluster| -> Result<()> {
         for topic in topics {

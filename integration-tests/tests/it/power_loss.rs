@@ -96,13 +96,21 @@ fn acked_records_survive_a_power_cut_on_a_leader_rolling_segments() -> Result<()
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut cluster = start_cluster()?;
     let topic = "power-rolling";
-    create_topic(&cluster, topic, &[[LAZY, 2, 3], [LAZY, 3, 2]], &[("segment.bytes", "4096")])?;
+    create_topic(
+        &cluster,
+        topic,
+        &[[LAZY, 2, 3], [LAZY, 3, 2]],
+        &[("segment.bytes", "4096")],
+    )?;
     cut_power_and_check(&mut cluster, topic, 2, true)?;
     let dir = cluster.data_dir(2).join(format!("{topic}-0"));
     let segments = std::fs::read_dir(&dir)?
         .filter_map(|e| e.ok())
         .filter(|e| faults::is_segment_log_file(&e.file_name().to_string_lossy()))
         .count();
-    ensure!(segments >= 5, "{topic}-0 has only {segments} segments on node 2: the test rolled too little");
+    ensure!(
+        segments >= 5,
+        "{topic}-0 has only {segments} segments on node 2: the test rolled too little"
+    );
     Ok(())
 }

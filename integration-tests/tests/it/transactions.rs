@@ -11,12 +11,17 @@ use anyhow::{ensure, Context, Result};
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::describe_producers_request::TopicRequest as ProducersTopic;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::txn_offset_commit_request::{
+    TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+};
 use kafka_protocol::messages::write_txn_markers_request::{WritableTxnMarker, WritableTxnMarkerTopic};
 use kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, EndTxnRequest, FindCoordinatorRequest, InitProducerIdRequest, ListOffsetsRequest,
-    ProduceRequest, ProducerId, TopicName, TransactionalId, WriteTxnMarkersRequest,
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, ApiVersionsRequest, DescribeProducersRequest, EndTxnRequest,
+    FindCoordinatorRequest, GroupId, InitProducerIdRequest, ListOffsetsRequest, ProduceRequest, ProducerId, TopicName,
+    TransactionalId, TxnOffsetCommitRequest, WriteTxnMarkersRequest,
 };
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::consumer::BaseConsumer;
@@ -65,6 +70,18 @@ fn produce(addr: SocketAddr, id: &str, topic: &str, batch: Bytes) -> Result<i16>
 }
 
 fn produce_as(addr: SocketAddr, who: &ClientSecurity, id: &str, topic: &str, batch: Bytes) -> Result<i16> {
+    produce_with(addr, who, id, topic, batch, 9)
+}
+
+/// Produce of `batch` to partition 0 of `topic` at `version`: the partition's error code.
+fn produce_with(
+    addr: SocketAddr,
+    who: &ClientSecurity,
+    id: &str,
+    topic: &str,
+    batch: Bytes,
+    version: i16,
+) -> Result<i16> {
     let data = PartitionProduceData::default().with_index(0).with_records(Some(batch));
     let request = ProduceRequest::default()
         .with_transactional_id(Some(TransactionalId(str_bytes(id))))
@@ -73,7 +90,7 @@ fn produce_as(addr: SocketAddr, who: &ClientSecurity, id: &str, topic: &str, bat
         .with_topic_data(vec![TopicProduceData::default()
             .with_name(TopicName(str_bytes(topic)))
             .with_partition_data(vec![data])]);
-    let response = call(addr, who, &request, 9)?;
+    let response = call(addr, who, &request, version)?;
     Ok(response.responses[0].partition_responses[0].error_code)
 }
 
@@ -146,7 +163,14 @@ fn add_partition(addr: SocketAddr, id: &str, pid: i64, epoch: i16, topic: &str) 
     add_partition_as(addr, &plain(), id, pid, epoch, topic)
 }
 
-fn add_partition_as(addr: SocketAddr, who: &ClientSecurity, id: &str, pid: i64, epoch: i16, topic: &str) -> Result<i16> {
+fn add_partition_as(
+    addr: SocketAddr,
+    who: &ClientSecurity,
+    id: &str,
+    pid: i64,
+    epoch: i16,
+    topic: &str,
+) -> Result<i16> {
     let request = AddPartitionsToTxnRequest::default()
         .with_v3_and_below_transactional_id(TransactionalId(str_bytes(id)))
         .with_v3_and_below_producer_id(ProducerId(pid))
@@ -172,7 +196,14 @@ fn end_txn_as(addr: SocketAddr, who: &ClientSecurity, id: &str, pid: i64, epoch:
 }
 
 /// WriteTxnMarkers for partition 0 of `topic`: the partition's error code.
-fn write_marker_as(addr: SocketAddr, who: &ClientSecurity, topic: &str, pid: i64, epoch: i16, commit: bool) -> Result<i16> {
+fn write_marker_as(
+    addr: SocketAddr,
+    who: &ClientSecurity,
+    topic: &str,
+    pid: i64,
+    epoch: i16,
+    commit: bool,
+) -> Result<i16> {
     let request = WriteTxnMarkersRequest::default().with_markers(vec![WritableTxnMarker::default()
         .with_producer_id(ProducerId(pid))
         .with_producer_epoch(epoch)
@@ -198,15 +229,24 @@ fn strangers_and_stale_producers_cannot_end_or_mark_a_transaction() -> Result<()
     let (pid, epoch) = init_producer(addr, "tx-h", 60_000)?;
     ensure!(add_partition(addr, "tx-h", pid, epoch, "tx-hostile")? == 0);
     ensure!(produce(addr, "tx-h", "tx-hostile", transactional_batch(pid, epoch, 0))? == 0);
-    ensure!(latest(addr, "tx-hostile", 0)? == 3, "the records are below the high watermark");
-    ensure!(latest(addr, "tx-hostile", 1)? == 0, "the open transaction holds the LSO at its start");
+    ensure!(
+        latest(addr, "tx-hostile", 0)? == 3,
+        "the records are below the high watermark"
+    );
+    ensure!(
+        latest(addr, "tx-hostile", 1)? == 0,
+        "the open transaction holds the LSO at its start"
+    );
 
     // A stranger's producer id, and the right id at a stale epoch.
     ensure!(end_txn(addr, "tx-h", pid + 1, epoch, true)? == code(ResponseError::InvalidProducerIdMapping));
     ensure!(end_txn(addr, "tx-h", pid, epoch - 1, true)? == code(ResponseError::ProducerFenced));
     // A marker naming an older epoch than the producer's is refused by the partition.
     let error = write_marker_as(addr, &plain(), "tx-hostile", pid, epoch - 1, true)?;
-    ensure!(error == code(ResponseError::InvalidProducerEpoch), "stale marker answered {error}");
+    ensure!(
+        error == code(ResponseError::InvalidProducerEpoch),
+        "stale marker answered {error}"
+    );
     ensure!(latest(addr, "tx-hostile", 0)? == 3, "no marker was appended");
     ensure!(latest(addr, "tx-hostile", 1)? == 0, "the transaction is still open");
 
@@ -261,9 +301,24 @@ fn a_commit_completes_and_an_abandoned_transaction_aborts_when_the_coordinator_i
     // An abandoned transaction (typed requests: it is never ended) with a short timeout.
     let abandoned_coordinator = coordinator(addr, "tx-abandoned")?;
     let (pid, epoch) = init_producer(cluster.addr(abandoned_coordinator), "tx-abandoned", 3_000)?;
-    ensure!(add_partition(cluster.addr(abandoned_coordinator), "tx-abandoned", pid, epoch, "tx-kill")? == 0);
+    ensure!(
+        add_partition(
+            cluster.addr(abandoned_coordinator),
+            "tx-abandoned",
+            pid,
+            epoch,
+            "tx-kill"
+        )? == 0
+    );
     let leader = cluster.partition_leader(1, "tx-kill", 0, TIMEOUT)?;
-    ensure!(produce(cluster.addr(leader), "tx-abandoned", "tx-kill", transactional_batch(pid, epoch, 0))? == 0);
+    ensure!(
+        produce(
+            cluster.addr(leader),
+            "tx-abandoned",
+            "tx-kill",
+            transactional_batch(pid, epoch, 0)
+        )? == 0
+    );
 
     // A producer commits two transactions; its coordinator is killed right after the second
     // commit is acknowledged (markers may not all be written yet).
@@ -279,7 +334,11 @@ fn a_commit_completes_and_an_abandoned_transaction_aborts_when_the_coordinator_i
             let value = format!("committed-{round}-{i}");
             let partition = i % 3;
             producer
-                .send(BaseRecord::<(), str>::to("tx-kill").partition(partition).payload(&value))
+                .send(
+                    BaseRecord::<(), str>::to("tx-kill")
+                        .partition(partition)
+                        .payload(&value),
+                )
                 .map_err(|(e, _)| e)?;
             sent.push(value);
         }
@@ -287,7 +346,11 @@ fn a_commit_completes_and_an_abandoned_transaction_aborts_when_the_coordinator_i
     }
     let killed = coordinator(addr, "tx-committer")?;
     cluster.node(killed).kill()?;
-    let survivor = cluster.ids().into_iter().find(|id| *id != killed).context("a survivor")?;
+    let survivor = cluster
+        .ids()
+        .into_iter()
+        .find(|id| *id != killed)
+        .context("a survivor")?;
     let bootstrap = cluster.addr(survivor).to_string();
 
     let read = read_committed(&bootstrap, "tx-kill", 3, sent.len())?;
@@ -307,18 +370,203 @@ fn a_commit_completes_and_an_abandoned_transaction_aborts_when_the_coordinator_i
     );
     // The abandoned transaction was aborted: the LSO reaches the high watermark.
     let leader = cluster.partition_leader(survivor, "tx-kill", 0, TIMEOUT)?;
-    wait_until(Duration::from_secs(60), "the abandoned transaction to be aborted", || {
-        let hw = latest(cluster.addr(leader), "tx-kill", 0).ok()?;
-        let lso = latest(cluster.addr(leader), "tx-kill", 1).ok()?;
-        (lso == hw).then_some(())
+    wait_until(
+        Duration::from_secs(60),
+        "the abandoned transaction to be aborted",
+        || {
+            let hw = latest(cluster.addr(leader), "tx-kill", 0).ok()?;
+            let lso = latest(cluster.addr(leader), "tx-kill", 1).ok()?;
+            (lso == hw).then_some(())
+        },
+    )?;
+    Ok(())
+}
+
+/// KIP-890 part 1 on a partition led by broker 1, for a producer whose coordinator is
+/// `coordinator_node` (the leader itself, or another broker asked with AddPartitionsToTxn v4):
+/// a write to a partition never added is refused and stored nowhere, an added one is
+/// accepted, and a late write after the transaction's abort cannot open a new transaction
+/// that would hold the last stable offset forever.
+fn verification_refuses_unknown_transactions(cluster: &Cluster, id: &str, topic: &str) -> Result<()> {
+    let leader = cluster.addr(1);
+    let coordinator_addr = cluster.addr(coordinator(leader, id)?);
+    let (pid, epoch) = init_producer(coordinator_addr, id, 60_000)?;
+    let hw_before = latest(leader, topic, 0)?;
+
+    let error = produce(leader, id, topic, transactional_batch(pid, epoch, 0))?;
+    ensure!(
+        error == code(ResponseError::InvalidTxnState),
+        "{id}: a write to a partition never added answered {error}"
+    );
+    ensure!(
+        latest(leader, topic, 0)? == hw_before,
+        "{id}: the refused write was stored"
+    );
+
+    ensure!(add_partition(coordinator_addr, id, pid, epoch, topic)? == 0);
+    ensure!(
+        produce(leader, id, topic, transactional_batch(pid, epoch, 0))? == 0,
+        "{id}: the added partition refused the write"
+    );
+    ensure!(end_txn(coordinator_addr, id, pid, epoch, false)? == 0);
+    let ended = hw_before + 4; // three records and the abort marker
+    wait_until(TIMEOUT, "the abort marker", || {
+        let lso = latest(leader, topic, 1).ok()?;
+        (lso == ended).then_some(())
     })?;
+
+    // The next batch of the same producer epoch, as a retry delayed past the abort would
+    // arrive: the coordinator has no transaction with this partition.
+    let error = produce(leader, id, topic, transactional_batch(pid, epoch, 3))?;
+    ensure!(
+        error == code(ResponseError::InvalidTxnState),
+        "{id}: a late write answered {error}"
+    );
+    ensure!(latest(leader, topic, 0)? == ended, "{id}: the late write was stored");
+    ensure!(
+        latest(leader, topic, 1)? == ended,
+        "{id}: the last stable offset is held by a hanging transaction"
+    );
+    Ok(())
+}
+
+#[test]
+fn partition_leaders_verify_a_first_transactional_write_with_the_coordinator() -> Result<()> {
+    let cluster = Cluster::start(3, &[])?;
+    let addr = cluster.addr(1);
+    wait_until(Duration::from_secs(30), "three unfenced brokers", || {
+        cluster.listed_brokers(1).ok().filter(|ids| ids.len() == 3)
+    })?;
+    kafka_client::create_topic_on(addr, "tx-verify-remote", &[&[1, 2, 3]])?;
+    kafka_client::create_topic_on(addr, "tx-verify-local", &[&[1, 2, 3]])?;
+    cluster.await_full_isr("tx-verify-remote", Duration::from_secs(30))?;
+    cluster.await_full_isr("tx-verify-local", Duration::from_secs(30))?;
+    // One transactional id coordinated by the partition leader itself, one by another broker.
+    let (mut local, mut remote) = (None, None);
+    for i in 0..200 {
+        let id = format!("tx-verify-{i}");
+        match coordinator(addr, &id)? {
+            1 => local = local.or(Some(id)),
+            _ => remote = remote.or(Some(id)),
+        }
+        if local.is_some() && remote.is_some() {
+            break;
+        }
+    }
+    let remote = remote.context("an id coordinated by broker 2 or 3")?;
+    let local = local.context("an id coordinated by broker 1")?;
+    verification_refuses_unknown_transactions(&cluster, &remote, "tx-verify-remote")?;
+    verification_refuses_unknown_transactions(&cluster, &local, "tx-verify-local")?;
+    Ok(())
+}
+
+/// TxnOffsetCommit of offset 5 on partition 0 of `topic` for `group` (no member named): the
+/// partition's error code.
+fn txn_offset_commit(addr: SocketAddr, id: &str, group: &str, pid: i64, epoch: i16, topic: &str) -> Result<i16> {
+    let request = TxnOffsetCommitRequest::default()
+        .with_transactional_id(TransactionalId(str_bytes(id)))
+        .with_group_id(GroupId(str_bytes(group)))
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch)
+        .with_generation_id(-1)
+        .with_topics(vec![TxnOffsetCommitRequestTopic::default()
+            .with_name(TopicName(str_bytes(topic)))
+            .with_partitions(vec![TxnOffsetCommitRequestPartition::default()
+                .with_partition_index(0)
+                .with_committed_offset(5)])]);
+    let response = call(addr, &plain(), &request, 3)?;
+    Ok(response.topics[0].partitions[0].error_code)
+}
+
+#[test]
+fn a_transactional_offset_commit_outside_the_transaction_is_refused() -> Result<()> {
+    let node = SluiceNode::start(NodeOptions::default())?;
+    let addr = node.addr();
+    ensure!(kafka_client::create_topic(addr, "tx-offsets", 1, TIMEOUT)? == 0);
+    coordinator(addr, "tx-o")?;
+    let (pid, epoch) = init_producer(addr, "tx-o", 60_000)?;
+    // FindCoordinator for the group creates __consumer_offsets.
+    let group_coordinator = FindCoordinatorRequest::default()
+        .with_key_type(0)
+        .with_coordinator_keys(vec![str_bytes("tx-o-group")]);
+    wait_until(Duration::from_secs(30), "the group coordinator", || {
+        let response = call(addr, &plain(), &group_coordinator, 4).ok()?;
+        (response.coordinators.first()?.error_code == 0).then_some(())
+    })?;
+    // No AddOffsetsToTxn: a commit now (a late one, say) would stay pending forever.
+    let error = wait_until(Duration::from_secs(30), "the offsets partition to load", || {
+        let code = txn_offset_commit(addr, "tx-o", "tx-o-group", pid, epoch, "tx-offsets").ok()?;
+        (code != ResponseError::CoordinatorLoadInProgress.code()).then_some(code)
+    })?;
+    ensure!(
+        error == code(ResponseError::InvalidTxnState),
+        "a commit outside the transaction answered {error}"
+    );
+    let request = AddOffsetsToTxnRequest::default()
+        .with_transactional_id(TransactionalId(str_bytes("tx-o")))
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch)
+        .with_group_id(GroupId(str_bytes("tx-o-group")));
+    ensure!(call(addr, &plain(), &request, 3)?.error_code == 0);
+    ensure!(txn_offset_commit(addr, "tx-o", "tx-o-group", pid, epoch, "tx-offsets")? == 0);
+    ensure!(end_txn(addr, "tx-o", pid, epoch, true)? == 0);
+    Ok(())
+}
+
+/// The producer ids DescribeProducers lists for partition 0 of `topic`.
+fn listed_producers(addr: SocketAddr, topic: &str) -> Result<Vec<i64>> {
+    let request = DescribeProducersRequest::default().with_topics(vec![ProducersTopic::default()
+        .with_name(TopicName(str_bytes(topic)))
+        .with_partition_indexes(vec![0])]);
+    let response = call(addr, &plain(), &request, 0)?;
+    let p = &response.topics[0].partitions[0];
+    ensure!(p.error_code == 0, "DescribeProducers: {p:?}");
+    Ok(p.active_producers.iter().map(|a| a.producer_id.0).collect())
+}
+
+#[test]
+fn idle_producers_expire_but_not_while_their_transaction_is_open() -> Result<()> {
+    let node = SluiceNode::start(NodeOptions {
+        settings: vec![
+            ("producer.id.expiration.ms".into(), "1000".into()),
+            ("producer.id.expiration.check.interval.ms".into(), "100".into()),
+        ],
+        ..NodeOptions::default()
+    })?;
+    let addr = node.addr();
+    ensure!(kafka_client::create_topic(addr, "tx-expire", 1, TIMEOUT)? == 0);
+    coordinator(addr, "tx-e")?;
+    let (pid, epoch) = init_producer(addr, "tx-e", 60_000)?;
+    ensure!(add_partition(addr, "tx-e", pid, epoch, "tx-expire")? == 0);
+    // The batch's timestamp is from 2023: by it alone the producer is long expired.
+    ensure!(produce(addr, "tx-e", "tx-expire", transactional_batch(pid, epoch, 0))? == 0);
+    let watched = std::time::Instant::now() + Duration::from_millis(2_500);
+    while std::time::Instant::now() < watched {
+        ensure!(
+            listed_producers(addr, "tx-expire")? == vec![pid],
+            "a producer with an open transaction was forgotten"
+        );
+    }
+    ensure!(end_txn(addr, "tx-e", pid, epoch, true)? == 0);
+    // The marker is the producer's last write: it is forgotten a second after it.
+    wait_until(Duration::from_secs(10), "the idle producer to expire", || {
+        listed_producers(addr, "tx-expire").ok().filter(Vec::is_empty)
+    })?;
+    ensure!(
+        latest(addr, "tx-expire", 1)? == 4,
+        "the committed transaction is still there"
+    );
     Ok(())
 }
 
 const AUTHORIZER: &str = "org.apache.kafka.metadata.authorizer.StandardAuthorizer";
 
 fn user(name: &str) -> ClientSecurity {
-    ClientSecurity::default().sasl(SaslLogin::new(SaslMechanism::ScramSha512, name, &format!("{name}-secret")))
+    ClientSecurity::default().sasl(SaslLogin::new(
+        SaslMechanism::ScramSha512,
+        name,
+        &format!("{name}-secret"),
+    ))
 }
 
 /// Allows `User:alice` `operation` (Kafka's code) on a transactional id, as the admin.
@@ -355,7 +603,12 @@ fn without_acls_a_user_can_neither_join_end_nor_mark_anothers_transaction() -> R
         .client_security(admin.clone());
     opts.extra_args = ["admin", "alice"]
         .iter()
-        .flat_map(|u| ["--add-scram".to_string(), format!("SCRAM-SHA-512=[name={u},password={u}-secret]")])
+        .flat_map(|u| {
+            [
+                "--add-scram".to_string(),
+                format!("SCRAM-SHA-512=[name={u},password={u}-secret]"),
+            ]
+        })
         .collect();
     let node = SluiceNode::start(opts)?;
     let addr = node.addr();
@@ -363,30 +616,189 @@ fn without_acls_a_user_can_neither_join_end_nor_mark_anothers_transaction() -> R
     coordinator_as(addr, &admin, "tx-owned")?;
     let (pid, epoch) = init_producer_as(addr, &admin, "tx-owned", 60_000)?;
     ensure!(add_partition_as(addr, &admin, "tx-owned", pid, epoch, "guarded-tx")? == 0);
-    ensure!(produce_as(addr, &admin, "tx-owned", "guarded-tx", transactional_batch(pid, epoch, 0))? == 0);
+    ensure!(
+        produce_as(
+            addr,
+            &admin,
+            "tx-owned",
+            "guarded-tx",
+            transactional_batch(pid, epoch, 0)
+        )? == 0
+    );
     let denied = code(ResponseError::TransactionalIdAuthorizationFailed);
 
     // Alice, with no ACLs, knowing the producer id and epoch, is refused everywhere.
     ensure!(find_coordinator(addr, &alice, "tx-owned")?.0 == denied);
-    ensure!(try_init_producer(addr, &alice, "tx-owned", 60_000)?.0 == denied, "no fencing without WRITE");
+    ensure!(
+        try_init_producer(addr, &alice, "tx-owned", 60_000)?.0 == denied,
+        "no fencing without WRITE"
+    );
     ensure!(add_partition_as(addr, &alice, "tx-owned", pid, epoch, "guarded-tx")? == denied);
     ensure!(end_txn_as(addr, &alice, "tx-owned", pid, epoch, false)? == denied);
-    ensure!(produce_as(addr, &alice, "tx-owned", "guarded-tx", transactional_batch(pid, epoch, 1))? == denied);
+    ensure!(
+        produce_as(
+            addr,
+            &alice,
+            "tx-owned",
+            "guarded-tx",
+            transactional_batch(pid, epoch, 1)
+        )? == denied
+    );
     let marker = write_marker_as(addr, &alice, "guarded-tx", pid, epoch, false)?;
-    ensure!(marker == code(ResponseError::ClusterAuthorizationFailed), "marker answered {marker}");
+    ensure!(
+        marker == code(ResponseError::ClusterAuthorizationFailed),
+        "marker answered {marker}"
+    );
     ensure!(latest_as(addr, &admin, "guarded-tx", 0)? == 3, "nothing was appended");
-    ensure!(latest_as(addr, &admin, "guarded-tx", 1)? == 0, "the transaction is still open");
+    ensure!(
+        latest_as(addr, &admin, "guarded-tx", 1)? == 0,
+        "the transaction is still open"
+    );
 
     // WRITE on the transactional id lets her take it over (fencing the admin's producer), but
     // markers stay the brokers' alone.
     allow_alice_on_transactional_id(addr, &admin, "tx-owned", WRITE)?;
     let marker = write_marker_as(addr, &alice, "guarded-tx", pid, epoch, false)?;
-    ensure!(marker == code(ResponseError::ClusterAuthorizationFailed), "marker answered {marker}");
+    ensure!(
+        marker == code(ResponseError::ClusterAuthorizationFailed),
+        "marker answered {marker}"
+    );
     let (new_pid, new_epoch) = init_producer_as(addr, &alice, "tx-owned", 60_000)?;
-    ensure!(new_pid == pid && new_epoch > epoch, "a new epoch fences the old producer");
+    ensure!(
+        new_pid == pid && new_epoch > epoch,
+        "a new epoch fences the old producer"
+    );
     ensure!(end_txn_as(addr, &admin, "tx-owned", pid, epoch, true)? == code(ResponseError::ProducerFenced));
     wait_until(TIMEOUT, "the fenced transaction's abort marker", || {
         (latest_as(addr, &admin, "guarded-tx", 1).ok()? == 4).then_some(())
     })?;
+    Ok(())
+}
+
+fn produce_at(addr: SocketAddr, id: &str, topic: &str, batch: Bytes, version: i16) -> Result<i16> {
+    produce_with(addr, &plain(), id, topic, batch, version)
+}
+
+/// EndTxn v5 (transactions v2): the error code and the producer id and epoch answered.
+fn end_txn_v2(addr: SocketAddr, id: &str, pid: i64, epoch: i16, commit: bool) -> Result<(i16, i64, i16)> {
+    let request = EndTxnRequest::default()
+        .with_transactional_id(TransactionalId(str_bytes(id)))
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch)
+        .with_committed(commit);
+    let response = call(addr, &plain(), &request, 5)?;
+    Ok((response.error_code, response.producer_id.0, response.producer_epoch))
+}
+
+/// The `transaction.version` level ApiVersions v3 reports as finalized (0 when not listed).
+fn finalized_transaction_version(addr: SocketAddr) -> Result<i16> {
+    let response = call(addr, &plain(), &ApiVersionsRequest::default(), 3)?;
+    ensure!(response.error_code == 0, "ApiVersions: {}", response.error_code);
+    Ok(response
+        .finalized_features
+        .iter()
+        .find(|f| f.name.as_str() == "transaction.version")
+        .map_or(0, |f| f.max_version_level))
+}
+
+#[test]
+fn transactions_v2_producers_write_without_adding_partitions_and_every_end_bumps_the_epoch() -> Result<()> {
+    let cluster = Cluster::start(3, &[])?;
+    let leader = cluster.addr(1);
+    wait_until(Duration::from_secs(30), "three unfenced brokers", || {
+        cluster.listed_brokers(1).ok().filter(|ids| ids.len() == 3)
+    })?;
+    ensure!(
+        finalized_transaction_version(leader)? == 2,
+        "transaction.version 2 is not finalized"
+    );
+    kafka_client::create_topic_on(leader, "tv2", &[&[1, 2, 3]])?;
+    cluster.await_full_isr("tv2", Duration::from_secs(30))?;
+    // An id coordinated by another broker: the leader adds the partition with AddPartitionsToTxn v5.
+    let mut remote = None;
+    for i in 0..200 {
+        let id = format!("tv2-{i}");
+        let at = coordinator(leader, &id)?;
+        if at != 1 {
+            remote = Some((id, at));
+            break;
+        }
+    }
+    let (id, at) = remote.context("an id coordinated by broker 2 or 3")?;
+    let id = id.as_str();
+    let coordinator_addr = cluster.addr(at);
+    let (pid, epoch) = init_producer(coordinator_addr, id, 60_000)?;
+
+    // Produce v12 with no AddPartitionsToTxn first: the leader has the coordinator add it.
+    ensure!(produce_at(leader, id, "tv2", transactional_batch(pid, epoch, 0), 12)? == 0);
+    ensure!(
+        latest(leader, "tv2", 1)? == 0,
+        "the open transaction holds the last stable offset"
+    );
+    let committed = end_txn_v2(coordinator_addr, id, pid, epoch, true)?;
+    ensure!(
+        committed == (0, pid, epoch + 1),
+        "EndTxn v5 commit answered {committed:?}"
+    );
+    wait_until(TIMEOUT, "the commit marker", || {
+        (latest(leader, "tv2", 1).ok()? == 4).then_some(())
+    })?;
+    // A retry (the old epoch) gets the same answer once the commit is complete (before that,
+    // CONCURRENT_TRANSACTIONS, which clients retry) and writes nothing more.
+    let not_busy = |epoch: i16, commit: bool| {
+        wait_until(TIMEOUT, "the previous transaction to complete", || {
+            let answer = end_txn_v2(coordinator_addr, id, pid, epoch, commit).ok()?;
+            (answer.0 != code(ResponseError::ConcurrentTransactions)).then_some(answer)
+        })
+    };
+    let retried = not_busy(epoch, true)?;
+    ensure!(retried == (0, pid, epoch + 1), "a retried EndTxn answered {retried:?}");
+
+    // The marker carries the bumped epoch: a late write of the finished transaction is fenced.
+    let late = produce_at(leader, id, "tv2", transactional_batch(pid, epoch, 3), 12)?;
+    ensure!(
+        late == code(ResponseError::InvalidProducerEpoch),
+        "a late write at the old epoch answered {late}"
+    );
+    // The next transaction writes at the new epoch from sequence 0 and aborts.
+    ensure!(produce_at(leader, id, "tv2", transactional_batch(pid, epoch + 1, 0), 12)? == 0);
+    ensure!(end_txn_v2(coordinator_addr, id, pid, epoch + 1, false)? == (0, pid, epoch + 2));
+    wait_until(TIMEOUT, "the abort marker", || {
+        (latest(leader, "tv2", 1).ok()? == 8).then_some(())
+    })?;
+    // Aborting a transaction that wrote nothing is accepted (the client cannot know whether its
+    // sends arrived) and bumps the epoch; committing one is refused.
+    ensure!(not_busy(epoch + 2, false)? == (0, pid, epoch + 3));
+    let empty_commit = not_busy(epoch + 3, true)?;
+    ensure!(
+        empty_commit.0 == code(ResponseError::InvalidTxnState),
+        "committing an empty transaction answered {empty_commit:?}"
+    );
+    ensure!(
+        latest(leader, "tv2", 0)? == 8,
+        "nothing was written for the empty transactions"
+    );
+    Ok(())
+}
+
+#[test]
+fn with_transaction_version_0_clients_stay_on_v1_and_must_add_partitions_themselves() -> Result<()> {
+    let node = SluiceNode::start(NodeOptions::default().set("transaction.version", "0"))?;
+    let addr = node.addr();
+    ensure!(
+        finalized_transaction_version(addr)? == 0,
+        "transaction.version is finalized above 0"
+    );
+    ensure!(kafka_client::create_topic(addr, "tv0", 1, TIMEOUT)? == 0);
+    coordinator(addr, "tv0-a")?;
+    let (pid, epoch) = init_producer(addr, "tv0-a", 60_000)?;
+    let refused = produce_at(addr, "tv0-a", "tv0", transactional_batch(pid, epoch, 0), 12)?;
+    ensure!(
+        refused == code(ResponseError::InvalidTxnState),
+        "a write to a partition never added answered {refused}"
+    );
+    ensure!(add_partition(addr, "tv0-a", pid, epoch, "tv0")? == 0);
+    ensure!(produce_at(addr, "tv0-a", "tv0", transactional_batch(pid, epoch, 0), 12)? == 0);
+    ensure!(end_txn(addr, "tv0-a", pid, epoch, true)? == 0);
     Ok(())
 }

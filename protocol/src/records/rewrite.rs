@@ -134,7 +134,8 @@ mod tests {
     };
 
     use super::*;
-    use crate::batch::{validate_batch, RECORD_LIST_TOO_LARGE};
+    use crate::batch::validate_batch;
+    use kafka_protocol::error::ResponseError;
 
     /// Every codec, none included.
     fn all_codecs() -> impl Iterator<Item = (Compression, u8)> {
@@ -256,7 +257,7 @@ mod tests {
         let original = producer_batch(Compression::Zstd, TimestampType::Creation);
         let section = BatchRecords::decode(&original, 1 << 20).unwrap().section().len();
         let err = recompress_batch(&original, Compressor::new(CODEC_GZIP), section - 1).unwrap_err();
-        assert_eq!(err.kafka_error_code(), RECORD_LIST_TOO_LARGE, "{err}");
+        assert_eq!(err.response_error(), ResponseError::RecordListTooLarge, "{err}");
         assert!(recompress_batch(&original, Compressor::new(CODEC_GZIP), section)
             .unwrap()
             .is_some());

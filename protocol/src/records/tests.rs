@@ -6,13 +6,14 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use bytes::{Bytes, BytesMut};
+use kafka_protocol::error::ResponseError;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions};
 
 use super::*;
 use crate::batch::test_support::{encode_batch, with_records_section, TestRecord};
 use crate::batch::{
-    validate_batch, BatchIter, CORRUPT_MESSAGE, MIN_RECORD_BYTES, RECORDS_COUNT_OFFSET, RECORD_LIST_TOO_LARGE,
+    validate_batch, BatchIter, MIN_RECORD_BYTES, RECORDS_COUNT_OFFSET,
 };
 
 pub(super) const CODECS: [(Compression, u8); 4] = [
@@ -274,7 +275,7 @@ fn output_of_exactly_the_limit_is_accepted_and_one_byte_more_refused() {
                 max_bytes: section_len - 1
             }
         );
-        assert_eq!(err.kafka_error_code(), RECORD_LIST_TOO_LARGE);
+        assert_eq!(err.response_error(), ResponseError::RecordListTooLarge);
     }
 }
 
@@ -291,8 +292,8 @@ fn a_megabyte_of_zeros_is_refused_under_a_small_limit_without_being_allocated() 
         let (result, peak) = peak_allocation(|| BatchRecords::decode(&batch, LIMIT).map(|_| ()));
         let err = result.unwrap_err();
         assert_eq!(
-            err.kafka_error_code(),
-            RECORD_LIST_TOO_LARGE,
+            err.response_error(),
+            ResponseError::RecordListTooLarge,
             "{}: {err}",
             codec_name(codec)
         );
@@ -376,8 +377,8 @@ fn truncated_compressed_sections_are_corrupt() {
             let truncated = with_section(&batch, &section[..cut], records.len() as i32);
             let err = BatchRecords::decode(&truncated, GENEROUS_LIMIT).unwrap_err();
             assert_eq!(
-                err.kafka_error_code(),
-                CORRUPT_MESSAGE,
+                err.response_error(),
+                ResponseError::CorruptMessage,
                 "{} cut at {cut}: {err}",
                 codec_name(codec)
             );
@@ -399,7 +400,7 @@ fn garbled_compressed_sections_never_panic_and_fail_as_corrupt_or_too_large() {
                     Ok(decoded) => assert_eq!(decoded.iter().count(), records.len()),
                     Err(err) => {
                         assert!(
-                            [CORRUPT_MESSAGE, RECORD_LIST_TOO_LARGE].contains(&err.kafka_error_code()),
+                            [ResponseError::CorruptMessage, ResponseError::RecordListTooLarge].contains(&err.response_error()),
                             "{err}"
                         );
                         refused += 1;
@@ -429,7 +430,7 @@ fn unknown_codecs_and_empty_sections_are_corrupt() {
     );
     for (_, codec) in CODECS {
         let err = decompress(codec, &[], 100).unwrap_err();
-        assert_eq!(err.kafka_error_code(), CORRUPT_MESSAGE, "{}: {err}", codec_name(codec));
+        assert_eq!(err.response_error(), ResponseError::CorruptMessage, "{}: {err}", codec_name(codec));
     }
 }
 
@@ -452,7 +453,7 @@ fn a_record_count_beyond_the_section_bytes_is_refused_before_walking() {
             ),
             "{err}"
         );
-        assert_eq!(err.kafka_error_code(), CORRUPT_MESSAGE);
+        assert_eq!(err.response_error(), ResponseError::CorruptMessage);
     }
 }
 
@@ -516,7 +517,7 @@ fn malformed_record_fields_are_named_in_the_error() {
     for (body, reason) in cases {
         let err = BatchRecords::decode(&single_record_batch(body), GENEROUS_LIMIT).unwrap_err();
         assert_eq!(err, BatchError::MalformedRecord { index: 0, reason }, "body {body:?}");
-        assert_eq!(err.kafka_error_code(), CORRUPT_MESSAGE);
+        assert_eq!(err.response_error(), ResponseError::CorruptMessage);
     }
     // The minimal record: 7 bytes with its length.
     let minimal = single_record_batch(&[0, 0, 0, 1, 1, 0]);

@@ -134,7 +134,24 @@ impl Group {
         }
     }
 
+    /// Moves the group to `state`. Invariant: only from a state [`GroupState::may_follow`]
+    /// allows; any other move is a bug, reported (the node stops; unit tests fail) and not made.
     pub(super) fn transition(&mut self, state: GroupState, now: i64) {
+        if !state.may_follow(self.state) {
+            let broken = format!(
+                "group {:?} would move from {} to {}, which Kafka's group state machine does not allow",
+                self.id,
+                self.state.name(),
+                state.name()
+            );
+            #[cfg(test)]
+            panic!("{broken}");
+            #[cfg(not(test))]
+            {
+                crate::invariant::broken(broken);
+                return;
+            }
+        }
         self.state = state;
         self.state_since_ms = now;
     }

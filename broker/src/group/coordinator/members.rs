@@ -10,8 +10,8 @@ use kafka_protocol::error::ResponseError;
 use super::group::{check_member, stored_bytes, Group, Member};
 use super::rebalance::{maybe_prepare_rebalance, prepare_rebalance, remove_member_and_update, try_complete_join};
 use super::{
-    Effect, Fx, GroupConfig, GroupCoordinator, GroupState, JoinRequest, JoinResult, MemberError, ReplyId, SyncRequest,
-    SyncResult,
+    AfterStore, Effect, Fx, GroupConfig, GroupCoordinator, GroupState, JoinRequest, JoinResult, MemberError, ReplyId,
+    StaticJoin, SyncRequest, SyncResult,
 };
 
 impl GroupCoordinator {
@@ -44,9 +44,6 @@ impl GroupCoordinator {
         }
         let config = self.config.clone();
         let group = self.groups.get_mut(&req.group_id).expect("inserted above");
-        if group.state == GroupState::Dead {
-            return Err(ResponseError::CoordinatorNotAvailable);
-        }
         if !group.supports_protocols(&req.protocol_type, &req.protocols) {
             return Err(ResponseError::InconsistentGroupProtocol);
         }
@@ -93,7 +90,6 @@ impl GroupCoordinator {
         }
         match group.state {
             GroupState::Empty => return Err(ResponseError::UnknownMemberId),
-            GroupState::Dead => return Err(ResponseError::CoordinatorNotAvailable),
             GroupState::PreparingRebalance => return Err(ResponseError::RebalanceInProgress),
             GroupState::Stable | GroupState::CompletingRebalance => {}
         }
@@ -124,7 +120,7 @@ impl GroupCoordinator {
                         group_id: req.group_id.clone(),
                         group: group.stored(Some(&assignments)),
                         generation_id: group.generation_id,
-                        completes_sync: true,
+                        then: AfterStore::CompleteSync,
                     });
                     group.pending_assignment = Some(assignments);
                 }
@@ -133,8 +129,54 @@ impl GroupCoordinator {
         }
     }
 
+    /// The outcome of storing a replaced static member's new id ([`AfterStore::AnswerStaticJoin`]):
+    /// its JoinGroup is answered; or the store failed, the replacement is undone (the old
+    /// instance's id, protocols and timeouts are back) and the JoinGroup gets `error`, as
+    /// Kafka's `updateStaticMemberAndRebalance` does. Nothing is undone if the group moved on
+    /// meanwhile (another generation, or the member gone).
+    pub fn static_member_stored(&mut self, group_id: &str, join: StaticJoin, result: Result<(), ResponseError>) -> Fx {
+        let StaticJoin {
+            reply,
+            result: answer,
+            instance_id,
+            old_member_id,
+            new_member_id,
+            old_protocols,
+            old_session_timeout_ms,
+            old_rebalance_timeout_ms,
+        } = join;
+        let error = match result {
+            Ok(()) => return vec![Effect::Join(reply, answer)],
+            Err(error) => error,
+        };
+        let failed = |generation_id| JoinResult {
+            generation_id,
+            member_id: String::new(),
+            ..JoinResult::failed("", error)
+        };
+        let Some(group) = self.groups.get_mut(group_id) else {
+            return vec![Effect::Join(reply, failed(-1))];
+        };
+        if group.generation_id == answer.generation_id {
+            if let Some(mut member) = group.members.shift_remove(&new_member_id) {
+                member.protocols = old_protocols;
+                member.session_timeout_ms = old_session_timeout_ms;
+                member.rebalance_timeout_ms = old_rebalance_timeout_ms;
+                if group.leader_id.as_deref() == Some(new_member_id.as_str()) {
+                    group.leader_id = Some(old_member_id.clone());
+                }
+                if group.pending_sync.remove(&new_member_id) {
+                    group.pending_sync.insert(old_member_id.clone());
+                }
+                group.static_members.insert(instance_id, old_member_id.clone());
+                group.members.insert(old_member_id, member);
+            }
+        }
+        vec![Effect::Join(reply, failed(group.generation_id))]
+    }
+
     /// The outcome of storing a generation's assignment ([`Effect::StoreGroup`] with
-    /// `completes_sync`): members get their assignments and the group is Stable, or the
+    /// [`AfterStore::CompleteSync`]): members get their assignments and the group is Stable, or the
     /// storing failed, they get `error` and the group rebalances.
     pub fn group_stored(
         &mut self,
@@ -194,7 +236,6 @@ impl GroupCoordinator {
         self.owner(group_id)?;
         let group = self.groups.get_mut(group_id).ok_or(ResponseError::UnknownMemberId)?;
         match group.state {
-            GroupState::Dead => return Err(ResponseError::CoordinatorNotAvailable),
             GroupState::Empty => return Err(ResponseError::UnknownMemberId),
             _ => {}
         }
@@ -227,9 +268,6 @@ impl GroupCoordinator {
         let Some(group) = self.groups.get_mut(group_id) else {
             return Ok((vec![Some(ResponseError::UnknownMemberId); leaving.len()], fx));
         };
-        if group.state == GroupState::Dead {
-            return Err(ResponseError::CoordinatorNotAvailable);
-        }
         let mut errors = Vec::with_capacity(leaving.len());
         for (member_id, instance_id) in leaving {
             let member_id = match (member_id.is_empty(), instance_id) {
@@ -331,7 +369,7 @@ fn join_known_member(
             fx.push(Effect::Join(reply, group.join_result(member_id)));
         }
         GroupState::Stable => update_member_and_rebalance(group, config, req, reply, now, fx),
-        GroupState::Empty | GroupState::Dead => return Err(ResponseError::UnknownMemberId),
+        GroupState::Empty => return Err(ResponseError::UnknownMemberId),
     }
     Ok(())
 }
@@ -353,8 +391,8 @@ fn replace_static_member(
     };
     member.fail_waiting(old_id, ResponseError::FencedInstanceId, fx);
     let old_protocols = std::mem::replace(&mut member.protocols, req.protocols.clone());
-    member.session_timeout_ms = req.session_timeout_ms;
-    member.rebalance_timeout_ms = req.rebalance_timeout_ms;
+    let old_session_timeout_ms = std::mem::replace(&mut member.session_timeout_ms, req.session_timeout_ms);
+    let old_rebalance_timeout_ms = std::mem::replace(&mut member.rebalance_timeout_ms, req.rebalance_timeout_ms);
     member.client_id = req.client_id.clone();
     member.client_host = req.client_host.clone();
     member.last_heartbeat_ms = now;
@@ -378,14 +416,24 @@ fn replace_static_member(
             if was_leader {
                 result.leader_id = old_id.to_string();
             }
+            // Answered once the new member id is stored (Kafka's order), or undone.
+            let join = StaticJoin {
+                reply,
+                result,
+                instance_id: req.group_instance_id.clone().unwrap_or_default(),
+                old_member_id: old_id.to_string(),
+                new_member_id: new_id,
+                old_protocols,
+                old_session_timeout_ms,
+                old_rebalance_timeout_ms,
+            };
             fx.push(Effect::StoreGroup {
                 partition: group.partition,
                 group_id: group.id.clone(),
                 group: group.stored(None),
                 generation_id: group.generation_id,
-                completes_sync: false,
+                then: AfterStore::AnswerStaticJoin(Box::new(join)),
             });
-            fx.push(Effect::Join(reply, result));
         }
         GroupState::PreparingRebalance => {
             group.members.get_mut(&new_id).expect("inserted").awaiting_join = Some(reply);

@@ -44,13 +44,15 @@ pub type ReplyId = u64;
 /// (Kafka's `NewMemberJoinTimeoutMs`), so a client that vanished mid-join cannot hold a group.
 const NEW_MEMBER_JOIN_TIMEOUT_MS: i64 = 300_000;
 
+/// A classic group's state. Kafka's fifth, `Dead`, is a removed group here: a group leaves the
+/// coordinator's map when it is deleted, expires or its partition moves away, and every
+/// request looks its group up afresh, so none can hold on to a dead one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GroupState {
     Empty,
     PreparingRebalance,
     CompletingRebalance,
     Stable,
-    Dead,
 }
 
 impl GroupState {
@@ -61,7 +63,19 @@ impl GroupState {
             GroupState::PreparingRebalance => "PreparingRebalance",
             GroupState::CompletingRebalance => "CompletingRebalance",
             GroupState::Stable => "Stable",
-            GroupState::Dead => "Dead",
+        }
+    }
+
+    /// The states a group may enter this one from (Kafka's `GroupMetadata.validPreviousStates`):
+    /// a rebalance starts from any state but itself, and each of its steps follows the one
+    /// before.
+    pub fn may_follow(self, previous: GroupState) -> bool {
+        use GroupState::*;
+        match self {
+            Empty => previous == PreparingRebalance,
+            PreparingRebalance => matches!(previous, Empty | CompletingRebalance | Stable),
+            CompletingRebalance => previous == PreparingRebalance,
+            Stable => previous == CompletingRebalance,
         }
     }
 }
@@ -169,14 +183,13 @@ impl SyncResult {
 pub enum Effect {
     Join(ReplyId, JoinResult),
     Sync(ReplyId, SyncResult),
-    /// Append the group's record to its partition. With `completes_sync`, report the outcome
-    /// back through [`GroupCoordinator::group_stored`]: the generation's SyncGroup answers wait on it.
+    /// Append the group's record to its partition, then do `then` with the outcome.
     StoreGroup {
         partition: i32,
         group_id: String,
         group: StoredGroup,
         generation_id: i32,
-        completes_sync: bool,
+        then: AfterStore,
     },
     /// Append tombstones: for these offsets, and for the group record itself if `group`.
     Tombstones {
@@ -185,6 +198,32 @@ pub enum Effect {
         offsets: Vec<(String, i32)>,
         group: bool,
     },
+}
+
+/// What waits on a group record being stored: answers that must not go out before it is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AfterStore {
+    Nothing,
+    /// The generation's SyncGroup answers ([`GroupCoordinator::group_stored`]).
+    CompleteSync,
+    /// A replaced static member's JoinGroup answer, or the replacement undone
+    /// ([`GroupCoordinator::static_member_stored`]).
+    AnswerStaticJoin(Box<StaticJoin>),
+}
+
+/// A static member's replacement waiting for its group record (Kafka answers only once the new
+/// member id is stored, so a coordinator that dies in between cannot fence the new instance).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StaticJoin {
+    pub reply: ReplyId,
+    pub result: JoinResult,
+    pub instance_id: String,
+    pub old_member_id: String,
+    pub new_member_id: String,
+    /// The old instance's protocols and timeouts, restored if the store fails.
+    pub old_protocols: Vec<(String, Bytes)>,
+    pub old_session_timeout_ms: i32,
+    pub old_rebalance_timeout_ms: i32,
 }
 
 /// Committed offsets as `(topic, partition, offset)`; `None` where nothing was committed.
@@ -366,7 +405,6 @@ impl GroupCoordinator {
         let mut groups: Vec<_> = self
             .groups
             .iter()
-            .filter(|(_, g)| g.state != GroupState::Dead)
             .map(|(id, g)| (id.clone(), g.protocol_type.clone().unwrap_or_default(), g.state))
             .collect();
         groups.sort_by(|a, b| a.0.cmp(&b.0));
@@ -412,7 +450,6 @@ impl GroupCoordinator {
         let partition = self.owner(group_id)?;
         let group = self.groups.get(group_id).ok_or(ResponseError::GroupIdNotFound)?;
         match group.state {
-            GroupState::Dead => return Err(ResponseError::GroupIdNotFound),
             GroupState::Empty => {}
             _ => return Err(ResponseError::NonEmptyGroup),
         }

@@ -98,9 +98,6 @@ impl GroupCoordinator {
             Entry::Vacant(_) if generation_id >= 0 => return Err(ResponseError::IllegalGeneration),
             Entry::Vacant(entry) => entry.insert(Group::new(group_id, partition, now)),
         };
-        if group.state == GroupState::Dead {
-            return Err(ResponseError::CoordinatorNotAvailable);
-        }
         if generation_id < 0 && group.state == GroupState::Empty {
             return Ok(partition);
         }
@@ -187,7 +184,6 @@ impl GroupCoordinator {
         let partition = self.owner(group_id)?;
         let group = self.groups.get_mut(group_id).ok_or(ResponseError::GroupIdNotFound)?;
         let active = match group.state {
-            GroupState::Dead => return Err(ResponseError::GroupIdNotFound),
             GroupState::Empty => false,
             _ if group.protocol_type.as_deref() == Some("consumer") => true,
             _ => return Err(ResponseError::NonEmptyGroup),

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 
 use super::group::{Group, InitialDelay, Member};
-use super::{Effect, Fx, GroupConfig, GroupCoordinator, GroupState, SyncResult, NEW_MEMBER_JOIN_TIMEOUT_MS};
+use super::{AfterStore, Effect, Fx, GroupConfig, GroupCoordinator, GroupState, SyncResult, NEW_MEMBER_JOIN_TIMEOUT_MS};
 
 impl GroupCoordinator {
     // ---- timers ----
@@ -174,7 +174,7 @@ fn complete_join(group: &mut Group, now: i64, fx: &mut Fx) {
             group_id: group.id.clone(),
             group: group.stored(None),
             generation_id: group.generation_id,
-            completes_sync: false,
+            then: AfterStore::Nothing,
         });
         return;
     }
@@ -208,7 +208,7 @@ pub(super) fn remove_member_and_update(
     };
     forget_member(group, member_id, member, fx);
     match group.state {
-        GroupState::Dead | GroupState::Empty => {}
+        GroupState::Empty => {}
         GroupState::Stable | GroupState::CompletingRebalance => {
             prepare_rebalance(group, config, now, fx);
             try_complete_join(group, config, now, fx);

@@ -208,7 +208,7 @@ impl Fixture {
         assert!(matches!(
             fx[..],
             [Effect::StoreGroup {
-                completes_sync: true,
+                then: AfterStore::CompleteSync,
                 ..
             }]
         ));
@@ -480,14 +480,14 @@ fn sync_answers_wait_until_the_leaders_assignment_is_stored() {
         group_id,
         group,
         generation_id,
-        completes_sync,
+        then,
     }] = &fx[..]
     else {
         panic!("expected only the group's record: {fx:?}");
     };
     assert_eq!(
-        (*partition, group_id.as_str(), *generation_id, *completes_sync),
-        (0, GROUP, generation, true)
+        (*partition, group_id.as_str(), *generation_id, then),
+        (0, GROUP, generation, &AfterStore::CompleteSync)
     );
     assert_eq!(group.generation_id, generation);
     assert_eq!(group.leader_id.as_deref(), Some("m1"));
@@ -766,7 +766,7 @@ fn leaving_rebalances_the_rest_and_the_last_one_out_empties_the_group() {
     let [Effect::StoreGroup {
         group,
         generation_id,
-        completes_sync: false,
+        then: AfterStore::Nothing,
         ..
     }] = &fx[..]
     else {
@@ -813,27 +813,27 @@ fn a_static_member_restarting_keeps_its_assignment_without_a_rebalance_and_fence
     f.stored(GROUP, generation, Ok(()));
     assert_eq!(f.state(GROUP), Some(GroupState::Stable));
 
-    // The process restarts: same instance id, no member id, same protocols.
+    // The process restarts: same instance id, no member id, same protocols. It is answered
+    // only once its new member id is stored (Kafka's order).
     f.now += 1_000;
     let (restart, fx) = f.join(static_join("", "a-2"));
-    let result = join_result(&fx, restart);
+    let [Effect::StoreGroup {
+        group: stored,
+        then: AfterStore::AnswerStaticJoin(join),
+        ..
+    }] = &fx[..]
+    else {
+        panic!("expected only the group's record, the answer waiting on it: {fx:?}");
+    };
+    let stored = stored.clone();
+    let answered = f.coordinator.static_member_stored(GROUP, (**join).clone(), Ok(()));
+    let result = join_result(&answered, restart);
     assert_eq!(result.error, None);
     assert_eq!(result.member_id, "a-2");
     assert_eq!(result.generation_id, generation);
     assert!(result.members.is_empty());
     // Kafka (JoinGroup < v9) names the old leader id so the new instance does not assign.
     assert_eq!(result.leader_id, "a-1");
-    let stored = fx
-        .iter()
-        .find_map(|e| match e {
-            Effect::StoreGroup {
-                group,
-                completes_sync: false,
-                ..
-            } => Some(group),
-            _ => None,
-        })
-        .expect("the new member id is stored");
     let ids: Vec<(&str, Option<&str>, &Bytes)> = stored
         .members
         .iter()
@@ -879,6 +879,63 @@ fn a_static_member_restarting_keeps_its_assignment_without_a_rebalance_and_fence
             .validate_txn_commit(GROUP, "a-1", Some("instance-a"), generation, f.now),
         Err(ResponseError::FencedInstanceId)
     );
+}
+
+/// The coordinator could not store a replaced static member's new id (it lost its partition,
+/// or the write failed): the JoinGroup gets the error, and the old instance's id is the
+/// member again, so a coordinator that dies in that window cannot leave the group fencing
+/// the member its log still names.
+#[test]
+fn a_static_member_replacement_that_cannot_be_stored_is_undone_and_answered_with_the_error() {
+    let mut f = Fixture::new(config());
+    let static_join = |member_id: &str, new_member_id: &str| JoinRequest {
+        group_instance_id: Some("instance-a".into()),
+        protocols: vec![("range".into(), metadata("instance-a"))],
+        ..join_req(GROUP, member_id, new_member_id)
+    };
+    let (a, _) = f.join(static_join("", "a-1"));
+    let fx = f.until_answered(&[a]);
+    let generation = join_result(&fx, a).generation_id;
+    f.sync(SyncRequest {
+        group_instance_id: Some("instance-a".into()),
+        ..sync_req(GROUP, "a-1", generation, vec![("a-1".into(), assignment("a"))])
+    });
+    f.stored(GROUP, generation, Ok(()));
+    assert_eq!(f.state(GROUP), Some(GroupState::Stable));
+
+    let (restart, fx) = f.join(static_join("", "a-2"));
+    let [Effect::StoreGroup {
+        then: AfterStore::AnswerStaticJoin(join),
+        ..
+    }] = &fx[..]
+    else {
+        panic!("expected the group's record with the answer waiting on it: {fx:?}");
+    };
+    let join = (**join).clone();
+    // Meanwhile the new id is the member and the old one is fenced, as in Kafka.
+    let hb = |f: &mut Fixture, member: &str| {
+        f.coordinator
+            .heartbeat(GROUP, member, Some("instance-a"), generation, f.now)
+    };
+    assert_eq!(hb(&mut f, "a-1"), Err(ResponseError::FencedInstanceId));
+    let answered = f
+        .coordinator
+        .static_member_stored(GROUP, join, Err(ResponseError::NotCoordinator));
+    let result = join_result(&answered, restart);
+    assert_eq!(result.error, Some(ResponseError::NotCoordinator));
+    assert_eq!(result.member_id, "", "the new member id is not handed out");
+    assert_eq!(hb(&mut f, "a-1"), Ok(()), "the old instance is the member again");
+    assert_eq!(
+        hb(&mut f, "a-2"),
+        Err(ResponseError::FencedInstanceId),
+        "the instance is registered under its old id again"
+    );
+    let group = f.coordinator.describe_group(GROUP).unwrap().unwrap();
+    assert_eq!(
+        group.members.iter().map(|m| m.member_id.as_str()).collect::<Vec<_>>(),
+        ["a-1"]
+    );
+    assert_eq!(f.state(GROUP), Some(GroupState::Stable));
 }
 
 #[test]
@@ -1376,3 +1433,31 @@ fn partition_for_matches_kafkas_abs_of_java_string_hash_code() {
 }
 
 mod txn;
+
+/// The allowed predecessors are Kafka's (`GroupMetadata.validPreviousStates`, without Dead); every
+/// scenario above runs through `Group::transition`, which fails a test on any other move.
+#[test]
+fn group_states_follow_only_the_states_kafka_allows() {
+    use GroupState::*;
+    let all = [Empty, PreparingRebalance, CompletingRebalance, Stable];
+    let allowed = [
+        (PreparingRebalance, Empty),
+        (Empty, PreparingRebalance),
+        (CompletingRebalance, PreparingRebalance),
+        (Stable, PreparingRebalance),
+        (PreparingRebalance, CompletingRebalance),
+        (CompletingRebalance, Stable),
+    ];
+    for from in all {
+        for to in all {
+            assert_eq!(to.may_follow(from), allowed.contains(&(from, to)), "{from:?} -> {to:?}");
+        }
+    }
+}
+
+#[test]
+#[should_panic(expected = "would move from Empty to Stable")]
+fn a_move_the_table_does_not_allow_is_caught() {
+    let mut group = Group::new(GROUP, 0, 0);
+    group.transition(GroupState::Stable, 1);
+}

@@ -23,8 +23,8 @@ impl PartitionLog {
     /// base offset, stamps `leader_epoch`, applies LogAppendTime if configured, rolls if needed,
     /// and writes the bytes as received. Each batch must fit `max.message.bytes`. A new epoch is
     /// recorded (and checkpointed) at the first offset it writes; an epoch below the log's latest
-    /// is a bug in the caller's leadership tracking: it asserts in debug builds and is refused
-    /// with `LeaderEpochRegression` in release builds.
+    /// is a bug in the caller's leadership tracking: refused with `LeaderEpochRegression`, and
+    /// reported as a broken invariant (the node stops).
     pub fn append_as_leader(
         &mut self,
         records: &mut [u8],
@@ -88,18 +88,22 @@ impl PartitionLog {
         let next_offset = stamp_batches(records, first_offset, leader_epoch, log_append_time_ms)?;
         // Invariant: an append covers exactly the offsets after the log end, with no gap.
         if next_offset != last_offset + 1 {
-            return Err(LogError::Corrupt(format!(
-                "an append stamped offsets {first_offset}..{next_offset} but was validated as {first_offset}..={last_offset}; nothing was written"
-            )));
+            let broken = format!(
+                "{}: an append stamped offsets {first_offset}..{next_offset} but was validated as {first_offset}..={last_offset}; nothing was written",
+                self.name
+            );
+            crate::invariant::broken(broken.clone());
+            return Err(LogError::Internal(broken));
         }
         let new_epochs = match leader_epoch {
             Some(epoch) => self.leader_epoch_cache.new_entries([(epoch, first_offset)]),
             None => self.leader_epoch_cache.new_entries(stored_epochs(records)),
         };
-        debug_assert!(
-            leader_epoch.is_none() || new_epochs.is_ok(),
-            "leader append with an epoch below the log's latest: {new_epochs:?}"
-        );
+        // Invariant: a leader's epoch never goes back in its log (its leadership tracking is
+        // behind if it does). A producer's own epochs (`append`) are input, refused as such.
+        if let (Some(epoch), Err(e)) = (leader_epoch, &new_epochs) {
+            crate::invariant::broken(format!("{}: a leader append at epoch {epoch} was refused: {e}", self.name));
+        }
         let new_epochs = new_epochs?;
         self.maybe_roll_for(records.len() as u64, first_offset, last_offset, max_timestamp, now_ms)?;
         self.leader_epoch_cache.assign(&new_epochs)?;

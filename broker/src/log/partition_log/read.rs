@@ -140,7 +140,12 @@ impl PartitionLog {
 
     /// [`PartitionLog::plan_read`], from the files even when the tail cache holds the bytes.
     #[cfg(test)]
-    pub(crate) fn plan_disk_read(&self, offset: i64, max_offset: i64, max_bytes: usize) -> Result<PlannedRead, LogError> {
+    pub(crate) fn plan_disk_read(
+        &self,
+        offset: i64,
+        max_offset: i64,
+        max_bytes: usize,
+    ) -> Result<PlannedRead, LogError> {
         self.plan_read_from(offset, max_offset, max_bytes, false)
     }
 

@@ -1,4 +1,5 @@
 use sluice_protocol::batch::test_support::encode_simple_batch;
+use kafka_protocol::error::ResponseError;
 use sluice_protocol::batch::validate_batch;
 
 use super::*;
@@ -83,7 +84,7 @@ fn read_at_log_end_is_empty_and_past_it_is_out_of_range() {
         ),
         "{err}"
     );
-    assert_eq!(err.kafka_error_code(), 1);
+    assert_eq!(err.response_error(), ResponseError::OffsetOutOfRange);
     assert!(matches!(
         log.read(-1, 100, 3, true),
         Err(LogError::OffsetOutOfRange { .. })
@@ -206,7 +207,7 @@ fn append_refuses_a_batch_over_max_message_bytes() {
     let mut big = encode_simple_batch(2, 400, T0);
     let err = log.append(&mut big, T0).unwrap_err();
     assert!(matches!(err, LogError::MessageTooLarge { max: 500, .. }), "{err}");
-    assert_eq!(err.kafka_error_code(), 10);
+    assert_eq!(err.response_error(), ResponseError::MessageTooLarge);
     assert_eq!(log.log_end_offset(), 1);
 }
 
@@ -217,7 +218,7 @@ fn append_refuses_bytes_that_are_not_whole_batches() {
     let mut batch = encode_simple_batch(2, 10, T0);
     let len = batch.len();
     let err = log.append(&mut batch[..len - 1], T0).unwrap_err();
-    assert_eq!(err.kafka_error_code(), 2, "{err}");
+    assert_eq!(err.response_error(), ResponseError::CorruptMessage, "{err}");
     assert!(log.append(&mut [], T0).is_err());
     assert_eq!((log.log_end_offset(), log.size_bytes()), (0, 0));
 }
@@ -385,8 +386,8 @@ fn a_planned_read_past_a_truncated_tail_is_an_error_not_a_panic() {
             path: String::new(),
             position: 0
         }
-        .kafka_error_code(),
-        6,
+        .response_error(),
+        ResponseError::NotLeaderOrFollower,
         "NOT_LEADER_OR_FOLLOWER: the client refreshes metadata and retries"
     );
     // Planned from offset 0, the read fails at the first byte the file no longer has.

@@ -35,7 +35,11 @@ fn assert_every_offset_reads_its_batch(log: &PartitionLog) {
     for offset in log.log_start_offset()..end {
         let read = log.read(offset, 1, end, true).unwrap();
         let first = offset / 2 * 2;
-        assert_eq!(batch_offsets(&read.records), vec![(first, first + 1)], "offset {offset}");
+        assert_eq!(
+            batch_offsets(&read.records),
+            vec![(first, first + 1)],
+            "offset {offset}"
+        );
     }
 }
 
@@ -45,7 +49,11 @@ fn appends_write_no_index_entry_however_many_wait_and_writeback_writes_them_all(
     let mut log = open(root.path(), dense_index());
     let many = 3 * MAX_UNWRITTEN_INDEX_ENTRIES as i64;
     append_batches(&mut log, many + 1); // `many` entries
-    assert_eq!(file_len(root.path(), FIRST_INDEX), 0, "the produce path writes no index file");
+    assert_eq!(
+        file_len(root.path(), FIRST_INDEX),
+        0,
+        "the produce path writes no index file"
+    );
     assert_eq!(file_len(root.path(), FIRST_TIME_INDEX), 0);
     assert_every_offset_reads_its_batch(&log);
 
@@ -86,7 +94,10 @@ fn rolling_writes_every_index_entry_of_the_sealed_segment() {
     // Every batch of the sealed segment but its first has an entry, in the file, and the
     // final time index entry too.
     assert_eq!(file_len(root.path(), FIRST_INDEX), (first_segment.len() as u64 - 1) * 8);
-    assert_eq!(file_len(root.path(), FIRST_TIME_INDEX), (first_segment.len() as u64 - 1) * 12);
+    assert_eq!(
+        file_len(root.path(), FIRST_TIME_INDEX),
+        (first_segment.len() as u64 - 1) * 12
+    );
     drop(log); // a crash: the sealed segments are trusted, the active one recovered
     let log = open(root.path(), config);
     assert_eq!(log.log_end_offset(), 60);
@@ -105,12 +116,21 @@ fn clean_close_writes_every_index_entry_and_the_reopen_trusts_the_index() {
     // Drop the last entry: still a sane index, only shorter than the log. A reopen that
     // trusts it keeps it short (a rebuild would restore the entry), and lookups stay right.
     let index = partition_dir(root.path()).join(FIRST_INDEX);
-    std::fs::OpenOptions::new().write(true).open(&index).unwrap().set_len(18 * 8).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&index)
+        .unwrap()
+        .set_len(18 * 8)
+        .unwrap();
     let mut log = open(root.path(), dense_index());
     assert_eq!(log.log_end_offset(), 40);
     assert_every_offset_reads_its_batch(&log);
     log.flush().unwrap();
-    assert_eq!(file_len(root.path(), FIRST_INDEX), 18 * 8, "the index was trusted, not rebuilt");
+    assert_eq!(
+        file_len(root.path(), FIRST_INDEX),
+        18 * 8,
+        "the index was trusted, not rebuilt"
+    );
     append_batches(&mut log, 1);
     assert_eq!(append(&mut log, 2, 80, T0 + 100), 42);
     assert_every_offset_reads_its_batch(&log);
@@ -132,7 +152,11 @@ fn unclean_shutdown_rebuilds_the_active_index_from_the_log() {
     assert_eq!(log.log_end_offset(), 2 * (bound + 50));
     assert_every_offset_reads_its_batch(&log);
     log.flush().unwrap();
-    assert_eq!(file_len(root.path(), FIRST_INDEX), (bound as u64 + 49) * 8, "rebuilt whole");
+    assert_eq!(
+        file_len(root.path(), FIRST_INDEX),
+        (bound as u64 + 49) * 8,
+        "rebuilt whole"
+    );
     assert_eq!(file_len(root.path(), FIRST_TIME_INDEX), (bound as u64 + 49) * 12);
 }
 
@@ -147,7 +171,11 @@ fn truncation_drops_buffered_index_entries() {
     assert_eq!(log.log_end_offset(), 50);
     log.truncate_to(30).unwrap(); // inside the written part
     assert_eq!(log.log_end_offset(), 30);
-    assert_eq!(file_len(root.path(), FIRST_INDEX), 14 * 8, "entries at or past the end went");
+    assert_eq!(
+        file_len(root.path(), FIRST_INDEX),
+        14 * 8,
+        "entries at or past the end went"
+    );
     append_batches(&mut log, 5);
     assert_every_offset_reads_its_batch(&log);
     log.close().unwrap();
@@ -223,5 +251,9 @@ fn a_new_partition_directory_costs_two_directory_fsyncs() {
     log.close().unwrap();
     let before = dir_syncs();
     assert!(!prepare_partition_dir(&dir, topic_id).unwrap());
-    assert_eq!(dir_syncs() - before, 0, "an existing directory of the topic is left alone");
+    assert_eq!(
+        dir_syncs() - before,
+        0,
+        "an existing directory of the topic is left alone"
+    );
 }

@@ -1,6 +1,7 @@
 //! The log cleaner on real segment files: what survives compaction, at which offsets, what is
 //! never touched, and crash leftovers.
 
+use kafka_protocol::error::ResponseError;
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -412,7 +413,7 @@ fn a_stored_batch_decompressing_past_max_message_bytes_fails_the_pass_and_change
     let err = cleaner(1 << 20).clean(&log, &to_clean, T0).unwrap_err();
     match &err {
         LogError::UncleanableBatch { base_offset: 1, source } => {
-            assert_eq!(source.kafka_error_code(), 18, "RECORD_LIST_TOO_LARGE: {source}")
+            assert_eq!(source.response_error(), ResponseError::RecordListTooLarge, "{source}")
         }
         other => panic!("expected the batch at offset 1 to be uncleanable, got {other}"),
     }
@@ -585,7 +586,85 @@ fn an_aborted_transactions_record_never_replaces_a_committed_one() {
     clean(&log, &mut cleaner(1 << 20), None, end, T0);
     let kept = records(&log.lock());
     assert!(
-        kept.iter().any(|(o, k, v)| *o == 0 && k == "k" && v.as_deref() == Some("committed")),
+        kept.iter()
+            .any(|(o, k, v)| *o == 0 && k == "k" && v.as_deref() == Some("committed")),
         "the committed value of k was cleaned away: {kept:?}"
     );
+}
+
+/// One transactional batch of producer `pid` holding `key = value`.
+fn append_txn_record(log: &mut PartitionLog, pid: i64, key: &str, value: &str, ts: i64) -> i64 {
+    let records = [TestRecord {
+        key: Some(key.as_bytes()),
+        value: Some(value.as_bytes()),
+        timestamp_delta_ms: 0,
+    }];
+    let mut batch = encode_batch(0, ts, &records);
+    batch[21..23].copy_from_slice(&0x10i16.to_be_bytes()); // transactional
+    batch[43..51].copy_from_slice(&pid.to_be_bytes());
+    let crc = crc32c::crc32c(&batch[CRC_COVERED_FROM..]);
+    batch[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+    log.append(&mut batch, ts).unwrap().base_offset
+}
+
+fn append_marker(log: &mut PartitionLog, pid: i64, kind: sluice_protocol::control::ControlType, ts: i64) -> i64 {
+    let mut marker = sluice_protocol::control::encode_control_batch(pid, 0, 0, kind, ts);
+    log.append(&mut marker, ts).unwrap().base_offset
+}
+
+/// The producer ids of the markers left in the log, in order.
+fn markers(log: &PartitionLog) -> Vec<i64> {
+    let read = log
+        .read(log.log_start_offset(), usize::MAX >> 1, i64::MAX, true)
+        .unwrap();
+    BatchIter::new(&read.records)
+        .filter(|(h, _)| h.is_control())
+        .map(|(h, _)| h.producer_id)
+        .collect()
+}
+
+/// Kafka's cleaner with transactions: an aborted transaction's records are removed, and a
+/// marker goes once its transaction has no record left and delete.retention.ms has passed;
+/// a committed transaction whose record survives keeps its marker.
+#[test]
+fn aborted_data_and_markers_without_data_are_cleaned_away_once_past_delete_retention() {
+    use crate::log::txn_index::AbortedTxn;
+    use sluice_protocol::control::ControlType;
+    let dir = tempfile::tempdir().unwrap();
+    let log = Mutex::new(PartitionLog::open(dir.path(), compacted(), T0).unwrap());
+    {
+        let mut log = log.lock();
+        let aborted_at = append_txn_record(&mut log, 7, "a", "aborted", T0);
+        let abort_marker = append_marker(&mut log, 7, ControlType::Abort, T0);
+        log.append_aborted_txn(AbortedTxn {
+            producer_id: 7,
+            first_offset: aborted_at,
+            last_offset: abort_marker,
+            last_stable_offset: aborted_at,
+        })
+        .unwrap();
+        append_txn_record(&mut log, 8, "b", "committed-then-replaced", T0);
+        append_marker(&mut log, 8, ControlType::Commit, T0);
+        append_records(&mut log, &[("b", Some("later"))], T0);
+        append_txn_record(&mut log, 9, "c", "committed-and-kept", T0);
+        append_marker(&mut log, 9, ControlType::Commit, T0);
+        seal(&mut log);
+    }
+    let end = log.lock().log_end_offset();
+    // Within delete.retention.ms: the aborted record goes, every marker stays.
+    clean(&log, &mut cleaner(1 << 20), None, end, T0 + 1_000);
+    // Data values only: a marker's record has a binary key (version 0, then its type).
+    let values = |log: &PartitionLog| -> Vec<String> {
+        records(log)
+            .into_iter()
+            .filter(|(_, k, _)| !k.starts_with('\0'))
+            .filter_map(|(_, _, v)| v)
+            .collect()
+    };
+    assert_eq!(values(&log.lock()), vec!["later", "committed-and-kept"]);
+    assert_eq!(markers(&log.lock()), vec![7, 8, 9]);
+    // Past it: the markers of transactions with nothing left go; producer 9's stays.
+    clean(&log, &mut cleaner(1 << 20), Some(0), end, T0 + 2 * DAY_MS);
+    assert_eq!(values(&log.lock()), vec!["later", "committed-and-kept"]);
+    assert_eq!(markers(&log.lock()), vec![9]);
 }

@@ -114,7 +114,10 @@ fn clean_close_and_reopen_keeps_everything() {
     let by_time = log.offset_for_timestamp(T0 + 75).unwrap();
     log.close().unwrap();
     assert!(partition_dir(root.path()).join(CLEAN_SHUTDOWN_FILE).exists());
-    let files_before: Vec<String> = files(root.path()).into_iter().filter(|f| f != CLEAN_SHUTDOWN_FILE).collect();
+    let files_before: Vec<String> = files(root.path())
+        .into_iter()
+        .filter(|f| f != CLEAN_SHUTDOWN_FILE)
+        .collect();
     assert!(
         !files_before.iter().any(|f| f.contains(".pending-")),
         "a clean close finishes the seal in flight: {files_before:?}"

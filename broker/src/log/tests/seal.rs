@@ -108,10 +108,24 @@ fn sealed_segment_losing_its_tail(cut_bytes: impl Fn(u64, u64) -> u64) {
     set_file_len(&path, len - cut_bytes(len, batch_bytes));
 
     let mut log = open(root.path(), small_segments());
-    assert_eq!(log.log_end_offset(), second - 2, "the sealed segment's last whole batch ends the log");
+    assert_eq!(
+        log.log_end_offset(),
+        second - 2,
+        "the sealed segment's last whole batch ends the log"
+    );
     assert_eq!(log.segment_count(), 1);
-    assert_eq!(files(root.path()).iter().filter(|f| f.starts_with(&format!("{second:020}"))).count(), 0);
-    assert_eq!(append(&mut log, 1, 10, T0), second - 2, "appends continue after the last whole batch");
+    assert_eq!(
+        files(root.path())
+            .iter()
+            .filter(|f| f.starts_with(&format!("{second:020}")))
+            .count(),
+        0
+    );
+    assert_eq!(
+        append(&mut log, 1, 10, T0),
+        second - 2,
+        "appends continue after the last whole batch"
+    );
 }
 
 #[test]

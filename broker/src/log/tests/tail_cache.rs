@@ -140,7 +140,11 @@ fn tail_read_within_one_append_shares_the_cached_buffer() {
     assert!(!first.reads_disk() && !second.reads_disk());
     let (a, b) = (first.read(1 << 20, true).unwrap(), second.read(1 << 20, true).unwrap());
     assert_eq!(&a.records[..], &records[..], "the stored (stamped) bytes");
-    assert_eq!(a.records.as_ptr(), b.records.as_ptr(), "both slices of the one cached chunk");
+    assert_eq!(
+        a.records.as_ptr(),
+        b.records.as_ptr(),
+        "both slices of the one cached chunk"
+    );
 }
 
 #[test]
@@ -194,7 +198,14 @@ fn nothing_stale_is_served_after_truncation_or_a_follower_append() {
     assert!(!planned.reads_disk());
     assert_eq!(batch_offsets(&new), vec![(6, 7)]);
     assert_ne!(new, old.slice(..new.len()));
-    assert_eq!(new, log.plan_disk_read(6, i64::MAX, 1 << 20).unwrap().read(1 << 20, true).unwrap().records);
+    assert_eq!(
+        new,
+        log.plan_disk_read(6, i64::MAX, 1 << 20)
+            .unwrap()
+            .read(1 << 20, true)
+            .unwrap()
+            .records
+    );
 
     // A follower's append (after it stopped leading) leaves nothing cached to serve.
     let mut theirs = encode_simple_batch(3, 50, T0 + 200);

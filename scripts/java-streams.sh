@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Fetches Kafka Streams (integration-tests/java/streams/pom.xml) from Maven Central into
+# .java-streams/lib, once (.java-streams/lib/.complete marks a finished copy), and compiles the
+# Streams application integration-tests/java/streams/src into .java-streams/classes with javac,
+# again only when a source is newer than the last build. Used by scripts/test.sh for
+# integration-tests/python/test_kafka_streams.py. Kept apart from .java-lib (scripts/java-lib.sh),
+# which pins Kafka 4.1 for the CLI tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v mvn >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then
+    echo "mvn and javac are needed for the Kafka Streams test: install maven and a JDK 17+" >&2
+    exit 1
+fi
+out=.java-streams
+if [ ! -f "$out/lib/.complete" ]; then
+    rm -rf "$out/lib"
+    mvn -q -B -f integration-tests/java/streams/pom.xml dependency:copy-dependencies -DoutputDirectory="$(pwd)/$out/lib"
+    touch "$out/lib/.complete"
+fi
+src=integration-tests/java/streams/src/main/java
+stamp=$out/classes/.built
+if [ -f "$stamp" ] && [ -z "$(find "$src" -newer "$stamp" -name '*.java')" ]; then
+    echo "the Kafka Streams application is up to date in $out/classes"
+    exit 0
+fi
+rm -rf "$out/classes"
+mkdir -p "$out/classes"
+javac -nowarn --release 17 -d "$out/classes" -cp "$out/lib/*" $(find "$src" -name '*.java')
+touch "$stamp"
+echo "compiled the Kafka Streams application into $out/classes ($(ls "$out"/lib/*.jar | wc -l) jars in $out/lib)"
