@@ -63,6 +63,12 @@ CLUSTERS = {"single": 1, "three": 3}
 CLUSTER_TITLES = {"single": "Single node", "three": "3-node cluster"}
 INSTALL_TIMEOUT_S = 1800
 CELL_MAX_CHARS = 160
+# Python adapters (compat/clients/harness.py) write where each scenario still running waits
+# this long before their timeout, told through this environment variable, on a line starting
+# with STILL_RUNNING; the driver prints those of a killed adapter last (CI keeps only the tail).
+DUMP_AFTER_ENV = "SLUICE_COMPAT_DUMP_AFTER_S"
+STILL_RUNNING = "[still running]"
+DUMP_LEAD_S = 15
 
 # The listeners of every compat node: the existing scenarios use PLAINTEXT (the first, which the
 # readiness probe and `SluiceNode.bootstrap` use); the security rows use the others.
@@ -115,6 +121,8 @@ class Matrix:
     """(client, scenario, cluster) -> outcome."""
     outcomes: dict[tuple[str, str, str], Outcome] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # One line per adapter killed at its timeout: what never reported and where it waited.
+    killed: list[str] = field(default_factory=list)
 
     def put(self, client: str, scenario: str, cluster: str, outcome: Outcome) -> None:
         with self.lock:
@@ -189,8 +197,9 @@ def run_adapter(client: Client, cluster: str, bootstrap: str, brokers: int, secu
         try:
             # A session of its own, so a timeout kills what the adapter started too (kcat
             # processes, tool JVMs), which would otherwise hold its stdout open.
+            env = {**os.environ, DUMP_AFTER_ENV: f"{max(1.0, client.timeout_s - DUMP_LEAD_S):.0f}"}
             proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=err, text=True, start_new_session=True)
+                                    stderr=err, text=True, start_new_session=True, env=env)
         except OSError as e:
             for s in SCENARIOS:
                 matrix.put(client.id, s, cluster, Outcome("fail", f"cannot start the adapter {argv[0]}: {e}"))
@@ -227,6 +236,12 @@ def run_adapter(client: Client, cluster: str, bootstrap: str, brokers: int, secu
             matrix.put(client.id, s, cluster, Outcome("fail", why))
     print(f"  {cluster} {client.id}: {len(reported)}/{len(SCENARIOS)} reported, exit {proc.returncode}, "
           f"{elapsed:.0f}s (stderr {stderr_path})", flush=True)
+    if killed.is_set():
+        waits = [line[len(STILL_RUNNING):].strip()
+                 for line in stderr_path.read_text(errors="replace").splitlines() if line.startswith(STILL_RUNNING)]
+        matrix.killed.append(f"{cluster} {client.id} killed at its timeout; no result from "
+                             f"{', '.join(s for s in SCENARIOS if s not in reported)}; "
+                             + ("; ".join(waits) if waits else "it wrote no stacks before the kill"))
 
 
 def parse_result(line: str) -> tuple[str, Outcome] | None:
@@ -529,6 +544,8 @@ def main() -> int:
         counts = matrix.counts(cluster)
         print(f"{CLUSTER_TITLES[cluster]}: {counts['pass']} pass, {counts['fail']} fail, {counts['n/a']} n/a")
     for line in problems:
+        print(line)
+    for line in matrix.killed:
         print(line)
     verdict = "unexpected results" if problems else "all results as expected"
     print(f"compatibility matrix: {verdict} ({time.monotonic() - t_start:.0f}s)")

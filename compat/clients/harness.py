@@ -27,6 +27,16 @@ from typing import Callable
 # (group rebalance delays, metadata refreshes), and the driver's time budget is tight.
 PARALLEL_SCENARIOS = 4
 
+# Set by the driver (compat/run.py): seconds after which the adapter writes the stack of every
+# scenario still running to stderr, a little before the driver kills it. Each starts with a line
+# beginning STILL_RUNNING, which the driver looks for.
+DUMP_AFTER_ENV = "SLUICE_COMPAT_DUMP_AFTER_S"
+STILL_RUNNING = "[still running]"
+
+# The scenario each worker thread is running (thread ident -> scenario, started).
+_running: dict[int, tuple[str, float]] = {}
+_running_lock = threading.Lock()
+
 # The kafka-tools-only rows are named tool_*.
 NOT_A_LIBRARY_FEATURE = "not a client-library feature (kafka-tools only)"
 
@@ -221,8 +231,28 @@ def one_line(e: BaseException) -> str:
     return " ".join(text.split())
 
 
+def dump_running() -> None:
+    """Writes where each scenario still running waits: its name, how long it has run, and its
+    thread's stack."""
+    frames = sys._current_frames()
+    with _running_lock:
+        running = list(_running.items())
+    for ident, (scenario, started) in running:
+        stack = traceback.extract_stack(frames[ident]) if ident in frames else []
+        # From the scenario's own code inward, on one line: CI shows only the output's tail.
+        inner = [f for f in stack if f.name != "run_one"]
+        first = next((i for i, f in enumerate(stack) if f.name == "run_one"), -1) + 1
+        inner = stack[first:] or inner
+        path = " > ".join(f"{os.path.basename(f.filename)}:{f.lineno} {f.name}" for f in inner)
+        print(f"{STILL_RUNNING} {scenario} after {time.monotonic() - started:.0f}s: {path or '(no stack)'}",
+              file=sys.stderr, flush=True)
+        print("".join(traceback.format_list(stack)), file=sys.stderr, flush=True)
+
+
 def run_one(ctx: Context, scenario: str, table: dict[str, Scenario], not_applicable: dict[str, str]) -> None:
     started = time.monotonic()
+    with _running_lock:
+        _running[threading.get_ident()] = (scenario, started)
     try:
         if scenario in not_applicable:
             emit(scenario, "n/a", not_applicable[scenario])
@@ -242,6 +272,8 @@ def run_one(ctx: Context, scenario: str, table: dict[str, Scenario], not_applica
         print(f"[{scenario}] failed:\n{traceback.format_exc()}", file=sys.stderr)
         emit(scenario, "fail", one_line(e))
     finally:
+        with _running_lock:
+            _running.pop(threading.get_ident(), None)
         print(f"[{scenario}] {time.monotonic() - started:.1f}s", file=sys.stderr)
 
 
@@ -250,6 +282,13 @@ def main(table: dict[str, Scenario], not_applicable: dict[str, str] | None = Non
     """Runs the requested scenarios of `table` (name -> function), up to PARALLEL_SCENARIOS at a
     time; `not_applicable` maps scenarios the client cannot express to the reason."""
     ctx, scenarios = parse_args(argv)
+    # The driver kills an adapter at its timeout; shortly before, the stacks of the scenarios
+    # still running go to stderr, so a hung one shows where it waits (the driver prints them).
+    dump_after = os.environ.get(DUMP_AFTER_ENV)
+    if dump_after:
+        watchdog = threading.Timer(float(dump_after), dump_running)
+        watchdog.daemon = True
+        watchdog.start()
     with ThreadPoolExecutor(max_workers=PARALLEL_SCENARIOS) as pool:
         for s in scenarios:
             pool.submit(run_one, ctx, s, table, not_applicable or {})
