@@ -448,8 +448,11 @@ impl ReplicaManager {
         match partition.apply_registration(registration, now_ms) {
             RoleChange::Unchanged => {}
             RoleChange::BecameLeader => {
+                let why = registration
+                    .election
+                    .map_or_else(|| "not recorded".to_string(), |e| e.to_string());
                 tracing::info!(topic = %partition.topic, partition = key.1, leader_epoch = registration.leader_epoch,
-                    isr = ?registration.isr, "became partition leader");
+                    isr = ?registration.isr, election = %why, "became partition leader");
                 self.fetchers.remove(key);
             }
             RoleChange::BecameFollower { leader, leader_epoch } => {

@@ -378,6 +378,7 @@ mod tests {
                 leader,
                 leader_epoch: 0,
                 partition_epoch: 0,
+                election: None,
             });
         }
         image

@@ -184,6 +184,7 @@ mod tests {
                 leader: 1,
                 leader_epoch: 0,
                 partition_epoch: 0,
+                election: None,
             });
         }
         let topic = |name: &str| {

@@ -235,6 +235,7 @@ mod tests {
                 leader: 1,
                 leader_epoch: 0,
                 partition_epoch: 0,
+                election: None,
             });
         }
         image

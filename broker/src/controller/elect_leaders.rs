@@ -13,11 +13,11 @@ use std::collections::HashSet;
 use kafka_protocol::error::ResponseError;
 use uuid::Uuid;
 
-use super::election::{self, Candidates, Kind};
+use super::election::{self, Candidates, Elected, Kind};
 use super::partition_change::partition_change;
 use crate::metadata::image::{MetadataImage, PartitionRegistration, TopicImage, NO_LEADER};
 use crate::metadata::outcome::{ApiError, Outcome, TopicElection};
-use crate::metadata::records::{ElectionType, MetadataRecord};
+use crate::metadata::records::{ElectionTrigger, ElectionType, LeaderElection, MetadataRecord};
 
 /// Decides an ElectLeaders request: `partitions` by topic name, or `None` for every partition
 /// of every topic (then, as Kafka does, partitions that already have the leader asked for are
@@ -91,17 +91,22 @@ impl Election<'_> {
             let why = format!("{name} is listed twice; its leader was elected once");
             return Err(ApiError::new(ResponseError::ElectionNotNeeded, why));
         }
-        let (leader, isr) = match self.election {
+        let elected = match self.election {
             ElectionType::Preferred => preferred_leader(self.image, p, &name)?,
             ElectionType::Unclean => unclean_leader(self.image, p, &name)?,
+        };
+        let election = LeaderElection {
+            reason: elected.reason,
+            trigger: ElectionTrigger::ElectLeaders,
         };
         self.records.push(partition_change(
             topic.topic_id,
             index as usize,
             &p.replicas,
-            isr,
-            leader,
+            elected.isr,
+            elected.leader,
             p,
+            election,
         ));
         self.elected.insert((topic.topic_id, index));
         Ok(())
@@ -116,7 +121,7 @@ fn unknown_partition(topic: &str, index: i32) -> ApiError {
 }
 
 /// The preferred replica as leader, with the ISR unchanged.
-fn preferred_leader(image: &MetadataImage, p: &PartitionRegistration, name: &str) -> Result<(i32, Vec<i32>), ApiError> {
+fn preferred_leader(image: &MetadataImage, p: &PartitionRegistration, name: &str) -> Result<Elected, ApiError> {
     let Some(&preferred) = p.replicas.first() else {
         return Err(ApiError::new(
             ResponseError::PreferredLeaderNotAvailable,
@@ -129,7 +134,7 @@ fn preferred_leader(image: &MetadataImage, p: &PartitionRegistration, name: &str
     }
     let candidates = Candidates::new(image);
     match election::elect(&p.replicas, p.leader, &p.isr, Kind::Preferred, false, &candidates) {
-        Some(elected) => Ok((elected.leader, elected.isr)),
+        Some(elected) => Ok(elected),
         None => {
             let state = if !candidates.is_live(preferred) {
                 "alive"
@@ -147,14 +152,14 @@ fn preferred_leader(image: &MetadataImage, p: &PartitionRegistration, name: &str
 }
 
 /// A live ISR member as leader (ISR unchanged), else any replica that may lead as the whole ISR.
-fn unclean_leader(image: &MetadataImage, p: &PartitionRegistration, name: &str) -> Result<(i32, Vec<i32>), ApiError> {
+fn unclean_leader(image: &MetadataImage, p: &PartitionRegistration, name: &str) -> Result<Elected, ApiError> {
     let candidates = Candidates::new(image);
     if p.leader != NO_LEADER && candidates.may_lead(p.leader) {
         let why = format!("{name} has a live leader, {}", p.leader);
         return Err(ApiError::new(ResponseError::ElectionNotNeeded, why));
     }
     match election::elect(&p.replicas, p.leader, &p.isr, Kind::Unclean, true, &candidates) {
-        Some(elected) if elected.leader != NO_LEADER => Ok((elected.leader, elected.isr)),
+        Some(elected) if elected.leader != NO_LEADER => Ok(elected),
         _ => {
             let why = format!(
                 "no replica of {name} ({:?}) is alive; start one of those brokers and retry",
@@ -248,6 +253,7 @@ mod tests {
             leader: -1,
             leader_epoch: p.leader_epoch + 1,
             partition_epoch: p.partition_epoch + 1,
+            election: None,
         });
         image
     }

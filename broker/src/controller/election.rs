@@ -27,20 +27,8 @@ pub enum Kind {
     Unclean,
 }
 
-/// Why the leader is the one it is; logged with each change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
-    /// The leader stays.
-    Unchanged,
-    /// The first replica, in sync.
-    Preferred,
-    /// Another in-sync replica.
-    InSync,
-    /// An out-of-sync replica: records only the old ISR had may be lost.
-    Unclean,
-    /// No replica may lead: the partition is offline until one returns.
-    Offline,
-}
+/// Why the leader is the one it is; kept in the record the election makes.
+pub use crate::metadata::records::ElectionReason as Reason;
 
 /// The outcome of one election: the leader (or [`NO_LEADER`]) and the ISR that goes with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,19 +94,37 @@ pub fn elect(
     unclean_allowed: bool,
     candidates: &Candidates,
 ) -> Option<Elected> {
+    match kind {
+        Kind::Preferred => {
+            let preferred = *replicas.first()?;
+            (preferred != current && isr.contains(&preferred) && candidates.may_lead(preferred)).then(|| Elected {
+                leader: preferred,
+                isr: isr.to_vec(),
+                reason: Reason::Preferred,
+            })
+        }
+        Kind::IsrChange => Some(elect_on_isr_change(replicas, current, isr, unclean_allowed, candidates)),
+        Kind::Unclean => Some(elect_on_isr_change(replicas, current, isr, true, candidates)),
+    }
+}
+
+/// [`elect`] for [`Kind::IsrChange`], which always has an outcome: the leader stays, another
+/// replica leads, or none does.
+pub fn elect_on_isr_change(
+    replicas: &[i32],
+    current: i32,
+    isr: &[i32],
+    unclean_allowed: bool,
+    candidates: &Candidates,
+) -> Elected {
     debug_assert!(isr.iter().all(|id| replicas.contains(id)), "ISR {isr:?} ⊄ replicas {replicas:?}");
     let elected = |leader, isr: &[i32], reason| Elected {
         leader,
         isr: isr.to_vec(),
         reason,
     };
-    if kind == Kind::Preferred {
-        let preferred = *replicas.first()?;
-        return (preferred != current && isr.contains(&preferred) && candidates.may_lead(preferred))
-            .then(|| elected(preferred, isr, Reason::Preferred));
-    }
     if current != NO_LEADER && isr.contains(&current) && candidates.may_lead(current) {
-        return Some(elected(current, isr, Reason::Unchanged));
+        return elected(current, isr, Reason::Unchanged);
     }
     if let Some(&leader) = isr.iter().find(|id| candidates.may_lead(**id)) {
         let reason = if replicas.first() == Some(&leader) {
@@ -126,14 +132,14 @@ pub fn elect(
         } else {
             Reason::InSync
         };
-        return Some(elected(leader, isr, reason));
+        return elected(leader, isr, reason);
     }
-    if unclean_allowed || kind == Kind::Unclean {
+    if unclean_allowed {
         if let Some(&leader) = replicas.iter().find(|id| candidates.may_lead(**id)) {
-            return Some(elected(leader, &[leader], Reason::Unclean));
+            return elected(leader, &[leader], Reason::Unclean);
         }
     }
-    Some(elected(NO_LEADER, isr, Reason::Offline))
+    elected(NO_LEADER, isr, Reason::Offline)
 }
 
 /// [`elect`] for an existing partition of `topic` with its ISR becoming `isr`, unclean
@@ -162,7 +168,7 @@ pub fn elect_new(replicas: &[i32], candidates: &Candidates) -> Option<Elected> {
     if isr.is_empty() {
         return None;
     }
-    elect(replicas, NO_LEADER, &isr, Kind::IsrChange, false, candidates)
+    Some(elect_on_isr_change(replicas, NO_LEADER, &isr, false, candidates))
 }
 
 /// The topic's own `unclean.leader.election.enable`. Only the topic-level setting counts:

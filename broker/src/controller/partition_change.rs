@@ -7,10 +7,10 @@
 use kafka_protocol::error::ResponseError;
 use uuid::Uuid;
 
-use super::election::{self, Candidates, Elected, Kind};
+use super::election::{self, Candidates, Elected, Kind, Reason};
 use crate::metadata::image::{MetadataImage, PartitionRegistration, NO_LEADER};
 use crate::metadata::outcome::{ApiError, Outcome};
-use crate::metadata::records::MetadataRecord;
+use crate::metadata::records::{ElectionTrigger, LeaderElection, MetadataRecord};
 
 /// Kafka's AlterPartition (KIP-497): the partition leader `leader_id` replaces the ISR.
 /// A compare-and-set on the leader and partition epochs: a deposed leader or one acting on a
@@ -107,6 +107,10 @@ pub fn alter_partition(
     }
     let changed = isr != p.isr;
     let records = if changed {
+        let election = LeaderElection {
+            reason: Reason::Unchanged,
+            trigger: ElectionTrigger::IsrChange,
+        };
         vec![partition_change(
             topic.topic_id,
             partition as usize,
@@ -114,6 +118,7 @@ pub fn alter_partition(
             isr.clone(),
             p.leader,
             p,
+            election,
         )]
     } else {
         Vec::new()
@@ -148,7 +153,7 @@ pub(super) fn take_out_of_service(image: &MetadataImage, broker_id: i32) -> Vec<
             if elected.leader == p.leader && elected.isr == p.isr {
                 continue;
             }
-            records.push(changed_by(topic.topic_id, index, p, elected, "a broker left service"));
+            records.push(changed_by(topic.topic_id, index, p, elected, ElectionTrigger::BrokerLeft));
         }
     }
     records
@@ -162,7 +167,7 @@ pub fn elect_preferred_leaders(image: &MetadataImage) -> Vec<MetadataRecord> {
     for topic in image.topics.values() {
         for (index, p) in topic.partitions.iter().enumerate() {
             if let Some(elected) = election::elect_for(topic, p, &p.isr, Kind::Preferred, &candidates) {
-                records.push(changed_by(topic.topic_id, index, p, elected, "preferred leader balancing"));
+                records.push(changed_by(topic.topic_id, index, p, elected, ElectionTrigger::PreferredBalancing));
             }
         }
     }
@@ -196,28 +201,29 @@ pub(super) fn elect_leaders_for_returning(image: &MetadataImage, broker_id: i32)
                 continue;
             };
             if elected.leader != NO_LEADER {
-                records.push(changed_by(topic.topic_id, index, p, elected, "a broker returned"));
+                records.push(changed_by(topic.topic_id, index, p, elected, ElectionTrigger::BrokerReturned));
             }
         }
     }
     records
 }
 
-/// The change a leader election makes, logged with why that leader was chosen.
+/// The change a leader election makes, with why that leader was chosen in the record.
 pub(super) fn changed_by(
     topic_id: Uuid,
     index: usize,
     p: &PartitionRegistration,
     elected: Elected,
-    cause: &str,
+    trigger: ElectionTrigger,
 ) -> MetadataRecord {
+    let election = LeaderElection {
+        reason: elected.reason,
+        trigger,
+    };
     if elected.leader != p.leader {
-        tracing::debug!(
-            %topic_id, partition = index, from = p.leader, to = elected.leader, reason = ?elected.reason, cause,
-            "leader elected"
-        );
+        tracing::debug!(%topic_id, partition = index, from = p.leader, to = elected.leader, %election, "leader elected");
     }
-    partition_change(topic_id, index, &p.replicas, elected.isr, elected.leader, p)
+    partition_change(topic_id, index, &p.replicas, elected.isr, elected.leader, p, election)
 }
 
 pub(super) fn partition_change(
@@ -227,6 +233,7 @@ pub(super) fn partition_change(
     isr: Vec<i32>,
     leader: i32,
     previous: &PartitionRegistration,
+    election: LeaderElection,
 ) -> MetadataRecord {
     MetadataRecord::Partition {
         topic_id,
@@ -238,6 +245,7 @@ pub(super) fn partition_change(
         // partition epoch (the compare-and-set version of the registration).
         leader_epoch: previous.leader_epoch + i32::from(leader != previous.leader),
         partition_epoch: previous.partition_epoch + 1,
+        election: Some(election),
     }
 }
 
@@ -254,12 +262,14 @@ pub(super) fn finish_reassignment(
     isr: Vec<i32>,
 ) -> Result<Vec<MetadataRecord>, ApiError> {
     let isr = in_order(target, &isr);
-    let candidates = Candidates::new(image);
-    let leader = election::elect(target, p.leader, &isr, Kind::IsrChange, false, &candidates)
-        .map_or(p.leader, |elected| elected.leader);
+    let elected = election::elect_on_isr_change(target, p.leader, &isr, false, &Candidates::new(image));
     let mut records = Vec::new();
-    if target != p.replicas || isr != p.isr || leader != p.leader {
-        records.push(partition_change(topic_id, partition as usize, target, isr, leader, p));
+    if target != p.replicas || elected.isr != p.isr || elected.leader != p.leader {
+        let election = LeaderElection {
+            reason: elected.reason,
+            trigger: ElectionTrigger::ReassignmentFinished,
+        };
+        records.push(partition_change(topic_id, partition as usize, target, elected.isr, elected.leader, p, election));
     }
     if p.is_reassigning() {
         records.push(MetadataRecord::PartitionReassignment {
@@ -385,6 +395,38 @@ mod tests {
         let p = &image.topic("t").unwrap().partitions[0];
         assert_eq!((p.leader, p.leader_epoch, p.partition_epoch), (1, 2, 3));
         assert!(!preferred_leader_imbalance(&image));
+    }
+
+    /// Every record a decision makes says why its leader leads, and the image keeps it.
+    #[test]
+    fn each_partition_change_records_why_its_leader_leads() {
+        let election = |image: &MetadataImage| {
+            let e = image.topic("t").unwrap().partitions[0].election.expect("an election is recorded");
+            (e.reason, e.trigger)
+        };
+        let mut image = one_partition_on(3);
+        assert_eq!(election(&image), (Reason::Preferred, ElectionTrigger::Created));
+        let records = fence_broker(&image, 1);
+        apply_all(&mut image, &records);
+        assert_eq!(election(&image), (Reason::InSync, ElectionTrigger::BrokerLeft));
+        decide_and_apply(
+            &mut image,
+            MetadataCommand::UnfenceBroker {
+                broker_id: 1,
+                incarnation_id: Some(Uuid::nil()),
+            },
+        );
+        decide_and_apply(&mut image, alter_isr(2, 1, 1, &[1, 2, 3]));
+        assert_eq!(election(&image), (Reason::Unchanged, ElectionTrigger::IsrChange));
+        decide_and_apply(&mut image, MetadataCommand::ElectPreferredLeaders);
+        assert_eq!(election(&image), (Reason::Preferred, ElectionTrigger::PreferredBalancing));
+
+        let mut image = one_partition_on(2);
+        set_topic_config(&mut image, "unclean.leader.election.enable", "true");
+        decide_and_apply(&mut image, alter_isr(1, 0, 0, &[1]));
+        let records = fence_broker(&image, 1);
+        apply_all(&mut image, &records);
+        assert_eq!(election(&image), (Reason::Unclean, ElectionTrigger::BrokerLeft));
     }
 
     #[test]

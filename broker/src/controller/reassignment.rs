@@ -18,11 +18,11 @@
 
 use kafka_protocol::error::ResponseError;
 
-use super::election::{self, Candidates, Kind};
+use super::election::{self, Candidates};
 use super::partition_change::{finish_reassignment, in_order, partition_change};
 use crate::metadata::image::MetadataImage;
 use crate::metadata::outcome::ApiError;
-use crate::metadata::records::MetadataRecord;
+use crate::metadata::records::{ElectionTrigger, LeaderElection, MetadataRecord};
 
 /// Decides AlterPartitionReassignments for one partition: `target` to move it, `None` to
 /// cancel the move under way.
@@ -70,18 +70,21 @@ pub fn reassign_partition(
             format!("no in-sync replica of {name}-{partition} would remain; wait until one is in sync"),
         ));
     }
-    let candidates = Candidates::new(image);
-    let leader = election::elect(&replicas, p.leader, &isr, Kind::IsrChange, false, &candidates)
-        .map_or(p.leader, |elected| elected.leader);
+    let elected = election::elect_on_isr_change(&replicas, p.leader, &isr, false, &Candidates::new(image));
     let mut records = Vec::new();
-    if replicas != p.replicas || isr != p.isr || leader != p.leader {
+    if replicas != p.replicas || elected.isr != p.isr || elected.leader != p.leader {
+        let election = LeaderElection {
+            reason: elected.reason,
+            trigger: ElectionTrigger::ReassignmentStarted,
+        };
         records.push(partition_change(
             topic.topic_id,
             partition as usize,
             &replicas,
-            isr,
-            leader,
+            elected.isr,
+            elected.leader,
             p,
+            election,
         ));
     }
     records.push(MetadataRecord::PartitionReassignment {

@@ -10,7 +10,7 @@ use super::placement::{
 };
 use crate::metadata::image::{MetadataImage, TopicImage};
 use crate::metadata::outcome::{ApiError, Outcome};
-use crate::metadata::records::{ConfigResource, MetadataRecord, NewTopic};
+use crate::metadata::records::{ConfigResource, ElectionTrigger, LeaderElection, MetadataRecord, NewTopic};
 use crate::metadata::METADATA_TOPIC;
 use crate::topic_config;
 
@@ -192,6 +192,10 @@ fn partition_records(
                 replicas,
                 leader_epoch: 0,
                 partition_epoch: 0,
+                election: Some(LeaderElection {
+                    reason: elected.reason,
+                    trigger: ElectionTrigger::Created,
+                }),
             })
         })
         .collect()

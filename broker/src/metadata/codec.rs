@@ -7,8 +7,9 @@
 //! a metadata entry that cannot be read must stop the node rather than be skipped: a node that
 //! skipped an entry its peers applied would silently serve different metadata.
 //!
-//! Over 700 lines only because the round-trip and refusal tests of every record, command and
-//! snapshot field sit beside the conversions they check.
+//! Long because every record, command and snapshot field is converted by hand, both ways, with
+//! the decoding checks; the tests at the end round-trip every record and command and a snapshot,
+//! and check the refusals.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Display;
@@ -21,8 +22,8 @@ use super::acls::{
 };
 use super::image::{BrokerRegistration, MetadataImage, PartitionRegistration, TopicImage};
 use super::records::{
-    AlterOp, ConfigResource, ElectionType, Endpoint, MetadataCommand, MetadataRecord, NewTopic, Proposal, QuotaEntity,
-    QuotaName, QuotaValue, ScramCredential, ScramMechanism,
+    AlterOp, ConfigResource, ElectionReason, ElectionTrigger, ElectionType, Endpoint, LeaderElection, MetadataCommand,
+    MetadataRecord, NewTopic, Proposal, QuotaEntity, QuotaName, QuotaValue, ScramCredential, ScramMechanism,
 };
 
 /// The prost types generated from `metadata.proto` by `build.rs`.
@@ -733,6 +734,7 @@ fn partition_to_pb(p: &PartitionRegistration) -> pb::PartitionRegistration {
         partition_epoch: p.partition_epoch,
         adding_replicas: p.adding_replicas.clone(),
         removing_replicas: p.removing_replicas.clone(),
+        election: p.election.map(election_to_pb),
     }
 }
 
@@ -745,7 +747,59 @@ fn partition_from_pb(p: pb::PartitionRegistration) -> PartitionRegistration {
         partition_epoch: p.partition_epoch,
         adding_replicas: p.adding_replicas,
         removing_replicas: p.removing_replicas,
+        election: p.election.and_then(election_from_pb),
     }
+}
+
+fn election_to_pb(e: LeaderElection) -> pb::LeaderElection {
+    use pb::{ElectionReason as PR, ElectionTrigger as PT};
+    let reason = match e.reason {
+        ElectionReason::Unchanged => PR::Unchanged,
+        ElectionReason::Preferred => PR::Preferred,
+        ElectionReason::InSync => PR::InSync,
+        ElectionReason::Unclean => PR::Unclean,
+        ElectionReason::Offline => PR::Offline,
+    };
+    let trigger = match e.trigger {
+        ElectionTrigger::Created => PT::Created,
+        ElectionTrigger::IsrChange => PT::IsrChange,
+        ElectionTrigger::BrokerLeft => PT::BrokerLeft,
+        ElectionTrigger::BrokerReturned => PT::BrokerReturned,
+        ElectionTrigger::PreferredBalancing => PT::PreferredBalancing,
+        ElectionTrigger::ElectLeaders => PT::ElectLeaders,
+        ElectionTrigger::ReassignmentStarted => PT::ReassignmentStarted,
+        ElectionTrigger::ReassignmentFinished => PT::ReassignmentFinished,
+    };
+    pb::LeaderElection {
+        reason: reason.into(),
+        trigger: trigger.into(),
+    }
+}
+
+/// `None` for a reason or trigger this node does not know (written by a newer node): the
+/// election is informational, and the rest of the record still applies.
+fn election_from_pb(e: pb::LeaderElection) -> Option<LeaderElection> {
+    use pb::{ElectionReason as PR, ElectionTrigger as PT};
+    let reason = match PR::try_from(e.reason).ok()? {
+        PR::Unspecified => return None,
+        PR::Unchanged => ElectionReason::Unchanged,
+        PR::Preferred => ElectionReason::Preferred,
+        PR::InSync => ElectionReason::InSync,
+        PR::Unclean => ElectionReason::Unclean,
+        PR::Offline => ElectionReason::Offline,
+    };
+    let trigger = match PT::try_from(e.trigger).ok()? {
+        PT::Unspecified => return None,
+        PT::Created => ElectionTrigger::Created,
+        PT::IsrChange => ElectionTrigger::IsrChange,
+        PT::BrokerLeft => ElectionTrigger::BrokerLeft,
+        PT::BrokerReturned => ElectionTrigger::BrokerReturned,
+        PT::PreferredBalancing => ElectionTrigger::PreferredBalancing,
+        PT::ElectLeaders => ElectionTrigger::ElectLeaders,
+        PT::ReassignmentStarted => ElectionTrigger::ReassignmentStarted,
+        PT::ReassignmentFinished => ElectionTrigger::ReassignmentFinished,
+    };
+    Some(LeaderElection { reason, trigger })
 }
 
 fn record_to_pb(record: &MetadataRecord) -> pb::MetadataRecord {
@@ -774,6 +828,7 @@ fn record_to_pb(record: &MetadataRecord) -> pb::MetadataRecord {
             leader,
             leader_epoch,
             partition_epoch,
+            election,
         } => R::Partition(pb::PartitionRecord {
             topic_id: topic_id.as_bytes().to_vec(),
             partition: *partition,
@@ -783,6 +838,7 @@ fn record_to_pb(record: &MetadataRecord) -> pb::MetadataRecord {
                 leader: *leader,
                 leader_epoch: *leader_epoch,
                 partition_epoch: *partition_epoch,
+                election: election.map(election_to_pb),
                 // A Partition record leaves a reassignment under way as it is.
                 ..Default::default()
             }),
@@ -875,6 +931,7 @@ fn record_from_pb(record: pb::MetadataRecord) -> Decoded<MetadataRecord> {
                     leader: registration.leader,
                     leader_epoch: registration.leader_epoch,
                     partition_epoch: registration.partition_epoch,
+                    election: registration.election,
                 }
             }
             R::Config(c) => {
@@ -1127,6 +1184,10 @@ mod tests {
                 leader: -1,
                 leader_epoch: 5,
                 partition_epoch: 9,
+                election: Some(LeaderElection {
+                    reason: ElectionReason::Offline,
+                    trigger: ElectionTrigger::BrokerLeft,
+                }),
             },
             MetadataRecord::Config {
                 resource: ConfigResource::Topic("orders".into()),
@@ -1398,6 +1459,30 @@ mod tests {
         }
     }
 
+    /// A reason or trigger written by a newer node reads as no election recorded: the record
+    /// still applies.
+    #[test]
+    fn an_unknown_election_reason_reads_as_none() {
+        let record = pb::MetadataRecord {
+            record: Some(pb::metadata_record::Record::Partition(pb::PartitionRecord {
+                topic_id: id(7).as_bytes().to_vec(),
+                partition: 0,
+                registration: Some(pb::PartitionRegistration {
+                    replicas: vec![1],
+                    isr: vec![1],
+                    leader: 1,
+                    election: Some(pb::LeaderElection { reason: 77, trigger: 1 }),
+                    ..Default::default()
+                }),
+            })),
+        };
+        let decoded = decode_record(&seal(&record)).expect("the record decodes");
+        let MetadataRecord::Partition { leader, election, .. } = decoded else {
+            panic!("not a partition record: {decoded:?}");
+        };
+        assert_eq!((leader, election), (1, None));
+    }
+
     #[test]
     fn every_command_round_trips_inside_a_proposal() {
         for command in every_command() {
@@ -1433,6 +1518,7 @@ mod tests {
                 leader: 1,
                 leader_epoch: 0,
                 partition_epoch: 0,
+                election: None,
             },
             MetadataRecord::Config {
                 resource: ConfigResource::Topic("payments".into()),

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::acls::AclTable;
 use super::records::{
-    ConfigResource, Endpoint, MetadataRecord, QuotaEntity, QuotaValue, ScramCredential, ScramMechanism,
+    ConfigResource, ElectionReason, Endpoint, LeaderElection, MetadataRecord, QuotaEntity, QuotaValue, ScramCredential, ScramMechanism,
 };
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +61,8 @@ pub struct PartitionRegistration {
     /// there is none. The target is `replicas` without `removing_replicas`.
     pub adding_replicas: Vec<i32>,
     pub removing_replicas: Vec<i32>,
+    /// Why `leader` leads, as the last Partition record said (`None` before Sluice kept it).
+    pub election: Option<LeaderElection>,
 }
 
 /// No partition has a leader (`-1`), as Kafka writes it.
@@ -91,8 +93,10 @@ impl PartitionRegistration {
 
     /// Which of the invariants the design relies on `self` would break as the successor of
     /// `previous`, if any: the leader is in the ISR (or there is none), the ISR is a subset of
-    /// the replicas, replicas are distinct, the partition epoch goes forward, and the leader
-    /// epoch never goes back and goes forward whenever the leader changes.
+    /// the replicas, replicas are distinct, the partition epoch goes forward, the leader
+    /// epoch never goes back and goes forward whenever the leader changes, and the recorded
+    /// election matches the leader (none exactly when offline, alone in the ISR when unclean,
+    /// the same leader when unchanged).
     pub fn invariant_violation(&self, previous: Option<&PartitionRegistration>) -> Option<String> {
         if self.leader != NO_LEADER && !self.isr.contains(&self.leader) {
             return Some(format!("leader {} is not in the ISR {:?}", self.leader, self.isr));
@@ -105,6 +109,21 @@ impl PartitionRegistration {
         distinct.dedup();
         if distinct.len() != self.replicas.len() {
             return Some(format!("replicas {:?} repeat a broker", self.replicas));
+        }
+        if let Some(election) = self.election {
+            let offline = election.reason == ElectionReason::Offline;
+            if offline != (self.leader == NO_LEADER) {
+                return Some(format!("leader {} does not match the election's outcome: {election}", self.leader));
+            }
+            if election.reason == ElectionReason::Unclean && self.isr != [self.leader] {
+                return Some(format!(
+                    "an unclean election leaves the leader {} alone in the ISR, not {:?}",
+                    self.leader, self.isr
+                ));
+            }
+            if election.reason == ElectionReason::Unchanged && previous.is_some_and(|p| p.leader != self.leader) {
+                return Some(format!("the leader moves to {} but the record says {election}", self.leader));
+            }
         }
         let previous = previous?;
         if self.leader_epoch < previous.leader_epoch || self.partition_epoch <= previous.partition_epoch {
@@ -430,6 +449,7 @@ fn registration_from(record: &MetadataRecord, previous: Option<&PartitionRegistr
         leader,
         leader_epoch,
         partition_epoch,
+        election,
         ..
     } = record
     else {
@@ -446,12 +466,14 @@ fn registration_from(record: &MetadataRecord, previous: Option<&PartitionRegistr
         partition_epoch: *partition_epoch,
         adding_replicas,
         removing_replicas,
+        election: *election,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metadata::records::ElectionTrigger;
 
     fn topic_records(name: &str, id: Uuid, partitions: i32) -> Vec<MetadataRecord> {
         let mut out = vec![MetadataRecord::Topic {
@@ -466,6 +488,7 @@ mod tests {
             leader: 1,
             leader_epoch: 0,
             partition_epoch: 0,
+            election: None,
         }));
         out
     }
@@ -550,6 +573,46 @@ mod tests {
             p.partition_epoch += 1;
         });
         assert_eq!(leaderless.invariant_violation(Some(&good)), None);
+    }
+
+    /// The election a record gives as the reason for its leader must match it.
+    #[test]
+    fn a_recorded_election_that_contradicts_the_leader_is_refused() {
+        let id = Uuid::from_u128(9);
+        let mut image = MetadataImage::new("c".into());
+        for r in topic_records("t", id, 1) {
+            image.apply(&r);
+        }
+        let good = image.topic("t").unwrap().partitions[0].clone();
+        let elected = |reason, leader, isr: &[i32]| PartitionRegistration {
+            replicas: vec![1, 2],
+            isr: isr.to_vec(),
+            leader,
+            leader_epoch: good.leader_epoch + 1,
+            partition_epoch: good.partition_epoch + 1,
+            election: Some(LeaderElection {
+                reason,
+                trigger: ElectionTrigger::BrokerLeft,
+            }),
+            ..good.clone()
+        };
+        let contradictions = [
+            elected(ElectionReason::Offline, 2, &[2]),
+            elected(ElectionReason::InSync, NO_LEADER, &[1]),
+            elected(ElectionReason::Unclean, 2, &[1, 2]),
+            elected(ElectionReason::Unchanged, 2, &[1, 2]),
+        ];
+        for p in contradictions {
+            let reason = p.invariant_violation(Some(&good));
+            assert!(reason.is_some(), "{:?} with leader {} should be refused", p.election, p.leader);
+        }
+        for p in [
+            elected(ElectionReason::Offline, NO_LEADER, &[1]),
+            elected(ElectionReason::InSync, 2, &[1, 2]),
+            elected(ElectionReason::Unclean, 2, &[2]),
+        ] {
+            assert_eq!(p.invariant_violation(Some(&good)), None, "{:?}", p.election);
+        }
     }
 
     #[test]

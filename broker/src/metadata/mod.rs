@@ -406,6 +406,7 @@ mod tests {
             leader,
             leader_epoch: p.leader_epoch,
             partition_epoch: p.partition_epoch + 1,
+            election: None,
         };
         Ok((vec![record], Outcome::Done))
     }
@@ -478,6 +479,7 @@ mod tests {
             leader,
             leader_epoch,
             partition_epoch,
+            election: None,
         };
         image.apply(&partition(1, 3, 5));
         let before = image.clone();

@@ -41,6 +41,75 @@ pub enum ConfigResource {
 /// config resource named `""`. No broker has a negative id, so it names none.
 pub const BROKER_DEFAULT: i32 = -1;
 
+/// Why a Partition record names the leader it does: what the election found and what asked
+/// for it. It is kept in the record and the image, so the metadata log says why each leader
+/// was chosen, and the broker that becomes leader logs it. Records written before Sluice kept
+/// it carry none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaderElection {
+    pub reason: ElectionReason,
+    pub trigger: ElectionTrigger,
+}
+
+/// What an election found (`controller::election::elect`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ElectionReason {
+    /// The leader stays.
+    Unchanged,
+    /// The first replica, in sync.
+    Preferred,
+    /// Another in-sync replica.
+    InSync,
+    /// An out-of-sync replica: records only the old ISR had may be lost.
+    Unclean,
+    /// No replica may lead: the partition is offline until one returns.
+    Offline,
+}
+
+/// What asked for an election.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ElectionTrigger {
+    /// The topic or partition was created.
+    Created,
+    /// The leader changed the ISR (AlterPartition); the leader stays.
+    IsrChange,
+    /// A broker was fenced or is shutting down.
+    BrokerLeft,
+    /// A broker came back and may lead a partition that had no leader.
+    BrokerReturned,
+    /// The controller's preferred leader balancing (`auto.leader.rebalance.enable`).
+    PreferredBalancing,
+    /// An operator's ElectLeaders (preferred or unclean).
+    ElectLeaders,
+    /// A reassignment started.
+    ReassignmentStarted,
+    /// A reassignment finished: its target is in sync.
+    ReassignmentFinished,
+}
+
+impl std::fmt::Display for LeaderElection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let reason = match self.reason {
+            ElectionReason::Unchanged => "the leader stayed",
+            ElectionReason::Preferred => "the preferred replica was elected",
+            ElectionReason::InSync => "an in-sync replica was elected",
+            ElectionReason::Unclean => "an out-of-sync replica was elected (unclean election)",
+            ElectionReason::Offline => "no replica may lead",
+        };
+        let trigger = match self.trigger {
+            ElectionTrigger::Created => "the partition was created",
+            ElectionTrigger::IsrChange => "the leader changed the ISR",
+            ElectionTrigger::BrokerLeft => "a broker left service",
+            ElectionTrigger::BrokerReturned => "a broker returned",
+            ElectionTrigger::PreferredBalancing => "preferred leader balancing",
+            ElectionTrigger::ElectLeaders => "an ElectLeaders request",
+            ElectionTrigger::ReassignmentStarted => "a reassignment started",
+            ElectionTrigger::ReassignmentFinished => "a reassignment finished",
+        };
+        write!(f, "{reason} ({trigger})")
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MetadataRecord {
     /// A broker announced itself (on every start, with a fresh incarnation id).
@@ -63,6 +132,8 @@ pub enum MetadataRecord {
         leader: i32,
         leader_epoch: i32,
         partition_epoch: i32,
+        /// Why `leader` leads; `None` in records written before Sluice kept it.
+        election: Option<LeaderElection>,
     },
     /// A config was set (`Some`) or removed (`None`).
     Config {

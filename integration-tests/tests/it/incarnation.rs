@@ -95,6 +95,23 @@ fn a_leader_restarted_within_its_session_is_refused_until_fenced_and_returns_as_
         },
     )?;
     eprintln!("node {victim} restarted at once; partition 0 before {before:?}, after {moved:?}");
+    // The survivor that took over says why, from the record that made it leader.
+    let took_over = |log: &str| {
+        log.lines().any(|l| {
+            l.contains("became partition leader")
+                && l.contains(&format!("topic={TOPIC} partition=0 "))
+                && l.contains("election=") && l.contains("replica was elected (a broker left service)")
+        })
+    };
+    let mut logs = Vec::new();
+    for id in &survivors {
+        let path = cluster.node(*id).log_path().to_path_buf();
+        logs.push(std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?);
+    }
+    ensure!(
+        logs.iter().any(|log| took_over(log)),
+        "no survivor logged taking over partition 0, elected after a broker left service"
+    );
     cluster.node(victim).wait_ready()?;
     let returned_at = Instant::now();
     eprintln!(
