@@ -111,6 +111,7 @@ export RUST_LIB_BACKTRACE=${RUST_LIB_BACKTRACE:-0}
 export SLUICE_BIN="$TARGET_DIR/release/sluice"
 
 step "module layers (no import circles)" python3 scripts/check-module-cycles.py broker/src raft-meta/src protocol/src || true
+step "integration-tests index up to date" python3 scripts/gen-test-index.py --check || true
 step "system packages" install_system_packages || true
 step "python venv (.venv) + pinned deps" bash scripts/python-venv.sh || true
 step "Kafka Java client + CLI tools (Maven)" bash scripts/java-lib.sh || true

@@ -1,5 +1,19 @@
 //! The broker's shared state, handed to every connection and request handler, and the
 //! background work that keeps it in step with the cluster.
+//!
+//! Lifecycle of one start: `register` commits a `RegisterBroker` (a new incarnation, with the
+//! broker's replica capacity), retried with backoff while the controller refuses it with
+//! DUPLICATE_BROKER_REGISTRATION (the previous process's session is still live). Only then does
+//! `run_reconciler` start, since replaying the local metadata log passes through states that
+//! must not be acted on; serving starts once its first round has opened the hosted partitions
+//! ([`Broker::wait_until_serving`]). After that, `keep_unfenced` asks to be unfenced
+//! (`UnfenceBroker`, naming the incarnation) whenever the image shows this broker fenced.
+//!
+//! The reconciler follows every new image, one round at a time and always from the newest:
+//! hosted partitions (`ReplicaManager::reconcile_image`), then groups and transaction
+//! coordinators. [`Broker::commit`] waits for the round covering its change before the client
+//! is answered, and the produce path can wait for one inline ([`Broker::catch_up_with_metadata`]).
+//! Producer ids come in blocks from the quorum ([`Broker::next_producer_id`]).
 
 use std::borrow::Cow;
 use std::sync::Arc;

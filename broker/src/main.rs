@@ -1,4 +1,14 @@
 //! The `sluice` binary: parse flags, open the broker, serve until SIGINT/SIGTERM.
+//!
+//! `sluice settings` prints every `--set` name with its default and meaning; `sluice plan` runs
+//! the capacity planner. Otherwise it raises the soft open-files limit to the hard one (the
+//! open-files budget divides it), binds every listener (and `metrics.listen`), and logs to
+//! stderr, filtered by `RUST_LOG`, in colour only at a terminal without `NO_COLOR`.
+//!
+//! The node stops on SIGINT/SIGTERM, on a broken invariant (`invariant::stop_requested`), or
+//! when its metadata quorum member stops on its own (storage failure, a refused entry, a
+//! panic): it would otherwise serve metadata that no longer changes. The first two commit a
+//! controlled shutdown first, so leadership moves to other replicas; the last two exit non-zero.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;

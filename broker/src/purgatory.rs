@@ -1,8 +1,8 @@
 //! The delayed operations (Kafka's purgatory): requests that wait on a partition's state
 //! instead of answering at once. Each waits on the partition's [`PartitionWatch`] (high
-//! watermark, log end offset, leader epoch, low watermark: one `Notify` for all four), so it
-//! is woken by changes, never by polling; one woken by a value it does not wait on goes back
-//! to waiting without doing any work. Each has a deadline.
+//! watermark, log end offset, leader epoch, low watermark, first unstable offset: one `Notify`
+//! for all five), so it is woken by changes, never by polling; one woken by a value it does not
+//! wait on goes back to waiting without doing any work. Each has a deadline.
 //!
 //! - [`DelayedProduce`]: an append with `acks=all` (and a group's offset commit or assignment)
 //!   completes when the high watermark passes it, fails when leadership moves or time runs out.

@@ -1,5 +1,20 @@
 //! The accept loops (one per Kafka listener), the background log housekeeping and log
 //! cleaner, and graceful shutdown through one `watch` signal that every task listens to.
+//!
+//! Accepting starts only once the broker serves ([`Broker::wait_until_serving`]); until then
+//! connections wait in the listen backlog. `max.connections` counts every listener together.
+//!
+//! Background tasks:
+//!
+//! - housekeeping: time rolls and retention every `log.retention.check.interval.ms`, idle
+//!   producers forgotten every `producer.id.expiration.check.interval.ms`;
+//! - writeback, every second, on the blocking pool: active segments that grew by 1 MiB get
+//!   `fs::start_writeback`, their buffered index entries are written, and the seals that rolls
+//!   left to it are done, so a roll need not fsync; every tenth pass gives free heap back
+//!   (`heap::release_free_memory`);
+//! - the log cleaner, on the blocking pool: compacts the dirtiest compacted log, records the
+//!   cleaned offset in `cleaner-offset-checkpoint`, and sleeps `log.cleaner.backoff.ms` when no
+//!   log needs it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -2,8 +2,10 @@
 //! synonyms (`retention.ms` ← `log.retention.ms`), validation, and resolution into the
 //! [`LogConfig`] a partition log runs with.
 //!
-//! Resolution order is Kafka's: a topic override, else the broker's `--set` value of the
-//! synonym, else the built-in default. DescribeConfigs reports which one applied.
+//! Resolution order is Kafka's: a topic override, else the broker-level value of the synonym,
+//! else the built-in default. The broker-level value is, in turn, this broker's dynamic config,
+//! else the cluster-wide dynamic one (`BROKER_DEFAULT`), else its `--set` value
+//! ([`broker_defaults`]). DescribeConfigs reports which one applied.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;

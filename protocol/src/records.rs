@@ -1,5 +1,7 @@
 //! The records inside a v2 batch, for the few features that must look at them: the keyless-record
-//! check on compacted topics, log compaction, loading groups from `__consumer_offsets`, and
+//! check on compacted topics, naming the records whose timestamps are out of range, log
+//! compaction, loading groups from `__consumer_offsets` and transactional ids from
+//! `__transaction_state`, a ListOffsets timestamp lookup (the one batch holding the target), and
 //! recompression to a topic's `compression.type` (writing is in [`rewrite`]). Produce and fetch
 //! otherwise never decode records (see [`crate::batch`]).
 //!

@@ -13,7 +13,9 @@
 //!   list, like KRaft's static quorum). Other nodes start as learners and wait for the leader to
 //!   add them with [`Quorum::add_learner`]; they then receive a snapshot and the log.
 //! * [`Quorum::propose`] works on any member (followers forward to the leader) and returns once
-//!   the entry is applied locally, so the caller can read its own write.
+//!   the entry is applied locally, so the caller can read its own write. A forwarded proposal
+//!   that a leader lost with its term fails with [`ProposeError::LeaderChanged`] as soon as a new
+//!   leader is seen and this member's log lacks it, rather than at its timeout.
 //! * A single voter is a one-member quorum that elects itself: the same code path as a cluster.
 //! * Members authenticate each other with a shared [`ClusterSecret`] (`handshake.rs`), and every
 //!   message from a peer is validated before raft-rs steps it (`validate.rs`).

@@ -1,8 +1,9 @@
 //! Broker configuration: command-line flags plus `--set key=value` using Kafka's own
 //! property names, resolved once at start-up into typed settings.
 //!
-//! About 700 lines: the flag and setting parsing plus its unit tests; the group settings live in
-//! `config/group.rs`.
+//! This file holds the flags, the broker-level `--set` settings (`BROKER_SETTINGS`) and their
+//! parsing into [`BrokerConfig`], with its unit tests; the settings of larger areas are parsed
+//! in the submodules beside it (the `mod` lines below).
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -1,5 +1,10 @@
 //! Topic config changes (Kafka's `ConfigurationControlManager`): IncrementalAlterConfigs'
 //! SET, DELETE, APPEND and SUBTRACT, each value validated before it is written.
+//!
+//! Dynamic broker configs too: SET and DELETE on one registered broker or on the cluster-wide
+//! defaults (`BROKER_DEFAULT`), kept in the image's `broker_configs`. Only a topic config's
+//! broker synonym (`log.retention.ms`, ...) and the replication throttle rates are dynamic;
+//! any other broker setting is static and refused with INVALID_REQUEST.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -2,6 +2,10 @@
 //! its hosted replicas' offsets and sizes, and the groups it coordinates with their lag. Read
 //! once per scrape or console poll from the live state, each lock held only for its copy, and
 //! shared by the Prometheus exposition and the console's JSON.
+//!
+//! A partition's lag is its local last stable offset minus the committed offset, or the high
+//! watermark minus it when the commit is past the last stable offset (which only a
+//! `read_uncommitted` consumer reaches); never below 0.
 
 use std::collections::HashMap;
 

@@ -6,9 +6,16 @@
 //! the ISR and only moves forward. As follower it appends the leader's batches byte for byte.
 //!
 //! Locks are never held across an await; the order is `replica` → `log` → `producers`.
-//! The high watermark, the log end offset, the leader epoch and the low watermark are published
-//! through one [`PartitionWatch`] (atomics and a single `Notify`), so waiting fetches,
-//! `acks=all` produces and DeleteRecords are woken by changes, not by polling.
+//! The high watermark, the log end offset, the leader epoch, the low watermark and the first
+//! unstable offset are published through one [`PartitionWatch`] (atomics and a single
+//! `Notify`), so waiting fetches, `acks=all` produces and DeleteRecords are woken by changes,
+//! not by polling.
+//!
+//! Transactions (KIP-98): every append, leader's or follower's, updates producer state under
+//! the log lock, so a marker closes its producer's transaction in the same step and an abort
+//! is indexed in the log's `.txnindex`. The last stable offset, min(high watermark, first
+//! unstable offset), is kept on leader and follower alike; `ReadBound::LastStable` bounds
+//! `read_committed` reads by it and collects the aborted transactions they overlap from memory.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};

@@ -1,6 +1,8 @@
 //! The offsets a partition publishes to the requests waiting on it (`acks=all` produces,
-//! long-polling fetches, DeleteRecords): four atomics and one `Notify`, instead of one `watch`
-//! channel per value (each of which carries nine `Notify`s, ~350 B apiece).
+//! long-polling fetches, DeleteRecords): five atomics (high watermark, log end offset, leader
+//! epoch, low watermark, first unstable offset) and one `Notify`, instead of one `watch` channel
+//! per value (each of which carries nine `Notify`s, ~350 B apiece). The last stable offset is
+//! derived: the high watermark, or the first unstable offset if lower.
 //!
 //! Every change stores the new value and then wakes every registered waiter; a waiter checks
 //! the value it cares about and goes back to waiting when that one did not move. No wake-up is

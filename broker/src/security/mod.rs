@@ -4,8 +4,8 @@
 //!   when the files change; the client certificate's principal.
 //! - `authenticator` — one connection's SASL state (SaslHandshake / SaslAuthenticate, raw v0
 //!   tokens, KIP-368 re-authentication, the pre-authentication frame cap).
-//! - `scram`, `plain`, `oauthbearer` — the mechanisms, checked against the SCRAM credentials
-//!   in the metadata image (one user store) and a JWKS.
+//! - `scram`, `oauthbearer` (PLAIN is in `authenticator`) — the mechanisms, checked against
+//!   the SCRAM credentials in the metadata image (one user store) and a JWKS.
 //! - `authorizer` — Kafka's StandardAuthorizer over the ACLs in the metadata image.
 //!
 //! Brokers authenticate to each other as [`BROKER_PRINCIPAL`], a super user, with a SCRAM

@@ -9,6 +9,12 @@
 //! is pending, or a transaction is being completed (PrepareCommit, PrepareAbort), requests for
 //! the id get CONCURRENT_TRANSACTIONS, which clients retry.
 //!
+//! States are Kafka's (`TxnState` in `records.rs`): Empty, Ongoing, PrepareCommit, PrepareAbort,
+//! CompleteCommit, CompleteAbort, PrepareEpochFence (an open transaction aborted because a new
+//! producer or the timeout fenced it) and Dead (an expired id, written as a tombstone).
+//! Transactions v1 keep the producer epoch across transactions; transactions v2 (KIP-890 part
+//! 2, EndTxn v5+) bump it at every EndTxn ([`TransactionCoordinator::end_txn`]).
+//!
 //! A transactional id lives in partition `abs(hashCode(id)) % transaction.state.log.num.partitions`
 //! of `__transaction_state`; this coordinator serves the ids of the partitions it leads, at the
 //! partition's leader epoch (the coordinator epoch every marker carries).

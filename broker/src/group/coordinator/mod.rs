@@ -4,9 +4,11 @@
 //! passes new member ids in), so every rebalance can be replayed in a unit test.
 //!
 //! States: Empty → PreparingRebalance (members (re)join) → CompletingRebalance (the leader
-//! computes assignments) → Stable; Dead once deleted or moved away. A JoinGroup answer waits
-//! until every known member has rejoined or the rebalance timeout passes; a SyncGroup answer
-//! waits until the leader's assignment is stored in `__consumer_offsets`.
+//! computes assignments) → Stable, each move checked against [`GroupState::may_follow`]. Kafka's
+//! Dead is a group removed from the map (deleted, expired, or its partition moved away). A
+//! JoinGroup answer waits until every known member has rejoined or the rebalance timeout
+//! passes; a SyncGroup answer waits until the leader's assignment is stored in
+//! `__consumer_offsets`.
 //!
 //! The coordinator serves only groups whose `__consumer_offsets` partition this broker leads
 //! and has loaded: others get NOT_COORDINATOR, loading ones COORDINATOR_LOAD_IN_PROGRESS.
