@@ -229,13 +229,7 @@ mod tests {
     fn led_off_preferred() -> MetadataImage {
         let mut image = one_partition_on(3);
         fence(&mut image, 1);
-        decide_and_apply(
-            &mut image,
-            MetadataCommand::UnfenceBroker {
-                broker_id: 1,
-                incarnation_id: Some(Uuid::nil()),
-            },
-        );
+        unfence(&mut image, 1);
         decide_and_apply(&mut image, alter_isr(2, 1, 1, &[1, 2, 3]));
         assert_eq!(registration(&image), (2, 1, vec![1, 2, 3]));
         image
@@ -276,13 +270,7 @@ mod tests {
         fence(&mut image, 1);
         let not_available = ResponseError::PreferredLeaderNotAvailable;
         assert_eq!(refusal(&image, ElectionType::Preferred), not_available, "fenced");
-        decide_and_apply(
-            &mut image,
-            MetadataCommand::UnfenceBroker {
-                broker_id: 1,
-                incarnation_id: Some(Uuid::nil()),
-            },
-        );
+        unfence(&mut image, 1);
         let why = "alive but out of the ISR";
         assert_eq!(refusal(&image, ElectionType::Preferred), not_available, "{why}");
     }

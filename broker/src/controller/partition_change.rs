@@ -380,13 +380,7 @@ mod tests {
         let records = fence_broker(&image, 1);
         apply_all(&mut image, &records);
         // Fenced and then back, but out of the ISR: not yet.
-        decide_and_apply(
-            &mut image,
-            MetadataCommand::UnfenceBroker {
-                broker_id: 1,
-                incarnation_id: Some(Uuid::nil()),
-            },
-        );
+        unfence(&mut image, 1);
         assert_eq!(image.topic("t").unwrap().partitions[0].leader, 2);
         assert!(!preferred_leader_imbalance(&image));
         decide_and_apply(&mut image, alter_isr(2, 1, 1, &[1, 2, 3]));
@@ -409,13 +403,7 @@ mod tests {
         let records = fence_broker(&image, 1);
         apply_all(&mut image, &records);
         assert_eq!(election(&image), (Reason::InSync, ElectionTrigger::BrokerLeft));
-        decide_and_apply(
-            &mut image,
-            MetadataCommand::UnfenceBroker {
-                broker_id: 1,
-                incarnation_id: Some(Uuid::nil()),
-            },
-        );
+        unfence(&mut image, 1);
         decide_and_apply(&mut image, alter_isr(2, 1, 1, &[1, 2, 3]));
         assert_eq!(election(&image), (Reason::Unchanged, ElectionTrigger::IsrChange));
         decide_and_apply(&mut image, MetadataCommand::ElectPreferredLeaders);
@@ -435,13 +423,7 @@ mod tests {
         let records = fence_broker(&image, 1);
         apply_all(&mut image, &records);
         // Still in the ISR (re-added while it was briefly back), but shutting down.
-        decide_and_apply(
-            &mut image,
-            MetadataCommand::UnfenceBroker {
-                broker_id: 1,
-                incarnation_id: Some(Uuid::nil()),
-            },
-        );
+        unfence(&mut image, 1);
         decide_and_apply(&mut image, alter_isr(2, 1, 1, &[1, 2]));
         let shutdown = shutdown_of(1);
         let (records, _) = decide(&image, &shutdown).unwrap();
@@ -487,13 +469,7 @@ mod tests {
                 apply_all(&mut image, &records);
             }
             assert_eq!(image.topic("t").unwrap().partitions[0].leader, -1);
-            decide_and_apply(
-                &mut image,
-                MetadataCommand::UnfenceBroker {
-                    broker_id: 2,
-                    incarnation_id: Some(Uuid::nil()),
-                },
-            );
+            unfence(&mut image, 2);
             let p = &image.topic("t").unwrap().partitions[0];
             if unclean {
                 assert_eq!((p.leader, &p.isr), (2, &vec![2]));

@@ -46,6 +46,17 @@ pub(super) fn shutdown_of(broker_id: i32) -> MetadataCommand {
     }
 }
 
+/// Broker `broker_id` (registered with the nil incarnation) is unfenced.
+pub(super) fn unfence(image: &mut MetadataImage, broker_id: i32) {
+    decide_and_apply(
+        image,
+        MetadataCommand::UnfenceBroker {
+            broker_id,
+            incarnation_id: Some(Uuid::nil()),
+        },
+    );
+}
+
 pub(super) fn decide_and_apply(image: &mut MetadataImage, command: MetadataCommand) -> Outcome {
     let (records, outcome) = decide(image, &command).unwrap();
     apply_all(image, &records);
