@@ -125,3 +125,35 @@ def test_kafka_python_admin_list_topics_and_describe_topics(node):
         assert "READ" in desc[0]["authorized_operations"], desc
     finally:
         a.close()
+
+
+def test_kafka_python_subscribes_right_after_an_idempotent_producer_auto_created_the_topic(cluster):
+    """Issue 29's scenario: a consumer made with no topics subscribes to a topic an idempotent
+    producer has just auto-created (`num.partitions=4`, 3 nodes) and written 100 records to,
+    and must read them all, with a group and without one, on every try. Once seen reading
+    nothing for 30 s in 3 tries of 12 (kafka-python 3.0.12); not reproduced since, in 48 tries
+    of each variant on 2.3.3 and 3.0.12."""
+    nodes = cluster({"num.partitions": "4"})
+    bootstrap = ",".join(n.bootstrap for n in nodes)
+    for attempt in range(3):
+        for group in (None, f"kp-subscribe-group-{attempt}"):
+            topic = f"kp-subscribe-{attempt}-{'group' if group else 'none'}"
+            consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
+                                     enable_auto_commit=False)
+            producer = KafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True)
+            try:
+                for i in range(100):
+                    producer.send(topic, f"v{i}".encode())
+                producer.flush(30)
+                consumer.subscribe([topic])
+                got = []
+                deadline = time.monotonic() + 30
+                while len(got) < 100 and time.monotonic() < deadline:
+                    for records in consumer.poll(timeout_ms=500).values():
+                        got.extend(r.value for r in records)
+                assert sorted(got) == sorted(f"v{i}".encode() for i in range(100)), (
+                    f"try {attempt} (group {group}): read {len(got)} of 100 records in 30 s; "
+                    f"assignment {sorted(tp.partition for tp in consumer.assignment())}")
+            finally:
+                producer.close(timeout=10)
+                consumer.close()
