@@ -6,8 +6,9 @@
 //! longer trust. The soak counts the log line as a violation.
 //!
 //! Failpoints (`SLUICE_FAILPOINTS`, a comma-separated list read once at start) make a check
-//! see a violating value, so tests can watch a real node stop on it; they are not settings and
-//! do nothing unless named.
+//! see a violating value, so tests can watch a real node stop on it, or hold a step open so a
+//! test can kill the node inside a window that is otherwise microseconds wide; they are not
+//! settings and do nothing unless named.
 
 use std::sync::{LazyLock, OnceLock};
 
@@ -57,3 +58,10 @@ pub fn failpoint(name: &str) -> bool {
 
 /// Failpoint: the leader's next high watermark candidate is one past its log end offset.
 pub static HW_PAST_LOG_END: LazyLock<bool> = LazyLock::new(|| failpoint("hw_past_log_end"));
+
+/// Failpoint: the group write that stores a replaced static member's new member id waits
+/// [`STALL_STATIC_MEMBER_STORE_MS`] before it starts, logging [`STALL_STATIC_MEMBER_STORE_LOG`],
+/// so a test can kill the coordinator between the JoinGroup and its write.
+pub static STALL_STATIC_MEMBER_STORE: LazyLock<bool> = LazyLock::new(|| failpoint("stall_static_member_store"));
+pub const STALL_STATIC_MEMBER_STORE_MS: u64 = 3_000;
+pub const STALL_STATIC_MEMBER_STORE_LOG: &str = "failpoint stall_static_member_store: holding the write of a replaced static member";

@@ -30,6 +30,7 @@ use sluice_protocol::records::BatchRecords;
 use crate::clock::now_ms;
 pub use crate::config::OffsetsSettings;
 use crate::coordinator_log::{self, Appended};
+use crate::invariant;
 use crate::log::LogError;
 use crate::metadata::image::MetadataImage;
 use crate::metadata::MetadataStore;
@@ -458,6 +459,12 @@ impl GroupMetadataManager {
         for store in stores {
             let manager = self.clone();
             tokio::spawn(async move {
+                let replaces_static_member =
+                    matches!(&store, Store::Group { then: AfterStore::AnswerStaticJoin(_), .. });
+                if replaces_static_member && *invariant::STALL_STATIC_MEMBER_STORE {
+                    tracing::warn!("{}", invariant::STALL_STATIC_MEMBER_STORE_LOG);
+                    tokio::time::sleep(Duration::from_millis(invariant::STALL_STATIC_MEMBER_STORE_MS)).await;
+                }
                 let outcome = store_one(&manager, &store).await;
                 let waiting = match store {
                     Store::Group {

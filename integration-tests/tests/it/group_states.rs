@@ -346,7 +346,11 @@ fn members_of(d: &DescribedGroup) -> Vec<String> {
 
 /// A node with no initial rebalance delay, the test topic, and a coordinator for `group`.
 fn start(group: &str) -> Result<(SluiceNode, Group)> {
-    let node = SluiceNode::start(NodeOptions::default().set("group.initial.rebalance.delay.ms", "0"))?;
+    start_with(group, NodeOptions::default())
+}
+
+fn start_with(group: &str, opts: NodeOptions) -> Result<(SluiceNode, Group)> {
+    let node = SluiceNode::start(opts.set("group.initial.rebalance.delay.ms", "0"))?;
     let code = kafka_client::create_topic(node.addr(), TOPIC, 2, TIMEOUT)?;
     ensure!(code == 0, "CreateTopics {TOPIC}: error {code}");
     let addr = node.addr();
@@ -651,6 +655,80 @@ fn a_restarted_static_member_keeps_its_generation_and_its_old_member_id_is_fence
             && d.members[0].group_instance_id.as_ref().map(|i| i.as_str()) == instance,
         "DescribeGroups: {d:?}"
     );
+    Ok(())
+}
+
+/// A replaced static member is answered only once its new member id is stored (Kafka's
+/// order): a coordinator killed between the JoinGroup and that write never told the member an
+/// id the restarted coordinator does not know, so the member is not fenced when it rejoins.
+/// The failpoint holds the write open for 3 s so the kill lands inside that window.
+#[test]
+fn a_coordinator_killed_before_a_static_member_replacement_is_stored_answers_nothing_and_fences_no_one() -> Result<()> {
+    let mut opts = NodeOptions::default();
+    // Not a secret; the harness's way to set a variable for the broker process only.
+    opts.secret_env
+        .push(("SLUICE_FAILPOINTS".to_string(), "stall_static_member_store".to_string()));
+    let (mut node, g) = start_with("static-window", opts)?;
+    let instance = Some("instance-1");
+    let first = g.join("", instance, 60_000, &subscription("w"))?;
+    ensure!(first.error_code == NONE, "static JoinGroup: error {}", first.error_code);
+    let old_id = first.member_id.to_string();
+    let assigned = assignment_bytes(&[0, 1], b"");
+    let (code, _) = g.sync(first.generation_id, &old_id, instance, &[(&old_id, &assigned)])?;
+    ensure!(code == NONE, "SyncGroup: {code}");
+
+    // The same instance restarts; its JoinGroup replaces the member, whose write is held.
+    let rejoin = {
+        let g = Group {
+            addr: g.addr,
+            id: g.id.clone(),
+        };
+        std::thread::spawn(move || g.join("", instance, 60_000, &subscription("w")))
+    };
+    let log_path = node.log_path().to_path_buf();
+    wait_until(TIMEOUT, "the coordinator to hold the replacement's write", || {
+        std::fs::read_to_string(&log_path)
+            .ok()
+            .filter(|log| log.contains("failpoint stall_static_member_store"))
+    })?;
+    node.kill()?;
+    let answered = rejoin.join().expect("the rejoining thread panicked");
+    ensure!(
+        answered.is_err(),
+        "the coordinator answered the replacing JoinGroup before storing it: {answered:?}"
+    );
+
+    node.restart()?;
+    // The restarted coordinator loads the group as stored: the old member id, no replacement.
+    let d = wait_until(TIMEOUT, "the restarted coordinator to answer DescribeGroups", || {
+        g.describe().ok().filter(|d| d.error_code == NONE)
+    })?;
+    ensure!(
+        members_of(&d) == vec![old_id.clone()],
+        "members after the restart: {:?}, expected only the stored {old_id}",
+        members_of(&d)
+    );
+    // The member's retry replaces it for real: answered once stored, in the same generation,
+    // with its assignment, and its new id is not fenced.
+    let again = wait_until(TIMEOUT, "the rejoin to be answered", || {
+        g.join("", instance, 60_000, &subscription("w")).ok().filter(|r| r.error_code == NONE)
+    })?;
+    let new_id = again.member_id.to_string();
+    ensure!(
+        again.generation_id == first.generation_id && new_id != old_id,
+        "static rejoin after the restart: generation {} member {new_id:?} (first {} {old_id:?})",
+        again.generation_id,
+        first.generation_id
+    );
+    let (code, assignment) = g.sync(again.generation_id, &new_id, instance, &[])?;
+    ensure!(
+        code == NONE && assignment == assigned,
+        "SyncGroup after the rejoin: {code} {assignment:?}"
+    );
+    let hb = g.heartbeat(again.generation_id, &new_id, instance)?;
+    ensure!(hb == NONE, "Heartbeat of the rejoined member: {hb}");
+    let fenced = g.heartbeat(first.generation_id, &old_id, instance)?;
+    ensure!(fenced == FENCED_INSTANCE_ID, "Heartbeat with the replaced member id: {fenced}");
     Ok(())
 }
 
