@@ -43,6 +43,15 @@ use crate::topic_config;
 
 type PartitionKey = (Uuid, i32);
 
+/// Which replica may answer a partition-level read ([`ReplicaManager::serving_partition`]).
+#[derive(Debug, Clone, Copy)]
+pub enum Serves {
+    /// Only the leader, at the leader epoch the client names (`-1`: any).
+    Leader { current_leader_epoch: i32 },
+    /// Any replica hosting the partition (Kafka's `Partition.activeProducerState`).
+    AnyReplica,
+}
+
 pub struct ReplicaManager {
     config: Arc<BrokerConfig>,
     partitions: RwLock<HashMap<PartitionKey, Arc<Partition>>>,
@@ -196,6 +205,34 @@ impl ReplicaManager {
             };
             (error, message)
         })
+    }
+
+    /// The hosted partition `index` of `topic` (`None`: a topic this broker does not know) that
+    /// may answer a read as `serves` says, else the Kafka error clients act on:
+    /// UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, or FENCED/UNKNOWN_LEADER_EPOCH for a
+    /// leader read at another epoch. ListOffsets, OffsetForLeaderEpoch and DescribeProducers
+    /// look partitions up through it; authorization is theirs.
+    pub fn serving_partition(
+        &self,
+        topic: Option<&TopicImage>,
+        index: i32,
+        serves: Serves,
+    ) -> Result<Arc<Partition>, ResponseError> {
+        let topic = topic.ok_or(ResponseError::UnknownTopicOrPartition)?;
+        match serves {
+            Serves::Leader { current_leader_epoch } => {
+                let (partition, _) = self.leader_partition(topic, index)?;
+                partition.check_leader_epoch(current_leader_epoch)?;
+                Ok(partition)
+            }
+            Serves::AnyReplica => {
+                usize::try_from(index)
+                    .ok()
+                    .filter(|i| *i < topic.partitions.len())
+                    .ok_or(ResponseError::UnknownTopicOrPartition)?;
+                self.get(topic.topic_id, index).ok_or(ResponseError::NotLeaderOrFollower)
+            }
+        }
     }
 
     pub fn leader_partition<'a>(

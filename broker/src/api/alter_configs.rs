@@ -12,36 +12,16 @@ use kafka_protocol::messages::alter_configs_request::AlterConfigsResource;
 use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::{AlterConfigsRequest, AlterConfigsResponse};
 
-use super::describe_configs::{alter_if_authorized, RESOURCE_BROKER, RESOURCE_TOPIC};
-use super::incremental_alter_configs::{alter_broker_configs, broker_resource_id};
-use super::{commit_error, str_bytes, Session};
+use super::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
+use super::incremental_alter_configs::{
+    alter_broker_configs, alter_each, alter_topic_configs, answer_each, broker_resource_id,
+};
+use super::{str_bytes, Session};
 use crate::broker::Broker;
 use crate::controller;
-use crate::metadata::records::MetadataCommand;
-use crate::metadata::CommitError;
 
 pub async fn handle(broker: Arc<Broker>, session: Session, request: AlterConfigsRequest) -> AlterConfigsResponse {
-    let image = broker.metadata.image();
-    let access = session.access(&broker.security.authorizer, &image.acls);
-    let mut responses = Vec::with_capacity(request.resources.len());
-    for resource in &request.resources {
-        let result = AlterConfigsResourceResponse::default()
-            .with_resource_type(resource.resource_type)
-            .with_resource_name(resource.resource_name.clone());
-        let altered = alter_if_authorized(
-            access,
-            resource.resource_type,
-            &resource.resource_name,
-            alter(&broker, resource, request.validate_only),
-        )
-        .await;
-        responses.push(match altered {
-            Ok(()) => result,
-            Err((code, message)) => result
-                .with_error_code(code)
-                .with_error_message(Some(str_bytes(message))),
-        });
-    }
+    let responses = answer_each!(broker, session, request, alter, AlterConfigsResourceResponse);
     AlterConfigsResponse::default().with_responses(responses)
 }
 
@@ -64,19 +44,5 @@ async fn alter(broker: &Broker, resource: &AlterConfigsResource, validate_only: 
     }
     let name = resource.resource_name.to_string();
     let ops = controller::replace_topic_configs_ops(&image, &name, &given).map_err(invalid)?;
-    let outcome = if validate_only {
-        controller::alter_topic_configs(&image, &name, &ops, &Default::default())
-            .map(|_| ())
-            .map_err(CommitError::Refused)
-    } else {
-        broker
-            .commit(MetadataCommand::AlterTopicConfigs {
-                name,
-                ops,
-                list_bases: Default::default(),
-            })
-            .await
-            .map(|_| ())
-    };
-    outcome.map_err(|e| commit_error(&e))
+    alter_topic_configs(broker, name, ops, Default::default(), validate_only).await
 }

@@ -16,6 +16,7 @@ use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersRespon
 use super::{str_bytes, Access, Session};
 use crate::broker::Broker;
 use crate::metadata::acls::{AclOperation, ResourceType};
+use crate::replica_manager::Serves;
 
 pub fn handle(broker: &Broker, request: DescribeProducersRequest, session: &Session) -> DescribeProducersResponse {
     let image = broker.metadata.image();
@@ -39,14 +40,7 @@ pub fn handle(broker: &Broker, request: DescribeProducersRequest, session: &Sess
                             .with_error_code(ResponseError::TopicAuthorizationFailed.code())
                             .with_error_message(Some(str_bytes(message.clone())));
                     }
-                    let hosted = match topic {
-                        Some(topic) if index >= 0 && (index as usize) < topic.partitions.len() => broker
-                            .replicas
-                            .get(topic.topic_id, index)
-                            .ok_or(ResponseError::NotLeaderOrFollower),
-                        _ => Err(ResponseError::UnknownTopicOrPartition),
-                    };
-                    let partition = match hosted {
+                    let partition = match broker.replicas.serving_partition(topic, index, Serves::AnyReplica) {
                         Ok(partition) => partition,
                         Err(error) => return response.with_error_code(error.code()),
                     };

@@ -26,28 +26,67 @@ pub async fn handle(
     session: Session,
     request: IncrementalAlterConfigsRequest,
 ) -> IncrementalAlterConfigsResponse {
-    let image = broker.metadata.image();
-    let access = session.access(&broker.security.authorizer, &image.acls);
-    let mut responses = Vec::with_capacity(request.resources.len());
-    for resource in &request.resources {
-        let result = AlterConfigsResourceResponse::default()
-            .with_resource_type(resource.resource_type)
-            .with_resource_name(resource.resource_name.clone());
-        let altered = alter_if_authorized(
-            access,
-            resource.resource_type,
-            &resource.resource_name,
-            alter(&broker, resource, request.validate_only),
+    let responses = answer_each!(broker, session, request, alter, AlterConfigsResourceResponse);
+    IncrementalAlterConfigsResponse::default().with_responses(responses)
+}
+
+/// The per-resource responses of an AlterConfigs or IncrementalAlterConfigs `request`: each
+/// resource through [`alter_each`] with the API's own `alter`, answered in a `$response` (the
+/// two APIs' response types differ in name only).
+macro_rules! answer_each {
+    ($broker:expr, $session:expr, $request:expr, $alter:expr, $response:ty) => {{
+        let validate_only = $request.validate_only;
+        let results = alter_each(
+            &$broker,
+            &$session,
+            &$request.resources,
+            |r| (r.resource_type, &r.resource_name),
+            |r| $alter(&$broker, r, validate_only),
         )
         .await;
-        responses.push(match altered {
-            Ok(()) => result,
-            Err((code, message)) => result
-                .with_error_code(code)
-                .with_error_message(Some(str_bytes(message))),
-        });
+        $request
+            .resources
+            .iter()
+            .zip(results)
+            .map(|(resource, result)| {
+                let response = <$response>::default()
+                    .with_resource_type(resource.resource_type)
+                    .with_resource_name(resource.resource_name.clone());
+                match result {
+                    Ok(()) => response,
+                    Err((code, message)) => response
+                        .with_error_code(code)
+                        .with_error_message(Some(str_bytes(message))),
+                }
+            })
+            .collect()
+    }};
+}
+pub(super) use answer_each;
+
+/// Each resource of an AlterConfigs or IncrementalAlterConfigs request, in order: refused
+/// without ALTER_CONFIGS on its topic or the cluster (`config_refusal`), else altered by
+/// `alter`, one commit per resource as Kafka does. `Ok`, or the (error code, message) the
+/// resource is answered with.
+pub(super) async fn alter_each<'r, R, F, Fut>(
+    broker: &Broker,
+    session: &Session,
+    resources: &'r [R],
+    id: impl Fn(&R) -> (i8, &StrBytes),
+    alter: F,
+) -> Vec<Result<(), (i16, String)>>
+where
+    F: Fn(&'r R) -> Fut,
+    Fut: std::future::Future<Output = Result<(), (i16, String)>>,
+{
+    let image = broker.metadata.image();
+    let access = session.access(&broker.security.authorizer, &image.acls);
+    let mut results = Vec::with_capacity(resources.len());
+    for resource in resources {
+        let (resource_type, name) = id(resource);
+        results.push(alter_if_authorized(access, resource_type, name, alter(resource)).await);
     }
-    IncrementalAlterConfigsResponse::default().with_responses(responses)
+    results
 }
 
 async fn alter(broker: &Broker, resource: &AlterConfigsResource, validate_only: bool) -> Result<(), (i16, String)> {
@@ -86,6 +125,18 @@ async fn alter(broker: &Broker, resource: &AlterConfigsResource, validate_only: 
             )
         })
         .collect();
+    alter_topic_configs(broker, name, ops, list_bases, validate_only).await
+}
+
+/// A topic's configs: checked against the image (`validate_only`) or committed through the
+/// quorum, after which every replica's log picks them up. Also AlterConfigs' path for a topic.
+pub(super) async fn alter_topic_configs(
+    broker: &Broker,
+    name: String,
+    ops: Vec<(String, AlterOp, Option<String>)>,
+    list_bases: BTreeMap<String, String>,
+    validate_only: bool,
+) -> Result<(), (i16, String)> {
     let outcome = if validate_only {
         controller::alter_topic_configs(&broker.metadata.image(), &name, &ops, &list_bases)
             .map(|_| ())

@@ -14,6 +14,7 @@ use super::{Access, Session};
 use crate::broker::Broker;
 use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::partition::ReadBound;
+use crate::replica_manager::Serves;
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
@@ -43,18 +44,17 @@ pub fn handle(broker: &Broker, request: ListOffsetsRequest, version: i16, sessio
                         .with_partition_index(p.partition_index)
                         .with_timestamp(-1)
                         .with_offset(-1);
+                    let serves = Serves::Leader {
+                        current_leader_epoch: p.current_leader_epoch,
+                    };
                     let hosted = match topic {
                         _ if refused => Err(ResponseError::TopicAuthorizationFailed),
-                        Some(topic) => broker.replicas.leader_partition(topic, p.partition_index),
-                        None => Err(ResponseError::UnknownTopicOrPartition),
+                        _ => broker.replicas.serving_partition(topic, p.partition_index, serves),
                     };
                     let partition = match hosted {
-                        Ok((partition, _)) => partition,
+                        Ok(partition) => partition,
                         Err(error) => return response.with_error_code(error.code()),
                     };
-                    if let Err(error) = partition.check_leader_epoch(p.current_leader_epoch) {
-                        return response.with_error_code(error.code());
-                    }
                     // The field exists from v4; the codec refuses a non-default value before.
                     let epoch = partition.leader_epoch();
                     let reported_epoch = if version >= FIRST_VERSION_WITH_LEADER_EPOCH { epoch } else { -1 };

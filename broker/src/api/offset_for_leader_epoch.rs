@@ -14,6 +14,7 @@ use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpoch
 use super::{Access, Session};
 use crate::broker::Broker;
 use crate::metadata::acls::{AclOperation, ResourceType};
+use crate::replica_manager::Serves;
 
 pub fn handle(
     broker: &Broker,
@@ -37,18 +38,17 @@ pub fn handle(
                         .with_partition(p.partition)
                         .with_leader_epoch(-1)
                         .with_end_offset(-1);
+                    let serves = Serves::Leader {
+                        current_leader_epoch: p.current_leader_epoch,
+                    };
                     let hosted = match topic {
                         _ if refused => Err(ResponseError::TopicAuthorizationFailed),
-                        Some(topic) => broker.replicas.leader_partition(topic, p.partition),
-                        None => Err(ResponseError::UnknownTopicOrPartition),
+                        _ => broker.replicas.serving_partition(topic, p.partition, serves),
                     };
                     let partition = match hosted {
-                        Ok((partition, _)) => partition,
+                        Ok(partition) => partition,
                         Err(error) => return response.with_error_code(error.code()),
                     };
-                    if let Err(error) = partition.check_leader_epoch(p.current_leader_epoch) {
-                        return response.with_error_code(error.code());
-                    }
                     let (epoch, end_offset) = partition.end_offset_for_epoch(p.leader_epoch);
                     response.with_leader_epoch(epoch).with_end_offset(end_offset)
                 })
