@@ -1,6 +1,6 @@
 //! Partition replication between brokers: the follower side (replica fetchers) and the
 //! high-watermark checkpoint. The leader side lives in `partition/leader.rs` and
-//! `replica_manager.rs`.
+//! `replica_manager/isr.rs`.
 
 pub mod checkpoint;
 pub mod client;

@@ -1,0 +1,212 @@
+//! The leader side of follower fetches and ISR changes: the replica identity check (KIP-903),
+//! each follower's fetch state (which may expand the ISR), the AlterPartition proposals through
+//! the metadata quorum, and the timer that shrinks the ISR and checkpoints high watermarks.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_protocol::error::ResponseError;
+use tokio::sync::watch;
+
+use super::ReplicaManager;
+use crate::clock::now_ms;
+use crate::metadata::image::{MetadataImage, TopicImage};
+use crate::metadata::records::MetadataCommand;
+use crate::partition::Partition;
+
+/// Which way a leader's ISR change goes (Kafka's IsrShrinksPerSec / IsrExpandsPerSec).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IsrChange {
+    Shrink,
+    Expand,
+}
+
+/// Pause after a refused ISR change before the leader may propose another.
+const ISR_CHANGE_RETRY: Duration = Duration::from_secs(1);
+
+/// Who a fetch is from, once its replica identity has been checked.
+#[derive(Debug, Clone, Copy)]
+pub enum FetchParty {
+    Consumer,
+    /// A fetch claiming to be broker `replica_id`'s; `identity` is the outcome of
+    /// [`check_follower_identity`], so a failed claim is answered per partition.
+    Follower {
+        replica_id: i32,
+        identity: Result<(), ResponseError>,
+    },
+}
+
+/// Kafka's replica identity check (KIP-903) for a Fetch that claims `replica_id` >= 0: it is a
+/// follower's fetch only if it names, in `replica_state` (v15+), the broker epoch of that
+/// broker's current registration in `image`. A claim without an epoch (before v15), with a
+/// stale or unknown epoch, or for an unregistered broker is refused with NOT_LEADER_OR_FOLLOWER,
+/// Kafka's answer to a stale broker epoch in a follower fetch; such a fetch must move no
+/// follower's progress, ISR or high watermark. Whether the broker is in each partition's replica
+/// set is checked per partition by `Partition::record_follower_fetch`. No allocation.
+pub fn check_follower_identity(
+    image: &MetadataImage,
+    replica_id: i32,
+    broker_epoch: Option<i64>,
+) -> Result<(), ResponseError> {
+    let registered = image.brokers.get(&replica_id).map(|b| b.broker_epoch);
+    match (broker_epoch, registered) {
+        (Some(claimed), Some(current)) if claimed == current => Ok(()),
+        _ => Err(ResponseError::NotLeaderOrFollower),
+    }
+}
+
+impl ReplicaManager {
+    /// Kafka's `fetchMessages` before any read: partition `index` of `topic` when this broker
+    /// leads it. For a follower whose identity checked out, its fetch offset is its log end
+    /// offset (`updateFollowerFetchState`): that may advance the high watermark, and the
+    /// AlterPartition bringing it back into the ISR is proposed here. A refused fetch moves
+    /// no follower's progress, ISR or high watermark.
+    pub fn partition_for_fetch(
+        self: &Arc<Self>,
+        topic: &TopicImage,
+        index: i32,
+        fetch_offset: i64,
+        log_start_offset: i64,
+        current_leader_epoch: i32,
+        party: FetchParty,
+        now_ms: i64,
+    ) -> Result<Arc<Partition>, ResponseError> {
+        let (partition, _) = self.leader_partition(topic, index)?;
+        if let FetchParty::Follower { replica_id, identity } = party {
+            identity?;
+            partition.check_leader_epoch(current_leader_epoch)?;
+            let expand = partition.record_follower_fetch(
+                replica_id,
+                fetch_offset,
+                log_start_offset,
+                current_leader_epoch,
+                now_ms,
+            )?;
+            if let Some(command) = expand {
+                self.propose_isr_change(partition.clone(), command, IsrChange::Expand);
+            }
+        }
+        Ok(partition)
+    }
+
+    /// Proposes an ISR change a partition leader decided on, in the background. Once the
+    /// quorum has decided, the hosted partitions are brought up to date before the leader may
+    /// propose again, so the leader never counts an ISR older than the one committed.
+    pub fn propose_isr_change(
+        self: &Arc<Self>,
+        partition: Arc<Partition>,
+        command: MetadataCommand,
+        change: IsrChange,
+    ) {
+        let replicas = self.clone();
+        let mut proposals = self.isr_proposals.lock();
+        while proposals.try_join_next().is_some() {} // reap finished ones
+        proposals.spawn(async move {
+            match replicas.metadata.commit(command).await {
+                Ok(_) => {
+                    let counter = match change {
+                        IsrChange::Shrink => &replicas.metrics.isr_shrinks,
+                        IsrChange::Expand => &replicas.metrics.isr_expands,
+                    };
+                    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    replicas.wait_reconciled().await;
+                }
+                Err(e) => {
+                    tracing::info!(
+                        topic = %partition.topic, partition = partition.index, error = %e,
+                        "ISR change not accepted; will re-evaluate shortly"
+                    );
+                    // Refused changes (a replica still fenced, say) are not retried at fetch rate.
+                    tokio::time::sleep(ISR_CHANGE_RETRY).await;
+                }
+            }
+            partition.isr_change_finished();
+        });
+    }
+
+    /// Abandons ISR changes still in flight before the process stops.
+    pub async fn stop_isr_proposals(&self) {
+        let mut proposals = std::mem::take(&mut *self.isr_proposals.lock());
+        proposals.shutdown().await;
+    }
+
+    /// The leaders' timer-driven duty: drop followers that have not caught up within
+    /// `replica.lag.time.max.ms` from the ISR (checked every half lag period, as Kafka does),
+    /// and checkpoint high watermarks every `replica.high.watermark.checkpoint.interval.ms`.
+    pub async fn run_isr_maintenance(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let lag_ms = self.config.replica_lag_time_max_ms;
+        let mut isr_ticker = tokio::time::interval(Duration::from_millis((lag_ms / 2).max(10)));
+        isr_ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let checkpoint_period =
+            Duration::from_millis(self.config.replica_high_watermark_checkpoint_interval_ms.max(10));
+        let mut checkpoint_ticker = tokio::time::interval(checkpoint_period);
+        checkpoint_ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = isr_ticker.tick() => {
+                    let now = now_ms();
+                    for partition in self.all() {
+                        if let Some(command) = partition.isr_shrink(now, lag_ms as i64) {
+                            self.propose_isr_change(partition, command, IsrChange::Shrink);
+                        }
+                    }
+                }
+                _ = checkpoint_ticker.tick() => self.checkpoint_high_watermarks(),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_follower_identity;
+    use crate::metadata::image::MetadataImage;
+    use crate::metadata::records::MetadataRecord;
+    use kafka_protocol::error::ResponseError;
+    use uuid::Uuid;
+
+    fn register(image: &mut MetadataImage, broker_id: i32) -> i64 {
+        image.apply(&MetadataRecord::RegisterBroker {
+            broker_id,
+            incarnation_id: Uuid::nil(),
+            endpoints: vec![],
+            rack: None,
+            replica_capacity: None,
+        });
+        image.brokers[&broker_id].broker_epoch
+    }
+
+    #[test]
+    fn only_the_current_broker_epoch_makes_a_fetch_a_followers() {
+        let mut image = MetadataImage::new("c".into());
+        let stale = register(&mut image, 2);
+        register(&mut image, 3);
+        let current = register(&mut image, 2);
+        assert!(current > stale);
+        assert_eq!(check_follower_identity(&image, 2, Some(current)), Ok(()));
+        let refused = Err(ResponseError::NotLeaderOrFollower);
+        assert_eq!(
+            check_follower_identity(&image, 2, Some(stale)),
+            refused,
+            "a previous start"
+        );
+        assert_eq!(
+            check_follower_identity(&image, 2, Some(current + 1)),
+            refused,
+            "not yet known"
+        );
+        assert_eq!(check_follower_identity(&image, 2, Some(-1)), refused, "no epoch given");
+        assert_eq!(check_follower_identity(&image, 2, None), refused, "Fetch before v15");
+        assert_eq!(
+            check_follower_identity(&image, 7, Some(current)),
+            refused,
+            "not registered"
+        );
+        assert_eq!(
+            check_follower_identity(&image, 3, Some(current)),
+            refused,
+            "another broker's epoch"
+        );
+    }
+}

@@ -1,0 +1,339 @@
+//! Reconciling the hosted partitions with the metadata image, one round at a time: logs opened
+//! and deleted on the blocking pool, configs and roles (leader or follower) applied, orphaned
+//! partition directories removed, and the waits for a round to reach a given image.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::task::JoinSet;
+
+use super::{parse_partition_dir, PartitionKey, ReplicaManager};
+use crate::log::{partition_metadata, LogError, TailCacheBudget};
+use crate::metadata::image::{MetadataImage, PartitionRegistration};
+use crate::metadata::METADATA_LOG_DIR;
+use crate::partition::{Partition, RoleChange};
+use crate::topic_config;
+
+impl ReplicaManager {
+    /// Waits until the hosted partitions reflect the image at `last_offset` or a newer one
+    /// (the reconciler in `broker.rs` reports each round through [`Self::mark_reconciled`]).
+    pub async fn wait_reconciled_to(&self, last_offset: u64) {
+        let mut reconciled = self.reconciled.subscribe();
+        let _ = reconciled.wait_for(|done| done.is_some_and(|d| d >= last_offset)).await;
+    }
+
+    /// Waits until the hosted partitions reflect the current image; returns at once before the
+    /// first round (this start's registration is not committed yet, so nothing is hosted).
+    pub async fn wait_reconciled(&self) {
+        let target = self.metadata.image().last_offset;
+        let mut reconciled = self.reconciled.subscribe();
+        let _ = reconciled.wait_for(|done| done.is_none_or(|d| d >= target)).await;
+    }
+
+    /// Whether the hosted partitions already reflect the image at `last_offset`.
+    pub fn is_reconciled_to(&self, last_offset: u64) -> bool {
+        self.reconciled.borrow().is_some_and(|d| d >= last_offset)
+    }
+
+    /// Releases every waiter for good once the reconciler has stopped (shutdown): a commit made
+    /// after that (the controller's timer finishing a proposal) must not wait for a round that
+    /// will never run.
+    pub fn stop_reconciling(&self) {
+        self.mark_reconciled(u64::MAX);
+    }
+
+    /// Records that a round brought everything up to the image at `last_offset`.
+    pub fn mark_reconciled(&self, last_offset: u64) {
+        self.reconciled.send_if_modified(|done| {
+            let newer = done.is_none_or(|d| d < last_offset);
+            if newer {
+                *done = Some(last_offset);
+            }
+            newer
+        });
+    }
+
+    /// One reconciliation round: brings the hosted partitions in line with `image`. Rounds
+    /// run one at a time, from the reconciler task (`broker.rs`), each with the newest image,
+    /// so a later image never takes effect before an earlier one's.
+    ///
+    /// Nothing here blocks an async worker on the disk. Registrations and configs of
+    /// partitions already open are applied first, at once; then the logs of partitions no
+    /// longer hosted are deleted, and the new ones opened (created or recovered), on the
+    /// blocking pool, `num.recovery.threads.per.data.dir` at a time (deletions first, so a
+    /// topic re-created under the same name never shares its directory with the old log).
+    /// A partition becomes visible, as leader or follower, only once its log is open. One
+    /// that fails to open is logged once and stays offline until restart; one beyond this
+    /// broker's replica capacity is logged once and stays offline while the capacity is full.
+    pub async fn reconcile_image(&self, image: &MetadataImage, now_ms: i64) {
+        let _round = self.round.lock().await;
+        let plan = self.plan_round(image, now_ms);
+        let mut deletions = JoinSet::new();
+        for partition in plan.deletions {
+            let Ok(permit) = self.recovery_permits.clone().acquire_owned().await else {
+                return;
+            };
+            let dir = self.partition_dir(&partition.topic, partition.index);
+            deletions.spawn_blocking(move || {
+                let _permit = permit;
+                delete_log(partition, &dir);
+            });
+        }
+        while deletions.join_next().await.is_some() {}
+        let mut opens = JoinSet::new();
+        for job in plan.opens {
+            let Ok(permit) = self.recovery_permits.clone().acquire_owned().await else {
+                return;
+            };
+            let node = self.config.node_id;
+            let tail_cache = self.tail_cache.clone();
+            opens.spawn_blocking(move || {
+                let _permit = permit;
+                let opened = open_replica(&job, node, &tail_cache, now_ms);
+                (job, opened)
+            });
+            while let Some(done) = opens.try_join_next() {
+                self.install(done, now_ms);
+            }
+        }
+        while let Some(done) = opens.join_next().await {
+            self.install(done, now_ms);
+        }
+    }
+
+    /// The synchronous part of a round (memory only): applies `image` to the partitions
+    /// already open, takes the ones no longer hosted out of the map, and lists the logs to
+    /// delete and to open.
+    fn plan_round(&self, image: &MetadataImage, now_ms: i64) -> RoundPlan {
+        let node = self.config.node_id;
+        let mut wanted = HashSet::new();
+        let mut opens = Vec::new();
+        let defaults = topic_config::broker_defaults(&self.config.overrides, &image.broker_configs, node);
+        // A dynamic broker config (log.retention.ms, ...) changes every topic's fallback.
+        let defaults_changed = {
+            let mut applied = self.applied_defaults.lock();
+            let changed = *applied != *defaults;
+            if changed {
+                *applied = defaults.clone().into_owned();
+            }
+            changed
+        };
+        for topic in image.topics.values() {
+            let config_changed =
+                defaults_changed || self.applied_configs.read().get(&topic.topic_id) != Some(&topic.configs);
+            let log_config = topic_config::log_config(&topic.configs, &defaults);
+            for (index, registration) in topic.partitions.iter().enumerate() {
+                if !registration.replicas.contains(&node) {
+                    continue;
+                }
+                let key = (topic.topic_id, index as i32);
+                wanted.insert(key);
+                match self.get(key.0, key.1) {
+                    Some(existing) => {
+                        if config_changed {
+                            existing.update_config(log_config.clone());
+                        }
+                        self.apply_role(&existing, registration, now_ms);
+                    }
+                    None if self.failed.lock().contains(&key) => {}
+                    None => opens.push(OpenJob {
+                        key,
+                        topic: topic.name.clone(),
+                        dir: self.partition_dir(&topic.name, key.1),
+                        log_config: log_config.clone(),
+                        registration: registration.clone(),
+                        checkpointed_hw: self.checkpointed.lock().remove(&(topic.name.clone(), key.1)),
+                    }),
+                }
+            }
+            if config_changed {
+                self.applied_configs
+                    .write()
+                    .insert(topic.topic_id, topic.configs.clone());
+            }
+        }
+        let deletions: Vec<Arc<Partition>> = {
+            let mut partitions = self.partitions.write();
+            let gone: Vec<PartitionKey> = partitions.keys().filter(|k| !wanted.contains(k)).copied().collect();
+            gone.iter().filter_map(|k| partitions.remove(k)).collect()
+        };
+        for partition in &deletions {
+            self.fetchers.remove((partition.topic_id, partition.index));
+            self.applied_configs.write().remove(&partition.topic_id);
+        }
+        self.failed.lock().retain(|k| wanted.contains(k));
+        let opens = self.within_capacity(opens, &wanted);
+        RoundPlan { deletions, opens }
+    }
+
+    /// The opens that fit the replica capacity once the partitions already open are counted;
+    /// each one left out is logged once (until it opens or is no longer hosted here).
+    fn within_capacity(&self, mut opens: Vec<OpenJob>, wanted: &HashSet<PartitionKey>) -> Vec<OpenJob> {
+        let mut offline = self.offline_for_capacity.lock();
+        offline.retain(|k| wanted.contains(k));
+        let Some(capacity) = self.replica_capacity else {
+            offline.clear();
+            return opens;
+        };
+        let room = (capacity as usize).saturating_sub(self.partitions.read().len());
+        if opens.len() <= room {
+            for job in &opens {
+                offline.remove(&job.key);
+            }
+            return opens;
+        }
+        let left_out = opens.split_off(room);
+        for job in &opens {
+            offline.remove(&job.key);
+        }
+        let mut checkpointed = self.checkpointed.lock();
+        for job in &left_out {
+            if let Some(hw) = job.checkpointed_hw {
+                checkpointed.insert((job.topic.clone(), job.key.1), hw);
+            }
+            if offline.insert(job.key) {
+                tracing::error!(
+                    topic = %job.topic, partition = job.key.1, replica_capacity = capacity,
+                    "this broker already hosts as many partition replicas as its open-files limit allows; this one stays offline. Raise the open-files limit (ulimit -n) and restart the broker, or move replicas to other brokers"
+                );
+            }
+        }
+        opens
+    }
+
+    /// Makes an opened log visible (in the map, with its registration applied), or records
+    /// that it failed to open.
+    fn install(&self, done: Result<(OpenJob, Result<Partition, LogError>), tokio::task::JoinError>, now_ms: i64) {
+        let (job, opened) = match done {
+            Ok(done) => done,
+            Err(e) => {
+                tracing::error!(error = %e, "a partition open on the blocking pool did not finish; that partition stays offline");
+                return;
+            }
+        };
+        match opened {
+            Ok(partition) => {
+                let partition = Arc::new(partition);
+                self.partitions.write().insert(job.key, partition.clone());
+                self.apply_role(&partition, &job.registration, now_ms);
+            }
+            Err(e) => {
+                self.failed.lock().insert(job.key);
+                tracing::error!(
+                    topic = %job.topic, partition = job.key.1, error = %e,
+                    "failed to open the partition log; it stays offline until the problem is fixed and the broker restarted"
+                );
+            }
+        }
+    }
+
+    /// Applies a partition's registration: leader or follower, handed to the right fetcher.
+    fn apply_role(&self, partition: &Arc<Partition>, registration: &PartitionRegistration, now_ms: i64) {
+        let key = (partition.topic_id, partition.index);
+        match partition.apply_registration(registration, now_ms) {
+            RoleChange::Unchanged => {}
+            RoleChange::BecameLeader => {
+                let why = registration
+                    .election
+                    .map_or_else(|| "not recorded".to_string(), |e| e.to_string());
+                tracing::info!(topic = %partition.topic, partition = key.1, leader_epoch = registration.leader_epoch,
+                    isr = ?registration.isr, election = %why, "became partition leader");
+                self.fetchers.remove(key);
+            }
+            RoleChange::BecameFollower { leader, leader_epoch } => {
+                tracing::info!(topic = %partition.topic, partition = key.1, leader, leader_epoch, "became follower");
+                self.fetchers.follow(partition.clone(), leader, leader_epoch);
+            }
+        }
+    }
+
+    /// Deletes partition directories whose topic no longer exists (deleted while the broker
+    /// was down, or a crash between the metadata change and the deletion).
+    pub fn remove_orphan_dirs(&self, image: &MetadataImage) {
+        let Ok(entries) = std::fs::read_dir(&self.config.data_dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if !path.is_dir() {
+                continue;
+            }
+            let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            if name == METADATA_LOG_DIR {
+                continue;
+            }
+            let Some((topic, index)) = parse_partition_dir(name) else {
+                continue;
+            };
+            let hosted = image
+                .topic(topic)
+                .and_then(|t| t.partitions.get(index as usize))
+                .is_some_and(|p| p.replicas.contains(&self.config.node_id));
+            if !hosted {
+                tracing::info!(dir = %path.display(), "removing the log of a partition that no longer exists");
+                if let Err(e) = std::fs::remove_dir_all(&path) {
+                    tracing::warn!(dir = %path.display(), error = %e, "could not remove an orphaned partition directory");
+                }
+            }
+        }
+    }
+}
+
+/// What one reconciliation round does on the disk, decided from the image in memory.
+struct RoundPlan {
+    /// Partitions no longer hosted here, already out of the map: their logs are deleted.
+    deletions: Vec<Arc<Partition>>,
+    opens: Vec<OpenJob>,
+}
+
+/// A partition log to open (create or recover) on the blocking pool, and the registration it
+/// takes once open.
+struct OpenJob {
+    key: PartitionKey,
+    topic: String,
+    dir: PathBuf,
+    log_config: crate::log::LogConfig,
+    registration: PartitionRegistration,
+    checkpointed_hw: Option<i64>,
+}
+
+/// Opens a replica's log (blocking: directory fsyncs, tail recovery). A directory left by an
+/// older topic of the same name is removed first, and its checkpointed high watermark ignored.
+fn open_replica(
+    job: &OpenJob,
+    node_id: i32,
+    tail_cache: &Arc<TailCacheBudget>,
+    now_ms: i64,
+) -> Result<Partition, LogError> {
+    let mut checkpointed_hw = job.checkpointed_hw;
+    if partition_metadata::prepare_partition_dir(&job.dir, job.key.0)? {
+        checkpointed_hw = None;
+    }
+    Partition::open(
+        &job.dir,
+        &job.topic,
+        job.key.0,
+        job.key.1,
+        node_id,
+        job.log_config.clone(),
+        checkpointed_hw,
+        tail_cache,
+        now_ms,
+    )
+}
+
+/// Deletes a removed partition's log (blocking).
+fn delete_log(partition: Arc<Partition>, dir: &Path) {
+    tracing::info!(topic = %partition.topic, partition = partition.index, "deleting partition log");
+    let result = match Arc::try_unwrap(partition) {
+        Ok(p) => p.shutdown(true),
+        // A request still holds it: remove the files; the open handles die with it.
+        Err(_) => std::fs::remove_dir_all(dir).map_err(LogError::from),
+    };
+    if let Err(e) = result {
+        tracing::warn!(dir = %dir.display(), error = %e, "could not delete a removed partition's directory; delete it by hand");
+    }
+}
