@@ -107,16 +107,7 @@ pub fn handle(
                 let started = {
                     let image = broker.metadata.image();
                     let access = session.access(&broker.security.authorizer, &image.acls);
-                    match start_verification(&broker, &image, access, &request, version) {
-                        Ok(pending) => {
-                            let verification = pending.verification();
-                            Ok((
-                                produce(&broker, &image, access, request, version, now_ms(), &verification),
-                                pending,
-                            ))
-                        }
-                        Err(refusal) => Err(refuse_all(request, refusal.error, refusal.message)),
-                    }
+                    verify_and_produce(&broker, &image, access, request, version, now_ms())
                 };
                 match started {
                     Ok((produced, pending)) => {
@@ -129,11 +120,10 @@ pub fn handle(
             .boxed(),
         );
     }
-    let pending = match start_verification(broker, &image, access, &request, version) {
-        Ok(pending) => pending,
-        Err(refusal) => return refuse_all(request, refusal.error, refusal.message),
+    let (produced, pending) = match verify_and_produce(broker, &image, access, request, version, now) {
+        Ok(started) => started,
+        Err(refused) => return refused,
     };
-    let produced = produce(broker, &image, access, request, version, now, &pending.verification());
     if produced.deferred.is_empty() {
         return reply(produced, acks, throttle_time_ms, timeout_ms);
     }
@@ -149,6 +139,25 @@ pub fn handle(
         }
         .boxed(),
     )
+}
+
+/// A transactional request's verification started and its appends made (those that wait for
+/// the coordinator are left deferred), or the reply that refuses the whole request.
+fn verify_and_produce(
+    broker: &Broker,
+    image: &MetadataImage,
+    access: Access<'_>,
+    request: ProduceRequest,
+    version: i16,
+    now: i64,
+) -> Result<(Produced, PendingVerification), Reply> {
+    match start_verification(broker, image, access, &request, version) {
+        Ok(pending) => {
+            let produced = produce(broker, image, access, request, version, now, &pending.verification());
+            Ok((produced, pending))
+        }
+        Err(refusal) => Err(refuse_all(request, refusal.error, refusal.message)),
+    }
 }
 
 /// Counts a connection's produce as deferred until dropped (its appends done, or the
