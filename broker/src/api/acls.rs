@@ -5,7 +5,6 @@
 //! and applied there.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::create_acls_response::AclCreationResult;
@@ -19,7 +18,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use super::{commit_error, str_bytes, Session};
+use super::{commit_error, str_bytes, RequestContext, Session};
 use crate::broker::Broker;
 use crate::controller::acls::{check_new_acl, CLUSTER_NAME};
 use crate::metadata::acls::{
@@ -113,12 +112,9 @@ fn parse_filter(
     })
 }
 
-pub fn describe(
-    broker: &Broker,
-    session: &Session,
-    request: DescribeAclsRequest,
-    version: i16,
-) -> DescribeAclsResponse {
+pub fn describe(ctx: &RequestContext, request: DescribeAclsRequest) -> DescribeAclsResponse {
+    let version = ctx.version;
+    let RequestContext { broker, session, .. } = ctx;
     match describe_acls(broker, session, &request, version) {
         Ok(resources) => DescribeAclsResponse::default().with_resources(resources),
         Err((error, message)) => DescribeAclsResponse::default()
@@ -171,12 +167,9 @@ fn describe_acls(
 }
 
 /// One result per requested creation, in order.
-pub async fn create(
-    broker: Arc<Broker>,
-    session: Session,
-    request: CreateAclsRequest,
-    version: i16,
-) -> CreateAclsResponse {
+pub async fn create(ctx: RequestContext, request: CreateAclsRequest) -> CreateAclsResponse {
+    let version = ctx.version;
+    let RequestContext { broker, session, .. } = ctx;
     let refused = |e: &Refusal| {
         AclCreationResult::default()
             .with_error_code(e.0)
@@ -235,12 +228,9 @@ pub async fn create(
 }
 
 /// One result per requested filter, in order, each with the ACLs it deleted.
-pub async fn delete(
-    broker: Arc<Broker>,
-    session: Session,
-    request: DeleteAclsRequest,
-    version: i16,
-) -> DeleteAclsResponse {
+pub async fn delete(ctx: RequestContext, request: DeleteAclsRequest) -> DeleteAclsResponse {
+    let version = ctx.version;
+    let RequestContext { broker, session, .. } = ctx;
     let refused = |e: &Refusal| {
         DeleteAclsFilterResult::default()
             .with_error_code(e.0)

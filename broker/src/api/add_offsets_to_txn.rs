@@ -5,25 +5,19 @@
 //! Needs WRITE on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and READ on
 //! the group (else GROUP_AUTHORIZATION_FAILED), as Kafka checks them.
 
-use std::sync::Arc;
-
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{AddOffsetsToTxnRequest, AddOffsetsToTxnResponse};
 
 use super::end_txn::fenced_for;
-use super::Session;
-use crate::broker::Broker;
+use super::RequestContext;
 use crate::controller::OFFSETS_TOPIC;
 use crate::metadata::acls::{AclOperation, ResourceType};
 
 const PRODUCER_FENCED_SINCE: i16 = 2;
 
-pub async fn handle(
-    broker: Arc<Broker>,
-    session: Session,
-    request: AddOffsetsToTxnRequest,
-    version: i16,
-) -> AddOffsetsToTxnResponse {
+pub async fn handle(ctx: RequestContext, request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse {
+    let version = ctx.version;
+    let RequestContext { broker, session, .. } = ctx;
     let id = request.transactional_id.0.as_str();
     let group = request.group_id.0.as_str();
     let refused = {

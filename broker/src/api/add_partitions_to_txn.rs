@@ -20,7 +20,7 @@ use kafka_protocol::messages::add_partitions_to_txn_response::{
 use kafka_protocol::messages::{AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, TopicName};
 
 use super::end_txn::fenced_for;
-use super::{str_bytes, Access, Session};
+use super::{str_bytes, Access, RequestContext, Session};
 use crate::broker::Broker;
 use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::metadata::image::MetadataImage;
@@ -33,12 +33,9 @@ const PRODUCER_FENCED_SINCE: i16 = 2;
 
 type PartitionResults = Vec<((String, i32), Option<ResponseError>)>;
 
-pub async fn handle(
-    broker: Arc<Broker>,
-    session: Session,
-    request: AddPartitionsToTxnRequest,
-    version: i16,
-) -> AddPartitionsToTxnResponse {
+pub async fn handle(ctx: RequestContext, request: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse {
+    let version = ctx.version;
+    let RequestContext { broker, session, .. } = ctx;
     if version < FIRST_BATCHED_VERSION {
         let transaction = AddPartitionsToTxnTransaction::default()
             .with_transactional_id(request.v3_and_below_transactional_id)

@@ -4,24 +4,20 @@
 //! the cluster, else every entry is answered CLUSTER_AUTHORIZATION_FAILED.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
 use kafka_protocol::messages::alter_client_quotas_request::EntryData;
 use kafka_protocol::messages::alter_client_quotas_response::{EntityData, EntryData as EntryResult};
 use kafka_protocol::messages::{AlterClientQuotasRequest, AlterClientQuotasResponse};
 
-use super::{commit_error, str_bytes, Access, Session};
+use super::{commit_error, str_bytes, Access, RequestContext};
 use crate::broker::Broker;
 use crate::controller::{self, quotas::parse_entity};
 use crate::metadata::acls::AclOperation;
 use crate::metadata::records::{MetadataCommand, QuotaEntity, QuotaValue};
 use crate::metadata::CommitError;
 
-pub async fn handle(
-    broker: Arc<Broker>,
-    session: Session,
-    request: AlterClientQuotasRequest,
-) -> AlterClientQuotasResponse {
+pub async fn handle(ctx: RequestContext, request: AlterClientQuotasRequest) -> AlterClientQuotasResponse {
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     let refusal = refusal(session.access(&broker.security.authorizer, &image.acls));
     let mut done: HashSet<QuotaEntity> = HashSet::new();

@@ -5,8 +5,6 @@
 //! the same metadata command, so both APIs validate and apply configs the same way.
 //! Each resource needs ALTER_CONFIGS on its topic or on the cluster (`config_refusal`).
 
-use std::sync::Arc;
-
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::alter_configs_request::AlterConfigsResource;
 use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
@@ -16,11 +14,12 @@ use super::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
 use super::incremental_alter_configs::{
     alter_broker_configs, alter_each, alter_topic_configs, answer_each, broker_resource_id,
 };
-use super::{str_bytes, Session};
+use super::{str_bytes, RequestContext};
 use crate::broker::Broker;
 use crate::controller;
 
-pub async fn handle(broker: Arc<Broker>, session: Session, request: AlterConfigsRequest) -> AlterConfigsResponse {
+pub async fn handle(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConfigsResponse {
+    let RequestContext { broker, session, .. } = ctx;
     let responses = answer_each!(broker, session, request, alter, AlterConfigsResourceResponse);
     AlterConfigsResponse::default().with_responses(responses)
 }

@@ -5,24 +5,22 @@
 //! Kafka's does, and ListPartitionReassignments shows the moves still under way. Needs
 //! ALTER on the cluster, else CLUSTER_AUTHORIZATION_FAILED (top level and on every partition).
 
-use std::sync::Arc;
-
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::alter_partition_reassignments_response::{
     ReassignablePartitionResponse, ReassignableTopicResponse,
 };
 use kafka_protocol::messages::{AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse};
 
-use super::{commit_error, str_bytes, Access, Session};
+use super::{commit_error, str_bytes, Access, RequestContext};
 use crate::broker::Broker;
 use crate::metadata::acls::AclOperation;
 use crate::metadata::records::MetadataCommand;
 
 pub async fn handle(
-    broker: Arc<Broker>,
-    session: Session,
+    ctx: RequestContext,
     request: AlterPartitionReassignmentsRequest,
 ) -> AlterPartitionReassignmentsResponse {
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     if let Some(refused) = refusal(session.access(&broker.security.authorizer, &image.acls), &request) {
         return refused;

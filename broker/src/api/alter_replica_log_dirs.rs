@@ -12,11 +12,11 @@ use kafka_protocol::messages::alter_replica_log_dirs_response::{
 };
 use kafka_protocol::messages::{AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse};
 
-use super::{Access, Session};
-use crate::broker::Broker;
+use super::{Access, RequestContext};
 use crate::metadata::acls::AclOperation;
 
-pub fn handle(broker: &Broker, request: AlterReplicaLogDirsRequest, session: &Session) -> AlterReplicaLogDirsResponse {
+pub fn handle(ctx: &RequestContext, request: AlterReplicaLogDirsRequest) -> AlterReplicaLogDirsResponse {
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     if let Some(refused) = refusal(session.access(&broker.security.authorizer, &image.acls), &request) {
         return refused;

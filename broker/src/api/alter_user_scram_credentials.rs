@@ -4,14 +4,11 @@
 //! derived from them (RFC 5802), in the metadata quorum, so every broker checks the same
 //! credentials and they survive restarts. Needs ALTER on the cluster.
 
-use std::sync::Arc;
-
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::alter_user_scram_credentials_response::AlterUserScramCredentialsResult;
 use kafka_protocol::messages::{AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse};
 
-use super::{commit_error, str_bytes, Session};
-use crate::broker::Broker;
+use super::{commit_error, str_bytes, RequestContext};
 use crate::controller::acls::CLUSTER_NAME;
 use crate::controller::scram::{check_iterations, check_user_name};
 use crate::metadata::acls::{AclOperation, ResourceType};
@@ -24,10 +21,10 @@ use crate::security::scram::credential_from_salted;
 const MAX_SALT_BYTES: usize = 1024;
 
 pub async fn handle(
-    broker: Arc<Broker>,
-    session: Session,
+    ctx: RequestContext,
     request: AlterUserScramCredentialsRequest,
 ) -> AlterUserScramCredentialsResponse {
+    let RequestContext { broker, session, .. } = ctx;
     let users: Vec<String> = {
         let mut users = Vec::new();
         let names = request

@@ -5,9 +5,11 @@
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::api_versions_response::{ApiVersion, FinalizedFeatureKey, SupportedFeatureKey};
-use kafka_protocol::messages::ApiVersionsResponse;
+use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
 use kafka_protocol::protocol::StrBytes;
 use sluice_protocol::versions::all_supported;
+
+use super::RequestContext;
 
 const TRANSACTION_VERSION: &str = "transaction.version";
 /// The highest `transaction.version` this broker implements.
@@ -16,7 +18,12 @@ const MAX_TRANSACTION_VERSION: i16 = 2;
 /// so it never moves: a client reads them once per connection it opens.
 const FINALIZED_FEATURES_EPOCH: i64 = 0;
 
-pub fn handle(transaction_version: i16) -> ApiVersionsResponse {
+pub fn handle(ctx: &RequestContext, _request: ApiVersionsRequest) -> ApiVersionsResponse {
+    with_features(ctx.broker.config.txn.transaction_version)
+}
+
+/// Every API's range and the `transaction.version` feature finalized at `transaction_version`.
+fn with_features(transaction_version: i16) -> ApiVersionsResponse {
     let name = || StrBytes::from_static_str(TRANSACTION_VERSION);
     let mut response = without_features()
         .with_supported_features(vec![SupportedFeatureKey::default()

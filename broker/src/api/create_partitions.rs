@@ -1,24 +1,18 @@
 //! CreatePartitions: grow topics; one result per requested topic. Each topic needs ALTER
 //! (else TOPIC_AUTHORIZATION_FAILED), as Kafka.
 
-use std::sync::Arc;
-
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse};
 
-use super::{commit_error, str_bytes, Access, Session};
-use crate::broker::Broker;
+use super::{commit_error, str_bytes, Access, RequestContext};
 use crate::controller;
 use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::metadata::records::MetadataCommand;
 use crate::metadata::CommitError;
 
-pub async fn handle(
-    broker: Arc<Broker>,
-    session: Session,
-    request: CreatePartitionsRequest,
-) -> CreatePartitionsResponse {
+pub async fn handle(ctx: RequestContext, request: CreatePartitionsRequest) -> CreatePartitionsResponse {
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     let access = session.access(&broker.security.authorizer, &image.acls);
     let mut results = Vec::with_capacity(request.topics.len());

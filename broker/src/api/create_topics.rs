@@ -5,7 +5,6 @@
 //! on it (else `topic_config_error_code` is TOPIC_AUTHORIZATION_FAILED and they are left out).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
@@ -13,7 +12,7 @@ use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, Cr
 use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
 use uuid::Uuid;
 
-use super::{commit_error, str_bytes, Access, Session};
+use super::{commit_error, str_bytes, Access, RequestContext};
 use crate::broker::Broker;
 use crate::controller::{self, ApiError};
 use crate::metadata::acls::{AclOperation, ResourceType};
@@ -22,7 +21,8 @@ use crate::metadata::records::NewTopic;
 use crate::metadata::METADATA_TOPIC;
 use crate::topic_config;
 
-pub async fn handle(broker: Arc<Broker>, session: Session, request: CreateTopicsRequest) -> CreateTopicsResponse {
+pub async fn handle(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse {
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     let access = session.access(&broker.security.authorizer, &image.acls);
     let mut seen: HashMap<String, usize> = HashMap::new();

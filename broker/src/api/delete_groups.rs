@@ -1,17 +1,15 @@
 //! DeleteGroups: removes empty groups with their committed offsets; one result per group.
 //! Each group needs DELETE, else GROUP_AUTHORIZATION_FAILED, as Kafka.
 
-use std::sync::Arc;
-
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse};
 
-use super::{Access, Session};
-use crate::broker::Broker;
+use super::{Access, RequestContext};
 use crate::metadata::acls::{AclOperation, ResourceType};
 
-pub async fn handle(broker: Arc<Broker>, session: Session, request: DeleteGroupsRequest) -> DeleteGroupsResponse {
+pub async fn handle(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse {
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     let access = session.access(&broker.security.authorizer, &image.acls);
     let mut results = Vec::with_capacity(request.groups_names.len());

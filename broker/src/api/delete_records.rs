@@ -7,14 +7,13 @@
 //! as Kafka does. Each topic needs DELETE (else its partitions get TOPIC_AUTHORIZATION_FAILED
 //! and nothing moves).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 
-use super::{Access, Session};
+use super::{Access, RequestContext};
 use crate::broker::Broker;
 use crate::controller;
 use crate::metadata::acls::{AclOperation, ResourceType};
@@ -23,7 +22,8 @@ use crate::partition::AppendError;
 use crate::purgatory::DelayedDeleteRecords;
 use crate::topic_config;
 
-pub async fn handle(broker: Arc<Broker>, session: Session, request: DeleteRecordsRequest) -> DeleteRecordsResponse {
+pub async fn handle(ctx: RequestContext, request: DeleteRecordsRequest) -> DeleteRecordsResponse {
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     let access = session.access(&broker.security.authorizer, &image.acls);
     let deadline = tokio::time::Instant::now() + Duration::from_millis(request.timeout_ms.max(0) as u64);

@@ -6,26 +6,21 @@
 //! named without DESCRIBE is refused whether it exists or not; one named by id is answered
 //! without its name unless the principal may describe it.
 
-use std::sync::Arc;
-
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse, TopicName};
 use uuid::Uuid;
 
-use super::{commit_error, str_bytes, Access, Session};
+use super::{commit_error, str_bytes, Access, RequestContext};
 use crate::broker::Broker;
 use crate::controller::{self, Outcome};
 use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::metadata::image::MetadataImage;
 use crate::metadata::records::MetadataCommand;
 
-pub async fn handle(
-    broker: Arc<Broker>,
-    session: Session,
-    request: DeleteTopicsRequest,
-    version: i16,
-) -> DeleteTopicsResponse {
+pub async fn handle(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTopicsResponse {
+    let version = ctx.version;
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     let access = session.access(&broker.security.authorizer, &image.acls);
     let wanted: Vec<(Option<TopicName>, Uuid)> = if version >= 6 {

@@ -9,8 +9,7 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_client_quotas_response::{EntityData, EntryData, ValueData};
 use kafka_protocol::messages::{DescribeClientQuotasRequest, DescribeClientQuotasResponse};
 
-use super::{str_bytes, Access, Session};
-use crate::broker::Broker;
+use super::{str_bytes, Access, RequestContext};
 use crate::controller::quotas::{CLIENT_ID, IP, USER};
 use crate::metadata::acls::AclOperation;
 use crate::metadata::image::MetadataImage;
@@ -20,11 +19,8 @@ const MATCH_TYPE_EXACT: i8 = 0;
 const MATCH_TYPE_DEFAULT: i8 = 1;
 const MATCH_TYPE_SPECIFIED: i8 = 2;
 
-pub fn handle(
-    broker: &Broker,
-    request: DescribeClientQuotasRequest,
-    session: &Session,
-) -> DescribeClientQuotasResponse {
+pub fn handle(ctx: &RequestContext, request: DescribeClientQuotasRequest) -> DescribeClientQuotasResponse {
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     let access = session.access(&broker.security.authorizer, &image.acls);
     match permitted(access).and_then(|()| describe(&image, &request)) {

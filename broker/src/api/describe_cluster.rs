@@ -6,14 +6,14 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::{DescribeClusterRequest, DescribeClusterResponse};
 
-use super::{str_bytes, Session};
-use crate::broker::Broker;
+use super::{str_bytes, RequestContext};
 
 /// Kafka's endpoint types: 1 = brokers, 2 = controllers.
 const ENDPOINT_TYPE_BROKERS: i8 = 1;
 
 /// Brokers are described by their endpoint on the client's listener.
-pub fn handle(broker: &Broker, request: DescribeClusterRequest, session: &Session) -> DescribeClusterResponse {
+pub fn handle(ctx: &RequestContext, request: DescribeClusterRequest) -> DescribeClusterResponse {
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     let listener: &str = &session.listener;
     let response = DescribeClusterResponse::default()

@@ -13,7 +13,7 @@ use kafka_protocol::messages::describe_configs_response::{
 use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use super::{str_bytes, Access, Session};
+use super::{str_bytes, Access, RequestContext};
 use crate::broker::Broker;
 use crate::controller::acls::CLUSTER_NAME;
 use crate::metadata::acls::{AclOperation, ResourceType};
@@ -66,12 +66,8 @@ pub(super) async fn alter_if_authorized(
     }
 }
 
-pub fn handle(
-    broker: &Broker,
-    request: DescribeConfigsRequest,
-    _version: i16,
-    session: &Session,
-) -> DescribeConfigsResponse {
+pub fn handle(ctx: &RequestContext, request: DescribeConfigsRequest) -> DescribeConfigsResponse {
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     let access = session.access(&broker.security.authorizer, &image.acls);
     let results = request

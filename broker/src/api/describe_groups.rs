@@ -8,8 +8,7 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
 
-use super::{str_bytes, Access, Session};
-use crate::broker::Broker;
+use super::{str_bytes, Access, RequestContext};
 use crate::group::coordinator::GroupSummary;
 use crate::metadata::acls::{AclOperation, ResourceType};
 
@@ -19,12 +18,9 @@ const FIRST_VERSION_WITH_NOT_FOUND: i16 = 6;
 /// v3 brings authorized operations (KIP-430).
 const FIRST_VERSION_WITH_AUTHORIZED_OPERATIONS: i16 = 3;
 
-pub fn handle(
-    broker: &Broker,
-    request: DescribeGroupsRequest,
-    version: i16,
-    session: &Session,
-) -> DescribeGroupsResponse {
+pub fn handle(ctx: &RequestContext, request: DescribeGroupsRequest) -> DescribeGroupsResponse {
+    let version = ctx.version;
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     let access = session.access(&broker.security.authorizer, &image.acls);
     describe(access, request, version, |id| broker.groups.describe_group(id))

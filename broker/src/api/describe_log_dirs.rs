@@ -11,11 +11,11 @@ use kafka_protocol::messages::describe_log_dirs_response::{
 };
 use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse, TopicName};
 
-use super::{str_bytes, Access, Session};
-use crate::broker::Broker;
+use super::{str_bytes, Access, RequestContext};
 use crate::metadata::acls::AclOperation;
 
-pub fn handle(broker: &Broker, request: DescribeLogDirsRequest, session: &Session) -> DescribeLogDirsResponse {
+pub fn handle(ctx: &RequestContext, request: DescribeLogDirsRequest) -> DescribeLogDirsResponse {
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     if let Some(refused) = refusal(session.access(&broker.security.authorizer, &image.acls)) {
         return refused;

@@ -13,12 +13,12 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_producers_response::{PartitionResponse, ProducerState, TopicResponse};
 use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId};
 
-use super::{str_bytes, Access, Session};
-use crate::broker::Broker;
+use super::{str_bytes, Access, RequestContext};
 use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::replica_manager::Serves;
 
-pub fn handle(broker: &Broker, request: DescribeProducersRequest, session: &Session) -> DescribeProducersResponse {
+pub fn handle(ctx: &RequestContext, request: DescribeProducersRequest) -> DescribeProducersResponse {
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     let access = session.access(&broker.security.authorizer, &image.acls);
     // A partition named twice is described once: the response stays bounded by the partitions

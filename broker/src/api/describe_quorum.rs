@@ -6,8 +6,7 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_quorum_response::{Listener, Node, PartitionData, ReplicaState, TopicData};
 use kafka_protocol::messages::{BrokerId, DescribeQuorumRequest, DescribeQuorumResponse};
 
-use super::{str_bytes, Access, Session};
-use crate::broker::Broker;
+use super::{str_bytes, Access, RequestContext};
 use crate::clock::now_ms;
 use crate::metadata::acls::AclOperation;
 use crate::metadata::{node_id_of, METADATA_TOPIC};
@@ -15,12 +14,9 @@ use crate::metadata::{node_id_of, METADATA_TOPIC};
 /// The `nodes` field (controller endpoints) exists from v2.
 const FIRST_VERSION_WITH_NODES: i16 = 2;
 
-pub fn handle(
-    broker: &Broker,
-    request: DescribeQuorumRequest,
-    version: i16,
-    session: &Session,
-) -> DescribeQuorumResponse {
+pub fn handle(ctx: &RequestContext, request: DescribeQuorumRequest) -> DescribeQuorumResponse {
+    let version = ctx.version;
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     if let Some(refused) = refusal(session.access(&broker.security.authorizer, &image.acls)) {
         return refused;

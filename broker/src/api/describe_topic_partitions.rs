@@ -21,17 +21,13 @@ use kafka_protocol::messages::{DescribeTopicPartitionsRequest, DescribeTopicPart
 use uuid::Uuid;
 
 use super::metadata::PartitionView;
-use super::{str_bytes, Access, Session};
-use crate::broker::Broker;
+use super::{str_bytes, Access, RequestContext};
 use crate::controller;
 use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::metadata::image::{MetadataImage, TopicImage};
 
-pub fn handle(
-    broker: &Broker,
-    request: DescribeTopicPartitionsRequest,
-    session: &Session,
-) -> DescribeTopicPartitionsResponse {
+pub fn handle(ctx: &RequestContext, request: DescribeTopicPartitionsRequest) -> DescribeTopicPartitionsResponse {
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     describe(
         &image,

@@ -8,15 +8,11 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_transactions_response::{TopicData, TransactionState};
 use kafka_protocol::messages::{DescribeTransactionsRequest, DescribeTransactionsResponse, ProducerId, TopicName};
 
-use super::{str_bytes, Session};
-use crate::broker::Broker;
+use super::{str_bytes, RequestContext};
 use crate::metadata::acls::{AclOperation, ResourceType};
 
-pub fn handle(
-    broker: &Broker,
-    session: &Session,
-    request: DescribeTransactionsRequest,
-) -> DescribeTransactionsResponse {
+pub fn handle(ctx: &RequestContext, request: DescribeTransactionsRequest) -> DescribeTransactionsResponse {
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     let access = session.access(&broker.security.authorizer, &image.acls);
     let states = request

@@ -11,18 +11,17 @@ use kafka_protocol::messages::describe_user_scram_credentials_response::{
 };
 use kafka_protocol::messages::{DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse};
 
-use super::{str_bytes, Session};
-use crate::broker::Broker;
+use super::{str_bytes, RequestContext};
 use crate::controller::acls::CLUSTER_NAME;
 use crate::controller::scram::RESERVED_USER_PREFIX;
 use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::metadata::image::MetadataImage;
 
 pub fn handle(
-    broker: &Broker,
-    session: &Session,
+    ctx: &RequestContext,
     request: DescribeUserScramCredentialsRequest,
 ) -> DescribeUserScramCredentialsResponse {
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     if !broker.security.authorizer.authorize(
         &image.acls,

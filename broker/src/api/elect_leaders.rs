@@ -3,26 +3,20 @@
 //! command is applied (`controller::elect_leaders`); this only translates. Needs ALTER on
 //! the cluster, else CLUSTER_AUTHORIZATION_FAILED (top level and on every named partition).
 
-use std::sync::Arc;
-
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
 use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse, TopicName};
 
-use super::{commit_error, str_bytes, Access, Session};
-use crate::broker::Broker;
+use super::{commit_error, str_bytes, Access, RequestContext};
 use crate::metadata::acls::AclOperation;
 use crate::metadata::outcome::{Outcome, TopicElection};
 use crate::metadata::records::{ElectionType, MetadataCommand};
 
 const FIRST_VERSION_WITH_TOP_LEVEL_ERROR: i16 = 1;
 
-pub async fn handle(
-    broker: Arc<Broker>,
-    session: Session,
-    request: ElectLeadersRequest,
-    version: i16,
-) -> ElectLeadersResponse {
+pub async fn handle(ctx: RequestContext, request: ElectLeadersRequest) -> ElectLeadersResponse {
+    let version = ctx.version;
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     if let Some(message) = refusal(session.access(&broker.security.authorizer, &image.acls)) {
         return refuse_all(

@@ -7,13 +7,10 @@
 //! Needs WRITE on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
 //! PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH below v2, which older clients know.
 
-use std::sync::Arc;
-
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{EndTxnRequest, EndTxnResponse, ProducerId};
 
-use super::Session;
-use crate::broker::Broker;
+use super::RequestContext;
 use crate::metadata::acls::{AclOperation, ResourceType};
 
 /// The first version whose clients know PRODUCER_FENCED.
@@ -21,7 +18,9 @@ const PRODUCER_FENCED_SINCE: i16 = 2;
 /// The first version of transactions v2 (Kafka's `clientTransactionVersion` is TV_2 from it).
 pub(crate) const TV2_SINCE: i16 = 5;
 
-pub async fn handle(broker: Arc<Broker>, session: Session, request: EndTxnRequest, version: i16) -> EndTxnResponse {
+pub async fn handle(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse {
+    let version = ctx.version;
+    let RequestContext { broker, session, .. } = ctx;
     let id = request.transactional_id.0.as_str();
     let allowed = {
         let image = broker.metadata.image();

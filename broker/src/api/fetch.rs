@@ -43,7 +43,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::{Access, Reply, Session};
+use super::{Access, Reply, RequestContext, Session};
 use crate::broker::Broker;
 use crate::clock::now_ms;
 use crate::fetch_session::{self, SessionFetch, TopicRef};
@@ -114,7 +114,10 @@ enum PartitionPass {
 /// A read pass over the plan: one entry per requested partition, in request order.
 type ReadPass = Vec<PartitionPass>;
 
-pub fn handle(broker: &Arc<Broker>, request: FetchRequest, version: i16, client_id: &str, who: &Session) -> Reply {
+pub fn handle(ctx: &RequestContext, request: FetchRequest) -> Reply {
+    let version = ctx.version;
+    let client_id = ctx.client_id();
+    let (broker, who) = (&ctx.broker, &ctx.session);
     if broker.security.authorizer.is_enabled() && replica_id(&request, version) >= 0 {
         let image = broker.metadata.image();
         if !follower_may_fetch(who.access(&broker.security.authorizer, &image.acls)) {

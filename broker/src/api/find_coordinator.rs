@@ -21,7 +21,7 @@ use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinator
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use super::{commit_error, str_bytes, Access, Session};
+use super::{commit_error, str_bytes, Access, RequestContext};
 use crate::broker::Broker;
 use crate::controller::{OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC};
 use crate::metadata::acls::{AclOperation, ResourceType};
@@ -43,12 +43,9 @@ struct Found {
 }
 
 /// The coordinator is named by its endpoint on the client's listener.
-pub async fn handle(
-    broker: Arc<Broker>,
-    session: Session,
-    request: FindCoordinatorRequest,
-    version: i16,
-) -> FindCoordinatorResponse {
+pub async fn handle(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse {
+    let version = ctx.version;
+    let RequestContext { broker, session, .. } = ctx;
     let keys: Vec<StrBytes> = if version < FIRST_BATCHED_VERSION {
         vec![request.key.clone()]
     } else {

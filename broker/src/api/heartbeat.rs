@@ -4,11 +4,11 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{HeartbeatRequest, HeartbeatResponse};
 
 use super::join_group::may_take_part;
-use super::Session;
-use crate::broker::Broker;
+use super::RequestContext;
 
 /// Needs READ on the group, else GROUP_AUTHORIZATION_FAILED.
-pub fn handle(broker: &Broker, request: HeartbeatRequest, session: &Session) -> HeartbeatResponse {
+pub fn handle(ctx: &RequestContext, request: HeartbeatRequest) -> HeartbeatResponse {
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     if !may_take_part(
         session.access(&broker.security.authorizer, &image.acls),

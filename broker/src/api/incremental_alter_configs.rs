@@ -4,7 +4,6 @@
 //! (`config_refusal`).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::incremental_alter_configs_request::AlterConfigsResource;
@@ -13,7 +12,7 @@ use kafka_protocol::messages::{IncrementalAlterConfigsRequest, IncrementalAlterC
 use kafka_protocol::protocol::StrBytes;
 
 use super::describe_configs::{alter_if_authorized, RESOURCE_BROKER, RESOURCE_TOPIC};
-use super::{commit_error, str_bytes, Session};
+use super::{commit_error, str_bytes, RequestContext, Session};
 use crate::broker::Broker;
 use crate::controller;
 use crate::metadata::records::MetadataCommand;
@@ -21,11 +20,8 @@ use crate::metadata::records::{AlterOp, BROKER_DEFAULT};
 use crate::metadata::CommitError;
 use crate::topic_config;
 
-pub async fn handle(
-    broker: Arc<Broker>,
-    session: Session,
-    request: IncrementalAlterConfigsRequest,
-) -> IncrementalAlterConfigsResponse {
+pub async fn handle(ctx: RequestContext, request: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse {
+    let RequestContext { broker, session, .. } = ctx;
     let responses = answer_each!(broker, session, request, alter, AlterConfigsResourceResponse);
     IncrementalAlterConfigsResponse::default().with_responses(responses)
 }

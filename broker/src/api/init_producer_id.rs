@@ -7,25 +7,19 @@
 //! without one, IDEMPOTENT_WRITE on the cluster or (KIP-679) WRITE on any topic (else
 //! CLUSTER_AUTHORIZATION_FAILED). An empty transactional id counts as none, as below.
 
-use std::sync::Arc;
-
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 
 use super::end_txn::{commit_response_error, fenced_for};
-use super::{commit_error, Access, Session};
-use crate::broker::Broker;
+use super::{commit_error, Access, RequestContext};
 use crate::metadata::acls::{AclOperation, ResourceType};
 
 /// The first version whose clients know PRODUCER_FENCED.
 const PRODUCER_FENCED_SINCE: i16 = 4;
 
-pub async fn handle(
-    broker: Arc<Broker>,
-    session: Session,
-    request: InitProducerIdRequest,
-    version: i16,
-) -> InitProducerIdResponse {
+pub async fn handle(ctx: RequestContext, request: InitProducerIdRequest) -> InitProducerIdResponse {
+    let version = ctx.version;
+    let RequestContext { broker, session, .. } = ctx;
     let response = InitProducerIdResponse::default()
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);

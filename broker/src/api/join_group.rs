@@ -3,15 +3,12 @@
 //! Taking part in a group (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) needs READ on it,
 //! else GROUP_AUTHORIZATION_FAILED, as Kafka ([`may_take_part`]).
 
-use std::sync::Arc;
-
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::{JoinGroupRequest, JoinGroupResponse};
 use uuid::Uuid;
 
-use super::{str_bytes, Access, Session};
-use crate::broker::Broker;
+use super::{str_bytes, Access, RequestContext};
 use crate::group::coordinator::JoinRequest;
 use crate::metadata::acls::{AclOperation, ResourceType};
 
@@ -25,13 +22,10 @@ pub(super) fn may_take_part(access: Access<'_>, group_id: &str) -> bool {
     access.authorize(AclOperation::Read, ResourceType::Group, group_id)
 }
 
-pub async fn handle(
-    broker: Arc<Broker>,
-    session: Session,
-    request: JoinGroupRequest,
-    version: i16,
-    client_id: String,
-) -> JoinGroupResponse {
+pub async fn handle(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse {
+    let version = ctx.version;
+    let client_id = ctx.client_id().to_string();
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     if !may_take_part(
         session.access(&broker.security.authorizer, &image.acls),

@@ -1,20 +1,19 @@
 //! LeaveGroup: members leave (v3+: several at once, static members by instance id).
 
-use std::sync::Arc;
-
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse};
 
 use super::join_group::may_take_part;
-use super::Session;
-use crate::broker::Broker;
+use super::RequestContext;
 
 /// v3 batches members and answers per member.
 const FIRST_BATCHED_VERSION: i16 = 3;
 
 /// Needs READ on the group, else GROUP_AUTHORIZATION_FAILED for the whole request.
-pub fn handle(broker: &Arc<Broker>, request: LeaveGroupRequest, version: i16, session: &Session) -> LeaveGroupResponse {
+pub fn handle(ctx: &RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse {
+    let version = ctx.version;
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     if !may_take_part(
         session.access(&broker.security.authorizer, &image.acls),

@@ -8,13 +8,13 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::{GroupId, ListGroupsRequest, ListGroupsResponse};
 
-use super::{str_bytes, Access, Session};
-use crate::broker::Broker;
+use super::{str_bytes, Access, RequestContext};
 use crate::metadata::acls::{AclOperation, ResourceType};
 
 const GROUP_TYPE: &str = "classic";
 
-pub fn handle(broker: &Broker, request: ListGroupsRequest, session: &Session) -> ListGroupsResponse {
+pub fn handle(ctx: &RequestContext, request: ListGroupsRequest) -> ListGroupsResponse {
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     let listable = listable(session.access(&broker.security.authorizer, &image.acls));
     let (groups, loading) = broker.groups.list_groups();

@@ -10,8 +10,7 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
-use super::{Access, Session};
-use crate::broker::Broker;
+use super::{Access, RequestContext};
 use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::partition::ReadBound;
 use crate::replica_manager::Serves;
@@ -26,7 +25,9 @@ const CONSUMER_REPLICA_ID: i32 = -1;
 /// Kafka's `IsolationLevel.READ_COMMITTED`.
 const READ_COMMITTED: i8 = 1;
 
-pub fn handle(broker: &Broker, request: ListOffsetsRequest, version: i16, session: &Session) -> ListOffsetsResponse {
+pub fn handle(ctx: &RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse {
+    let version = ctx.version;
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     let access = session.access(&broker.security.authorizer, &image.acls);
     let bound = read_bound(request.replica_id.0, request.isolation_level);

@@ -3,8 +3,6 @@
 //! added and removed, from this broker's metadata image. Needs DESCRIBE on the cluster, else
 //! CLUSTER_AUTHORIZATION_FAILED, as Kafka.
 
-use std::sync::Arc;
-
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::list_partition_reassignments_response::{
     OngoingPartitionReassignment, OngoingTopicReassignment,
@@ -13,16 +11,12 @@ use kafka_protocol::messages::{
     BrokerId, ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, TopicName,
 };
 
-use super::{str_bytes, Access, Session};
-use crate::broker::Broker;
+use super::{str_bytes, Access, RequestContext};
 use crate::metadata::acls::AclOperation;
 use crate::metadata::image::{PartitionRegistration, TopicImage};
 
-pub fn handle(
-    broker: &Arc<Broker>,
-    request: ListPartitionReassignmentsRequest,
-    session: &Session,
-) -> ListPartitionReassignmentsResponse {
+pub fn handle(ctx: &RequestContext, request: ListPartitionReassignmentsRequest) -> ListPartitionReassignmentsResponse {
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     if let Some(refused) = refusal(session.access(&broker.security.authorizer, &image.acls), &request) {
         return refused;

@@ -10,8 +10,7 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::list_transactions_response::TransactionState;
 use kafka_protocol::messages::{ListTransactionsRequest, ListTransactionsResponse, ProducerId, TransactionalId};
 
-use super::{str_bytes, Session};
-use crate::broker::Broker;
+use super::{str_bytes, RequestContext};
 use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::txn::coordinator::ListFilter;
 use crate::txn::records::TxnState;
@@ -19,7 +18,8 @@ use crate::txn::records::TxnState;
 /// A pattern longer than this is refused (INVALID_REQUEST): it is compiled per request.
 const MAX_PATTERN_LEN: usize = 1024;
 
-pub fn handle(broker: &Broker, session: &Session, request: ListTransactionsRequest) -> ListTransactionsResponse {
+pub fn handle(ctx: &RequestContext, request: ListTransactionsRequest) -> ListTransactionsResponse {
+    let RequestContext { broker, session, .. } = ctx;
     let mut unknown = Vec::new();
     let mut states = Vec::new();
     for name in &request.state_filters {

@@ -9,7 +9,6 @@
 //! TOPIC_AUTHORIZATION_FAILED. Authorized-operations bits are computed only when asked for.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 
 use futures::FutureExt;
 
@@ -22,7 +21,7 @@ use uuid::Uuid;
 
 use sluice_protocol::ResponseBody;
 
-use super::{str_bytes, Access, Reply, Session};
+use super::{str_bytes, Access, Reply, RequestContext, Session};
 use crate::broker::Broker;
 use crate::controller;
 use crate::metadata::acls::{AclOperation, ResourceType};
@@ -36,7 +35,9 @@ use crate::metadata::CommitError;
 /// client asks again (its retry backoff, 100 ms by default), by when every broker has applied
 /// the creation: had this broker named the leaders at once, a producer could reach a leader
 /// that has not yet heard of the topic, and an acks=0 batch refused there is lost unseen.
-pub fn handle(broker: &Arc<Broker>, request: MetadataRequest, version: i16, session: &Session) -> Reply {
+pub fn handle(ctx: &RequestContext, request: MetadataRequest) -> Reply {
+    let version = ctx.version;
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     let access = session.access(&broker.security.authorizer, &image.acls);
     let creating = request.allow_auto_topic_creation && broker.config.auto_create_topics_enable;

@@ -1,6 +1,7 @@
-//! One handler per Kafka API. Each takes the decoded request and returns its response, or a
-//! future of it when the API waits (a long-poll fetch). Handlers run their synchronous part
-//! in request order on the connection's reader.
+//! One handler per Kafka API. Each takes a [`RequestContext`] and the decoded request and
+//! returns its response, or a future of it when the API waits (a proposal to the quorum, a
+//! rebalance). Handlers run their synchronous part in request order on the connection's
+//! reader.
 //!
 //! Each handler authorizes what it is asked through [`Access`] before acting, with Kafka's
 //! resource and operation per API (`KafkaApis`) and Kafka's error codes: what the client named
@@ -221,154 +222,128 @@ pub enum Reply {
     Later(BoxFuture<'static, ResponseBody>),
 }
 
+/// Everything a handler knows about the request it answers besides its body: the broker
+/// answering it, who sent it, and the version and client id of its header. Every handler
+/// takes one: `fn handle(ctx: &RequestContext, request) -> Response` when it answers at once,
+/// `async fn handle(ctx: RequestContext, request) -> Response` when it waits (a proposal to the
+/// quorum, a group's rebalance), and `-> Reply` for the three that choose (Produce, Fetch,
+/// Metadata). Building one costs a few reference-count increments, no copy of the request.
+#[derive(Clone)]
+pub struct RequestContext {
+    pub broker: Arc<Broker>,
+    pub session: Session,
+    /// The request's API version, from its header.
+    pub version: i16,
+    client_id: Option<StrBytes>,
+}
+
+impl RequestContext {
+    pub fn new(broker: Arc<Broker>, session: Session, version: i16, client_id: Option<StrBytes>) -> RequestContext {
+        RequestContext {
+            broker,
+            session,
+            version,
+            client_id,
+        }
+    }
+
+    /// The header's `client.id`, empty when the client sent none.
+    pub fn client_id(&self) -> &str {
+        self.client_id.as_deref().unwrap_or_default()
+    }
+}
+
 pub fn handle(broker: &Arc<Broker>, request: Request, session: &Session) -> Reply {
-    let version = request.api_version;
-    let now = |body| Reply::Now(body);
-    let b = broker.clone();
-    let client_id = request.header.client_id.as_deref().unwrap_or_default();
+    let ctx = RequestContext::new(
+        broker.clone(),
+        session.clone(),
+        request.api_version,
+        request.header.client_id,
+    );
+    // `now!` answers from the handler's return; `later!` hands the connection its future.
+    macro_rules! now {
+        ($variant:ident, $handler:path, $r:expr) => {
+            Reply::Now(ResponseBody::$variant($handler(&ctx, $r)))
+        };
+    }
+    macro_rules! later {
+        ($variant:ident, $handler:path, $r:expr) => {
+            Reply::Later($handler(ctx, $r).map(ResponseBody::$variant).boxed())
+        };
+    }
     match request.body {
-        RequestBody::Produce(r) => produce::handle(broker, r, version, client_id, session),
-        RequestBody::Fetch(r) => fetch::handle(broker, r, version, client_id, session),
-        RequestBody::ListOffsets(r) => now(ResponseBody::ListOffsets(list_offsets::handle(
-            broker, r, version, session,
-        ))),
-        RequestBody::Metadata(r) => metadata::handle(broker, r, version, session),
-        RequestBody::ApiVersions(_) => now(ResponseBody::ApiVersions(api_versions::handle(
-            broker.config.txn.transaction_version,
-        ))),
-        RequestBody::CreateTopics(r) => {
-            later(create_topics::handle(b, session.clone(), r).map(ResponseBody::CreateTopics))
-        }
-        RequestBody::DeleteTopics(r) => {
-            later(delete_topics::handle(b, session.clone(), r, version).map(ResponseBody::DeleteTopics))
-        }
-        RequestBody::DescribeConfigs(r) => now(ResponseBody::DescribeConfigs(describe_configs::handle(
-            broker, r, version, session,
-        ))),
-        RequestBody::CreatePartitions(r) => {
-            later(create_partitions::handle(b, session.clone(), r).map(ResponseBody::CreatePartitions))
-        }
-        RequestBody::AlterConfigs(r) => {
-            later(alter_configs::handle(b, session.clone(), r).map(ResponseBody::AlterConfigs))
-        }
+        RequestBody::Produce(r) => produce::handle(&ctx, r),
+        RequestBody::Fetch(r) => fetch::handle(&ctx, r),
+        RequestBody::Metadata(r) => metadata::handle(&ctx, r),
+        RequestBody::ApiVersions(r) => now!(ApiVersions, api_versions::handle, r),
+        RequestBody::ListOffsets(r) => now!(ListOffsets, list_offsets::handle, r),
+        RequestBody::OffsetForLeaderEpoch(r) => now!(OffsetForLeaderEpoch, offset_for_leader_epoch::handle, r),
+        RequestBody::CreateTopics(r) => later!(CreateTopics, create_topics::handle, r),
+        RequestBody::DeleteTopics(r) => later!(DeleteTopics, delete_topics::handle, r),
+        RequestBody::CreatePartitions(r) => later!(CreatePartitions, create_partitions::handle, r),
+        RequestBody::DescribeConfigs(r) => now!(DescribeConfigs, describe_configs::handle, r),
+        RequestBody::AlterConfigs(r) => later!(AlterConfigs, alter_configs::handle, r),
         RequestBody::IncrementalAlterConfigs(r) => {
-            later(incremental_alter_configs::handle(b, session.clone(), r).map(ResponseBody::IncrementalAlterConfigs))
+            later!(IncrementalAlterConfigs, incremental_alter_configs::handle, r)
         }
-        RequestBody::AlterPartitionReassignments(r) => later(
-            alter_partition_reassignments::handle(b, session.clone(), r).map(ResponseBody::AlterPartitionReassignments),
-        ),
-        RequestBody::ListPartitionReassignments(r) => now(ResponseBody::ListPartitionReassignments(
-            list_partition_reassignments::handle(broker, r, session),
-        )),
-        RequestBody::OffsetForLeaderEpoch(r) => now(ResponseBody::OffsetForLeaderEpoch(
-            offset_for_leader_epoch::handle(broker, r, session),
-        )),
-        RequestBody::InitProducerId(r) => {
-            later(init_producer_id::handle(b, session.clone(), r, version).map(ResponseBody::InitProducerId))
+        RequestBody::AlterPartitionReassignments(r) => {
+            later!(AlterPartitionReassignments, alter_partition_reassignments::handle, r)
         }
-        RequestBody::AddPartitionsToTxn(r) => {
-            later(add_partitions_to_txn::handle(b, session.clone(), r, version).map(ResponseBody::AddPartitionsToTxn))
+        RequestBody::ListPartitionReassignments(r) => {
+            now!(ListPartitionReassignments, list_partition_reassignments::handle, r)
         }
-        RequestBody::AddOffsetsToTxn(r) => {
-            later(add_offsets_to_txn::handle(b, session.clone(), r, version).map(ResponseBody::AddOffsetsToTxn))
+        RequestBody::InitProducerId(r) => later!(InitProducerId, init_producer_id::handle, r),
+        RequestBody::AddPartitionsToTxn(r) => later!(AddPartitionsToTxn, add_partitions_to_txn::handle, r),
+        RequestBody::AddOffsetsToTxn(r) => later!(AddOffsetsToTxn, add_offsets_to_txn::handle, r),
+        RequestBody::EndTxn(r) => later!(EndTxn, end_txn::handle, r),
+        RequestBody::WriteTxnMarkers(r) => later!(WriteTxnMarkers, write_txn_markers::handle, r),
+        RequestBody::TxnOffsetCommit(r) => later!(TxnOffsetCommit, txn_offset_commit::handle, r),
+        RequestBody::DescribeTransactions(r) => now!(DescribeTransactions, describe_transactions::handle, r),
+        RequestBody::ListTransactions(r) => now!(ListTransactions, list_transactions::handle, r),
+        RequestBody::FindCoordinator(r) => later!(FindCoordinator, find_coordinator::handle, r),
+        RequestBody::JoinGroup(r) => later!(JoinGroup, join_group::handle, r),
+        RequestBody::SyncGroup(r) => later!(SyncGroup, sync_group::handle, r),
+        RequestBody::Heartbeat(r) => now!(Heartbeat, heartbeat::handle, r),
+        RequestBody::LeaveGroup(r) => now!(LeaveGroup, leave_group::handle, r),
+        RequestBody::OffsetCommit(r) => later!(OffsetCommit, offset_commit::handle, r),
+        RequestBody::OffsetFetch(r) => now!(OffsetFetch, offset_fetch::handle, r),
+        RequestBody::OffsetDelete(r) => later!(OffsetDelete, offset_delete::handle, r),
+        RequestBody::ListGroups(r) => now!(ListGroups, list_groups::handle, r),
+        RequestBody::DescribeGroups(r) => now!(DescribeGroups, describe_groups::handle, r),
+        RequestBody::DeleteGroups(r) => later!(DeleteGroups, delete_groups::handle, r),
+        RequestBody::DescribeClientQuotas(r) => now!(DescribeClientQuotas, describe_client_quotas::handle, r),
+        RequestBody::AlterClientQuotas(r) => later!(AlterClientQuotas, alter_client_quotas::handle, r),
+        RequestBody::DescribeUserScramCredentials(r) => {
+            now!(DescribeUserScramCredentials, describe_user_scram_credentials::handle, r)
         }
-        RequestBody::EndTxn(r) => later(end_txn::handle(b, session.clone(), r, version).map(ResponseBody::EndTxn)),
-        RequestBody::WriteTxnMarkers(r) => {
-            later(write_txn_markers::handle(b, session.clone(), r).map(ResponseBody::WriteTxnMarkers))
+        RequestBody::AlterUserScramCredentials(r) => {
+            later!(AlterUserScramCredentials, alter_user_scram_credentials::handle, r)
         }
-        RequestBody::DescribeTransactions(r) => now(ResponseBody::DescribeTransactions(describe_transactions::handle(
-            broker, session, r,
-        ))),
-        RequestBody::ListTransactions(r) => now(ResponseBody::ListTransactions(list_transactions::handle(
-            broker, session, r,
-        ))),
-        RequestBody::FindCoordinator(r) => {
-            later(find_coordinator::handle(b, session.clone(), r, version).map(ResponseBody::FindCoordinator))
-        }
-        RequestBody::JoinGroup(r) => later(
-            join_group::handle(b, session.clone(), r, version, client_id.to_string()).map(ResponseBody::JoinGroup),
-        ),
-        RequestBody::SyncGroup(r) => later(sync_group::handle(b, session.clone(), r).map(ResponseBody::SyncGroup)),
-        RequestBody::Heartbeat(r) => now(ResponseBody::Heartbeat(heartbeat::handle(broker, r, session))),
-        RequestBody::LeaveGroup(r) => now(ResponseBody::LeaveGroup(leave_group::handle(
-            broker, r, version, session,
-        ))),
-        RequestBody::OffsetCommit(r) => {
-            later(offset_commit::handle(b, session.clone(), r).map(ResponseBody::OffsetCommit))
-        }
-        RequestBody::TxnOffsetCommit(r) => {
-            later(txn_offset_commit::handle(b, session.clone(), r, version).map(ResponseBody::TxnOffsetCommit))
-        }
-        RequestBody::OffsetFetch(r) => now(ResponseBody::OffsetFetch(offset_fetch::handle(
-            broker, r, version, session,
-        ))),
-        RequestBody::ListGroups(r) => now(ResponseBody::ListGroups(list_groups::handle(broker, r, session))),
-        RequestBody::DescribeGroups(r) => now(ResponseBody::DescribeGroups(describe_groups::handle(
-            broker, r, version, session,
-        ))),
-        RequestBody::DeleteGroups(r) => {
-            later(delete_groups::handle(b, session.clone(), r).map(ResponseBody::DeleteGroups))
-        }
-        RequestBody::OffsetDelete(r) => {
-            later(offset_delete::handle(b, session.clone(), r).map(ResponseBody::OffsetDelete))
-        }
-        RequestBody::DescribeClientQuotas(r) => now(ResponseBody::DescribeClientQuotas(
-            describe_client_quotas::handle(broker, r, session),
-        )),
-        RequestBody::DescribeUserScramCredentials(r) => now(ResponseBody::DescribeUserScramCredentials(
-            describe_user_scram_credentials::handle(broker, session, r),
-        )),
-        RequestBody::AlterUserScramCredentials(r) => later(
-            alter_user_scram_credentials::handle(b, session.clone(), r).map(ResponseBody::AlterUserScramCredentials),
-        ),
-        RequestBody::AlterClientQuotas(r) => {
-            later(alter_client_quotas::handle(b, session.clone(), r).map(ResponseBody::AlterClientQuotas))
-        }
-        RequestBody::DescribeCluster(r) => now(ResponseBody::DescribeCluster(describe_cluster::handle(
-            broker, r, session,
-        ))),
-        RequestBody::DeleteRecords(r) => {
-            later(delete_records::handle(b, session.clone(), r).map(ResponseBody::DeleteRecords))
-        }
-        RequestBody::DescribeAcls(r) => now(ResponseBody::DescribeAcls(acls::describe(broker, session, r, version))),
-        RequestBody::CreateAcls(r) => later(acls::create(b, session.clone(), r, version).map(ResponseBody::CreateAcls)),
-        RequestBody::DeleteAcls(r) => later(acls::delete(b, session.clone(), r, version).map(ResponseBody::DeleteAcls)),
+        RequestBody::DescribeAcls(r) => now!(DescribeAcls, acls::describe, r),
+        RequestBody::CreateAcls(r) => later!(CreateAcls, acls::create, r),
+        RequestBody::DeleteAcls(r) => later!(DeleteAcls, acls::delete, r),
+        RequestBody::DescribeCluster(r) => now!(DescribeCluster, describe_cluster::handle, r),
+        RequestBody::DescribeQuorum(r) => now!(DescribeQuorum, describe_quorum::handle, r),
+        RequestBody::DeleteRecords(r) => later!(DeleteRecords, delete_records::handle, r),
+        RequestBody::ElectLeaders(r) => later!(ElectLeaders, elect_leaders::handle, r),
+        RequestBody::DescribeProducers(r) => now!(DescribeProducers, describe_producers::handle, r),
+        RequestBody::DescribeTopicPartitions(r) => now!(DescribeTopicPartitions, describe_topic_partitions::handle, r),
+        RequestBody::AlterReplicaLogDirs(r) => now!(AlterReplicaLogDirs, alter_replica_log_dirs::handle, r),
+        RequestBody::DescribeLogDirs(r) => now!(DescribeLogDirs, describe_log_dirs::handle, r),
         // The connection's authenticator answers these; one reaching here arrived where no
         // SASL exchange is possible.
-        RequestBody::SaslHandshake(_) => now(ResponseBody::SaslHandshake(
+        RequestBody::SaslHandshake(_) => Reply::Now(ResponseBody::SaslHandshake(
             kafka_protocol::messages::SaslHandshakeResponse::default()
                 .with_error_code(ResponseError::IllegalSaslState.code()),
         )),
-        RequestBody::SaslAuthenticate(_) => now(ResponseBody::SaslAuthenticate(
+        RequestBody::SaslAuthenticate(_) => Reply::Now(ResponseBody::SaslAuthenticate(
             kafka_protocol::messages::SaslAuthenticateResponse::default()
                 .with_error_code(ResponseError::IllegalSaslState.code())
                 .with_error_message(Some(str_bytes(
                     "SaslAuthenticate request received outside a SASL exchange",
                 ))),
         )),
-        RequestBody::AlterReplicaLogDirs(r) => now(ResponseBody::AlterReplicaLogDirs(alter_replica_log_dirs::handle(
-            broker, r, session,
-        ))),
-        RequestBody::DescribeLogDirs(r) => now(ResponseBody::DescribeLogDirs(describe_log_dirs::handle(
-            broker, r, session,
-        ))),
-        RequestBody::ElectLeaders(r) => {
-            later(elect_leaders::handle(b, session.clone(), r, version).map(ResponseBody::ElectLeaders))
-        }
-        RequestBody::DescribeProducers(r) => now(ResponseBody::DescribeProducers(describe_producers::handle(
-            broker, r, session,
-        ))),
-        RequestBody::DescribeTopicPartitions(r) => now(ResponseBody::DescribeTopicPartitions(
-            describe_topic_partitions::handle(broker, r, session),
-        )),
-        RequestBody::DescribeQuorum(r) => now(ResponseBody::DescribeQuorum(describe_quorum::handle(
-            broker, r, version, session,
-        ))),
     }
-}
-
-fn later(future: impl std::future::Future<Output = ResponseBody> + Send + 'static) -> Reply {
-    Reply::Later(future.boxed())
 }
 
 /// A `StrBytes` from any string (response fields).

@@ -5,14 +5,11 @@
 //! READ on each topic (else its partitions get TOPIC_AUTHORIZATION_FAILED and the others are
 //! committed), as Kafka.
 
-use std::sync::Arc;
-
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
 use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
 
-use super::{Access, Session};
-use crate::broker::Broker;
+use super::{Access, RequestContext};
 use crate::clock::now_ms;
 use crate::group::records::OffsetAndMetadata;
 use crate::metadata::acls::{AclOperation, ResourceType};
@@ -23,7 +20,8 @@ type Checked = Vec<Vec<Result<OffsetAndMetadata, ResponseError>>>;
 /// The offsets to commit, by topic and partition.
 type ToCommit = Vec<((String, i32), OffsetAndMetadata)>;
 
-pub async fn handle(broker: Arc<Broker>, session: Session, request: OffsetCommitRequest) -> OffsetCommitResponse {
+pub async fn handle(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse {
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     let access = session.access(&broker.security.authorizer, &image.acls);
     if let Some(refused) = group_refusal(access, &request) {

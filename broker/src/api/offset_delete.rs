@@ -4,19 +4,17 @@
 //! Needs DELETE on the group (else GROUP_AUTHORIZATION_FAILED) and READ on each topic (else its
 //! partitions get TOPIC_AUTHORIZATION_FAILED and keep their offsets), as Kafka.
 
-use std::sync::Arc;
-
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::offset_delete_request::OffsetDeleteRequestTopic;
 use kafka_protocol::messages::offset_delete_response::{OffsetDeleteResponsePartition, OffsetDeleteResponseTopic};
 use kafka_protocol::messages::{OffsetDeleteRequest, OffsetDeleteResponse};
 
-use super::{Access, Session};
-use crate::broker::Broker;
+use super::{Access, RequestContext};
 use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::metadata::image::MetadataImage;
 
-pub async fn handle(broker: Arc<Broker>, session: Session, request: OffsetDeleteRequest) -> OffsetDeleteResponse {
+pub async fn handle(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse {
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     let access = session.access(&broker.security.authorizer, &image.acls);
     if !may_delete_offsets(access, &request.group_id.0) {

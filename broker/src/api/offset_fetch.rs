@@ -14,7 +14,7 @@ use kafka_protocol::messages::offset_fetch_response::{
 };
 use kafka_protocol::messages::{OffsetFetchRequest, OffsetFetchResponse, TopicName};
 
-use super::{str_bytes, Access, Session};
+use super::{str_bytes, Access, RequestContext};
 use crate::broker::Broker;
 use crate::group::coordinator::CommittedOffsets as Committed;
 use crate::group::records::OffsetAndMetadata;
@@ -31,7 +31,9 @@ type Asked = Vec<(String, Vec<i32>)>;
 /// Partitions with offsets of an open transaction.
 type Unstable = HashSet<(String, i32)>;
 
-pub fn handle(broker: &Broker, request: OffsetFetchRequest, version: i16, session: &Session) -> OffsetFetchResponse {
+pub fn handle(ctx: &RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse {
+    let version = ctx.version;
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     let access = session.access(&broker.security.authorizer, &image.acls);
     if version >= FIRST_BATCHED_VERSION {

@@ -11,16 +11,12 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
 use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
 
-use super::{Access, Session};
-use crate::broker::Broker;
+use super::{Access, RequestContext};
 use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::replica_manager::Serves;
 
-pub fn handle(
-    broker: &Broker,
-    request: OffsetForLeaderEpochRequest,
-    session: &Session,
-) -> OffsetForLeaderEpochResponse {
+pub fn handle(ctx: &RequestContext, request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse {
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     let access = session.access(&broker.security.authorizer, &image.acls);
     let may = TopicAccess::of(access, request.replica_id.0);

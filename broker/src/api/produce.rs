@@ -34,7 +34,7 @@ use sluice_protocol::batch::{validate_batches, BatchError, BatchIter};
 use sluice_protocol::records::{recompress_batch, BatchRecords, Compressor};
 use sluice_protocol::ResponseBody;
 
-use super::{str_bytes, Access, Reply, Session};
+use super::{str_bytes, Access, Reply, RequestContext};
 use crate::broker::Broker;
 use crate::clock::now_ms;
 use crate::controller;
@@ -51,13 +51,10 @@ const FIRST_VERSION_WITH_TOPIC_IDS: i16 = 13;
 /// The first version a transactions v2 producer sends (it adds no partitions itself).
 const TV2_SINCE: i16 = 12;
 
-pub fn handle(
-    broker: &Arc<Broker>,
-    request: ProduceRequest,
-    version: i16,
-    client_id: &str,
-    session: &Session,
-) -> Reply {
+pub fn handle(ctx: &RequestContext, request: ProduceRequest) -> Reply {
+    let version = ctx.version;
+    let client_id = ctx.client_id();
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     let access = session.access(&broker.security.authorizer, &image.acls);
     let authorizing = access.is_enabled();
@@ -781,10 +778,7 @@ impl From<(ResponseError, String)> for Refusal {
 
 /// The Kafka error a refused batch is answered with, and its reason.
 fn batch_error(error: &BatchError) -> Refusal {
-    Refusal::new(
-        error.response_error(),
-        error.to_string(),
-    )
+    Refusal::new(error.response_error(), error.to_string())
 }
 
 /// The partition's batches as the leader stores them: as received when the topic's

@@ -1,17 +1,15 @@
 //! SyncGroup: the leader hands in the assignment; every member gets its part once stored.
 
-use std::sync::Arc;
-
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{SyncGroupRequest, SyncGroupResponse};
 
 use super::join_group::may_take_part;
-use super::{str_bytes, Session};
-use crate::broker::Broker;
+use super::{str_bytes, RequestContext};
 use crate::group::coordinator::SyncRequest;
 
 /// Needs READ on the group, else GROUP_AUTHORIZATION_FAILED.
-pub async fn handle(broker: Arc<Broker>, session: Session, request: SyncGroupRequest) -> SyncGroupResponse {
+pub async fn handle(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse {
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     if !may_take_part(
         session.access(&broker.security.authorizer, &image.acls),

@@ -10,8 +10,6 @@
 //! generation it consumed as (KIP-447), which are checked like an OffsetCommit's so a zombie
 //! producer of an old generation is fenced.
 
-use std::sync::Arc;
-
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::txn_offset_commit_response::{
     TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
@@ -19,7 +17,7 @@ use kafka_protocol::messages::txn_offset_commit_response::{
 use kafka_protocol::messages::{TxnOffsetCommitRequest, TxnOffsetCommitResponse};
 
 use super::offset_commit::refusal;
-use super::{Access, Session};
+use super::{Access, RequestContext};
 use crate::broker::Broker;
 use crate::clock::now_ms;
 use crate::controller::OFFSETS_TOPIC;
@@ -36,12 +34,9 @@ type ToCommit = Vec<((String, i32), OffsetAndMetadata)>;
 /// The first version a transactions v2 producer sends (it sends no AddOffsetsToTxn first).
 const TV2_SINCE: i16 = 5;
 
-pub async fn handle(
-    broker: Arc<Broker>,
-    session: Session,
-    request: TxnOffsetCommitRequest,
-    version: i16,
-) -> TxnOffsetCommitResponse {
+pub async fn handle(ctx: RequestContext, request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse {
+    let version = ctx.version;
+    let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     let access = session.access(&broker.security.authorizer, &image.acls);
     if let Some(error) = request_refusal(access, &request) {

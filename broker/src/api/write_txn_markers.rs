@@ -7,8 +7,6 @@
 //! CLUSTER_AUTHORIZATION_FAILED (Kafka's answer). A marker older than what the partition has
 //! seen (producer epoch, coordinator epoch) is refused by the partition and changes nothing.
 
-use std::sync::Arc;
-
 use futures::future::join_all;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::write_txn_markers_response::{
@@ -16,11 +14,11 @@ use kafka_protocol::messages::write_txn_markers_response::{
 };
 use kafka_protocol::messages::{WriteTxnMarkersRequest, WriteTxnMarkersResponse};
 
-use super::Session;
-use crate::broker::Broker;
+use super::RequestContext;
 use crate::metadata::acls::AclOperation;
 
-pub async fn handle(broker: Arc<Broker>, session: Session, request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse {
+pub async fn handle(ctx: RequestContext, request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse {
+    let RequestContext { broker, session, .. } = ctx;
     let allowed = {
         let image = broker.metadata.image();
         session
