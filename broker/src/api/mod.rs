@@ -83,10 +83,10 @@ pub struct Session {
     pub principal: Arc<str>,
     /// The client's IP address as text: what an ACL's host is compared with.
     pub host: Arc<str>,
-    /// This connection's transactional produces whose appends still wait for their
-    /// coordinator's verification (KIP-890): while any does, the connection's next produces
-    /// wait behind them, so its batches reach each partition in the order sent.
-    pub deferred_produces: Arc<std::sync::atomic::AtomicUsize>,
+    /// This connection's transactional produces whose appends wait for their coordinator's
+    /// verification (KIP-890): while any does, the connection's next produces append after
+    /// them, so its batches reach each partition in the order sent.
+    pub append_order: Arc<produce::AppendOrder>,
 }
 
 impl Session {
@@ -96,7 +96,7 @@ impl Session {
             listener,
             principal: Arc::from(crate::security::ANONYMOUS),
             host: Arc::from(peer.ip().to_string()),
-            deferred_produces: Arc::default(),
+            append_order: Arc::default(),
         }
     }
 

@@ -19,7 +19,6 @@
 //! request's timeout.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,6 +32,7 @@ use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use sluice_protocol::batch::{validate_batches, BatchError, BatchIter};
 use sluice_protocol::records::{recompress_batch, BatchRecords, Compressor};
 use sluice_protocol::ResponseBody;
+use tokio::sync::watch;
 
 use super::{str_bytes, Access, Reply, RequestContext};
 use crate::broker::Broker;
@@ -92,30 +92,29 @@ pub fn handle(ctx: &RequestContext, request: ProduceRequest) -> Reply {
         let produced = produce(broker, &image, access, request, version, now, &Verification::Off);
         return reply(produced, acks, throttle_time_ms, timeout_ms);
     };
-    if session.deferred_produces.load(Ordering::Acquire) > 0 {
+    let timing = (acks, throttle_time_ms, timeout_ms);
+    if session.append_order.is_busy() {
         // Earlier produces of this connection still wait for their verification: this one
-        // runs whole after them (a connection's deferred work runs in request order), so no
-        // batch overtakes one sent before it.
-        let deferred = DeferredProduce::start(&session.deferred_produces);
+        // runs whole after their appends (a connection's deferred appends run in request
+        // order), so no batch overtakes one sent before it.
+        let mut turn = session.append_order.take_turn();
         let broker = broker.clone();
         let session = session.clone();
-        return Reply::Later(
-            async move {
-                let started = {
-                    let image = broker.metadata.image();
-                    let access = session.access(&broker.security.authorizer, &image.acls);
-                    verify_and_produce(&broker, &image, access, request, version, now_ms())
-                };
-                match started {
-                    Ok((produced, pending)) => {
-                        let timing = (acks, throttle_time_ms, timeout_ms);
-                        finish(&broker, produced, pending, &transactional_id, timing, deferred).await
-                    }
-                    Err(refused) => body_of(refused, throttle_time_ms).await,
+        return spawned(async move {
+            turn.wait().await;
+            let started = {
+                let image = broker.metadata.image();
+                let access = session.access(&broker.security.authorizer, &image.acls);
+                verify_and_produce(&broker, &image, access, request, version, now_ms())
+            };
+            match started {
+                Ok((produced, pending)) => finish(&broker, produced, pending, &transactional_id, timing, turn).await,
+                Err(refused) => {
+                    drop(turn);
+                    body_of(refused, throttle_time_ms).await
                 }
             }
-            .boxed(),
-        );
+        });
     }
     let (produced, pending) = match verify_and_produce(broker, &image, access, request, version, now) {
         Ok(started) => started,
@@ -127,12 +126,23 @@ pub fn handle(ctx: &RequestContext, request: ProduceRequest) -> Reply {
     // The partitions that open the producer's transaction wait for its coordinator; the
     // request's others were appended above, in connection order, and the connection's next
     // produces wait behind this one until its appends are done.
-    let deferred = DeferredProduce::start(&session.deferred_produces);
+    let turn = session.append_order.take_turn();
     let broker = broker.clone();
+    spawned(async move { finish(&broker, produced, pending, &transactional_id, timing, turn).await })
+}
+
+/// A deferred produce's reply, its work started at once on a task of its own rather than
+/// when the connection's writer reaches it: the writer awaits responses in request order, so
+/// a deferred append left to it would wait for every earlier produce's replication, and the
+/// connection's produces behind it for its own (one replication round trip per request).
+fn spawned(work: impl std::future::Future<Output = ResponseBody> + Send + 'static) -> Reply {
+    let task = tokio::spawn(work);
     Reply::Later(
         async move {
-            let timing = (acks, throttle_time_ms, timeout_ms);
-            finish(&broker, produced, pending, &transactional_id, timing, deferred).await
+            task.await.unwrap_or_else(|e| {
+                tracing::error!(error = %e, "a deferred produce's task failed; answering it empty");
+                ResponseBody::Produce(ProduceResponse::default())
+            })
         }
         .boxed(),
     )
@@ -157,20 +167,46 @@ fn verify_and_produce(
     }
 }
 
-/// Counts a connection's produce as deferred until dropped (its appends done, or the
-/// connection gone).
-struct DeferredProduce(Arc<AtomicUsize>);
+/// The order of a connection's deferred transactional appends: each produce that defers
+/// takes a turn, appends after the turn before it is over, and ends its own when its appends
+/// are done (or it is dropped). While a turn is open the connection's next produces take
+/// turns too, so none of their batches overtakes one sent before it.
+#[derive(Debug, Default)]
+pub struct AppendOrder(parking_lot::Mutex<Option<watch::Receiver<bool>>>);
 
-impl DeferredProduce {
-    fn start(counter: &Arc<AtomicUsize>) -> DeferredProduce {
-        counter.fetch_add(1, Ordering::AcqRel);
-        DeferredProduce(counter.clone())
+impl AppendOrder {
+    /// Whether the latest turn is still open.
+    fn is_busy(&self) -> bool {
+        self.0.lock().as_ref().is_some_and(|over| !*over.borrow())
+    }
+
+    /// The next turn, after the latest.
+    fn take_turn(&self) -> AppendTurn {
+        let (over, receiver) = watch::channel(false);
+        let after = self.0.lock().replace(receiver);
+        AppendTurn { after, over }
     }
 }
 
-impl Drop for DeferredProduce {
+/// One deferred produce's place in its connection's [`AppendOrder`]; over when dropped.
+struct AppendTurn {
+    after: Option<watch::Receiver<bool>>,
+    over: watch::Sender<bool>,
+}
+
+impl AppendTurn {
+    /// Until the turn before this one is over.
+    async fn wait(&mut self) {
+        if let Some(mut before) = self.after.take() {
+            // An error is a sender gone: that turn is over too.
+            let _ = before.wait_for(|over| *over).await;
+        }
+    }
+}
+
+impl Drop for AppendTurn {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.over.send_replace(true);
     }
 }
 
@@ -182,7 +218,7 @@ async fn finish(
     pending: PendingVerification,
     transactional_id: &str,
     (acks, throttle_time_ms, timeout_ms): (i16, i32, i32),
-    deferred: DeferredProduce,
+    turn: AppendTurn,
 ) -> ResponseBody {
     if !produced.deferred.is_empty() {
         let verdicts = pending.verify(broker, transactional_id).await;
@@ -216,7 +252,7 @@ async fn finish(
             produced.settle(waiting.topic_index, waiting.partition_index, waiting.index, result);
         }
     }
-    drop(deferred);
+    drop(turn);
     body_of(reply(produced, acks, throttle_time_ms, timeout_ms), throttle_time_ms).await
 }
 
@@ -1112,5 +1148,47 @@ mod tests {
                 Reply::Close(_)
             ));
         }
+    }
+
+    #[tokio::test]
+    async fn deferred_appends_take_turns_in_request_order_whatever_order_their_tasks_run() {
+        let order = Arc::new(AppendOrder::default());
+        assert!(!order.is_busy(), "a new connection has no open turn");
+        let appended = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let first = order.take_turn();
+        assert!(order.is_busy());
+        // The second and third start before the first is over, the third's task first.
+        let tasks: Vec<_> = [order.take_turn(), order.take_turn()]
+            .into_iter()
+            .enumerate()
+            .rev()
+            .map(|(i, mut turn)| {
+                let appended = appended.clone();
+                tokio::spawn(async move {
+                    turn.wait().await;
+                    appended.lock().push(i + 2);
+                })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        assert!(appended.lock().is_empty(), "no turn may pass the open first one");
+        appended.lock().push(1);
+        drop(first);
+        for task in tasks {
+            task.await.expect("turn task");
+        }
+        assert_eq!(*appended.lock(), vec![1, 2, 3]);
+        assert!(!order.is_busy(), "every turn is over");
+    }
+
+    #[tokio::test]
+    async fn a_turn_dropped_without_appending_lets_the_next_go() {
+        let order = AppendOrder::default();
+        let abandoned = order.take_turn();
+        let mut next = order.take_turn();
+        drop(abandoned);
+        tokio::time::timeout(Duration::from_secs(5), next.wait())
+            .await
+            .expect("the turn after an abandoned one goes");
     }
 }
