@@ -152,6 +152,11 @@ pub struct StageReport {
     /// `send_offsets_to_transaction` calls that never returned ([`send_offsets`]): a
     /// librdkafka hang, not an anomaly; the worker replaced its producer each time.
     pub hung_calls: u64,
+    /// Positions the workers' consumers reset by `auto.offset.reset` after an error (an
+    /// offset out of range, a failed offset validation). With no unclean election and no
+    /// retention none is expected; each is named in the notes, since a reset to the earliest
+    /// offset is how a consumer comes to copy records twice.
+    pub offset_resets: u64,
 }
 
 impl StageReport {
@@ -177,6 +182,7 @@ impl StageReport {
         self.unexplained += o.unexplained;
         self.cycles += o.cycles;
         self.hung_calls += o.hung_calls;
+        self.offset_resets += o.offset_resets;
     }
 
     pub fn line(&self) -> String {
@@ -184,8 +190,12 @@ impl StageReport {
             0 => String::new(),
             n => format!(" ({n} hung librdkafka calls, producers replaced)"),
         };
+        let resets = match self.offset_resets {
+            0 => String::new(),
+            n => format!(" ({n} consumer offset resets)"),
+        };
         format!(
-            "copy stage: {} committed, {} aborted, {} unknown{hung}; {} lost, {} duplicates, {} aborted reads, {} torn, {} non-monotonic, {} unexplained, {} G1c cycles",
+            "copy stage: {} committed, {} aborted, {} unknown{hung}{resets}; {} lost, {} duplicates, {} aborted reads, {} torn, {} non-monotonic, {} unexplained, {} G1c cycles",
             self.committed,
             self.aborted,
             self.unknown,
@@ -206,6 +216,7 @@ impl StageReport {
 pub struct CopyStage {
     stop: Arc<AtomicBool>,
     hung_calls: Arc<AtomicU64>,
+    resets: Arc<OffsetResets>,
     /// Each worker's thread and its record, shared so that a worker stuck in a client call
     /// can be left behind with what it did so far.
     workers: Vec<(JoinHandle<()>, Arc<Mutex<Vec<StageTxn>>>)>,
@@ -218,6 +229,10 @@ pub struct StageRecord {
     pub stuck: usize,
     /// Calls given up as hung ([`send_offsets`]).
     pub hung_calls: u64,
+    /// The workers' consumers' offset resets after an error.
+    pub offset_resets: u64,
+    /// The first of them as librdkafka logged them.
+    pub offset_reset_lines: Vec<String>,
 }
 
 impl CopyStage {
@@ -226,10 +241,12 @@ impl CopyStage {
     pub fn start(producer_config: ClientConfig, consumer_config: ClientConfig, seed: u64) -> CopyStage {
         let stop = Arc::new(AtomicBool::new(false));
         let hung_calls = Arc::new(AtomicU64::new(0));
+        let resets = Arc::new(OffsetResets::default());
         let workers = (0..STAGE_WORKERS)
             .map(|worker| {
                 let stop = stop.clone();
                 let hung = hung_calls.clone();
+                let resets = resets.clone();
                 let mut producer_config = producer_config.clone();
                 producer_config.set("connections.max.idle.ms", IDLE_CONNECTION_MS);
                 let consumer_config = stage_consumer_config(consumer_config.clone(), worker);
@@ -240,6 +257,7 @@ impl CopyStage {
                     let clients = ClientConfigs {
                         producer: producer_config,
                         consumer: consumer_config,
+                        resets,
                     };
                     copy(worker, &clients, rng, &stop, &record, &hung)
                 });
@@ -249,6 +267,7 @@ impl CopyStage {
         CopyStage {
             stop,
             hung_calls,
+            resets,
             workers,
         }
     }
@@ -271,6 +290,8 @@ impl CopyStage {
             txns,
             stuck,
             hung_calls: self.hung_calls.load(Ordering::Relaxed),
+            offset_resets: self.resets.count.load(Ordering::Relaxed),
+            offset_reset_lines: self.resets.kept.lock().expect("offset resets lock").clone(),
         }
     }
 }
@@ -288,18 +309,43 @@ fn stage_consumer_config(mut c: ClientConfig, worker: usize) -> ClientConfig {
         .set("session.timeout.ms", SESSION_TIMEOUT_MS)
         .set("heartbeat.interval.ms", "1000")
         .set("fetch.wait.max.ms", "100")
-        .set("log_level", "3");
+        // Warnings: librdkafka logs a position reset after an error at this level.
+        .set("log_level", "4");
     c
 }
 
 /// Notes each rebalance, so a batch polled across one is dropped: its records belong to the
-/// old assignment, and the new one starts from the committed offsets.
-#[derive(Default)]
+/// old assignment, and the new one starts from the committed offsets. Keeps the consumer's
+/// position resets in `resets`.
 struct StageContext {
     rebalanced: AtomicBool,
+    worker: usize,
+    resets: Arc<OffsetResets>,
 }
 
-impl ClientContext for StageContext {}
+/// librdkafka's "offset reset" warnings of every worker's consumer: how many, and the first
+/// [`OFFSET_RESETS_KEPT`] in full.
+#[derive(Default)]
+struct OffsetResets {
+    count: AtomicU64,
+    kept: Mutex<Vec<String>>,
+}
+
+/// Offset resets a stage keeps word for word.
+const OFFSET_RESETS_KEPT: usize = 50;
+
+impl ClientContext for StageContext {
+    /// Only the offset resets: the soak has no logger for the rest (as with the default).
+    fn log(&self, _level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        if fac == "OFFSET" && message.contains("offset reset") {
+            self.resets.count.fetch_add(1, Ordering::Relaxed);
+            let mut resets = self.resets.kept.lock().expect("offset resets lock");
+            if resets.len() < OFFSET_RESETS_KEPT {
+                resets.push(format!("{STAGE_GROUP}-{}: {message}", self.worker));
+            }
+        }
+    }
+}
 
 impl ConsumerContext for StageContext {
     fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, _rebalance: &Rebalance<'_>) {
@@ -324,10 +370,16 @@ fn retire(clients: Clients) {
 
 /// The producer first: initialising it fences the previous one and settles its open
 /// transaction, so the consumer's first OffsetFetch sees the offsets as they are.
-fn new_clients(worker: usize, producer_config: &ClientConfig, consumer_config: &ClientConfig) -> Option<Clients> {
-    let producer = new_transactional_producer(producer_config, &transactional_id(worker))?;
-    let consumer = consumer_config
-        .create_with_context::<_, StageConsumer>(StageContext::default())
+fn new_clients(worker: usize, configs: &ClientConfigs) -> Option<Clients> {
+    let producer = new_transactional_producer(&configs.producer, &transactional_id(worker))?;
+    let context = StageContext {
+        rebalanced: AtomicBool::new(false),
+        worker,
+        resets: configs.resets.clone(),
+    };
+    let consumer = configs
+        .consumer
+        .create_with_context::<_, StageConsumer>(context)
         .and_then(|c| c.subscribe(&[TXN_TOPIC]).map(|()| c));
     match consumer {
         Ok(consumer) => Some(Clients {
@@ -345,6 +397,8 @@ fn new_clients(worker: usize, producer_config: &ClientConfig, consumer_config: &
 struct ClientConfigs {
     producer: ClientConfig,
     consumer: ClientConfig,
+    /// Where its consumers' offset resets go.
+    resets: Arc<OffsetResets>,
 }
 
 /// A worker's loop until `stop`: poll a batch, copy it in a transaction, record it in `done`.
@@ -359,10 +413,7 @@ fn copy(
     let mut clients: Option<Clients> = None;
     let mut txn = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        let Some(c) = clients
-            .take()
-            .or_else(|| new_clients(worker, &configs.producer, &configs.consumer))
-        else {
+        let Some(c) = clients.take().or_else(|| new_clients(worker, configs)) else {
             std::thread::sleep(Duration::from_millis(200));
             continue;
         };

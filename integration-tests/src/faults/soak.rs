@@ -363,6 +363,10 @@ fn check_transactions(
             let sent = transactions::sent_values(&txns);
             report.stage = ctp::judge(&input, &sent, &committed, &copies.txns, &output, &mut out.txn_notes);
             report.stage.hung_calls = copies.hung_calls;
+            report.stage.offset_resets = copies.offset_resets;
+            for reset in &copies.offset_reset_lines {
+                out.txn_notes.add("copy stage consumer offset resets", || reset.clone());
+            }
             if report.stage.committed == 0 {
                 v.push(format!("the copy stage ({STAGE_GROUP}) committed no transaction"));
             }
