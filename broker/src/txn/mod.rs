@@ -53,6 +53,12 @@ use verify::VerifyChannels;
 const TICK: Duration = Duration::from_millis(100);
 /// Wait between rounds of markers that could not all be written yet.
 const MARKER_RETRY: Duration = Duration::from_millis(100);
+/// Longest AddPartitionsToTxn / AddOffsetsToTxn waits for the producer's previous
+/// transaction to complete (its markers written) before answering CONCURRENT_TRANSACTIONS.
+/// A producer that begins its next transaction right after a commit would otherwise retry
+/// every 20 ms (librdkafka; the Java client backs off alike) until the markers are written;
+/// held here, it is answered as soon as they are. The clients' request timeouts are 30 s.
+const COMPLETION_WAIT: Duration = Duration::from_secs(1);
 
 pub struct TransactionManager {
     coordinator: Mutex<TransactionCoordinator>,
@@ -66,6 +72,9 @@ pub struct TransactionManager {
     verifications: VerifyChannels,
     /// This broker: markers for partitions it leads are written directly.
     node_id: i32,
+    /// Woken whenever one of this coordinator's transitions has been written or has failed:
+    /// what an add waiting for a transaction to complete waits on ([`COMPLETION_WAIT`]).
+    settled: tokio::sync::Notify,
 }
 
 /// What InitProducerId answers, once its transition is written.
@@ -100,6 +109,7 @@ impl TransactionManager {
             metadata,
             groups,
             broker_overrides,
+            settled: tokio::sync::Notify::new(),
         }
     }
 
@@ -248,17 +258,30 @@ impl TransactionManager {
         partitions: &[(String, i32)],
         tv2: bool,
     ) -> Result<(), ResponseError> {
-        let transition = self.coordinator.lock().add_partitions(
-            transactional_id,
-            producer_id,
-            producer_epoch,
-            partitions,
-            tv2,
-            now_ms(),
-        )?;
-        match transition {
-            Some(t) => self.write(&t).await,
-            None => Ok(()),
+        let deadline = tokio::time::Instant::now() + COMPLETION_WAIT;
+        loop {
+            // Registered before the check, so a transition settling in between still wakes it.
+            let settled = self.settled.notified();
+            tokio::pin!(settled);
+            settled.as_mut().enable();
+            let added = self.coordinator.lock().add_partitions(
+                transactional_id,
+                producer_id,
+                producer_epoch,
+                partitions,
+                tv2,
+                now_ms(),
+            );
+            return match added {
+                Err(ResponseError::ConcurrentTransactions) if tokio::time::Instant::now() < deadline => {
+                    // The previous transaction is completing: ask again when a write settles.
+                    let _ = tokio::time::timeout_at(deadline, settled).await;
+                    continue;
+                }
+                Err(e) => Err(e),
+                Ok(Some(t)) => self.write(&t).await,
+                Ok(None) => Ok(()),
+            };
         }
     }
 
@@ -390,6 +413,7 @@ impl TransactionManager {
                 }
             }
         };
+        self.settled.notify_waiters();
         if let Some(job) = job {
             self.spawn_markers(job);
         }

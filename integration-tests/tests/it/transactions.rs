@@ -460,6 +460,46 @@ fn partition_leaders_verify_a_first_transactional_write_with_the_coordinator() -
     Ok(())
 }
 
+#[test]
+fn the_next_transaction_added_right_after_a_commit_waits_for_its_markers_instead_of_being_refused() -> Result<()> {
+    let cluster = Cluster::start(3, &[])?;
+    wait_until(Duration::from_secs(30), "three unfenced brokers", || {
+        cluster.listed_brokers(1).ok().filter(|ids| ids.len() == 3)
+    })?;
+    let topic = "tx-back-to-back";
+    // Led by broker 2, and an id coordinated by broker 1: each commit's marker crosses the
+    // network and is replicated before the transaction completes.
+    kafka_client::create_topic_on(cluster.addr(1), topic, &[&[2, 3, 1]])?;
+    cluster.await_full_isr(topic, Duration::from_secs(30))?;
+    let id = (0..200)
+        .map(|i| format!("tx-back-to-back-{i}"))
+        .find(|id| coordinator(cluster.addr(1), id).ok() == Some(1))
+        .context("an id coordinated by broker 1")?;
+    let (coordinator_addr, leader) = (cluster.addr(1), cluster.addr(2));
+    let (pid, epoch) = init_producer(coordinator_addr, &id, 60_000)?;
+    const TRANSACTIONS: i32 = 10;
+    for txn in 0..TRANSACTIONS {
+        // Sent the moment the previous EndTxn is answered, while its marker is being written:
+        // Kafka answers CONCURRENT_TRANSACTIONS and the client retries; Sluice holds the add
+        // until the transaction has completed.
+        let added = add_partition(coordinator_addr, &id, pid, epoch, topic)?;
+        ensure!(
+            added == 0,
+            "transaction {txn}: AddPartitionsToTxn right after the previous commit answered {added}"
+        );
+        let written = produce(leader, &id, topic, transactional_batch(pid, epoch, txn * 3))?;
+        ensure!(written == 0, "transaction {txn}: the write answered {written}");
+        let ended = end_txn(coordinator_addr, &id, pid, epoch, true)?;
+        ensure!(ended == 0, "transaction {txn}: EndTxn answered {ended}");
+    }
+    // Three records and a commit marker per transaction, all committed.
+    let end = i64::from(TRANSACTIONS) * 4;
+    wait_until(TIMEOUT, "every transaction's marker", || {
+        (latest(leader, topic, 1).ok()? == end).then_some(())
+    })?;
+    Ok(())
+}
+
 /// TxnOffsetCommit of offset 5 on partition 0 of `topic` for `group` (no member named): the
 /// partition's error code.
 fn txn_offset_commit(addr: SocketAddr, id: &str, group: &str, pid: i64, epoch: i16, topic: &str) -> Result<i16> {
