@@ -35,7 +35,40 @@ fn kafka_port(id: u16) -> u16 {
 
 /// Where node `id` serves Prometheus metrics and the console (as docker-compose.yml publishes them).
 pub fn console_address(id: u16) -> String {
-    format!("127.0.0.1:{}", id * 10_000 + 9644)
+    format!("127.0.0.1:{}", console_port(id))
+}
+
+fn console_port(id: u16) -> u16 {
+    id * 10_000 + 9644
+}
+
+/// How long [`LocalCluster::start`] waits for its fixed ports while another process holds one.
+/// They lie in Linux's ephemeral range (32768-60999), where another program's connection or
+/// short-lived listener can take one for a moment.
+const PORTS_FREE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Until every port the nodes bind (Kafka, quorum and console of each) is free on 127.0.0.1.
+fn await_ports_free() -> Result<()> {
+    let ports: Vec<u16> = (1..=NODES)
+        .flat_map(|id| [kafka_port(id), kafka_port(id) + 1, console_port(id)])
+        .collect();
+    let deadline = Instant::now() + PORTS_FREE_TIMEOUT;
+    loop {
+        let busy: Vec<u16> = ports
+            .iter()
+            .copied()
+            .filter(|port| std::net::TcpListener::bind(("127.0.0.1", *port)).is_err())
+            .collect();
+        if busy.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "127.0.0.1 ports {busy:?} stayed in use for {PORTS_FREE_TIMEOUT:?}, and the demo cluster binds them; stop the process holding them (`ss -ltnp` names it) and run again"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 pub struct LocalCluster {
@@ -95,6 +128,7 @@ impl LocalCluster {
     /// Starts the nodes with data and logs under `dir/node-N/`, secured with `secure` if given,
     /// and waits until each is listed in Metadata (or `stop` is set).
     pub fn start(binary: &Path, dir: &Path, secure: Option<&SecureFiles>, stop: &AtomicBool) -> Result<LocalCluster> {
+        await_ports_free()?;
         let secret = cluster_secret(dir)?;
         let voters: Vec<String> = (1..=NODES)
             .map(|id| format!("{id}@127.0.0.1:{}", kafka_port(id) + 1))
