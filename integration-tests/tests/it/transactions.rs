@@ -548,7 +548,13 @@ fn a_transactional_offset_commit_outside_the_transaction_is_refused() -> Result<
         .with_producer_epoch(epoch)
         .with_group_id(GroupId(str_bytes("tx-o-group")));
     ensure!(call(addr, &plain(), &request, 3)?.error_code == 0);
-    ensure!(txn_offset_commit(addr, "tx-o", "tx-o-group", pid, epoch, "tx-offsets")? == 0);
+    // The refusal above can come before the offsets partition has loaded (the transaction is
+    // checked first), so this commit may still be told to retry, as a client would.
+    let committed = wait_until(Duration::from_secs(30), "the offsets partition to load", || {
+        let code = txn_offset_commit(addr, "tx-o", "tx-o-group", pid, epoch, "tx-offsets").ok()?;
+        (code != ResponseError::CoordinatorLoadInProgress.code()).then_some(code)
+    })?;
+    ensure!(committed == 0, "a commit inside the transaction answered {committed}");
     ensure!(end_txn(addr, "tx-o", pid, epoch, true)? == 0);
     Ok(())
 }
