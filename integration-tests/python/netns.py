@@ -9,10 +9,12 @@ TCP forwarder, the way docker-proxy publishes a container's ports. Needs root (C
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import shutil
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 
@@ -78,6 +80,10 @@ class Network:
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
 
 
+# How long a published port that another process holds is waited for.
+PORT_FREE_TIMEOUT_S = 30
+
+
 class Forwarder:
     """TCP forwarding from loopback ports, on an asyncio loop in a daemon thread."""
 
@@ -88,10 +94,21 @@ class Forwarder:
         self.thread.start()
 
     def add(self, port: int, to_host: str, to_port: int) -> None:
+        """Published ports are fixed and lie in the ephemeral range, where another process's
+        connection can hold one for a moment: a busy port is tried again for up to
+        PORT_FREE_TIMEOUT_S before the bind error is raised."""
         async def start():
-            return await asyncio.start_server(
-                lambda r, w: self._pipe_both(r, w, to_host, to_port), "127.0.0.1", port, reuse_address=True)
-        self.servers.append(asyncio.run_coroutine_threadsafe(start(), self.loop).result(timeout=10))
+            deadline = time.monotonic() + PORT_FREE_TIMEOUT_S
+            while True:
+                try:
+                    return await asyncio.start_server(
+                        lambda r, w: self._pipe_both(r, w, to_host, to_port), "127.0.0.1", port, reuse_address=True)
+                except OSError as e:
+                    if e.errno != errno.EADDRINUSE or time.monotonic() >= deadline:
+                        raise
+                    await asyncio.sleep(0.2)
+        future = asyncio.run_coroutine_threadsafe(start(), self.loop)
+        self.servers.append(future.result(timeout=PORT_FREE_TIMEOUT_S + 10))
 
     async def _pipe_both(self, reader, writer, to_host: str, to_port: int) -> None:
         try:

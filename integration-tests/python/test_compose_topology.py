@@ -154,6 +154,8 @@ def network():
     # A run killed half-way leaves its namespaces and bridge; clear them first.
     for i in range(3):
         subprocess.run(["ip", "netns", "del", f"slcmp-sluice{i + 1}"], capture_output=True)
+        # A namespace's veth can outlive its deletion for a moment (the kernel frees it later).
+        subprocess.run(["ip", "link", "del", f"slcmpv{i}"], capture_output=True)
     subprocess.run(["ip", "link", "del", "slcmpbr"], capture_output=True)
     net = Network("cmp", 250)
     yield net
