@@ -272,16 +272,15 @@ impl TransactionManager {
                 tv2,
                 now_ms(),
             );
-            return match added {
+            match added {
+                // The previous transaction is completing: ask again when a write settles.
                 Err(ResponseError::ConcurrentTransactions) if tokio::time::Instant::now() < deadline => {
-                    // The previous transaction is completing: ask again when a write settles.
                     let _ = tokio::time::timeout_at(deadline, settled).await;
-                    continue;
                 }
-                Err(e) => Err(e),
-                Ok(Some(t)) => self.write(&t).await,
-                Ok(None) => Ok(()),
-            };
+                Err(e) => return Err(e),
+                Ok(Some(t)) => return self.write(&t).await,
+                Ok(None) => return Ok(()),
+            }
         }
     }
 
