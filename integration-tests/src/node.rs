@@ -613,10 +613,24 @@ impl SluiceNode {
     }
 }
 
-/// Picks a loopback port that is free right now (bind to port 0, read it, release it).
+/// Ports test brokers listen on: below the kernel's ephemeral range (32768-60999 by default),
+/// so that the source port of an outgoing connection from any test can never take a killed
+/// node's port before it is respawned there, and clear of the demo's fixed ports (x9092 ...).
+const TEST_PORTS: std::ops::Range<u16> = 21_000..29_000;
+
+/// Picks a loopback port in [`TEST_PORTS`] that is free right now (bound, then released).
 pub fn free_loopback_port() -> Result<u16> {
-    let l = TcpListener::bind(loopback_addr(0))?;
-    Ok(l.local_addr()?.port())
+    use std::hash::{BuildHasher, Hasher};
+    let span = u64::from(TEST_PORTS.end - TEST_PORTS.start);
+    for _ in 0..1_000 {
+        // Each `RandomState` is freshly keyed, so this is a random draw without a crate.
+        let draw = std::collections::hash_map::RandomState::new().build_hasher().finish();
+        let port = TEST_PORTS.start + (draw % span) as u16;
+        if TcpListener::bind(loopback_addr(port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    bail!("no free loopback port in {TEST_PORTS:?} after 1000 tries")
 }
 
 /// `port` on the loopback host test nodes listen on (`host` in `node.json`).
