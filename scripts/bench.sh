@@ -25,13 +25,26 @@
 #       --rate 2000 --duration-s 20 --pp-max-records 100000 --settle-s 10 --no-linger0
 # Without --against-kafka, --security SASL_SSL has sluice-bench start its brokers secured so.
 # SLUICE_BENCH_KEEP=1 keeps --against-kafka's broker data and logs (their paths are printed).
+# sluice-bench's own options, after a build: target/release/sluice-bench --help
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The install step shared by the scripts (issue 30).
+# shellcheck source=scripts/system-packages.sh
+source scripts/system-packages.sh
+if wants_help "$@"; then
+    print_script_usage
+    exit 0
+fi
 against_kafka=0
 declare -a rest=()
 for arg in "$@"; do
     if [ "$arg" = --against-kafka ]; then against_kafka=1; else rest+=("$arg"); fi
 done
+# What the build needs, and for --against-kafka the venv of the report's plot, asked for at once
+# so a fresh machine stops (or installs) before Maven fetches any jar.
+profiles=(build)
+if [ "$against_kafka" = 1 ]; then profiles+=(venv); fi
+ensure_system_packages "${profiles[@]}" || exit 1
 TARGET_DIR=$(cargo metadata --no-deps --format-version 1 2>/dev/null \
     | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])' 2>/dev/null) \
     || TARGET_DIR=${CARGO_TARGET_DIR:-$(pwd)/target}

@@ -6,11 +6,15 @@
 #   scripts/cluster.sh status    which nodes run, and the cluster as node 1 sees it (needs kcat)
 #   scripts/cluster.sh stop      SIGTERM every node (controlled shutdown) and wait
 #   scripts/cluster.sh kill N    SIGKILL node N (to try failover); `start` brings it back
+#   scripts/cluster.sh --help    this text
 #
 # Data and logs live in ${SLUICE_CLUSTER_DIR:-./cluster-data}/node-N/. The nodes authenticate
 # each other with the secret in $DIR/cluster-secret, made on the first start (keep it private).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The install step shared by the scripts (issue 30), for `start`'s build.
+# shellcheck source=scripts/system-packages.sh
+source scripts/system-packages.sh
 DIR=${SLUICE_CLUSTER_DIR:-$(pwd)/cluster-data}
 VOTERS="1@127.0.0.1:9093,2@127.0.0.1:9193,3@127.0.0.1:9293"
 
@@ -18,6 +22,7 @@ pid_of() { cat "$DIR/node-$1/sluice.pid" 2>/dev/null || true; }
 running() { local pid; pid=$(pid_of "$1"); [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; }
 
 start() {
+    ensure_system_packages broker || exit 1
     cargo build --release -p sluice-broker --bin sluice
     local bin secret="$DIR/cluster-secret"
     if [ ! -s "$secret" ]; then
@@ -61,6 +66,7 @@ case "${1:-}" in
     start) start ;;
     stop) stop ;;
     status) status ;;
+    -h | --help) print_script_usage ;;
     kill) running "${2:?node number}" && kill -KILL "$(pid_of "$2")" && echo "node $2 killed" ;;
     *) echo "usage: $0 start|status|stop|kill N" >&2; exit 2 ;;
 esac

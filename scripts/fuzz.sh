@@ -12,6 +12,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
+# The install step shared by the scripts (issue 30).
+# shellcheck source=scripts/system-packages.sh
+source scripts/system-packages.sh
 
 RUNS=10000000
 TARGETS=()
@@ -19,11 +22,13 @@ while [ $# -gt 0 ]; do
     case $1 in
         --runs) RUNS=$2; shift 2 ;;
         --target) TARGETS+=("$2"); shift 2 ;;
-        -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+        -h|--help) print_script_usage; exit 0 ;;
         *) echo "fuzz.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
 
+# libFuzzer's C++ sources and the crates' C code, before cargo-fuzz is installed or run.
+ensure_system_packages fuzz || exit 1
 if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
     echo "fuzz.sh: installing cargo-fuzz"
     cargo install cargo-fuzz --locked || exit 1

@@ -10,8 +10,23 @@
 #   scripts/scale.sh --partitions 5000 --per-topic 1000 --idle-connections 2000
 # Measured runs on a shared machine: flock /work/bench.lock scripts/scale.sh
 # The broker binary is $SLUICE_BIN if set, else target/release/sluice built here first.
+# scale_bench.py's own options: .venv/bin/python integration-tests/python/scale_bench.py --help
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The install step shared by the scripts (issue 30).
+# shellcheck source=scripts/system-packages.sh
+source scripts/system-packages.sh
+if wants_help "$@"; then
+    print_script_usage
+    exit 0
+fi
+# Only what this run will do: the broker's build unless $SLUICE_BIN is given, and the venv's pip
+# unless $PYTHON (default .venv/bin/python) is already there.
+PYTHON=${PYTHON:-.venv/bin/python}
+profiles=()
+if [ -z "${SLUICE_BIN:-}" ]; then profiles+=(broker); fi
+if [ ! -x "$PYTHON" ]; then profiles+=(venv); fi
+ensure_system_packages ${profiles[@]+"${profiles[@]}"} || exit 1
 # Each node holds a file per idle partition replica (its active segment's log) plus its
 # connections: raise the soft open-files limit to the hard one.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
@@ -22,7 +37,6 @@ if [ -z "${SLUICE_BIN:-}" ]; then
     cargo build --release -p sluice-broker
     export SLUICE_BIN="$TARGET_DIR/release/sluice"
 fi
-PYTHON=${PYTHON:-.venv/bin/python}
 if [ ! -x "$PYTHON" ]; then
     bash scripts/python-venv.sh
 fi

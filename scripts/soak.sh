@@ -14,8 +14,21 @@
 # coordinators and leaders, and adds Jepsen's anomalies for both (lost writes, duplicates,
 # aborted reads, torn transactions, non-monotonic sends and polls, G1c cycles) to each
 # schedule's line and the last one; any of them makes the exit status non-zero.
+# --partitions needs root and the packages iproute2 and nftables (network namespaces).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The install step shared by the scripts (issue 30): what the build needs, or a sentence naming
+# the command to run, before any cargo command.
+# shellcheck source=scripts/system-packages.sh
+source scripts/system-packages.sh
+# sluice-soak has a --help of its own, but reaching it would build first.
+if wants_help "$@"; then
+    print_script_usage
+    exit 0
+fi
+profiles=(build)
+case " $* " in *" --partitions "*) profiles+=(netns) ;; esac
+ensure_system_packages "${profiles[@]}" || exit 1
 TARGET_DIR=$(cargo metadata --no-deps --format-version 1 2>/dev/null \
     | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])' 2>/dev/null) \
     || TARGET_DIR=${CARGO_TARGET_DIR:-$(pwd)/target}

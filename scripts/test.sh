@@ -3,8 +3,11 @@
 # and the client compatibility matrix (scripts/compat.sh), all against a real release build of the
 # broker on 127.0.0.1.
 #
+#   bash scripts/test.sh            (--help prints this text)
+#
 # Works on a fresh Debian bookworm machine with Rust, Python 3.11 and a C toolchain; installs
-# what is missing with apt-get (as root, or via sudo) only when something is missing:
+# what is missing with apt-get (as root, or via sudo) only when something is missing, through
+# scripts/system-packages.sh (its profile `test`):
 #   kcat                  CLI client tests (Debian's kcat uses librdkafka 2.0.2, on purpose)
 #   cmake, g++, make      rdkafka's bundled librdkafka build (feature cmake-build)
 #   pkg-config,zlib1g-dev gzip codec in that build
@@ -23,6 +26,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
+# The install step shared with the other scripts (ensure_system_packages).
+# shellcheck source=scripts/system-packages.sh
+source scripts/system-packages.sh
+if wants_help "$@"; then
+    print_script_usage
+    exit 0
+fi
 
 declare -a SUMMARY=()
 FAILED=0
@@ -54,45 +64,6 @@ summary() {
 }
 trap summary EXIT
 
-install_system_packages() {
-    local -a missing=()
-    command -v kcat >/dev/null 2>&1 || missing+=(kcat)
-    # The security tests' PKCS12 stores (openssl pkcs12 -export) and TLS checks (s_client).
-    command -v openssl >/dev/null 2>&1 || missing+=(openssl)
-    command -v chromium >/dev/null 2>&1 || missing+=(chromium)
-    command -v cmake >/dev/null 2>&1 || missing+=(cmake)
-    command -v g++ >/dev/null 2>&1 || missing+=(g++)
-    command -v make >/dev/null 2>&1 || missing+=(make)
-    command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
-    # `ip netns` for the compose-topology test's network namespaces.
-    command -v ip >/dev/null 2>&1 || missing+=(iproute2)
-    # `nft` for the partition tests' drop rules (integration-tests/tests/it/partitions.rs).
-    command -v nft >/dev/null 2>&1 || missing+=(nftables)
-    # /dev/fuse mounts (fusermount3 for non-root) for the power-loss tests' sluice-lazyfs.
-    command -v fusermount3 >/dev/null 2>&1 || missing+=(fuse3)
-    [ -e /usr/include/zlib.h ] || missing+=(zlib1g-dev)
-    # OpenSSL headers and libssl for rdkafka's `ssl` feature (TLS, SASL/SCRAM in the Rust tests).
-    [ -e /usr/include/openssl/ssl.h ] || missing+=(libssl-dev)
-    if [ ! -e /usr/include/curl/curl.h ] && [ ! -e "/usr/include/$(gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)/curl/curl.h" ]; then
-        missing+=(libcurl4-openssl-dev)
-    fi
-    # Debian's own python3 needs python3-venv for ensurepip; pyenv/upstream builds have it.
-    python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
-    if [ ${#missing[@]} -eq 0 ]; then
-        echo "all system packages present"
-        return 0
-    fi
-    if [ "${SLUICE_SKIP_APT:-0}" = 1 ]; then
-        echo "missing packages ${missing[*]} but SLUICE_SKIP_APT=1" >&2
-        return 1
-    fi
-    local sudo=""
-    if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-    echo "installing: ${missing[*]}"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
-}
-
 wait_for_installs() { # the background compat installs: their output, and their exit status
     local rc=0
     wait "$INSTALL_PID" || rc=$?
@@ -112,7 +83,7 @@ export SLUICE_BIN="$TARGET_DIR/release/sluice"
 
 step "module layers (no import circles)" python3 scripts/check-module-cycles.py broker/src raft-meta/src protocol/src || true
 step "integration-tests index up to date" python3 scripts/gen-test-index.py --check || true
-step "system packages" install_system_packages || true
+step "system packages" ensure_system_packages test || true
 step "python venv (.venv) + pinned deps" bash scripts/python-venv.sh || true
 step "Kafka Java client + CLI tools (Maven)" bash scripts/java-lib.sh || true
 step "Kafka Streams application (Maven, javac)" bash scripts/java-streams.sh || true
