@@ -2,6 +2,7 @@
 
 pub mod api;
 pub mod broker;
+pub mod cli;
 pub mod clock;
 pub mod cluster_id;
 pub mod config;

@@ -14,7 +14,6 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Parser;
 use sluice_broker::broker::Broker;
 use sluice_broker::config::open_files::OpenFilesBudget;
 use sluice_broker::config::{settings_table, BrokerConfig, Cli, Command};
@@ -28,7 +27,7 @@ use tokio::sync::watch;
 const FAILURE_EXIT_GRACE: Duration = Duration::from_secs(5);
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::from_env_args();
     if let Some(command) = &cli.command {
         return match command {
             Command::Settings => {
@@ -36,6 +35,12 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             }
             Command::Plan(args) => sluice_broker::plan::run(args),
+            Command::Client(command) => sluice_broker::cli::run(command),
+            Command::Completion { shell } => {
+                use clap::CommandFactory;
+                clap_complete::generate(*shell, &mut Cli::command(), "sluice", &mut std::io::stdout());
+                ExitCode::SUCCESS
+            }
         };
     }
     // Colour codes only for a person at a terminal (https://no-color.org: any non-empty NO_COLOR).
@@ -54,6 +59,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(source) = &config.cluster_secret_source {
+        tracing::info!("the metadata quorum's members authenticate with the cluster secret from {source}");
+    }
     config.open_files_limit = raise_open_files_limit();
     let budget = OpenFilesBudget::of(&config);
     if budget.replica_capacity() == Some(0) {

@@ -25,6 +25,7 @@ pub use security::{SaslMechanism, SecurityProtocol, SecuritySettings};
 use txn::txn_config;
 pub use txn::TxnConfig;
 
+pub mod client;
 mod group;
 pub mod listeners;
 pub mod open_files;
@@ -84,13 +85,18 @@ pub struct Cli {
     /// (its contents, trimmed; at least 16 bytes). Required when --voters names more than one
     /// node, and the same on every node. Create it with
     /// `head -c 32 /dev/urandom | base64 > cluster-secret`.
-    #[arg(long, value_name = "PATH", conflicts_with = "cluster_secret")]
+    #[arg(long, value_name = "PATH")]
     pub cluster_secret_file: Option<PathBuf>,
 
     /// The cluster secret itself, instead of --cluster-secret-file. Prefer setting it through
     /// the environment: a value on the command line is visible to other users of the machine.
     #[arg(long, env = "SLUICE_CLUSTER_SECRET", hide_env_values = true, value_name = "SECRET")]
     pub cluster_secret: Option<SecretText>,
+
+    /// Whether `cluster_secret` came from SLUICE_CLUSTER_SECRET rather than the command line
+    /// (set by [`Cli::from_env_args`]): an explicit --cluster-secret-file then wins over it.
+    #[arg(skip)]
+    pub cluster_secret_from_env: bool,
 
     /// A SCRAM user to create when the cluster's metadata has none of that name, in Kafka's
     /// `kafka-storage format --add-scram` syntax:
@@ -106,6 +112,28 @@ pub struct Cli {
     pub settings: Vec<String>,
 }
 
+impl Cli {
+    /// The command line of this process, parsed (exiting with clap's message when it does not
+    /// parse), remembering which values came from the environment.
+    pub fn from_env_args() -> Cli {
+        Self::from_args(std::env::args_os()).unwrap_or_else(|e| e.exit())
+    }
+
+    /// `args` (the program name first) parsed as [`Cli::from_env_args`] does.
+    pub fn from_args<I, T>(args: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::{CommandFactory, FromArgMatches};
+        let matches = Cli::command().try_get_matches_from(args)?;
+        let mut cli = Cli::from_arg_matches(&matches)?;
+        cli.cluster_secret_from_env =
+            matches.value_source("cluster_secret") == Some(clap::parser::ValueSource::EnvVariable);
+        Ok(cli)
+    }
+}
+
 /// What `sluice` does instead of running a broker.
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum Command {
@@ -114,6 +142,14 @@ pub enum Command {
     /// Plan disk, network, page cache and partitions for a workload (no cluster contacted),
     /// e.g. `sluice plan --rate 20000 --size 2048 --rf 3 --retention 168h --groups 2 --brokers 6`.
     Plan(crate::plan::PlanArgs),
+    #[command(flatten)]
+    Client(client::ClientCommand),
+    /// Prints a completion script for a shell: `source <(sluice completion bash)`, or save it
+    /// where the shell looks for completions.
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 /// Text that must not show up in logs or `Debug` output (the cluster secret).
@@ -177,6 +213,8 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
+    #[error("both --cluster-secret-file and --cluster-secret were given; give one of them")]
+    TwoClusterSecrets,
     #[error("the cluster secret from {from} is unusable: {reason}")]
     BadClusterSecret { from: String, reason: String },
 }
@@ -366,6 +404,8 @@ pub struct BrokerConfig {
     pub cluster_id: Option<String>,
     /// What quorum members prove to each other; `None` only for a single-node cluster.
     pub cluster_secret: Option<ClusterSecret>,
+    /// Where `cluster_secret` came from, for the start-up log (never the secret itself).
+    pub cluster_secret_source: Option<String>,
     /// A broker the controller has not heard from for this long is fenced.
     pub broker_session_timeout_ms: u64,
     pub broker_heartbeat_interval_ms: u64,
@@ -463,7 +503,7 @@ impl BrokerConfig {
             add_scram,
         )?;
         let (voters, controller_listen) = quorum_membership(cli)?;
-        let cluster_secret = cluster_secret(cli, voters.len())?;
+        let (cluster_secret, cluster_secret_source) = cluster_secret(cli, voters.len())?.unzip();
         let cluster_id = cli
             .cluster_id
             .clone()
@@ -473,6 +513,7 @@ impl BrokerConfig {
             controller_listen,
             cluster_id,
             cluster_secret,
+            cluster_secret_source,
             broker_session_timeout_ms: parse_num("broker.session.timeout.ms", &get("broker.session.timeout.ms"))?,
             broker_heartbeat_interval_ms: parse_num(
                 "broker.heartbeat.interval.ms",
@@ -628,26 +669,40 @@ impl BrokerConfig {
     }
 }
 
-/// The secret from --cluster-secret-file or SLUICE_CLUSTER_SECRET (trimmed), required when
-/// the quorum has more than one voter. Refusing to start without one is deliberate: node ids,
-/// the cluster id and addresses are all public, so without a secret anyone who can reach a
-/// controller port could join the quorum's conversation.
-fn cluster_secret(cli: &Cli, voters: usize) -> Result<Option<ClusterSecret>, ConfigError> {
+/// The secret from --cluster-secret-file, --cluster-secret or SLUICE_CLUSTER_SECRET
+/// (trimmed), with where it came from; required when the quorum has more than one voter.
+/// Refusing to start without one is deliberate: node ids, the cluster id and addresses are all
+/// public, so without a secret anyone who can reach a controller port could join the quorum's
+/// conversation. An explicit --cluster-secret-file wins over the environment variable, as a
+/// command-line option does in other tools; both options on the command line are refused.
+fn cluster_secret(cli: &Cli, voters: usize) -> Result<Option<(ClusterSecret, String)>, ConfigError> {
     let (bytes, from) = match (&cli.cluster_secret_file, &cli.cluster_secret) {
-        (Some(path), _) => (
-            read_secret_file(path)?,
-            format!("--cluster-secret-file {}", path.display()),
-        ),
-        (None, Some(text)) => (text.0.clone().into_bytes(), "SLUICE_CLUSTER_SECRET".to_owned()),
+        (Some(_), Some(_)) if !cli.cluster_secret_from_env => return Err(ConfigError::TwoClusterSecrets),
+        (Some(path), env) => {
+            let ignored = if env.is_some() {
+                " (SLUICE_CLUSTER_SECRET is set but ignored)"
+            } else {
+                ""
+            };
+            (
+                read_secret_file(path)?,
+                format!("--cluster-secret-file {}{ignored}", path.display()),
+            )
+        }
+        (None, Some(text)) if cli.cluster_secret_from_env => {
+            (text.0.clone().into_bytes(), "SLUICE_CLUSTER_SECRET".to_owned())
+        }
+        (None, Some(text)) => (text.0.clone().into_bytes(), "--cluster-secret".to_owned()),
         (None, None) if voters > 1 => return Err(ConfigError::NoClusterSecret(voters)),
         (None, None) => return Ok(None),
     };
-    ClusterSecret::new(bytes.trim_ascii())
-        .map(Some)
-        .map_err(|e| ConfigError::BadClusterSecret {
+    match ClusterSecret::new(bytes.trim_ascii()) {
+        Ok(secret) => Ok(Some((secret, from))),
+        Err(e) => Err(ConfigError::BadClusterSecret {
             from,
             reason: e.to_string(),
-        })
+        }),
+    }
 }
 
 fn read_secret_file(path: &std::path::Path) -> Result<Vec<u8>, ConfigError> {
@@ -830,7 +885,7 @@ mod tests {
     use super::*;
 
     fn cli(args: &[&str]) -> Cli {
-        Cli::parse_from(std::iter::once("sluice").chain(args.iter().copied()))
+        Cli::from_args(std::iter::once("sluice").chain(args.iter().copied())).unwrap()
     }
 
     #[test]
@@ -973,6 +1028,47 @@ mod tests {
         assert!(matches!(err, ConfigError::SecretFile { .. }), "{err}");
         // A single node needs none.
         assert!(BrokerConfig::from_cli(&cli(&[])).unwrap().cluster_secret.is_none());
+    }
+
+    #[test]
+    fn a_cluster_secret_file_on_the_command_line_wins_over_the_environment_but_not_over_another_option() {
+        let voters = "1@127.0.0.1:9093,2@127.0.0.1:9193";
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("cluster-secret");
+        std::fs::write(&file, "c2x1aWNlLWNsdXN0ZXItc2VjcmV0LXRlc3Q=\n").unwrap();
+        let path = file.to_str().unwrap();
+
+        // As clap fills it from SLUICE_CLUSTER_SECRET (the variable itself is not set here:
+        // tests share the process environment).
+        let mut from_env = cli(&["--voters", voters, "--cluster-secret-file", path]);
+        from_env.cluster_secret = Some(SecretText("an-environment-secret-long-enough".into()));
+        from_env.cluster_secret_from_env = true;
+        let config = BrokerConfig::from_cli(&from_env).unwrap();
+        let source = config.cluster_secret_source.unwrap();
+        assert!(source.starts_with(&format!("--cluster-secret-file {path}")), "{source}");
+        assert!(source.contains("SLUICE_CLUSTER_SECRET is set but ignored"), "{source}");
+        assert!(!source.contains("an-environment-secret"), "the secret leaked: {source}");
+
+        let both = cli(&[
+            "--voters",
+            voters,
+            "--cluster-secret-file",
+            path,
+            "--cluster-secret",
+            "a-command-line-secret-long-enough",
+        ]);
+        assert!(!both.cluster_secret_from_env);
+        let err = BrokerConfig::from_cli(&both).unwrap_err();
+        assert!(matches!(err, ConfigError::TwoClusterSecrets), "{err}");
+
+        let option = cli(&[
+            "--voters",
+            voters,
+            "--cluster-secret",
+            "a-command-line-secret-long-enough",
+        ]);
+        let config = BrokerConfig::from_cli(&option).unwrap();
+        assert_eq!(config.cluster_secret_source.as_deref(), Some("--cluster-secret"));
     }
 
     #[test]

@@ -724,6 +724,26 @@ fn subscribes_to(metadata: &Bytes, topic: &str) -> bool {
     }
 }
 
+/// A consumer group member's assignment (Kafka's `ConsumerProtocolAssignment`) as topic and
+/// partitions; nothing when it does not decode (another protocol's bytes, or a client's bug).
+pub fn consumer_assignment(assignment: &Bytes) -> Vec<(String, Vec<i32>)> {
+    use kafka_protocol::messages::ConsumerProtocolAssignment;
+    use kafka_protocol::protocol::Decodable;
+    let mut buf = assignment.clone();
+    if buf.len() < 2 {
+        return Vec::new();
+    }
+    let version = bytes::Buf::get_i16(&mut buf);
+    match ConsumerProtocolAssignment::decode(&mut buf, version.clamp(0, 3)) {
+        Ok(a) => a
+            .assigned_partitions
+            .into_iter()
+            .map(|tp| (tp.topic.0.to_string(), tp.partitions))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
 /// Kafka's mapping of a failed offsets append to what a committing client understands.
 fn commit_error(error: ResponseError) -> ResponseError {
     use ResponseError::*;

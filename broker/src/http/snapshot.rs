@@ -344,25 +344,10 @@ fn groups(broker: &Broker, topics: &[TopicView]) -> Vec<GroupView> {
         .collect()
 }
 
-/// A consumer group member's assignment (Kafka's ConsumerProtocolAssignment); nothing when it
-/// does not decode (another protocol's bytes, or a client's bug).
+/// A consumer group member's assignment, as the console shows it.
 fn consumer_assignment(assignment: &Bytes) -> Vec<AssignedTopic> {
-    use kafka_protocol::messages::ConsumerProtocolAssignment;
-    use kafka_protocol::protocol::Decodable;
-    let mut buf = assignment.clone();
-    if buf.len() < 2 {
-        return Vec::new();
-    }
-    let version = bytes::Buf::get_i16(&mut buf);
-    match ConsumerProtocolAssignment::decode(&mut buf, version.clamp(0, 3)) {
-        Ok(a) => a
-            .assigned_partitions
-            .into_iter()
-            .map(|tp| AssignedTopic {
-                topic: tp.topic.0.to_string(),
-                partitions: tp.partitions,
-            })
-            .collect(),
-        Err(_) => Vec::new(),
-    }
+    crate::group::consumer_assignment(assignment)
+        .into_iter()
+        .map(|(topic, partitions)| AssignedTopic { topic, partitions })
+        .collect()
 }

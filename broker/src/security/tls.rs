@@ -257,6 +257,35 @@ fn client_config(
         .map_err(|e| format!("the keystore's certificate and key do not go together: {e}"))
 }
 
+/// How the `sluice` client commands dial a TLS listener: trusting the certificates in the PEM
+/// file `ca_pem` (`ssl.ca.location`), or the public web PKI without one, checking the host
+/// name, presenting no certificate.
+pub fn operator_client_config(ca_pem: Option<&[u8]>) -> Result<Arc<ClientConfig>, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let roots = match ca_pem {
+        None => RootCertStore {
+            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+        },
+        Some(pem) => {
+            let mut roots = RootCertStore::empty();
+            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem)
+                .collect::<Result<_, _>>()
+                .map_err(|e| format!("ssl.ca.location is not a PEM file of certificates: {e}"))?;
+            if certs.is_empty() {
+                return Err("ssl.ca.location holds no PEM certificate".into());
+            }
+            roots.add_parsable_certificates(certs);
+            roots
+        }
+    };
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("no TLS version to offer: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
 /// `ssl.endpoint.identification.algorithm=` (empty): the chain is checked, the host name not.
 #[derive(Debug)]
 struct AnyHostName(Arc<WebPkiServerVerifier>);

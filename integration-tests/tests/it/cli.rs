@@ -1,0 +1,287 @@
+//! The operator's client commands (`sluice topic | cluster | group | completion`) run as a user
+//! runs them, as processes against a real 3-node cluster: their JSON parsed, their tables
+//! read, their exit statuses and error sentences checked.
+
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+use serde_json::Value;
+use sluice_integration_tests::clients::{self, wait_until};
+use sluice_integration_tests::{sluice_binary, Cluster};
+
+/// What a `sluice` client command printed, and how it exited.
+struct Run {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn json(&self) -> Result<Value> {
+        ensure!(self.ok, "the command failed: {}", self.stderr);
+        serde_json::from_str(&self.stdout).with_context(|| format!("not JSON: {}", self.stdout))
+    }
+}
+
+fn sluice(bootstrap: &str, args: &[&str]) -> Result<Run> {
+    let output = Command::new(sluice_binary()?)
+        .args(args)
+        .args(["--bootstrap", bootstrap, "--timeout-ms", "10000"])
+        .output()
+        .context("running sluice")?;
+    Ok(Run {
+        ok: output.status.success(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topic_commands_create_describe_alter_grow_and_delete_topics_and_refuse_with_kafkas_error() -> Result<()> {
+    let cluster = Cluster::start(3, &[])?;
+    let bootstrap = cluster.bootstrap();
+    let b = bootstrap.as_str();
+
+    let created = sluice(
+        b,
+        &[
+            "topic",
+            "create",
+            "orders",
+            "-p",
+            "3",
+            "-r",
+            "3",
+            "-c",
+            "retention.ms=3600000",
+            "--format",
+            "json",
+        ],
+    )?
+    .json()?;
+    ensure!(
+        created["partitions"] == 3 && created["replication_factor"] == 3,
+        "{created}"
+    );
+    cluster.await_full_isr("orders", Duration::from_secs(20))?;
+
+    let listed = sluice(b, &["topic", "list", "--format", "json"])?.json()?;
+    let orders = listed["topics"]
+        .as_array()
+        .and_then(|ts| ts.iter().find(|t| t["name"] == "orders"))
+        .with_context(|| format!("orders not listed: {listed}"))?;
+    ensure!(
+        orders["partitions"] == 3 && orders["replicas"] == 3 && orders["internal"] == false,
+        "{orders}"
+    );
+    // The table for people: a header and one aligned row per topic.
+    let table = sluice(b, &["topic", "list"])?;
+    ensure!(table.ok, "{}", table.stderr);
+    let mut lines = table.stdout.lines();
+    ensure!(
+        lines.next() == Some("NAME    PARTITIONS  REPLICAS  INTERNAL"),
+        "{}",
+        table.stdout
+    );
+    ensure!(
+        lines.any(|l| l == "orders  3           3         false"),
+        "{}",
+        table.stdout
+    );
+
+    clients::produce_numbered(b, "orders", 25).await?;
+    let described = sluice(b, &["topic", "describe", "orders", "--format", "json"])?.json()?;
+    ensure!(described["configs"]["retention.ms"] == "3600000", "{described}");
+    let partitions = described["partitions"].as_array().context("partitions")?;
+    ensure!(partitions.len() == 3, "{described}");
+    let p0 = &partitions[0];
+    ensure!(
+        p0["partition"] == 0 && p0["high_watermark"] == 25 && p0["log_start"] == 0,
+        "{p0}"
+    );
+    ensure!(
+        p0["isr"].as_array().map(Vec::len) == Some(3) && p0["leader"].is_i64(),
+        "{p0}"
+    );
+
+    let altered = sluice(
+        b,
+        &[
+            "topic",
+            "alter-config",
+            "orders",
+            "--set",
+            "cleanup.policy=compact",
+            "--delete",
+            "retention.ms",
+            "--format",
+            "json",
+        ],
+    )?
+    .json()?;
+    ensure!(altered["configs"]["cleanup.policy"] == "compact", "{altered}");
+    ensure!(altered["configs"].get("retention.ms").is_none(), "{altered}");
+
+    ensure!(sluice(b, &["topic", "add-partitions", "orders", "--total", "5"])?.ok);
+    let described = sluice(b, &["topic", "describe", "orders", "--format", "json"])?.json()?;
+    ensure!(described["partition_count"] == 5, "{described}");
+
+    // Refusals name the broker and Kafka's error, and exit 1.
+    let again = sluice(b, &["topic", "create", "orders"])?;
+    ensure!(!again.ok, "creating an existing topic succeeded: {}", again.stdout);
+    ensure!(
+        again.stderr.contains("TOPIC_ALREADY_EXISTS") && again.stderr.contains("broker "),
+        "{}",
+        again.stderr
+    );
+    let bad = sluice(b, &["topic", "alter-config", "orders", "--set", "retention.ms=soon"])?;
+    ensure!(!bad.ok && bad.stderr.contains("INVALID_CONFIG"), "{}", bad.stderr);
+    let missing = sluice(b, &["topic", "describe", "no-such-topic"])?;
+    ensure!(
+        !missing.ok && missing.stderr.contains("UNKNOWN_TOPIC_OR_PARTITION"),
+        "{}",
+        missing.stderr
+    );
+
+    let deleted = sluice(b, &["topic", "delete", "orders", "--format", "json"])?.json()?;
+    ensure!(deleted["deleted"] == serde_json::json!(["orders"]), "{deleted}");
+    // Every broker learns of the deletion from the metadata log, a moment after the answer.
+    wait_until(Duration::from_secs(10), "orders to leave the listing", || {
+        let listed = sluice(b, &["topic", "list", "--format", "json"]).ok()?.json().ok()?;
+        let topics = listed["topics"].as_array()?.clone();
+        (!topics.iter().any(|t| t["name"] == "orders")).then_some(())
+    })?;
+
+    let unreachable = sluice("127.0.0.1:1", &["topic", "list"])?;
+    ensure!(
+        !unreachable.ok
+            && unreachable
+                .stderr
+                .contains("cannot reach any bootstrap broker (127.0.0.1:1)"),
+        "{}",
+        unreachable.stderr
+    );
+    Ok(())
+}
+
+#[test]
+fn cluster_info_shows_brokers_and_quorum_and_health_fails_while_a_broker_is_down() -> Result<()> {
+    let mut cluster = Cluster::start(
+        3,
+        &[
+            ("broker.session.timeout.ms", "2000"),
+            ("broker.heartbeat.interval.ms", "500"),
+        ],
+    )?;
+    let bootstrap = cluster.bootstrap();
+    let b = bootstrap.as_str();
+    ensure!(sluice(b, &["topic", "create", "replicated", "-p", "2", "-r", "3"])?.ok);
+    cluster.await_full_isr("replicated", Duration::from_secs(20))?;
+
+    let info = sluice(b, &["cluster", "info", "--format", "json"])?.json()?;
+    let brokers: Vec<i64> = info["brokers"]
+        .as_array()
+        .context("brokers")?
+        .iter()
+        .filter_map(|b| b["id"].as_i64())
+        .collect();
+    ensure!(brokers == [1, 2, 3], "{info}");
+    let voters = info["quorum_voters"].as_array().context("quorum_voters")?;
+    ensure!(
+        voters.len() == 3 && info["quorum_leader"].as_i64().is_some_and(|l| l >= 1),
+        "{info}"
+    );
+    ensure!(
+        sluice(b, &["cluster", "health"])?.ok,
+        "a healthy cluster reported unhealthy"
+    );
+
+    let victim = 3;
+    cluster.node(victim).kill()?;
+    let survivors = format!("{},{}", cluster.addr(1), cluster.addr(2));
+    let unhealthy = wait_until(Duration::from_secs(20), "cluster health to fail", || {
+        sluice(&survivors, &["cluster", "health", "--format", "json"])
+            .ok()
+            .filter(|run| !run.ok && !run.stdout.is_empty())
+    })?;
+    let health: Value = serde_json::from_str(&unhealthy.stdout)?;
+    ensure!(health["healthy"] == false, "{health}");
+    ensure!(health["brokers_down"] == serde_json::json!([victim]), "{health}");
+    ensure!(health["under_replicated_partitions"] == 2, "{health}");
+
+    cluster.node(victim).respawn()?;
+    cluster.node(victim).wait_ready()?;
+    wait_until(Duration::from_secs(30), "cluster health to pass again", || {
+        sluice(b, &["cluster", "health"]).ok().filter(|run| run.ok)
+    })?;
+
+    let completion = Command::new(sluice_binary()?).args(["completion", "bash"]).output()?;
+    let script = String::from_utf8_lossy(&completion.stdout);
+    ensure!(
+        completion.status.success() && script.contains("_sluice") && script.contains("add-partitions"),
+        "{script}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_commands_list_groups_and_describe_members_committed_offsets_and_lag() -> Result<()> {
+    let cluster = Cluster::start(3, &[])?;
+    let bootstrap = cluster.bootstrap();
+    let b = bootstrap.as_str();
+    ensure!(sluice(b, &["topic", "create", "events", "-p", "1", "-r", "3"])?.ok);
+    cluster.await_full_isr("events", Duration::from_secs(20))?;
+    clients::produce_numbered(b, "events", 40).await?;
+
+    let consumer: BaseConsumer = clients::consumer_config(b)
+        .set("group.id", "billing")
+        .set("client.id", "billing-1")
+        .set("auto.offset.reset", "earliest")
+        .create()?;
+    consumer.subscribe(&["events"])?;
+    wait_until(Duration::from_secs(30), "the member's assignment", || {
+        let _ = consumer.poll(Duration::from_millis(100));
+        consumer.assignment().ok().filter(|a| a.count() == 1)
+    })?;
+    let mut commit = TopicPartitionList::new();
+    commit.add_partition_offset("events", 0, Offset::Offset(15))?;
+    consumer.commit(&commit, CommitMode::Sync)?;
+
+    let listed = sluice(b, &["group", "list", "--format", "json"])?.json()?;
+    let billing = listed["groups"]
+        .as_array()
+        .and_then(|gs| gs.iter().find(|g| g["group"] == "billing"))
+        .with_context(|| format!("billing not listed: {listed}"))?;
+    ensure!(billing["protocol_type"] == "consumer", "{billing}");
+
+    let described = sluice(b, &["group", "describe", "billing", "--format", "json"])?.json()?;
+    ensure!(
+        described["state"] == "Stable" && described["total_lag"] == 25,
+        "{described}"
+    );
+    let members = described["members"].as_array().context("members")?;
+    ensure!(
+        members.len() == 1 && members[0]["client_id"] == "billing-1",
+        "{described}"
+    );
+    ensure!(
+        members[0]["assignment"] == serde_json::json!(["events-0"]),
+        "{described}"
+    );
+    let row = &described["offsets"][0];
+    ensure!(
+        row["topic"] == "events"
+            && row["current_offset"] == 15
+            && row["log_end_offset"] == 40
+            && row["lag"] == 25
+            && row["client_id"] == "billing-1",
+        "{row}"
+    );
+
+    let unknown = sluice(b, &["group", "describe", "nobody", "--format", "json"])?.json()?;
+    ensure!(unknown["state"] == "Dead" && unknown["total_lag"] == 0, "{unknown}");
+    Ok(())
+}
