@@ -133,6 +133,19 @@ pub struct RecordView<'a> {
     pub headers: &'a [u8],
 }
 
+impl<'a> RecordView<'a> {
+    /// The record's headers in order, as key and value (`None`: a null value). The walk that
+    /// made this view checked every one, so iteration cannot fail.
+    pub fn header_pairs(&self) -> impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)> + 'a {
+        let mut reader = Reader::at(self.headers, 0);
+        (0..self.header_count).map_while(move |_| {
+            let key = reader.nullable_bytes()??;
+            let value = reader.nullable_bytes()?;
+            Some((key, value))
+        })
+    }
+}
+
 /// The checked records of one batch: decompressed (if needed) within a limit and walked once, so
 /// [`BatchRecords::iter`] yields every record and cannot fail.
 #[derive(Debug)]

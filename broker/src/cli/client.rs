@@ -7,6 +7,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kafka_protocol::messages::metadata_response::MetadataResponseTopic;
 use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
 use kafka_protocol::protocol::Request;
 use kafka_protocol::ResponseError;
@@ -17,6 +18,8 @@ use crate::replication::client::{BrokerConnection, ClientError};
 
 /// Metadata at this version: topic ids, and no fields Kafka 4 has removed.
 pub const METADATA_VERSION: i16 = 12;
+
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 
 /// The id the bootstrap connection is known by before Metadata names the broker.
 const BOOTSTRAP: i32 = -1;
@@ -132,6 +135,7 @@ impl Client {
                     client.metadata(Some(Vec::new())).await?;
                     return Ok(client);
                 }
+                Err(ClientError::Connect { addr, source, .. }) => last = format!("{addr}: {source}"),
                 Err(e) => last = e.to_string(),
             }
         }
@@ -167,6 +171,34 @@ impl Client {
         self.controller_id = response.controller_id.0;
         self.cluster_id = response.cluster_id.as_ref().map(|c| c.to_string());
         Ok(response)
+    }
+
+    /// Metadata of one topic, or the cluster's refusal (an unknown topic says how to create it).
+    pub async fn topic(&mut self, topic: &str) -> Result<MetadataResponseTopic, CliError> {
+        let metadata = self.metadata(Some(vec![topic.to_owned()])).await?;
+        let found = metadata
+            .topics
+            .into_iter()
+            .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
+            .ok_or_else(|| CliError::Usage(format!("the cluster answered nothing about topic {topic:?}")))?;
+        let hint = (found.error_code == UNKNOWN_TOPIC_OR_PARTITION).then_some("create it with `sluice topic create`");
+        self.check(
+            self.any_broker(),
+            &format!("Metadata for topic {topic:?}"),
+            found.error_code,
+            hint,
+        )?;
+        Ok(found)
+    }
+
+    /// Each partition of `topic` and its leader (-1: none right now).
+    pub async fn partition_leaders(&mut self, topic: &str) -> Result<BTreeMap<i32, i32>, CliError> {
+        let found = self.topic(topic).await?;
+        Ok(found
+            .partitions
+            .iter()
+            .map(|p| (p.partition_index, p.leader_id.0))
+            .collect())
     }
 
     /// Sends `request` to whichever broker this client is connected to.
@@ -302,7 +334,16 @@ impl Client {
 async fn dial(login: &Login, id: i32, host: &str, port: i32) -> Result<BrokerConnection, ClientError> {
     let mut connection = BrokerConnection::connect(id, host, port, CLIENT_ID.to_owned(), login.tls.clone()).await?;
     if let Some((mechanism, user, password)) = &login.sasl {
-        connection.login(*mechanism, user, password).await?;
+        connection
+            .login(*mechanism, user, password)
+            .await
+            .map_err(|e| match e {
+                ClientError::Login(broker, message) => ClientError::Login(
+                    broker,
+                    format!("{message} (logging in as {user:?} with {mechanism}; check the --command-config file)"),
+                ),
+                other => other,
+            })?;
     }
     Ok(connection)
 }

@@ -58,7 +58,8 @@ async fn list(client: &mut Client) -> Result<Report, CliError> {
     Ok(Report::default().table(table))
 }
 
-async fn coordinator(client: &mut Client, group: &str) -> Result<i32, CliError> {
+/// The broker coordinating `group`.
+pub(super) async fn coordinator(client: &mut Client, group: &str) -> Result<i32, CliError> {
     let request = FindCoordinatorRequest::default()
         .with_key(StrBytes::from_string(group.to_owned()))
         .with_key_type(GROUP_KEY);
@@ -71,6 +72,35 @@ async fn coordinator(client: &mut Client, group: &str) -> Result<i32, CliError> 
         response.error_message.as_deref(),
     )?;
     Ok(response.node_id.0)
+}
+
+/// The group's committed offset of every partition it has one for, from its coordinator.
+pub(super) async fn committed_offsets(
+    client: &mut Client,
+    coordinator: i32,
+    group: &str,
+) -> Result<BTreeMap<(String, i32), i64>, CliError> {
+    let request = OffsetFetchRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
+        .with_topics(None);
+    let fetched = client.call(coordinator, &request, OFFSET_FETCH_VERSION).await?;
+    client.check(
+        coordinator,
+        &format!("OffsetFetch for {group:?}"),
+        fetched.error_code,
+        None,
+    )?;
+    let mut committed = BTreeMap::new();
+    for topic in &fetched.topics {
+        for p in topic
+            .partitions
+            .iter()
+            .filter(|p| p.error_code == 0 && p.committed_offset >= 0)
+        {
+            committed.insert((topic.name.0.to_string(), p.partition_index), p.committed_offset);
+        }
+    }
+    Ok(committed)
 }
 
 /// One member of the group and the partitions assigned to it.
@@ -114,26 +144,7 @@ async fn describe(client: &mut Client, group: &str) -> Result<Report, CliError> 
         })
         .collect();
 
-    let request = OffsetFetchRequest::default()
-        .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
-        .with_topics(None);
-    let fetched = client.call(coordinator, &request, OFFSET_FETCH_VERSION).await?;
-    client.check(
-        coordinator,
-        &format!("OffsetFetch for {group:?}"),
-        fetched.error_code,
-        None,
-    )?;
-    let mut committed: BTreeMap<(String, i32), i64> = BTreeMap::new();
-    for topic in &fetched.topics {
-        for p in topic
-            .partitions
-            .iter()
-            .filter(|p| p.error_code == 0 && p.committed_offset >= 0)
-        {
-            committed.insert((topic.name.0.to_string(), p.partition_index), p.committed_offset);
-        }
-    }
+    let committed = committed_offsets(client, coordinator, group).await?;
 
     // Every partition the group commits to or is assigned, with its owner.
     let mut owner: BTreeMap<(String, i32), &Member> = BTreeMap::new();

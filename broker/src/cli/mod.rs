@@ -1,4 +1,4 @@
-//! The operator's client: `sluice topic | group | cluster | completion`, commands that talk to a
+//! The operator's client: `sluice topic | group | cluster | produce | consume`, commands that talk to a
 //! running cluster (Sluice or Apache Kafka) over the Kafka protocol, so that one binary runs
 //! a cluster and inspects it with nothing else installed.
 //!
@@ -12,12 +12,17 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-pub use crate::config::client::{ClientArgs, ClientCommand, ClusterCommand, Format, GroupCommand, TopicCommand};
+pub use crate::config::client::{
+    ClientArgs, ClientCommand, ClusterCommand, ConsumeArgs, Format, GroupCommand, OutputFormat, ProduceArgs,
+    TopicCommand,
+};
 
 pub mod client;
 mod cluster;
+mod consume;
 mod group;
 pub mod output;
+mod produce;
 mod topic;
 
 use client::Client;
@@ -36,9 +41,13 @@ pub fn run(command: &ClientCommand) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(execute(args, command)) {
-        Ok(report) => {
-            print!("{}", report.render(args.format));
+    let outcome = runtime.block_on(execute(args, command));
+    // The stdin reader of `produce` may still wait for a line; it must not hold the exit.
+    runtime.shutdown_background();
+    match outcome {
+        Ok(None) => ExitCode::SUCCESS,
+        Ok(Some((report, format))) => {
+            print!("{}", report.render(format));
             if report.healthy {
                 ExitCode::SUCCESS
             } else {
@@ -52,11 +61,31 @@ pub fn run(command: &ClientCommand) -> ExitCode {
     }
 }
 
-async fn execute(args: &ClientArgs, command: &ClientCommand) -> Result<Report, CliError> {
+/// The command's report and how to print it, or `None` when it printed as it went
+/// (`produce`, `consume`).
+async fn execute(args: &ClientArgs, command: &ClientCommand) -> Result<Option<(Report, Format)>, CliError> {
+    let report_format = match &args.format {
+        OutputFormat::Report(format) => *format,
+        OutputFormat::Template(_) if matches!(command, ClientCommand::Consume { .. }) => Format::Table,
+        OutputFormat::Template(_) => {
+            return Err(CliError::Usage(
+                "a --format template applies to `sluice consume` only; use table or json".into(),
+            ))
+        }
+    };
     let mut client = Client::connect(args, Duration::from_millis(args.timeout_ms)).await?;
-    match command {
-        ClientCommand::Topic { command, .. } => topic::run(&mut client, command).await,
-        ClientCommand::Cluster { command, .. } => cluster::run(&mut client, command).await,
-        ClientCommand::Group { command, .. } => group::run(&mut client, command).await,
-    }
+    let report = match command {
+        ClientCommand::Topic { command, .. } => topic::run(&mut client, command).await?,
+        ClientCommand::Cluster { command, .. } => cluster::run(&mut client, command).await?,
+        ClientCommand::Group { command, .. } => group::run(&mut client, command).await?,
+        ClientCommand::Produce { produce, .. } => {
+            produce::run(&mut client, produce, report_format).await?;
+            return Ok(None);
+        }
+        ClientCommand::Consume { consume, .. } => {
+            consume::run(&mut client, consume, &args.format).await?;
+            return Ok(None);
+        }
+    };
+    Ok(Some((report, report_format)))
 }

@@ -7,7 +7,7 @@ use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
 use kafka_protocol::messages::{
     CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest,
-    IncrementalAlterConfigsRequest, MetadataResponse, TopicName,
+    IncrementalAlterConfigsRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use serde_json::{json, Value};
@@ -80,29 +80,8 @@ async fn list(client: &mut Client) -> Result<Report, CliError> {
     Ok(Report::default().table(table))
 }
 
-/// The one topic `metadata` was asked for, or the broker's refusal.
-fn the_topic<'a>(
-    client: &Client,
-    metadata: &'a MetadataResponse,
-    topic: &str,
-) -> Result<&'a kafka_protocol::messages::metadata_response::MetadataResponseTopic, CliError> {
-    let found = metadata
-        .topics
-        .iter()
-        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
-        .ok_or_else(|| CliError::Usage(format!("the cluster answered nothing about topic {topic:?}")))?;
-    client.check(
-        client.any_broker(),
-        &format!("Metadata for topic {topic:?}"),
-        found.error_code,
-        None,
-    )?;
-    Ok(found)
-}
-
 async fn describe(client: &mut Client, topic: &str) -> Result<Report, CliError> {
-    let metadata = client.metadata(Some(vec![topic.to_owned()])).await?;
-    let found = the_topic(client, &metadata, topic)?;
+    let found = client.topic(topic).await?;
     let mut partitions: Vec<_> = found.partitions.iter().collect();
     partitions.sort_by_key(|p| p.partition_index);
     let leaders: Vec<(String, i32, i32)> = partitions

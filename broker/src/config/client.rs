@@ -10,12 +10,36 @@ use clap::{Args, Subcommand};
 pub const DEFAULT_BOOTSTRAP: &str = "127.0.0.1:9092";
 
 /// How a client command prints its answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     /// Aligned tables for people.
     Table,
-    /// One JSON document for scripts.
+    /// One JSON document for scripts (one per record for `consume` and `produce -v`).
     Json,
+}
+
+/// `--format`: `table`, `json`, or for `consume` a template of kcat's placeholders.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutputFormat {
+    Report(Format),
+    /// `%t` topic, `%p` partition, `%o` offset, `%T` timestamp (ms), `%k` key, `%K` key length,
+    /// `%s` value, `%S` value length, `%h` headers (`k=v,...`), `%%`, and `\n`, `\t`, `\\`.
+    Template(String),
+}
+
+impl std::str::FromStr for OutputFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "table" => Ok(OutputFormat::Report(Format::Table)),
+            "json" => Ok(OutputFormat::Report(Format::Json)),
+            t if t.contains('%') => Ok(OutputFormat::Template(t.to_owned())),
+            other => Err(format!(
+                "{other:?} is not table, json, or a consume template with placeholders such as '%k %s\\n'"
+            )),
+        }
+    }
 }
 
 /// Where and how the client commands reach the cluster. Every flag works after the
@@ -39,9 +63,11 @@ pub struct ClientArgs {
     #[arg(long, global = true, value_name = "PATH")]
     pub command_config: Option<PathBuf>,
 
-    /// `table` for people, `json` for scripts.
-    #[arg(long, global = true, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+    /// `table` for people, `json` for scripts; `consume` also takes a template of kcat's
+    /// placeholders: `%t` topic, `%p` partition, `%o` offset, `%T` timestamp, `%k` key,
+    /// `%s` value, `%h` headers, `%K`/`%S` key/value length (e.g. `'%p:%o %k=%s\n'`).
+    #[arg(long, global = true, default_value = "table", value_name = "table|json|TEMPLATE")]
+    pub format: OutputFormat,
 
     /// How long one request may take before the command gives up on it.
     #[arg(long, global = true, default_value_t = 15_000, value_name = "MS")]
@@ -106,6 +132,61 @@ pub enum GroupCommand {
     Describe { group: String },
 }
 
+/// `sluice produce`: records from stdin, one per line.
+#[derive(Debug, Clone, Args)]
+pub struct ProduceArgs {
+    pub topic: String,
+    /// Split each line at the first DELIM into key and value (no DELIM in a line: no key).
+    #[arg(long, short = 'K', value_name = "DELIM")]
+    pub key_delimiter: Option<String>,
+    /// `all` (every in-sync replica, the default as in Kafka 3+) or `1` (the leader alone).
+    #[arg(long, default_value = "all", value_parser = ["all", "-1", "1"])]
+    pub acks: String,
+    /// Compress each batch: none, gzip, snappy, lz4 or zstd.
+    #[arg(long, short = 'z', default_value = "none", value_parser = ["none", "gzip", "snappy", "lz4", "zstd"])]
+    pub compression: String,
+    /// Write every record to this partition (default: by key as Kafka's Java client does,
+    /// keyless records spread batch by batch).
+    #[arg(long, short = 'p')]
+    pub partition: Option<i32>,
+    /// A header `key=value` on every record; repeat for several.
+    #[arg(long = "header", short = 'H', value_name = "KEY=VALUE")]
+    pub headers: Vec<String>,
+    /// Print each record's partition and offset once acknowledged.
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
+}
+
+/// `sluice consume`: records to stdout.
+#[derive(Debug, Clone, Args)]
+pub struct ConsumeArgs {
+    pub topic: String,
+    /// Read only these partitions (repeat; default all).
+    #[arg(long = "partition", short = 'p')]
+    pub partitions: Vec<i32>,
+    /// Where to start: `beginning`, `end`, `offset:N`, or `timestamp:MS` (the first record at
+    /// or after that time). With --group, only partitions without a committed offset.
+    #[arg(long, short = 'o', default_value = "beginning")]
+    pub from: String,
+    /// Stop after this many records.
+    #[arg(long, short = 'c')]
+    pub count: Option<u64>,
+    /// Stop once every partition is read to its end instead of waiting for more.
+    #[arg(long, short = 'e')]
+    pub exit_at_end: bool,
+    /// Start at the group's committed offsets and commit what was printed (the group's
+    /// offsets, without joining it: a group that has active members refuses the commits).
+    #[arg(long, short = 'G')]
+    pub group: Option<String>,
+    /// With `table` output, print KEY DELIM VALUE per record instead of the value alone.
+    #[arg(long, short = 'K', value_name = "DELIM")]
+    pub key_delimiter: Option<String>,
+    /// `read_committed` (records of aborted transactions skipped; librdkafka's default) or
+    /// `read_uncommitted`.
+    #[arg(long, default_value = "read_committed", value_parser = ["read_committed", "read_uncommitted"])]
+    pub isolation: String,
+}
+
 /// The client subcommands of `sluice`, each with the flags they share.
 #[derive(Debug, Clone, Subcommand)]
 pub enum ClientCommand {
@@ -130,6 +211,20 @@ pub enum ClientCommand {
         #[command(subcommand)]
         command: GroupCommand,
     },
+    /// Writes lines from stdin to a topic, one record each (as `kcat -P`).
+    Produce {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(flatten)]
+        produce: ProduceArgs,
+    },
+    /// Prints a topic's records (as `kcat -C`, `-G` with --group).
+    Consume {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(flatten)]
+        consume: ConsumeArgs,
+    },
 }
 
 impl ClientCommand {
@@ -138,7 +233,9 @@ impl ClientCommand {
         match self {
             ClientCommand::Topic { client, .. }
             | ClientCommand::Cluster { client, .. }
-            | ClientCommand::Group { client, .. } => client,
+            | ClientCommand::Group { client, .. }
+            | ClientCommand::Produce { client, .. }
+            | ClientCommand::Consume { client, .. } => client,
         }
     }
 }

@@ -128,7 +128,16 @@ impl BrokerConnection {
         let tls = security.inter_broker_tls().map(|t| t.client_config());
         let mut connection = Self::connect(broker, &endpoint.host, endpoint.port, client_id, tls).await?;
         if let Some((mechanism, user, password)) = security.inter_broker_credentials() {
-            connection.login(mechanism, &user, password.expose()).await?;
+            connection
+                .login(mechanism, &user, password.expose())
+                .await
+                .map_err(|e| match e {
+                    ClientError::Login(broker, message) => ClientError::Login(
+                        broker,
+                        format!("{message} (check that every broker has the same cluster secret, or the inter-broker credentials)"),
+                    ),
+                    other => other,
+                })?;
         }
         Ok(connection)
     }
@@ -172,12 +181,7 @@ impl BrokerConnection {
         let answer = self.call(&request, 1, LOGIN_TIMEOUT).await?;
         if answer.error_code != 0 {
             let message = answer.error_message.as_deref().unwrap_or("").to_string();
-            return Err(ClientError::Login(
-                self.broker,
-                format!(
-                    "{message} (check that every broker has the same cluster secret, or the inter-broker credentials)"
-                ),
-            ));
+            return Err(ClientError::Login(self.broker, message));
         }
         Ok(answer.auth_bytes.to_vec())
     }

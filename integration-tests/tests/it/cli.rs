@@ -2,11 +2,13 @@
 //! runs them, as processes against a real 3-node cluster: their JSON parsed, their tables
 //! read, their exit statuses and error sentences checked.
 
-use std::process::Command;
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, StreamConsumer};
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
 use sluice_integration_tests::clients::{self, wait_until};
@@ -27,16 +29,38 @@ impl Run {
 }
 
 fn sluice(bootstrap: &str, args: &[&str]) -> Result<Run> {
-    let output = Command::new(sluice_binary()?)
+    sluice_with_stdin(bootstrap, args, "")
+}
+
+/// `sluice ARGS --bootstrap BOOTSTRAP` with `stdin` as its standard input.
+fn sluice_with_stdin(bootstrap: &str, args: &[&str], stdin: &str) -> Result<Run> {
+    let mut child = Command::new(sluice_binary()?)
         .args(args)
         .args(["--bootstrap", bootstrap, "--timeout-ms", "10000"])
-        .output()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .context("running sluice")?;
+    let mut input = child.stdin.take().context("stdin")?;
+    let text = stdin.to_owned();
+    let writer = std::thread::spawn(move || input.write_all(text.as_bytes()));
+    let output = child.wait_with_output()?;
+    writer.join().expect("stdin writer")?;
     Ok(Run {
         ok: output.status.success(),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     })
+}
+
+/// One JSON document per line.
+fn json_lines(run: &Run) -> Result<Vec<Value>> {
+    ensure!(run.ok, "the command failed: {}", run.stderr);
+    run.stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).with_context(|| format!("not JSON: {l}")))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -283,5 +307,148 @@ async fn group_commands_list_groups_and_describe_members_committed_offsets_and_l
 
     let unknown = sluice(b, &["group", "describe", "nobody", "--format", "json"])?.json()?;
     ensure!(unknown["state"] == "Dead" && unknown["total_lag"] == 0, "{unknown}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn produce_and_consume_carry_keys_headers_and_a_groups_offsets_and_other_clients_read_the_same_records(
+) -> Result<()> {
+    let cluster = Cluster::start(3, &[])?;
+    let bootstrap = cluster.bootstrap();
+    let b = bootstrap.as_str();
+    ensure!(sluice(b, &["topic", "create", "lines", "-p", "3", "-r", "3"])?.ok);
+    cluster.await_full_isr("lines", Duration::from_secs(20))?;
+
+    // 90 keyed lines (9 customers), gzip-compressed, each with a header; -v says where each went.
+    let input: String = (0..90).map(|i| format!("customer-{}:order-{i}\n", i % 9)).collect();
+    let produced = json_lines(&sluice_with_stdin(
+        b,
+        &[
+            "produce",
+            "lines",
+            "-K",
+            ":",
+            "-z",
+            "gzip",
+            "-H",
+            "source=cli",
+            "-v",
+            "--format",
+            "json",
+        ],
+        &input,
+    )?)?;
+    ensure!(produced.len() == 90, "{} acknowledgements", produced.len());
+    let mut partition_of_key: HashMap<String, i64> = HashMap::new();
+    let mut per_partition: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+    for (i, ack) in produced.iter().enumerate() {
+        let partition = ack["partition"].as_i64().context("partition")?;
+        let key = format!("customer-{}", i % 9);
+        let first = *partition_of_key.entry(key.clone()).or_insert(partition);
+        ensure!(first == partition, "{key} went to partitions {first} and {partition}");
+        per_partition
+            .entry(partition)
+            .or_default()
+            .push(ack["offset"].as_i64().context("offset")?);
+    }
+    for (partition, offsets) in &per_partition {
+        ensure!(
+            *offsets == (0..offsets.len() as i64).collect::<Vec<_>>(),
+            "partition {partition}: offsets {offsets:?}"
+        );
+    }
+
+    // The CLI reads them back with keys and headers ...
+    let consumed = json_lines(&sluice(b, &["consume", "lines", "-e", "--format", "json"])?)?;
+    ensure!(consumed.len() == 90, "consumed {}", consumed.len());
+    for record in &consumed {
+        let value = record["value"].as_str().context("value")?;
+        let i: usize = value.trim_start_matches("order-").parse()?;
+        ensure!(record["key"] == format!("customer-{}", i % 9), "{record}");
+        ensure!(
+            record["headers"] == serde_json::json!([{"key": "source", "value": "cli"}]),
+            "{record}"
+        );
+        ensure!(
+            partition_of_key[&format!("customer-{}", i % 9)] == record["partition"].as_i64().unwrap_or(-1),
+            "{record}"
+        );
+    }
+    let template = sluice(
+        b,
+        &[
+            "consume",
+            "lines",
+            "-p",
+            "0",
+            "-c",
+            "1",
+            "--format",
+            "%t/%p/%o %k=%s %h\\n",
+        ],
+    )?;
+    ensure!(template.ok, "{}", template.stderr);
+    ensure!(
+        template.stdout.starts_with("lines/0/0 customer-") && template.stdout.ends_with(" source=cli\n"),
+        "{:?}",
+        template.stdout
+    );
+
+    // ... and so does librdkafka.
+    let expected: HashMap<i32, usize> = per_partition.iter().map(|(p, o)| (*p as i32, o.len())).collect();
+    let reader: StreamConsumer = clients::consumer_config(b).create()?;
+    clients::assign(&reader, "lines", &[0, 1, 2], Offset::Beginning)?;
+    let got = clients::consume_exact(&reader, &expected, Duration::from_secs(20)).await?;
+    for records in got.values() {
+        for r in records {
+            ensure!(
+                r.headers == vec![("source".to_string(), Some(b"cli".to_vec()))],
+                "{r:?}"
+            );
+            let key = String::from_utf8(r.key.clone().unwrap_or_default())?;
+            ensure!(partition_of_key[&key] == i64::from(r.partition), "{r:?}");
+        }
+    }
+
+    // A group's offsets: the first run commits 40, the second prints only the other 50.
+    let first = sluice(
+        b,
+        &["consume", "lines", "-G", "audit", "-c", "40", "--format", "%p:%o\\n"],
+    )?;
+    ensure!(
+        first.ok && first.stdout.lines().count() == 40,
+        "{} / {}",
+        first.stdout,
+        first.stderr
+    );
+    let rest = sluice(b, &["consume", "lines", "-G", "audit", "-e", "--format", "%p:%o\\n"])?;
+    ensure!(
+        rest.ok && rest.stdout.lines().count() == 50,
+        "{} / {}",
+        rest.stdout,
+        rest.stderr
+    );
+    let seen: std::collections::BTreeSet<&str> = first.stdout.lines().chain(rest.stdout.lines()).collect();
+    ensure!(seen.len() == 90, "the two runs overlapped: {} distinct", seen.len());
+    let described = sluice(b, &["group", "describe", "audit", "--format", "json"])?.json()?;
+    ensure!(
+        described["total_lag"] == 0 && described["state"] == "Empty",
+        "{described}"
+    );
+
+    let missing = sluice_with_stdin(b, &["produce", "no-such-topic"], "x\n")?;
+    ensure!(
+        !missing.ok
+            && missing.stderr.contains("UNKNOWN_TOPIC_OR_PARTITION")
+            && missing.stderr.contains("sluice topic create"),
+        "{}",
+        missing.stderr
+    );
+    let bad_from = sluice(b, &["consume", "lines", "--from", "yesterday"])?;
+    ensure!(
+        !bad_from.ok && bad_from.stderr.contains("beginning, end, offset:N or timestamp:MS"),
+        "{}",
+        bad_from.stderr
+    );
     Ok(())
 }

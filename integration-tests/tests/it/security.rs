@@ -1196,3 +1196,64 @@ mod follower_fetch_authorization {
         still_serves(&mut node, "follower fetches from a user")
     }
 }
+
+#[test]
+fn the_sluice_client_commands_log_in_from_a_command_config_and_a_wrong_password_is_refused() -> Result<()> {
+    let pki = Pki::new()?;
+    let security = ClientSecurity::default()
+        .tls(pki.client(false))
+        .sasl(admin(SaslMechanism::ScramSha512));
+    let mut settings = pki.broker_settings();
+    settings.extend(owned(&[
+        ("sasl.enabled.mechanisms", "SCRAM-SHA-512"),
+        ("authorizer.class.name", AUTHORIZER),
+        ("super.users", "User:admin"),
+    ]));
+    let cluster = start_cluster(1, &settings, Some("SASL_SSL"), &security)?;
+    let dir = TempDir::new()?;
+    // Kafka's own tools read the same file (`kafka-topics.sh --command-config`).
+    let properties = |password: &str| -> Result<std::path::PathBuf> {
+        let path = dir.path().join(format!("client-{password}.properties"));
+        std::fs::write(
+            &path,
+            format!(
+                "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\nssl.ca.location={}\n\
+                 sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username=\"{ADMIN}\" password=\"{password}\";\n",
+                pki.ca.display()
+            ),
+        )?;
+        Ok(path)
+    };
+    let sluice = |config: &std::path::Path, args: &[&str]| -> Result<std::process::Output> {
+        Ok(std::process::Command::new(sluice_integration_tests::sluice_binary()?)
+            .args(args)
+            .arg("--bootstrap")
+            .arg(cluster.addr(1).to_string())
+            .arg("--command-config")
+            .arg(config)
+            .output()?)
+    };
+    let good = properties(ADMIN_PASSWORD)?;
+    let created = sluice(&good, &["topic", "create", "cli-secured", "-p", "1", "-r", "1"])?;
+    ensure!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
+    let listed = sluice(&good, &["topic", "list", "--format", "json"])?;
+    ensure!(
+        listed.status.success() && String::from_utf8_lossy(&listed.stdout).contains("\"cli-secured\""),
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+
+    let wrong = properties("not-the-password")?;
+    let refused = sluice(&wrong, &["topic", "list"])?;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    ensure!(!refused.status.success(), "a wrong password listed topics");
+    ensure!(stderr.contains(SCRAM_FAILED) && stderr.contains("--command-config"), "{stderr}");
+    ensure!(!stderr.contains("not-the-password"), "the password was echoed: {stderr}");
+
+    // Without TLS settings the client speaks plaintext to a TLS listener and gets nowhere.
+    let plain = dir.path().join("plain.properties");
+    std::fs::write(&plain, "security.protocol=PLAINTEXT\n")?;
+    let refused = sluice(&plain, &["topic", "list", "--timeout-ms", "3000"])?;
+    ensure!(!refused.status.success(), "a plaintext client was served by a SASL_SSL listener");
+    Ok(())
+}

@@ -147,6 +147,13 @@ fn assert_matches_records(decoded: &BatchRecords<'_>, expected: &[Record]) {
         assert_eq!(view.value, record.value.as_deref());
         assert_eq!(view.header_count, record.headers.len());
         assert!(view.headers.len() >= 2 * record.headers.len());
+        let headers: Vec<(&[u8], Option<&[u8]>)> = view.header_pairs().collect();
+        let expected_headers: Vec<(&[u8], Option<&[u8]>)> = record
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_bytes(), v.as_deref()))
+            .collect();
+        assert_eq!(headers, expected_headers, "headers of record {}", record.offset);
     }
     let rebuilt: Vec<u8> = views.iter().flat_map(|v| v.bytes.iter().copied()).collect();
     assert_eq!(rebuilt, decoded.section(), "record bytes tile the section");
