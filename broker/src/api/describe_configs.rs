@@ -235,18 +235,36 @@ fn broker_entry(key: &str, layers: &[(&str, ConfigSource)], options: Options) ->
     };
     // Secrets are listed as set, never shown (Kafka's PASSWORD configs).
     let sensitive = crate::config::security::is_sensitive(key);
+    let (doc, ty) = broker_doc(key).unwrap_or(("", ConfigType::String));
     DescribeConfigsResourceResult::default()
         .with_name(str_bytes(key))
         .with_value((!sensitive).then(|| str_bytes(value)))
         .with_is_sensitive(sensitive)
         .with_read_only(!topic_config::is_dynamic_broker_config(key))
         .with_config_source(source as i8)
-        .with_config_type(if sensitive {
-            ConfigType::Password
-        } else {
-            ConfigType::String
-        } as i8)
+        .with_config_type(if sensitive { ConfigType::Password } else { ty } as i8)
         .with_synonyms(synonyms)
+        .with_documentation((options.documentation && !doc.is_empty()).then(|| str_bytes(doc)))
+}
+
+/// What `sluice settings` says a broker setting means, and its type: from the broker settings'
+/// table, or the topic config the setting is the broker-wide default of.
+fn broker_doc(key: &str) -> Option<(&'static str, ConfigType)> {
+    match key {
+        topic_config::LEADER_THROTTLED_RATE => Some((
+            "Bytes per second this broker sends to followers of throttled replicas (leader.replication.throttled.replicas).",
+            ConfigType::Long,
+        )),
+        topic_config::FOLLOWER_THROTTLED_RATE => Some((
+            "Bytes per second this broker fetches for its throttled follower replicas (follower.replication.throttled.replicas).",
+            ConfigType::Long,
+        )),
+        _ => crate::config::BROKER_SETTINGS
+            .iter()
+            .find(|s| s.name == key)
+            .map(|s| (s.doc, s.ty))
+            .or_else(|| topic_config::by_broker_synonym(key).map(|d| (d.doc, d.ty))),
+    }
 }
 
 fn topic_entry(

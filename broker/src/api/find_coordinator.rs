@@ -33,6 +33,9 @@ use crate::metadata::records::NewTopic;
 const FIRST_BATCHED_VERSION: i16 = 4;
 const GROUP_KEY: i8 = 0;
 const TRANSACTION_KEY: i8 = 1;
+/// A share group's key (KIP-932): answered at once with a non-retriable INVALID_REQUEST that
+/// names the missing feature, so a share consumer stops instead of retrying for minutes.
+const SHARE_KEY: i8 = 2;
 
 /// Where a key's coordinator is, or why there is none.
 struct Found {
@@ -70,6 +73,10 @@ pub async fn handle(ctx: RequestContext, request: FindCoordinatorRequest) -> Fin
         .zip(refusals)
         .map(|(key, refusal)| match (&image, request.key_type, refusal) {
             (_, _, Some(refused)) => refused,
+            (_, SHARE_KEY, None) => not_found(
+                ResponseError::InvalidRequest,
+                "share groups (KIP-932, FindCoordinator key type 2) are not offered by this cluster; use a consumer group".into(),
+            ),
             (_, k, None) if k != GROUP_KEY && k != TRANSACTION_KEY => {
                 not_found(ResponseError::InvalidRequest, format!("unknown key type {k}"))
             }

@@ -372,3 +372,50 @@ async fn auto_create_disabled_leaves_unknown_topic_unknown() -> Result<()> {
     );
     Ok(())
 }
+
+#[test]
+fn describe_configs_with_documentation_says_what_each_broker_and_topic_setting_means() -> Result<()> {
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::DescribeConfigsRequest;
+    use kafka_protocol::protocol::StrBytes;
+    use sluice_integration_tests::kafka_client;
+
+    let node = SluiceNode::start(NodeOptions::default())?;
+    ensure!(kafka_client::create_topic(node.addr(), "documented", 1, Duration::from_secs(15))? == 0);
+    let describe = |resource_type: i8, name: &str, documentation: bool| {
+        let request = DescribeConfigsRequest::default()
+            .with_include_documentation(documentation)
+            .with_resources(vec![DescribeConfigsResource::default()
+                .with_resource_type(resource_type)
+                .with_resource_name(StrBytes::from_string(name.to_string()))
+                .with_configuration_keys(None)]);
+        kafka_client::call(node.addr(), &request, 4, Duration::from_secs(10))
+    };
+    for (resource_type, name, settings) in [
+        (4, "1", ["num.partitions", "log.retention.ms", "log.cleaner.backoff.ms"]),
+        (2, "documented", ["retention.ms", "cleanup.policy", "segment.bytes"]),
+    ] {
+        let response = describe(resource_type, name, true)?;
+        let configs = &response.results.first().context("a result")?.configs;
+        for setting in settings {
+            let entry = configs
+                .iter()
+                .find(|c| c.name.as_str() == setting)
+                .with_context(|| format!("{setting} not described"))?;
+            let doc = entry.documentation.as_deref().unwrap_or_default();
+            ensure!(doc.len() > 10, "{setting} has no documentation: {entry:?}");
+            // Typed as Kafka types them (2 = STRING for everything was the old answer).
+            ensure!(
+                entry.config_type != 2 || setting == "cleanup.policy",
+                "{setting}: {entry:?}"
+            );
+        }
+        // Asked without it, there is none, as Kafka answers.
+        let plain = describe(resource_type, name, false)?;
+        ensure!(
+            plain.results[0].configs.iter().all(|c| c.documentation.is_none()),
+            "documentation without include_documentation"
+        );
+    }
+    Ok(())
+}
