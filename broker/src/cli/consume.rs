@@ -11,8 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
-use kafka_protocol::messages::{BrokerId, FetchRequest, GroupId, OffsetCommitRequest, TopicName};
+use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use serde_json::{json, Value};
 use sluice_protocol::batch::{BatchHeader, BATCH_HEADER_LEN, LOG_OVERHEAD};
@@ -23,7 +22,6 @@ use super::client::{CliError, Client, EARLIEST, LATEST};
 use super::{ConsumeArgs, Format, OutputFormat};
 
 const FETCH_VERSION: i16 = 12;
-const OFFSET_COMMIT_VERSION: i16 = 8;
 
 /// How long a leader may hold a Fetch while it has nothing new.
 const FETCH_MAX_WAIT_MS: i32 = 500;
@@ -205,7 +203,11 @@ pub async fn run(client: &mut Client, args: &ConsumeArgs, format: &OutputFormat)
         }
         let _ = out.flush();
         if let (Some(group), Some(coordinator), false) = (&args.group, coordinator, advanced.is_empty()) {
-            commit(client, coordinator, group, topic, &positions, &advanced).await?;
+            let offsets = advanced
+                .iter()
+                .map(|p| ((topic.to_owned(), *p), positions[p].offset))
+                .collect();
+            super::group::commit_offsets(client, coordinator, group, &offsets).await?;
         }
         if stale {
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
@@ -319,45 +321,6 @@ fn fetch_request(
                     })
                     .collect(),
             )])
-}
-
-/// Commits `advanced` partitions' positions for `group`, as a consumer outside the group
-/// (generation -1, no member id), which Kafka accepts while the group has no members.
-async fn commit(
-    client: &mut Client,
-    coordinator: i32,
-    group: &str,
-    topic: &str,
-    positions: &BTreeMap<i32, Position>,
-    advanced: &BTreeSet<i32>,
-) -> Result<(), CliError> {
-    let request = OffsetCommitRequest::default()
-        .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
-        .with_generation_id_or_member_epoch(-1)
-        .with_member_id(StrBytes::from_static_str(""))
-        .with_topics(vec![OffsetCommitRequestTopic::default()
-            .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
-            .with_partitions(
-                advanced
-                    .iter()
-                    .map(|p| {
-                        OffsetCommitRequestPartition::default()
-                            .with_partition_index(*p)
-                            .with_committed_offset(positions[p].offset)
-                            .with_committed_leader_epoch(-1)
-                    })
-                    .collect(),
-            )]);
-    let response = client.call(coordinator, &request, OFFSET_COMMIT_VERSION).await?;
-    for p in response.topics.iter().flat_map(|t| &t.partitions) {
-        client.check(
-            coordinator,
-            &format!("OffsetCommit for group {group:?}"),
-            p.error_code,
-            Some("a group with active members takes commits from its members only"),
-        )?;
-    }
-    Ok(())
 }
 
 /// The batches in a Fetch response's records, whole ones only (a response may end inside one).

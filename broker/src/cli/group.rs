@@ -4,21 +4,25 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
+use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
 use kafka_protocol::messages::{
-    DescribeGroupsRequest, FindCoordinatorRequest, GroupId, ListGroupsRequest, OffsetFetchRequest,
+    DeleteGroupsRequest, DescribeGroupsRequest, FindCoordinatorRequest, GroupId, ListGroupsRequest,
+    OffsetCommitRequest, OffsetFetchRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use serde_json::{json, Value};
 
-use super::client::{CliError, Client, LATEST};
+use super::client::{CliError, Client, EARLIEST, LATEST};
 use super::output::{Report, Table};
-use super::GroupCommand;
+use super::{GroupCommand, ResetOffsetsArgs};
 
 const LIST_GROUPS_VERSION: i16 = 4;
 const FIND_COORDINATOR_VERSION: i16 = 3;
 const DESCRIBE_GROUPS_VERSION: i16 = 5;
 /// The last OffsetFetch version with one group per request (v8 batches groups).
 const OFFSET_FETCH_VERSION: i16 = 7;
+const OFFSET_COMMIT_VERSION: i16 = 8;
+const DELETE_GROUPS_VERSION: i16 = 2;
 
 /// FindCoordinator's key type of a consumer group.
 const GROUP_KEY: i8 = 0;
@@ -27,6 +31,8 @@ pub async fn run(client: &mut Client, command: &GroupCommand) -> Result<Report, 
     match command {
         GroupCommand::List => list(client).await,
         GroupCommand::Describe { group } => describe(client, group).await,
+        GroupCommand::ResetOffsets(args) => reset_offsets(client, args).await,
+        GroupCommand::Delete { groups } => delete(client, groups).await,
     }
 }
 
@@ -101,6 +107,196 @@ pub(super) async fn committed_offsets(
         }
     }
     Ok(committed)
+}
+
+/// Commits `offsets` for `group` as a client outside the group (generation -1, no member id),
+/// which Kafka accepts while the group has no members.
+pub(super) async fn commit_offsets(
+    client: &mut Client,
+    coordinator: i32,
+    group: &str,
+    offsets: &BTreeMap<(String, i32), i64>,
+) -> Result<(), CliError> {
+    let mut topics: BTreeMap<&str, Vec<OffsetCommitRequestPartition>> = BTreeMap::new();
+    for ((topic, partition), offset) in offsets {
+        topics.entry(topic).or_default().push(
+            OffsetCommitRequestPartition::default()
+                .with_partition_index(*partition)
+                .with_committed_offset(*offset)
+                .with_committed_leader_epoch(-1),
+        );
+    }
+    let request = OffsetCommitRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
+        .with_generation_id_or_member_epoch(-1)
+        .with_member_id(StrBytes::from_static_str(""))
+        .with_topics(
+            topics
+                .into_iter()
+                .map(|(topic, partitions)| {
+                    OffsetCommitRequestTopic::default()
+                        .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                        .with_partitions(partitions)
+                })
+                .collect(),
+        );
+    let response = client.call(coordinator, &request, OFFSET_COMMIT_VERSION).await?;
+    for p in response.topics.iter().flat_map(|t| &t.partitions) {
+        client.check(
+            coordinator,
+            &format!("OffsetCommit for group {group:?}"),
+            p.error_code,
+            Some("a group with active members takes commits from its members only"),
+        )?;
+    }
+    Ok(())
+}
+
+/// The group's state as its coordinator describes it (`Dead`: no such group).
+async fn state(client: &mut Client, coordinator: i32, group: &str) -> Result<String, CliError> {
+    let request = DescribeGroupsRequest::default().with_groups(vec![GroupId(StrBytes::from_string(group.to_owned()))]);
+    let response = client.call(coordinator, &request, DESCRIBE_GROUPS_VERSION).await?;
+    let described = response
+        .groups
+        .first()
+        .ok_or_else(|| CliError::Usage(format!("the coordinator answered nothing about group {group:?}")))?;
+    client.check(
+        coordinator,
+        &format!("DescribeGroups for {group:?}"),
+        described.error_code,
+        described.error_message.as_deref(),
+    )?;
+    Ok(described.group_state.to_string())
+}
+
+async fn reset_offsets(client: &mut Client, args: &ResetOffsetsArgs) -> Result<Report, CliError> {
+    let group = args.group.as_str();
+    let coordinator = coordinator(client, group).await?;
+    let state = state(client, coordinator, group).await?;
+    if !matches!(state.as_str(), "Empty" | "Dead") {
+        return Err(CliError::Usage(format!(
+            "group {group} is {state}: its offsets can be reset only while it has no active members; stop its consumers first"
+        )));
+    }
+    let committed = committed_offsets(client, coordinator, group).await?;
+    let topics: BTreeSet<String> = if args.all_topics {
+        committed.keys().map(|(t, _)| t.clone()).collect()
+    } else {
+        args.topic.iter().cloned().collect()
+    };
+    let mut leaders = Vec::new();
+    for topic in &topics {
+        for (partition, leader) in client.partition_leaders(topic).await? {
+            leaders.push((topic.clone(), partition, leader));
+        }
+    }
+    let starts = client.offsets(&leaders, EARLIEST).await?;
+    let ends = client.offsets(&leaders, LATEST).await?;
+    let at_time = match &args.to_datetime {
+        Some(time) => {
+            let ms = parse_time(time).ok_or_else(|| {
+                CliError::Usage(format!(
+                    "--to-datetime {time:?} is not a UTC time such as 2026-12-05T10:00:00Z or milliseconds since 1970"
+                ))
+            })?;
+            client.offsets(&leaders, ms).await?
+        }
+        None => BTreeMap::new(),
+    };
+    let mut plan = BTreeMap::new();
+    let mut table = Table::new("offsets", &["TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"]);
+    for (topic, partition, _) in &leaders {
+        let key = (topic.clone(), *partition);
+        let (Some(&start), Some(&end)) = (starts.get(&key), ends.get(&key)) else {
+            return Err(CliError::Usage(format!(
+                "the leader of {topic}-{partition} did not give its offsets; is it online? (`sluice topic describe {topic}`)"
+            )));
+        };
+        let current = committed.get(&key).copied();
+        let target = if args.to_earliest {
+            start
+        } else if args.to_latest {
+            end
+        } else if let Some(offset) = args.to_offset {
+            offset
+        } else if let Some(shift) = args.shift_by {
+            current.unwrap_or(end).saturating_add(shift)
+        } else {
+            // --to-datetime: no record at or after that time means the end.
+            at_time.get(&key).copied().unwrap_or(end)
+        };
+        let target = target.clamp(start, end);
+        table.push(vec![
+            json!(topic),
+            json!(partition),
+            current.map_or(Value::Null, |c| json!(c)),
+            json!(target),
+        ]);
+        plan.insert(key, target);
+    }
+    if args.execute {
+        commit_offsets(client, coordinator, group, &plan).await?;
+    }
+    let message = if args.execute {
+        format!("committed new offsets for group {group}")
+    } else {
+        "dry run: nothing was committed; add --execute to commit these offsets".to_owned()
+    };
+    Ok(Report::message(message)
+        .field("group", group)
+        .field("executed", args.execute)
+        .table(table))
+}
+
+async fn delete(client: &mut Client, groups: &[String]) -> Result<Report, CliError> {
+    let mut deleted = Vec::new();
+    for group in groups {
+        let coordinator = coordinator(client, group).await?;
+        let request =
+            DeleteGroupsRequest::default().with_groups_names(vec![GroupId(StrBytes::from_string(group.clone()))]);
+        let response = client.call(coordinator, &request, DELETE_GROUPS_VERSION).await?;
+        for result in &response.results {
+            client.check(
+                coordinator,
+                &format!("DeleteGroups for {group:?}"),
+                result.error_code,
+                None,
+            )?;
+        }
+        deleted.push(group.clone());
+    }
+    Ok(Report::message(format!("deleted {}", deleted.join(", "))).field("deleted", deleted))
+}
+
+/// `2026-12-05T10:00:00Z` (optionally with a fraction of a second, `Z` optional) or a count of
+/// milliseconds since 1970, as milliseconds since 1970 (UTC).
+fn parse_time(text: &str) -> Option<i64> {
+    if let Ok(ms) = text.parse::<i64>() {
+        return (ms >= 0).then_some(ms);
+    }
+    let text = text.strip_suffix('Z').unwrap_or(text);
+    let (date, time) = text.split_once('T')?;
+    let mut date = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
+    let (year, month, day) = (date.next()??, date.next()??, date.next()??);
+    let (time, fraction) = time.split_once('.').unwrap_or((time, ""));
+    let mut time = time.splitn(3, ':').map(|p| p.parse::<i64>().ok());
+    let (hour, minute, second) = (time.next()??, time.next()??, time.next()??);
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 || second > 60 {
+        return None;
+    }
+    let millis = match fraction {
+        "" => 0,
+        f if f.len() <= 9 && f.bytes().all(|b| b.is_ascii_digit()) => format!("{f:0<3}")[..3].parse::<i64>().ok()?,
+        _ => return None,
+    };
+    // Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's days_from_civil).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (month + if month > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 24 + hour) * 60 + minute) * 60_000 + second * 1000 + millis)
 }
 
 /// One member of the group and the partitions assigned to it.
@@ -229,4 +425,26 @@ async fn describe(client: &mut Client, group: &str) -> Result<Report, CliError> 
         .field("total_lag", total_lag)
         .table(member_table)
         .table(offsets))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_time;
+
+    #[test]
+    fn times_read_as_utc_milliseconds() {
+        assert_eq!(parse_time("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(parse_time("2026-12-05T10:00:00Z"), Some(1_796_464_800_000));
+        assert_eq!(parse_time("2000-02-29T23:59:59.5"), Some(951_868_799_500));
+        assert_eq!(parse_time("1796464800000"), Some(1_796_464_800_000));
+        for bad in [
+            "2026-13-01T00:00:00Z",
+            "yesterday",
+            "2026-12-05",
+            "2026-12-05T10:00:00.x",
+            "-5",
+        ] {
+            assert_eq!(parse_time(bad), None, "{bad}");
+        }
+    }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 pub use crate::config::client::{
     ClientArgs, ClientCommand, ClusterCommand, ConsumeArgs, Format, GroupCommand, OutputFormat, ProduceArgs,
-    TopicCommand,
+    ResetOffsetsArgs, TopicCommand,
 };
 
 pub mod client;

@@ -130,6 +130,47 @@ pub enum GroupCommand {
     List,
     /// A group's state and members, and per partition its committed offset, log end and lag.
     Describe { group: String },
+    /// Moves a group's committed offsets (a dry run that prints the plan unless --execute);
+    /// the group must have no active members, as with kafka-consumer-groups.sh.
+    ResetOffsets(ResetOffsetsArgs),
+    /// Deletes groups that have no active members, with their committed offsets.
+    Delete {
+        #[arg(required = true)]
+        groups: Vec<String>,
+    },
+}
+
+/// `sluice group reset-offsets`: which partitions, and where to.
+#[derive(Debug, Clone, Args)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["to_earliest", "to_latest", "to_offset", "to_datetime", "shift_by"])))]
+#[command(group(clap::ArgGroup::new("scope").required(true).args(["topic", "all_topics"])))]
+pub struct ResetOffsetsArgs {
+    pub group: String,
+    /// Reset this topic's partitions (repeat for several).
+    #[arg(long)]
+    pub topic: Vec<String>,
+    /// Reset every topic the group has committed offsets for.
+    #[arg(long)]
+    pub all_topics: bool,
+    /// To each partition's log start.
+    #[arg(long)]
+    pub to_earliest: bool,
+    /// To each partition's end (skipping everything not yet read).
+    #[arg(long)]
+    pub to_latest: bool,
+    /// To this offset (clamped to the log's start and end).
+    #[arg(long, value_name = "OFFSET")]
+    pub to_offset: Option<i64>,
+    /// To the first record at or after this time: `2026-12-05T10:00:00Z` (UTC, optional
+    /// fraction) or milliseconds since 1970.
+    #[arg(long, value_name = "TIME")]
+    pub to_datetime: Option<String>,
+    /// By this many records from the committed offset (negative: back), clamped to the log.
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
+    pub shift_by: Option<i64>,
+    /// Commit the new offsets; without it the plan is only printed.
+    #[arg(long)]
+    pub execute: bool,
 }
 
 /// `sluice produce`: records from stdin, one per line.

@@ -252,7 +252,7 @@ fn cluster_info_shows_brokers_and_quorum_and_health_fails_while_a_broker_is_down
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn group_commands_list_groups_and_describe_members_committed_offsets_and_lag() -> Result<()> {
+async fn group_commands_list_describe_with_lag_reset_offsets_only_when_empty_and_delete_groups() -> Result<()> {
     let cluster = Cluster::start(3, &[])?;
     let bootstrap = cluster.bootstrap();
     let b = bootstrap.as_str();
@@ -307,6 +307,93 @@ async fn group_commands_list_groups_and_describe_members_committed_offsets_and_l
 
     let unknown = sluice(b, &["group", "describe", "nobody", "--format", "json"])?.json()?;
     ensure!(unknown["state"] == "Dead" && unknown["total_lag"] == 0, "{unknown}");
+
+    // Offsets move only while the group has no members, and only with --execute.
+    let busy = sluice(
+        b,
+        &[
+            "group",
+            "reset-offsets",
+            "billing",
+            "--topic",
+            "events",
+            "--to-earliest",
+            "--execute",
+        ],
+    )?;
+    ensure!(
+        !busy.ok && busy.stderr.contains("stop its consumers first"),
+        "{}",
+        busy.stderr
+    );
+    drop(consumer);
+    wait_until(Duration::from_secs(20), "the group to empty", || {
+        let d = sluice(b, &["group", "describe", "billing", "--format", "json"])
+            .ok()?
+            .json()
+            .ok()?;
+        (d["state"] == "Empty").then_some(())
+    })?;
+    let planned = sluice(
+        b,
+        &[
+            "group",
+            "reset-offsets",
+            "billing",
+            "--all-topics",
+            "--shift-by",
+            "-10",
+            "--format",
+            "json",
+        ],
+    )?
+    .json()?;
+    ensure!(
+        planned["executed"] == false
+            && planned["offsets"][0]["new_offset"] == 5
+            && planned["offsets"][0]["current_offset"] == 15,
+        "{planned}"
+    );
+    let still = sluice(b, &["group", "describe", "billing", "--format", "json"])?.json()?;
+    ensure!(
+        still["offsets"][0]["current_offset"] == 15,
+        "a dry run committed: {still}"
+    );
+    let executed = sluice(
+        b,
+        &[
+            "group",
+            "reset-offsets",
+            "billing",
+            "--topic",
+            "events",
+            "--to-earliest",
+            "--execute",
+            "--format",
+            "json",
+        ],
+    )?
+    .json()?;
+    ensure!(
+        executed["executed"] == true && executed["offsets"][0]["new_offset"] == 0,
+        "{executed}"
+    );
+    let reset = sluice(b, &["group", "describe", "billing", "--format", "json"])?.json()?;
+    ensure!(
+        reset["offsets"][0]["current_offset"] == 0 && reset["total_lag"] == 40,
+        "{reset}"
+    );
+
+    ensure!(sluice(b, &["group", "delete", "billing"])?.ok);
+    let listed = sluice(b, &["group", "list", "--format", "json"])?.json()?;
+    ensure!(
+        !listed["groups"]
+            .as_array()
+            .context("groups")?
+            .iter()
+            .any(|g| g["group"] == "billing"),
+        "{listed}"
+    );
     Ok(())
 }
 
