@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
+use kafka_protocol::messages::describe_groups_response::DescribedGroup;
 use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
 use kafka_protocol::messages::{
     DeleteGroupsRequest, DescribeGroupsRequest, FindCoordinatorRequest, GroupId, ListGroupsRequest,
@@ -152,13 +153,14 @@ pub(super) async fn commit_offsets(
     Ok(())
 }
 
-/// The group's state as its coordinator describes it (`Dead`: no such group).
-async fn state(client: &mut Client, coordinator: i32, group: &str) -> Result<String, CliError> {
+/// The group as its coordinator describes it (state `Dead`: no such group).
+async fn described(client: &mut Client, coordinator: i32, group: &str) -> Result<DescribedGroup, CliError> {
     let request = DescribeGroupsRequest::default().with_groups(vec![GroupId(StrBytes::from_string(group.to_owned()))]);
     let response = client.call(coordinator, &request, DESCRIBE_GROUPS_VERSION).await?;
     let described = response
         .groups
-        .first()
+        .into_iter()
+        .next()
         .ok_or_else(|| CliError::Usage(format!("the coordinator answered nothing about group {group:?}")))?;
     client.check(
         coordinator,
@@ -166,13 +168,13 @@ async fn state(client: &mut Client, coordinator: i32, group: &str) -> Result<Str
         described.error_code,
         described.error_message.as_deref(),
     )?;
-    Ok(described.group_state.to_string())
+    Ok(described)
 }
 
 async fn reset_offsets(client: &mut Client, args: &ResetOffsetsArgs) -> Result<Report, CliError> {
     let group = args.group.as_str();
     let coordinator = coordinator(client, group).await?;
-    let state = state(client, coordinator, group).await?;
+    let state = described(client, coordinator, group).await?.group_state.to_string();
     if !matches!(state.as_str(), "Empty" | "Dead") {
         return Err(CliError::Usage(format!(
             "group {group} is {state}: its offsets can be reset only while it has no active members; stop its consumers first"
@@ -310,19 +312,7 @@ struct Member {
 
 async fn describe(client: &mut Client, group: &str) -> Result<Report, CliError> {
     let coordinator = coordinator(client, group).await?;
-    let request = DescribeGroupsRequest::default().with_groups(vec![GroupId(StrBytes::from_string(group.to_owned()))]);
-    let response = client.call(coordinator, &request, DESCRIBE_GROUPS_VERSION).await?;
-    let described = response
-        .groups
-        .into_iter()
-        .next()
-        .ok_or_else(|| CliError::Usage(format!("the coordinator answered nothing about group {group:?}")))?;
-    client.check(
-        coordinator,
-        &format!("DescribeGroups for {group:?}"),
-        described.error_code,
-        described.error_message.as_deref(),
-    )?;
+    let described = described(client, coordinator, group).await?;
     let consumer = described.protocol_type.as_str() == "consumer";
     let members: Vec<Member> = described
         .members
