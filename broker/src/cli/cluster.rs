@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::client::{CliError, Client};
 use super::output::{Report, Table};
-use super::ClusterCommand;
+use super::{ClusterCommand, ClusterConfigCommand};
 
 /// DescribeCluster v2 lists fenced brokers too (KIP-1073, Kafka 4.0).
 const DESCRIBE_CLUSTER_VERSION: i16 = 2;
@@ -18,11 +18,150 @@ const DESCRIBE_QUORUM_VERSION: i16 = 1;
 const METADATA_TOPIC: &str = "__cluster_metadata";
 
 pub async fn run(client: &mut Client, command: &ClusterCommand) -> Result<Report, CliError> {
-    let state = ClusterState::read(client).await?;
-    Ok(match command {
-        ClusterCommand::Info => state.info(),
-        ClusterCommand::Health => state.health(),
-    })
+    match command {
+        ClusterCommand::Info => Ok(ClusterState::read(client).await?.info()),
+        ClusterCommand::Health => Ok(ClusterState::read(client).await?.health()),
+        ClusterCommand::Config(ClusterConfigCommand::Get {
+            keys,
+            broker,
+            cluster_default,
+        }) => {
+            let name = match (broker, cluster_default) {
+                (_, true) => String::new(),
+                (Some(id), false) => id.to_string(),
+                (None, false) => client.brokers.keys().next().map(i32::to_string).unwrap_or_default(),
+            };
+            config_get(client, &name, keys).await
+        }
+        ClusterCommand::Config(ClusterConfigCommand::Set {
+            settings,
+            delete,
+            broker,
+        }) => config_set(client, *broker, settings, delete).await,
+    }
+}
+
+/// DescribeConfigs' and IncrementalAlterConfigs' resource type of a broker.
+const BROKER_RESOURCE: i8 = 4;
+const DESCRIBE_CONFIGS_VERSION: i16 = 4;
+const INCREMENTAL_ALTER_CONFIGS_VERSION: i16 = 1;
+
+/// Kafka's names of DescribeConfigs' config sources.
+fn source_name(source: i8) -> &'static str {
+    match source {
+        1 => "DYNAMIC_TOPIC_CONFIG",
+        2 => "DYNAMIC_BROKER_CONFIG",
+        3 => "DYNAMIC_DEFAULT_BROKER_CONFIG",
+        4 => "STATIC_BROKER_CONFIG",
+        5 => "DEFAULT_CONFIG",
+        6 => "DYNAMIC_BROKER_LOGGER_CONFIG",
+        _ => "UNKNOWN",
+    }
+}
+
+/// Broker `name`'s settings (`""`: the cluster-wide dynamic ones), asked of that broker.
+async fn config_get(client: &mut Client, name: &str, keys: &[String]) -> Result<Report, CliError> {
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::DescribeConfigsRequest;
+    let target = name.parse::<i32>().unwrap_or_else(|_| client.any_broker());
+    let request = DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+        .with_resource_type(BROKER_RESOURCE)
+        .with_resource_name(StrBytes::from_string(name.to_owned()))
+        .with_configuration_keys(
+            (!keys.is_empty()).then(|| keys.iter().map(|k| StrBytes::from_string(k.clone())).collect()),
+        )]);
+    let response = client.call(target, &request, DESCRIBE_CONFIGS_VERSION).await?;
+    let mut table = Table::new("configs", &["NAME", "VALUE", "SOURCE", "READ-ONLY"]);
+    for result in &response.results {
+        client.check(
+            target,
+            "DescribeConfigs for a broker",
+            result.error_code,
+            result.error_message.as_deref(),
+        )?;
+        let mut configs: Vec<_> = result.configs.iter().collect();
+        configs.sort_by(|a, b| a.name.cmp(&b.name));
+        for c in configs {
+            let value = match (&c.value, c.is_sensitive) {
+                (_, true) => json!("(sensitive)"),
+                (Some(v), false) => json!(v.to_string()),
+                (None, false) => Value::Null,
+            };
+            table.push(vec![
+                json!(c.name.to_string()),
+                value,
+                json!(source_name(c.config_source)),
+                json!(c.read_only),
+            ]);
+        }
+    }
+    let scope = if name.is_empty() {
+        "cluster-wide".to_owned()
+    } else {
+        format!("broker {name}")
+    };
+    Ok(Report::default().field("settings_of", scope).table(table))
+}
+
+/// Sets and removes dynamic broker settings, cluster-wide or on `broker`.
+async fn config_set(
+    client: &mut Client,
+    broker: Option<i32>,
+    settings: &[String],
+    delete: &[String],
+) -> Result<Report, CliError> {
+    use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
+    use kafka_protocol::messages::IncrementalAlterConfigsRequest;
+    if settings.is_empty() && delete.is_empty() {
+        return Err(CliError::Usage(
+            "nothing to change: give KEY=VALUE or --delete KEY".into(),
+        ));
+    }
+    let mut configs = Vec::new();
+    for entry in settings {
+        let (key, value) = entry
+            .split_once('=')
+            .ok_or_else(|| CliError::Usage(format!("expected KEY=VALUE, got {entry:?}")))?;
+        configs.push(
+            AlterableConfig::default()
+                .with_name(StrBytes::from_string(key.trim().to_owned()))
+                .with_config_operation(0)
+                .with_value(Some(StrBytes::from_string(value.trim().to_owned()))),
+        );
+    }
+    for key in delete {
+        configs.push(
+            AlterableConfig::default()
+                .with_name(StrBytes::from_string(key.clone()))
+                .with_config_operation(1),
+        );
+    }
+    let name = broker.map(|b| b.to_string()).unwrap_or_default();
+    let request = IncrementalAlterConfigsRequest::default().with_resources(vec![AlterConfigsResource::default()
+        .with_resource_type(BROKER_RESOURCE)
+        .with_resource_name(StrBytes::from_string(name.clone()))
+        .with_configs(configs)]);
+    let target = broker.unwrap_or_else(|| client.any_broker());
+    let response = client.call(target, &request, INCREMENTAL_ALTER_CONFIGS_VERSION).await?;
+    for result in &response.responses {
+        client.check(
+            target,
+            "IncrementalAlterConfigs for brokers",
+            result.error_code,
+            result.error_message.as_deref(),
+        )?;
+    }
+    let mut keys: Vec<String> = settings
+        .iter()
+        .filter_map(|s| s.split_once('=').map(|(k, _)| k.trim().to_owned()))
+        .collect();
+    keys.extend(delete.iter().cloned());
+    let scope = if name.is_empty() {
+        "cluster-wide".to_owned()
+    } else {
+        format!("on broker {name}")
+    };
+    Ok(Report::message(format!("updated {} {scope}", keys.join(", "))).field("updated", keys))
 }
 
 struct Broker {

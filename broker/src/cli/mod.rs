@@ -13,8 +13,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 pub use crate::config::client::{
-    ClientArgs, ClientCommand, ClusterCommand, ConsumeArgs, Format, GroupCommand, OutputFormat, ProduceArgs,
-    ResetOffsetsArgs, TopicCommand,
+    ClientArgs, ClientCommand, ClusterCommand, ClusterConfigCommand, ConsumeArgs, Format, GroupCommand, OutputFormat,
+    ProduceArgs, ResetOffsetsArgs, TopicCommand,
 };
 
 pub mod client;

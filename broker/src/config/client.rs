@@ -122,6 +122,33 @@ pub enum ClusterCommand {
     /// Checks that every broker is up, every partition has a leader and a full ISR, and the
     /// quorum has a leader; exits 1 when anything is wrong (for scripts and probes).
     Health,
+    /// Broker settings: `get` describes them, `set` changes the ones brokers take at runtime.
+    #[command(subcommand)]
+    Config(ClusterConfigCommand),
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum ClusterConfigCommand {
+    /// A broker's settings with their values and where each comes from (all, or KEYs).
+    Get {
+        keys: Vec<String>,
+        /// The broker to describe (default: the first broker the cluster lists).
+        #[arg(long)]
+        broker: Option<i32>,
+        /// Only the cluster-wide dynamic settings (Kafka's `--entity-default`).
+        #[arg(long, conflicts_with = "broker")]
+        cluster_default: bool,
+    },
+    /// Sets (`KEY=VALUE`) or removes (`--delete KEY`) dynamic settings, cluster-wide unless
+    /// --broker names one broker.
+    Set {
+        #[arg(value_name = "KEY=VALUE")]
+        settings: Vec<String>,
+        #[arg(long = "delete", value_name = "KEY")]
+        delete: Vec<String>,
+        #[arg(long)]
+        broker: Option<i32>,
+    },
 }
 
 #[derive(Debug, Clone, Subcommand)]

@@ -192,7 +192,8 @@ async fn topic_commands_create_describe_alter_grow_and_delete_topics_and_refuse_
 }
 
 #[test]
-fn cluster_info_shows_brokers_and_quorum_and_health_fails_while_a_broker_is_down() -> Result<()> {
+fn cluster_info_shows_brokers_and_quorum_health_fails_while_a_broker_is_down_and_config_sets_dynamic_settings(
+) -> Result<()> {
     let mut cluster = Cluster::start(
         3,
         &[
@@ -241,6 +242,38 @@ fn cluster_info_shows_brokers_and_quorum_and_health_fails_while_a_broker_is_down
     wait_until(Duration::from_secs(30), "cluster health to pass again", || {
         sluice(b, &["cluster", "health"]).ok().filter(|run| run.ok)
     })?;
+
+    // Dynamic broker settings: set cluster-wide, seen on every broker, removed again.
+    ensure!(sluice(b, &["cluster", "config", "set", "log.retention.ms=7200000"])?.ok);
+    for broker in ["1", "2", "3"] {
+        let got = sluice(
+            b,
+            &[
+                "cluster",
+                "config",
+                "get",
+                "log.retention.ms",
+                "--broker",
+                broker,
+                "--format",
+                "json",
+            ],
+        )?
+        .json()?;
+        ensure!(
+            got["configs"][0]["value"] == "7200000" && got["configs"][0]["source"] == "DYNAMIC_DEFAULT_BROKER_CONFIG",
+            "broker {broker}: {got}"
+        );
+    }
+    let static_setting = sluice(b, &["cluster", "config", "set", "num.partitions=4"])?;
+    ensure!(
+        !static_setting.ok && static_setting.stderr.contains("not a dynamic broker config"),
+        "{}",
+        static_setting.stderr
+    );
+    ensure!(sluice(b, &["cluster", "config", "set", "--delete", "log.retention.ms"])?.ok);
+    let got = sluice(b, &["cluster", "config", "get", "log.retention.ms", "--format", "json"])?.json()?;
+    ensure!(got["configs"][0]["source"] == "DEFAULT_CONFIG", "{got}");
 
     let completion = Command::new(sluice_binary()?).args(["completion", "bash"]).output()?;
     let script = String::from_utf8_lossy(&completion.stdout);
