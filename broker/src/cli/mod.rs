@@ -14,7 +14,7 @@ use std::time::Duration;
 
 pub use crate::config::client::{
     ClientArgs, ClientCommand, ClusterCommand, ClusterConfigCommand, ConsumeArgs, Format, GroupCommand, OutputFormat,
-    ProduceArgs, ResetOffsetsArgs, TopicCommand,
+    PartitionCommand, ProduceArgs, ResetOffsetsArgs, TopicCommand,
 };
 
 pub mod client;
@@ -22,6 +22,7 @@ mod cluster;
 mod consume;
 mod group;
 pub mod output;
+mod partition;
 mod produce;
 mod topic;
 
@@ -78,6 +79,7 @@ async fn execute(args: &ClientArgs, command: &ClientCommand) -> Result<Option<(R
         ClientCommand::Topic { command, .. } => topic::run(&mut client, command).await?,
         ClientCommand::Cluster { command, .. } => cluster::run(&mut client, command).await?,
         ClientCommand::Group { command, .. } => group::run(&mut client, command).await?,
+        ClientCommand::Partition { command, .. } => partition::run(&mut client, command).await?,
         ClientCommand::Produce { produce, .. } => {
             produce::run(&mut client, produce, report_format).await?;
             return Ok(None);

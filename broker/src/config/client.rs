@@ -200,6 +200,46 @@ pub struct ResetOffsetsArgs {
     pub execute: bool,
 }
 
+#[derive(Debug, Clone, Subcommand)]
+pub enum PartitionCommand {
+    /// Moves leadership to each partition's preferred replica (the first of its replicas), or
+    /// with --unclean to any live replica of a partition whose in-sync ones are all down.
+    ElectLeaders {
+        /// Only this topic's partitions (default: every partition).
+        #[arg(long)]
+        topic: Option<String>,
+        /// Only these partitions of --topic.
+        #[arg(long = "partition", requires = "topic")]
+        partitions: Vec<i32>,
+        /// Unclean election: may lose acknowledged records; use only to bring back an offline
+        /// partition.
+        #[arg(long)]
+        unclean: bool,
+    },
+    /// Moves a partition to other brokers: `TOPIC:PARTITION --replicas 1,2,3` (the first is
+    /// the preferred leader), or `--cancel` an ongoing move.
+    Reassign {
+        #[arg(value_name = "TOPIC:PARTITION")]
+        partition: String,
+        #[arg(long, value_delimiter = ',', required_unless_present = "cancel")]
+        replicas: Vec<i32>,
+        #[arg(long, conflicts_with = "replicas")]
+        cancel: bool,
+    },
+    /// Moves every replica on broker --from (of --topic, or of every topic) to broker --to,
+    /// e.g. to empty a broker before it leaves.
+    MoveToBroker {
+        #[arg(long)]
+        from: i32,
+        #[arg(long)]
+        to: i32,
+        #[arg(long)]
+        topic: Option<String>,
+    },
+    /// The reassignments in progress, with the replicas being added and removed.
+    Reassignments,
+}
+
 /// `sluice produce`: records from stdin, one per line.
 #[derive(Debug, Clone, Args)]
 pub struct ProduceArgs {
@@ -279,6 +319,13 @@ pub enum ClientCommand {
         #[command(subcommand)]
         command: GroupCommand,
     },
+    /// Leader elections and reassignments of partitions.
+    Partition {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(subcommand)]
+        command: PartitionCommand,
+    },
     /// Writes lines from stdin to a topic, one record each (as `kcat -P`).
     Produce {
         #[command(flatten)]
@@ -302,6 +349,7 @@ impl ClientCommand {
             ClientCommand::Topic { client, .. }
             | ClientCommand::Cluster { client, .. }
             | ClientCommand::Group { client, .. }
+            | ClientCommand::Partition { client, .. }
             | ClientCommand::Produce { client, .. }
             | ClientCommand::Consume { client, .. } => client,
         }

@@ -572,3 +572,113 @@ async fn produce_and_consume_carry_keys_headers_and_a_groups_offsets_and_other_c
     );
     Ok(())
 }
+
+#[test]
+fn partition_commands_move_replicas_off_a_broker_reassign_and_elect_preferred_leaders() -> Result<()> {
+    let cluster = Cluster::start(3, &[])?;
+    let bootstrap = cluster.bootstrap();
+    let b = bootstrap.as_str();
+    ensure!(sluice(b, &["topic", "create", "moving", "-p", "3", "-r", "2"])?.ok);
+    let replicas_of = |json: &Value| -> Vec<Vec<i64>> {
+        json["partitions"]
+            .as_array()
+            .map(|ps| {
+                ps.iter()
+                    .map(|p| {
+                        p["replicas"]
+                            .as_array()
+                            .map(|r| r.iter().filter_map(Value::as_i64).collect())
+                            .unwrap_or_default()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+
+    // Move this topic's replicas off broker 1 onto broker 2, where a partition lacks broker 2.
+    let before = replicas_of(&sluice(b, &["topic", "describe", "moving", "--format", "json"])?.json()?);
+    let expected: Vec<Vec<i64>> = before
+        .iter()
+        .map(|r| match r.contains(&2) {
+            true => r.clone(),
+            false => r.iter().map(|b| if *b == 1 { 2 } else { *b }).collect(),
+        })
+        .collect();
+    ensure!(expected != before, "no partition to move in {before:?}");
+    let moved = sluice(
+        b,
+        &[
+            "partition",
+            "move-to-broker",
+            "--from",
+            "1",
+            "--to",
+            "2",
+            "--topic",
+            "moving",
+        ],
+    )?;
+    ensure!(moved.ok, "{}", moved.stderr);
+    wait_until(Duration::from_secs(30), "the moves to finish", || {
+        let d = sluice(b, &["topic", "describe", "moving", "--format", "json"])
+            .ok()?
+            .json()
+            .ok()?;
+        let listed = sluice(b, &["partition", "reassignments", "--format", "json"])
+            .ok()?
+            .json()
+            .ok()?;
+        let idle = listed["reassignments"].as_array().is_some_and(Vec::is_empty);
+        (idle && replicas_of(&d) == expected).then_some(())
+    })?;
+
+    // Reassign partition 0 to [1, 3] and make 1, its preferred replica, lead.
+    let reassigned = sluice(
+        b,
+        &[
+            "partition",
+            "reassign",
+            "moving:0",
+            "--replicas",
+            "1,3",
+            "--format",
+            "json",
+        ],
+    )?
+    .json()?;
+    ensure!(reassigned["failed"] == 0, "{reassigned}");
+    wait_until(Duration::from_secs(30), "moving-0 on brokers 1 and 3", || {
+        let d = sluice(b, &["topic", "describe", "moving", "--format", "json"])
+            .ok()?
+            .json()
+            .ok()?;
+        let p0 = &d["partitions"][0];
+        (p0["replicas"] == serde_json::json!([1, 3]) && p0["isr"].as_array()?.len() == 2).then_some(())
+    })?;
+    wait_until(Duration::from_secs(30), "broker 1 to lead moving-0", || {
+        let run = sluice(
+            b,
+            &["partition", "elect-leaders", "--topic", "moving", "--partition", "0"],
+        )
+        .ok()?;
+        let d = sluice(b, &["topic", "describe", "moving", "--format", "json"])
+            .ok()?
+            .json()
+            .ok()?;
+        (run.ok && d["partitions"][0]["leader"] == 1).then_some(())
+    })?;
+
+    let bad = sluice(b, &["partition", "reassign", "moving:0", "--replicas", "1,9"])?;
+    ensure!(
+        !bad.ok || bad.stdout.contains("error"),
+        "a move onto broker 9 was accepted: {}",
+        bad.stdout
+    );
+    let malformed = sluice(b, &["partition", "reassign", "moving", "--replicas", "1,2"])?;
+    ensure!(
+        !malformed.ok && malformed.stderr.contains("TOPIC:PARTITION"),
+        "{}",
+        malformed.stderr
+    );
+    Ok(())
+}
