@@ -110,32 +110,9 @@ async fn config_set(
     settings: &[String],
     delete: &[String],
 ) -> Result<Report, CliError> {
-    use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
+    use kafka_protocol::messages::incremental_alter_configs_request::AlterConfigsResource;
     use kafka_protocol::messages::IncrementalAlterConfigsRequest;
-    if settings.is_empty() && delete.is_empty() {
-        return Err(CliError::Usage(
-            "nothing to change: give KEY=VALUE or --delete KEY".into(),
-        ));
-    }
-    let mut configs = Vec::new();
-    for entry in settings {
-        let (key, value) = entry
-            .split_once('=')
-            .ok_or_else(|| CliError::Usage(format!("expected KEY=VALUE, got {entry:?}")))?;
-        configs.push(
-            AlterableConfig::default()
-                .with_name(StrBytes::from_string(key.trim().to_owned()))
-                .with_config_operation(0)
-                .with_value(Some(StrBytes::from_string(value.trim().to_owned()))),
-        );
-    }
-    for key in delete {
-        configs.push(
-            AlterableConfig::default()
-                .with_name(StrBytes::from_string(key.clone()))
-                .with_config_operation(1),
-        );
-    }
+    let configs = super::topic::alterable_configs(settings, delete, "a setting")?;
     let name = broker.map(|b| b.to_string()).unwrap_or_default();
     let request = IncrementalAlterConfigsRequest::default().with_resources(vec![AlterConfigsResource::default()
         .with_resource_type(BROKER_RESOURCE)

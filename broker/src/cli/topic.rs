@@ -63,6 +63,38 @@ fn key_value(entry: &str, flag: &str) -> Result<(String, String), CliError> {
         .ok_or_else(|| CliError::Usage(format!("{flag} expects KEY=VALUE, got {entry:?}")))
 }
 
+/// IncrementalAlterConfigs entries: each `KEY=VALUE` of `set` (given with `flag`) set, each
+/// key of `delete` removed; refused when both are empty.
+pub(super) fn alterable_configs(
+    set: &[String],
+    delete: &[String],
+    flag: &str,
+) -> Result<Vec<AlterableConfig>, CliError> {
+    if set.is_empty() && delete.is_empty() {
+        return Err(CliError::Usage(format!(
+            "nothing to change: give {flag} KEY=VALUE or --delete KEY"
+        )));
+    }
+    let mut configs = Vec::with_capacity(set.len() + delete.len());
+    for entry in set {
+        let (key, value) = key_value(entry, flag)?;
+        configs.push(
+            AlterableConfig::default()
+                .with_name(StrBytes::from_string(key))
+                .with_config_operation(SET)
+                .with_value(Some(StrBytes::from_string(value))),
+        );
+    }
+    for key in delete {
+        configs.push(
+            AlterableConfig::default()
+                .with_name(StrBytes::from_string(key.clone()))
+                .with_config_operation(DELETE),
+        );
+    }
+    Ok(configs)
+}
+
 async fn list(client: &mut Client) -> Result<Report, CliError> {
     let metadata = client.metadata(None).await?;
     let mut topics: Vec<_> = metadata.topics.iter().filter(|t| t.error_code == 0).collect();
@@ -219,28 +251,7 @@ async fn create(
 }
 
 async fn alter_config(client: &mut Client, topic: &str, set: &[String], delete: &[String]) -> Result<Report, CliError> {
-    if set.is_empty() && delete.is_empty() {
-        return Err(CliError::Usage(
-            "nothing to change: give --set KEY=VALUE or --delete KEY".into(),
-        ));
-    }
-    let mut configs = Vec::new();
-    for entry in set {
-        let (key, value) = key_value(entry, "--set")?;
-        configs.push(
-            AlterableConfig::default()
-                .with_name(StrBytes::from_string(key))
-                .with_config_operation(SET)
-                .with_value(Some(StrBytes::from_string(value))),
-        );
-    }
-    for key in delete {
-        configs.push(
-            AlterableConfig::default()
-                .with_name(StrBytes::from_string(key.clone()))
-                .with_config_operation(DELETE),
-        );
-    }
+    let configs = alterable_configs(set, delete, "--set")?;
     let request = IncrementalAlterConfigsRequest::default().with_resources(vec![AlterConfigsResource::default()
         .with_resource_type(TOPIC_RESOURCE)
         .with_resource_name(StrBytes::from_string(topic.to_owned()))
