@@ -272,6 +272,17 @@ impl CopyStage {
         }
     }
 
+    /// Transactions the workers have committed so far.
+    pub fn committed(&self) -> usize {
+        self.workers
+            .iter()
+            .map(|(_, done)| {
+                let done = done.lock().expect("stage record lock");
+                done.iter().filter(|t| t.end == TxnEnd::Committed).count()
+            })
+            .sum()
+    }
+
     /// Stops the workers after their current transaction and returns what they recorded
     /// (a transaction a worker is still in counts as one whose outcome it does not know).
     pub fn stop(self) -> StageRecord {

@@ -58,6 +58,10 @@ const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(20);
 /// record (its group's committed offsets past each partition's last one).
 const STAGE_CATCH_UP_TIMEOUT: Duration = Duration::from_secs(60);
 /// Longest resolving a target (asking who leads or controls) may take.
+/// Longest to wait after healing, on a slow machine, for the transactional producers to have
+/// committed and aborted a transaction each and the copy stage to have committed one, so that
+/// every schedule checks both ends and the copy whatever the machine's speed.
+const TXN_OUTCOMES_TIMEOUT: Duration = Duration::from_secs(60);
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Broker log lines kept per node when a schedule fails.
 const LOG_TAIL_LINES: usize = 40;
@@ -311,6 +315,11 @@ fn run_on(
         out.violations.push(format!("recovery after healing: {e:#}"));
     }
     if let Some((txn_workload, stage)) = txn_run {
+        // Not a violation by itself: the checks below say what was missing.
+        let _ = wait_until(TXN_OUTCOMES_TIMEOUT, "a commit and an abort, and a commit of the copy stage", || {
+            let (committed, aborted) = txn_workload.ended();
+            (committed > 0 && aborted > 0 && stage.committed() > 0).then_some(())
+        });
         let reader = clients::secured(clients::consumer_config(&bootstrap), &txn_reader);
         let harness = cluster.client_security(1).clone();
         check_transactions(&bootstrap, reader, &harness, txn_workload, stage, partitions, out);

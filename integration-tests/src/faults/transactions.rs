@@ -18,7 +18,7 @@
 //! [`TxnReport`] holds both sets of figures.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -177,23 +177,41 @@ impl AnomalyNotes {
 /// The running producers.
 pub struct TxnWorkload {
     stop: Arc<AtomicBool>,
+    ends: Arc<EndCounts>,
     threads: Vec<JoinHandle<Vec<TxnRecord>>>,
+}
+
+/// How many transactions the producers have committed and aborted so far, as they saw it.
+#[derive(Default)]
+struct EndCounts {
+    committed: AtomicU64,
+    aborted: AtomicU64,
 }
 
 impl TxnWorkload {
     /// Starts the producers on `topic` (`partitions` partitions), seeded by `seed`.
     pub fn start(config: ClientConfig, topic: &str, partitions: i32, seed: u64) -> TxnWorkload {
         let stop = Arc::new(AtomicBool::new(false));
+        let ends = Arc::new(EndCounts::default());
         let threads = (0..PRODUCERS)
             .map(|id| {
                 let stop = stop.clone();
+                let ends = ends.clone();
                 let config = config.clone();
                 let topic = topic.to_string();
                 let rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(id as u64 + 1);
-                std::thread::spawn(move || produce(id, config, &topic, partitions, rng, &stop))
+                std::thread::spawn(move || produce(id, config, &topic, partitions, rng, &stop, &ends))
             })
             .collect();
-        TxnWorkload { stop, threads }
+        TxnWorkload { stop, ends, threads }
+    }
+
+    /// (committed, aborted) transactions so far, as the producers saw their ends.
+    pub fn ended(&self) -> (u64, u64) {
+        (
+            self.ends.committed.load(Ordering::Relaxed),
+            self.ends.aborted.load(Ordering::Relaxed),
+        )
     }
 
     /// Stops the producers after their current transaction and returns what they recorded.
@@ -248,6 +266,7 @@ fn produce(
     partitions: i32,
     mut rng: u64,
     stop: &AtomicBool,
+    ends: &EndCounts,
 ) -> Vec<TxnRecord> {
     let mut done = Vec::new();
     let mut producer = None;
@@ -278,6 +297,11 @@ fn produce(
             (true, true) => abort_written(&p),
             (true, false) => end_abort(&p),
             (false, _) => end_commit(&p),
+        };
+        match end {
+            TxnEnd::Committed => ends.committed.fetch_add(1, Ordering::Relaxed),
+            TxnEnd::Aborted => ends.aborted.fetch_add(1, Ordering::Relaxed),
+            TxnEnd::Unknown => 0,
         };
         done.push(TxnRecord {
             producer: id,
