@@ -67,10 +67,10 @@ impl ConfigType {
             ConfigType::Long => value.parse::<i64>().is_ok(),
             ConfigType::Double => value.parse::<f64>().is_ok(),
         };
-        if ok {
-            Ok(())
-        } else {
-            Err(format!("expected a value of type {self:?}"))
+        match (ok, self) {
+            (true, _) => Ok(()),
+            (false, ConfigType::Boolean) => Err("Expected value to be either true or false".to_string()),
+            (false, ty) => Err(format!("Not a number of type {}", format!("{ty:?}").to_uppercase())),
         }
     }
 }
@@ -151,29 +151,85 @@ pub fn by_broker_synonym(broker_key: &str) -> Option<&'static ConfigDef> {
 }
 
 /// Why a topic config value was refused (Kafka's INVALID_CONFIG).
+/// The messages are Kafka 4's, which tools and users match on.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TopicConfigError {
-    #[error("unknown topic config {0:?}")]
+    #[error("Unknown topic config name: {0}")]
     Unknown(String),
-    #[error("invalid value {value:?} for topic config {name}: {reason}")]
+    #[error("Invalid value {value} for configuration {name}: {reason}")]
     Invalid {
         name: String,
         value: String,
         reason: String,
     },
+    /// Two settings that contradict each other.
+    #[error("conflict topic config setting {0}")]
+    Conflict(String),
+}
+
+/// Kafka's internal topic config (`LogConfig.INTERNAL_SEGMENT_BYTES_CONFIG`): a segment size
+/// below `segment.bytes`' 1 MiB minimum, for tests and internal topics that need many small
+/// segments. It wins over `segment.bytes` and, like Kafka's internal configs, DescribeConfigs
+/// does not list it.
+pub const INTERNAL_SEGMENT_BYTES: &str = "internal.segment.bytes";
+
+/// The smallest `segment.bytes` Kafka 4 accepts (topic and `log.segment.bytes`).
+pub const MIN_SEGMENT_BYTES: i64 = 1024 * 1024;
+
+/// The config entry that gives an internal topic (`__consumer_offsets`, `__transaction_state`)
+/// segments of `bytes`: `segment.bytes`, or [`INTERNAL_SEGMENT_BYTES`] below its minimum
+/// (`offsets.topic.segment.bytes` may be as small as 1, as in Kafka).
+pub fn segment_bytes_entry(bytes: i64) -> (String, String) {
+    let name = match bytes < MIN_SEGMENT_BYTES {
+        true => INTERNAL_SEGMENT_BYTES,
+        false => "segment.bytes",
+    };
+    (name.to_string(), bytes.to_string())
+}
+
+/// Kafka 4's lower bound (`ConfigDef.Range.atLeast`) of each numeric topic config that has one.
+fn lower_bound(name: &str) -> Option<i64> {
+    Some(match name {
+        "segment.bytes" => MIN_SEGMENT_BYTES,
+        "segment.ms" | "flush.messages" | "max.compaction.lag.ms" | "min.insync.replicas" => 1,
+        "segment.index.bytes" => 4,
+        "retention.ms" => -1,
+        "segment.jitter.ms"
+        | "flush.ms"
+        | "max.message.bytes"
+        | "index.interval.bytes"
+        | "delete.retention.ms"
+        | "min.compaction.lag.ms"
+        | "file.delete.delay.ms"
+        | "message.timestamp.before.max.ms"
+        | "message.timestamp.after.max.ms" => 0,
+        INTERNAL_SEGMENT_BYTES => 1,
+        _ => return None,
+    })
 }
 
 /// Validates one topic config override.
 pub fn validate(name: &str, value: &str) -> Result<(), TopicConfigError> {
-    let def = def(name).ok_or_else(|| TopicConfigError::Unknown(name.to_string()))?;
     let invalid = |reason: String| TopicConfigError::Invalid {
         name: name.to_string(),
         value: value.to_string(),
         reason,
     };
-    def.ty.validate(value).map_err(invalid)?;
+    let ty = match name {
+        INTERNAL_SEGMENT_BYTES => ConfigType::Int,
+        _ => def(name).ok_or_else(|| TopicConfigError::Unknown(name.to_string()))?.ty,
+    };
+    ty.validate(value).map_err(invalid)?;
+    if let (Some(low), Ok(v)) = (lower_bound(name), value.parse::<i64>()) {
+        if v < low {
+            return Err(invalid(format!("Value must be at least {low}")));
+        }
+    }
+    let Some(def) = def(name) else {
+        return Ok(());
+    };
     if !def.one_of.is_empty() && !def.one_of.contains(&value) {
-        return Err(invalid(format!("must be one of {}", def.one_of.join(", "))));
+        return Err(invalid(format!("String must be one of: {}", def.one_of.join(", "))));
     }
     if name == "cleanup.policy" && value.split(',').any(|p| !matches!(p.trim(), "delete" | "compact")) {
         return Err(invalid("must be a list of delete and compact".to_string()));
@@ -183,8 +239,13 @@ pub fn validate(name: &str, value: &str) -> Result<(), TopicConfigError> {
             "must be * or a list of partition:broker pairs such as 0:1,0:2".to_string(),
         ));
     }
-    if name == "min.cleanable.dirty.ratio" && value.parse::<f64>().map_or(true, |r| !(0.0..=1.0).contains(&r)) {
-        return Err(invalid("must be between 0 and 1".to_string()));
+    if name == "min.cleanable.dirty.ratio" {
+        match value.parse::<f64>() {
+            Ok(r) if r < 0.0 => return Err(invalid("Value must be at least 0".to_string())),
+            Ok(r) if r > 1.0 => return Err(invalid("Value must be no more than 1".to_string())),
+            Ok(r) if r.is_nan() => return Err(invalid("Value must be a number".to_string())),
+            _ => {}
+        }
     }
     if let Some((low, high)) = compression_level_range(name) {
         let level = value.parse::<i32>().unwrap_or(i32::MIN);
@@ -193,10 +254,36 @@ pub fn validate(name: &str, value: &str) -> Result<(), TopicConfigError> {
             return Err(invalid(format!("must be between {low} and {high}")));
         }
     }
-    if matches!(name, "max.message.bytes" | "segment.bytes" | "min.insync.replicas")
-        && value.parse::<i64>().map_or(true, |v| v <= 0)
-    {
-        return Err(invalid("must be positive".to_string()));
+    Ok(())
+}
+
+/// Checks what single values cannot: a topic's settings against each other once `changes`
+/// apply to its `overrides` (`None` removes one). Kafka's only such rule outside tiered storage:
+/// `min.compaction.lag.ms` may not exceed `max.compaction.lag.ms`.
+pub fn validate_together<'a>(
+    overrides: &BTreeMap<String, String>,
+    changes: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+) -> Result<(), TopicConfigError> {
+    let mut merged = overrides.clone();
+    for (name, value) in changes {
+        match value {
+            Some(v) => merged.insert(name.to_string(), v.to_string()),
+            None => merged.remove(name),
+        };
+    }
+    let long = |name: &str| {
+        merged
+            .get(name)
+            .map(String::as_str)
+            .or_else(|| def(name).map(|d| d.default))
+            .and_then(|v| v.parse::<i64>().ok())
+    };
+    if let (Some(min), Some(max)) = (long("min.compaction.lag.ms"), long("max.compaction.lag.ms")) {
+        if min > max {
+            return Err(TopicConfigError::Conflict(format!(
+                "min.compaction.lag.ms ({min}) > max.compaction.lag.ms ({max})"
+            )));
+        }
     }
     Ok(())
 }
@@ -278,7 +365,7 @@ pub fn validate_dynamic_broker_config(name: &str, value: &str) -> Result<(), Str
         )
     })?;
     validate(def.name, value).map_err(|e| match e {
-        TopicConfigError::Invalid { reason, .. } => format!("invalid value {value:?} for {name}: {reason}"),
+        TopicConfigError::Invalid { reason, .. } => format!("Invalid value {value} for configuration {name}: {reason}"),
         other => other.to_string(),
     })
 }
@@ -375,7 +462,11 @@ pub fn log_config(overrides: &BTreeMap<String, String>, broker: &BrokerOverrides
     let long = |name: &str, fallback: i64| value(name).parse::<i64>().unwrap_or(fallback);
     let defaults = LogConfig::default();
     LogConfig {
-        segment_bytes: long("segment.bytes", defaults.segment_bytes as i64).max(1) as u64,
+        segment_bytes: overrides
+            .get(INTERNAL_SEGMENT_BYTES)
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or_else(|| long("segment.bytes", defaults.segment_bytes as i64))
+            .max(1) as u64,
         segment_ms: long("segment.ms", defaults.segment_ms),
         retention_ms: long("retention.ms", defaults.retention_ms),
         retention_bytes: long("retention.bytes", defaults.retention_bytes),
@@ -489,10 +580,70 @@ mod tests {
         assert!(validate("message.timestamp.type", "Whenever").is_err());
         assert!(validate("cleanup.policy", "compact,delete").is_ok());
         assert!(validate("cleanup.policy", "shred").is_err());
-        assert!(validate("max.message.bytes", "0").is_err());
+        assert!(validate("max.message.bytes", "-1").is_err());
         assert!(validate("min.insync.replicas", "0").is_err());
         assert!(validate("min.cleanable.dirty.ratio", "0.01").is_ok());
         assert!(validate("min.cleanable.dirty.ratio", "1.5").is_err());
+        assert!(validate("min.cleanable.dirty.ratio", "NaN").is_err());
+    }
+
+    #[test]
+    fn ranges_are_kafka_4s_with_its_messages() {
+        let refused = |name: &str, value: &str| validate(name, value).unwrap_err().to_string();
+        assert_eq!(
+            refused("segment.bytes", "200"),
+            "Invalid value 200 for configuration segment.bytes: Value must be at least 1048576"
+        );
+        assert!(validate("segment.bytes", "1048576").is_ok());
+        assert_eq!(
+            refused("segment.ms", "0"),
+            "Invalid value 0 for configuration segment.ms: Value must be at least 1"
+        );
+        assert_eq!(
+            refused("retention.ms", "soon"),
+            "Invalid value soon for configuration retention.ms: Not a number of type LONG"
+        );
+        assert_eq!(
+            refused("preallocate", "yes"),
+            "Invalid value yes for configuration preallocate: Expected value to be either true or false"
+        );
+        assert!(validate("retention.ms", "-1").is_ok() && validate("retention.ms", "-2").is_err());
+        assert!(validate("retention.bytes", "-5").is_ok(), "Kafka leaves retention.bytes unbounded");
+        assert!(validate("segment.index.bytes", "3").is_err() && validate("segment.index.bytes", "4").is_ok());
+        assert!(validate("flush.messages", "0").is_err() && validate("max.compaction.lag.ms", "0").is_err());
+        assert!(validate("max.message.bytes", "0").is_ok(), "Kafka allows 0");
+        assert_eq!(refused("no.such.thing", "1"), "Unknown topic config name: no.such.thing");
+    }
+
+    #[test]
+    fn internal_segment_bytes_allows_small_segments_and_wins_over_segment_bytes() {
+        assert!(validate(INTERNAL_SEGMENT_BYTES, "4096").is_ok());
+        assert!(validate(INTERNAL_SEGMENT_BYTES, "0").is_err());
+        let overrides = BTreeMap::from([
+            ("segment.bytes".to_string(), "2097152".to_string()),
+            (INTERNAL_SEGMENT_BYTES.to_string(), "4096".to_string()),
+        ]);
+        assert_eq!(log_config(&overrides, &broker(&[])).segment_bytes, 4096);
+        let rows = describe(&overrides, &broker(&[]));
+        assert!(rows.iter().all(|(d, ..)| d.name != INTERNAL_SEGMENT_BYTES), "internal configs are not described");
+        assert_eq!(segment_bytes_entry(65_536).0, INTERNAL_SEGMENT_BYTES);
+        assert_eq!(segment_bytes_entry(104_857_600).0, "segment.bytes");
+    }
+
+    #[test]
+    fn min_compaction_lag_may_not_exceed_max_compaction_lag() {
+        let set = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        let conflict = set(&[("min.compaction.lag.ms", "200"), ("max.compaction.lag.ms", "100")]);
+        assert_eq!(
+            validate_together(&conflict, []).unwrap_err().to_string(),
+            "conflict topic config setting min.compaction.lag.ms (200) > max.compaction.lag.ms (100)"
+        );
+        let max_only = set(&[("max.compaction.lag.ms", "100")]);
+        assert!(validate_together(&max_only, []).is_ok());
+        assert!(validate_together(&max_only, [("min.compaction.lag.ms", Some("101"))]).is_err());
+        assert!(validate_together(&conflict, [("min.compaction.lag.ms", None)]).is_ok());
     }
 
     #[test]

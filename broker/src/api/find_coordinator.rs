@@ -28,6 +28,7 @@ use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::metadata::image::MetadataImage;
 use crate::metadata::records::MetadataCommand;
 use crate::metadata::records::NewTopic;
+use crate::topic_config;
 
 /// v4 batches keys into `coordinator_keys` and answers per key.
 const FIRST_BATCHED_VERSION: i16 = 4;
@@ -190,10 +191,7 @@ async fn ensure_offsets_topic(broker: &Broker) -> Result<Arc<MetadataImage>, (Re
         configs: BTreeMap::from([
             ("cleanup.policy".to_string(), "compact".to_string()),
             ("compression.type".to_string(), "producer".to_string()),
-            (
-                "segment.bytes".to_string(),
-                config.offsets_topic_segment_bytes.to_string(),
-            ),
+            topic_config::segment_bytes_entry(config.offsets_topic_segment_bytes.into()),
         ]),
     };
     ensure_topic(broker, topic).await

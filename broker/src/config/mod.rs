@@ -816,6 +816,17 @@ fn parse_settings(settings: &[String]) -> Result<ParsedSettings, ConfigError> {
             value: value.to_string(),
             reason,
         })?;
+        // A topic default (`log.segment.bytes`, ...) has its topic config's range.
+        if let Some(def) = topic_config::by_broker_synonym(key) {
+            topic_config::validate(def.name, value).map_err(|e| ConfigError::InvalidValue {
+                key: key.to_string(),
+                value: value.to_string(),
+                reason: match e {
+                    topic_config::TopicConfigError::Invalid { reason, .. } => reason,
+                    other => other.to_string(),
+                },
+            })?;
+        }
         out.plain.insert(key.to_string(), value.to_string());
     }
     Ok(out)

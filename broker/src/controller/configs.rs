@@ -32,7 +32,10 @@ pub fn alter_topic_configs(
         if *op == AlterOp::Delete && !topic.configs.contains_key(key.as_str()) {
             continue;
         }
-        let def = topic_config::def(key).ok_or_else(|| invalid(format!("unknown topic config {key:?}")))?;
+        let def = topic_config::def(key);
+        if def.is_none() && key != topic_config::INTERNAL_SEGMENT_BYTES {
+            return Err(invalid(topic_config::TopicConfigError::Unknown(key.clone()).to_string()));
+        }
         let new_value = match op {
             AlterOp::Delete => None,
             AlterOp::Set => Some(
@@ -41,11 +44,11 @@ pub fn alter_topic_configs(
                     .ok_or_else(|| invalid(format!("SET of {key} needs a value")))?,
             ),
             AlterOp::Append | AlterOp::Subtract => {
-                if def.ty != topic_config::ConfigType::List {
+                let Some(def) = def.filter(|d| d.ty == topic_config::ConfigType::List) else {
                     return Err(invalid(format!(
                         "{key} is not a list; APPEND and SUBTRACT apply only to lists"
                     )));
-                }
+                };
                 let current = topic
                     .configs
                     .get(key.as_str())
@@ -87,6 +90,11 @@ pub fn alter_topic_configs(
             value: new_value,
         });
     }
+    let changes = records.iter().filter_map(|r| match r {
+        MetadataRecord::Config { name, value, .. } => Some((name.as_str(), value.as_deref())),
+        _ => None,
+    });
+    topic_config::validate_together(&topic.configs, changes).map_err(|e| invalid(e.to_string()))?;
     Ok(records)
 }
 

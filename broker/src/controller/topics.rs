@@ -70,9 +70,11 @@ pub fn create_topic(image: &MetadataImage, topic: &NewTopic, topic_id: Uuid) -> 
             format!("topic {:?} already exists", topic.name),
         ));
     }
+    let invalid_config = |e: topic_config::TopicConfigError| ApiError::new(ResponseError::InvalidConfig, e.to_string());
     for (name, value) in &topic.configs {
-        topic_config::validate(name, value).map_err(|e| ApiError::new(ResponseError::InvalidConfig, e.to_string()))?;
+        topic_config::validate(name, value).map_err(invalid_config)?;
     }
+    topic_config::validate_together(&topic.configs, []).map_err(invalid_config)?;
     let assignments = match &topic.assignments {
         Some(a) => validate_assignments(image, a, None)?,
         None => {

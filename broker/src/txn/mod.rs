@@ -41,7 +41,7 @@ use crate::producer_state::TxnVerification;
 use crate::purgatory::DelayedProduce;
 use crate::replica_manager::ReplicaManager;
 use crate::security::Security;
-use crate::topic_config::BrokerOverrides;
+use crate::topic_config::{self, BrokerOverrides};
 use coordinator::{
     EndOutcome, EndRequest, InitOutcome, ListFilter, MarkerJob, TransactionCoordinator, Transition,
     TxnCoordinatorConfig, TxnView,
@@ -149,7 +149,7 @@ impl TransactionManager {
                 ("cleanup.policy".to_string(), "compact".to_string()),
                 ("compression.type".to_string(), "uncompressed".to_string()),
                 ("min.insync.replicas".to_string(), min_isr.to_string()),
-                ("segment.bytes".to_string(), self.config.segment_bytes.to_string()),
+                topic_config::segment_bytes_entry(self.config.segment_bytes.into()),
                 ("unclean.leader.election.enable".to_string(), "false".to_string()),
             ]),
         }

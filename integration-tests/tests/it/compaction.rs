@@ -122,7 +122,7 @@ async fn compaction_keeps_the_latest_value_per_key_and_drops_expired_tombstones(
         1,
         &[
             ("cleanup.policy", "compact"),
-            ("segment.bytes", "16384"),
+            ("internal.segment.bytes", "16384"),
             // Closes the active segment soon after the last write, so all of it can be cleaned.
             ("segment.ms", "1000"),
             ("min.cleanable.dirty.ratio", "0.01"),

@@ -100,7 +100,7 @@ fn acked_records_survive_a_power_cut_on_a_leader_rolling_segments() -> Result<()
         &cluster,
         topic,
         &[[LAZY, 2, 3], [LAZY, 3, 2]],
-        &[("segment.bytes", "4096")],
+        &[("internal.segment.bytes", "4096")],
     )?;
     cut_power_and_check(&mut cluster, topic, 2, true)?;
     let dir = cluster.data_dir(2).join(format!("{topic}-0"));
