@@ -30,7 +30,7 @@ use crate::controller::{self, Outcome};
 use crate::fetch_session::FetchSessionCache;
 use crate::group::GroupMetadataManager;
 use crate::metadata::image::MetadataImage;
-use crate::metadata::records::{Endpoint, MetadataCommand};
+use crate::metadata::records::{Endpoint, MetadataCommand, BROKER_DEFAULT};
 use crate::metadata::{node_id_of, CommitError, MetadataError, MetadataStore};
 use crate::metrics::history::History;
 use crate::metrics::BrokerMetrics;
@@ -180,6 +180,24 @@ impl Broker {
     /// the dynamic broker configs of `image` (the one the request is served from) on top.
     pub fn topic_defaults(&self, image: &MetadataImage) -> Cow<'_, BrokerOverrides> {
         topic_config::broker_defaults(&self.config.overrides, &image.broker_configs, self.config.node_id)
+    }
+
+    /// A dynamic broker setting ([`topic_config::LIVE_BROKER_SETTINGS`]) as it now applies to
+    /// this broker: its own dynamic value, else the cluster-wide one, else `fallback` (the
+    /// static setting). A value that does not parse (the controller validated it) falls back.
+    pub fn dynamic_setting<T: std::str::FromStr>(&self, key: &str, fallback: T) -> T {
+        let image = self.metadata.image();
+        [self.config.node_id, BROKER_DEFAULT]
+            .iter()
+            .find_map(|id| image.broker_configs.get(id)?.get(key))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(fallback)
+    }
+
+    /// Whether partition leaders verify a producer's first transactional write with its
+    /// coordinator (`transaction.partition.verification.enable`, dynamic).
+    pub fn partition_verification(&self) -> bool {
+        self.dynamic_setting("transaction.partition.verification.enable", self.txn.partition_verification())
     }
 
     /// Commits a metadata change through the quorum and applies it to the hosted partitions

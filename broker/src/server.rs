@@ -44,7 +44,7 @@ pub async fn run(broker: Arc<Broker>, listeners: Vec<(Arc<str>, TcpListener)>, m
     let writeback = tokio::spawn(run_writeback(broker.clone(), shutdown.clone()));
     let log_cleaner = tokio::spawn(run_log_cleaner(broker.clone(), shutdown.clone()));
     // `max.connections` counts the connections of every listener together.
-    let slots = Arc::new(tokio::sync::Semaphore::new(broker.config.max_connections));
+    let slots = Arc::new(ConnectionSlots::default());
     let accepting: Vec<_> = listeners
         .into_iter()
         .map(|(name, listener)| tokio::spawn(accept(broker.clone(), name, listener, slots.clone(), shutdown.clone())))
@@ -62,10 +62,9 @@ async fn accept(
     broker: Arc<Broker>,
     name: Arc<str>,
     listener: TcpListener,
-    slots: Arc<tokio::sync::Semaphore>,
+    slots: Arc<ConnectionSlots>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let max_connections = broker.config.max_connections;
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
@@ -73,7 +72,10 @@ async fn accept(
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    // Dynamic: read at each accept, so a lowered limit refuses new
+                    // connections at once and leaves the open ones be.
+                    let max_connections = broker.dynamic_setting("max.connections", broker.config.max_connections);
+                    let Some(slot) = slots.take(max_connections) else {
                         tracing::warn!(%peer, "refusing a connection: max.connections={max_connections} connections are already open");
                         continue;
                     };
@@ -100,6 +102,32 @@ async fn accept(
     });
     if drained.await.is_err() {
         connections.abort_all();
+    }
+}
+
+/// Client connections open over all listeners, against `max.connections` (which may change
+/// while they are open).
+#[derive(Default)]
+struct ConnectionSlots {
+    open: std::sync::atomic::AtomicUsize,
+}
+
+/// One open connection's place in [`ConnectionSlots`]; given back when dropped.
+struct ConnectionSlot(Arc<ConnectionSlots>);
+
+impl ConnectionSlots {
+    /// A place for one more connection, if fewer than `limit` are open.
+    fn take(self: &Arc<Self>, limit: usize) -> Option<ConnectionSlot> {
+        self.open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| (open < limit).then_some(open + 1))
+            .ok()
+            .map(|_| ConnectionSlot(self.clone()))
+    }
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -142,7 +170,7 @@ async fn run_housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<boo
 
 fn expire_producers(broker: &Broker) {
     let now = now_ms();
-    let expiration_ms = broker.config.producer_id_expiration_ms;
+    let expiration_ms = broker.dynamic_setting("producer.id.expiration.ms", broker.config.producer_id_expiration_ms);
     for partition in broker.replicas.all() {
         let expired = partition.expire_producers(now, expiration_ms);
         if expired > 0 {
@@ -242,8 +270,13 @@ async fn run_log_cleaner(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool
     }
     let stop = Arc::new(AtomicBool::new(false));
     let mut state = Some(CleanerState::new(&broker, &config, stop.clone()));
-    let backoff = Duration::from_millis(config.backoff_ms);
+    let mut images = broker.metadata.subscribe();
     loop {
+        // Dynamic (Kafka reconfigures its cleaner too): read before each pass.
+        let dedupe_bytes = broker.dynamic_setting("log.cleaner.dedupe.buffer.size", config.dedupe_buffer_size);
+        if let Some(s) = state.as_mut() {
+            s.cleaner.set_dedupe_buffer_size(dedupe_bytes);
+        }
         let (pass_broker, mut pass_state) = (broker.clone(), state.take());
         let mut pass = tokio::task::spawn_blocking(move || {
             let cleaned = pass_state
@@ -268,11 +301,28 @@ async fn run_log_cleaner(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool
                 }
             },
         };
-        if !cleaned {
-            tokio::select! {
-                _ = shutdown.changed() => return,
-                _ = tokio::time::sleep(backoff) => {}
-            }
+        if !cleaned && cleaner_backoff(&broker, config.backoff_ms, &mut images, &mut shutdown).await {
+            return;
+        }
+    }
+}
+
+/// Sleeps `log.cleaner.backoff.ms` from now, as it is at each metadata change (it is
+/// dynamic: a shorter one set meanwhile ends the sleep sooner). True on shutdown.
+async fn cleaner_backoff(
+    broker: &Broker,
+    static_backoff_ms: u64,
+    images: &mut watch::Receiver<Arc<crate::metadata::image::MetadataImage>>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> bool {
+    let idle_since = tokio::time::Instant::now();
+    let mut watching = true;
+    loop {
+        let backoff = Duration::from_millis(broker.dynamic_setting("log.cleaner.backoff.ms", static_backoff_ms));
+        tokio::select! {
+            _ = shutdown.changed() => return true,
+            _ = tokio::time::sleep_until(idle_since + backoff) => return false,
+            changed = images.changed(), if watching => watching = changed.is_ok(),
         }
     }
 }

@@ -343,9 +343,24 @@ pub fn throttled_replicas_include(list: &str, partition: i32, broker: i32) -> bo
 pub const LEADER_THROTTLED_RATE: &str = "leader.replication.throttled.rate";
 pub const FOLLOWER_THROTTLED_RATE: &str = "follower.replication.throttled.rate";
 
+/// Broker settings of Kafka's dynamic ones (its `DynamicBrokerConfig` reconfigurables) that
+/// are not topic defaults, as Sluice has them: each is read where it is used from the newest
+/// metadata image (`Broker::dynamic_setting`), so a change applies without a restart. With
+/// its type and Kafka's lower bound.
+pub const LIVE_BROKER_SETTINGS: &[(&str, ConfigType, i64)] = &[
+    ("log.cleaner.backoff.ms", ConfigType::Long, 0),
+    ("log.cleaner.dedupe.buffer.size", ConfigType::Long, 1),
+    ("max.connections", ConfigType::Int, 0),
+    ("producer.id.expiration.ms", ConfigType::Int, 1),
+    ("transaction.partition.verification.enable", ConfigType::Boolean, 0),
+];
+
 /// Whether brokers take `name` while they run (see [`validate_dynamic_broker_config`]).
 pub fn is_dynamic_broker_config(name: &str) -> bool {
-    name == LEADER_THROTTLED_RATE || name == FOLLOWER_THROTTLED_RATE || by_broker_synonym(name).is_some()
+    name == LEADER_THROTTLED_RATE
+        || name == FOLLOWER_THROTTLED_RATE
+        || by_broker_synonym(name).is_some()
+        || LIVE_BROKER_SETTINGS.iter().any(|(n, ..)| *n == name)
 }
 
 /// Validates a dynamic broker config (IncrementalAlterConfigs on a broker resource): a topic
@@ -358,10 +373,20 @@ pub fn validate_dynamic_broker_config(name: &str, value: &str) -> Result<(), Str
             _ => Err(format!("{name} must be a byte rate of 0 or more, not {value:?}")),
         };
     }
+    if let Some((_, ty, low)) = LIVE_BROKER_SETTINGS.iter().find(|(n, ..)| *n == name) {
+        let invalid = |reason: String| format!("Invalid value {value} for configuration {name}: {reason}");
+        ty.validate(value).map_err(invalid)?;
+        return match value.parse::<i64>() {
+            Ok(v) if v < *low => Err(invalid(format!("Value must be at least {low}"))),
+            _ => Ok(()),
+        };
+    }
     let def = by_broker_synonym(name).ok_or_else(|| {
+        let live: Vec<&str> = LIVE_BROKER_SETTINGS.iter().map(|(n, ..)| *n).collect();
         format!(
             "{name} is not a dynamic broker config: set it at start with --set {name}=VALUE \
-             (dynamic ones are the topic defaults such as log.retention.ms and the replication throttle rates)"
+             (dynamic ones are the topic defaults such as log.retention.ms, the replication throttle rates and {})",
+            live.join(", ")
         )
     })?;
     validate(def.name, value).map_err(|e| match e {

@@ -34,6 +34,7 @@ pub mod node_spec;
 pub mod pki;
 pub mod procstat;
 pub mod security;
+pub mod sluice_cli;
 pub mod wire;
 
 pub use cluster::{retry_port_races, Cluster};

@@ -85,7 +85,7 @@ pub fn handle(ctx: &RequestContext, request: ProduceRequest) -> Reply {
     // has the leader add the partition, whatever `transaction.partition.verification.enable`.
     let tv2 = version >= TV2_SINCE && broker.txn.tv2_enabled();
     let verifying = transactional_id
-        .filter(|id| !id.is_empty() && acks != 0 && (broker.txn.partition_verification() || tv2))
+        .filter(|id| !id.is_empty() && acks != 0 && (broker.partition_verification() || tv2))
         .map(str::to_string);
     let timeout_ms = request.timeout_ms;
     let Some(transactional_id) = verifying else {

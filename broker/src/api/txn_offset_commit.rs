@@ -86,7 +86,7 @@ async fn verify(
 ) -> Result<TxnVerification, ResponseError> {
     // A transactions v2 producer sends no AddOffsetsToTxn: the group's partition is added here.
     let add = version >= TV2_SINCE && broker.txn.tv2_enabled();
-    if !broker.txn.partition_verification() && !add {
+    if !broker.partition_verification() && !add {
         return Ok(TxnVerification::Unchecked);
     }
     let (producer_id, producer_epoch) = (request.producer_id.0, request.producer_epoch);

@@ -216,6 +216,12 @@ impl LogCleaner {
         }
     }
 
+    /// The dedupe buffer of the passes that follow (`log.cleaner.dedupe.buffer.size` is
+    /// dynamic); the map is made at that size at the start of each pass.
+    pub fn set_dedupe_buffer_size(&mut self, bytes: u64) {
+        self.dedupe_buffer_size = bytes.max(1);
+    }
+
     /// Cleans what `to_clean` offers of `log` (see the module docs). Holds the log's lock only to
     /// swap cleaned segments in. `now_ms` decides which tombstones have expired.
     pub fn clean(

@@ -3,8 +3,7 @@
 //! read, their exit statuses and error sentences checked.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
@@ -12,56 +11,8 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, StreamConsumer};
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
 use sluice_integration_tests::clients::{self, wait_until};
+use sluice_integration_tests::sluice_cli::{json_lines, sluice, sluice_with_stdin};
 use sluice_integration_tests::{sluice_binary, Cluster};
-
-/// What a `sluice` client command printed, and how it exited.
-struct Run {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn json(&self) -> Result<Value> {
-        ensure!(self.ok, "the command failed: {}", self.stderr);
-        serde_json::from_str(&self.stdout).with_context(|| format!("not JSON: {}", self.stdout))
-    }
-}
-
-fn sluice(bootstrap: &str, args: &[&str]) -> Result<Run> {
-    sluice_with_stdin(bootstrap, args, "")
-}
-
-/// `sluice ARGS --bootstrap BOOTSTRAP` with `stdin` as its standard input.
-fn sluice_with_stdin(bootstrap: &str, args: &[&str], stdin: &str) -> Result<Run> {
-    let mut child = Command::new(sluice_binary()?)
-        .args(args)
-        .args(["--bootstrap", bootstrap, "--timeout-ms", "10000"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("running sluice")?;
-    let mut input = child.stdin.take().context("stdin")?;
-    let text = stdin.to_owned();
-    let writer = std::thread::spawn(move || input.write_all(text.as_bytes()));
-    let output = child.wait_with_output()?;
-    writer.join().expect("stdin writer")?;
-    Ok(Run {
-        ok: output.status.success(),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    })
-}
-
-/// One JSON document per line.
-fn json_lines(run: &Run) -> Result<Vec<Value>> {
-    ensure!(run.ok, "the command failed: {}", run.stderr);
-    run.stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).with_context(|| format!("not JSON: {l}")))
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn topic_commands_create_describe_alter_grow_and_delete_topics_and_refuse_with_kafkas_error() -> Result<()> {

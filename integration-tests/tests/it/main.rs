@@ -9,6 +9,7 @@ mod bad_input;
 mod bad_input_batches;
 mod bad_input_fetch;
 mod bad_input_quorum;
+mod broker_configs;
 mod cli;
 mod cluster;
 mod compaction;
