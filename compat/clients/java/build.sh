@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Builds the Java adapters of the compatibility matrix (java-client, kafka-tools): fetches Kafka's
 # jars into .java-lib (scripts/java-lib.sh, cached) and compiles compat/clients/java/src into
-# .compat-build/java with javac, only when a source is newer than the last build.
+# .compat-build/java with javac, only when a source or the jars (a new .java-lib copy) are newer
+# than the last build.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 bash scripts/java-lib.sh
 out=.compat-build/java
 stamp=$out/.built
-if [ -f "$stamp" ] && [ -z "$(find compat/clients/java/src -newer "$stamp" -name '*.java')" ]; then
+if [ -f "$stamp" ] && [ ! .java-lib/.complete -nt "$stamp" ] \
+    && [ -z "$(find compat/clients/java/src -newer "$stamp" -name '*.java')" ]; then
     echo "compat Java adapters are up to date in $out"
     exit 0
 fi
