@@ -10,7 +10,7 @@
 #
 # Needs what scripts/test.sh installs: a release build of sluice ($SLUICE_BIN, default
 # $CARGO_TARGET_DIR/release/sluice or target/release/sluice), kcat, .venv with
-# integration-tests/python/requirements.txt, and .java-lib with the Kafka 4.1 jars.
+# integration-tests/python/requirements.txt, and .java-lib with the Kafka 4.4 jars.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -86,22 +86,22 @@ CP=$(ls "$ROOT"/.java-lib/*.jar | tr '\n' ':')
 java_tool() { timeout 120 java -cp "$CP" "$@" 2>&1 | tail -n 1 || true; }
 for codec in none gzip snappy lz4 zstd; do
     seq 1 30 | sed "s/^/java-$codec-/" | java_tool org.apache.kafka.tools.ConsoleProducer --bootstrap-server "$B" \
-        --topic "java-$codec" --producer-property "compression.type=$codec"
+        --topic "java-$codec" --command-property "compression.type=$codec"
 done
 seq 1 20 | sed 's/^/k:/' | java_tool org.apache.kafka.tools.ConsoleProducer --bootstrap-server "$B" \
-    --topic java-keyed --property parse.key=true --property key.separator=: \
-    --producer-property enable.idempotence=true --producer-property acks=all
+    --topic java-keyed --reader-property parse.key=true --reader-property key.separator=: \
+    --command-property enable.idempotence=true --command-property acks=all
 java_tool org.apache.kafka.tools.ProducerPerformance --topic java-perf --num-records 300 --throughput -1 \
-    --record-size 50 --producer-props "bootstrap.servers=$B" compression.type=lz4 linger.ms=5
+    --record-size 50 --bootstrap-server "$B" --command-property compression.type=lz4 linger.ms=5
 java_tool org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$B" --topic java-gzip \
     --group java-group --from-beginning --max-messages 30 --timeout-ms 20000
 java_tool org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$B" --topic java-zstd \
-    --partition 0 --offset earliest --max-messages 5 --timeout-ms 10000 --property print.key=true
+    --partition 0 --offset earliest --max-messages 5 --timeout-ms 10000 --formatter-property print.key=true
 topics() { java_tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$B" "$@"; }
 topics --create --topic java-admin --partitions 3 --config retention.ms=3600000
 topics --describe --topic java-admin
 topics --alter --topic java-admin --partitions 4
-configs() { java_tool kafka.admin.ConfigCommand --bootstrap-server "$B" "$@"; }
+configs() { java_tool org.apache.kafka.tools.ConfigCommand --bootstrap-server "$B" "$@"; }
 configs --alter --entity-type topics --entity-name java-admin --add-config retention.ms=7200000,cleanup.policy=compact
 configs --alter --entity-type topics --entity-name java-admin --delete-config retention.ms
 configs --describe --entity-type topics --entity-name java-admin

@@ -4,7 +4,7 @@
 # Streams application integration-tests/java/streams/src into .java-streams/classes with javac,
 # again only when a source is newer than the last build. Used by scripts/test.sh for
 # integration-tests/python/test_kafka_streams.py. Kept apart from .java-lib (scripts/java-lib.sh),
-# which pins Kafka 4.1 for the CLI tests.
+# the CLI tests' jars, so each moves on its own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v mvn >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then

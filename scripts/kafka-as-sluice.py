@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Apache Kafka 4.1 in sluice's clothes: accepts the `sluice` command line the test harnesses
+"""Apache Kafka 4.4 in sluice's clothes: accepts the `sluice` command line the test harnesses
 use (--node-id, --data-dir, --listen, --advertise, --voters, --controller-listen, --set k=v;
 --cluster-secret-file is accepted and ignored: this KRaft controller listener is plaintext) and
 runs a KRaft broker+controller from the jars in .java-lib instead. Point a test at it to see

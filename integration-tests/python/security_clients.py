@@ -100,7 +100,7 @@ class Login:
         return {**kw, **extra}
 
     def java_properties(self, path: Path) -> Path:
-        """A client properties file (--command-config, --producer.config, --consumer.config)."""
+        """A client properties file (the Java tools' --command-config)."""
         lines = [f"security.protocol={self.protocol}"]
         if self.tls:
             lines += [f"ssl.truststore.location={self.truststore}", "ssl.truststore.type=PKCS12",

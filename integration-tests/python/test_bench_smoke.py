@@ -7,7 +7,7 @@
    "sluice" and once "kafka", to keep CI short) into the one table, with a ratio of exactly 1
    for identical figures, and a real PNG of the latency percentiles.
 3. The ratio points the same way for every figure (> 1 = Sluice better) and ProducerPerformance's
-   closing line is parsed as Kafka 4.1 prints it.
+   closing line is parsed as Kafka 4.4 prints it.
 4. Transactions: ProducerPerformance's transactional phase is the idempotent one's command with
    --transactional-id and 100 ms transactions, and its figures sit beside the idempotent ones
    with each system's transaction cost (1 - txn/idempotent) and a ratio > 1 when transactions

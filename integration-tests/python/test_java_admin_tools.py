@@ -1,4 +1,4 @@
-"""Kafka 4.1's own admin tools against sluice: on a 3-node cluster `kafka-leader-election`
+"""Kafka 4.4's own admin tools against sluice: on a 3-node cluster `kafka-leader-election`
 (LeaderElectionCommand, ElectLeaders) preferred and unclean, and `kafka-topics --describe`
 (TopicCommand, which pages with DescribeTopicPartitions when the broker advertises it); on one
 node `kafka-transactions describe-producers` (TransactionsCommand, DescribeProducers)."""

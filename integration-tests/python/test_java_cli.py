@@ -1,4 +1,4 @@
-"""Apache Kafka's own Java client and CLI tools (kafka-tools 4.1 from Maven Central) against real
+"""Apache Kafka's own Java client and CLI tools (kafka-tools 4.4 from Maven Central) against real
 sluice brokers, with their default settings: the console producer is idempotent by default, and
 the producer keeps going through a leader failover on a 3-node cluster."""
 
@@ -45,9 +45,9 @@ def test_kafka_topics_and_kafka_configs_create_describe_and_alter(start_node):
                            "--describe", "--topic", "java-admin")
     assert "PartitionCount: 3" in described
     assert described.count("Leader: 1") == 3
-    kafka_tool("kafka.admin.ConfigCommand", "--bootstrap-server", node.bootstrap, "--alter",
+    kafka_tool("org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", node.bootstrap, "--alter",
                "--entity-type", "topics", "--entity-name", "java-admin", "--add-config", "retention.ms=7200000")
-    configs = kafka_tool("kafka.admin.ConfigCommand", "--bootstrap-server", node.bootstrap,
+    configs = kafka_tool("org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", node.bootstrap,
                          "--describe", "--entity-type", "topics", "--entity-name", "java-admin")
     assert "retention.ms=7200000" in configs
     kafka_tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", node.bootstrap, "--delete",
@@ -59,7 +59,7 @@ def test_kafka_topics_and_kafka_configs_create_describe_and_alter(start_node):
 def test_kafka_configs_dynamic_broker_configs_are_topic_defaults_per_broker_and_cluster_wide(cluster):
     nodes = cluster()
     bootstrap = ",".join(n.bootstrap for n in nodes)
-    configs = "kafka.admin.ConfigCommand"
+    configs = "org.apache.kafka.tools.ConfigCommand"
 
     def describe(*entity: str) -> str:
         return kafka_tool(configs, "--bootstrap-server", bootstrap, "--describe", *entity)
@@ -121,7 +121,7 @@ def test_java_producer_with_defaults_carries_on_through_a_leader_failover_losing
     perf = subprocess.Popen(
         ["java", "-cp", os.pathsep.join(str(j) for j in jars), "org.apache.kafka.tools.ProducerPerformance",
          "--topic", "java-failover", "--num-records", str(total), "--throughput", "5000", "--record-size", "512",
-         "--producer-props", f"bootstrap.servers={bootstrap}"],
+         "--bootstrap-server", bootstrap],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     admin = AdminClient({"bootstrap.servers": bootstrap})
     # Once records flow (the high watermark of partition 0 moves), kill that partition's leader.

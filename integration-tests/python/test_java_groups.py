@@ -1,4 +1,4 @@
-"""Consumer groups with Apache Kafka's own Java tools (kafka-tools 4.1, see test_java_cli.py):
+"""Consumer groups with Apache Kafka's own Java tools (kafka-tools 4.4, see test_java_cli.py):
 kafka-console-consumer in a group (default group.protocol=classic) resumes at its committed
 offset, and kafka-consumer-groups lists, describes (offsets and lag, members, state), resets and
 deletes groups."""
@@ -56,7 +56,7 @@ def test_two_java_console_consumers_of_one_group_split_the_partitions(start_node
     consumers = [subprocess.Popen(
         ["java", "-cp", jars, CONSOLE_CONSUMER, "--bootstrap-server", node.bootstrap, "--topic", topic,
          "--group", "java-split-g", "--from-beginning", "--timeout-ms", "8000",
-         "--property", "print.partition=true"],
+         "--formatter-property", "print.partition=true"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     try:
         admin = AdminClient({"bootstrap.servers": node.bootstrap, "log_level": 3})

@@ -1,4 +1,4 @@
-"""Client quotas through Kafka's own `kafka-configs` (kafka.admin.ConfigCommand, Kafka 4.1)
+"""Client quotas through Kafka's own `kafka-configs` (org.apache.kafka.tools.ConfigCommand, Kafka 4.4)
 against a single sluice node: alter, describe and delete quotas of client ids, the default
 client id and user + client-id entities, kept across a restart; invalid values, and the quota
 keys Sluice does not enforce (request_percentage, controller_mutation_rate), are refused with
@@ -11,7 +11,7 @@ import subprocess
 
 from test_java_cli import JAVA_LIB, kafka_tool
 
-CONFIG_COMMAND = "kafka.admin.ConfigCommand"
+CONFIG_COMMAND = "org.apache.kafka.tools.ConfigCommand"
 
 
 def configs(node, *args: str) -> str:

@@ -1,4 +1,4 @@
-"""`kafka-reassign-partitions` (ReassignPartitionsCommand from kafka-tools 4.1) on a 3-node
+"""`kafka-reassign-partitions` (ReassignPartitionsCommand from kafka-tools 4.4) on a 3-node
 cluster: --generate proposes a plan, --execute with --throttle starts the moves (setting the
 replication throttles), --verify waits for them to complete and clears the throttles, and every
 record is still there, read from the partitions' new homes."""
@@ -15,7 +15,7 @@ from test_java_records_and_log_dirs import produce_lines
 
 REASSIGN = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
 TOPICS = "org.apache.kafka.tools.TopicCommand"
-CONFIGS = "kafka.admin.ConfigCommand"
+CONFIGS = "org.apache.kafka.tools.ConfigCommand"
 
 
 def json_file(doc: dict) -> str:

@@ -1,4 +1,4 @@
-"""Kafka's own admin tools (kafka-tools 4.1 from Maven Central) for the APIs a new user tried
+"""Kafka's own admin tools (kafka-tools 4.4 from Maven Central) for the APIs a new user tried
 first and found missing: kafka-delete-records, kafka-log-dirs, and kafka-acls without an
 authorizer (SECURITY_DISABLED, as Kafka answers, not a closed connection)."""
 

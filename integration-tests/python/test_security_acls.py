@@ -274,7 +274,7 @@ def test_an_idempotent_producer_needs_only_write_on_a_topic(node, tmp_path):
     if list(JAVA_LIB.glob("*.jar")):
         config = login(node, "idem").java_properties(tmp_path / "idem.properties")
         done = java(CONSOLE_PRODUCER, "--bootstrap-server", node.bootstrap, "--topic", "idem-topic",
-                    "--producer.config", str(config), stdin="java-0\njava-1\njava-2\n")
+                    "--command-config", str(config), stdin="java-0\njava-1\njava-2\n")
         assert done.returncode == 0 and "Exception" not in done.stderr, done.stdout + done.stderr
         values, error = consume_and_close(node, "admin", "idem-topic", 8, "idem-check")
         assert (values[5:], error) == ([b"java-0", b"java-1", b"java-2"], None), (values, error)

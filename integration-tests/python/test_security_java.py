@@ -1,4 +1,4 @@
-"""Kafka 4.1's Java client and CLI tools against a broker whose keystore and truststore are
+"""Kafka 4.4's Java client and CLI tools against a broker whose keystore and truststore are
 PKCS12 files (an `openssl pkcs12 -export` keystore, a `keytool` truststore): the console
 producer and a console consumer in a group over SASL_SSL (SCRAM-SHA-512, PLAIN, and
 OAUTHBEARER with Kafka's own OAuth login reading a signed JWT from a file), SSL with a client
@@ -22,7 +22,7 @@ pytestmark = [
 
 ADMIN = ("admin", "admin-secret")
 ALICE = ("alice", "alice-secret")
-CONFIGS = "kafka.admin.ConfigCommand"
+CONFIGS = "org.apache.kafka.tools.ConfigCommand"
 TOPICS = "org.apache.kafka.tools.TopicCommand"
 PRODUCER = "org.apache.kafka.tools.ConsoleProducer"
 CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
@@ -99,11 +99,11 @@ def test_java_console_clients_produce_and_consume_in_a_group(node, pki, truststo
     slug = scenario.replace("/", "-").lower()
     topic, group = f"java-{slug}", f"java-{slug}-group"
     lines = [f"{slug}-{i}" for i in range(50)]
-    java_ok(PRODUCER, "--bootstrap-server", creds.bootstrap, "--topic", topic, "--producer.config", config,
+    java_ok(PRODUCER, "--bootstrap-server", creds.bootstrap, "--topic", topic, "--command-config", config,
             stdin="\n".join(lines) + "\n", jvm_options=jvm)
     out = java_ok(CONSUMER, "--bootstrap-server", creds.bootstrap, "--topic", topic, "--group", group,
                   "--from-beginning", "--max-messages", str(len(lines)), "--timeout-ms", "30000",
-                  "--consumer.config", config, jvm_options=jvm)
+                  "--command-config", config, jvm_options=jvm)
     assert out.splitlines() == lines
     # The console consumer auto-commits; its close commits what it printed.
     assert committed(node, group, topic) == len(lines)

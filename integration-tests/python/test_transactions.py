@@ -439,7 +439,7 @@ def test_java_transactional_message_copier_copies_exactly_n_with_random_aborts(b
     config.write_text("isolation.level=read_committed\n")
     out = kafka_tool("org.apache.kafka.tools.VerifiableConsumer", "--bootstrap-server", brokers.bootstrap,
                      "--topic", sink, "--group-id", unique("java-verify-g"), "--max-messages", str(n),
-                     "--reset-policy", "earliest", "--verbose", "--consumer.config", str(config), timeout=120)
+                     "--reset-policy", "earliest", "--verbose", "--command-config", str(config), timeout=120)
     consumed = [e for e in map(json.loads, filter(lambda l: l.startswith("{"), out.splitlines()))
                 if e["name"] == "record_data"]
     assert sorted(int(e["value"]) for e in consumed) == list(range(n)), "the Java read_committed consumer"
@@ -462,7 +462,7 @@ def test_java_producer_perf_in_100ms_transactions_pipelines_over_many_partitions
     out = kafka_tool("org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
                      "--num-records", str(n), "--record-size", "2048", "--throughput", "-1",
                      "--transactional-id", unique("java-perf"), "--transaction-duration-ms", "100",
-                     "--producer-props", f"bootstrap.servers={brokers.bootstrap}", "acks=all", timeout=120)
+                     "--bootstrap-server", brokers.bootstrap, "--command-property", "acks=all", timeout=120)
     assert f"{n} records sent" in out.splitlines()[-1], out
     committed = read_all(brokers, topic, "read_committed", partitions)
     assert len(committed) == n, f"{len(committed)} committed records read, {n} sent"

@@ -11,7 +11,7 @@ import java.nio.file.Path;
 import java.util.concurrent.TimeUnit;
 import java.util.ArrayList;
 import java.util.List;
-import org.apache.kafka.common.utils.Exit;
+import org.apache.kafka.common.utils.internals.Exit;
 
 /**
  * Runs a Kafka CLI tool's {@code main} inside this JVM (one JVM start for all tools) as if it were

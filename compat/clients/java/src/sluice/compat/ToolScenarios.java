@@ -22,8 +22,8 @@ import org.apache.kafka.common.Node;
 import org.apache.kafka.common.TopicPartition;
 
 /**
- * The kafka-tools column: Apache Kafka's own CLI tool classes (kafka-tools 4.1, and kafka_2.13 for
- * kafka-configs), each run in-process by ToolRunner. A row passes only when the tool exits 0 and
+ * The kafka-tools column: Apache Kafka's own CLI tool classes (kafka-tools 4.4, kafka-configs
+ * among them), each run in-process by ToolRunner. A row passes only when the tool exits 0 and
  * its output (or the cluster afterwards) shows the operation happened.
  */
 final class ToolScenarios {
@@ -99,7 +99,7 @@ final class ToolScenarios {
 
     static String configs(Harness.Context ctx) throws Exception {
         String t = createTopic(ctx, ctx.name("tool-configs"), 1), b = ctx.bootstrap();
-        String configCommand = "kafka.admin.ConfigCommand";
+        String configCommand = "org.apache.kafka.tools.ConfigCommand";
         tool(configCommand, "--bootstrap-server", b, "--alter", "--entity-type", "topics", "--entity-name", t,
                 "--add-config", "retention.ms=3600000");
         // Brokers apply a config change asynchronously (Kafka too): poll the describe.
@@ -122,10 +122,11 @@ final class ToolScenarios {
             lines.add("key-" + i + ":line-" + i);
         }
         toolWithInput(String.join("\n", lines) + "\n", TOOLS + "ConsoleProducer", "--bootstrap-server", b, "--topic", t,
-                "--property", "parse.key=true", "--property", "key.separator=:");
+                "--reader-property", "parse.key=true", "--reader-property", "key.separator=:");
         ToolRunner.Result r = tool(TOOLS + "consumer.ConsoleConsumer", "--bootstrap-server", b, "--topic", t,
                 "--from-beginning", "--max-messages", "100", "--timeout-ms", String.valueOf(TIMEOUT_MS),
-                "--group", ctx.name("tool-console"), "--property", "print.key=true", "--property", "key.separator=:");
+                "--group", ctx.name("tool-console"), "--formatter-property", "print.key=true",
+                "--formatter-property", "key.separator=:");
         List<String> got = r.out().lines().filter(l -> !l.isBlank()).toList();
         check(got.equals(lines), "console consumer printed " + got.size() + " lines, first " + got.stream().limit(2).toList()
                 + ", expected the 100 produced");
@@ -264,8 +265,8 @@ final class ToolScenarios {
     static String perf(Harness.Context ctx) throws Exception {
         String t = createTopic(ctx, ctx.name("tool-perf"), 1), b = ctx.bootstrap();
         shows(tool(TOOLS + "ProducerPerformance", "--topic", t, "--num-records", "2000", "--record-size", "100",
-                "--throughput", "-1", "--producer-props", "bootstrap.servers=" + b), "2000 records sent", "producer-perf-test");
-        ToolRunner.Result c = tool(TOOLS + "ConsumerPerformance", "--bootstrap-server", b, "--topic", t, "--messages", "2000",
+                "--throughput", "-1", "--bootstrap-server", b), "2000 records sent", "producer-perf-test");
+        ToolRunner.Result c = tool(TOOLS + "ConsumerPerformance", "--bootstrap-server", b, "--topic", t, "--num-records", "2000",
                 "--group", ctx.name("tool-perf"), "--timeout", String.valueOf(TIMEOUT_MS));
         // Header "start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, ..." then one row.
         List<String> rows = c.out().lines().filter(l -> !l.isBlank()).toList();
@@ -300,7 +301,7 @@ final class ToolScenarios {
     static String scramUsers(Harness.Context ctx) throws Exception {
         Security.Login admin = ctx.login("tool_scram_users");
         String b = admin.bootstrap(), user = ctx.name("user"), password = "pw-" + Long.toHexString(System.nanoTime());
-        String configCommand = "kafka.admin.ConfigCommand", adminConfig = admin.file().toString();
+        String configCommand = "org.apache.kafka.tools.ConfigCommand", adminConfig = admin.file().toString();
         shows(tool(configCommand, "--bootstrap-server", b, "--command-config", adminConfig, "--alter", "--add-config",
                 "SCRAM-SHA-512=[password=" + password + "]", "--entity-type", "users", "--entity-name", user),
                 "Completed updating config for user " + user + ".", "kafka-configs --alter --add-config SCRAM-SHA-512");
@@ -324,7 +325,7 @@ final class ToolScenarios {
             lines.add(user + "-" + i);
         }
         toolWithInput(String.join("\n", lines) + "\n", TOOLS + "ConsoleProducer", "--bootstrap-server", b, "--topic", t,
-                "--producer.config", login.file().toString(), "--producer-property", "acks=all");
+                "--command-config", login.file().toString(), "--command-property", "acks=all");
         List<String> got = readFromBeginning(ctx, t, lines.size()).stream().map(r -> text(r.value())).toList();
         check(got.equals(lines), "read back " + got.size() + " records, first " + got.stream().limit(2).toList()
                 + ", expected the " + lines.size() + " " + user + " produced");
@@ -333,7 +334,7 @@ final class ToolScenarios {
 
     static String clientCompatibility(Harness.Context ctx) throws Exception {
         String t = ctx.name("tool-compat");
-        // The flags say what Kafka 4.1 supports: the tool checks the broker does the same.
+        // The flags say what Kafka 4.4 supports: the tool checks the broker does the same.
         tool(TOOLS + "ClientCompatibilityTest", "--bootstrap-server", ctx.bootstrap(), "--topic", t,
                 "--offsets-for-times-supported", "true", "--cluster-id-supported", "true",
                 "--expect-record-too-large-exception", "false", "--num-cluster-nodes", String.valueOf(ctx.brokers()),
