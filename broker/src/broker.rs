@@ -194,6 +194,22 @@ impl Broker {
             .unwrap_or(fallback)
     }
 
+    /// The `transaction.version` in effect: finalized by UpdateFeatures (`kafka-features`), else
+    /// this node's `transaction.version` setting.
+    pub fn transaction_version(&self, image: &MetadataImage) -> i16 {
+        image
+            .features
+            .get(crate::controller::features::TRANSACTION_VERSION)
+            .copied()
+            .unwrap_or(self.config.txn.transaction_version)
+    }
+
+    /// Whether a request of a transactions v2 client version (Produce v12+, TxnOffsetCommit
+    /// v5+) is treated as one: `transaction.version` is 2.
+    pub fn tv2_enabled(&self) -> bool {
+        self.transaction_version(&self.metadata.image()) >= crate::txn::coordinator::TV2
+    }
+
     /// Whether partition leaders verify a producer's first transactional write with its
     /// coordinator (`transaction.partition.verification.enable`, dynamic).
     pub fn partition_verification(&self) -> bool {

@@ -5,6 +5,7 @@ the producer keeps going through a leader failover on a 3-node cluster."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -90,6 +91,57 @@ def test_kafka_configs_dynamic_broker_configs_are_topic_defaults_per_broker_and_
     assert "log.retention.ms" not in describe("--entity-type", "brokers", "--entity-default")
     broker_3 = describe("--entity-type", "brokers", "--entity-name", "3", "--all")
     assert "log.retention.ms=604800000" in broker_3, broker_3
+
+
+def test_kafka_features_describe_upgrade_downgrade_and_disable_transaction_version(cluster):
+    """UpdateFeatures through `kafka-features`: levels finalized in the quorum, seen by every
+    broker's ApiVersions with a newer epoch; out-of-range levels, metadata.version and an
+    upgrade that would lower the level are refused, and nothing changes."""
+    nodes = cluster()
+    bootstrap = ",".join(n.bootstrap for n in nodes)
+    features = "org.apache.kafka.tools.FeatureCommand"
+
+    def described(node) -> tuple[int, int]:
+        """(finalized level, epoch) of transaction.version as `node` answers ApiVersions."""
+        out = kafka_tool(features, "--bootstrap-server", node.bootstrap, "describe")
+        line = next(l for l in out.splitlines() if l.startswith("Feature: transaction.version"))
+        fields = dict(re.findall(r"(\w+): (\S+)", line))
+        assert fields["SupportedMinVersion"] == "0" and fields["SupportedMaxVersion"] == "2", line
+        return int(fields["FinalizedVersionLevel"]), int(fields["Epoch"])
+
+    def levels_everywhere(level: int, timeout: float = 20) -> int:
+        deadline = time.monotonic() + timeout
+        while True:
+            seen = [described(n) for n in nodes]
+            if all(lvl == level for lvl, _ in seen):
+                return max(epoch for _, epoch in seen)
+            assert time.monotonic() < deadline, f"brokers report {seen}, not level {level}"
+            time.sleep(0.2)
+
+    start_epoch = levels_everywhere(2)  # the nodes' transaction.version setting
+    out = kafka_tool(features, "--bootstrap-server", bootstrap, "downgrade", "--feature", "transaction.version=1")
+    assert "downgraded to 1" in out, out
+    downgraded_epoch = levels_everywhere(1)
+    assert downgraded_epoch > start_epoch
+
+    def refused(args: list[str], says: str) -> None:
+        jars = os.pathsep.join(str(j) for j in sorted(JAVA_LIB.glob("*.jar")))
+        done = subprocess.run(["java", "-cp", jars, features, "--bootstrap-server", bootstrap, *args],
+                              capture_output=True, text=True, timeout=90)
+        assert done.returncode != 0 and says in done.stdout + done.stderr, (args, done)
+
+    refused(["upgrade", "--feature", "transaction.version=3"], "Sluice supports levels 0 to 2")
+    refused(["upgrade", "--metadata", "4.0"], "versioned by the sluice build")
+    refused(["upgrade", "--feature", "share.version=1"], "does not support the feature share.version")
+    assert levels_everywhere(1) == downgraded_epoch, "a refused update changed the features"
+
+    kafka_tool(features, "--bootstrap-server", bootstrap, "disable", "--feature", "transaction.version")
+    levels_everywhere(0)
+    kafka_tool(features, "--bootstrap-server", bootstrap, "upgrade", "--feature", "transaction.version=2")
+    upgraded_epoch = levels_everywhere(2)
+    # Lowering the level needs the downgrade command; the broker refuses it as an upgrade.
+    refused(["upgrade", "--feature", "transaction.version=1"], "Can not downgrade transaction.version")
+    assert levels_everywhere(2) == upgraded_epoch
 
 
 def test_kafka_metadata_quorum_describe_status(start_node):

@@ -122,6 +122,7 @@ implemented_apis! {
     SaslHandshake: SaslHandshakeRequest => SaslHandshakeResponse;
     SaslAuthenticate: SaslAuthenticateRequest => SaslAuthenticateResponse;
     AlterUserScramCredentials: AlterUserScramCredentialsRequest => AlterUserScramCredentialsResponse;
+    UpdateFeatures: UpdateFeaturesRequest => UpdateFeaturesResponse;
     DescribeCluster: DescribeClusterRequest => DescribeClusterResponse;
     DescribeProducers: DescribeProducersRequest => DescribeProducersResponse;
     DescribeTopicPartitions: DescribeTopicPartitionsRequest => DescribeTopicPartitionsResponse;

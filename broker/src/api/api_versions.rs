@@ -1,7 +1,7 @@
 //! ApiVersions: the APIs and version ranges this broker serves, and (v3+) the features: the
-//! `transaction.version` levels it supports and the one finalized (`transaction.version`
-//! setting). Java clients from 4.0 and franz-go use transactions v2 (KIP-890 part 2) only
-//! when the finalized level is 2.
+//! levels it supports (`controller::features`) and those finalized, by UpdateFeatures in the
+//! metadata image or else by this node's `transaction.version` setting. Java clients from 4.0
+//! and franz-go use transactions v2 (KIP-890 part 2) only when `transaction.version` is 2.
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::api_versions_response::{ApiVersion, FinalizedFeatureKey, SupportedFeatureKey};
@@ -10,35 +10,41 @@ use kafka_protocol::protocol::StrBytes;
 use sluice_protocol::versions::all_supported;
 
 use super::RequestContext;
-
-const TRANSACTION_VERSION: &str = "transaction.version";
-/// The highest `transaction.version` this broker implements.
-const MAX_TRANSACTION_VERSION: i16 = 2;
-/// The epoch of the finalized features. They come from settings, not from the metadata log,
-/// so it never moves: a client reads them once per connection it opens.
-const FINALIZED_FEATURES_EPOCH: i64 = 0;
+use crate::controller::features::{SUPPORTED_FEATURES, TRANSACTION_VERSION};
 
 pub fn handle(ctx: &RequestContext, _request: ApiVersionsRequest) -> ApiVersionsResponse {
-    with_features(ctx.broker.config.txn.transaction_version)
+    let image = ctx.broker.metadata.image();
+    let transaction_version = ctx.broker.transaction_version(&image);
+    with_features(&[(TRANSACTION_VERSION, transaction_version)], image.features_epoch)
 }
 
-/// Every API's range and the `transaction.version` feature finalized at `transaction_version`.
-fn with_features(transaction_version: i16) -> ApiVersionsResponse {
-    let name = || StrBytes::from_static_str(TRANSACTION_VERSION);
-    let mut response = without_features()
-        .with_supported_features(vec![SupportedFeatureKey::default()
-            .with_name(name())
-            .with_min_version(0)
-            .with_max_version(MAX_TRANSACTION_VERSION)])
-        .with_finalized_features_epoch(FINALIZED_FEATURES_EPOCH);
-    if transaction_version > 0 {
-        // Kafka lists a feature as finalized only above level 0.
-        response = response.with_finalized_features(vec![FinalizedFeatureKey::default()
-            .with_name(name())
-            .with_min_version_level(transaction_version)
-            .with_max_version_level(transaction_version)]);
-    }
-    response
+/// Every API's range, the supported features, and `finalized` (name, level) with `epoch`
+/// (the metadata offset they last changed at; clients keep the answer of the highest).
+fn with_features(finalized: &[(&'static str, i16)], epoch: i64) -> ApiVersionsResponse {
+    let supported = SUPPORTED_FEATURES
+        .iter()
+        .map(|(name, min, max)| {
+            SupportedFeatureKey::default()
+                .with_name(StrBytes::from_static_str(name))
+                .with_min_version(*min)
+                .with_max_version(*max)
+        })
+        .collect();
+    // Kafka lists a feature as finalized only above level 0.
+    let finalized = finalized
+        .iter()
+        .filter(|(_, level)| *level > 0)
+        .map(|(name, level)| {
+            FinalizedFeatureKey::default()
+                .with_name(StrBytes::from_static_str(name))
+                .with_min_version_level(*level)
+                .with_max_version_level(*level)
+        })
+        .collect();
+    without_features()
+        .with_supported_features(supported)
+        .with_finalized_features_epoch(epoch)
+        .with_finalized_features(finalized)
 }
 
 fn without_features() -> ApiVersionsResponse {

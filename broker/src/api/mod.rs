@@ -54,6 +54,7 @@ pub mod sync_group;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod txn_offset_commit;
+pub mod update_features;
 pub mod write_txn_markers;
 
 use std::net::SocketAddr;
@@ -326,6 +327,7 @@ pub fn handle(broker: &Arc<Broker>, request: Request, session: &Session) -> Repl
         RequestBody::DescribeQuorum(r) => now!(DescribeQuorum, describe_quorum::handle, r),
         RequestBody::DeleteRecords(r) => later!(DeleteRecords, delete_records::handle, r),
         RequestBody::ElectLeaders(r) => later!(ElectLeaders, elect_leaders::handle, r),
+        RequestBody::UpdateFeatures(r) => later!(UpdateFeatures, update_features::handle, r),
         RequestBody::DescribeProducers(r) => now!(DescribeProducers, describe_producers::handle, r),
         RequestBody::DescribeTopicPartitions(r) => now!(DescribeTopicPartitions, describe_topic_partitions::handle, r),
         RequestBody::AlterReplicaLogDirs(r) => now!(AlterReplicaLogDirs, alter_replica_log_dirs::handle, r),

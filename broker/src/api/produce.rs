@@ -83,7 +83,7 @@ pub fn handle(ctx: &RequestContext, request: ProduceRequest) -> Reply {
         .record(&image, session.quota_user(), client_id, produced_bytes, now);
     // A transactions v2 producer sends no AddPartitionsToTxn: its first write to a partition
     // has the leader add the partition, whatever `transaction.partition.verification.enable`.
-    let tv2 = version >= TV2_SINCE && broker.txn.tv2_enabled();
+    let tv2 = version >= TV2_SINCE && broker.tv2_enabled();
     let verifying = transactional_id
         .filter(|id| !id.is_empty() && acks != 0 && (broker.partition_verification() || tv2))
         .map(str::to_string);
@@ -553,7 +553,7 @@ fn start_verification(
     let mut pending = PendingVerification {
         producer_id: -1,
         producer_epoch: -1,
-        add: version >= TV2_SINCE && broker.txn.tv2_enabled(),
+        add: version >= TV2_SINCE && broker.tv2_enabled(),
         partitions: Vec::new(),
     };
     let mut producer: Option<(i64, i16)> = None;

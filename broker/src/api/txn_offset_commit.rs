@@ -85,7 +85,7 @@ async fn verify(
     version: i16,
 ) -> Result<TxnVerification, ResponseError> {
     // A transactions v2 producer sends no AddOffsetsToTxn: the group's partition is added here.
-    let add = version >= TV2_SINCE && broker.txn.tv2_enabled();
+    let add = version >= TV2_SINCE && broker.tv2_enabled();
     if !broker.partition_verification() && !add {
         return Ok(TxnVerification::Unchecked);
     }

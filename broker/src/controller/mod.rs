@@ -8,7 +8,8 @@
 //! `partition_change` (AlterPartition, elections, taking a broker out of service),
 //! `elect_leaders` (the ElectLeaders admin request), `reassignment` (moving a partition to new
 //! replicas), `brokers` (registration, fencing, controlled shutdown, liveness), `configs`,
-//! `quotas` (client quotas), `scram` (SCRAM credentials), `acls` and `producer_ids`.
+//! `quotas` (client quotas), `scram` (SCRAM credentials), `acls`, `features` (finalized
+//! feature levels) and `producer_ids`.
 //! Managers depend only on `outcome` and on each other downward, never on `decide`.
 //!
 //! `timer` is the one part with a clock: the active controller's loop that proposes fencing
@@ -19,6 +20,7 @@ mod brokers;
 mod configs;
 mod elect_leaders;
 mod election;
+pub mod features;
 mod partition_change;
 mod placement;
 mod producer_ids;
@@ -132,5 +134,6 @@ pub fn decide(image: &MetadataImage, command: &MetadataCommand) -> Result<(Vec<M
         )),
         MetadataCommand::CreateAcls { acls } => done(acls::create_acls(image, acls)?),
         MetadataCommand::DeleteAcls { filters } => Ok(acls::delete_acls(image, filters)),
+        MetadataCommand::UpdateFeatures { updates } => done(features::update_features(image, updates)?),
     }
 }

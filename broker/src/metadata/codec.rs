@@ -45,7 +45,9 @@ pub mod pb {
 /// accept such a registration at once and unfence the previous incarnation.
 /// Version 5 added SCRAM credentials and ACLs (commands, records and image fields a version-4
 /// build would drop, letting users in with passwords since changed and ignoring ACLs).
-pub const METADATA_VERSION: u32 = 5;
+/// Version 6 added finalized feature levels (UpdateFeatures: a command, a record and image
+/// fields a version-5 build would drop, answering ApiVersions with its own static levels).
+pub const METADATA_VERSION: u32 = 6;
 
 /// Why metadata bytes were refused. Displayed after what was refused ("metadata log entry 7 ...").
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -445,6 +447,9 @@ fn command_to_pb(command: &MetadataCommand) -> pb::MetadataCommand {
         MetadataCommand::DeleteAcls { filters } => C::DeleteAcls(pb::DeleteAcls {
             filters: filters.iter().map(acl_filter_to_pb).collect(),
         }),
+        MetadataCommand::UpdateFeatures { updates } => C::UpdateFeatures(pb::UpdateFeatures {
+            updates: updates.iter().map(|(name, level)| feature_level_to_pb(name, *level)).collect(),
+        }),
     };
     pb::MetadataCommand { command: Some(command) }
 }
@@ -553,8 +558,23 @@ fn command_from_pb(command: pb::MetadataCommand) -> Decoded<MetadataCommand> {
             C::DeleteAcls(d) => MetadataCommand::DeleteAcls {
                 filters: d.filters.into_iter().map(acl_filter_from_pb).collect::<Decoded<_>>()?,
             },
+            C::UpdateFeatures(u) => MetadataCommand::UpdateFeatures {
+                updates: u.updates.into_iter().map(feature_level_from_pb).collect::<Decoded<_>>()?,
+            },
         },
     )
+}
+
+fn feature_level_to_pb(name: &str, level: i16) -> pb::FeatureLevel {
+    pb::FeatureLevel {
+        name: name.to_string(),
+        level: i32::from(level),
+    }
+}
+
+fn feature_level_from_pb(f: pb::FeatureLevel) -> Decoded<(String, i16)> {
+    let level = i16::try_from(f.level).map_err(|_| format!("feature {} has level {} out of range", f.name, f.level))?;
+    Ok((f.name, level))
 }
 
 fn scram_mechanism_to_pb(mechanism: ScramMechanism) -> i32 {
@@ -898,6 +918,7 @@ fn record_to_pb(record: &MetadataRecord) -> pb::MetadataRecord {
         MetadataRecord::RemoveAcl { id } => R::RemoveAcl(pb::AclId {
             id: id.as_bytes().to_vec(),
         }),
+        MetadataRecord::FeatureLevel { name, level } => R::FeatureLevel(feature_level_to_pb(name, *level)),
     };
     pb::MetadataRecord { record: Some(record) }
 }
@@ -982,6 +1003,10 @@ fn record_from_pb(record: pb::MetadataRecord) -> Decoded<MetadataRecord> {
             R::RemoveAcl(a) => MetadataRecord::RemoveAcl {
                 id: uuid("remove_acl id", &a.id)?,
             },
+            R::FeatureLevel(f) => {
+                let (name, level) = feature_level_from_pb(f)?;
+                MetadataRecord::FeatureLevel { name, level }
+            }
         },
     )
 }
@@ -1051,6 +1076,12 @@ fn image_to_pb(image: &MetadataImage) -> pb::Image {
             .iter()
             .map(|(id, binding)| acl_entry_to_pb(id, binding))
             .collect(),
+        features: image
+            .features
+            .iter()
+            .map(|(name, level)| feature_level_to_pb(name, *level))
+            .collect(),
+        features_epoch: image.features_epoch,
     }
 }
 
@@ -1128,6 +1159,12 @@ fn image_from_pb(image: pb::Image) -> Decoded<MetadataImage> {
             }
             std::sync::Arc::new(table)
         },
+        features: image
+            .features
+            .into_iter()
+            .map(feature_level_from_pb)
+            .collect::<Decoded<_>>()?,
+        features_epoch: image.features_epoch,
     })
 }
 
@@ -1259,6 +1296,10 @@ mod tests {
                 binding: acl("x", PatternType::Literal, AclPermission::Allow),
             },
             MetadataRecord::RemoveAcl { id: id(33) },
+            MetadataRecord::FeatureLevel {
+                name: "transaction.version".into(),
+                level: 2,
+            },
         ]
     }
 
@@ -1418,6 +1459,9 @@ mod tests {
             MetadataCommand::CreateAcls {
                 acls: vec![(id(41), acl("orders", PatternType::Prefixed, AclPermission::Allow))],
             },
+            MetadataCommand::UpdateFeatures {
+                updates: vec![("transaction.version".into(), 1), ("group.version".into(), 0)],
+            },
             MetadataCommand::DeleteAcls {
                 filters: vec![
                     AclFilter {
@@ -1531,9 +1575,15 @@ mod tests {
                 value: Some("1024".into()),
             },
             MetadataRecord::FenceBroker { broker_id: 1 },
+            MetadataRecord::FeatureLevel {
+                name: "transaction.version".into(),
+                level: 1,
+            },
         ] {
             image.apply(&record);
         }
+        assert!(image.features_epoch > 0, "the features epoch is the feature record's offset");
+        assert_eq!(image.features.get("transaction.version"), Some(&1), "features are part of the snapshot");
         assert!(!image.brokers.is_empty() && !image.broker_configs.is_empty() && image.next_producer_id > 0);
         assert_eq!(image.client_quotas.len(), 2, "client quotas are part of the snapshot");
         assert_eq!(

@@ -172,6 +172,12 @@ pub struct MetadataImage {
     /// The ACLs (Kafka's `AclsImage`), shared between images so that publishing a new image
     /// does not copy them.
     pub acls: Arc<AclTable>,
+    /// Finalized feature levels (Kafka's `FeaturesImage`), set by UpdateFeatures, 0 included.
+    /// A feature absent here is at the level the node's settings give (`transaction.version`).
+    pub features: BTreeMap<String, i16>,
+    /// The offset of the record that last changed `features`: ApiVersions' finalized features
+    /// epoch, by which clients tell a newer answer from an older one.
+    pub features_epoch: i64,
 }
 
 impl MetadataImage {
@@ -425,6 +431,12 @@ impl MetadataImage {
             MetadataRecord::Acl { id, binding } => Arc::make_mut(&mut self.acls).insert(*id, binding.clone()),
             MetadataRecord::RemoveAcl { id } => {
                 Arc::make_mut(&mut self.acls).remove(id);
+            }
+            MetadataRecord::FeatureLevel { name, level } => {
+                // Level 0 is kept, unlike Kafka: it overrides a node's setting (`kafka-features
+                // disable` must turn transactions v2 off even where `transaction.version=2`).
+                self.features.insert(name.clone(), *level);
+                self.features_epoch = self.last_offset as i64;
             }
         }
         Ok(())

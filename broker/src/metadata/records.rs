@@ -179,6 +179,8 @@ pub enum MetadataRecord {
     Acl { id: Uuid, binding: AclBinding },
     /// An ACL was deleted.
     RemoveAcl { id: Uuid },
+    /// A feature was finalized at `level`, 0 included (KRaft's `FeatureLevelRecord`).
+    FeatureLevel { name: String, level: i16 },
 }
 
 /// Kafka's SCRAM mechanisms, by their `ScramMechanism` type codes.
@@ -329,6 +331,11 @@ pub enum MetadataCommand {
     /// DeleteAcls: every ACL matching any of the filters.
     DeleteAcls {
         filters: Vec<AclFilter>,
+    },
+    /// UpdateFeatures (`kafka-features upgrade|downgrade|disable`): finalize each feature at its
+    /// level (0 too). All or nothing; whether a downgrade was allowed is the request's to check.
+    UpdateFeatures {
+        updates: Vec<(String, i16)>,
     },
     /// AlterPartitionReassignments for one partition: move it to `target` (add the new replicas,
     /// and once they are in sync switch to `target`), or with `None` cancel an ongoing move.

@@ -119,12 +119,6 @@ impl TransactionManager {
         self.config.partition_verification
     }
 
-    /// Whether a request of a transactions v2 client version (Produce v12+, TxnOffsetCommit
-    /// v5+) is treated as one: `transaction.version` is 2.
-    pub fn tv2_enabled(&self) -> bool {
-        self.config.transaction_version >= coordinator::TV2
-    }
-
     pub fn partition_for(&self, transactional_id: &str) -> i32 {
         coordinator::partition_for(transactional_id, self.config.num_partitions)
     }

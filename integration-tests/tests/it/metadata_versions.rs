@@ -105,8 +105,8 @@ fn envelope(version: u8, payload: &[u8]) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_entry_of_a_newer_metadata_version_stops_the_node_with_what_to_do() -> Result<()> {
-    let log = restart_with_entry(envelope(7, b"a command from the future")).await?;
-    let expected = "was written with metadata version 7, but this build of sluice understands versions up to 5: upgrade sluice on this node to the version the rest of the cluster runs";
+    let log = restart_with_entry(envelope(8, b"a command from the future")).await?;
+    let expected = "was written with metadata version 8, but this build of sluice understands versions up to 6: upgrade sluice on this node to the version the rest of the cluster runs";
     if !log.contains(expected) {
         bail!("the log does not say {expected:?}:\n{log}");
     }
