@@ -202,6 +202,12 @@ impl Client {
     }
 
     /// Sends `request` to whichever broker this client is connected to.
+    /// How long one request may take (`--timeout-ms`); also how long a command keeps asking a
+    /// coordinator that is still loading.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     pub async fn call_any<R: Request>(&mut self, request: &R, version: i16) -> Result<R::Response, CliError> {
         let id = *self.connections.keys().next().unwrap_or(&BOOTSTRAP);
         self.call(id, request, version).await

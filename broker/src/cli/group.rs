@@ -2,6 +2,7 @@
 //! lags, as `kafka-consumer-groups.sh --list / --describe` shows them.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::messages::describe_groups_response::DescribedGroup;
@@ -27,6 +28,23 @@ const DELETE_GROUPS_VERSION: i16 = 2;
 
 /// FindCoordinator's key type of a consumer group.
 const GROUP_KEY: i8 = 0;
+
+/// A coordinator still loading its groups, not elected yet or moved (COORDINATOR_LOAD_IN_PROGRESS,
+/// COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR): Kafka's clients ask again, and so does this,
+/// within the command's `--timeout-ms`. A fresh cluster answers so until `__consumer_offsets`
+/// is up.
+const COORDINATOR_BUSY: [i16; 3] = [14, 15, 16];
+const COORDINATOR_RETRY_BACKOFF: Duration = Duration::from_millis(200);
+
+/// After a busy answer: waits, then finds the group's coordinator anew. `None` once the
+/// command's timeout has passed since `started` (the caller then reports the answer).
+async fn ask_again(client: &mut Client, group: &str, started: Instant) -> Result<Option<i32>, CliError> {
+    if started.elapsed() >= client.timeout() {
+        return Ok(None);
+    }
+    tokio::time::sleep(COORDINATOR_RETRY_BACKOFF).await;
+    coordinator(client, group).await.map(Some)
+}
 
 pub async fn run(client: &mut Client, command: &GroupCommand) -> Result<Report, CliError> {
     match command {
@@ -70,8 +88,15 @@ pub(super) async fn coordinator(client: &mut Client, group: &str) -> Result<i32,
     let request = FindCoordinatorRequest::default()
         .with_key(StrBytes::from_string(group.to_owned()))
         .with_key_type(GROUP_KEY);
-    let broker = client.any_broker();
-    let response = client.call(broker, &request, FIND_COORDINATOR_VERSION).await?;
+    let started = Instant::now();
+    let (broker, response) = loop {
+        let broker = client.any_broker();
+        let response = client.call(broker, &request, FIND_COORDINATOR_VERSION).await?;
+        if !COORDINATOR_BUSY.contains(&response.error_code) || started.elapsed() >= client.timeout() {
+            break (broker, response);
+        }
+        tokio::time::sleep(COORDINATOR_RETRY_BACKOFF).await;
+    };
     client.check(
         broker,
         &format!("FindCoordinator for group {group:?}"),
@@ -84,13 +109,23 @@ pub(super) async fn coordinator(client: &mut Client, group: &str) -> Result<i32,
 /// The group's committed offset of every partition it has one for, from its coordinator.
 pub(super) async fn committed_offsets(
     client: &mut Client,
-    coordinator: i32,
+    mut coordinator: i32,
     group: &str,
 ) -> Result<BTreeMap<(String, i32), i64>, CliError> {
     let request = OffsetFetchRequest::default()
         .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
         .with_topics(None);
-    let fetched = client.call(coordinator, &request, OFFSET_FETCH_VERSION).await?;
+    let started = Instant::now();
+    let fetched = loop {
+        let fetched = client.call(coordinator, &request, OFFSET_FETCH_VERSION).await?;
+        if COORDINATOR_BUSY.contains(&fetched.error_code) {
+            if let Some(found) = ask_again(client, group, started).await? {
+                coordinator = found;
+                continue;
+            }
+        }
+        break fetched;
+    };
     client.check(
         coordinator,
         &format!("OffsetFetch for {group:?}"),
@@ -114,7 +149,7 @@ pub(super) async fn committed_offsets(
 /// which Kafka accepts while the group has no members.
 pub(super) async fn commit_offsets(
     client: &mut Client,
-    coordinator: i32,
+    mut coordinator: i32,
     group: &str,
     offsets: &BTreeMap<(String, i32), i64>,
 ) -> Result<(), CliError> {
@@ -141,7 +176,22 @@ pub(super) async fn commit_offsets(
                 })
                 .collect(),
         );
-    let response = client.call(coordinator, &request, OFFSET_COMMIT_VERSION).await?;
+    let started = Instant::now();
+    let response = loop {
+        let response = client.call(coordinator, &request, OFFSET_COMMIT_VERSION).await?;
+        let busy = response
+            .topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .any(|p| COORDINATOR_BUSY.contains(&p.error_code));
+        if busy {
+            if let Some(found) = ask_again(client, group, started).await? {
+                coordinator = found;
+                continue;
+            }
+        }
+        break response;
+    };
     for p in response.topics.iter().flat_map(|t| &t.partitions) {
         client.check(
             coordinator,
@@ -154,14 +204,24 @@ pub(super) async fn commit_offsets(
 }
 
 /// The group as its coordinator describes it (state `Dead`: no such group).
-async fn described(client: &mut Client, coordinator: i32, group: &str) -> Result<DescribedGroup, CliError> {
+async fn described(client: &mut Client, mut coordinator: i32, group: &str) -> Result<DescribedGroup, CliError> {
     let request = DescribeGroupsRequest::default().with_groups(vec![GroupId(StrBytes::from_string(group.to_owned()))]);
-    let response = client.call(coordinator, &request, DESCRIBE_GROUPS_VERSION).await?;
-    let described = response
-        .groups
-        .into_iter()
-        .next()
-        .ok_or_else(|| CliError::Usage(format!("the coordinator answered nothing about group {group:?}")))?;
+    let started = Instant::now();
+    let described = loop {
+        let response = client.call(coordinator, &request, DESCRIBE_GROUPS_VERSION).await?;
+        let described = response
+            .groups
+            .into_iter()
+            .next()
+            .ok_or_else(|| CliError::Usage(format!("the coordinator answered nothing about group {group:?}")))?;
+        if COORDINATOR_BUSY.contains(&described.error_code) {
+            if let Some(found) = ask_again(client, group, started).await? {
+                coordinator = found;
+                continue;
+            }
+        }
+        break described;
+    };
     client.check(
         coordinator,
         &format!("DescribeGroups for {group:?}"),
