@@ -26,7 +26,12 @@ pub async fn handle(ctx: RequestContext, request: UpdateFeaturesRequest) -> Upda
     let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     if let Some(message) = refusal(session.access(&broker.security.authorizer, &image.acls)) {
-        return answer(&request, version, ResponseError::ClusterAuthorizationFailed.code(), message);
+        return answer(
+            &request,
+            version,
+            ResponseError::ClusterAuthorizationFailed.code(),
+            message,
+        );
     }
     let in_effect = |name: &str| match name {
         TRANSACTION_VERSION => broker.transaction_version(&image),
@@ -148,7 +153,8 @@ mod tests {
 
     #[test]
     fn before_v2_every_feature_carries_the_error_and_from_v2_only_the_top_level() {
-        let request = UpdateFeaturesRequest::default().with_feature_updates(vec![Default::default(), Default::default()]);
+        let request =
+            UpdateFeaturesRequest::default().with_feature_updates(vec![Default::default(), Default::default()]);
         let v1 = answer(&request, 1, 95, "no".into());
         assert!(v1.results.len() == 2 && v1.results.iter().all(|r| r.error_code == 95));
         let v2 = answer(&request, 2, 95, "no".into());

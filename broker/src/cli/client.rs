@@ -399,7 +399,29 @@ fn login(properties: &BTreeMap<String, String>) -> Result<Login, CliError> {
             ),
             None => None,
         };
-        login.tls = Some(crate::security::tls::operator_client_config(ca.as_deref()).map_err(CliError::Usage)?);
+        let read = |setting: &str| -> Result<Option<Vec<u8>>, CliError> {
+            properties
+                .get(setting)
+                .map(|path| {
+                    std::fs::read(path).map_err(|e| CliError::Usage(format!("cannot read {setting} {path}: {e}")))
+                })
+                .transpose()
+        };
+        // Mutual TLS: librdkafka's names for the client's certificate and key (PEM files).
+        let identity = match (read("ssl.certificate.location")?, read("ssl.key.location")?) {
+            (Some(certificate), Some(key)) => Some((certificate, key)),
+            (None, None) => None,
+            _ => {
+                return Err(CliError::Usage(
+                    "set both ssl.certificate.location and ssl.key.location (PEM files) for a client certificate, or neither"
+                        .into(),
+                ))
+            }
+        };
+        let identity = identity.as_ref().map(|(c, k)| (c.as_slice(), k.as_slice()));
+        login.tls = Some(
+            crate::security::tls::operator_client_config(ca.as_deref(), identity).map_err(CliError::Usage)?,
+        );
     }
     if sasl {
         let name = properties.get("sasl.mechanism").map(String::as_str).unwrap_or("GSSAPI");

@@ -44,9 +44,8 @@ pub fn refusal(name: &str, level: i16) -> Option<String> {
             known.join(", ")
         ));
     };
-    (level < min || level > max).then(|| {
-        format!("Invalid update version {level} for feature {name}. Sluice supports levels {min} to {max}.")
-    })
+    (level < min || level > max)
+        .then(|| format!("Invalid update version {level} for feature {name}. Sluice supports levels {min} to {max}."))
 }
 
 /// The records finalizing each of `updates`, or the first refusal (INVALID_UPDATE_VERSION)
@@ -93,7 +92,9 @@ mod tests {
         assert_eq!(image.features.get(TRANSACTION_VERSION), Some(&1));
         let epoch = image.features_epoch;
         assert!(epoch > 0);
-        assert!(update_features(&image, &[(TRANSACTION_VERSION.to_string(), 1)]).unwrap().is_empty());
+        assert!(update_features(&image, &[(TRANSACTION_VERSION.to_string(), 1)])
+            .unwrap()
+            .is_empty());
         // Level 0 is kept: it overrides the nodes' transaction.version setting.
         for r in &update_features(&image, &[(TRANSACTION_VERSION.to_string(), 0)]).unwrap() {
             image.apply(r);

@@ -260,7 +260,12 @@ fn client_config(
 /// How the `sluice` client commands dial a TLS listener: trusting the certificates in the PEM
 /// file `ca_pem` (`ssl.ca.location`), or the public web PKI without one, checking the host
 /// name, presenting no certificate.
-pub fn operator_client_config(ca_pem: Option<&[u8]>) -> Result<Arc<ClientConfig>, String> {
+/// `identity` is the client's own certificate chain and private key, as PEM (librdkafka's
+/// `ssl.certificate.location` and `ssl.key.location`), for listeners with `ssl.client.auth`.
+pub fn operator_client_config(
+    ca_pem: Option<&[u8]>,
+    identity: Option<(&[u8], &[u8])>,
+) -> Result<Arc<ClientConfig>, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let roots = match ca_pem {
         None => RootCertStore {
@@ -278,11 +283,28 @@ pub fn operator_client_config(ca_pem: Option<&[u8]>) -> Result<Arc<ClientConfig>
             roots
         }
     };
-    let config = ClientConfig::builder_with_provider(provider)
+    let builder = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("no TLS version to offer: {e}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        .with_root_certificates(roots);
+    let config = match identity {
+        None => builder.with_no_client_auth(),
+        Some((certificate_pem, key_pem)) => {
+            let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(certificate_pem)
+                .collect::<Result<_, _>>()
+                .map_err(|e| format!("ssl.certificate.location is not a PEM file of certificates: {e}"))?;
+            if chain.is_empty() {
+                return Err("ssl.certificate.location holds no PEM certificate (-----BEGIN CERTIFICATE-----)".into());
+            }
+            let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|_| {
+                "ssl.key.location holds no unencrypted PEM private key (-----BEGIN PRIVATE KEY----- or RSA/EC PRIVATE KEY)"
+                    .to_string()
+            })?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| format!("ssl.certificate.location and ssl.key.location do not go together: {e}"))?
+        }
+    };
     Ok(Arc::new(config))
 }
 

@@ -1257,3 +1257,50 @@ fn the_sluice_client_commands_log_in_from_a_command_config_and_a_wrong_password_
     ensure!(!refused.status.success(), "a plaintext client was served by a SASL_SSL listener");
     Ok(())
 }
+
+#[test]
+fn the_sluice_client_commands_present_a_client_certificate_where_the_listener_requires_one() -> Result<()> {
+    let pki = Pki::new()?;
+    let security = ClientSecurity::default().tls(pki.client(true));
+    let mut settings = pki.broker_settings();
+    settings.extend(owned(&[("ssl.client.auth", "required")]));
+    let cluster = start_cluster(1, &settings, Some("SSL"), &security)?;
+    let dir = TempDir::new()?;
+    let config = |name: &str, lines: &str| -> Result<std::path::PathBuf> {
+        let path = dir.path().join(name);
+        std::fs::write(&path, format!("security.protocol=SSL\nssl.ca.location={}\n{lines}", pki.ca.display()))?;
+        Ok(path)
+    };
+    let list = |config: &std::path::Path| -> Result<std::process::Output> {
+        Ok(std::process::Command::new(sluice_integration_tests::sluice_binary()?)
+            .args(["topic", "list", "--format", "json", "--timeout-ms", "5000", "--bootstrap"])
+            .arg(cluster.addr(1).to_string())
+            .arg("--command-config")
+            .arg(config)
+            .output()?)
+    };
+    let with_certificate = config(
+        "mtls.properties",
+        &format!(
+            "ssl.certificate.location={}\nssl.key.location={}\n",
+            pki.client_certificate.display(),
+            pki.client_key.display()
+        ),
+    )?;
+    let listed = list(&with_certificate)?;
+    ensure!(listed.status.success(), "with a client certificate: {}", String::from_utf8_lossy(&listed.stderr));
+
+    // Without one the listener answers nothing; half a pair is a usage error naming both.
+    let refused = list(&config("no-certificate.properties", "")?)?;
+    ensure!(!refused.status.success(), "a client without a certificate listed topics");
+    let half = list(&config(
+        "half.properties",
+        &format!("ssl.certificate.location={}\n", pki.client_certificate.display()),
+    )?)?;
+    let stderr = String::from_utf8_lossy(&half.stderr);
+    ensure!(
+        !half.status.success() && stderr.contains("ssl.key.location"),
+        "a certificate without its key: {stderr}"
+    );
+    Ok(())
+}
