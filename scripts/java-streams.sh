@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Fetches Kafka Streams (integration-tests/java/streams/pom.xml) from Maven Central into
-# .java-streams/lib, once (.java-streams/lib/.complete marks a finished copy), and compiles the
-# Streams application integration-tests/java/streams/src into .java-streams/classes with javac,
-# again only when a source is newer than the last build. Used by scripts/test.sh for
+# .java-streams/lib, once per pom (.java-streams/lib/.complete marks a finished copy and holds the
+# pom's sha256sum, so a new Kafka version replaces an older copy), and compiles the Streams
+# application integration-tests/java/streams/src into .java-streams/classes with javac, again only
+# when a source or the jars are newer than the last build. Used by scripts/test.sh for
 # integration-tests/python/test_kafka_streams.py. Kept apart from .java-lib (scripts/java-lib.sh),
 # the CLI tests' jars, so each moves on its own.
 set -euo pipefail
@@ -12,14 +13,16 @@ if ! command -v mvn >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then
     exit 1
 fi
 out=.java-streams
-if [ ! -f "$out/lib/.complete" ]; then
+pom=integration-tests/java/streams/pom.xml
+want=$(sha256sum "$pom")
+if [ ! -f "$out/lib/.complete" ] || [ "$(cat "$out/lib/.complete")" != "$want" ]; then
     rm -rf "$out/lib"
-    mvn -q -B -f integration-tests/java/streams/pom.xml dependency:copy-dependencies -DoutputDirectory="$(pwd)/$out/lib"
-    touch "$out/lib/.complete"
+    mvn -q -B -f "$pom" dependency:copy-dependencies -DoutputDirectory="$(pwd)/$out/lib"
+    echo "$want" > "$out/lib/.complete"
 fi
 src=integration-tests/java/streams/src/main/java
 stamp=$out/classes/.built
-if [ -f "$stamp" ] && [ -z "$(find "$src" -newer "$stamp" -name '*.java')" ]; then
+if [ -f "$stamp" ] && [ -z "$(find "$src" "$out/lib/.complete" -newer "$stamp")" ]; then
     echo "the Kafka Streams application is up to date in $out/classes"
     exit 0
 fi
