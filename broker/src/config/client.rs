@@ -59,7 +59,8 @@ pub struct ClientArgs {
 
     /// A Kafka client properties file (`bootstrap.servers`, `security.protocol`,
     /// `sasl.mechanism`, `sasl.username`/`sasl.password` or `sasl.jaas.config`,
-    /// `ssl.ca.location`): the file `kafka-topics.sh --command-config` takes.
+    /// `ssl.ca.location`, and `ssl.certificate.location` with `ssl.key.location` for mutual
+    /// TLS): the file `kafka-topics.sh --command-config` takes.
     #[arg(long, global = true, value_name = "PATH")]
     pub command_config: Option<PathBuf>,
 
