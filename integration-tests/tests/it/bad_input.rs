@@ -738,6 +738,12 @@ fn oversized_count_frames() -> Vec<(&'static str, Vec<u8>)> {
         ("DescribeLogDirs v4 with 4 billion topics", 35, 4, four_billion(&[])),
         ("ElectLeaders v2 with 4 billion topics", 43, 2, four_billion(&[0])),
         (
+            "UpdateFeatures v1 with 4 billion feature updates",
+            57,
+            1,
+            four_billion(&60_000i32.to_be_bytes()),
+        ),
+        (
             "IncrementalAlterConfigs v1 with 4 billion resources",
             44,
             1,

@@ -636,11 +636,8 @@ fn allow_alice_on_transactional_id(addr: SocketAddr, admin: &ClientSecurity, id:
     Ok(())
 }
 
-#[test]
-fn without_acls_a_user_can_neither_join_end_nor_mark_anothers_transaction() -> Result<()> {
-    const WRITE: i8 = 4;
-    let admin = user("admin");
-    let alice = user("alice");
+/// A node with SCRAM logins for `admin` (a super user) and `alice`, and ACLs enforced.
+fn start_with_admin_and_alice(admin: &ClientSecurity) -> Result<SluiceNode> {
     let mut opts = NodeOptions::default()
         .set("listener.security.protocol.map", "PLAINTEXT:SASL_PLAINTEXT")
         .set("sasl.enabled.mechanisms", "SCRAM-SHA-512")
@@ -656,7 +653,58 @@ fn without_acls_a_user_can_neither_join_end_nor_mark_anothers_transaction() -> R
             ]
         })
         .collect();
-    let node = SluiceNode::start(opts)?;
+    SluiceNode::start(opts)
+}
+
+/// UpdateFeatures v1 finalizing `transaction.version` at `level` as a downgrade, as `who`:
+/// the top-level error code and the feature's.
+fn update_transaction_version_as(addr: SocketAddr, who: &ClientSecurity, level: i16) -> Result<(i16, i16)> {
+    use kafka_protocol::messages::update_features_request::FeatureUpdateKey;
+    const SAFE_DOWNGRADE: i8 = 2;
+    let request = kafka_protocol::messages::UpdateFeaturesRequest::default()
+        .with_timeout_ms(30_000)
+        .with_feature_updates(vec![FeatureUpdateKey::default()
+            .with_feature(str_bytes("transaction.version"))
+            .with_max_version_level(level)
+            .with_upgrade_type(SAFE_DOWNGRADE)]);
+    let response = call(addr, who, &request, 1)?;
+    let feature = response.results.first().map_or(-1, |r| r.error_code);
+    Ok((response.error_code, feature))
+}
+
+#[test]
+fn without_alter_on_the_cluster_a_user_cannot_change_the_transaction_version() -> Result<()> {
+    let admin = user("admin");
+    let alice = user("alice");
+    let node = start_with_admin_and_alice(&admin)?;
+    let addr = node.addr();
+    let denied = code(ResponseError::ClusterAuthorizationFailed);
+    let refused = update_transaction_version_as(addr, &alice, 1)?;
+    ensure!(refused == (denied, denied), "alice's UpdateFeatures: {refused:?}");
+    let finalized = |who: &ClientSecurity| -> Result<Vec<(String, i16)>> {
+        let versions = call(addr, who, &ApiVersionsRequest::default(), 3)?;
+        Ok(versions
+            .finalized_features
+            .iter()
+            .map(|f| (f.name.to_string(), f.max_version_level))
+            .collect())
+    };
+    ensure!(
+        finalized(&admin)? == vec![("transaction.version".to_string(), 2)],
+        "a refused update changed the level: {:?}",
+        finalized(&admin)?
+    );
+    ensure!(update_transaction_version_as(addr, &admin, 1)? == (0, 0));
+    ensure!(finalized(&admin)? == vec![("transaction.version".to_string(), 1)]);
+    Ok(())
+}
+
+#[test]
+fn without_acls_a_user_can_neither_join_end_nor_mark_anothers_transaction() -> Result<()> {
+    const WRITE: i8 = 4;
+    let admin = user("admin");
+    let alice = user("alice");
+    let node = start_with_admin_and_alice(&admin)?;
     let addr = node.addr();
     ensure!(kafka_client::create_topic_secured(addr, &admin, "guarded-tx", 1, TIMEOUT)? == 0);
     coordinator_as(addr, &admin, "tx-owned")?;
