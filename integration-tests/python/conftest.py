@@ -72,13 +72,13 @@ def node(start_node) -> SluiceNode:
 @pytest.fixture
 def cluster(request):
     """Factory: cluster({"broker.session.timeout.ms": "3000"}) -> three ready SluiceNodes (ids
-    1-3, every one a quorum voter; `size=5` for five), stopped after the test; on failure their
-    logs are kept."""
+    1-3, every one a quorum voter; `size=5` for five; `per_node(id)`: settings of node `id`
+    alone), stopped after the test; on failure their logs are kept."""
     started: list[SluiceNode] = []
 
     def start(settings: dict[str, str] | None = None, size: int = 3,
-              metrics: bool = False) -> list[SluiceNode]:
-        nodes = start_cluster(size, settings, metrics=metrics)
+              metrics: bool = False, per_node=None) -> list[SluiceNode]:
+        nodes = start_cluster(size, settings, metrics=metrics, per_node=per_node)
         started.extend(nodes)
         return nodes
 

@@ -22,6 +22,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 WORKSPACE = Path(__file__).resolve().parents[2]
 SPEC = json.loads((WORKSPACE / "integration-tests/node.json").read_text())
@@ -421,13 +422,15 @@ class SluiceNode:
 def start_cluster(size: int, settings: dict[str, str] | None = None,
                   metrics: bool = False, ready_timeout: float | None = None,
                   listeners: dict[str, str] | None = None, client_security: dict[str, str] | None = None,
-                  extra_args: list[str] | None = None, env: dict[str, str] | None = None) -> list[SluiceNode]:
+                  extra_args: list[str] | None = None, env: dict[str, str] | None = None,
+                  per_node: Callable[[int], dict[str, str]] | None = None) -> list[SluiceNode]:
     """Starts `size` nodes (ids 1..size), each a broker and a metadata-quorum voter, and waits
     until every one lists itself (flags, secret and deadline as node.json's `cluster` says;
     `ready_timeout` in seconds overrides that deadline, e.g. for JVMs sharing two cores).
     With `metrics`, each node serves metrics and the console on its own port (`metrics_url`).
     `listeners`, `client_security`, `extra_args` and `env` are SluiceNode's, for every node
-    (each named listener gets a port of its own on each node)."""
+    (each named listener gets a port of its own on each node). `per_node(id)` adds settings of
+    node `id` alone (e.g. its `broker.rack`)."""
     spec = SPEC["cluster"]
     ports = [(free_loopback_port(), free_loopback_port()) for _ in range(size)]
     voters = spec["voters_separator"].join(
@@ -440,7 +443,8 @@ def start_cluster(size: int, settings: dict[str, str] | None = None,
     nodes = []
     for i, (port, _) in enumerate(ports):
         timeout = spec["ready_timeout_ms"] / 1000 if ready_timeout is None else ready_timeout
-        node = SluiceNode(settings, node_id=i + 1, ready_timeout=timeout,
+        own = {**(settings or {}), **(per_node(i + 1) if per_node else {})}
+        node = SluiceNode(own, node_id=i + 1, ready_timeout=timeout,
                           extra_args=cluster_args + list(extra_args or []), metrics=metrics,
                           listeners=listeners, client_security=client_security, env=env)
         if node.listeners:

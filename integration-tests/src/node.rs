@@ -618,6 +618,23 @@ impl SluiceNode {
 /// node's port before it is respawned there, and clear of the demo's fixed ports (x9092 ...).
 const TEST_PORTS: std::ops::Range<u16> = 21_000..29_000;
 
+/// `GET /metrics` from a node's `metrics.listen` address: each unlabelled sample's value by
+/// name (a labelled sample keeps its labels in the name).
+pub fn scrape_metrics(addr: SocketAddr) -> Result<std::collections::BTreeMap<String, f64>> {
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(stream, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text)?;
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    Ok(body
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once(' '))
+        .filter_map(|(name, value)| Some((name.to_string(), value.trim().parse().ok()?)))
+        .collect())
+}
+
 /// Picks a loopback port in [`TEST_PORTS`] that is free right now (bound, then released).
 pub fn free_loopback_port() -> Result<u16> {
     use std::hash::{BuildHasher, Hasher};

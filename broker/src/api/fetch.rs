@@ -37,7 +37,7 @@ use futures::FutureExt;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{FetchRequest, FetchResponse, ProducerId, TopicName};
+use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ProducerId, TopicName};
 use sluice_protocol::ResponseBody;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
@@ -53,11 +53,14 @@ use crate::metrics::BrokerMetrics;
 use crate::partition::{Partition, PartitionRead, ReadBound};
 use crate::purgatory::{DelayedFetch, FetchWake};
 use crate::quota::ReplicationQuota;
-use crate::replica_manager::{check_follower_identity, FetchParty};
+use crate::replica_manager::{check_follower_identity, preferred_read_replica, FetchParty};
 use crate::replication::FIRST_FETCH_VERSION_WITH_REPLICA_STATE;
 
 /// Fetch v7 brings incremental fetch sessions (KIP-227).
 const FIRST_VERSION_WITH_SESSIONS: i16 = 7;
+/// Fetch v11 names the consumer's rack (KIP-392): from it on, a consumer may read from a
+/// follower, and a leader may name the replica it should read from.
+const FIRST_VERSION_WITH_RACK: i16 = 11;
 /// Fetch v13 names topics by id; earlier versions by name.
 const FIRST_VERSION_WITH_TOPIC_IDS: i16 = 13;
 /// Kafka's `READ_COMMITTED` isolation level.
@@ -75,6 +78,8 @@ struct Target {
     partition: Result<Arc<Partition>, ResponseError>,
     /// An out-of-sync follower's read of a replica the leader throttles.
     throttled: bool,
+    /// The follower this leader sends the consumer to instead of reading (KIP-392).
+    preferred_read_replica: Option<i32>,
 }
 
 struct TopicTargets {
@@ -222,7 +227,7 @@ fn answer_in_session(session: &SessionFetch, plan: &FetchPlan, mut response: Fet
                     let has_records = data.records.as_ref().is_some_and(|r| !r.is_empty());
                     let send = session.must_send(
                         &key,
-                        has_records,
+                        has_records || data.preferred_read_replica.0 >= 0,
                         data.error_code,
                         data.high_watermark,
                         data.log_start_offset,
@@ -341,7 +346,14 @@ fn resolve(
             identity: check_follower_identity(&image, replica_id, broker_epoch),
         }
     } else {
-        FetchParty::Consumer
+        FetchParty::Consumer {
+            any_replica: version >= FIRST_VERSION_WITH_RACK,
+        }
+    };
+    // Only a consumer naming its rack is sent to a replica in it.
+    let client_rack = match from_follower || version < FIRST_VERSION_WITH_RACK {
+        true => "",
+        false => request.rack_id.as_str(),
     };
     if let FetchParty::Follower { identity: Err(_), .. } = party {
         tracing::debug!(
@@ -402,15 +414,8 @@ fn resolve(
             let partitions = t
                 .partitions
                 .iter()
-                .map(|p: &FetchPartition| Target {
-                    fetch_offset: p.fetch_offset,
-                    partition_max_bytes: (p.partition_max_bytes.max(0) as usize).min(max_bytes),
-                    current_leader_epoch: p.current_leader_epoch,
-                    index: p.partition,
-                    throttled: throttle.as_ref().is_some_and(|(quota, _)| {
-                        topic.is_some_and(|topic| quota.applies_to(topic, p.partition, node_id, replica_id))
-                    }),
-                    partition: match topic {
+                .map(|p: &FetchPartition| {
+                    let partition = match topic {
                         _ if refused => Err(ResponseError::TopicAuthorizationFailed),
                         None => Err(unknown),
                         Some(topic) => broker.replicas.partition_for_fetch(
@@ -422,7 +427,29 @@ fn resolve(
                             party,
                             now,
                         ),
-                    },
+                    };
+                    let preferred_read_replica = partition.as_ref().ok().and_then(|partition| {
+                        preferred_read_replica(
+                            broker.config.replica_selector,
+                            partition,
+                            &image,
+                            &who.listener,
+                            client_rack,
+                            p.fetch_offset,
+                            now,
+                        )
+                    });
+                    Target {
+                        fetch_offset: p.fetch_offset,
+                        partition_max_bytes: (p.partition_max_bytes.max(0) as usize).min(max_bytes),
+                        current_leader_epoch: p.current_leader_epoch,
+                        index: p.partition,
+                        throttled: throttle.as_ref().is_some_and(|(quota, _)| {
+                            topic.is_some_and(|topic| quota.applies_to(topic, p.partition, node_id, replica_id))
+                        }),
+                        partition,
+                        preferred_read_replica,
+                    }
                 })
                 .collect();
             TopicTargets {
@@ -474,6 +501,16 @@ fn plan_partition(plan: &FetchPlan, target: &Target, bound: ReadBound) -> Partit
     };
     if let Err(error) = partition.check_leader_epoch(target.current_leader_epoch) {
         return PartitionPass::Answered(failed_at(plan, target, partition, error));
+    }
+    if let Some(replica) = target.preferred_read_replica {
+        // As Kafka: no read, only where to read and the offsets the consumer checks against.
+        return PartitionPass::Answered(
+            empty(plan, target)
+                .with_high_watermark(partition.high_watermark())
+                .with_last_stable_offset(partition.last_stable_offset())
+                .with_log_start_offset(partition.log_start_offset())
+                .with_preferred_read_replica(BrokerId(replica)),
+        );
     }
     match partition.plan_read(target.fetch_offset, target.partition_max_bytes, bound) {
         Ok(read) => PartitionPass::Planned {
@@ -538,8 +575,10 @@ fn read_planned(plan: &FetchPlan, pass: ReadPass) -> (FetchResponse, usize, bool
         let len = data.records.as_ref().map_or(0, Bytes::len);
         remaining = remaining.saturating_sub(len);
         total += len;
-        // As in Kafka, a refused partition does not end the others' long poll.
+        // As in Kafka, a refused partition does not end the others' long poll; an error or a
+        // consumer sent to another replica does.
         had_error |= data.error_code != 0 && !matches!(target.partition, Err(ResponseError::TopicAuthorizationFailed));
+        had_error |= target.preferred_read_replica.is_some();
         data
     });
     (response, total, had_error)

@@ -261,6 +261,7 @@ broker_settings! {
     "log.cleaner.dedupe.buffer.size", "134217728", Long, "Memory for the cleaner's key-to-offset map.";
     "delete.topic.enable", "true", Boolean, "Allow DeleteTopics.";
     "broker.rack", "", String, "This broker's rack; replicas of a partition are spread over racks.";
+    "replica.selector.class", "", String, "Which replica a consumer reads from: empty or org.apache.kafka.common.replica.LeaderSelector for the leader, org.apache.kafka.common.replica.RackAwareReplicaSelector for one in the consumer's client.rack (KIP-392).";
     "broker.session.timeout.ms", "9000", Int, "A broker the controller has not heard from for this long is fenced.";
     "broker.heartbeat.interval.ms", "2000", Int, "How often a broker tells the controller it is alive.";
     "replica.lag.time.max.ms", "30000", Long, "A follower not caught up for this long leaves the ISR.";
@@ -362,6 +363,33 @@ fn parse_metrics_listen(value: &str) -> Result<Option<SocketAddr>, ConfigError> 
     })
 }
 
+/// `replica.selector.class`: which replica a partition leader tells a consumer to read from
+/// (KIP-392). Kafka takes any class; Sluice offers Kafka's two built-in selectors by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplicaSelector {
+    /// Always the leader (Kafka's default, and `LeaderSelector`).
+    Leader,
+    /// An in-sync replica in the consumer's `client.rack`, the leader when it is one of them.
+    RackAware,
+}
+
+pub const RACK_AWARE_REPLICA_SELECTOR: &str = "org.apache.kafka.common.replica.RackAwareReplicaSelector";
+const LEADER_SELECTOR: &str = "org.apache.kafka.common.replica.LeaderSelector";
+
+fn parse_replica_selector(value: &str) -> Result<ReplicaSelector, ConfigError> {
+    match value.trim() {
+        "" | LEADER_SELECTOR => Ok(ReplicaSelector::Leader),
+        RACK_AWARE_REPLICA_SELECTOR => Ok(ReplicaSelector::RackAware),
+        _ => Err(ConfigError::InvalidValue {
+            key: "replica.selector.class".into(),
+            value: value.into(),
+            reason: format!(
+                "Sluice offers Kafka's built-in selectors: {RACK_AWARE_REPLICA_SELECTOR} (consumers read from a replica in their client.rack) or {LEADER_SELECTOR} (the leader, as when unset)"
+            ),
+        }),
+    }
+}
+
 /// Resolved configuration of one broker.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
@@ -397,6 +425,8 @@ pub struct BrokerConfig {
     /// `producer.id.expiration.check.interval.ms`
     pub producer_id_expiration_check_interval_ms: u64,
     pub rack: Option<String>,
+    /// `replica.selector.class`: whether consumers are sent to a replica in their rack.
+    pub replica_selector: ReplicaSelector,
     /// Metadata quorum voters by node id, with their controller listener addresses.
     pub voters: BTreeMap<i32, String>,
     pub controller_listen: SocketAddr,
@@ -597,6 +627,7 @@ impl BrokerConfig {
                 &get("producer.id.expiration.check.interval.ms"),
             )?,
             rack: Some(get("broker.rack")).filter(|r| !r.is_empty()),
+            replica_selector: parse_replica_selector(&get("replica.selector.class"))?,
             group: group_config(&get)?,
             offsets: OffsetsSettings {
                 commit_timeout_ms: parse_num("offsets.commit.timeout.ms", &get("offsets.commit.timeout.ms"))?,
@@ -1245,6 +1276,26 @@ mod tests {
             (password.1.as_str(), password.2),
             ("", true),
             "listed as set, without its value"
+        );
+    }
+
+    #[test]
+    fn the_replica_selector_is_one_of_kafkas_two_by_class_name() {
+        let selector = |value: &str| {
+            BrokerConfig::from_cli(&cli(&["--set", &format!("replica.selector.class={value}")]))
+                .map(|c| c.replica_selector)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            BrokerConfig::from_cli(&cli(&[])).unwrap().replica_selector,
+            ReplicaSelector::Leader
+        );
+        assert_eq!(selector(RACK_AWARE_REPLICA_SELECTOR), Ok(ReplicaSelector::RackAware));
+        assert_eq!(selector(LEADER_SELECTOR), Ok(ReplicaSelector::Leader));
+        let refused = selector("com.example.NearestSelector").unwrap_err();
+        assert!(
+            refused.contains("com.example.NearestSelector") && refused.contains(RACK_AWARE_REPLICA_SELECTOR),
+            "{refused}"
         );
     }
 

@@ -31,6 +31,15 @@ pub(super) struct LeaderState {
     pub(super) pending_isr: Option<Vec<i32>>,
 }
 
+/// A replica a consumer could read from, as its leader sees it (Kafka's `ReplicaView`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadCandidate {
+    pub broker_id: i32,
+    pub log_end_offset: i64,
+    /// How long ago it last had everything the leader had (0 for the leader).
+    pub since_caught_up_ms: i64,
+}
+
 /// What the leader knows of one follower (Kafka's `Replica` state).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct FollowerProgress {
@@ -302,6 +311,29 @@ impl Partition {
             .map(|id| leader.followers.get(id).map_or(-1, |p| p.log_start_offset))
             .fold(own_start, i64::min);
         self.watch.set_low_watermark(low);
+    }
+
+    /// The replicas a consumer reading `fetch_offset` could be sent to (KIP-392, Kafka's
+    /// `ReplicaView`s): this leader, and each in-sync follower whose log holds the offset by
+    /// its last fetch. `None` when this replica does not lead.
+    pub fn read_candidates(&self, fetch_offset: i64, now_ms: i64) -> Option<Vec<ReadCandidate>> {
+        let state = self.replica.lock();
+        let Role::Leader(leader) = &state.role else { return None };
+        let own = ReadCandidate {
+            broker_id: self.node_id,
+            log_end_offset: self.log_end_offset(),
+            since_caught_up_ms: 0,
+        };
+        let followers = state.isr.iter().filter(|id| **id != self.node_id).filter_map(|id| {
+            let progress = leader.followers.get(id)?;
+            let holds = progress.log_start_offset <= fetch_offset && fetch_offset <= progress.log_end_offset;
+            holds.then_some(ReadCandidate {
+                broker_id: *id,
+                log_end_offset: progress.log_end_offset,
+                since_caught_up_ms: now_ms.saturating_sub(progress.last_caught_up_ms),
+            })
+        });
+        Some(std::iter::once(own).chain(followers).collect())
     }
 
     /// The AlterPartition that drops ISR members that have not caught up for `lag_ms`

@@ -37,6 +37,7 @@ use crate::metadata::image::PartitionRegistration;
 use crate::producer_state::{snapshot, ActiveProducer, ProducerStateManager};
 use leader::{FollowerProgress, LeaderState};
 pub use watch::{PartitionWatch, Watched};
+pub use leader::ReadCandidate;
 
 mod follower;
 mod leader;

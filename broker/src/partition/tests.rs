@@ -323,3 +323,27 @@ fn timestamp_lookups_answer_consumers_only_from_records_below_the_high_watermark
         "past every record"
     );
 }
+
+#[test]
+fn a_consumer_may_be_sent_only_to_in_sync_followers_whose_log_holds_its_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = open(dir.path(), 1);
+    p.apply_registration(&registration(1, 0, 0, &[1, 2]), NOW);
+    append(&p, 10);
+    p.record_follower_fetch(2, 10, 0, -1, NOW).unwrap(); // in sync, caught up
+    p.record_follower_fetch(3, 10, 0, -1, NOW).unwrap(); // caught up, but not in the ISR
+    let ids = |offset: i64| -> Vec<i32> {
+        let candidates = p.read_candidates(offset, NOW + 500).unwrap();
+        candidates.iter().map(|c| c.broker_id).collect()
+    };
+    assert_eq!(ids(4), vec![1, 2], "follower 3 is outside the ISR");
+    assert_eq!(ids(10), vec![1, 2], "follower 2 holds up to its log end");
+    assert_eq!(ids(11), vec![1], "no follower holds an offset past its log end");
+    let follower = p.read_candidates(4, NOW + 500).unwrap()[1];
+    assert_eq!((follower.log_end_offset, follower.since_caught_up_ms), (10, 500));
+    // A follower replica sends no one anywhere.
+    let dir = tempfile::tempdir().unwrap();
+    let follower = open(dir.path(), 2);
+    follower.apply_registration(&registration(1, 0, 0, &[1, 2]), NOW);
+    assert!(follower.read_candidates(0, NOW).is_none());
+}

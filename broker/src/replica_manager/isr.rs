@@ -8,7 +8,7 @@ use std::time::Duration;
 use kafka_protocol::error::ResponseError;
 use tokio::sync::watch;
 
-use super::ReplicaManager;
+use super::{ReplicaManager, Serves};
 use crate::clock::now_ms;
 use crate::metadata::image::{MetadataImage, TopicImage};
 use crate::metadata::records::MetadataCommand;
@@ -27,7 +27,8 @@ const ISR_CHANGE_RETRY: Duration = Duration::from_secs(1);
 /// Who a fetch is from, once its replica identity has been checked.
 #[derive(Debug, Clone, Copy)]
 pub enum FetchParty {
-    Consumer,
+    /// A consumer; `any_replica` when it may read from a follower (Fetch v11+, KIP-392).
+    Consumer { any_replica: bool },
     /// A fetch claiming to be broker `replica_id`'s; `identity` is the outcome of
     /// [`check_follower_identity`], so a failed claim is answered per partition.
     Follower {
@@ -71,7 +72,12 @@ impl ReplicaManager {
         party: FetchParty,
         now_ms: i64,
     ) -> Result<Arc<Partition>, ResponseError> {
-        let (partition, _) = self.leader_partition(topic, index)?;
+        let partition = match party {
+            FetchParty::Consumer { any_replica: true } => {
+                self.serving_partition(Some(topic), index, Serves::AnyReplica)?
+            }
+            _ => self.leader_partition(topic, index)?.0,
+        };
         if let FetchParty::Follower { replica_id, identity } = party {
             identity?;
             partition.check_leader_epoch(current_leader_epoch)?;

@@ -43,8 +43,10 @@ use crate::quota::ReplicationQuota;
 use crate::replication::{checkpoint, ReplicaFetcherManager};
 use crate::topic_config;
 pub use isr::{check_follower_identity, FetchParty, IsrChange};
+pub use read_replica::preferred_read_replica;
 
 mod isr;
+mod read_replica;
 mod reconcile;
 
 type PartitionKey = (Uuid, i32);

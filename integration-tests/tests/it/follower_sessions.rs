@@ -5,15 +5,14 @@
 //! to every partition with `acks=all` are acknowledged and reach every replica byte for byte.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use rdkafka::producer::FutureRecord;
 use sluice_integration_tests::clients::{future_producer, wait_until};
 use sluice_integration_tests::faults;
-use sluice_integration_tests::node::loopback_addr;
+use sluice_integration_tests::node::{loopback_addr, scrape_metrics};
 use sluice_integration_tests::{free_loopback_port, Cluster};
 
 const TOPIC: &str = "followed-in-sessions";
@@ -21,25 +20,9 @@ const PARTITIONS: i32 = 300;
 const NODES: usize = 3;
 const TIMEOUT: Duration = Duration::from_secs(90);
 
-/// `GET /metrics` from `addr`: each unlabelled sample's value by name.
-fn scrape(addr: SocketAddr) -> Result<BTreeMap<String, f64>> {
-    let mut stream = TcpStream::connect(addr)?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(stream, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text)?;
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, body)| body);
-    Ok(body
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| l.split_once(' '))
-        .filter_map(|(name, value)| Some((name.to_string(), value.trim().parse().ok()?)))
-        .collect())
-}
-
 /// (sessions, partitions cached) of a node's fetch session cache.
 fn session_cache(addr: SocketAddr) -> Result<(u64, u64)> {
-    let metrics = scrape(addr)?;
+    let metrics = scrape_metrics(addr)?;
     let get = |name: &str| {
         metrics
             .get(name)

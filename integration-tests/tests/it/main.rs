@@ -15,6 +15,7 @@ mod cluster;
 mod compaction;
 mod crash_recovery;
 mod delete_records;
+mod fetch_from_follower;
 mod fetch_sessions;
 mod follower_sessions;
 mod group_protocol;
