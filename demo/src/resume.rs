@@ -42,6 +42,11 @@ pub fn group_config(bootstrap: &str, security: &ClientSecurity, group: &str, cli
         .set("session.timeout.ms", "10000")
         // A topic created after subscribing is noticed within this long (default 5 min).
         .set("topic.metadata.refresh.interval.ms", "10000");
+    // KIP-392: the rack (zone) this consumer runs in, so brokers with
+    // replica.selector.class set send it to a replica there (docker-compose.yml sets it).
+    if let Some(rack) = std::env::var("CLIENT_RACK").ok().filter(|r| !r.is_empty()) {
+        c.set("client.rack", rack);
+    }
     c
 }
 

@@ -219,7 +219,7 @@ def consume_a_bit_commit_and_leave(bootstrap: str) -> dict[int, int]:
 
 def test_console_renders_the_cluster_groups_lag_and_plots_in_headless_chromium(cluster, tmp_path):
     chromium_binary()  # fail early, before starting brokers, when there is no browser
-    nodes = cluster({**GROUP_SETTINGS}, metrics=True)
+    nodes = cluster({**GROUP_SETTINGS}, metrics=True, per_node=lambda i: {"broker.rack": f"rack-{i}"})
     n1 = nodes[0]
     served = urllib.request.urlopen(f"{n1.metrics_url}/", timeout=10).read()
     assert served == PAGE.read_bytes(), (
@@ -313,6 +313,19 @@ def test_console_renders_the_cluster_groups_lag_and_plots_in_headless_chromium(c
     for b in brokers:
         for a in b.find_all("a", "console-link"):
             assert a.attrs["href"].rstrip("/") == consoles[int(b.attrs["data-node-id"])], a.attrs
+
+    # Racks: one row per broker's rack, with what its broker served to consumers as the API
+    # counted it between the page's two looks; the active group's members read from leaders.
+    racks = dom.by_id("racks").find_all("tr", "rack")
+    assert [r.attrs["data-rack"] for r in racks] == ["rack-1", "rack-2", "rack-3"], [r.attrs for r in racks]
+    counted = [{r["rack"]: r["consumer_bytes_out"] for r in look["racks"]} for look in (before, after)]
+    shown = {}
+    for r in racks:
+        rack = r.attrs["data-rack"]
+        assert r.find("td", "rack-brokers").text() == rack.removeprefix("rack-"), r.text()
+        shown[rack] = int(r.find("td", "rack-served").attrs["data-value"])
+        assert counted[0][rack] <= shown[rack] <= counted[1][rack], (rack, shown[rack], counted)
+    assert sum(shown.values()) > 0, f"no rack served the consuming group: {shown}"
 
     # Topic partitions with leader, replicas and ISR as the API has them.
     api_topic = next(t for t in after["topics"] if t["name"] == TOPIC)

@@ -32,6 +32,9 @@ pub struct LocalView {
     /// Its client connections by listener and principal (absent from older builds).
     #[serde(default)]
     pub clients: Vec<ClientView>,
+    /// Record bytes it has sent to consumers since it started (absent from older builds).
+    #[serde(default)]
+    pub consumer_bytes_out: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -46,6 +49,7 @@ pub fn local(broker: &Broker) -> LocalView {
         groups: snapshot::take(broker).groups,
         history: broker.history.samples(),
         clients: snapshot::clients(broker),
+        consumer_bytes_out: Some(snapshot::consumer_bytes_out(broker).0),
     }
 }
 
@@ -53,6 +57,10 @@ pub async fn cluster(broker: &Broker) -> ClusterView {
     let mut view = snapshot::take(broker);
     let (peers, unreachable) = ask_peers(broker, &view).await;
     for peer in peers {
+        if let Some(b) = view.brokers.iter_mut().find(|b| b.node_id == peer.node_id) {
+            b.consumer_bytes_out = peer.consumer_bytes_out;
+            b.consumer_bytes_out_per_s = peer.history.last().map(|s| s.bytes_out_per_s);
+        }
         view.groups.extend(peer.groups);
         view.clients.extend(peer.clients);
     }
@@ -60,6 +68,7 @@ pub async fn cluster(broker: &Broker) -> ClusterView {
     // A group that moved between coordinators while they were asked appears once.
     view.groups.dedup_by(|a, b| a.group_id == b.group_id);
     view.unreachable = unreachable;
+    view.racks = snapshot::racks(&view.brokers);
     view
 }
 

@@ -35,6 +35,45 @@ pub struct ClusterView {
     pub unreachable: Vec<i32>,
     /// Who is connected: open client connections per broker, listener and principal.
     pub clients: Vec<ClientView>,
+    /// Record bytes served to consumers, by the serving brokers' rack (KIP-392's point:
+    /// consumers with `client.rack` read in their own rack). Filled by the console.
+    pub racks: Vec<RackView>,
+}
+
+/// What the brokers of one rack served to consumers.
+#[derive(Debug, Clone, Serialize)]
+pub struct RackView {
+    /// `None`: brokers without `broker.rack`.
+    pub rack: Option<String>,
+    pub brokers: Vec<i32>,
+    /// Since each broker started, over the brokers whose console answered.
+    pub consumer_bytes_out: u64,
+    /// Over the last sample of each of them.
+    pub consumer_bytes_out_per_s: f64,
+}
+
+/// The racks of `brokers` and what each served, from the brokers' own counts.
+pub fn racks(brokers: &[BrokerView]) -> Vec<RackView> {
+    let mut racks: Vec<RackView> = Vec::new();
+    for b in brokers {
+        let rack = match racks.iter_mut().find(|r| r.rack == b.rack) {
+            Some(rack) => rack,
+            None => {
+                racks.push(RackView {
+                    rack: b.rack.clone(),
+                    brokers: Vec::new(),
+                    consumer_bytes_out: 0,
+                    consumer_bytes_out_per_s: 0.0,
+                });
+                racks.last_mut().expect("just pushed")
+            }
+        };
+        rack.brokers.push(b.node_id);
+        rack.consumer_bytes_out += b.consumer_bytes_out.unwrap_or(0);
+        rack.consumer_bytes_out_per_s += b.consumer_bytes_out_per_s.unwrap_or(0.0);
+    }
+    racks.sort_by(|a, b| a.rack.cmp(&b.rack));
+    racks
 }
 
 /// Open client connections of one principal on one listener of one broker.
@@ -94,6 +133,10 @@ pub struct BrokerView {
     pub live: bool,
     /// The broker's console, when it serves one (`metrics.listen`).
     pub console: Option<String>,
+    /// Record bytes it has sent to consumers since it started, and per second over its last
+    /// sample (`None`: it did not tell, its console being off or not answering).
+    pub consumer_bytes_out: Option<u64>,
+    pub consumer_bytes_out_per_s: Option<f64>,
     #[serde(skip)]
     pub http: Option<(String, i32)>,
 }
@@ -205,10 +248,12 @@ pub fn take(broker: &Broker) -> ClusterView {
         groups,
         unreachable: Vec::new(),
         clients: clients(broker),
+        racks: Vec::new(),
     }
 }
 
 fn broker_view(broker: &Broker, b: &BrokerRegistration) -> BrokerView {
+    let own = (b.broker_id == broker.config.node_id).then(|| consumer_bytes_out(broker));
     let kafka = b
         .endpoint(&broker.config.listeners.inter_broker)
         .or_else(|| b.endpoints.iter().find(|e| e.listener != HTTP_ENDPOINT_NAME));
@@ -224,7 +269,16 @@ fn broker_view(broker: &Broker, b: &BrokerRegistration) -> BrokerView {
             .as_ref()
             .map(|(host, port)| format!("http://{}/", host_port(host, *port))),
         http,
+        consumer_bytes_out: own.map(|(total, _)| total),
+        consumer_bytes_out_per_s: own.and_then(|(_, rate)| rate),
     }
+}
+
+/// Record bytes this broker has sent to consumers since it started, and per second over its
+/// last history sample (none before the first).
+pub fn consumer_bytes_out(broker: &Broker) -> (u64, Option<f64>) {
+    let rate = broker.history.samples().last().map(|s| s.bytes_out_per_s);
+    (broker.metrics.all_topics().bytes_out, rate)
 }
 
 /// `host:port`, bracketing an IPv6 address.
@@ -350,4 +404,47 @@ fn consumer_assignment(assignment: &Bytes) -> Vec<AssignedTopic> {
         .into_iter()
         .map(|(topic, partitions)| AssignedTopic { topic, partitions })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn broker(node_id: i32, rack: Option<&str>, served: Option<u64>, rate: Option<f64>) -> BrokerView {
+        BrokerView {
+            node_id,
+            host: String::new(),
+            port: 9092,
+            rack: rack.map(str::to_string),
+            replica_capacity: None,
+            live: true,
+            console: None,
+            http: None,
+            consumer_bytes_out: served,
+            consumer_bytes_out_per_s: rate,
+        }
+    }
+
+    #[test]
+    fn racks_add_up_what_their_brokers_served_and_a_silent_broker_adds_nothing() {
+        let brokers = [
+            broker(1, Some("b"), Some(100), Some(10.0)),
+            broker(2, Some("a"), Some(5), None),
+            broker(3, Some("b"), None, None),
+            broker(4, None, Some(7), Some(1.5)),
+        ];
+        let racks = racks(&brokers);
+        let summary: Vec<_> = racks
+            .iter()
+            .map(|r| (r.rack.as_deref(), r.brokers.clone(), r.consumer_bytes_out, r.consumer_bytes_out_per_s))
+            .collect();
+        assert_eq!(
+            summary,
+            vec![
+                (None, vec![4], 7, 1.5),
+                (Some("a"), vec![2], 5, 0.0),
+                (Some("b"), vec![1, 3], 100, 10.0),
+            ]
+        );
+    }
 }
