@@ -95,3 +95,47 @@ def test_consumers_in_a_followers_rack_read_from_it_and_in_the_leaders_rack_from
         by_node = served_since(nodes, topic, before)
         assert by_node[leader] == RECORDS and sum(by_node.values()) == RECORDS, \
             f"{client} in rack-{leader} was served {by_node} (leader {leader})"
+
+
+def test_a_read_committed_consumer_reading_from_a_follower_never_sees_an_aborted_record(cluster):
+    """The follower's last stable offset and aborted-transaction index come from the batches and
+    markers it replicated: a read_committed consumer in its rack reads the committed
+    transactions' records and none of the aborted one's, all served by the follower."""
+    nodes = cluster({"replica.selector.class": RACK_AWARE}, metrics=True,
+                    per_node=lambda i: {"broker.rack": f"rack-{i}"})
+    topic = "nearby-committed"
+    bootstrap = ",".join(n.bootstrap for n in nodes)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "nearby-tx"})
+    producer.init_transactions(30)
+    for name, commit in [("first", True), ("aborted", False), ("second", True)]:
+        producer.begin_transaction()
+        for i in range(50):
+            producer.produce(topic, value=f"{name}-{i}".encode(), partition=0)
+        producer.commit_transaction(30) if commit else producer.abort_transaction(30)
+    partition = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
+    leader = partition.leader
+    follower = next(i for i in (1, 2, 3) if i != leader)
+
+    before = served(nodes, topic)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "client.rack": f"rack-{follower}",
+                         "isolation.level": "read_committed", "enable.auto.commit": False,
+                         "fetch.wait.max.ms": 100})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        values = []
+        while len(values) < 100:
+            m = consumer.poll(30)
+            assert m is not None, f"no record after {values[-3:]} ({len(values)} of 100)"
+            assert m.error() is None, m.error()
+            values.append(m.value().decode())
+        # Nothing more: the aborted transaction's records are never delivered.
+        extra = consumer.poll(2)
+        assert extra is None or extra.error() is not None, extra.value()
+    finally:
+        consumer.close()
+    assert values == [f"first-{i}" for i in range(50)] + [f"second-{i}" for i in range(50)], values
+    by_node = served_since(nodes, topic, before)
+    assert by_node[leader] == 0 and by_node[follower] >= 100, \
+        f"a read_committed consumer in rack-{follower} was served {by_node} (leader {leader})"
