@@ -124,6 +124,14 @@ impl FetchSession {
         send
     }
 
+    /// The high watermark the client was last told for this partition, if any.
+    pub fn high_watermark_sent(&self, key: &SessionKey) -> Option<i64> {
+        self.partitions
+            .get(key)
+            .map(|p| p.sent.high_watermark)
+            .filter(|hw| *hw != NOTHING_SENT.high_watermark)
+    }
+
     /// Records what a full response told the client.
     pub fn sent_in_full(&mut self, key: &SessionKey, hw: i64, log_start: i64) {
         if let Some(p) = self.partitions.get_mut(key) {

@@ -126,11 +126,16 @@ impl DelayedDeleteRecords {
 /// (a consumer's) or the last stable offset (a `read_committed` consumer's) of each partition
 /// it reads, as they were before its first read, so that a write between that read and the
 /// wait is not missed. The last stable offset moves with the high watermark and with markers,
-/// both of which notify the partition's watch.
+/// both of which notify the partition's watch. A follower's fetch also ends when a high
+/// watermark moves, so followers know it within a round trip, not a long poll later.
 pub struct DelayedFetch {
     partitions: Vec<Arc<Partition>>,
     /// Each partition's watched offset as last seen, by position.
     seen: Vec<i64>,
+    /// A follower's fetch: each partition's high watermark when it began. A follower learns
+    /// the high watermark only from fetch answers, and consumers it serves (KIP-392) read
+    /// only below it, so a move of it ends the wait even when the log did not grow.
+    seen_high_watermarks: Vec<i64>,
     bound: ReadBound,
     deadline: Instant,
 }
@@ -142,6 +147,8 @@ pub enum FetchWake {
     Changed,
     /// `max_wait_ms` passed: answer with what there is.
     Expired,
+    /// A follower's fetch: a high watermark moved, which the follower is told at once.
+    HighWatermarkMoved,
 }
 
 impl DelayedFetch {
@@ -150,11 +157,26 @@ impl DelayedFetch {
     pub fn new<'a>(partitions: impl Iterator<Item = &'a Arc<Partition>>, bound: ReadBound, deadline: Instant) -> Self {
         let partitions: Vec<Arc<Partition>> = partitions.cloned().collect();
         let seen = partitions.iter().map(|p| watched(p.watch(), bound)).collect();
+        let seen_high_watermarks = match bound {
+            ReadBound::LogEnd => partitions.iter().map(|p| p.watch().high_watermark()).collect(),
+            _ => Vec::new(),
+        };
         DelayedFetch {
             partitions,
             seen,
+            seen_high_watermarks,
             bound,
             deadline,
+        }
+    }
+
+    /// A follower's fetch: the high watermarks it was last told (by position; `None`:
+    /// unknown), where older than now, so the wait ends at once and tells it.
+    pub fn known_high_watermarks(&mut self, known: impl Iterator<Item = Option<i64>>) {
+        for (seen, known) in self.seen_high_watermarks.iter_mut().zip(known) {
+            if let Some(known) = known {
+                *seen = (*seen).min(known);
+            }
         }
     }
 
@@ -185,6 +207,15 @@ impl DelayedFetch {
             if moved {
                 return FetchWake::Changed;
             }
+            let high_watermarks = self.partitions.iter().map(|p| p.watch().high_watermark());
+            if self
+                .seen_high_watermarks
+                .iter()
+                .zip(high_watermarks)
+                .any(|(seen, now)| now > *seen)
+            {
+                return FetchWake::HighWatermarkMoved;
+            }
             if tokio::time::timeout_at(self.deadline, futures::future::select_all(changes))
                 .await
                 .is_err()
@@ -200,5 +231,68 @@ fn watched(watch: &PartitionWatch, bound: ReadBound) -> i64 {
         ReadBound::LogEnd => watch.log_end_offset(),
         ReadBound::HighWatermark => watch.high_watermark(),
         ReadBound::LastStable => watch.last_stable_offset(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use sluice_protocol::batch::test_support::encode_simple_batch;
+
+    use super::*;
+    use crate::metadata::image::PartitionRegistration;
+
+    const NOW: i64 = 1_800_000_000_000;
+
+    /// Broker 1 leading replicas 1-3 with 5 records that follower 2 holds and 3 does not yet.
+    fn leader_with_one_follower_behind(dir: &std::path::Path) -> Arc<Partition> {
+        let p = crate::partition::tests::open(dir, 1);
+        let registration = PartitionRegistration {
+            replicas: vec![1, 2, 3],
+            isr: vec![1, 2, 3],
+            leader: 1,
+            ..Default::default()
+        };
+        p.apply_registration(&registration, NOW);
+        let mut batch = encode_simple_batch(5, 10, NOW);
+        p.append_as_leader(&mut batch, NOW).unwrap();
+        p.record_follower_fetch(2, 5, 0, -1, NOW).unwrap();
+        assert_eq!(p.high_watermark(), 0, "follower 3 holds nothing yet");
+        Arc::new(p)
+    }
+
+    #[tokio::test]
+    async fn a_followers_fetch_ends_when_the_high_watermark_passes_the_one_it_was_told() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = leader_with_one_follower_behind(dir.path());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        // Follower 2 waits at its log end; a consumer waits at the high watermark.
+        let mut follower = DelayedFetch::new([&p].into_iter(), ReadBound::LogEnd, deadline);
+        let mut consumer = DelayedFetch::new([&p].into_iter(), ReadBound::HighWatermark, deadline);
+        p.record_follower_fetch(3, 5, 0, -1, NOW).unwrap();
+        assert_eq!(p.high_watermark(), 5);
+        assert_eq!(
+            follower.wait().await,
+            FetchWake::HighWatermarkMoved,
+            "the log did not grow"
+        );
+        assert_eq!(consumer.wait().await, FetchWake::Changed);
+        // A fetch that begins after the move, from a follower last told 0, ends at once.
+        let mut late = DelayedFetch::new(
+            [&p].into_iter(),
+            ReadBound::LogEnd,
+            Instant::now() + Duration::from_millis(50),
+        );
+        late.known_high_watermarks([Some(0)].into_iter());
+        assert_eq!(late.wait().await, FetchWake::HighWatermarkMoved);
+        // One told 5 waits for the log or the deadline.
+        let mut told = DelayedFetch::new(
+            [&p].into_iter(),
+            ReadBound::LogEnd,
+            Instant::now() + Duration::from_millis(50),
+        );
+        told.known_high_watermarks([Some(5)].into_iter());
+        assert_eq!(told.wait().await, FetchWake::Expired);
     }
 }

@@ -30,6 +30,18 @@ def served(nodes, topic: str) -> dict[int, float]:
     return out
 
 
+def bytes_by_rack(nodes) -> dict[str, float]:
+    """Record bytes all nodes sent to consumers in their own rack ("same"), in another ("other")
+    or where either rack is unknown, from sluice_consumer_fetch_bytes_total."""
+    out = {"same": 0.0, "other": 0.0, "unknown": 0.0}
+    for n in nodes:
+        with urllib.request.urlopen(f"{n.metrics_url}/metrics", timeout=10) as r:
+            scraped = parse(r.read().decode())
+        for rack in out:
+            out[rack] += scraped.total("sluice_consumer_fetch_bytes_total", rack=rack)
+    return out
+
+
 def served_since(nodes, topic: str, before: dict[int, float]) -> dict[int, int]:
     now = served(nodes, topic)
     return {i: int(now[i] - before[i]) for i in now}
@@ -95,6 +107,10 @@ def test_consumers_in_a_followers_rack_read_from_it_and_in_the_leaders_rack_from
         by_node = served_since(nodes, topic, before)
         assert by_node[leader] == RECORDS and sum(by_node.values()) == RECORDS, \
             f"{client} in rack-{leader} was served {by_node} (leader {leader})"
+
+    # Every byte was read in the consumer's own rack.
+    racks = bytes_by_rack(nodes)
+    assert racks["other"] == 0 and racks["same"] >= 4 * RECORDS * len("v-0"), racks
 
 
 def test_a_read_committed_consumer_reading_from_a_follower_never_sees_an_aborted_record(cluster):

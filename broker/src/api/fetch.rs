@@ -49,7 +49,7 @@ use crate::clock::now_ms;
 use crate::fetch_session::{self, SessionFetch, TopicRef};
 use crate::log::{AbortedTxn, LogError};
 use crate::metadata::acls::{AclOperation, ResourceType};
-use crate::metrics::BrokerMetrics;
+use crate::metrics::{BrokerMetrics, RackLocality};
 use crate::partition::{Partition, PartitionRead, ReadBound};
 use crate::purgatory::{DelayedFetch, FetchWake};
 use crate::quota::ReplicationQuota;
@@ -105,6 +105,8 @@ struct FetchPlan {
     /// The leader's replication throttle and its bound (bytes/s), when one is set and this
     /// is a follower's fetch.
     throttle: Option<(Arc<ReplicationQuota>, f64)>,
+    /// A consumer's rack against this broker's, for the bytes it is sent.
+    locality: RackLocality,
 }
 
 /// One partition of a read pass: its answer already (an error), or its read, planned.
@@ -165,6 +167,19 @@ pub fn handle(ctx: &RequestContext, request: FetchRequest) -> Reply {
         read_bound(&plan),
         Instant::now() + max_wait,
     );
+    // A follower in a session is answered at once when it was told an older high watermark
+    // than the partition has now (consumers it serves read only below the one it knows).
+    if let (true, SessionFetch::Incremental { session, .. }) = (plan.from_follower, &session) {
+        let session = session.lock();
+        let known = plan.topics.iter().flat_map(|topic| {
+            topic
+                .partitions
+                .iter()
+                .filter(|p| p.partition.is_ok())
+                .map(|p| session.high_watermark_sent(&(topic.session_ref.clone(), p.index)))
+        });
+        delayed.known_high_watermarks(known);
+    }
     // Planned here, in request order (a produce read after this fetch is not in its answer);
     // read below, off the async workers.
     let first_pass = plan_pass(&plan);
@@ -246,9 +261,10 @@ fn answer_in_session(session: &SessionFetch, plan: &FetchPlan, mut response: Fet
     }
 }
 
-/// Counts what the response carries: per topic for a consumer (BytesOutPerSec), as
-/// replication bytes for a follower.
+/// Counts what the response carries: per topic for a consumer (BytesOutPerSec) and by the
+/// consumer's rack, as replication bytes for a follower.
 fn count_sent(metrics: &BrokerMetrics, plan: &FetchPlan, response: &FetchResponse) {
+    let mut consumer_bytes = 0;
     for (topic, sent) in plan.topics.iter().zip(&response.responses) {
         for data in &sent.partitions {
             let records = data.records.as_deref().unwrap_or_default();
@@ -258,8 +274,12 @@ fn count_sent(metrics: &BrokerMetrics, plan: &FetchPlan, response: &FetchRespons
                     .fetch_add(records.len() as u64, Ordering::Relaxed);
             } else if let (Some(name), 0) = (&topic.known_as, data.error_code) {
                 metrics.record_consumer_fetch(name, records);
+                consumer_bytes += records.len() as u64;
             }
         }
+    }
+    if consumer_bytes > 0 {
+        metrics.record_consumer_rack(plan.locality, consumer_bytes);
     }
 }
 
@@ -469,6 +489,7 @@ fn resolve(
         by_topic_id,
         from_follower,
         throttle,
+        locality: RackLocality::of(client_rack, broker.config.rack.as_deref()),
     }
 }
 

@@ -18,7 +18,7 @@ use prometheus_client::registry::Registry;
 use super::snapshot::{self, ClusterView};
 use crate::broker::Broker;
 use crate::metrics::histogram::HistogramReading;
-use crate::metrics::TopicTotals;
+use crate::metrics::{RackLocality, TopicTotals};
 
 /// The `Content-Type` of what [`render`] returns.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -34,6 +34,7 @@ struct Scrape {
     isr_expands: u64,
     replication_bytes_in: u64,
     replication_bytes_out: u64,
+    consumer_bytes_by_rack: [u64; 3],
     connections: Vec<(String, i64)>,
     /// Per listener: successful and failed authentications since start.
     authentications: Vec<(String, u64, u64)>,
@@ -60,6 +61,7 @@ pub fn render(broker: &Broker) -> String {
         isr_expands: metrics.isr_expands.load(ordering),
         replication_bytes_in: metrics.replication_bytes_in.load(ordering),
         replication_bytes_out: metrics.replication_bytes_out.load(ordering),
+        consumer_bytes_by_rack: [0, 1, 2].map(|i| metrics.consumer_bytes_by_rack[i].load(ordering)),
         connections: metrics.connections().map(|(l, n)| (l.to_string(), n)).collect(),
         authentications: {
             let mut counts: Vec<(String, u64, u64)> = broker
@@ -209,7 +211,17 @@ impl Scrape {
             "kafka_server_brokertopicmetrics_replicationbytesout",
             "Record bytes sent to followers (ReplicationBytesOutPerSec).",
             self.replication_bytes_out,
-        )
+        )?;
+        let mut f = family(
+            e,
+            "sluice_consumer_fetch_bytes",
+            "Record bytes sent to consumers, by whether the consumer's client.rack (Fetch v11+) is this broker's broker.rack (same, other; unknown when either is unset): what crosses racks (KIP-392).",
+            MetricType::Counter,
+        )?;
+        for (locality, label) in RackLocality::ALL {
+            f.labelled_counter(&[("rack", label)], self.consumer_bytes_by_rack[locality as usize])?;
+        }
+        Ok(())
     }
 
     fn requests(&self, e: &mut DescriptorEncoder) -> Result {

@@ -81,11 +81,40 @@ pub struct BrokerMetrics {
     pub replication_bytes_in: AtomicU64,
     /// Record bytes this broker sent to its followers.
     pub replication_bytes_out: AtomicU64,
+    /// Record bytes sent to consumers by where they are (KIP-392): in this broker's rack, in
+    /// another, or unknown (the consumer or this broker names no rack, or Fetch below v11).
+    pub consumer_bytes_by_rack: [AtomicU64; 3],
     /// Open client connections per Kafka listener, in configuration order.
     connections: Vec<(Arc<str>, AtomicI64)>,
     /// Open client connections per listener and principal (the console's "who is connected"):
     /// bounded by the open connections, an entry going when its count reaches zero.
     principals: parking_lot::Mutex<HashMap<(Arc<str>, Arc<str>), i64>>,
+}
+
+/// Where a consumer is against the broker serving it (KIP-392's `client.rack`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RackLocality {
+    SameRack = 0,
+    OtherRack = 1,
+    Unknown = 2,
+}
+
+impl RackLocality {
+    pub const ALL: [(RackLocality, &'static str); 3] = [
+        (RackLocality::SameRack, "same"),
+        (RackLocality::OtherRack, "other"),
+        (RackLocality::Unknown, "unknown"),
+    ];
+
+    /// A consumer naming `client_rack` (empty: none) served by a broker in `broker_rack`.
+    pub fn of(client_rack: &str, broker_rack: Option<&str>) -> RackLocality {
+        match broker_rack {
+            _ if client_rack.is_empty() => RackLocality::Unknown,
+            None => RackLocality::Unknown,
+            Some(rack) if rack == client_rack => RackLocality::SameRack,
+            Some(_) => RackLocality::OtherRack,
+        }
+    }
 }
 
 impl BrokerMetrics {
@@ -106,6 +135,7 @@ impl BrokerMetrics {
             isr_expands: AtomicU64::new(0),
             replication_bytes_in: AtomicU64::new(0),
             replication_bytes_out: AtomicU64::new(0),
+            consumer_bytes_by_rack: Default::default(),
             connections: listeners.into_iter().map(|l| (l, AtomicI64::new(0))).collect(),
             principals: parking_lot::Mutex::new(HashMap::new()),
         }
@@ -143,6 +173,11 @@ impl BrokerMetrics {
             c.messages_out.fetch_add(messages, Ordering::Relaxed);
             c.bytes_out.fetch_add(bytes, Ordering::Relaxed);
         });
+    }
+
+    /// Record bytes a consumer's fetch response carried, by where the consumer is.
+    pub fn record_consumer_rack(&self, locality: RackLocality, bytes: u64) {
+        self.consumer_bytes_by_rack[locality as usize].fetch_add(bytes, Ordering::Relaxed);
     }
 
     /// Forgets the counters of topics that no longer exist, as Kafka removes their metrics.
@@ -264,6 +299,14 @@ pub fn records_in(records: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_consumer_is_in_this_brokers_rack_another_or_unknown() {
+        assert_eq!(RackLocality::of("a", Some("a")), RackLocality::SameRack);
+        assert_eq!(RackLocality::of("a", Some("b")), RackLocality::OtherRack);
+        assert_eq!(RackLocality::of("", Some("a")), RackLocality::Unknown, "no client.rack");
+        assert_eq!(RackLocality::of("a", None), RackLocality::Unknown, "no broker.rack");
+    }
     use sluice_protocol::batch::test_support::encode_simple_batch;
 
     #[test]

@@ -618,6 +618,6 @@ fn rebuild_producer_state(log: &mut PartitionLog) -> Result<ProducerStateManager
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 #[cfg(test)]
 mod txn_tests;

@@ -18,7 +18,7 @@ pub(super) fn registration(leader: i32, leader_epoch: i32, partition_epoch: i32,
     }
 }
 
-pub(super) fn open(dir: &Path, node_id: i32) -> Partition {
+pub(crate) fn open(dir: &Path, node_id: i32) -> Partition {
     let tail_cache = crate::log::TailCacheBudget::new(1 << 20, 64 << 20);
     Partition::open(
         dir,

@@ -20,6 +20,7 @@
 //!                     [--bootstrap HOST:PORT --broker-pids ID:PID,... [--replication-factor R]]
 //!                     [--create-topics NAME,...]
 //!                     [--security PLAINTEXT|SASL_SSL [--ssl-ca PEM --sasl-username U --sasl-password-file F]]
+//!                     [--racks]
 //! `--linger-ms` is the latency phase's producer's `linger.ms` (default 5, librdkafka's own
 //! default, which the throughput phases always use); with
 //! another value the latency phase uses the topic `bench-latency-linger<MS>`, so one cluster
@@ -37,6 +38,12 @@
 //! brokers, `--ssl-ca` is the CA their certificates chain to and `--sasl-username` /
 //! `--sasl-password-file` (a file holding the password, so it is in no command line or log)
 //! the SCRAM-SHA-512 login. The default, `PLAINTEXT`, is no security at all.
+//! `--racks` (brokers the bench starts, `--nodes` > 1) puts node N in `broker.rack=rack-N`
+//! and latency consumer C (its group) in `client.rack=rack-(C mod nodes + 1)`, and prints how
+//! many of the bytes consumers read in the latency phase crossed racks (each broker's
+//! `sluice_consumer_fetch_bytes_total`); add `--set
+//! replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector` to have
+//! them read in their own rack (KIP-392).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,13 +60,17 @@ use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::ClientContext;
 use serde_json::{json, Value};
+use sluice_integration_tests::node::{free_loopback_port, loopback_addr, scrape_metrics};
 use sluice_integration_tests::pki::{pem_store_settings, TestCa};
 use sluice_integration_tests::security::{SaslLogin, SaslMechanism, TlsClient};
 use sluice_integration_tests::{clients, procstat, retry_port_races, ClientSecurity, Cluster, NodeOptions, SluiceNode};
+use std::net::SocketAddr;
 use tempfile::TempDir;
 
 struct Args {
     nodes: usize,
+    /// `--racks`: each node in a rack of its own, each latency consumer naming one.
+    racks: bool,
     consumers: Option<usize>,
     records_2k: u64,
     records_100b: u64,
@@ -98,6 +109,7 @@ fn parse_args() -> Result<Args> {
         duration_s: 20,
         partitions: 3,
         phase: "all".into(),
+        racks: false,
         commit: true,
         settings: Vec::new(),
         json: None,
@@ -128,6 +140,7 @@ fn parse_args() -> Result<Args> {
             "--partitions" => a.partitions = val()?.parse()?,
             "--phase" => a.phase = val()?,
             "--no-commit" => a.commit = false,
+            "--racks" => a.racks = true,
             "--json" => a.json = Some(val()?.into()),
             "--label" => a.label = val()?,
             "--bootstrap" => bootstrap = Some(val()?),
@@ -165,6 +178,10 @@ fn parse_args() -> Result<Args> {
         "bad --phase"
     );
     ensure!(a.nodes >= 1, "--nodes must be at least 1");
+    ensure!(
+        !a.racks || (a.nodes > 1 && bootstrap.is_none()),
+        "--racks needs a cluster the bench starts (--nodes 2 or more, no --bootstrap)"
+    );
     match bootstrap {
         Some(b) => {
             ensure!(!broker_pids.is_empty(), "--bootstrap needs --broker-pids");
@@ -361,6 +378,8 @@ struct Target {
     security: ClientSecurity,
     /// The test CA's files for brokers the bench started secured; dropped after them.
     _pki: Option<TempDir>,
+    /// With `--racks`: each node's `metrics.listen`, by node id.
+    metrics: Vec<(i32, SocketAddr)>,
 }
 
 impl Target {
@@ -382,6 +401,7 @@ impl Target {
                 replication_factor: rf,
                 security,
                 _pki: None,
+                metrics: Vec::new(),
             });
         }
         let (pki, secured) = match args.security.as_str() {
@@ -420,12 +440,25 @@ impl Target {
                 replication_factor: 1,
                 security,
                 _pki: pki,
+                metrics: Vec::new(),
             });
         }
         let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        let mut cluster = retry_port_races(|| {
-            Cluster::start_custom(nodes, &settings, false, |_| Vec::new(), |_, opts| customise(opts))
-        })?;
+        let metrics: Vec<(i32, SocketAddr)> = match args.racks {
+            true => (1..=nodes as i32)
+                .map(|id| Ok((id, loopback_addr(free_loopback_port()?))))
+                .collect::<Result<_>>()?,
+            false => Vec::new(),
+        };
+        let per_node = |id: i32| match metrics.iter().find(|(n, _)| *n == id) {
+            Some((_, addr)) => vec![
+                ("broker.rack".to_string(), format!("rack-{id}")),
+                ("metrics.listen".to_string(), addr.to_string()),
+            ],
+            None => Vec::new(),
+        };
+        let mut cluster =
+            retry_port_races(|| Cluster::start_custom(nodes, &settings, false, per_node, |_, opts| customise(opts)))?;
         let mut pids = Vec::new();
         for id in cluster.ids() {
             pids.push((id, cluster.node(id).pid().context("broker not running")?));
@@ -437,6 +470,7 @@ impl Target {
             replication_factor: i16::try_from(nodes).context("--nodes too large")?,
             security,
             _pki: pki,
+            metrics,
         })
     }
 
@@ -754,8 +788,11 @@ fn spawn_latency_reader(
 ) -> Result<std::thread::JoinHandle<Result<Vec<u64>>>> {
     // librdkafka's defaults otherwise (fetch.wait.max.ms 500, auto commit every 5 s):
     // measure what clients get.
-    let consumer: BaseConsumer = target
-        .client_config()
+    let mut config = target.client_config();
+    if !target.metrics.is_empty() {
+        config.set("client.rack", format!("rack-{}", index % target.metrics.len() + 1));
+    }
+    let consumer: BaseConsumer = config
         .set("client.id", format!("sluice-bench-consumer-{index}"))
         .set("group.id", format!("sluice-bench-group-{index}"))
         .set("auto.offset.reset", "earliest")
@@ -855,6 +892,7 @@ fn latency_phase(target: &Target, topic: &str, args: &Args, consumers: usize) ->
     }
 
     let mut payload = vec![b'l'; LATENCY_RECORD_BYTES];
+    let racks_before = consumer_bytes_by_rack(target)?;
     let meter = Meter::start(&target.pids)?;
     let start = Instant::now();
     let interval_ns = 1_000_000_000 / rate;
@@ -879,6 +917,15 @@ fn latency_phase(target: &Target, topic: &str, args: &Args, consumers: usize) ->
     }
     let secs = start.elapsed().as_secs_f64();
     let usage = meter.stop()?;
+    if let (Some(before), Some(after)) = (racks_before, consumer_bytes_by_rack(target)?) {
+        let (same, other) = (after.0 - before.0, after.1 - before.1);
+        println!(
+            "consumer bytes in the latency phase: {:.1} MB read in the consumer's rack, {:.1} MB from another rack ({:.1} % crossed racks)",
+            same as f64 / 1e6,
+            other as f64 / 1e6,
+            100.0 * other as f64 / (same + other).max(1) as f64
+        );
+    }
     let failed = counts.failed.load(Ordering::Relaxed);
     ensure!(failed == 0, "latency phase: {failed} deliveries failed");
     let ack_ns = counts.take_ack_ns();
@@ -890,6 +937,25 @@ fn latency_phase(target: &Target, topic: &str, args: &Args, consumers: usize) ->
         secs,
         usage,
     })
+}
+
+/// (same rack, other rack) record bytes all brokers have sent to consumers, with `--racks`.
+fn consumer_bytes_by_rack(target: &Target) -> Result<Option<(u64, u64)>> {
+    if target.metrics.is_empty() {
+        return Ok(None);
+    }
+    let (mut same, mut other) = (0, 0);
+    for (id, addr) in &target.metrics {
+        let scraped = scrape_metrics(*addr).with_context(|| format!("scraping node {id}'s /metrics"))?;
+        let get = |rack: &str| {
+            scraped
+                .get(&format!("sluice_consumer_fetch_bytes_total{{rack=\"{rack}\"}}"))
+                .copied()
+        };
+        same += get("same").with_context(|| format!("node {id} exports no sluice_consumer_fetch_bytes_total"))? as u64;
+        other += get("other").unwrap_or(0.0) as u64;
+    }
+    Ok(Some((same, other)))
 }
 
 fn rss_cell(n: &NodeUsage) -> String {
