@@ -126,15 +126,15 @@ impl DelayedDeleteRecords {
 /// (a consumer's) or the last stable offset (a `read_committed` consumer's) of each partition
 /// it reads, as they were before its first read, so that a write between that read and the
 /// wait is not missed. The last stable offset moves with the high watermark and with markers,
-/// both of which notify the partition's watch. A follower's fetch also ends when a high
-/// watermark moves, so followers know it within a round trip, not a long poll later.
+/// both of which notify the partition's watch. Where consumers read from followers, a
+/// follower's fetch also ends when a high watermark moves, so followers know it within a
+/// round trip, not a long poll later.
 pub struct DelayedFetch {
     partitions: Vec<Arc<Partition>>,
     /// Each partition's watched offset as last seen, by position.
     seen: Vec<i64>,
-    /// A follower's fetch: each partition's high watermark when it began. A follower learns
-    /// the high watermark only from fetch answers, and consumers it serves (KIP-392) read
-    /// only below it, so a move of it ends the wait even when the log did not grow.
+    /// A follower's fetch that wakes for the high watermark ([`Self::wake_on_high_watermark`]):
+    /// each partition's high watermark when it began (empty otherwise).
     seen_high_watermarks: Vec<i64>,
     bound: ReadBound,
     deadline: Instant,
@@ -157,21 +157,27 @@ impl DelayedFetch {
     pub fn new<'a>(partitions: impl Iterator<Item = &'a Arc<Partition>>, bound: ReadBound, deadline: Instant) -> Self {
         let partitions: Vec<Arc<Partition>> = partitions.cloned().collect();
         let seen = partitions.iter().map(|p| watched(p.watch(), bound)).collect();
-        let seen_high_watermarks = match bound {
-            ReadBound::LogEnd => partitions.iter().map(|p| p.watch().high_watermark()).collect(),
-            _ => Vec::new(),
-        };
         DelayedFetch {
             partitions,
             seen,
-            seen_high_watermarks,
+            seen_high_watermarks: Vec::new(),
             bound,
             deadline,
         }
     }
 
-    /// A follower's fetch: the high watermarks it was last told (by position; `None`:
-    /// unknown), where older than now, so the wait ends at once and tells it.
+    /// A follower's fetch ends when a high watermark moves, not only when the log grows: a
+    /// follower learns the high watermark only from fetch answers, and consumers reading from
+    /// it (KIP-392) see only what lies below it. Without this, a follower waits up to its
+    /// `max_wait_ms` to learn it when no new record comes.
+    pub fn wake_on_high_watermark(&mut self) {
+        if self.bound == ReadBound::LogEnd {
+            self.seen_high_watermarks = self.partitions.iter().map(|p| p.watch().high_watermark()).collect();
+        }
+    }
+
+    /// With [`Self::wake_on_high_watermark`]: the high watermarks the follower was last told
+    /// (by position; `None`: unknown), where older than now, so the wait ends at once.
     pub fn known_high_watermarks(&mut self, known: impl Iterator<Item = Option<i64>>) {
         for (seen, known) in self.seen_high_watermarks.iter_mut().zip(known) {
             if let Some(known) = known {
@@ -269,6 +275,12 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(30);
         // Follower 2 waits at its log end; a consumer waits at the high watermark.
         let mut follower = DelayedFetch::new([&p].into_iter(), ReadBound::LogEnd, deadline);
+        follower.wake_on_high_watermark();
+        let mut plain = DelayedFetch::new(
+            [&p].into_iter(),
+            ReadBound::LogEnd,
+            Instant::now() + Duration::from_millis(50),
+        );
         let mut consumer = DelayedFetch::new([&p].into_iter(), ReadBound::HighWatermark, deadline);
         p.record_follower_fetch(3, 5, 0, -1, NOW).unwrap();
         assert_eq!(p.high_watermark(), 5);
@@ -278,12 +290,18 @@ mod tests {
             "the log did not grow"
         );
         assert_eq!(consumer.wait().await, FetchWake::Changed);
+        assert_eq!(
+            plain.wait().await,
+            FetchWake::Expired,
+            "without it, only the log end wakes it"
+        );
         // A fetch that begins after the move, from a follower last told 0, ends at once.
         let mut late = DelayedFetch::new(
             [&p].into_iter(),
             ReadBound::LogEnd,
             Instant::now() + Duration::from_millis(50),
         );
+        late.wake_on_high_watermark();
         late.known_high_watermarks([Some(0)].into_iter());
         assert_eq!(late.wait().await, FetchWake::HighWatermarkMoved);
         // One told 5 waits for the log or the deadline.
@@ -292,6 +310,7 @@ mod tests {
             ReadBound::LogEnd,
             Instant::now() + Duration::from_millis(50),
         );
+        told.wake_on_high_watermark();
         told.known_high_watermarks([Some(5)].into_iter());
         assert_eq!(told.wait().await, FetchWake::Expired);
     }
