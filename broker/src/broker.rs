@@ -204,6 +204,16 @@ impl Broker {
             .unwrap_or(self.config.txn.transaction_version)
     }
 
+    /// The finalized `group.version`: UpdateFeatures' level, else 1 while
+    /// `group.coordinator.rebalance.protocols` includes `consumer`.
+    pub fn group_version(&self, image: &MetadataImage) -> i16 {
+        image
+            .features
+            .get(crate::controller::features::GROUP_VERSION)
+            .copied()
+            .unwrap_or(i16::from(self.config.group.consumer_protocol_enabled))
+    }
+
     /// Whether a request of a transactions v2 client version (Produce v12+, TxnOffsetCommit
     /// v5+) is treated as one: `transaction.version` is 2.
     pub fn tv2_enabled(&self) -> bool {

@@ -132,4 +132,6 @@ implemented_apis! {
     WriteTxnMarkers: WriteTxnMarkersRequest => WriteTxnMarkersResponse;
     DescribeTransactions: DescribeTransactionsRequest => DescribeTransactionsResponse;
     ListTransactions: ListTransactionsRequest => ListTransactionsResponse;
+    ConsumerGroupHeartbeat: ConsumerGroupHeartbeatRequest => ConsumerGroupHeartbeatResponse;
+    ConsumerGroupDescribe: ConsumerGroupDescribeRequest => ConsumerGroupDescribeResponse;
 }

@@ -87,7 +87,8 @@ mod tests {
         assert!(supported_versions(ApiKey::JoinGroup).is_some());
         assert!(supported_versions(ApiKey::SaslHandshake).is_some());
         assert!(supported_versions(ApiKey::EndTxn).is_some());
-        assert!(supported_versions(ApiKey::ConsumerGroupHeartbeat).is_none());
+        assert_eq!(supported_versions(ApiKey::ConsumerGroupHeartbeat).unwrap().max, 1);
+        assert!(supported_versions(ApiKey::ShareGroupHeartbeat).is_none());
         assert_eq!(supported_versions(ApiKey::ApiVersions).unwrap().max, 4);
     }
 }

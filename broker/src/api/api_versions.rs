@@ -10,12 +10,16 @@ use kafka_protocol::protocol::StrBytes;
 use sluice_protocol::versions::all_supported;
 
 use super::RequestContext;
-use crate::controller::features::{SUPPORTED_FEATURES, TRANSACTION_VERSION};
+use crate::controller::features::{GROUP_VERSION, SUPPORTED_FEATURES, TRANSACTION_VERSION};
 
 pub fn handle(ctx: &RequestContext, _request: ApiVersionsRequest) -> ApiVersionsResponse {
     let image = ctx.broker.metadata.image();
     let transaction_version = ctx.broker.transaction_version(&image);
-    with_features(&[(TRANSACTION_VERSION, transaction_version)], image.features_epoch)
+    let group_version = ctx.broker.group_version(&image);
+    with_features(
+        &[(GROUP_VERSION, group_version), (TRANSACTION_VERSION, transaction_version)],
+        image.features_epoch,
+    )
 }
 
 /// Every API's range, the supported features, and `finalized` (name, level) with `epoch`

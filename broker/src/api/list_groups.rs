@@ -1,5 +1,5 @@
 //! ListGroups: the groups this broker coordinates (admin clients ask every broker), with
-//! Kafka's state filter (v4+) and type filter (v5+; every group here is "classic").
+//! Kafka's state filter (v4+) and type filter (v5+: `classic` or KIP-848's `consumer`).
 //!
 //! DESCRIBE on the cluster lists every group; without it only the groups the principal may
 //! DESCRIBE are listed, the others silently left out, as Kafka.
@@ -11,32 +11,24 @@ use kafka_protocol::messages::{GroupId, ListGroupsRequest, ListGroupsResponse};
 use super::{str_bytes, Access, RequestContext};
 use crate::metadata::acls::{AclOperation, ResourceType};
 
-const GROUP_TYPE: &str = "classic";
-
 pub fn handle(ctx: &RequestContext, request: ListGroupsRequest) -> ListGroupsResponse {
     let RequestContext { broker, session, .. } = ctx;
     let image = broker.metadata.image();
     let listable = listable(session.access(&broker.security.authorizer, &image.acls));
     let (groups, loading) = broker.groups.list_groups();
-    let wants_type =
-        request.types_filter.is_empty() || request.types_filter.iter().any(|t| t.eq_ignore_ascii_case(GROUP_TYPE));
     let listed = groups
         .into_iter()
-        .filter(|_| wants_type)
-        .filter(|(id, _, _)| listable(id))
-        .filter(|(_, _, state)| {
-            request.states_filter.is_empty()
-                || request
-                    .states_filter
-                    .iter()
-                    .any(|s| s.eq_ignore_ascii_case(state.name()))
+        .filter(|g| {
+            request.types_filter.is_empty() || request.types_filter.iter().any(|t| t.eq_ignore_ascii_case(g.group_type))
         })
-        .map(|(id, protocol_type, state)| {
+        .filter(|g| listable(&g.group_id))
+        .filter(|g| request.states_filter.is_empty() || request.states_filter.iter().any(|s| s.eq_ignore_ascii_case(g.state)))
+        .map(|g| {
             ListedGroup::default()
-                .with_group_id(GroupId(str_bytes(id)))
-                .with_protocol_type(str_bytes(protocol_type))
-                .with_group_state(str_bytes(state.name()))
-                .with_group_type(str_bytes(GROUP_TYPE))
+                .with_group_id(GroupId(str_bytes(g.group_id)))
+                .with_protocol_type(str_bytes(g.protocol_type))
+                .with_group_state(str_bytes(g.state))
+                .with_group_type(str_bytes(g.group_type))
         })
         .collect();
     let error = if loading {

@@ -16,6 +16,8 @@ pub mod alter_partition_reassignments;
 pub mod alter_replica_log_dirs;
 pub mod alter_user_scram_credentials;
 pub mod api_versions;
+pub mod consumer_group_describe;
+pub mod consumer_group_heartbeat;
 pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_groups;
@@ -311,6 +313,8 @@ pub fn handle(broker: &Arc<Broker>, request: Request, session: &Session) -> Repl
         RequestBody::OffsetDelete(r) => later!(OffsetDelete, offset_delete::handle, r),
         RequestBody::ListGroups(r) => now!(ListGroups, list_groups::handle, r),
         RequestBody::DescribeGroups(r) => now!(DescribeGroups, describe_groups::handle, r),
+        RequestBody::ConsumerGroupHeartbeat(r) => now!(ConsumerGroupHeartbeat, consumer_group_heartbeat::handle, r),
+        RequestBody::ConsumerGroupDescribe(r) => now!(ConsumerGroupDescribe, consumer_group_describe::handle, r),
         RequestBody::DeleteGroups(r) => later!(DeleteGroups, delete_groups::handle, r),
         RequestBody::DescribeClientQuotas(r) => now!(DescribeClientQuotas, describe_client_quotas::handle, r),
         RequestBody::AlterClientQuotas(r) => later!(AlterClientQuotas, alter_client_quotas::handle, r),

@@ -4,6 +4,30 @@
 
 use super::{parse_num, ConfigError};
 
+/// A KIP-848 server-side assignor (`group.consumer.assignors`); the algorithms are in
+/// `group::assignor`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Assignor {
+    Uniform,
+    Range,
+}
+
+impl Assignor {
+    /// Every assignor by the name clients ask for it (`group.remote.assignor`).
+    pub const ALL: [Assignor; 2] = [Assignor::Uniform, Assignor::Range];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Assignor::Uniform => "uniform",
+            Assignor::Range => "range",
+        }
+    }
+
+    pub fn by_name(name: &str) -> Option<Assignor> {
+        Assignor::ALL.into_iter().find(|a| a.name() == name)
+    }
+}
+
 /// Group settings, by their Kafka broker property names.
 #[derive(Debug, Clone)]
 pub struct GroupConfig {
@@ -24,6 +48,14 @@ pub struct GroupConfig {
     /// whose metadata would make the group's record larger is refused, since the group could
     /// never be stored.
     pub max_group_record_bytes: usize,
+    /// `group.coordinator.rebalance.protocols` includes `consumer`: KIP-848 groups are served.
+    pub consumer_protocol_enabled: bool,
+    /// `group.consumer.session.timeout.ms`
+    pub consumer_session_timeout_ms: i32,
+    /// `group.consumer.heartbeat.interval.ms`
+    pub consumer_heartbeat_interval_ms: i32,
+    /// `group.consumer.assignors`, the first the default.
+    pub consumer_assignors: Vec<Assignor>,
 }
 
 impl Default for GroupConfig {
@@ -37,6 +69,10 @@ impl Default for GroupConfig {
             offset_metadata_max_bytes: 4096,
             offsets_retention_ms: 7 * 24 * 3_600_000,
             max_group_record_bytes: 1_048_588,
+            consumer_protocol_enabled: true,
+            consumer_session_timeout_ms: 45_000,
+            consumer_heartbeat_interval_ms: 5_000,
+            consumer_assignors: Assignor::ALL.to_vec(),
         }
     }
 }
@@ -63,7 +99,72 @@ pub(super) fn group_config(get: &dyn Fn(&str) -> String) -> Result<GroupConfig, 
             reason: "must be between 1 and 10000".into(),
         });
     }
+    let protocols: Vec<String> = get("group.coordinator.rebalance.protocols")
+        .split(',')
+        .map(|p| p.trim().to_ascii_lowercase())
+        .filter(|p| !p.is_empty())
+        .collect();
+    if let Some(unknown) = protocols.iter().find(|p| !["classic", "consumer"].contains(&p.as_str())) {
+        return Err(ConfigError::InvalidValue {
+            key: "group.coordinator.rebalance.protocols".into(),
+            value: unknown.clone(),
+            reason: "the protocols are classic and consumer (share groups are not served yet)".into(),
+        });
+    }
+    let bounded = |key: &str, min_key: &str, max_key: &str| -> Result<i32, ConfigError> {
+        let (value, min, max) = (num(key)?, num(min_key)?, num(max_key)?);
+        if min > max || value < min || value > max {
+            return Err(ConfigError::InvalidValue {
+                key: key.into(),
+                value: value.to_string(),
+                reason: format!("must lie between {min_key} ({min}) and {max_key} ({max})"),
+            });
+        }
+        Ok(value.clamp(1, i32::MAX as i64) as i32)
+    };
+    let session = bounded(
+        "group.consumer.session.timeout.ms",
+        "group.consumer.min.session.timeout.ms",
+        "group.consumer.max.session.timeout.ms",
+    )?;
+    let interval = bounded(
+        "group.consumer.heartbeat.interval.ms",
+        "group.consumer.min.heartbeat.interval.ms",
+        "group.consumer.max.heartbeat.interval.ms",
+    )?;
+    if interval >= session {
+        return Err(ConfigError::InvalidValue {
+            key: "group.consumer.heartbeat.interval.ms".into(),
+            value: interval.to_string(),
+            reason: format!("must be less than group.consumer.session.timeout.ms ({session})"),
+        });
+    }
+    let mut assignors = Vec::new();
+    for name in get("group.consumer.assignors").split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        // Kafka's class names are taken for the built-in assignors they name.
+        let short = name.rsplit('.').next().unwrap_or(name);
+        let short = short.strip_suffix("Assignor").unwrap_or(short).to_ascii_lowercase();
+        let Some(assignor) = Assignor::by_name(&short) else {
+            return Err(ConfigError::InvalidValue {
+                key: "group.consumer.assignors".into(),
+                value: name.into(),
+                reason: "the server-side assignors are uniform and range".into(),
+            });
+        };
+        assignors.push(assignor);
+    }
+    if assignors.is_empty() {
+        return Err(ConfigError::InvalidValue {
+            key: "group.consumer.assignors".into(),
+            value: String::new(),
+            reason: "name at least one of uniform, range".into(),
+        });
+    }
     Ok(GroupConfig {
+        consumer_protocol_enabled: protocols.iter().any(|p| p == "consumer"),
+        consumer_session_timeout_ms: session,
+        consumer_heartbeat_interval_ms: interval,
+        consumer_assignors: assignors,
         num_partitions: partitions as i32,
         min_session_timeout_ms: num("group.min.session.timeout.ms")?.clamp(0, i32::MAX as i64) as i32,
         max_session_timeout_ms: num("group.max.session.timeout.ms")?.clamp(0, i32::MAX as i64) as i32,

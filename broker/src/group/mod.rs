@@ -12,6 +12,7 @@
 //! The state machine sits behind one mutex, never held across an await; appends to the
 //! offsets partition happen under it so that validation and append are one step.
 
+pub mod assignor;
 pub mod coordinator;
 pub mod records;
 
@@ -39,6 +40,7 @@ use crate::producer_state::{TxnVerification, VerificationGuard};
 use crate::replica_manager::ReplicaManager;
 use crate::topic_config::BrokerOverrides;
 use coordinator::{
+    ConsumerGroupSummary, ConsumerHeartbeat, ConsumerHeartbeatResult, HeartbeatError, ListedGroup, TopicCatalog,
     AfterStore, Effect, GroupConfig, GroupCoordinator, GroupSummary, JoinRequest, JoinResult, LoadedRecord, MemberError, ReplyId,
     SyncRequest, SyncResult,
 };
@@ -47,6 +49,25 @@ use sluice_protocol::control::{control_type, ControlType};
 
 /// The internal topic holding group metadata and committed offsets.
 pub use crate::controller::OFFSETS_TOPIC;
+
+/// The topics KIP-848 subscriptions resolve against: the metadata image's, internal ones
+/// left out of regex matches.
+struct ImageTopics<'a>(&'a MetadataImage);
+
+impl TopicCatalog for ImageTopics<'_> {
+    fn topic(&self, name: &str) -> Option<(uuid::Uuid, i32)> {
+        self.0.topic(name).map(|t| (t.topic_id, t.partitions.len() as i32))
+    }
+
+    fn matching(&self, pattern: &regex::Regex) -> Vec<String> {
+        self.0
+            .topics
+            .keys()
+            .filter(|name| !crate::controller::is_internal_topic(name) && pattern.is_match(name))
+            .cloned()
+            .collect()
+    }
+}
 
 /// How often session, join and sync deadlines are checked.
 const TICK: Duration = Duration::from_millis(100);
@@ -396,8 +417,27 @@ impl GroupMetadataManager {
         Ok((committed, inner.coordinator.pending_txn_partitions(group_id)))
     }
 
-    pub fn list_groups(&self) -> (Vec<(String, String, coordinator::GroupState)>, bool) {
+    pub fn list_groups(&self) -> (Vec<ListedGroup>, bool) {
         self.inner.lock().coordinator.list_groups()
+    }
+
+    /// Whether KIP-848 consumer groups are served (`group.coordinator.rebalance.protocols`).
+    pub fn consumer_protocol_enabled(&self) -> bool {
+        self.inner.lock().coordinator.config().consumer_protocol_enabled
+    }
+
+    /// ConsumerGroupHeartbeat (KIP-848), answered from the coordinator's state at once.
+    pub fn consumer_heartbeat(
+        &self,
+        request: ConsumerHeartbeat,
+        image: &MetadataImage,
+    ) -> Result<ConsumerHeartbeatResult, HeartbeatError> {
+        let catalog = ImageTopics(image);
+        self.inner.lock().coordinator.consumer_heartbeat(request, &catalog, now_ms())
+    }
+
+    pub fn describe_consumer_group(&self, group_id: &str) -> Result<ConsumerGroupSummary, HeartbeatError> {
+        self.inner.lock().coordinator.describe_consumer_group(group_id)
     }
 
     pub fn describe_group(&self, group_id: &str) -> Result<Option<GroupSummary>, ResponseError> {

@@ -340,24 +340,47 @@ fn groups(broker: &Broker, topics: &[TopicView]) -> Vec<GroupView> {
     let (listed, _loading) = broker.groups.list_groups();
     listed
         .into_iter()
-        .filter_map(|(group_id, _protocol_type, _state)| {
+        .filter_map(|listed| {
+            let group_id = listed.group_id;
             // A group that moved or went away between the listing and now is left out.
-            let summary = broker.groups.describe_group(&group_id).ok().flatten()?;
+            let (state, protocol, members) = if listed.group_type == "consumer" {
+                let summary = broker.groups.describe_consumer_group(&group_id).ok()?;
+                let image = broker.metadata.image();
+                let members: Vec<MemberView> = summary
+                    .members
+                    .iter()
+                    .map(|m| {
+                        let assignment = m
+                            .assignment
+                            .iter()
+                            .filter_map(|(id, partitions)| {
+                                Some(AssignedTopic {
+                                    topic: image.topic_by_id(id)?.name.clone(),
+                                    partitions: partitions.iter().copied().collect(),
+                                })
+                            })
+                            .collect();
+                        member_view(&m.member_id, &m.client_id, &m.client_host, assignment)
+                    })
+                    .collect();
+                (summary.state.to_string(), summary.assignor, members)
+            } else {
+                let summary = broker.groups.describe_group(&group_id).ok().flatten()?;
+                let members: Vec<MemberView> = summary
+                    .members
+                    .iter()
+                    .map(|m| {
+                        let assignment = if summary.protocol_type == "consumer" {
+                            consumer_assignment(&m.assignment)
+                        } else {
+                            Vec::new()
+                        };
+                        member_view(&m.member_id, &m.client_id, &m.client_host, assignment)
+                    })
+                    .collect();
+                (summary.state.name().to_string(), summary.protocol_name.clone(), members)
+            };
             let committed = broker.groups.fetch_offsets(&group_id, None).unwrap_or_default();
-            let members: Vec<MemberView> = summary
-                .members
-                .iter()
-                .map(|m| MemberView {
-                    member_id: m.member_id.clone(),
-                    client_id: m.client_id.clone(),
-                    host: m.client_host.clone(),
-                    assignment: if summary.protocol_type == "consumer" {
-                        consumer_assignment(&m.assignment)
-                    } else {
-                        Vec::new()
-                    },
-                })
-                .collect();
             let owner = |topic: &str, partition: i32| {
                 members
                     .iter()
@@ -388,8 +411,8 @@ fn groups(broker: &Broker, topics: &[TopicView]) -> Vec<GroupView> {
             Some(GroupView {
                 total_lag: offsets.iter().filter_map(|o| o.lag).sum(),
                 group_id,
-                state: summary.state.name().to_string(),
-                protocol: summary.protocol_name.clone(),
+                state,
+                protocol,
                 coordinator: broker.config.node_id,
                 members,
                 offsets,
@@ -399,6 +422,15 @@ fn groups(broker: &Broker, topics: &[TopicView]) -> Vec<GroupView> {
 }
 
 /// A consumer group member's assignment, as the console shows it.
+fn member_view(member_id: &str, client_id: &str, host: &str, assignment: Vec<AssignedTopic>) -> MemberView {
+    MemberView {
+        member_id: member_id.to_string(),
+        client_id: client_id.to_string(),
+        host: host.to_string(),
+        assignment,
+    }
+}
+
 fn consumer_assignment(assignment: &Bytes) -> Vec<AssignedTopic> {
     crate::group::consumer_assignment(assignment)
         .into_iter()

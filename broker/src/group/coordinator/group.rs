@@ -8,6 +8,7 @@ use bytes::Bytes;
 use indexmap::IndexMap;
 use kafka_protocol::error::ResponseError;
 
+use super::consumer::ConsumerGroup;
 use super::{Effect, Fx, GroupState, JoinResult, JoinedMember, ReplyId, SyncResult};
 use crate::group::records::{OffsetAndMetadata, StoredGroup, StoredMember};
 
@@ -78,6 +79,9 @@ pub(super) struct Group {
     /// `pendingTransactionalOffsetCommits`): invisible to OffsetFetch until a COMMIT marker
     /// makes them committed; an ABORT marker drops them.
     pub(super) pending_txn_offsets: HashMap<i64, HashMap<TopicPartition, CommittedOffset>>,
+    /// Set while the group is a KIP-848 consumer group (`consumer_members.rs`): its classic
+    /// state is then Empty, and the offsets above are the group's.
+    pub(super) consumer: Option<Box<ConsumerGroup>>,
 }
 
 /// A group's offsets are kept per (topic, partition).
@@ -131,6 +135,7 @@ impl Group {
             pending_assignment: None,
             offsets: HashMap::new(),
             pending_txn_offsets: HashMap::new(),
+            consumer: None,
         }
     }
 
@@ -154,6 +159,11 @@ impl Group {
         }
         self.state = state;
         self.state_since_ms = now;
+    }
+
+    /// No members under either protocol.
+    pub(super) fn is_empty(&self) -> bool {
+        self.state == GroupState::Empty && self.consumer.as_ref().is_none_or(|c| c.members.is_empty())
     }
 
     pub(super) fn rebalance_timeout_ms(&self) -> i64 {

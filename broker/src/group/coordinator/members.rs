@@ -44,6 +44,15 @@ impl GroupCoordinator {
         }
         let config = self.config.clone();
         let group = self.groups.get_mut(&req.group_id).expect("inserted above");
+        if group.consumer.is_some() {
+            if !group.is_empty() {
+                // Kafka's answer to a classic member joining a consumer group with members.
+                return Err(ResponseError::InconsistentGroupProtocol);
+            }
+            // An empty consumer group becomes classic again; its offsets stay.
+            group.consumer = None;
+            group.protocol_type = None;
+        }
         if !group.supports_protocols(&req.protocol_type, &req.protocols) {
             return Err(ResponseError::InconsistentGroupProtocol);
         }

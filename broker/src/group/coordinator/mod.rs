@@ -29,9 +29,16 @@ use kafka_protocol::error::ResponseError;
 use super::records::{OffsetAndMetadata, StoredGroup};
 pub use crate::config::GroupConfig;
 use group::{restore, Group};
+pub use consumer::{MemberState, LEAVE_EPOCH, LEAVE_STATIC_EPOCH};
+pub use consumer_members::{
+    compile_regex, ConsumerGroupSummary, ConsumerHeartbeat, ConsumerHeartbeatResult, ConsumerMemberSummary, HeartbeatError,
+    TopicCatalog,
+};
 pub use load::LoadedRecord;
 use load::Replay;
 
+mod consumer;
+mod consumer_members;
 mod group;
 mod load;
 mod members;
@@ -244,6 +251,16 @@ pub struct MemberSummary {
     pub assignment: Bytes,
 }
 
+/// One group as ListGroups shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedGroup {
+    pub group_id: String,
+    pub protocol_type: String,
+    pub state: &'static str,
+    /// KIP-848's group type: `classic` or `consumer`.
+    pub group_type: &'static str,
+}
+
 #[derive(Debug, Clone)]
 pub struct GroupSummary {
     pub state: GroupState,
@@ -400,23 +417,36 @@ impl GroupCoordinator {
 
     // ---- admin ----
 
-    /// Groups this broker coordinates, `(id, protocol type, state)`, and whether some of its
-    /// partitions are still loading (ListGroups answers COORDINATOR_LOAD_IN_PROGRESS then).
-    pub fn list_groups(&self) -> (Vec<(String, String, GroupState)>, bool) {
+    /// Groups this broker coordinates, and whether some of its partitions are still loading
+    /// (ListGroups answers COORDINATOR_LOAD_IN_PROGRESS then).
+    pub fn list_groups(&self) -> (Vec<ListedGroup>, bool) {
         let loading = self.partitions.values().any(|l| matches!(l, Load::Loading { .. }));
         let mut groups: Vec<_> = self
             .groups
             .iter()
-            .map(|(id, g)| (id.clone(), g.protocol_type.clone().unwrap_or_default(), g.state))
+            .map(|(id, g)| match &g.consumer {
+                Some(cg) => ListedGroup {
+                    group_id: id.clone(),
+                    protocol_type: "consumer".into(),
+                    state: cg.state_name(),
+                    group_type: "consumer",
+                },
+                None => ListedGroup {
+                    group_id: id.clone(),
+                    protocol_type: g.protocol_type.clone().unwrap_or_default(),
+                    state: g.state.name(),
+                    group_type: "classic",
+                },
+            })
             .collect();
-        groups.sort_by(|a, b| a.0.cmp(&b.0));
+        groups.sort_by(|a, b| a.group_id.cmp(&b.group_id));
         (groups, loading)
     }
 
     /// DescribeGroups: `None` for a group this coordinator does not know (Kafka reports it Dead).
     pub fn describe_group(&self, group_id: &str) -> Result<Option<GroupSummary>, ResponseError> {
         self.owner(group_id)?;
-        let Some(group) = self.groups.get(group_id) else {
+        let Some(group) = self.groups.get(group_id).filter(|g| g.consumer.is_none()) else {
             return Ok(None);
         };
         let stable = group.state == GroupState::Stable;
@@ -451,9 +481,8 @@ impl GroupCoordinator {
     pub fn delete_group(&mut self, group_id: &str) -> Result<Effect, ResponseError> {
         let partition = self.owner(group_id)?;
         let group = self.groups.get(group_id).ok_or(ResponseError::GroupIdNotFound)?;
-        match group.state {
-            GroupState::Empty => {}
-            _ => return Err(ResponseError::NonEmptyGroup),
+        if !group.is_empty() {
+            return Err(ResponseError::NonEmptyGroup);
         }
         let Some(group) = self.groups.remove(group_id) else {
             return Err(ResponseError::GroupIdNotFound);

@@ -24,7 +24,7 @@ impl GroupCoordinator {
         let mut fx = Vec::new();
         let mut dead = Vec::new();
         for (id, group) in self.groups.iter_mut() {
-            if group.state != GroupState::Empty {
+            if !group.is_empty() {
                 continue;
             }
             let expired: Vec<(String, i32)> = group
@@ -98,6 +98,10 @@ impl GroupCoordinator {
             Entry::Vacant(_) if generation_id >= 0 => return Err(ResponseError::IllegalGeneration),
             Entry::Vacant(entry) => entry.insert(Group::new(group_id, partition, now)),
         };
+        if let Some(cg) = &group.consumer {
+            Self::validate_consumer_commit(cg, member_id, generation_id, transactional)?;
+            return Ok(partition);
+        }
         if generation_id < 0 && group.state == GroupState::Empty {
             return Ok(partition);
         }
@@ -184,6 +188,7 @@ impl GroupCoordinator {
         let partition = self.owner(group_id)?;
         let group = self.groups.get_mut(group_id).ok_or(ResponseError::GroupIdNotFound)?;
         let active = match group.state {
+            _ if group.consumer.is_some() => !group.is_empty(),
             GroupState::Empty => false,
             _ if group.protocol_type.as_deref() == Some("consumer") => true,
             _ => return Err(ResponseError::NonEmptyGroup),
@@ -193,10 +198,13 @@ impl GroupCoordinator {
         let mut deleted = Vec::new();
         for (topic, p) in partitions {
             let in_use = active
-                && group
-                    .members
-                    .values()
-                    .any(|m| subscribed(&m.metadata(protocol.as_deref()), topic));
+                && match &group.consumer {
+                    Some(cg) => cg.subscribed.contains_key(topic),
+                    None => group
+                        .members
+                        .values()
+                        .any(|m| subscribed(&m.metadata(protocol.as_deref()), topic)),
+                };
             if in_use {
                 errors.push(Some(ResponseError::GroupSubscribedToTopic));
             } else {

@@ -1432,6 +1432,7 @@ fn partition_for_matches_kafkas_abs_of_java_string_hash_code() {
     assert_eq!(c.partition_for("orders-sink"), 15);
 }
 
+mod consumer;
 mod txn;
 
 /// The allowed predecessors are Kafka's (`GroupMetadata.validPreviousStates`, without Dead); every

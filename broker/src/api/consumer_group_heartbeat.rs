@@ -1,0 +1,92 @@
+//! ConsumerGroupHeartbeat (KIP-848): a member of a consumer group joins, heartbeats and leaves
+//! with it, and learns its partitions from the coordinator (`group/coordinator/consumer*.rs`).
+//!
+//! Needs READ on the group (GROUP_AUTHORIZATION_FAILED) and DESCRIBE on every topic it names
+//! (TOPIC_AUTHORIZATION_FAILED), as Kafka.
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::consumer_group_heartbeat_response::{Assignment, TopicPartitions};
+use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse};
+use uuid::Uuid;
+
+use super::join_group::may_take_part;
+use super::{str_bytes, RequestContext};
+use crate::group::coordinator::ConsumerHeartbeat;
+use crate::metadata::acls::{AclOperation, ResourceType};
+
+pub fn handle(ctx: &RequestContext, request: ConsumerGroupHeartbeatRequest) -> ConsumerGroupHeartbeatResponse {
+    let RequestContext { broker, session, .. } = ctx;
+    let failed = |error: ResponseError, message: String| {
+        ConsumerGroupHeartbeatResponse::default()
+            .with_error_code(error.code())
+            .with_error_message(Some(str_bytes(message)).filter(|m| !m.is_empty()))
+            .with_member_epoch(-1)
+    };
+    let image = broker.metadata.image();
+    if !broker.groups.consumer_protocol_enabled() || broker.group_version(&image) < 1 {
+        return failed(
+            ResponseError::UnsupportedVersion,
+            "This cluster serves only classic groups (group.coordinator.rebalance.protocols, group.version); use group.protocol=classic.".into(),
+        );
+    }
+    let access = session.access(&broker.security.authorizer, &image.acls);
+    if !may_take_part(access, &request.group_id.0) {
+        return failed(ResponseError::GroupAuthorizationFailed, String::new());
+    }
+    if let Some(names) = &request.subscribed_topic_names {
+        let refused: Vec<&str> = names
+            .iter()
+            .map(|n| n.0.as_str())
+            .filter(|n| !access.authorize(AclOperation::Describe, ResourceType::Topic, n))
+            .collect();
+        if !refused.is_empty() {
+            return failed(
+                ResponseError::TopicAuthorizationFailed,
+                format!(
+                    "Not authorized to describe the subscribed topics {}.",
+                    refused.join(", ")
+                ),
+            );
+        }
+    }
+    let heartbeat = ConsumerHeartbeat {
+        group_id: request.group_id.0.to_string(),
+        member_id: request.member_id.to_string(),
+        member_epoch: request.member_epoch,
+        instance_id: request.instance_id.map(|i| i.to_string()),
+        rack_id: request.rack_id.map(|r| r.to_string()),
+        rebalance_timeout_ms: request.rebalance_timeout_ms,
+        subscribed_topic_names: request
+            .subscribed_topic_names
+            .map(|names| names.into_iter().map(|n| n.0.to_string()).collect()),
+        subscribed_topic_regex: request.subscribed_topic_regex.map(|r| r.to_string()),
+        server_assignor: request.server_assignor.map(|a| a.to_string()),
+        owned: request.topic_partitions.map(|owned| {
+            owned
+                .into_iter()
+                .map(|t| (t.topic_id, t.partitions.into_iter().collect()))
+                .collect()
+        }),
+        client_id: ctx.client_id().to_string(),
+        client_host: format!("/{}", session.peer.ip()),
+        new_member_id: Uuid::new_v4().to_string(),
+    };
+    match broker.groups.consumer_heartbeat(heartbeat, &image) {
+        Ok(result) => ConsumerGroupHeartbeatResponse::default()
+            .with_member_id(Some(str_bytes(result.member_id)))
+            .with_member_epoch(result.member_epoch)
+            .with_heartbeat_interval_ms(result.heartbeat_interval_ms)
+            .with_assignment(result.assignment.map(|a| {
+                Assignment::default().with_topic_partitions(
+                    a.into_iter()
+                        .map(|(topic_id, partitions)| {
+                            TopicPartitions::default()
+                                .with_topic_id(topic_id)
+                                .with_partitions(partitions.into_iter().collect())
+                        })
+                        .collect(),
+                )
+            })),
+        Err((error, message)) => failed(error, message),
+    }
+}

@@ -1,0 +1,353 @@
+//! A KIP-848 consumer group's state (Kafka's `ConsumerGroup` and `ConsumerGroupMember`) and
+//! the reconciliation of one member towards its target (Kafka's `CurrentAssignmentBuilder`).
+//!
+//! Three epochs order everything. The *group epoch* moves when membership, a subscription or a
+//! subscribed topic's partitions change; the *assignment epoch* is the group epoch the target
+//! assignment was computed at; a member's *member epoch* is the target epoch it has reached.
+//! A member reaches a new target in steps, never holding a partition another member still
+//! holds: partitions leaving it are revoked first (it stays at its epoch, in
+//! UnrevokedPartitions, until its heartbeat shows it no longer owns them); partitions coming to
+//! it are given once their previous owner has released them (UnreleasedPartitions until then).
+//!
+//! The heartbeat and timers that drive this are in `consumer_members.rs`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use uuid::Uuid;
+
+use crate::group::assignor::{Assignment, Assignor, AssignorMember, TopicPartitionCounts};
+
+/// The epoch a static member leaves with (`-2`): it keeps its partitions for its session
+/// timeout in case the same instance comes back.
+pub const LEAVE_STATIC_EPOCH: i32 = -2;
+/// The epoch a member leaves with (`-1`).
+pub const LEAVE_EPOCH: i32 = -1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberState {
+    /// At the target assignment's epoch, holding all of its target.
+    Stable,
+    /// Asked to give up partitions; stays at its epoch until it has.
+    UnrevokedPartitions,
+    /// At the target epoch, waiting for partitions other members still hold.
+    UnreleasedPartitions,
+}
+
+impl MemberState {
+    pub fn name(self) -> &'static str {
+        match self {
+            MemberState::Stable => "STABLE",
+            MemberState::UnrevokedPartitions => "UNREVOKED_PARTITIONS",
+            MemberState::UnreleasedPartitions => "UNRELEASED_PARTITIONS",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct ConsumerMember {
+    pub(super) member_epoch: i32,
+    pub(super) previous_member_epoch: i32,
+    pub(super) state: MemberState,
+    pub(super) instance_id: Option<String>,
+    pub(super) rack_id: Option<String>,
+    pub(super) client_id: String,
+    pub(super) client_host: String,
+    /// Sorted and without repeats.
+    pub(super) subscribed_topic_names: Vec<String>,
+    pub(super) subscribed_topic_regex: Option<String>,
+    pub(super) server_assignor: Option<String>,
+    pub(super) rebalance_timeout_ms: i32,
+    /// What the member may consume now.
+    pub(super) assigned: Assignment,
+    /// What it was asked to give up and has not yet confirmed.
+    pub(super) pending_revocation: Assignment,
+    pub(super) last_heartbeat_ms: i64,
+    /// When it entered UnrevokedPartitions: it must finish revoking within its rebalance timeout.
+    pub(super) revoking_since_ms: Option<i64>,
+}
+
+impl ConsumerMember {
+    pub(super) fn new(client_id: String, client_host: String, now: i64) -> Self {
+        ConsumerMember {
+            member_epoch: 0,
+            previous_member_epoch: 0,
+            state: MemberState::Stable,
+            instance_id: None,
+            rack_id: None,
+            client_id,
+            client_host,
+            subscribed_topic_names: Vec::new(),
+            subscribed_topic_regex: None,
+            server_assignor: None,
+            rebalance_timeout_ms: 0,
+            assigned: Assignment::new(),
+            pending_revocation: Assignment::new(),
+            last_heartbeat_ms: now,
+            revoking_since_ms: None,
+        }
+    }
+}
+
+/// The topics a member's subscription resolves to: existing topics by name, with their id and
+/// partition count.
+pub type SubscribedTopics = BTreeMap<String, (Uuid, i32)>;
+
+#[derive(Debug, Default)]
+pub(super) struct ConsumerGroup {
+    pub(super) group_epoch: i32,
+    pub(super) assignment_epoch: i32,
+    pub(super) members: BTreeMap<String, ConsumerMember>,
+    /// Each member's partitions in the target assignment.
+    pub(super) target: BTreeMap<String, Assignment>,
+    /// `group.instance.id` → member id.
+    pub(super) static_members: HashMap<String, String>,
+    /// The subscribed topics as last resolved: a change moves the group epoch.
+    pub(super) subscribed: SubscribedTopics,
+    /// Which member holds each partition, assigned or still revoking it.
+    owners: HashMap<(Uuid, i32), String>,
+}
+
+impl ConsumerGroup {
+    /// Kafka's consumer group states as DescribeGroups, ListGroups and
+    /// ConsumerGroupDescribe name them.
+    pub(super) fn state_name(&self) -> &'static str {
+        if self.members.is_empty() {
+            "Empty"
+        } else if self.group_epoch > self.assignment_epoch {
+            "Assigning"
+        } else if self
+            .members
+            .values()
+            .any(|m| m.state != MemberState::Stable || m.member_epoch != self.assignment_epoch)
+        {
+            "Reconciling"
+        } else {
+            "Stable"
+        }
+    }
+
+    /// Replaces a member's record, keeping the partition owners in step.
+    pub(super) fn put_member(&mut self, member_id: &str, member: ConsumerMember) {
+        if let Some(old) = self.members.get(member_id) {
+            for tp in partitions(&old.assigned).chain(partitions(&old.pending_revocation)) {
+                if self.owners.get(&tp).is_some_and(|o| o == member_id) {
+                    self.owners.remove(&tp);
+                }
+            }
+        }
+        for tp in partitions(&member.assigned).chain(partitions(&member.pending_revocation)) {
+            let previous = self.owners.insert(tp, member_id.to_string());
+            debug_assert!(
+                previous.is_none() || previous.as_deref() == Some(member_id),
+                "partition {tp:?} given to {member_id} while {previous:?} holds it"
+            );
+        }
+        if let Some(instance) = &member.instance_id {
+            self.static_members.insert(instance.clone(), member_id.to_string());
+        }
+        self.members.insert(member_id.to_string(), member);
+    }
+
+    /// Removes a member and frees its partitions; the group epoch moves so the others are
+    /// given its share.
+    pub(super) fn remove_member(&mut self, member_id: &str) -> Option<ConsumerMember> {
+        let member = self.members.remove(member_id)?;
+        for tp in partitions(&member.assigned).chain(partitions(&member.pending_revocation)) {
+            if self.owners.get(&tp).is_some_and(|o| o == member_id) {
+                self.owners.remove(&tp);
+            }
+        }
+        if let Some(instance) = &member.instance_id {
+            if self.static_members.get(instance).is_some_and(|m| m == member_id) {
+                self.static_members.remove(instance);
+            }
+        }
+        self.target.remove(member_id);
+        self.group_epoch += 1;
+        Some(member)
+    }
+
+    /// Moves a member's record to a new id (a static member's instance rejoining), with its
+    /// partitions and target; the group epoch stays, as membership did not change.
+    pub(super) fn rename_member(&mut self, from: &str, to: &str) -> Option<ConsumerMember> {
+        let member = self.members.remove(from)?;
+        for tp in partitions(&member.assigned).chain(partitions(&member.pending_revocation)) {
+            self.owners.insert(tp, to.to_string());
+        }
+        if let Some(target) = self.target.remove(from) {
+            self.target.insert(to.to_string(), target);
+        }
+        if let Some(instance) = &member.instance_id {
+            self.static_members.insert(instance.clone(), to.to_string());
+        }
+        self.members.insert(to.to_string(), member.clone());
+        Some(member)
+    }
+
+    /// The member holding a partition, if any.
+    fn holder(&self, tp: &(Uuid, i32)) -> Option<&str> {
+        self.owners.get(tp).map(String::as_str)
+    }
+
+    /// Computes a new target assignment at the group epoch with `assignor`, from each
+    /// member's resolved subscription.
+    pub(super) fn compute_target(&mut self, assignor: Assignor, resolve: impl Fn(&ConsumerMember) -> BTreeSet<Uuid>) {
+        let counts: TopicPartitionCounts = self.subscribed.values().map(|(id, n)| (*id, *n)).collect();
+        let subscriptions: Vec<(String, BTreeSet<Uuid>)> =
+            self.members.iter().map(|(id, m)| (id.clone(), resolve(m))).collect();
+        let members: Vec<AssignorMember<'_>> = subscriptions
+            .iter()
+            .map(|(id, topics)| AssignorMember {
+                id,
+                topics,
+                previous: self.target.get(id),
+            })
+            .collect();
+        let target = assignor.assign(&members, &counts);
+        self.target = target;
+        self.assignment_epoch = self.group_epoch;
+    }
+
+    /// Moves `member` as far towards its target as it can go now (Kafka's
+    /// `CurrentAssignmentBuilder`). `owned` is what the member's heartbeat says it still
+    /// holds; `None` when the heartbeat did not say.
+    pub(super) fn reconcile(
+        &self,
+        member_id: &str,
+        member: &ConsumerMember,
+        owned: Option<&Assignment>,
+    ) -> ConsumerMember {
+        let empty = Assignment::new();
+        let target = self.target.get(member_id).unwrap_or(&empty);
+        let target_epoch = self.assignment_epoch;
+        match member.state {
+            MemberState::UnrevokedPartitions => {
+                if still_owns(owned, &member.pending_revocation) {
+                    // Nothing moves until it has let go, even if the target moved meanwhile.
+                    member.clone()
+                } else {
+                    // Revoked: on to the next epoch, towards the newest target.
+                    let mut done = member.clone();
+                    done.pending_revocation.clear();
+                    done.revoking_since_ms = None;
+                    self.next(
+                        member_id,
+                        &done,
+                        (member.member_epoch + 1).min(target_epoch),
+                        target,
+                        owned,
+                    )
+                }
+            }
+            MemberState::UnreleasedPartitions if member.member_epoch == target_epoch => {
+                self.next(member_id, member, target_epoch, target, owned)
+            }
+            _ if member.member_epoch != target_epoch => {
+                self.next(member_id, member, member.member_epoch, target, owned)
+            }
+            _ => member.clone(),
+        }
+    }
+
+    fn next(
+        &self,
+        member_id: &str,
+        member: &ConsumerMember,
+        member_epoch: i32,
+        target: &Assignment,
+        owned: Option<&Assignment>,
+    ) -> ConsumerMember {
+        let mut assigned = Assignment::new();
+        let mut revoke = Assignment::new();
+        let mut unreleased = false;
+        let topics: BTreeSet<&Uuid> = target.keys().chain(member.assigned.keys()).collect();
+        for topic in topics {
+            let wanted = target.get(topic);
+            let current = member.assigned.get(topic);
+            for &p in current.into_iter().flatten() {
+                if wanted.is_some_and(|w| w.contains(&p)) {
+                    assigned.entry(*topic).or_default().insert(p);
+                } else {
+                    revoke.entry(*topic).or_default().insert(p);
+                }
+            }
+            for &p in wanted.into_iter().flatten() {
+                if current.is_some_and(|c| c.contains(&p)) {
+                    continue;
+                }
+                match self.holder(&(*topic, p)) {
+                    Some(holder) if holder != member_id => unreleased = true,
+                    _ => {
+                        assigned.entry(*topic).or_default().insert(p);
+                    }
+                }
+            }
+        }
+        let mut next = member.clone();
+        if !revoke.is_empty() && still_owns(owned, &revoke) {
+            // Revoke first; new partitions wait until the member has let go of the old.
+            for (topic, ps) in assigned.iter_mut() {
+                let current = member.assigned.get(topic);
+                ps.retain(|p| current.is_some_and(|c| c.contains(p)));
+            }
+            assigned.retain(|_, ps| !ps.is_empty());
+            next.state = MemberState::UnrevokedPartitions;
+            next.assigned = assigned;
+            next.pending_revocation = revoke;
+            if next.member_epoch != member_epoch {
+                next.previous_member_epoch = next.member_epoch;
+                next.member_epoch = member_epoch;
+            }
+            next.revoking_since_ms = member.revoking_since_ms.or(Some(member.last_heartbeat_ms));
+            return next;
+        }
+        next.state = if unreleased {
+            MemberState::UnreleasedPartitions
+        } else {
+            MemberState::Stable
+        };
+        next.assigned = assigned;
+        next.pending_revocation.clear();
+        next.revoking_since_ms = None;
+        if next.member_epoch != self.assignment_epoch {
+            next.previous_member_epoch = next.member_epoch;
+            next.member_epoch = self.assignment_epoch;
+        }
+        next
+    }
+
+    /// Kafka's owner invariant: every partition is held by at most one member, and the owners
+    /// map says exactly what the members hold.
+    #[cfg(test)]
+    pub(super) fn check_owners(&self) {
+        let mut held = HashMap::new();
+        for (id, m) in &self.members {
+            for tp in partitions(&m.assigned).chain(partitions(&m.pending_revocation)) {
+                assert!(held.insert(tp, id.clone()).is_none(), "{tp:?} held twice");
+            }
+        }
+        assert_eq!(held, self.owners);
+    }
+}
+
+/// Whether the member still holds any of `revoking`: it does when its heartbeat did not say
+/// what it owns, or says it owns one of them.
+fn still_owns(owned: Option<&Assignment>, revoking: &Assignment) -> bool {
+    let Some(owned) = owned else {
+        return true;
+    };
+    revoking
+        .iter()
+        .any(|(topic, ps)| owned.get(topic).is_some_and(|o| ps.iter().any(|p| o.contains(p))))
+}
+
+/// Every (topic, partition) of an assignment.
+pub(super) fn partitions(a: &Assignment) -> impl Iterator<Item = (Uuid, i32)> + '_ {
+    a.iter().flat_map(|(t, ps)| ps.iter().map(move |p| (*t, *p)))
+}
+
+/// Whether `a` holds only partitions `b` holds.
+pub(super) fn is_subset(a: &Assignment, b: &Assignment) -> bool {
+    a.iter()
+        .all(|(t, ps)| ps.is_empty() || b.get(t).is_some_and(|bs| ps.is_subset(bs)))
+}
