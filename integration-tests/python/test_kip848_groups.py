@@ -1,0 +1,396 @@
+"""KIP-848 consumer groups (group.protocol=consumer: ConsumerGroupHeartbeat, ConsumerGroupDescribe)
+with real clients: two Java console consumers of one group split a 4-partition topic, as
+kafka-consumer-groups describes (members with equal current and target epochs, the uniform
+assignor, Stable) and lists it by type, and print every record once; a Java consumer resumes
+at the offsets it committed on closing; two librdkafka consumers split the partitions, and a
+later member of their group gets only newer records; a node offering only the range assignor
+serves a client asking for it and refuses sticky and uniform (UnsupportedAssignorException);
+and with the authorizer on, a member needs READ on its group (GroupAuthorizationException).
+
+Kafka's console consumer swallows a consumer error (it logs it through slf4j, which the tools'
+classpath discards with slf4j-nop) and exits 0 having printed nothing; the exception itself is
+seen through a few lines of Java on Kafka's KafkaConsumer (`java_member`). The classic protocol
+is in test_groups.py and test_java_groups.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AclOperation, ResourceType
+
+from group_clients import assert_nothing_more, committed, consume_n, create_topic, produce, wait_until
+from security_clients import log_lines, wait_for_log
+from test_java_cli import JAVA_LIB
+from test_java_groups import CONSOLE_CONSUMER, GROUPS_TOOL, lines, table
+from test_security_acls import AUTHORIZER, MECHANISM, binding, create_topics, grant, login
+from test_security_acls import produce as produce_as
+
+# The node's settings are Kafka's defaults throughout: group.initial.rebalance.delay.ms (the
+# GROUP_SETTINGS of the classic tests) applies to classic groups only, and the consumer
+# heartbeat interval (5 s) is what clients meet on a default broker.
+
+CONSUMER_PROTOCOL = ("--command-property", "group.protocol=consumer")
+
+# A group member on Kafka's own KafkaConsumer: subscribes to <topic>, prints each record value
+# until <count> arrived or <timeout ms> passed; a consumer error is printed as "ERROR <exception
+# class>: <message>" (exit 2). Further arguments are client properties, key=value, or @file.
+JAVA_MEMBER = """\
+import java.io.FileReader;
+import java.time.Duration;
+import java.util.List;
+import java.util.Properties;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+
+public class GroupMember {
+    public static void main(String[] args) throws Exception {
+        String topic = args[0];
+        int want = Integer.parseInt(args[1]);
+        long deadline = System.currentTimeMillis() + Long.parseLong(args[2]);
+        Properties props = new Properties();
+        props.put("key.deserializer", "org.apache.kafka.common.serialization.StringDeserializer");
+        props.put("value.deserializer", "org.apache.kafka.common.serialization.StringDeserializer");
+        for (int i = 3; i < args.length; i++) {
+            if (args[i].startsWith("@")) {
+                try (FileReader file = new FileReader(args[i].substring(1))) {
+                    props.load(file);
+                }
+            } else {
+                String[] kv = args[i].split("=", 2);
+                props.put(kv[0], kv[1]);
+            }
+        }
+        int got = 0;
+        try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(props)) {
+            consumer.subscribe(List.of(topic));
+            while (got < want && System.currentTimeMillis() < deadline) {
+                for (ConsumerRecord<String, String> r : consumer.poll(Duration.ofMillis(200))) {
+                    System.out.println(r.value());
+                    got++;
+                }
+            }
+        } catch (Exception e) {
+            System.out.println("ERROR " + e.getClass().getName() + ": " + e.getMessage());
+            System.exit(2);
+        }
+    }
+}
+"""
+
+
+def jars() -> str:
+    found = sorted(JAVA_LIB.glob("*.jar"))
+    assert found, f"no Kafka jars in {JAVA_LIB}; scripts/test.sh fetches them with Maven"
+    return os.pathsep.join(str(j) for j in found)
+
+
+def java_member(tmp_path: Path, bootstrap: str, topic: str, group: str, count: int, *props: str,
+                timeout_ms: int = 20000) -> subprocess.CompletedProcess:
+    """Runs JAVA_MEMBER (Java's single-file source launch) with group.protocol=consumer."""
+    source = tmp_path / "GroupMember.java"
+    source.write_text(JAVA_MEMBER)
+    return subprocess.run(
+        ["java", "-cp", jars(), str(source), topic, str(count), str(timeout_ms), f"bootstrap.servers={bootstrap}",
+         f"group.id={group}", "group.protocol=consumer", "auto.offset.reset=earliest", *props],
+        capture_output=True, text=True, timeout=timeout_ms / 1000 + 60)
+
+
+def console_consumer(bootstrap: str, topic: str, group: str, *args: str, timeout: float = 90
+                     ) -> subprocess.CompletedProcess:
+    """One run of kafka-console-consumer in `group` with group.protocol=consumer; the caller checks."""
+    return subprocess.run(["java", "-cp", jars(), CONSOLE_CONSUMER, "--bootstrap-server", bootstrap, "--topic", topic,
+                           "--group", group, "--from-beginning", *CONSUMER_PROTOCOL, *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def console_consumer_process(bootstrap: str, topic: str, group: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(["java", "-cp", jars(), CONSOLE_CONSUMER, "--bootstrap-server", bootstrap, "--topic",
+                             topic, "--group", group, "--from-beginning", *CONSUMER_PROTOCOL, *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def groups_tool(node, *args: str) -> str | None:
+    """kafka-consumer-groups' stdout, or None (printed) when it fails, e.g. while the group does
+    not exist yet (`Error: ... GroupIdNotFoundException`, exit code 0): the callers wait for an
+    outcome."""
+    done = subprocess.run(["java", "-cp", jars(), GROUPS_TOOL, "--bootstrap-server", node.bootstrap, *args],
+                          capture_output=True, text=True, timeout=90)
+    if done.returncode != 0 or "Error: " in done.stdout:
+        print(f"kafka-consumer-groups {args} exited {done.returncode}: {done.stdout}{done.stderr}")
+        return None
+    return done.stdout
+
+
+def group_state(node, group: str) -> tuple[str, str, str] | None:
+    """(ASSIGNMENT-STRATEGY, STATE, #MEMBERS) from `--describe --state`."""
+    out = groups_tool(node, "--describe", "--group", group, "--state")
+    if out is None:
+        return None
+    [row] = table(out)
+    return row["ASSIGNMENT-STRATEGY"], row["STATE"], row["#MEMBERS"]
+
+
+def listed(node, group_type: str) -> dict[str, str]:
+    """GROUP -> TYPE from `--list --type <group_type>` (ListGroups with a type filter)."""
+    out = groups_tool(node, "--list", "--type", group_type)
+    assert out is not None, f"--list --type {group_type} failed"
+    return {r["GROUP"]: r["TYPE"] for r in table(out)}
+
+
+def partitions(assignment: str, topic: str) -> list[int]:
+    """`t:0,1` (the tool's CURRENT-/TARGET-ASSIGNMENT) as [0, 1]; `-` as []."""
+    if assignment == "-":
+        return []
+    name, _, numbers = assignment.partition(":")
+    assert name == topic, assignment
+    return sorted(int(p) for p in numbers.split(","))
+
+
+def kill(processes: list[subprocess.Popen]) -> None:
+    """Kills those of `processes` still running (a test that failed before they finished)."""
+    for p in processes:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+
+
+# --- 1. Java console consumers split a topic; kafka-consumer-groups ----------------------------
+
+def test_two_java_consumers_split_four_partitions_and_kafka_consumer_groups_describes_and_lists_the_group(
+        start_node):
+    node = start_node()
+    topic, group = "kip848-split", "kip848-split-g"
+    create_topic(node.bootstrap, topic, 4)
+    # A classic group beside it (offsets committed by a classic librdkafka client), for --type.
+    classic = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "kip848-classic-g", "log_level": 3})
+    try:
+        classic.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+    finally:
+        classic.close()
+
+    # Each prints 100 records (two partitions' worth, below) and exits.
+    consumers = [console_consumer_process(node.bootstrap, topic, group, "--max-messages", "100",
+                                          "--timeout-ms", "45000", "--formatter-property", "print.partition=true")
+                 for _ in range(2)]
+    try:
+        last: list = []
+
+        def split():
+            out = groups_tool(node, "--describe", "--group", group, "--members", "--verbose")
+            if out is None:
+                return None
+            rows = table(out)
+            last[:] = [rows]
+            members = [(partitions(r["CURRENT-ASSIGNMENT"], topic), r["CURRENT-EPOCH"],
+                        partitions(r["TARGET-ASSIGNMENT"], topic), r["TARGET-EPOCH"], r["#PARTITIONS"])
+                       for r in rows]
+            if len(members) != 2 or any(cur != target or epoch != target_epoch or n != "2"
+                                        for cur, epoch, target, target_epoch, n in members):
+                return None
+            assert sorted(p for cur, *_ in members for p in cur) == [0, 1, 2, 3], rows
+            state = group_state(node, group)
+            last.append(state)
+            return members if state == ("uniform", "Stable", "2") else None
+
+        try:
+            members = wait_until("two members holding two partitions each, Stable", split, timeout=45, interval=0.5)
+        except AssertionError as e:
+            raise AssertionError(f"{e}; last described: {last}") from None
+        # Both members reconciled to one group epoch.
+        assert members[0][1] == members[1][1], members
+
+        assert listed(node, "consumer") == {group: "Consumer"}
+        assert listed(node, "classic") == {"kip848-classic-g": "Classic"}
+
+        sent = produce(node.bootstrap, topic, lines("k", 0, 200), partitions=4)
+        outs = [c.communicate(timeout=60) for c in consumers]
+    finally:
+        kill(consumers)
+    for c, (out, err) in zip(consumers, outs):
+        assert c.returncode == 0, err[-2000:]
+        assert "Processed a total of 100 messages" in err, err[-2000:]
+    printed = [[line.split("\t", 1) for line in out.splitlines()] for out, _ in outs]
+    got = sorted((int(p.removeprefix("Partition:")), v) for per in printed for p, v in per)
+    assert got == sorted((p, v.decode()) for p, _, v in sent)
+    # Each printed the two partitions it was described holding.
+    held = sorted(sorted({int(p.removeprefix("Partition:")) for p, _ in per}) for per in printed)
+    assert held == sorted(cur for cur, *_ in members), (held, members)
+
+
+# --- 2. A Java consumer resumes at its committed offsets ---------------------------------------
+
+def test_java_consumer_resumes_at_the_offsets_it_committed_on_closing(start_node):
+    node = start_node()
+    topic, group = "kip848-resume", "kip848-resume-g"
+    create_topic(node.bootstrap, topic, 2)
+
+    def run(n: int) -> list[str]:
+        done = console_consumer(node.bootstrap, topic, group, "--max-messages", str(n), "--timeout-ms", "30000")
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert f"Processed a total of {n} messages" in done.stderr, done.stderr[-2000:]
+        return sorted(done.stdout.splitlines())
+
+    first = lines("r", 0, 100)
+    produce(node.bootstrap, topic, first, partitions=2)
+    assert run(100) == sorted(v.decode() for v in first)
+    # Closing after --max-messages committed what was consumed (enable.auto.commit).
+    assert committed(node.bootstrap, group, topic, 2) == {0: 50, 1: 50}
+    second = lines("r", 100, 150)
+    produce(node.bootstrap, topic, second, partitions=2)
+    assert run(50) == sorted(v.decode() for v in second)  # --from-beginning notwithstanding
+    assert committed(node.bootstrap, group, topic, 2) == {0: 75, 1: 75}
+
+
+# --- 3. librdkafka ----------------------------------------------------------------------------
+
+def test_two_librdkafka_consumers_split_four_partitions_and_a_later_member_gets_only_newer_records(start_node):
+    node = start_node()
+    topic, group = "kip848-rdkafka", "kip848-rdkafka-g"
+    create_topic(node.bootstrap, topic, 4)
+    errors: list[str] = []
+
+    def member(client_id: str) -> Consumer:
+        # No partition.assignment.strategy, session.timeout.ms or heartbeat.interval.ms: with
+        # group.protocol=consumer librdkafka refuses them (the broker decides those).
+        c = Consumer({"bootstrap.servers": node.bootstrap, "group.id": group, "group.protocol": "consumer",
+                      "client.id": client_id, "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                      "log_level": 3, "error_cb": lambda e: errors.append(f"{client_id}: {e}")})
+        c.subscribe([topic])
+        return c
+
+    a, b = member("kip848-a"), member("kip848-b")
+    received: dict[str, list[tuple[int, int, bytes]]] = {"a": [], "b": []}
+
+    def poll_both() -> None:
+        for name, c in (("a", a), ("b", b)):
+            m = c.poll(0.1)
+            if m is not None:
+                assert m.error() is None, m.error()
+                received[name].append((m.partition(), m.offset(), m.value()))
+
+    try:
+        def split():
+            poll_both()
+            held = [sorted(tp.partition for tp in c.assignment()) for c in (a, b)]
+            return held if [len(h) for h in held] == [2, 2] else None
+
+        try:
+            held = wait_until("assignments of 2 and 2 partitions", split, timeout=40, interval=0)
+        except AssertionError as e:
+            raise AssertionError(f"{e}: assignments {[c.assignment() for c in (a, b)]}; errors {errors}") from None
+        assert sorted(held[0] + held[1]) == [0, 1, 2, 3], held
+        assert received == {"a": [], "b": []}, "records before any were produced"
+
+        sent = produce(node.bootstrap, topic, lines("rd", 0, 200), partitions=4)
+        wait_until("200 records between the two", lambda: poll_both() or len(received["a"]) + len(received["b"]) >= 200,
+                   timeout=40, interval=0)
+        for c in (a, b):
+            assert_nothing_more(c, 1.0)
+        assert sorted(received["a"] + received["b"]) == sorted(sent)
+        # Each received exactly its own partitions' records.
+        assert sorted({p for p, _, _ in received["a"]}) == held[0], (held, {p for p, _, _ in received["a"]})
+        assert sorted({p for p, _, _ in received["b"]}) == held[1], (held, {p for p, _, _ in received["b"]})
+        for c in (a, b):
+            c.commit(asynchronous=False)
+    finally:
+        a.close()
+        b.close()
+    assert committed(node.bootstrap, group, topic, 4) == {p: 50 for p in range(4)}
+    assert not errors, errors
+
+    later = member("kip848-later")
+    try:
+        newer = produce(node.bootstrap, topic, lines("rd", 200, 220), partitions=4)
+        got = consume_n(later, 20, timeout=40)
+        assert sorted(got) == sorted(newer)
+        assert {o for _, o, _ in got} == set(range(50, 55)), got
+        assert_nothing_more(later, 1.0)
+    finally:
+        later.close()
+    assert not errors, errors
+
+
+# --- 4. Server-side assignors -----------------------------------------------------------------
+
+def test_a_node_offering_only_range_serves_it_and_refuses_sticky_and_uniform(start_node, tmp_path):
+    node = start_node({"group.consumer.assignors": "range"})
+    topic, group = "kip848-range", "kip848-range-g"
+    create_topic(node.bootstrap, topic, 4)
+
+    consumer = console_consumer_process(node.bootstrap, topic, group, "--max-messages", "20", "--timeout-ms", "45000",
+                                        "--command-property", "group.remote.assignor=range")
+    try:
+        wait_until("the group Stable with the range assignor",
+                   lambda: group_state(node, group) == ("range", "Stable", "1"), timeout=40, interval=0.5)
+        sent = produce(node.bootstrap, topic, lines("rg", 0, 20), partitions=4)
+        out, err = consumer.communicate(timeout=60)
+    finally:
+        kill([consumer])
+    assert consumer.returncode == 0, err[-2000:]
+    assert sorted(out.splitlines()) == sorted(v.decode() for _, _, v in sent)
+
+    # sticky is no server-side assignor of Sluice (nor of Kafka): the heartbeat is refused, the
+    # console consumer ends at once (well before its --timeout-ms) having printed none of the
+    # 20 records, and Kafka's consumer reports UnsupportedAssignorException.
+    started = time.monotonic()
+    done = console_consumer(node.bootstrap, topic, "kip848-sticky-g", "--timeout-ms", "40000",
+                            "--command-property", "group.remote.assignor=sticky")
+    elapsed = time.monotonic() - started
+    assert (done.returncode, done.stdout) == (0, ""), done
+    assert "Processed a total of 0 messages" in done.stderr, done.stderr
+    assert elapsed < 35, f"the console consumer idled out ({elapsed:.1f} s) rather than stopping at the refusal"
+    for assignor in ("sticky", "uniform"):  # uniform is a Sluice assignor, but not one this node offers
+        done = java_member(tmp_path, node.bootstrap, topic, f"kip848-{assignor}-g", 20,
+                           f"group.remote.assignor={assignor}")
+        assert done.returncode == 2, done
+        assert done.stdout.startswith("ERROR org.apache.kafka.common.errors.UnsupportedAssignorException: "), done
+        assert f"{assignor} is not supported" in done.stdout, done.stdout
+
+
+# --- 5. Authorization -------------------------------------------------------------------------
+
+def test_a_member_with_read_on_the_topic_but_not_on_the_group_is_refused_until_granted(start_node, tmp_path):
+    """As test_security_acls.py: StandardAuthorizer, deny by default, SCRAM users. `reader` has
+    READ on the topic and DESCRIBE on the group, so FindCoordinator succeeds and
+    ConsumerGroupHeartbeat, which needs READ on the group, is what refuses it."""
+    settings = {"authorizer.class.name": AUTHORIZER, "super.users": "User:admin", "sasl.enabled.mechanisms": MECHANISM}
+    security = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": MECHANISM, "sasl.username": "admin",
+                "sasl.password": "admin-secret"}
+    scram = [arg for user in ("admin", "reader") for arg in
+             ("--add-scram", f"{MECHANISM}=[name={user},password={user}-secret]")]
+    node = start_node(settings, listeners={"SASL_PLAINTEXT": "SASL_PLAINTEXT"}, client_security=security,
+                      extra_args=scram, env={"RUST_LOG": "info,authorizer=debug"})
+    topic, group = "kip848-secured", "kip848-secured-g"
+    create_topics(node, topic)
+    assert produce_as(node, "admin", topic, 5) == list(range(5))
+    grant(node, binding("reader", ResourceType.TOPIC, topic, AclOperation.READ),
+          binding("reader", ResourceType.GROUP, group, AclOperation.DESCRIBE))
+    config = login(node, "reader").java_properties(tmp_path / "reader.properties")
+    values = [f"{topic}-{i}" for i in range(5)]
+    denied = f"Principal = User:reader is Denied operation = READ from host = 127.0.0.1 on resource = Group:LITERAL:{group}"
+
+    # The console consumer stops at the refusal: exit 0, nothing printed (see the module docstring).
+    started = time.monotonic()
+    done = console_consumer(node.bootstrap, topic, group, "--command-config", str(config), "--timeout-ms", "40000")
+    elapsed = time.monotonic() - started
+    assert (done.returncode, done.stdout) == (0, ""), done
+    assert "Processed a total of 0 messages" in done.stderr, done.stderr
+    assert elapsed < 35, f"the console consumer idled out ({elapsed:.1f} s) rather than stopping at the refusal"
+    wait_for_log(node, denied)
+    # Kafka's consumer itself: GroupAuthorizationException.
+    done = java_member(tmp_path, node.bootstrap, topic, group, 5, f"@{config}")
+    assert done.returncode == 2, done
+    assert done.stdout.startswith("ERROR org.apache.kafka.common.errors.GroupAuthorizationException: "), done
+    assert group in done.stdout, done.stdout
+    assert not log_lines(node, "Principal = User:reader is Denied operation = DESCRIBE"), \
+        "something other than READ on the group was refused"
+
+    grant(node, binding("reader", ResourceType.GROUP, group, AclOperation.READ))
+    done = console_consumer(node.bootstrap, topic, group, "--command-config", str(config), "--max-messages", "5",
+                            "--timeout-ms", "30000")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == values, done
