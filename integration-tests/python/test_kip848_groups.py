@@ -5,7 +5,8 @@ assignor, Stable) and lists it by type, and print every record once; a Java cons
 at the offsets it committed on closing; two librdkafka consumers split the partitions, and a
 later member of their group gets only newer records; a node offering only the range assignor
 serves a client asking for it and refuses sticky and uniform (UnsupportedAssignorException);
-and with the authorizer on, a member needs READ on its group (GroupAuthorizationException).
+with the authorizer on, a member needs READ on its group (GroupAuthorizationException); and
+on 3 nodes a group outlives its coordinator, rebuilt from its __consumer_offsets records.
 
 Kafka's console consumer swallows a consumer error (it logs it through slf4j, which the tools'
 classpath discards with slf4j-nop) and exits 0 having printed nothing; the exception itself is
@@ -20,7 +21,7 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AclOperation, ResourceType
+from confluent_kafka.admin import AclOperation, AdminClient, ResourceType
 
 from group_clients import assert_nothing_more, committed, consume_n, create_topic, produce, wait_until
 from security_clients import log_lines, wait_for_log
@@ -394,3 +395,79 @@ def test_a_member_with_read_on_the_topic_but_not_on_the_group_is_refused_until_g
                             "--timeout-ms", "30000")
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines() == values, done
+
+
+# --- 6. Coordinator failover ------------------------------------------------------------------
+
+def test_a_consumer_group_survives_its_coordinator_being_killed_with_its_epochs_and_assignment(cluster):
+    """On 3 nodes, two librdkafka members (group.protocol=consumer) hold 2 partitions each at
+    member epoch 4 or more (a third member came and went); the group's coordinator is killed.
+    The new coordinator rebuilds the group from its __consumer_offsets records: the members go
+    on at their epochs (a group rebuilt from scratch by rejoins could not be past epoch 3) and
+    together receive every record produced after the kill."""
+    nodes = cluster()
+    bootstrap = ",".join(n.bootstrap for n in nodes)
+    topic, group = "kip848-failover", "kip848-failover-g"
+    create_topic(bootstrap, topic, 4, replication_factor=3)
+    errors: list[str] = []
+
+    def member(client_id: str) -> Consumer:
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+                      "client.id": client_id, "auto.offset.reset": "earliest", "log_level": 3,
+                      "error_cb": lambda e: errors.append(f"{client_id}: {e}")})
+        c.subscribe([topic])
+        return c
+
+    received: list[tuple[int, int, bytes]] = []
+
+    def poll(consumers: list[Consumer]) -> None:
+        for c in consumers:
+            m = c.poll(0.1)
+            if m is not None and m.error() is None:
+                received.append((m.partition(), m.offset(), m.value()))
+
+    def members_described(node) -> list[dict[str, str]] | None:
+        out = groups_tool(node, "--describe", "--group", group, "--members", "--verbose")
+        return None if out is None else table(out)
+
+    a, b = member("kip848-fo-a"), member("kip848-fo-b")
+    try:
+        def held(consumers: list[Consumer], sizes: list[int]):
+            poll(consumers)
+            return [len(c.assignment()) for c in consumers] == sizes or None
+
+        wait_until("a and b to hold 2 partitions each", lambda: held([a, b], [2, 2]), timeout=40, interval=0)
+        c = member("kip848-fo-c")
+        wait_until("a third member to be given a partition", lambda: held([a, b, c], [1, 1, 2]) or
+                   held([a, b, c], [2, 1, 1]) or held([a, b, c], [1, 2, 1]), timeout=60, interval=0)
+        c.close()
+        wait_until("a and b to hold 2 partitions each again", lambda: held([a, b], [2, 2]), timeout=60, interval=0)
+
+        def settled(node):
+            rows = members_described(node)
+            if not rows or len(rows) != 2:
+                return None
+            if any(r["CURRENT-EPOCH"] != r["TARGET-EPOCH"] or r["#PARTITIONS"] != "2" for r in rows):
+                return None
+            return rows
+
+        before = wait_until("the group to settle at one epoch", lambda: settled(nodes[0]), timeout=60, interval=0.5)
+        epoch = min(int(r["CURRENT-EPOCH"]) for r in before)
+        assert epoch >= 4, before
+
+        admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+        coordinator = admin.describe_consumer_groups([group], request_timeout=10)[group].result(timeout=15).coordinator.id
+        victim = next(n for n in nodes if n.node_id == coordinator)
+        survivor = next(n for n in nodes if n.node_id != coordinator)
+        victim.kill()
+
+        sent = produce(survivor.bootstrap, topic, lines("fo", 0, 200), partitions=4)
+        wait_until("every record produced after the kill", lambda: poll([a, b]) or
+                   {v for _, _, v in received} >= {v for _, _, v in sent}, timeout=90, interval=0)
+        after = wait_until("the group described by its new coordinator", lambda: settled(survivor), timeout=60,
+                           interval=0.5)
+        assert {r["CONSUMER-ID"] for r in after} == {r["CONSUMER-ID"] for r in before}
+        assert min(int(r["CURRENT-EPOCH"]) for r in after) >= epoch, (before, after)
+    finally:
+        a.close()
+        b.close()

@@ -14,7 +14,8 @@ use super::{str_bytes, RequestContext};
 use crate::group::coordinator::ConsumerHeartbeat;
 use crate::metadata::acls::{AclOperation, ResourceType};
 
-pub fn handle(ctx: &RequestContext, request: ConsumerGroupHeartbeatRequest) -> ConsumerGroupHeartbeatResponse {
+pub async fn handle(ctx: RequestContext, request: ConsumerGroupHeartbeatRequest) -> ConsumerGroupHeartbeatResponse {
+    let client_id = ctx.client_id().to_string();
     let RequestContext { broker, session, .. } = ctx;
     let failed = |error: ResponseError, message: String| {
         ConsumerGroupHeartbeatResponse::default()
@@ -67,11 +68,11 @@ pub fn handle(ctx: &RequestContext, request: ConsumerGroupHeartbeatRequest) -> C
                 .map(|t| (t.topic_id, t.partitions.into_iter().collect()))
                 .collect()
         }),
-        client_id: ctx.client_id().to_string(),
+        client_id,
         client_host: format!("/{}", session.peer.ip()),
         new_member_id: Uuid::new_v4().to_string(),
     };
-    match broker.groups.consumer_heartbeat(heartbeat, &image) {
+    match broker.groups.consumer_heartbeat(heartbeat, &image).await {
         Ok(result) => ConsumerGroupHeartbeatResponse::default()
             .with_member_id(Some(str_bytes(result.member_id)))
             .with_member_epoch(result.member_epoch)

@@ -313,7 +313,7 @@ pub fn handle(broker: &Arc<Broker>, request: Request, session: &Session) -> Repl
         RequestBody::OffsetDelete(r) => later!(OffsetDelete, offset_delete::handle, r),
         RequestBody::ListGroups(r) => now!(ListGroups, list_groups::handle, r),
         RequestBody::DescribeGroups(r) => now!(DescribeGroups, describe_groups::handle, r),
-        RequestBody::ConsumerGroupHeartbeat(r) => now!(ConsumerGroupHeartbeat, consumer_group_heartbeat::handle, r),
+        RequestBody::ConsumerGroupHeartbeat(r) => later!(ConsumerGroupHeartbeat, consumer_group_heartbeat::handle, r),
         RequestBody::ConsumerGroupDescribe(r) => now!(ConsumerGroupDescribe, consumer_group_describe::handle, r),
         RequestBody::DeleteGroups(r) => later!(DeleteGroups, delete_groups::handle, r),
         RequestBody::DescribeClientQuotas(r) => now!(DescribeClientQuotas, describe_client_quotas::handle, r),

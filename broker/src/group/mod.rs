@@ -13,6 +13,7 @@
 //! offsets partition happen under it so that validation and append are one step.
 
 pub mod assignor;
+pub mod consumer_records;
 pub mod coordinator;
 pub mod records;
 
@@ -44,7 +45,7 @@ use coordinator::{
     AfterStore, Effect, GroupConfig, GroupCoordinator, GroupSummary, JoinRequest, JoinResult, LoadedRecord, MemberError, ReplyId,
     SyncRequest, SyncResult,
 };
-use records::OffsetAndMetadata;
+use records::{GroupRecord, OffsetAndMetadata};
 use sluice_protocol::control::{control_type, ControlType};
 
 /// The internal topic holding group metadata and committed offsets.
@@ -103,6 +104,10 @@ enum Store {
         partition: i32,
         keys: Vec<Bytes>,
     },
+    Records {
+        partition: i32,
+        records: Vec<(Bytes, Option<Bytes>)>,
+    },
 }
 
 impl Inner {
@@ -152,6 +157,10 @@ impl Inner {
                         stores.push(Store::Tombstones { partition, keys });
                     }
                 }
+                Effect::Records { partition, records } => stores.push(Store::Records {
+                    partition,
+                    records: records.iter().map(GroupRecord::encode).collect(),
+                }),
             }
         }
         stores
@@ -426,14 +435,38 @@ impl GroupMetadataManager {
         self.inner.lock().coordinator.config().consumer_protocol_enabled
     }
 
-    /// ConsumerGroupHeartbeat (KIP-848), answered from the coordinator's state at once.
-    pub fn consumer_heartbeat(
+    /// ConsumerGroupHeartbeat (KIP-848): what changed is appended to `__consumer_offsets`
+    /// under the lock (so records reach the log in the order the state changed) and the
+    /// answer waits until they are committed, as Kafka's.
+    pub async fn consumer_heartbeat(
         &self,
         request: ConsumerHeartbeat,
         image: &MetadataImage,
     ) -> Result<ConsumerHeartbeatResult, HeartbeatError> {
         let catalog = ImageTopics(image);
-        self.inner.lock().coordinator.consumer_heartbeat(request, &catalog, now_ms())
+        let now = now_ms();
+        let (result, wait) = {
+            let mut inner = self.inner.lock();
+            let partition = inner.coordinator.partition_for(&request.group_id);
+            let (result, records) = inner.coordinator.consumer_heartbeat(request, &catalog, now)?;
+            if records.is_empty() {
+                (result, None)
+            } else {
+                let encoded: Vec<(Bytes, Option<Bytes>)> = records.iter().map(GroupRecord::encode).collect();
+                let appended = append(self, partition, &encoded, None, TxnVerification::Unchecked, now)
+                    .map_err(|e| (commit_error(e), String::new()))?;
+                (result, Some(appended))
+            }
+        };
+        if let Some(appended) = wait {
+            let deadline = tokio::time::Instant::now() + Duration::from_millis(self.settings.commit_timeout_ms);
+            appended
+                .wait
+                .wait(deadline)
+                .await
+                .map_err(|(e, _)| (commit_error(e), String::new()))?;
+        }
+        Ok(result)
     }
 
     pub fn describe_consumer_group(&self, group_id: &str) -> Result<ConsumerGroupSummary, HeartbeatError> {
@@ -448,8 +481,8 @@ impl GroupMetadataManager {
     pub async fn delete_group(&self, group_id: &str) -> Result<(), ResponseError> {
         let stores = {
             let mut inner = self.inner.lock();
-            let effect = inner.coordinator.delete_group(group_id)?;
-            inner.apply(vec![effect])
+            let fx = inner.coordinator.delete_group(group_id)?;
+            inner.apply(fx)
         };
         self.store_and_wait(stores).await
     }
@@ -581,6 +614,7 @@ async fn store_one(groups: &GroupMetadataManager, store: &Store) -> Result<(), R
             let records: Vec<(Bytes, Option<Bytes>)> = keys.iter().map(|k| (k.clone(), None)).collect();
             append(groups, *partition, &records, None, TxnVerification::Unchecked, now)
         }
+        Store::Records { partition, records } => append(groups, *partition, records, None, TxnVerification::Unchecked, now),
     }?;
     let timeout = Duration::from_millis(groups.settings.commit_timeout_ms);
     wait.wait

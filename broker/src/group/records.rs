@@ -2,11 +2,16 @@
 //! formats (`OffsetCommitKey`/`OffsetCommitValue`, `GroupMetadataKey`/`GroupMetadataValue`), so
 //! a Kafka operator's tools read them as they read Kafka's.
 //!
-//! Keys start with an int16 version: 0 and 1 are offset commits, 2 is group metadata. A record
+//! Keys start with an int16 version: 0 and 1 are offset commits, 2 is group metadata, 3 and 5-8
+//! a KIP-848 consumer group's records (`consumer_records.rs`). A record
 //! with a null value is a tombstone: the offset or the group is gone. Everything decoded here
 //! came from disk and is checked: a length or count never allocates beyond the bytes present.
 
 use bytes::{BufMut, Bytes, BytesMut};
+
+use super::consumer_records::{
+    ConsumerRecord, CURRENT_ASSIGNMENT_TYPE, GROUP_EPOCH_TYPE, MEMBER_METADATA_TYPE, TARGET_EPOCH_TYPE, TARGET_MEMBER_TYPE,
+};
 
 /// The key version Kafka writes for offset commits.
 const OFFSET_COMMIT_KEY_VERSION: i16 = 1;
@@ -64,6 +69,8 @@ pub enum GroupRecord {
         group_id: String,
         value: Option<StoredGroup>,
     },
+    /// A KIP-848 consumer group's record (`consumer_records.rs`).
+    Consumer(ConsumerRecord),
 }
 
 /// Why a stored record could not be read; loading skips it and says so.
@@ -137,6 +144,22 @@ pub fn group_metadata_value(group: &StoredGroup) -> Bytes {
 }
 
 /// Decodes one record of `__consumer_offsets`.
+impl GroupRecord {
+    /// The record's key and value (`None`: a tombstone).
+    pub fn encode(&self) -> (Bytes, Option<Bytes>) {
+        match self {
+            GroupRecord::Offset {
+                group_id,
+                topic,
+                partition,
+                value,
+            } => (offset_commit_key(group_id, topic, *partition), value.as_ref().map(offset_commit_value)),
+            GroupRecord::Group { group_id, value } => (group_metadata_key(group_id), value.as_ref().map(group_metadata_value)),
+            GroupRecord::Consumer(record) => record.encode(),
+        }
+    }
+}
+
 pub fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<GroupRecord, RecordError> {
     let mut k = Reader(key.ok_or(RecordError::NoKey)?);
     match k.i16("key version")? {
@@ -156,6 +179,9 @@ pub fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<GroupRecord, R
             let group_id = k.string("group")?;
             let value = value.map(decode_group_value).transpose()?;
             Ok(GroupRecord::Group { group_id, value })
+        }
+        t @ (GROUP_EPOCH_TYPE | MEMBER_METADATA_TYPE | TARGET_EPOCH_TYPE | TARGET_MEMBER_TYPE | CURRENT_ASSIGNMENT_TYPE) => {
+            ConsumerRecord::decode(t, &mut k, value).map(GroupRecord::Consumer)
         }
         v => Err(RecordError::UnknownKeyVersion(v)),
     }
@@ -247,6 +273,49 @@ fn put_nullable_string(buf: &mut BytesMut, s: Option<&str>) {
 fn put_bytes(buf: &mut BytesMut, b: &[u8]) {
     buf.put_i32(b.len() as i32);
     buf.put_slice(b);
+}
+
+/// Writes an unsigned varint (flexible versions' lengths and tag counts).
+pub(crate) fn put_uvarint(buf: &mut BytesMut, mut v: u32) {
+    while v >= 0x80 {
+        buf.put_u8((v as u8) | 0x80);
+        v >>= 7;
+    }
+    buf.put_u8(v as u8);
+}
+
+/// An unsigned varint of at most 5 bytes.
+pub(crate) fn uvarint(r: &mut Reader<'_>, what: &'static str) -> Result<u32, RecordError> {
+    let mut value: u32 = 0;
+    for i in 0..5 {
+        let byte = r.take(1, what)?[0];
+        value |= u32::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Ok(value);
+        }
+    }
+    Err(RecordError::Truncated(what))
+}
+
+/// A compact length (varint N+1; 0 is null, taken as empty): checked against the bytes left
+/// at `min_each` bytes per element before anything is sized by it.
+pub(crate) fn compact_len(r: &mut Reader<'_>, min_each: usize, what: &'static str) -> Result<usize, RecordError> {
+    let n = uvarint(r, what)?.saturating_sub(1) as usize;
+    if n.saturating_mul(min_each) > r.0.len() {
+        return Err(RecordError::Truncated(what));
+    }
+    Ok(n)
+}
+
+/// Skips a flexible structure's tagged fields.
+pub(crate) fn skip_tagged_fields(r: &mut Reader<'_>) -> Result<(), RecordError> {
+    let count = uvarint(r, "tagged field count")?;
+    for _ in 0..count {
+        uvarint(r, "tag")?;
+        let size = uvarint(r, "tag size")? as usize;
+        r.take(size, "tagged field")?;
+    }
+    Ok(())
 }
 
 /// A bounds-checked reader of Kafka's fixed-width encodings (also `txn/records.rs`'s).

@@ -9,7 +9,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::group::records::{put_string, Reader, RecordError};
+use crate::group::records::{compact_len, put_string, put_uvarint, skip_tagged_fields, uvarint, Reader, RecordError};
 
 const KEY_VERSION: i16 = 0;
 const VALUE_VERSION: i16 = 0;
@@ -187,37 +187,6 @@ pub fn value(txn: &StoredTxn) -> Bytes {
     buf.freeze()
 }
 
-fn put_uvarint(buf: &mut BytesMut, mut v: u32) {
-    while v >= 0x80 {
-        buf.put_u8((v as u8) | 0x80);
-        v >>= 7;
-    }
-    buf.put_u8(v as u8);
-}
-
-/// An unsigned varint of at most 5 bytes.
-fn uvarint(r: &mut Reader<'_>, what: &'static str) -> Result<u32, RecordError> {
-    let mut value: u32 = 0;
-    for i in 0..5 {
-        let byte = r.take(1, what)?[0];
-        value |= u32::from(byte & 0x7f) << (7 * i);
-        if byte & 0x80 == 0 {
-            return Ok(value);
-        }
-    }
-    Err(RecordError::Truncated(what))
-}
-
-/// A compact length (varint N+1; 0 is null, taken as empty): checked against the bytes left
-/// at `min_each` bytes per element before anything is sized by it.
-fn compact_len(r: &mut Reader<'_>, min_each: usize, what: &'static str) -> Result<usize, RecordError> {
-    let n = uvarint(r, what)?.saturating_sub(1) as usize;
-    if n.saturating_mul(min_each) > r.0.len() {
-        return Err(RecordError::Truncated(what));
-    }
-    Ok(n)
-}
-
 /// A decoded record: the transactional id and its state, `None` for a tombstone.
 pub fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<(String, Option<StoredTxn>), RecordError> {
     let mut k = Reader(key.ok_or(RecordError::NoKey)?);
@@ -301,17 +270,6 @@ fn decode_value(value: &[u8]) -> Result<StoredTxn, RecordError> {
         }
     }
     Ok(txn)
-}
-
-/// Skips a flexible structure's tagged fields.
-fn skip_tagged_fields(r: &mut Reader<'_>) -> Result<(), RecordError> {
-    let count = uvarint(r, "tagged field count")?;
-    for _ in 0..count {
-        uvarint(r, "tag")?;
-        let size = uvarint(r, "tag size")? as usize;
-        r.take(size, "tagged field")?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

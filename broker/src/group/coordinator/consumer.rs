@@ -16,6 +16,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use uuid::Uuid;
 
 use crate::group::assignor::{Assignment, Assignor, AssignorMember, TopicPartitionCounts};
+use crate::group::consumer_records::{ConsumerRecord, StoredConsumerMember, StoredMemberAssignment};
+use crate::group::records::GroupRecord;
 
 /// The epoch a static member leaves with (`-2`): it keeps its partitions for its session
 /// timeout in case the same instance comes back.
@@ -34,6 +36,23 @@ pub enum MemberState {
 }
 
 impl MemberState {
+    /// Kafka's byte for the state in `ConsumerGroupCurrentMemberAssignment` records.
+    pub fn code(self) -> i8 {
+        match self {
+            MemberState::Stable => 0,
+            MemberState::UnrevokedPartitions => 1,
+            MemberState::UnreleasedPartitions => 2,
+        }
+    }
+
+    pub fn from_code(code: i8) -> MemberState {
+        match code {
+            1 => MemberState::UnrevokedPartitions,
+            2 => MemberState::UnreleasedPartitions,
+            _ => MemberState::Stable,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             MemberState::Stable => "STABLE",
@@ -88,11 +107,169 @@ impl ConsumerMember {
     }
 }
 
+impl ConsumerMember {
+    /// Its `ConsumerGroupMemberMetadata` value.
+    pub(super) fn stored_metadata(&self) -> StoredConsumerMember {
+        StoredConsumerMember {
+            instance_id: self.instance_id.clone(),
+            rack_id: self.rack_id.clone(),
+            client_id: self.client_id.clone(),
+            client_host: self.client_host.clone(),
+            subscribed_topic_names: self.subscribed_topic_names.clone(),
+            subscribed_topic_regex: self.subscribed_topic_regex.clone(),
+            rebalance_timeout_ms: self.rebalance_timeout_ms,
+            server_assignor: self.server_assignor.clone(),
+        }
+    }
+
+    /// Its `ConsumerGroupCurrentMemberAssignment` value.
+    pub(super) fn stored_assignment(&self) -> StoredMemberAssignment {
+        StoredMemberAssignment {
+            member_epoch: self.member_epoch,
+            previous_member_epoch: self.previous_member_epoch,
+            state: self.state.code(),
+            assigned: self.assigned.clone(),
+            pending_revocation: self.pending_revocation.clone(),
+        }
+    }
+
+    fn restore(metadata: StoredConsumerMember, current: Option<StoredMemberAssignment>, now: i64) -> ConsumerMember {
+        let mut member = ConsumerMember::new(metadata.client_id, metadata.client_host, now);
+        member.instance_id = metadata.instance_id;
+        member.rack_id = metadata.rack_id;
+        member.subscribed_topic_names = metadata.subscribed_topic_names;
+        member.subscribed_topic_regex = metadata.subscribed_topic_regex;
+        member.server_assignor = metadata.server_assignor;
+        member.rebalance_timeout_ms = metadata.rebalance_timeout_ms;
+        if let Some(c) = current {
+            member.member_epoch = c.member_epoch;
+            member.previous_member_epoch = c.previous_member_epoch;
+            member.state = MemberState::from_code(c.state);
+            member.assigned = c.assigned;
+            member.pending_revocation = c.pending_revocation;
+            if member.state == MemberState::UnrevokedPartitions {
+                member.revoking_since_ms = Some(now);
+            }
+        }
+        member
+    }
+}
+
+/// The records of `member` that differ from `before` (all of them for a new member).
+pub(super) fn member_records(
+    group_id: &str,
+    member_id: &str,
+    before: Option<&ConsumerMember>,
+    member: &ConsumerMember,
+) -> Vec<GroupRecord> {
+    let mut out = Vec::new();
+    let metadata = member.stored_metadata();
+    if before.is_none_or(|b| b.stored_metadata() != metadata) {
+        out.push(GroupRecord::Consumer(ConsumerRecord::Member {
+            group_id: group_id.to_string(),
+            member_id: member_id.to_string(),
+            value: Some(metadata),
+        }));
+    }
+    let assignment = member.stored_assignment();
+    if before.is_none_or(|b| b.stored_assignment() != assignment) {
+        out.push(GroupRecord::Consumer(ConsumerRecord::CurrentAssignment {
+            group_id: group_id.to_string(),
+            member_id: member_id.to_string(),
+            value: Some(assignment),
+        }));
+    }
+    out
+}
+
+/// Tombstones of a member's three records, in Kafka's order.
+pub(super) fn member_tombstones(group_id: &str, member_id: &str) -> [GroupRecord; 3] {
+    let (g, m) = (group_id.to_string(), member_id.to_string());
+    [
+        GroupRecord::Consumer(ConsumerRecord::CurrentAssignment {
+            group_id: g.clone(),
+            member_id: m.clone(),
+            value: None,
+        }),
+        GroupRecord::Consumer(ConsumerRecord::TargetMember {
+            group_id: g.clone(),
+            member_id: m.clone(),
+            value: None,
+        }),
+        GroupRecord::Consumer(ConsumerRecord::Member {
+            group_id: g,
+            member_id: m,
+            value: None,
+        }),
+    ]
+}
+
+/// A group's records as replayed from `__consumer_offsets` (the latest per key).
+#[derive(Debug, Default)]
+pub(super) struct StoredConsumerGroup {
+    epoch: Option<i32>,
+    assignment_epoch: Option<i32>,
+    members: BTreeMap<String, StoredConsumerMember>,
+    targets: BTreeMap<String, Assignment>,
+    current: BTreeMap<String, StoredMemberAssignment>,
+}
+
+impl StoredConsumerGroup {
+    pub(super) fn apply(&mut self, record: ConsumerRecord) {
+        fn put<V>(map: &mut BTreeMap<String, V>, key: String, value: Option<V>) {
+            match value {
+                Some(v) => map.insert(key, v),
+                None => map.remove(&key),
+            };
+        }
+        match record {
+            ConsumerRecord::GroupEpoch { epoch, .. } => self.epoch = epoch,
+            ConsumerRecord::TargetEpoch { epoch, .. } => self.assignment_epoch = epoch,
+            ConsumerRecord::Member { member_id, value, .. } => put(&mut self.members, member_id, value),
+            ConsumerRecord::TargetMember { member_id, value, .. } => put(&mut self.targets, member_id, value),
+            ConsumerRecord::CurrentAssignment { member_id, value, .. } => put(&mut self.current, member_id, value),
+        }
+    }
+
+    /// Whether the group exists: its epoch record is there (a deleted group's is tombstoned).
+    pub(super) fn exists(&self) -> bool {
+        self.epoch.is_some()
+    }
+}
+
+impl ConsumerGroup {
+    /// Rebuilds a group from its records. Sessions start over from `now`; the subscribed
+    /// topics are resolved again at the first heartbeat.
+    pub(super) fn restore(stored: StoredConsumerGroup, now: i64) -> ConsumerGroup {
+        let StoredConsumerGroup {
+            epoch,
+            assignment_epoch,
+            members,
+            mut targets,
+            mut current,
+        } = stored;
+        let mut group = ConsumerGroup {
+            group_epoch: epoch.unwrap_or(0),
+            assignment_epoch: assignment_epoch.unwrap_or(0),
+            restored: true,
+            ..ConsumerGroup::default()
+        };
+        for (id, metadata) in members {
+            let member = ConsumerMember::restore(metadata, current.remove(&id), now);
+            if let Some(target) = targets.remove(&id) {
+                group.target.insert(id.clone(), target);
+            }
+            group.put_member(&id, member);
+        }
+        group
+    }
+}
+
 /// The topics a member's subscription resolves to: existing topics by name, with their id and
 /// partition count.
 pub type SubscribedTopics = BTreeMap<String, (Uuid, i32)>;
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(super) struct ConsumerGroup {
     pub(super) group_epoch: i32,
     pub(super) assignment_epoch: i32,
@@ -105,6 +282,9 @@ pub(super) struct ConsumerGroup {
     pub(super) subscribed: SubscribedTopics,
     /// Which member holds each partition, assigned or still revoking it.
     owners: HashMap<(Uuid, i32), String>,
+    /// Rebuilt from its records and not yet heard from: `subscribed` is still to be resolved,
+    /// which moves the group epoch only if the assignment would change.
+    pub(super) restored: bool,
 }
 
 impl ConsumerGroup {
@@ -192,6 +372,16 @@ impl ConsumerGroup {
     /// Computes a new target assignment at the group epoch with `assignor`, from each
     /// member's resolved subscription.
     pub(super) fn compute_target(&mut self, assignor: Assignor, resolve: impl Fn(&ConsumerMember) -> BTreeSet<Uuid>) {
+        self.target = self.target_by(assignor, resolve);
+        self.assignment_epoch = self.group_epoch;
+    }
+
+    /// The target assignment `assignor` gives the members now.
+    pub(super) fn target_by(
+        &self,
+        assignor: Assignor,
+        resolve: impl Fn(&ConsumerMember) -> BTreeSet<Uuid>,
+    ) -> BTreeMap<String, Assignment> {
         let counts: TopicPartitionCounts = self.subscribed.values().map(|(id, n)| (*id, *n)).collect();
         let subscriptions: Vec<(String, BTreeSet<Uuid>)> =
             self.members.iter().map(|(id, m)| (id.clone(), resolve(m))).collect();
@@ -203,9 +393,7 @@ impl ConsumerGroup {
                 previous: self.target.get(id),
             })
             .collect();
-        let target = assignor.assign(&members, &counts);
-        self.target = target;
-        self.assignment_epoch = self.group_epoch;
+        assignor.assign(&members, &counts)
     }
 
     /// Moves `member` as far towards its target as it can go now (Kafka's

@@ -15,11 +15,15 @@ use kafka_protocol::error::ResponseError;
 use regex::Regex;
 use uuid::Uuid;
 
-use super::consumer::{is_subset, ConsumerGroup, ConsumerMember, MemberState, SubscribedTopics};
+use super::consumer::{
+    is_subset, member_records, member_tombstones, ConsumerGroup, ConsumerMember, MemberState, SubscribedTopics,
+};
 pub use super::consumer::{LEAVE_EPOCH, LEAVE_STATIC_EPOCH};
 use super::group::Group;
-use super::{GroupCoordinator, GroupState};
+use super::{Effect, Fx, GroupCoordinator, GroupState};
 use crate::group::assignor::{Assignment, Assignor};
+use crate::group::consumer_records::ConsumerRecord;
+use crate::group::records::GroupRecord;
 
 /// What the coordinator needs to know about topics: the glue answers from the metadata image.
 pub trait TopicCatalog {
@@ -106,7 +110,7 @@ impl GroupCoordinator {
         req: ConsumerHeartbeat,
         topics: &dyn TopicCatalog,
         now: i64,
-    ) -> Result<ConsumerHeartbeatResult, HeartbeatError> {
+    ) -> Result<(ConsumerHeartbeatResult, Vec<GroupRecord>), HeartbeatError> {
         check_request(&req, &self.config.consumer_assignors)?;
         let partition = self.owner(&req.group_id).map_err(|e| (e, String::new()))?;
         let interval = self.config.consumer_heartbeat_interval_ms;
@@ -117,6 +121,7 @@ impl GroupCoordinator {
             .groups
             .entry(req.group_id.clone())
             .or_insert_with(|| Group::new(&req.group_id, partition, now));
+        let mut records = Vec::new();
         if group.consumer.is_none() {
             if !group.members.is_empty() || group.state != GroupState::Empty {
                 return Err((
@@ -126,6 +131,13 @@ impl GroupCoordinator {
                         req.group_id
                     ),
                 ));
+            }
+            if group.protocol_type.is_some() {
+                // It was a classic group: its record goes.
+                records.push(GroupRecord::Group {
+                    group_id: req.group_id.clone(),
+                    value: None,
+                });
             }
             group.consumer = Some(Box::default());
             group.protocol_type = Some("consumer".into());
@@ -138,6 +150,13 @@ impl GroupCoordinator {
             .copied()
             .unwrap_or(Assignor::Uniform);
         let cg = group.consumer.as_mut().expect("set above");
+        let (epoch_before, assignment_epoch_before) = (cg.group_epoch, cg.assignment_epoch);
+        let stored_before = cg.members.get(&req.member_id).cloned();
+        let ids_before: Vec<String> = if req.member_epoch == 0 {
+            cg.members.keys().cloned().collect()
+        } else {
+            Vec::new()
+        };
 
         // Find the member, or admit a new one.
         let (member_id, mut member, is_new) = if req.member_epoch == 0 {
@@ -198,15 +217,34 @@ impl GroupCoordinator {
         let subscribed = resolve_group(cg, topics);
         if subscribed != cg.subscribed {
             cg.subscribed = subscribed;
-            changed = true;
+            if cg.restored && !changed && cg.group_epoch == cg.assignment_epoch {
+                // First heard from since a failover: the epoch moves only if the topics did.
+                let resolved = cg.subscribed.clone();
+                let target = cg.target_by(choose_assignor(cg, default_assignor), |m| member_topics(m, &resolved));
+                changed = target != cg.target;
+            } else {
+                changed = true;
+            }
         }
+        cg.restored = false;
         if changed {
             cg.group_epoch += 1;
         }
+        let mut target_records = Vec::new();
         if cg.group_epoch > cg.assignment_epoch {
             let assignor = choose_assignor(cg, default_assignor);
             let resolved = cg.subscribed.clone();
+            let previous = cg.target.clone();
             cg.compute_target(assignor, |m| member_topics(m, &resolved));
+            for (id, target) in &cg.target {
+                if previous.get(id) != Some(target) {
+                    target_records.push(GroupRecord::Consumer(ConsumerRecord::TargetMember {
+                        group_id: req.group_id.clone(),
+                        member_id: id.clone(),
+                        value: Some(target.clone()),
+                    }));
+                }
+            }
         }
 
         let member = cg.members.get(&member_id).expect("put above").clone();
@@ -227,11 +265,38 @@ impl GroupCoordinator {
                 "consumer group member reconciled"
             );
         }
+        // The records of what changed, in Kafka's order, for the glue to store before answering.
+        for id in ids_before.iter().filter(|id| !cg.members.contains_key(*id)) {
+            records.extend(member_tombstones(&req.group_id, id));
+        }
+        let before = stored_before
+            .as_ref()
+            .filter(|_| !is_new || ids_before.contains(&member_id));
+        let member_records = member_records(&req.group_id, &member_id, before, &next);
+        let (metadata, current): (Vec<_>, Vec<_>) = member_records
+            .into_iter()
+            .partition(|r| matches!(r, GroupRecord::Consumer(ConsumerRecord::Member { .. })));
+        records.extend(metadata);
+        if cg.group_epoch != epoch_before {
+            records.push(group_epoch_record(&req.group_id, cg.group_epoch));
+        }
+        records.extend(target_records);
+        if cg.assignment_epoch != assignment_epoch_before {
+            records.push(GroupRecord::Consumer(ConsumerRecord::TargetEpoch {
+                group_id: req.group_id.clone(),
+                epoch: Some(cg.assignment_epoch),
+            }));
+        }
+        records.extend(current);
         cg.put_member(&member_id, next);
-        Ok(result)
+        Ok((result, records))
     }
 
-    fn consumer_leave(&mut self, req: &ConsumerHeartbeat, now: i64) -> Result<ConsumerHeartbeatResult, HeartbeatError> {
+    fn consumer_leave(
+        &mut self,
+        req: &ConsumerHeartbeat,
+        now: i64,
+    ) -> Result<(ConsumerHeartbeatResult, Vec<GroupRecord>), HeartbeatError> {
         let unknown = || {
             (
                 ResponseError::UnknownMemberId,
@@ -244,27 +309,35 @@ impl GroupCoordinator {
         let Some(member) = cg.members.get(&req.member_id) else {
             return Err(unknown());
         };
-        if req.member_epoch == LEAVE_STATIC_EPOCH && member.instance_id.is_some() {
+        let records = if req.member_epoch == LEAVE_STATIC_EPOCH && member.instance_id.is_some() {
             // It keeps its partitions for its session timeout, for the same instance to return.
+            let before = member.clone();
             let mut member = member.clone();
             member.previous_member_epoch = member.member_epoch;
             member.member_epoch = LEAVE_STATIC_EPOCH;
             member.last_heartbeat_ms = now;
+            let records = member_records(&req.group_id, &req.member_id, Some(&before), &member);
             cg.put_member(&req.member_id, member);
+            records
         } else {
             cg.remove_member(&req.member_id);
-        }
-        Ok(ConsumerHeartbeatResult {
+            let mut records = member_tombstones(&req.group_id, &req.member_id).to_vec();
+            records.push(group_epoch_record(&req.group_id, cg.group_epoch));
+            records
+        };
+        let result = ConsumerHeartbeatResult {
             member_id: req.member_id.clone(),
             member_epoch: req.member_epoch,
             heartbeat_interval_ms: 0,
             assignment: None,
-        })
+        };
+        Ok((result, records))
     }
 
     /// Members whose session lapsed, or who did not give up partitions within their rebalance
     /// timeout, are removed; their partitions go to the others.
-    pub(super) fn expire_consumer_members(&mut self, now: i64) {
+    pub(super) fn expire_consumer_members(&mut self, now: i64) -> Fx {
+        let mut fx = Vec::new();
         let session = i64::from(self.config.consumer_session_timeout_ms);
         for (group_id, group) in self.groups.iter_mut() {
             let Some(cg) = group.consumer.as_mut() else {
@@ -289,11 +362,22 @@ impl GroupCoordinator {
                     }
                 })
                 .collect();
+            if expired.is_empty() {
+                continue;
+            }
+            let mut records = Vec::new();
             for (id, why) in expired {
                 tracing::info!(group = %group_id, member = %id, "removing a consumer group member: {why}");
                 cg.remove_member(&id);
+                records.extend(member_tombstones(group_id, &id));
             }
+            records.push(group_epoch_record(group_id, cg.group_epoch));
+            fx.push(Effect::Records {
+                partition: group.partition,
+                records,
+            });
         }
+        fx
     }
 
     /// ConsumerGroupDescribe of one group.
@@ -361,6 +445,27 @@ impl GroupCoordinator {
         }
         Ok(())
     }
+}
+
+fn group_epoch_record(group_id: &str, epoch: i32) -> GroupRecord {
+    GroupRecord::Consumer(ConsumerRecord::GroupEpoch {
+        group_id: group_id.to_string(),
+        epoch: Some(epoch),
+    })
+}
+
+/// Tombstones of an empty consumer group's own records (its members' are gone already).
+pub(super) fn group_tombstones(group_id: &str) -> Vec<GroupRecord> {
+    vec![
+        GroupRecord::Consumer(ConsumerRecord::TargetEpoch {
+            group_id: group_id.to_string(),
+            epoch: None,
+        }),
+        GroupRecord::Consumer(ConsumerRecord::GroupEpoch {
+            group_id: group_id.to_string(),
+            epoch: None,
+        }),
+    ]
 }
 
 /// Kafka's request checks (`throwIfConsumerGroupHeartbeatRequestIsInvalid`).

@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 
+use super::consumer::StoredConsumerGroup;
 use super::group::{CommittedOffset, TopicPartition};
 use crate::group::records::{GroupRecord, StoredGroup};
 
@@ -33,6 +34,8 @@ pub(super) struct Replay {
     pub(super) offsets: GroupOffsets,
     /// Open transactions: producer id → their offsets by group.
     pub(super) pending: HashMap<i64, GroupOffsets>,
+    /// KIP-848 consumer groups' records by group.
+    pub(super) consumer: HashMap<String, StoredConsumerGroup>,
 }
 
 impl Replay {
@@ -95,6 +98,11 @@ impl Replay {
                         offsets.remove(&tp);
                     }
                 }
+            }
+            GroupRecord::Consumer(record) => {
+                let group_id = record.group_id().to_string();
+                let group = self.consumer.entry(group_id.clone()).or_default();
+                group.apply(record);
             }
             // Group records are never transactional in meaning; applied as they come.
             GroupRecord::Group { group_id, value } => match value {

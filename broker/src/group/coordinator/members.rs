@@ -49,9 +49,13 @@ impl GroupCoordinator {
                 // Kafka's answer to a classic member joining a consumer group with members.
                 return Err(ResponseError::InconsistentGroupProtocol);
             }
-            // An empty consumer group becomes classic again; its offsets stay.
+            // An empty consumer group becomes classic again; its offsets stay, its records go.
             group.consumer = None;
             group.protocol_type = None;
+            fx.push(Effect::Records {
+                partition,
+                records: super::consumer_members::group_tombstones(&req.group_id),
+            });
         }
         if !group.supports_protocols(&req.protocol_type, &req.protocols) {
             return Err(ResponseError::InconsistentGroupProtocol);

@@ -26,7 +26,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 
-use super::records::{OffsetAndMetadata, StoredGroup};
+use super::records::{GroupRecord, OffsetAndMetadata, StoredGroup};
 pub use crate::config::GroupConfig;
 use group::{restore, Group};
 pub use consumer::{MemberState, LEAVE_EPOCH, LEAVE_STATIC_EPOCH};
@@ -207,6 +207,8 @@ pub enum Effect {
         offsets: Vec<(String, i32)>,
         group: bool,
     },
+    /// Append these records (a consumer group's, KIP-848); no answer waits on them.
+    Records { partition: i32, records: Vec<GroupRecord> },
 }
 
 /// What waits on a group record being stored: answers that must not go out before it is.
@@ -363,13 +365,16 @@ impl GroupCoordinator {
         let Replay {
             groups: mut stored,
             mut offsets,
+            mut consumer,
             ..
         } = replay;
         offsets.retain(|_, o| !o.is_empty());
+        consumer.retain(|_, g| g.exists());
         let ids: HashSet<String> = stored
             .keys()
             .chain(offsets.keys())
             .chain(pending.keys())
+            .chain(consumer.keys())
             .cloned()
             .collect();
         for id in ids {
@@ -379,6 +384,10 @@ impl GroupCoordinator {
             let mut group = Group::new(&id, partition, now);
             if let Some(s) = stored.remove(&id) {
                 restore(&mut group, s, now);
+            }
+            if let Some(c) = consumer.remove(&id) {
+                group.consumer = Some(Box::new(consumer::ConsumerGroup::restore(c, now)));
+                group.protocol_type = Some("consumer".into());
             }
             group.offsets = offsets.remove(&id).unwrap_or_default();
             group.pending_txn_offsets = pending.remove(&id).unwrap_or_default();
@@ -478,7 +487,7 @@ impl GroupCoordinator {
     /// tombstoned. Offsets of open transactions are tombstoned and dropped too (Kafka 4.x's
     /// `deleteAllOffsets`), so a COMMIT arriving later cannot bring the group's offsets back,
     /// in memory or on reload.
-    pub fn delete_group(&mut self, group_id: &str) -> Result<Effect, ResponseError> {
+    pub fn delete_group(&mut self, group_id: &str) -> Result<Fx, ResponseError> {
         let partition = self.owner(group_id)?;
         let group = self.groups.get(group_id).ok_or(ResponseError::GroupIdNotFound)?;
         if !group.is_empty() {
@@ -487,15 +496,23 @@ impl GroupCoordinator {
         let Some(group) = self.groups.remove(group_id) else {
             return Err(ResponseError::GroupIdNotFound);
         };
+        let consumer = group.consumer.is_some();
         let pending = group.pending_txn_offsets.into_values().flat_map(|o| o.into_keys());
         let offsets: BTreeSet<(String, i32)> = group.offsets.into_keys().chain(pending).collect();
         let offsets: Vec<(String, i32)> = offsets.into_iter().collect();
-        Ok(Effect::Tombstones {
+        let mut fx = vec![Effect::Tombstones {
             partition,
             group_id: group_id.to_string(),
             offsets,
-            group: true,
-        })
+            group: !consumer,
+        }];
+        if consumer {
+            fx.push(Effect::Records {
+                partition,
+                records: consumer_members::group_tombstones(group_id),
+            });
+        }
+        Ok(fx)
     }
 }
 

@@ -54,6 +54,12 @@ impl GroupCoordinator {
                 });
             }
             if gone {
+                if group.consumer.is_some() {
+                    fx.push(Effect::Records {
+                        partition: group.partition,
+                        records: super::consumer_members::group_tombstones(id),
+                    });
+                }
                 dead.push(id.clone());
             }
         }

@@ -1207,12 +1207,12 @@ fn delete_group_refuses_a_live_group_and_tombstones_an_empty_one() {
     f.coordinator.offsets_committed(OTHER, commits, 0, f.now);
     assert_eq!(
         f.coordinator.delete_group(OTHER),
-        Ok(Effect::Tombstones {
+        Ok(vec![Effect::Tombstones {
             partition: 0,
             group_id: OTHER.into(),
             offsets: vec![("audit".into(), 0), ("orders".into(), 3)],
             group: true,
-        })
+        }])
     );
     assert_eq!(f.coordinator.delete_group(OTHER), Err(ResponseError::GroupIdNotFound));
     assert_eq!(f.state(OTHER), None);

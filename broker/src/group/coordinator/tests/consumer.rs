@@ -7,6 +7,12 @@ use uuid::Uuid;
 
 use super::*;
 use crate::group::assignor::Assignment;
+use crate::group::records::{decode, GroupRecord};
+
+thread_local! {
+    /// Every record the coordinator asked to store in this test, in order.
+    static STORED: std::cell::RefCell<Vec<GroupRecord>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
 struct Topics(BTreeMap<String, (Uuid, i32)>);
 
@@ -64,7 +70,10 @@ impl Fixture {
         if let Some(cg) = self.coordinator.groups.get("g").and_then(|g| g.consumer.as_ref()) {
             cg.check_owners();
         }
-        result
+        result.map(|(answer, records)| {
+            STORED.with(|log| log.borrow_mut().extend(records));
+            answer
+        })
     }
 
     fn consumer_ok(&mut self, h: ConsumerHeartbeat) -> ConsumerHeartbeatResult {
@@ -247,7 +256,7 @@ fn regex_subscriptions_follow_topics_as_they_appear() {
         ]
         .into(),
     );
-    let a = f.coordinator.consumer_heartbeat(hb("a", 1), &more, f.now).unwrap();
+    let (a, _) = f.coordinator.consumer_heartbeat(hb("a", 1), &more, f.now).unwrap();
     assert_eq!(a.member_epoch, 2);
     assert_eq!(a.assignment, Some([(id(2), [0, 1].into()), (id(3), [0].into())].into()));
 }
@@ -310,4 +319,74 @@ fn classic_and_consumer_groups_do_not_mix_while_members_are_in() {
         f.coordinator.describe_consumer_group("nope").unwrap_err().0,
         ResponseError::GroupIdNotFound
     );
+}
+
+#[test]
+fn a_new_coordinator_rebuilds_the_group_from_its_records() {
+    STORED.with(|log| log.borrow_mut().clear());
+    let mut f = fixture();
+    let mut join = hb("a", 0);
+    join.instance_id = Some("instance-1".into());
+    join.rack_id = Some("rack-1".into());
+    f.consumer_ok(join);
+    f.consumer_ok(hb("b", 0));
+    f.consumer_ok(hb("c", 0));
+    let kept = f.consumer_ok(hb("a", 1)).assignment.unwrap();
+    f.consumer_ok(hb("c", LEAVE_EPOCH));
+    f.consumer_ok(owning(hb("a", 1), &kept)); // a revoked; moves on towards the newest target
+    f.consumer_ok(hb("b", 2));
+    let before = f.coordinator.describe_consumer_group("g").unwrap();
+
+    // Replay what was stored (through its bytes) on a fresh coordinator.
+    let records: Vec<LoadedRecord> = STORED.with(|log| {
+        log.borrow()
+            .iter()
+            .enumerate()
+            .map(|(offset, record)| {
+                let (key, value) = record.encode();
+                LoadedRecord::Record {
+                    offset: offset as i64,
+                    producer_id: None,
+                    record: decode(Some(&key), value.as_deref()).unwrap(),
+                }
+            })
+            .collect()
+    });
+    let mut restored = GroupCoordinator::new(GroupConfig {
+        num_partitions: 1,
+        ..config()
+    });
+    restored.begin_load(0, 2);
+    assert!(restored.complete_load(0, 2, records, f.now));
+    let after = restored.describe_consumer_group("g").unwrap();
+    assert_eq!(
+        (after.group_epoch, after.assignment_epoch),
+        (before.group_epoch, before.assignment_epoch)
+    );
+    let view = |s: &ConsumerGroupSummary| -> Vec<_> {
+        s.members
+            .iter()
+            .map(|m| {
+                (
+                    m.member_id.clone(),
+                    m.member_epoch,
+                    m.state,
+                    m.instance_id.clone(),
+                    m.rack_id.clone(),
+                    m.assignment.clone(),
+                    m.target.clone(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(view(&after), view(&before));
+    assert_eq!(after.members.len(), 2, "c left and stays gone");
+    // Members carry on at their epochs with the new coordinator.
+    let b_epoch = after.members.iter().find(|m| m.member_id == "b").unwrap().member_epoch;
+    let mut f2 = Fixture {
+        coordinator: restored,
+        now: f.now,
+        next_reply: 1,
+    };
+    assert_eq!(f2.consumer_ok(hb("b", b_epoch)).member_epoch, b_epoch);
 }

@@ -194,12 +194,12 @@ fn deleting_a_group_tombstones_and_drops_its_open_transactions_offsets() {
     txn_commit(&mut f, GROUP, PRODUCER, vec![orders(0, 2), orders(1, 2)], 5);
     assert_eq!(
         f.coordinator.delete_group(GROUP),
-        Ok(Effect::Tombstones {
+        Ok(vec![Effect::Tombstones {
             partition: 0,
             group_id: GROUP.into(),
             offsets: vec![("orders".into(), 0), ("orders".into(), 1)],
             group: true,
-        })
+        }])
     );
     f.coordinator.complete_transaction(0, PRODUCER, true);
     assert_eq!(committed(&f, GROUP, 1), None, "the COMMIT cannot bring the group back");
