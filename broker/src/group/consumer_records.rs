@@ -20,7 +20,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use uuid::Uuid;
 
 use super::assignor::Assignment;
-use super::records::{compact_len, put_string, put_uvarint, skip_tagged_fields, uvarint, Reader, RecordError};
+use super::record_codec::{compact_len, put_string, put_uvarint, skip_tagged_fields, uvarint, Reader, RecordError};
 
 pub const GROUP_EPOCH_TYPE: i16 = 3;
 pub const MEMBER_METADATA_TYPE: i16 = 5;

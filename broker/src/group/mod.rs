@@ -15,6 +15,7 @@
 pub mod assignor;
 pub mod consumer_records;
 pub mod coordinator;
+pub mod record_codec;
 pub mod records;
 
 use std::collections::{HashMap, HashSet};

@@ -9,7 +9,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::group::records::{compact_len, put_string, put_uvarint, skip_tagged_fields, uvarint, Reader, RecordError};
+use crate::group::record_codec::{compact_len, put_string, put_uvarint, skip_tagged_fields, uvarint, Reader, RecordError};
 
 const KEY_VERSION: i16 = 0;
 const VALUE_VERSION: i16 = 0;
