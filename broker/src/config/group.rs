@@ -176,3 +176,56 @@ pub(super) fn group_config(get: &dyn Fn(&str) -> String) -> Result<GroupConfig, 
         max_group_record_bytes: GroupConfig::default().max_group_record_bytes,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{BrokerConfig, Cli, ConfigError};
+
+    fn config(sets: &[&str]) -> Result<BrokerConfig, ConfigError> {
+        let mut args = vec!["sluice"];
+        for set in sets {
+            args.extend(["--set", set]);
+        }
+        BrokerConfig::from_cli(&Cli::from_args(args.into_iter()).unwrap())
+    }
+
+    fn refused_key(sets: &[&str]) -> String {
+        match config(sets) {
+            Err(ConfigError::InvalidValue { key, .. }) => key,
+            other => panic!("{sets:?} accepted or refused otherwise: {:?}", other.map(|_| ())),
+        }
+    }
+
+    #[test]
+    fn consumer_group_settings_default_to_kafkas_and_keep_their_bounds() {
+        let group = config(&[]).unwrap().group;
+        assert!(group.consumer_protocol_enabled);
+        assert_eq!((group.consumer_session_timeout_ms, group.consumer_heartbeat_interval_ms), (45_000, 5_000));
+        assert_eq!(group.consumer_assignors, super::Assignor::ALL.to_vec());
+
+        let set = config(&[
+            "group.consumer.assignors=org.apache.kafka.coordinator.group.assignor.RangeAssignor",
+            "group.coordinator.rebalance.protocols=classic",
+            "group.consumer.session.timeout.ms=50000",
+        ])
+        .unwrap()
+        .group;
+        assert_eq!(set.consumer_assignors, vec![super::Assignor::Range]);
+        assert!(!set.consumer_protocol_enabled);
+        assert_eq!(set.consumer_session_timeout_ms, 50_000);
+
+        for (sets, key) in [
+            (&["group.consumer.session.timeout.ms=30000"][..], "group.consumer.session.timeout.ms"),
+            (&["group.consumer.heartbeat.interval.ms=20000"][..], "group.consumer.heartbeat.interval.ms"),
+            (
+                &["group.consumer.min.session.timeout.ms=5000", "group.consumer.session.timeout.ms=5000"][..],
+                "group.consumer.heartbeat.interval.ms",
+            ),
+            (&["group.consumer.assignors=sticky"][..], "group.consumer.assignors"),
+            (&["group.consumer.assignors="][..], "group.consumer.assignors"),
+            (&["group.coordinator.rebalance.protocols=classic,share"][..], "group.coordinator.rebalance.protocols"),
+        ] {
+            assert_eq!(refused_key(sets), key, "{sets:?}");
+        }
+    }
+}
