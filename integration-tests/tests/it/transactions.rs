@@ -686,6 +686,7 @@ fn without_alter_on_the_cluster_a_user_cannot_change_the_transaction_version() -
         Ok(versions
             .finalized_features
             .iter()
+            .filter(|f| f.name.as_str() == "transaction.version")
             .map(|f| (f.name.to_string(), f.max_version_level))
             .collect())
     };
