@@ -374,8 +374,12 @@ fn resolve(
             identity: check_follower_identity(&image, replica_id, broker_epoch),
         }
     } else {
+        // A follower serves a consumer only where leaders send consumers to followers
+        // (`replica.selector.class`): without a selector a consumer at a follower has stale
+        // metadata, and NOT_LEADER_OR_FOLLOWER sends it to the leader rather than letting a
+        // replica that just lost its unsynced tail (a power cut) answer OFFSET_OUT_OF_RANGE.
         FetchParty::Consumer {
-            any_replica: version >= FIRST_VERSION_WITH_RACK,
+            any_replica: version >= FIRST_VERSION_WITH_RACK && broker.config.replica_selector != ReplicaSelector::Leader,
         }
     };
     // Only a consumer naming its rack is sent to a replica in it.
