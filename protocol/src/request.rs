@@ -298,6 +298,21 @@ mod tests {
         frame.extend_from_slice(&[0xfe, 0xff, 0xff, 0xff, 0x0f]);
         refused(frame);
 
+        // ConsumerGroupHeartbeat v1 (KIP-848): group "g", member "m", epoch 0, no instance or
+        // rack, rebalance timeout, then subscribed topic names claiming four billion entries.
+        let mut frame = header(ApiKey::ConsumerGroupHeartbeat, 1);
+        frame.extend_from_slice(&[2, b'g', 2, b'm']);
+        frame.extend_from_slice(&0i32.to_be_bytes());
+        frame.extend_from_slice(&[0, 0]);
+        frame.extend_from_slice(&30_000i32.to_be_bytes());
+        frame.extend_from_slice(&[0xfe, 0xff, 0xff, 0xff, 0x0f]);
+        refused(frame);
+
+        // ConsumerGroupDescribe v0: a group ids compact array claiming four billion entries.
+        let mut frame = header(ApiKey::ConsumerGroupDescribe, 0);
+        frame.extend_from_slice(&[0xfe, 0xff, 0xff, 0xff, 0x0f]);
+        refused(frame);
+
         // OffsetCommit v2: a group id whose length runs past the end of the frame.
         let mut frame = header(ApiKey::OffsetCommit, 2);
         frame.extend_from_slice(&i16::MAX.to_be_bytes());
