@@ -534,25 +534,24 @@ fn join(
     };
     if let Some(instance) = &req.instance_id {
         if let Some(previous_id) = cg.static_members.get(instance).cloned() {
-            let previous = cg.members.get(&previous_id).cloned();
-            match previous {
-                Some(previous) if previous.member_epoch != LEAVE_STATIC_EPOCH && previous_id != member_id => {
-                    return Err((
-                        ResponseError::UnreleasedInstanceId,
-                        format!("Static member {instance} is still in group {:?} as member {previous_id}; it must leave first.", req.group_id),
-                    ));
+            let previous_epoch = cg.members.get(&previous_id).map(|m| m.member_epoch);
+            if previous_epoch.is_some_and(|e| e != LEAVE_STATIC_EPOCH) && previous_id != member_id {
+                return Err((
+                    ResponseError::UnreleasedInstanceId,
+                    format!(
+                        "Static member {instance} is still in group {:?} as member {previous_id}; it must leave first.",
+                        req.group_id
+                    ),
+                ));
+            }
+            // The instance is back: it takes over its record (partitions, target and the epoch
+            // it left at) under its new id.
+            if let Some(mut member) = cg.rename_member(&previous_id, &member_id) {
+                if member.member_epoch == LEAVE_STATIC_EPOCH {
+                    member.member_epoch = member.previous_member_epoch;
                 }
-                Some(_) => {
-                    // The instance is back: it takes over its record (partitions, target and
-                    // the epoch it left at) under its new id.
-                    let mut member = cg.rename_member(&previous_id, &member_id).expect("listed above");
-                    if member.member_epoch == LEAVE_STATIC_EPOCH {
-                        member.member_epoch = member.previous_member_epoch;
-                    }
-                    member.last_heartbeat_ms = now;
-                    return Ok((member_id, member, false));
-                }
-                None => {}
+                member.last_heartbeat_ms = now;
+                return Ok((member_id, member, false));
             }
         }
     }
