@@ -31,27 +31,21 @@ pub fn handle(ctx: &RequestContext, request: ConsumerGroupDescribeRequest) -> Co
                     .with_group_state(str_bytes("Dead"))
                     .with_authorized_operations(i32::MIN)
             };
-            if !access.authorize(AclOperation::Describe, ResourceType::Group, &id.0) {
-                return failed(ResponseError::GroupAuthorizationFailed, String::new());
+            if let Some((error, message)) = refusal(access, &id.0, []) {
+                return failed(error, message);
             }
             let summary = match broker.groups.describe_consumer_group(&id.0) {
                 Ok(summary) => summary,
                 Err((error, message)) => return failed(error, message),
             };
-            let topic_ids = summary
+            let assigned = summary
                 .members
                 .iter()
-                .flat_map(|m| m.assignment.keys().chain(m.target.keys()));
-            let refused: Vec<String> = topic_ids
+                .flat_map(|m| m.assignment.keys().chain(m.target.keys()))
                 .filter_map(|t| image.topic_by_id(t))
-                .map(|t| t.name.clone())
-                .filter(|name| !access.authorize(AclOperation::Describe, ResourceType::Topic, name))
-                .collect();
-            if !refused.is_empty() {
-                return failed(
-                    ResponseError::TopicAuthorizationFailed,
-                    "The group has assigned topic partitions that the principal may not describe.".into(),
-                );
+                .map(|t| t.name.as_str());
+            if let Some((error, message)) = refusal(access, &id.0, assigned) {
+                return failed(error, message);
             }
             group
                 .with_group_state(str_bytes(summary.state))
@@ -90,6 +84,27 @@ pub fn handle(ctx: &RequestContext, request: ConsumerGroupDescribeRequest) -> Co
     ConsumerGroupDescribeResponse::default().with_groups(groups)
 }
 
+/// Why `access` may not see group `group_id`, whose members are assigned or targeted partitions of
+/// `assigned`, if it may not: DESCRIBE on the group, then on every such topic.
+fn refusal<'n>(
+    access: Access<'_>,
+    group_id: &str,
+    assigned: impl IntoIterator<Item = &'n str>,
+) -> Option<(ResponseError, String)> {
+    if !access.authorize(AclOperation::Describe, ResourceType::Group, group_id) {
+        return Some((ResponseError::GroupAuthorizationFailed, String::new()));
+    }
+    let mut assigned = assigned.into_iter();
+    assigned
+        .any(|name| !access.authorize(AclOperation::Describe, ResourceType::Topic, name))
+        .then(|| {
+            (
+                ResponseError::TopicAuthorizationFailed,
+                "The group has assigned topic partitions that the principal may not describe.".into(),
+            )
+        })
+}
+
 fn operations(access: Access<'_>, wanted: bool, group_id: &str) -> i32 {
     if wanted {
         access.operations(ResourceType::Group, group_id)
@@ -112,4 +127,34 @@ fn assignment(image: &MetadataImage, a: &assignor::Assignment) -> Assignment {
             })
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::testing::Acls;
+
+    #[test]
+    fn describing_a_group_needs_describe_on_it_and_on_every_topic_its_members_hold() {
+        let acls = Acls::none()
+            .allow(ResourceType::Group, "g", AclOperation::Describe)
+            .allow(ResourceType::Group, "joined", AclOperation::Read)
+            .allow(ResourceType::Group, "other", AclOperation::DescribeConfigs)
+            .allow(ResourceType::Topic, "orders", AclOperation::Describe);
+        assert_eq!(refusal(acls.access(), "g", ["orders", "orders"]), None);
+        assert_eq!(refusal(acls.access(), "joined", []), None, "READ implies DESCRIBE");
+        assert_eq!(
+            refusal(acls.access(), "other", []),
+            Some((ResponseError::GroupAuthorizationFailed, String::new()))
+        );
+        assert_eq!(
+            refusal(acls.access(), "unknown", ["orders"]).map(|(e, _)| e),
+            Some(ResponseError::GroupAuthorizationFailed),
+            "a group the principal may not see is refused before anything about it is looked up"
+        );
+        assert_eq!(
+            refusal(acls.access(), "g", ["orders", "secrets"]).map(|(e, _)| e),
+            Some(ResponseError::TopicAuthorizationFailed)
+        );
+    }
 }

@@ -10,7 +10,7 @@ use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, ConsumerGroupHeart
 use uuid::Uuid;
 
 use super::join_group::may_take_part;
-use super::{str_bytes, RequestContext};
+use super::{str_bytes, Access, RequestContext};
 use crate::group::coordinator::ConsumerHeartbeat;
 use crate::metadata::acls::{AclOperation, ResourceType};
 
@@ -31,24 +31,8 @@ pub async fn handle(ctx: RequestContext, request: ConsumerGroupHeartbeatRequest)
         );
     }
     let access = session.access(&broker.security.authorizer, &image.acls);
-    if !may_take_part(access, &request.group_id.0) {
-        return failed(ResponseError::GroupAuthorizationFailed, String::new());
-    }
-    if let Some(names) = &request.subscribed_topic_names {
-        let refused: Vec<&str> = names
-            .iter()
-            .map(|n| n.0.as_str())
-            .filter(|n| !access.authorize(AclOperation::Describe, ResourceType::Topic, n))
-            .collect();
-        if !refused.is_empty() {
-            return failed(
-                ResponseError::TopicAuthorizationFailed,
-                format!(
-                    "Not authorized to describe the subscribed topics {}.",
-                    refused.join(", ")
-                ),
-            );
-        }
+    if let Some((error, message)) = refusal(access, &request) {
+        return failed(error, message);
     }
     let heartbeat = ConsumerHeartbeat {
         group_id: request.group_id.0.to_string(),
@@ -89,5 +73,91 @@ pub async fn handle(ctx: RequestContext, request: ConsumerGroupHeartbeatRequest)
                 )
             })),
         Err((error, message)) => failed(error, message),
+    }
+}
+
+/// Why `access` may not send this heartbeat, if it may not: READ on the group
+/// (GROUP_AUTHORIZATION_FAILED), then DESCRIBE on every subscribed topic
+/// (TOPIC_AUTHORIZATION_FAILED, naming the topics refused).
+fn refusal(access: Access<'_>, request: &ConsumerGroupHeartbeatRequest) -> Option<(ResponseError, String)> {
+    if !may_take_part(access, &request.group_id.0) {
+        return Some((ResponseError::GroupAuthorizationFailed, String::new()));
+    }
+    let names = request.subscribed_topic_names.as_deref().unwrap_or_default();
+    let refused: Vec<&str> = names
+        .iter()
+        .map(|n| n.0.as_str())
+        .filter(|n| !access.authorize(AclOperation::Describe, ResourceType::Topic, n))
+        .collect();
+    (!refused.is_empty()).then(|| {
+        (
+            ResponseError::TopicAuthorizationFailed,
+            format!(
+                "Not authorized to describe the subscribed topics {}.",
+                refused.join(", ")
+            ),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::messages::{GroupId, TopicName};
+
+    use super::*;
+    use crate::api::testing::Acls;
+
+    fn heartbeat(group: &str, topics: &[&str]) -> ConsumerGroupHeartbeatRequest {
+        ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(str_bytes(group.to_string())))
+            .with_subscribed_topic_names(Some(
+                topics.iter().map(|t| TopicName(str_bytes(t.to_string()))).collect(),
+            ))
+    }
+
+    #[test]
+    fn a_member_needs_read_on_its_group_and_describe_on_every_subscribed_topic() {
+        let acls = Acls::none()
+            .allow(ResourceType::Group, "g", AclOperation::Read)
+            .allow(ResourceType::Group, "watched", AclOperation::Describe)
+            .allow(ResourceType::Topic, "orders", AclOperation::Read)
+            .allow(ResourceType::Topic, "payments", AclOperation::Describe);
+        assert_eq!(refusal(acls.access(), &heartbeat("g", &["orders", "payments"])), None);
+        assert_eq!(refusal(acls.access(), &heartbeat("g", &[])), None);
+        assert_eq!(
+            refusal(acls.access(), &heartbeat("watched", &["orders"])),
+            Some((ResponseError::GroupAuthorizationFailed, String::new())),
+            "DESCRIBE on the group is not READ"
+        );
+        assert_eq!(
+            refusal(
+                acls.access(),
+                &heartbeat("g", &["orders", "secrets", "payments", "audit"])
+            ),
+            Some((
+                ResponseError::TopicAuthorizationFailed,
+                "Not authorized to describe the subscribed topics secrets, audit.".to_string()
+            ))
+        );
+        let denied = Acls::none()
+            .allow(ResourceType::Group, "g", AclOperation::Read)
+            .allow(ResourceType::Topic, "orders", AclOperation::Describe)
+            .deny(ResourceType::Topic, "orders", AclOperation::Describe);
+        assert_eq!(
+            refusal(denied.access(), &heartbeat("g", &["orders"])).map(|(e, _)| e),
+            Some(ResponseError::TopicAuthorizationFailed),
+            "a DENY outweighs an ALLOW"
+        );
+        // A heartbeat that leaves the subscription unchanged (null) names no topic.
+        let unchanged = heartbeat("g", &[]).with_subscribed_topic_names(None);
+        assert_eq!(
+            refusal(
+                Acls::none()
+                    .allow(ResourceType::Group, "g", AclOperation::Read)
+                    .access(),
+                &unchanged
+            ),
+            None
+        );
     }
 }
