@@ -27,5 +27,6 @@ pub mod replica_manager;
 pub mod replication;
 pub mod security;
 pub mod server;
+pub mod share;
 pub mod topic_config;
 pub mod txn;
