@@ -9,6 +9,7 @@ Apache Kafka node (scripts/kafka-as-sluice.py)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -29,7 +30,7 @@ CONFIG_TOOL = "org.apache.kafka.tools.ConfigCommand"  # kafka-configs.sh
 # A share-group member as a user writes one on Kafka's KafkaShareConsumer: subscribes to <topic>
 # and polls, printing one line per record delivered, `<partition> <offset> <delivery count>
 # <value>`, flushed after each poll, until it printed <count> records (-1: until killed) or
-# <timeout ms> passed; then it closes (leaving the group). An exception is printed as
+# <timeout ms> passed, or SIGTERM arrived; then it closes (leaving the group). An exception is printed as
 # "ERROR <exception class>: <message>" (exit 2). Arguments after the first three: `--ack=MODE`,
 # `--reject=REGEX`, `--release=REGEX`, `--sleep-ms=N`, or a client property key=value.
 #   --ack=explicit (default): share.acknowledgement.mode=explicit; each record is acknowledged
@@ -53,6 +54,7 @@ import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaShareConsumer;
 import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicIdPartition;
+import org.apache.kafka.common.errors.WakeupException;
 
 public class ShareMember {
     public static void main(String[] args) throws Exception {
@@ -81,6 +83,16 @@ public class ShareMember {
         }
         long got = 0;
         try (KafkaShareConsumer<String, String> consumer = new KafkaShareConsumer<>(props)) {
+            // SIGTERM: wake the poll loop so that the consumer is closed (leaving the group).
+            Thread loop = Thread.currentThread();
+            Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+                consumer.wakeup();
+                try {
+                    loop.join(10000);
+                } catch (InterruptedException e) {
+                    // exiting anyway
+                }
+            }));
             consumer.subscribe(List.of(topic));
             while ((want < 0 || got < want) && System.currentTimeMillis() < deadline) {
                 ConsumerRecords<String, String> records = consumer.poll(Duration.ofMillis(200));
@@ -118,6 +130,8 @@ public class ShareMember {
                     System.out.flush();
                 }
             }
+        } catch (WakeupException e) {
+            // shut down by SIGTERM; the consumer was closed
         } catch (Exception e) {
             System.out.println("ERROR " + e.getClass().getName() + ": " + e.getMessage());
             System.out.flush();
@@ -246,7 +260,7 @@ class ShareMember:
         self.wait(timeout=30)
 
     def terminate(self) -> None:
-        """SIGTERM: the JVM exits without closing the consumer (no shutdown hook here)."""
+        """SIGTERM: a clean shutdown; the member closes its consumer, which leaves the group."""
         if self.proc.poll() is None:
             self.proc.terminate()
         self.wait(timeout=30)
@@ -329,27 +343,35 @@ def list_share_groups(bootstrap: str) -> set[str]:
 
 
 def describe_state(bootstrap: str, group: str) -> dict[str, str]:
-    """--describe --state: GROUP, COORDINATOR (ID), STATE, #MEMBERS (the header splits
-    `COORDINATOR (ID)` into two words, so the row is keyed by the header's fields but for
-    that column)."""
+    """--describe --state: {"GROUP", "COORDINATOR", "STATE", "#MEMBERS"}. Kafka prints the
+    coordinator as `host:port  (id)` under a `COORDINATOR (ID)` header, both with a space."""
     out = share_groups_ok(bootstrap, "--describe", "--group", group, "--state")
-    return _coordinator_row(out)
-
-
-def _coordinator_row(out: str) -> dict[str, str]:
-    lines = [line for line in out.splitlines() if line.strip()]
-    header = next(i for i, line in enumerate(lines) if line.split()[0] == "GROUP")
-    names = lines[header].replace("COORDINATOR (ID)", "COORDINATOR-(ID)").split()
-    [row] = [line.split() for line in lines[header + 1:]]
-    assert len(row) == len(names), f"row {row} does not match header {names}:\n{out}"
-    return dict(zip(names, row))
+    rows = table(re.sub(r"\s+\((\d+)\)", r"(\1)", out.replace("COORDINATOR (ID)", "COORDINATOR")))
+    assert len(rows) == 1, out
+    return rows[0]
 
 
 def describe_members(bootstrap: str, group: str) -> list[dict[str, str]]:
     """--describe --members: one row per member (GROUP, CONSUMER-ID, HOST, CLIENT-ID,
     #PARTITIONS, ASSIGNMENT)."""
-    out = share_groups_ok(bootstrap, "--describe", "--group", group, "--members")
-    return table(out)
+    return member_rows(share_groups_ok(bootstrap, "--describe", "--group", group, "--members"))
+
+
+def member_rows(out: str) -> list[dict[str, str]]:
+    """The rows of --describe --members; a member assigned nothing has an empty ASSIGNMENT
+    (the last column), kept as ''. No table (`Share group '<g>' has no active members.`): []."""
+    lines = [line.split() for line in out.splitlines() if line.strip()]
+    starts = [i for i, fields in enumerate(lines) if fields[0] == "GROUP"]
+    if not starts:
+        return []
+    header = lines[starts[0]]
+    rows = []
+    for fields in lines[starts[0] + 1:]:
+        if len(fields) == len(header) - 1 and header[-1] == "ASSIGNMENT":
+            fields = fields + [""]
+        assert len(fields) == len(header), f"row {fields} does not match header {header}:\n{out}"
+        rows.append(dict(zip(header, fields)))
+    return rows
 
 
 def describe_offsets(bootstrap: str, group: str) -> list[dict[str, str]]:
@@ -398,12 +420,12 @@ def wait_for_members(bootstrap: str, group: str, n: int, timeout: float = 60.0) 
 
     def ready():
         done = share_groups(bootstrap, "--describe", "--group", group, "--members")
-        if done.returncode != 0 or "Error: " in done.stdout or "GROUP" not in done.stdout:
+        if done.returncode != 0 or "Error: " in done.stdout:
             last[:] = [done.stdout + done.stderr]
             return None
-        rows = table(done.stdout)
+        rows = member_rows(done.stdout)
         last[:] = [rows]
-        return rows if len(rows) == n and all(r["#PARTITIONS"] != "0" for r in rows) else None
+        return rows if len(rows) == n and all(r["ASSIGNMENT"] for r in rows) else None
 
     try:
         return wait_until(f"{n} members in share group {group}", ready, timeout, interval=0.5)

@@ -56,6 +56,41 @@ pub struct GroupConfig {
     pub consumer_heartbeat_interval_ms: i32,
     /// `group.consumer.assignors`, the first the default.
     pub consumer_assignors: Vec<Assignor>,
+    /// KIP-932 share groups' settings (`group.share.*`).
+    pub share: ShareGroupConfig,
+}
+
+/// Share group settings, by their Kafka broker property names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShareGroupConfig {
+    /// `group.share.session.timeout.ms`
+    pub session_timeout_ms: i32,
+    /// `group.share.heartbeat.interval.ms`
+    pub heartbeat_interval_ms: i32,
+    /// `group.share.max.size`
+    pub max_size: usize,
+    /// `group.share.record.lock.duration.ms`
+    pub record_lock_duration_ms: i32,
+    /// `group.share.delivery.count.limit`
+    pub delivery_count_limit: u16,
+    /// `group.share.partition.max.record.locks`
+    pub partition_max_record_locks: i32,
+    /// `group.share.max.share.sessions`
+    pub max_share_sessions: usize,
+}
+
+impl Default for ShareGroupConfig {
+    fn default() -> Self {
+        ShareGroupConfig {
+            session_timeout_ms: 45_000,
+            heartbeat_interval_ms: 5_000,
+            max_size: 200,
+            record_lock_duration_ms: 30_000,
+            delivery_count_limit: 5,
+            partition_max_record_locks: 2_000,
+            max_share_sessions: 2_000,
+        }
+    }
 }
 
 impl Default for GroupConfig {
@@ -73,6 +108,7 @@ impl Default for GroupConfig {
             consumer_session_timeout_ms: 45_000,
             consumer_heartbeat_interval_ms: 5_000,
             consumer_assignors: Assignor::ALL.to_vec(),
+            share: ShareGroupConfig::default(),
         }
     }
 }
@@ -104,11 +140,16 @@ pub(super) fn group_config(get: &dyn Fn(&str) -> String) -> Result<GroupConfig, 
         .map(|p| p.trim().to_ascii_lowercase())
         .filter(|p| !p.is_empty())
         .collect();
-    if let Some(unknown) = protocols.iter().find(|p| !["classic", "consumer"].contains(&p.as_str())) {
+    // Share groups are turned on and off by the `share.version` feature, as in Kafka 4.1+;
+    // `share` in this list is taken for the configurations written for Kafka 4.0.
+    if let Some(unknown) = protocols
+        .iter()
+        .find(|p| !["classic", "consumer", "share"].contains(&p.as_str()))
+    {
         return Err(ConfigError::InvalidValue {
             key: "group.coordinator.rebalance.protocols".into(),
             value: unknown.clone(),
-            reason: "the protocols are classic and consumer (share groups are not served yet)".into(),
+            reason: "the protocols are classic, consumer and share (streams groups are not served yet)".into(),
         });
     }
     let bounded = |key: &str, min_key: &str, max_key: &str| -> Result<i32, ConfigError> {
@@ -139,6 +180,7 @@ pub(super) fn group_config(get: &dyn Fn(&str) -> String) -> Result<GroupConfig, 
             reason: format!("must be less than group.consumer.session.timeout.ms ({session})"),
         });
     }
+    let share = share_group_config(&num, &bounded)?;
     let mut assignors = Vec::new();
     for name in get("group.consumer.assignors").split(',').map(str::trim).filter(|n| !n.is_empty()) {
         // Kafka's class names are taken for the built-in assignors they name.
@@ -165,6 +207,7 @@ pub(super) fn group_config(get: &dyn Fn(&str) -> String) -> Result<GroupConfig, 
         consumer_session_timeout_ms: session,
         consumer_heartbeat_interval_ms: interval,
         consumer_assignors: assignors,
+        share,
         num_partitions: partitions as i32,
         min_session_timeout_ms: num("group.min.session.timeout.ms")?.clamp(0, i32::MAX as i64) as i32,
         max_session_timeout_ms: num("group.max.session.timeout.ms")?.clamp(0, i32::MAX as i64) as i32,
@@ -174,6 +217,54 @@ pub(super) fn group_config(get: &dyn Fn(&str) -> String) -> Result<GroupConfig, 
         offsets_retention_ms: num("offsets.retention.minutes")?.max(1).saturating_mul(60_000),
         // Set from the offsets topic's max.message.bytes once the broker config is complete.
         max_group_record_bytes: GroupConfig::default().max_group_record_bytes,
+    })
+}
+
+/// The `group.share.*` settings, each within its bounds (Kafka's).
+fn share_group_config(
+    num: &dyn Fn(&str) -> Result<i64, ConfigError>,
+    bounded: &dyn Fn(&str, &str, &str) -> Result<i32, ConfigError>,
+) -> Result<ShareGroupConfig, ConfigError> {
+    let session_timeout_ms = bounded(
+        "group.share.session.timeout.ms",
+        "group.share.min.session.timeout.ms",
+        "group.share.max.session.timeout.ms",
+    )?;
+    let heartbeat_interval_ms = bounded(
+        "group.share.heartbeat.interval.ms",
+        "group.share.min.heartbeat.interval.ms",
+        "group.share.max.heartbeat.interval.ms",
+    )?;
+    if heartbeat_interval_ms >= session_timeout_ms {
+        return Err(ConfigError::InvalidValue {
+            key: "group.share.heartbeat.interval.ms".into(),
+            value: heartbeat_interval_ms.to_string(),
+            reason: format!("must be less than group.share.session.timeout.ms ({session_timeout_ms})"),
+        });
+    }
+    let within = |key: &str, min: i64, max: i64| -> Result<i64, ConfigError> {
+        let value = num(key)?;
+        if !(min..=max).contains(&value) {
+            return Err(ConfigError::InvalidValue {
+                key: key.into(),
+                value: value.to_string(),
+                reason: format!("must lie between {min} and {max}"),
+            });
+        }
+        Ok(value)
+    };
+    Ok(ShareGroupConfig {
+        session_timeout_ms,
+        heartbeat_interval_ms,
+        max_size: within("group.share.max.size", 10, 1000)? as usize,
+        record_lock_duration_ms: bounded(
+            "group.share.record.lock.duration.ms",
+            "group.share.min.record.lock.duration.ms",
+            "group.share.max.record.lock.duration.ms",
+        )?,
+        delivery_count_limit: within("group.share.delivery.count.limit", 2, 10)? as u16,
+        partition_max_record_locks: within("group.share.partition.max.record.locks", 100, 10_000)? as i32,
+        max_share_sessions: within("group.share.max.share.sessions", 1, 1_000_000)? as usize,
     })
 }
 
@@ -223,7 +314,7 @@ mod tests {
             ),
             (&["group.consumer.assignors=sticky"][..], "group.consumer.assignors"),
             (&["group.consumer.assignors="][..], "group.consumer.assignors"),
-            (&["group.coordinator.rebalance.protocols=classic,share"][..], "group.coordinator.rebalance.protocols"),
+            (&["group.coordinator.rebalance.protocols=classic,streams"][..], "group.coordinator.rebalance.protocols"),
         ] {
             assert_eq!(refused_key(sets), key, "{sets:?}");
         }

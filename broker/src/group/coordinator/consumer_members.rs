@@ -113,6 +113,12 @@ impl GroupCoordinator {
     ) -> Result<(ConsumerHeartbeatResult, Vec<GroupRecord>), HeartbeatError> {
         check_request(&req, &self.config.consumer_assignors)?;
         let partition = self.owner(&req.group_id).map_err(|e| (e, String::new()))?;
+        if self.is_share_group(&req.group_id) {
+            return Err((
+                ResponseError::GroupIdNotFound,
+                format!("Group {} is a share group; use another group id for consumers.", req.group_id),
+            ));
+        }
         let interval = self.config.consumer_heartbeat_interval_ms;
         if req.member_epoch == LEAVE_EPOCH || req.member_epoch == LEAVE_STATIC_EPOCH {
             return self.consumer_leave(&req, now);

@@ -34,6 +34,10 @@ impl GroupCoordinator {
         if req.protocol_type.is_empty() || req.protocols.is_empty() {
             return Err(ResponseError::InconsistentGroupProtocol);
         }
+        if self.is_share_group(&req.group_id) {
+            // Kafka's answer to a classic member joining a group of another type.
+            return Err(ResponseError::InconsistentGroupProtocol);
+        }
         let is_unknown = req.member_id.is_empty();
         if !self.groups.contains_key(&req.group_id) {
             if !is_unknown {

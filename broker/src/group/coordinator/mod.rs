@@ -35,6 +35,8 @@ pub use consumer_members::{
     TopicCatalog,
 };
 pub use load::LoadedRecord;
+pub use share::{ShareGroupSummary, ShareHeartbeat, ShareHeartbeatResult, ShareMember, SHARE_LEAVE_EPOCH};
+use share::ShareGroup;
 use load::Replay;
 
 mod consumer;
@@ -44,6 +46,7 @@ mod load;
 mod members;
 mod offsets;
 mod rebalance;
+mod share;
 mod transactions;
 
 /// Identifies a JoinGroup or SyncGroup request waiting for its answer.
@@ -259,7 +262,7 @@ pub struct ListedGroup {
     pub group_id: String,
     pub protocol_type: String,
     pub state: &'static str,
-    /// KIP-848's group type: `classic` or `consumer`.
+    /// KIP-848's group type: `classic`, `consumer` or `share`.
     pub group_type: &'static str,
 }
 
@@ -288,6 +291,9 @@ pub struct GroupCoordinator {
     /// have read the log before the marker, so they are applied once it completes; applying
     /// one the load already saw finds nothing pending.
     txn_ends_while_loading: HashMap<i32, HashMap<i64, bool>>,
+    /// KIP-932 share groups (`share.rs`), apart from `groups`: they keep no offsets and no
+    /// records here.
+    share_groups: HashMap<String, ShareGroup>,
 }
 
 type Fx = Vec<Effect>;
@@ -299,6 +305,7 @@ impl GroupCoordinator {
             groups: HashMap::new(),
             partitions: HashMap::new(),
             txn_ends_while_loading: HashMap::new(),
+            share_groups: HashMap::new(),
         }
     }
 
@@ -414,6 +421,7 @@ impl GroupCoordinator {
             .filter(|(_, g)| g.partition == partition)
             .map(|(id, _)| id.clone())
             .collect();
+        self.share_groups.retain(|_, g| g.partition != partition);
         for id in ids {
             if let Some(mut group) = self.groups.remove(&id) {
                 for (member_id, member) in group.members.iter_mut() {
@@ -447,6 +455,12 @@ impl GroupCoordinator {
                     group_type: "classic",
                 },
             })
+            .chain(self.share_groups.iter().map(|(id, g)| ListedGroup {
+                group_id: id.clone(),
+                protocol_type: "share".into(),
+                state: g.state_name(),
+                group_type: "share",
+            }))
             .collect();
         groups.sort_by(|a, b| a.group_id.cmp(&b.group_id));
         (groups, loading)
@@ -489,6 +503,13 @@ impl GroupCoordinator {
     /// in memory or on reload.
     pub fn delete_group(&mut self, group_id: &str) -> Result<Fx, ResponseError> {
         let partition = self.owner(group_id)?;
+        if let Some(share) = self.share_groups.get(group_id) {
+            if !share.members.is_empty() {
+                return Err(ResponseError::NonEmptyGroup);
+            }
+            self.share_groups.remove(group_id);
+            return Ok(Vec::new());
+        }
         let group = self.groups.get(group_id).ok_or(ResponseError::GroupIdNotFound)?;
         if !group.is_empty() {
             return Err(ResponseError::NonEmptyGroup);

@@ -14,6 +14,7 @@ impl GroupCoordinator {
     /// Session expiry, join and sync deadlines, lapsed pending member ids.
     pub fn tick(&mut self, now: i64) -> Fx {
         let mut fx = self.expire_consumer_members(now);
+        self.expire_share_members(now);
         let config = self.config.clone();
         for group in self.groups.values_mut() {
             let pending = group.pending_members.len();

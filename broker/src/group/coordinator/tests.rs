@@ -1433,6 +1433,7 @@ fn partition_for_matches_kafkas_abs_of_java_string_hash_code() {
 }
 
 mod consumer;
+mod share;
 mod txn;
 
 /// The allowed predecessors are Kafka's (`GroupMetadata.validPreviousStates`, without Dead); every

@@ -1,0 +1,251 @@
+"""KIP-932 share groups (ShareGroupHeartbeat, ShareFetch, ShareAcknowledge, ShareGroupDescribe,
+DescribeShareGroupOffsets, ...) with Kafka's own KafkaShareConsumer and kafka-share-groups:
+
+- members of one share group share a single partition: three members split 300 records, each
+  processed once, and kafka-share-groups describes three members, Stable, nothing left to deliver;
+- a member that crashes (SIGKILL) holding acquired records loses them when their acquisition
+  lock expires (group.share.record.lock.duration.ms), and another member gets them with
+  delivery count 2;
+- a RELEASEd record is redelivered with its delivery count raised, a REJECTed one never again,
+  and one released on its last allowed delivery (group.share.delivery.count.limit) is archived;
+- kafka-share-groups lists the group, refuses to delete it while it has members, resets an
+  empty group to the earliest offset (a new member re-reads everything) and deletes it;
+- ten members on three partitions process 10,000 records exactly once.
+
+Each test starts its own node through `share_node`: a sluice node by default, or real Apache
+Kafka 4.4 (scripts/kafka-as-sluice.py) with SHARE_AGAINST_KAFKA=1, where these tests were
+validated; what they expect is what Kafka 4.4 does:
+
+    SHARE_AGAINST_KAFKA=1 .venv/bin/python -m pytest integration-tests/python/test_share_groups.py
+
+Kafka 4.4 needs no switch for share groups (share.version is finalized at 2 when the storage is
+formatted). Share groups begin at the latest offset (share.auto.offset.reset, a group config);
+each test sets its group to `earliest` with kafka-configs before the first member starts."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from group_clients import create_topic, wait_until
+from share_clients import (ShareMember, delete_group, describe_members, describe_offsets, describe_state,
+                           list_share_groups, produce_values, reset_to_earliest, share_groups, start_from_earliest,
+                           start_members, stop_members, wait_for_members, wait_for_total)
+
+ROOT = Path(__file__).resolve().parents[2]
+KAFKA = ROOT / "scripts" / "kafka-as-sluice.py"
+
+# Broker settings of every share_node, by Kafka's names (sluice must accept the same names):
+SHARE_SETTINGS = {
+    # The acquisition lock of a delivered record (Kafka's default 30 s), short so that a crashed
+    # member's records come back within a test. Kafka bounds it by the next setting (default
+    # 15000, itself at least 1000).
+    "group.share.record.lock.duration.ms": "5000",
+    "group.share.min.record.lock.duration.ms": "1000",
+    # Deliveries of a record before it is archived (Kafka's default 5, at least 2).
+    "group.share.delivery.count.limit": "2",
+}
+
+# Kafka alone: its share-group state topic (__share_group_state) defaults to 3 replicas and
+# min.isr 2, which a single node cannot host (kafka-as-sluice.py lowers only the offsets and
+# transaction topics).
+KAFKA_ONLY_SETTINGS = {
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+}
+
+
+@pytest.fixture
+def share_node(start_node, monkeypatch):
+    """Factory: share_node(settings) -> a ready single node with SHARE_SETTINGS plus `settings`:
+    sluice, or Apache Kafka 4.4 when SHARE_AGAINST_KAFKA=1 (stopped after the test either way,
+    its log kept and printed if the test failed)."""
+    against_kafka = os.environ.get("SHARE_AGAINST_KAFKA") == "1"
+
+    def start(settings: dict[str, str] | None = None):
+        wanted = {**SHARE_SETTINGS, **(settings or {})}
+        if not against_kafka:
+            return start_node(wanted)
+        monkeypatch.setenv("SLUICE_BIN", str(KAFKA))
+        return start_node({**KAFKA_ONLY_SETTINGS, **wanted}, ready_timeout=120)
+
+    return start
+
+
+def values(n: int, start: int = 0) -> list[str]:
+    return [str(i) for i in range(start, start + n)]
+
+
+def wait_for_lag(bootstrap: str, group: str, topic: str, partitions: int, timeout: float = 60.0
+                 ) -> list[dict[str, str]]:
+    """Waits until --describe --offsets shows every partition of `topic` with LAG 0: every
+    record up to the end of the log acknowledged or archived, none left to deliver."""
+    def settled():
+        rows = [r for r in describe_offsets(bootstrap, group) if r["TOPIC"] == topic]
+        return rows if len(rows) == partitions and all(r["LAG"] == "0" for r in rows) else None
+    return wait_until(f"{group} to have nothing left to deliver on {topic}", settled, timeout, interval=1.0)
+
+
+# --- a. members share one partition -----------------------------------------------------------
+
+def test_three_members_share_one_partition_and_each_record_is_processed_once(share_node):
+    node = share_node()
+    topic, group = "share-one-partition", "share-one-partition-g"
+    create_topic(node.bootstrap, topic, 1)
+    start_from_earliest(node.bootstrap, group)
+    # 2 ms of processing per record, so that while one member works through its acquired
+    # records the others fetch the next ones.
+    members = start_members(3, node.bootstrap, topic, group, sleep_ms=2)
+    try:
+        # All three are assigned the one partition before any record exists to be taken.
+        rows = wait_for_members(node.bootstrap, group, 3)
+        assert sorted(r["ASSIGNMENT"] for r in rows) == [f"{topic}:0"] * 3, rows
+        produce_values(node.bootstrap, topic, values(300), batch=10)
+        wait_for_total(members, 300)
+        settled = wait_for_lag(node.bootstrap, group, topic, 1)
+
+        # With nothing left to deliver (LAG 0), the deliveries are final.
+        got = [d for m in members for d in m.deliveries()]
+        assert sorted(int(d.value) for d in got) == list(range(300)), Counter(d.value for d in got).most_common(3)
+        assert sorted(d.offset for d in got) == list(range(300))
+        assert {d.delivery_count for d in got} == {1}
+        per_member = [len(m.deliveries()) for m in members]
+        assert sum(1 for n in per_member if n > 0) > 1, f"one member took every record: {per_member}"
+
+        state = describe_state(node.bootstrap, group)
+        assert (state["STATE"], state["#MEMBERS"]) == ("Stable", "3"), state
+        # Kafka 4.4 reports the share-partition start offset as persisted by the share coordinator,
+        # which trails the acknowledgements, so only "at most the log end" holds while LAG is 0.
+        [row] = settled
+        assert row["PARTITION"] == "0" and 0 <= int(row["START-OFFSET"]) <= 300, row
+    finally:
+        stop_members(members)
+    for m in members:
+        assert not m.errors(), (m.name, m.errors())
+
+
+# --- b. a crashed member's records come back ---------------------------------------------------
+
+def test_records_held_by_a_killed_member_are_redelivered_with_delivery_count_2_after_the_lock_expires(
+        share_node):
+    node = share_node()
+    topic, group = "share-crash", "share-crash-g"
+    create_topic(node.bootstrap, topic, 1)
+    start_from_earliest(node.bootstrap, group)
+    produce_values(node.bootstrap, topic, values(10), batch=10)  # one batch, acquired whole
+
+    holder = ShareMember(node.bootstrap, topic, group, ack="hold", client_id="holder")
+    taker = None
+    try:
+        held = holder.wait_for(10)
+        assert sorted((d.offset, d.delivery_count) for d in held) == [(i, 1) for i in range(10)], held
+        holder.kill()  # crashed: no acknowledgement, no leaving the group
+
+        taker = ShareMember(node.bootstrap, topic, group, count=10, timeout_ms=60_000, client_id="taker")
+        got = taker.wait_for(10)
+        assert sorted((d.offset, d.delivery_count, d.value) for d in got) == \
+            [(i, 2, str(i)) for i in range(10)], got
+        assert taker.wait() == 0, taker.stderr_tail()
+    finally:
+        stop_members([holder] + ([taker] if taker else []))
+    wait_for_lag(node.bootstrap, group, topic, 1)
+
+
+# --- c. RELEASE, REJECT and the delivery count limit -------------------------------------------
+
+def test_released_records_are_redelivered_rejected_ones_are_not_and_the_delivery_limit_archives(share_node):
+    node = share_node()  # group.share.delivery.count.limit=2
+    topic, group = "share-ack-types", "share-ack-types-g"
+    create_topic(node.bootstrap, topic, 1)
+    start_from_earliest(node.bootstrap, group)
+    produce_values(node.bootstrap, topic, values(10), batch=10)
+
+    # Rejects 3; releases 5 and 7 on every delivery; accepts the rest.
+    member = ShareMember(node.bootstrap, topic, group, reject="3", release="5|7")
+    try:
+        member.wait_for(12)
+        # LAG 0: 5 and 7 released on their second (last) delivery were archived, not made
+        # available again, so no further delivery can follow.
+        wait_for_lag(node.bootstrap, group, topic, 1)
+        got = Counter((d.value, d.delivery_count) for d in member.deliveries())
+    finally:
+        stop_members([member])
+    assert not member.errors(), member.errors()
+    expected = Counter({(str(i), 1): 1 for i in range(10)})
+    expected.update({("5", 2): 1, ("7", 2): 1})
+    assert got == expected, sorted(got.items())
+
+
+# --- d. kafka-share-groups: list, delete, reset ------------------------------------------------
+
+def test_kafka_share_groups_lists_refuses_to_delete_a_busy_group_resets_to_earliest_and_deletes(share_node):
+    node = share_node()
+    b = node.bootstrap
+    topic, group = "share-admin", "share-admin-g"
+    create_topic(b, topic, 1)
+    start_from_earliest(b, group)
+    produce_values(b, topic, values(20), batch=10)
+
+    first = ShareMember(b, topic, group, client_id="first")
+    try:
+        first.wait_for(20)
+        assert group in list_share_groups(b)
+        busy = delete_group(b, group)
+        # Kafka's tool reports the refusal on stdout and still exits 0.
+        assert f"Group '{group}' could not be deleted due to: " \
+               "org.apache.kafka.common.errors.GroupNotEmptyException" in busy.stdout, busy
+        first.terminate()  # closes: leaves the group
+    finally:
+        stop_members([first])
+    assert not first.errors(), first.errors()
+    wait_until("the group to be empty", lambda: describe_state(b, group)["STATE"] == "Empty", timeout=30)
+    wait_for_lag(b, group, topic, 1)
+
+    out = reset_to_earliest(b, group, topic)
+    assert f"{group}" in out and "0" in out, out
+    second = ShareMember(b, topic, group, count=20, timeout_ms=60_000, client_id="second")
+    try:
+        got = second.wait_for(20)
+        assert second.wait() == 0, second.stderr_tail()
+    finally:
+        stop_members([second])
+    # Everything again, as fresh deliveries.
+    assert sorted((d.offset, d.delivery_count) for d in got) == [(i, 1) for i in range(20)], got
+
+    wait_until("the group to be empty", lambda: describe_state(b, group)["STATE"] == "Empty", timeout=30)
+    deleted = delete_group(b, group)
+    assert deleted.returncode == 0 and "Error" not in deleted.stdout, deleted
+    assert group not in list_share_groups(b)
+    gone = share_groups(b, "--describe", "--group", group)
+    assert "GroupIdNotFoundException" in gone.stdout + gone.stderr, gone
+
+
+# --- e. ten members, three partitions ----------------------------------------------------------
+
+def test_ten_members_on_three_partitions_process_ten_thousand_records_exactly_once(share_node):
+    node = share_node()
+    topic, group = "share-ten", "share-ten-g"
+    count = 10_000
+    create_topic(node.bootstrap, topic, 3)
+    start_from_earliest(node.bootstrap, group)
+    members = start_members(10, node.bootstrap, topic, group)
+    try:
+        rows = wait_for_members(node.bootstrap, group, 10, timeout=90)
+        assigned = Counter(p for r in rows for p in r["ASSIGNMENT"].split(":", 1)[1].split(","))
+        assert sorted(assigned) == ["0", "1", "2"], rows
+        produce_values(node.bootstrap, topic, values(count), partitions=3, batch=100)
+        wait_for_total(members, count, timeout=240)
+        wait_for_lag(node.bootstrap, group, topic, 3)
+        got = [d for m in members for d in m.deliveries()]
+    finally:
+        stop_members(members)
+    for m in members:
+        assert not m.errors(), (m.name, m.errors())
+    assert sorted(int(d.value) for d in got) == list(range(count)), \
+        Counter(d.value for d in got).most_common(3)
+    assert sorted((d.partition, d.offset) for d in got) == \
+        sorted((p, o) for p in range(3) for o in range((count - p + 2) // 3))
+    assert {d.delivery_count for d in got} == {1}
