@@ -48,6 +48,8 @@ pub struct Broker {
     pub replicas: Arc<ReplicaManager>,
     /// Consumer groups this broker coordinates.
     pub groups: Arc<GroupMetadataManager>,
+    /// KIP-932 share-partitions this node leads and its share sessions.
+    pub share: crate::share::ShareManager,
     /// Transactions this broker coordinates, and the markers it writes.
     pub txn: Arc<TransactionManager>,
     /// Bytes of requests being read or handled across all connections
@@ -120,6 +122,7 @@ impl Broker {
             produce_quotas: ClientQuotaManager::produce(&config.quota),
             fetch_quotas: ClientQuotaManager::fetch(&config.quota),
             groups,
+            share: crate::share::ShareManager::new(config.group.share),
             metrics,
             history: History::default(),
             fetch_sessions: FetchSessionCache::new(config.fetch_sessions),
@@ -212,6 +215,16 @@ impl Broker {
             .get(crate::controller::features::GROUP_VERSION)
             .copied()
             .unwrap_or(i16::from(self.config.group.consumer_protocol_enabled))
+    }
+
+    /// The finalized `share.version`: UpdateFeatures' level, else 1 (Kafka 4.2's default,
+    /// share groups generally available).
+    pub fn share_version(&self, image: &MetadataImage) -> i16 {
+        image
+            .features
+            .get(crate::controller::features::SHARE_VERSION)
+            .copied()
+            .unwrap_or(1)
     }
 
     /// Whether a request of a transactions v2 client version (Produce v12+, TxnOffsetCommit

@@ -14,7 +14,6 @@ import signal
 import subprocess
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,10 +28,10 @@ CONFIG_TOOL = "org.apache.kafka.tools.ConfigCommand"  # kafka-configs.sh
 
 # A share-group member as a user writes one on Kafka's KafkaShareConsumer: subscribes to <topic>
 # and polls, printing one line per record delivered, `<partition> <offset> <delivery count>
-# <value>`, flushed after each poll, until it printed <count> records (-1: until killed) or
-# <timeout ms> passed, or SIGTERM arrived; then it closes (leaving the group). An exception is printed as
-# "ERROR <exception class>: <message>" (exit 2). Arguments after the first three: `--ack=MODE`,
-# `--reject=REGEX`, `--release=REGEX`, `--sleep-ms=N`, or a client property key=value.
+# <value>`, flushed after each poll, until it printed <count> records (-1: until killed),
+# <timeout ms> passed or SIGTERM arrived; then it closes (leaving the group). An exception is
+# printed as "ERROR <exception class>: <message>" (exit 2). Arguments after the first three:
+# `--ack=MODE`, `--reject=REGEX`, `--release=REGEX`, `--sleep-ms=N`, or a client property k=v.
 #   --ack=explicit (default): share.acknowledgement.mode=explicit; each record is acknowledged
 #       ACCEPT, or REJECT / RELEASE when its value matches --reject / --release, and commitSync()
 #       follows each poll (a failed acknowledgement is printed "ACK-ERROR <partition>
@@ -338,7 +337,8 @@ def share_groups_ok(bootstrap: str, *args: str) -> str:
 
 
 def list_share_groups(bootstrap: str) -> set[str]:
-    """--list: the share groups' names (ListGroups filtered to type share)."""
+    """--list: the share groups' names (Kafka's tool sends ListGroups v5 with TypesFilter
+    ["Share"] and no StatesFilter)."""
     return set(share_groups_ok(bootstrap, "--list").split())
 
 
@@ -376,7 +376,9 @@ def member_rows(out: str) -> list[dict[str, str]]:
 
 def describe_offsets(bootstrap: str, group: str) -> list[dict[str, str]]:
     """--describe (--offsets): one row per topic partition (GROUP, TOPIC, PARTITION,
-    START-OFFSET, LAG, ...)."""
+    START-OFFSET, LAG; --verbose adds LEADER-EPOCH), from DescribeShareGroupOffsets. On Kafka
+    4.4 START-OFFSET is the start offset the share coordinator last persisted, which can trail
+    the acknowledgements; LAG 0 is what says nothing is left to deliver."""
     out = share_groups_ok(bootstrap, "--describe", "--group", group, "--offsets")
     return table(out)
 
@@ -388,13 +390,18 @@ def start_offsets(bootstrap: str, group: str, topic: str) -> dict[int, str]:
 
 
 def reset_to_earliest(bootstrap: str, group: str, topic: str) -> str:
-    """--reset-offsets --to-earliest --execute for `topic` (the group must be empty)."""
+    """--reset-offsets --to-earliest --execute for `topic`: the table GROUP TOPIC PARTITION
+    NEW-OFFSET. The group must be empty (else stderr "Share group '<group>' is not empty.",
+    exit 1)."""
     return share_groups_ok(bootstrap, "--reset-offsets", "--group", group, "--topic", topic,
                            "--to-earliest", "--execute")
 
 
 def delete_group(bootstrap: str, group: str) -> subprocess.CompletedProcess:
-    """--delete --group <group>; the caller checks (it fails while the group has members)."""
+    """--delete --group <group>; the caller checks. Kafka's tool prints "Deletion of requested
+    share groups ('<group>') was successful." or, for a group with members, "Error: Deletion of
+    some share groups failed: * Group '<group>' could not be deleted due to: ...
+    GroupNotEmptyException: Share group '<group>' is not EMPTY." on stdout, exiting 0 both times."""
     return share_groups(bootstrap, "--delete", "--group", group)
 
 
@@ -431,7 +438,3 @@ def wait_for_members(bootstrap: str, group: str, n: int, timeout: float = 60.0) 
         return wait_until(f"{n} members in share group {group}", ready, timeout, interval=0.5)
     except AssertionError as e:
         raise AssertionError(f"{e}; last described: {last}") from None
-
-
-def elapsed(since: float) -> str:
-    return f"{time.monotonic() - since:.1f}s"

@@ -31,9 +31,10 @@ from pathlib import Path
 import pytest
 
 from group_clients import create_topic, wait_until
-from share_clients import (ShareMember, delete_group, describe_members, describe_offsets, describe_state,
-                           list_share_groups, produce_values, reset_to_earliest, share_groups, start_from_earliest,
-                           start_members, stop_members, wait_for_members, wait_for_total)
+from share_clients import (ShareMember, delete_group, describe_offsets, describe_state, list_share_groups,
+                           produce_values, reset_to_earliest, share_groups, start_from_earliest, start_members,
+                           stop_members, wait_for_members, wait_for_total)
+from test_java_groups import table
 
 ROOT = Path(__file__).resolve().parents[2]
 KAFKA = ROOT / "scripts" / "kafka-as-sluice.py"
@@ -96,9 +97,9 @@ def test_three_members_share_one_partition_and_each_record_is_processed_once(sha
     topic, group = "share-one-partition", "share-one-partition-g"
     create_topic(node.bootstrap, topic, 1)
     start_from_earliest(node.bootstrap, group)
-    # 2 ms of processing per record, so that while one member works through its acquired
-    # records the others fetch the next ones.
-    members = start_members(3, node.bootstrap, topic, group, sleep_ms=2)
+    # At most 10 records a poll (one produced batch) and 2 ms of processing per record, so that
+    # while one member works through what it acquired the others fetch the next records.
+    members = start_members(3, node.bootstrap, topic, group, sleep_ms=2, **{"max.poll.records": "10"})
     try:
         # All three are assigned the one partition before any record exists to be taken.
         rows = wait_for_members(node.bootstrap, group, 3)
@@ -194,9 +195,12 @@ def test_kafka_share_groups_lists_refuses_to_delete_a_busy_group_resets_to_earli
         first.wait_for(20)
         assert group in list_share_groups(b)
         busy = delete_group(b, group)
-        # Kafka's tool reports the refusal on stdout and still exits 0.
+        # Kafka's tool reports this refusal on stdout and still exits 0.
         assert f"Group '{group}' could not be deleted due to: " \
                "org.apache.kafka.common.errors.GroupNotEmptyException" in busy.stdout, busy
+        # ... and this one on stderr, exiting 1.
+        busy = share_groups(b, "--reset-offsets", "--group", group, "--topic", topic, "--to-earliest", "--execute")
+        assert busy.returncode == 1 and f"Share group '{group}' is not empty." in busy.stderr, busy
         first.terminate()  # closes: leaves the group
     finally:
         stop_members([first])
@@ -204,8 +208,10 @@ def test_kafka_share_groups_lists_refuses_to_delete_a_busy_group_resets_to_earli
     wait_until("the group to be empty", lambda: describe_state(b, group)["STATE"] == "Empty", timeout=30)
     wait_for_lag(b, group, topic, 1)
 
-    out = reset_to_earliest(b, group, topic)
-    assert f"{group}" in out and "0" in out, out
+    reset = table(reset_to_earliest(b, group, topic))
+    assert [(r["TOPIC"], r["PARTITION"], r["NEW-OFFSET"]) for r in reset] == [(topic, "0", "0")], reset
+    [row] = describe_offsets(b, group)
+    assert (row["START-OFFSET"], row["LAG"]) == ("0", "20"), row
     second = ShareMember(b, topic, group, count=20, timeout_ms=60_000, client_id="second")
     try:
         got = second.wait_for(20)

@@ -134,4 +134,8 @@ implemented_apis! {
     ListTransactions: ListTransactionsRequest => ListTransactionsResponse;
     ConsumerGroupHeartbeat: ConsumerGroupHeartbeatRequest => ConsumerGroupHeartbeatResponse;
     ConsumerGroupDescribe: ConsumerGroupDescribeRequest => ConsumerGroupDescribeResponse;
+    ShareGroupHeartbeat: ShareGroupHeartbeatRequest => ShareGroupHeartbeatResponse;
+    ShareGroupDescribe: ShareGroupDescribeRequest => ShareGroupDescribeResponse;
+    ShareFetch: ShareFetchRequest => ShareFetchResponse;
+    ShareAcknowledge: ShareAcknowledgeRequest => ShareAcknowledgeResponse;
 }

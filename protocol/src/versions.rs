@@ -88,7 +88,20 @@ mod tests {
         assert!(supported_versions(ApiKey::SaslHandshake).is_some());
         assert!(supported_versions(ApiKey::EndTxn).is_some());
         assert_eq!(supported_versions(ApiKey::ConsumerGroupHeartbeat).unwrap().max, 1);
-        assert!(supported_versions(ApiKey::ShareGroupHeartbeat).is_none());
+        // KIP-932 at the versions every KafkaShareConsumer from 4.1 on speaks (v1; 4.2's v2
+        // adds renew acknowledgements the crate does not decode).
+        for key in [
+            ApiKey::ShareGroupHeartbeat,
+            ApiKey::ShareGroupDescribe,
+            ApiKey::ShareFetch,
+            ApiKey::ShareAcknowledge,
+        ] {
+            assert_eq!(supported_versions(key).map(|r| (r.min, r.max)), Some((1, 1)), "{key:?}");
+        }
+        assert!(
+            supported_versions(ApiKey::InitializeShareGroupState).is_none(),
+            "a broker-to-broker API"
+        );
         assert_eq!(supported_versions(ApiKey::ApiVersions).unwrap().max, 4);
     }
 }

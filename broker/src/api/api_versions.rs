@@ -10,14 +10,19 @@ use kafka_protocol::protocol::StrBytes;
 use sluice_protocol::versions::all_supported;
 
 use super::RequestContext;
-use crate::controller::features::{GROUP_VERSION, SUPPORTED_FEATURES, TRANSACTION_VERSION};
+use crate::controller::features::{GROUP_VERSION, SHARE_VERSION, SUPPORTED_FEATURES, TRANSACTION_VERSION};
 
 pub fn handle(ctx: &RequestContext, _request: ApiVersionsRequest) -> ApiVersionsResponse {
     let image = ctx.broker.metadata.image();
     let transaction_version = ctx.broker.transaction_version(&image);
     let group_version = ctx.broker.group_version(&image);
+    let share_version = ctx.broker.share_version(&image);
     with_features(
-        &[(GROUP_VERSION, group_version), (TRANSACTION_VERSION, transaction_version)],
+        &[
+            (GROUP_VERSION, group_version),
+            (SHARE_VERSION, share_version),
+            (TRANSACTION_VERSION, transaction_version),
+        ],
         image.features_epoch,
     )
 }

@@ -52,6 +52,10 @@ pub mod offset_delete;
 pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod produce;
+pub mod share_acknowledge;
+pub mod share_fetch;
+pub mod share_group_describe;
+pub mod share_group_heartbeat;
 pub mod sync_group;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -315,6 +319,10 @@ pub fn handle(broker: &Arc<Broker>, request: Request, session: &Session) -> Repl
         RequestBody::DescribeGroups(r) => now!(DescribeGroups, describe_groups::handle, r),
         RequestBody::ConsumerGroupHeartbeat(r) => later!(ConsumerGroupHeartbeat, consumer_group_heartbeat::handle, r),
         RequestBody::ConsumerGroupDescribe(r) => now!(ConsumerGroupDescribe, consumer_group_describe::handle, r),
+        RequestBody::ShareGroupHeartbeat(r) => now!(ShareGroupHeartbeat, share_group_heartbeat::handle, r),
+        RequestBody::ShareGroupDescribe(r) => now!(ShareGroupDescribe, share_group_describe::handle, r),
+        RequestBody::ShareFetch(r) => later!(ShareFetch, share_fetch::handle, r),
+        RequestBody::ShareAcknowledge(r) => now!(ShareAcknowledge, share_acknowledge::handle, r),
         RequestBody::DeleteGroups(r) => later!(DeleteGroups, delete_groups::handle, r),
         RequestBody::DescribeClientQuotas(r) => now!(DescribeClientQuotas, describe_client_quotas::handle, r),
         RequestBody::AlterClientQuotas(r) => later!(AlterClientQuotas, alter_client_quotas::handle, r),

@@ -17,7 +17,7 @@ use sluice_raft_meta::{ClusterSecret, CREATE_SECRET_HINT};
 use crate::log::CleanerConfig;
 use crate::topic_config::{self, ConfigType};
 use group::group_config;
-pub use group::{Assignor, GroupConfig, OffsetsSettings};
+pub use group::{Assignor, GroupConfig, OffsetsSettings, ShareGroupConfig};
 pub use listeners::{Listener, Listeners, DEFAULT_LISTENER_NAME};
 use quota::quota_config;
 pub use quota::QuotaConfig;

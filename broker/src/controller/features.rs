@@ -5,7 +5,7 @@
 //! Kafka's `metadata.version` is not among them: Sluice's metadata format is versioned by its
 //! build (`metadata::codec::METADATA_VERSION`), and a node refuses entries newer than it reads,
 //! so there is nothing for an operator to finalize. `group.version` 1 turns on KIP-848's
-//! consumer groups (Kafka 4.0's default); `share.version` waits for KIP-932.
+//! consumer groups (Kafka 4.0's default); `share.version` 1 KIP-932's share groups (4.2's).
 
 use kafka_protocol::error::ResponseError;
 
@@ -19,8 +19,12 @@ pub const TRANSACTION_VERSION: &str = "transaction.version";
 /// `group.version`: 1 serves KIP-848 consumer groups (ConsumerGroupHeartbeat).
 pub const GROUP_VERSION: &str = "group.version";
 
+/// `share.version`: 1 serves KIP-932 share groups (ShareGroupHeartbeat, ShareFetch).
+pub const SHARE_VERSION: &str = "share.version";
+
 /// Each supported feature with the lowest and highest level this build implements.
-pub const SUPPORTED_FEATURES: &[(&str, i16, i16)] = &[(GROUP_VERSION, 0, 1), (TRANSACTION_VERSION, 0, 2)];
+pub const SUPPORTED_FEATURES: &[(&str, i16, i16)] =
+    &[(GROUP_VERSION, 0, 1), (SHARE_VERSION, 0, 1), (TRANSACTION_VERSION, 0, 2)];
 
 /// The level range of `name`, if Sluice supports it.
 pub fn supported_range(name: &str) -> Option<(i16, i16)> {

@@ -41,6 +41,7 @@ use crate::partition::Partition;
 use crate::producer_state::{TxnVerification, VerificationGuard};
 use crate::replica_manager::ReplicaManager;
 use crate::topic_config::BrokerOverrides;
+pub use coordinator::{ShareGroupSummary, ShareHeartbeat, ShareHeartbeatResult, ShareMember};
 use coordinator::{
     ConsumerGroupSummary, ConsumerHeartbeat, ConsumerHeartbeatResult, HeartbeatError, ListedGroup, TopicCatalog,
     AfterStore, Effect, GroupConfig, GroupCoordinator, GroupSummary, JoinRequest, JoinResult, LoadedRecord, MemberError, ReplyId,
@@ -468,6 +469,22 @@ impl GroupMetadataManager {
                 .map_err(|(e, _)| (commit_error(e), String::new()))?;
         }
         Ok(result)
+    }
+
+    /// ShareGroupHeartbeat (KIP-932): share group members are kept in memory, nothing is stored.
+    pub fn share_heartbeat(
+        &self,
+        request: ShareHeartbeat,
+        image: &MetadataImage,
+    ) -> Result<ShareHeartbeatResult, HeartbeatError> {
+        self.inner
+            .lock()
+            .coordinator
+            .share_heartbeat(request, &ImageTopics(image), now_ms())
+    }
+
+    pub fn describe_share_group(&self, group_id: &str) -> Result<ShareGroupSummary, HeartbeatError> {
+        self.inner.lock().coordinator.describe_share_group(group_id)
     }
 
     pub fn describe_consumer_group(&self, group_id: &str) -> Result<ConsumerGroupSummary, HeartbeatError> {

@@ -1,4 +1,114 @@
 //! KIP-932 share groups on the partition leader: each share-partition's in-flight records
-//! (`partition.rs`).
+//! (`partition.rs`) and the share sessions of ShareFetch/ShareAcknowledge (`session.rs`).
+//! The group's membership is the group coordinator's (`group::coordinator::share`); a member
+//! fetches from the leaders of the partitions it was assigned, and acquisition there decides
+//! who gets which record, so two members sharing a partition never get the same record at
+//! once.
+//!
+//! The state lives in memory on the leader: a new leader starts each share-partition afresh
+//! from `share.auto.offset.reset`.
 
 pub mod partition;
+pub mod session;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use uuid::Uuid;
+
+use crate::config::ShareGroupConfig;
+use partition::{ShareLimits, SharePartition};
+use session::ShareSessions;
+
+/// A share-partition: the group's state for one topic partition.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SharePartitionKey {
+    pub group_id: String,
+    pub topic_id: Uuid,
+    pub partition: i32,
+}
+
+pub struct ShareManager {
+    config: ShareGroupConfig,
+    partitions: Mutex<HashMap<SharePartitionKey, Arc<Mutex<SharePartition>>>>,
+    pub sessions: ShareSessions,
+}
+
+impl ShareManager {
+    pub fn new(config: ShareGroupConfig) -> ShareManager {
+        ShareManager {
+            config,
+            partitions: Mutex::new(HashMap::new()),
+            sessions: ShareSessions::new(config.max_share_sessions),
+        }
+    }
+
+    pub fn config(&self) -> ShareGroupConfig {
+        self.config
+    }
+
+    pub fn limits(&self, record_lock_duration_ms: Option<i64>) -> ShareLimits {
+        ShareLimits {
+            record_lock_duration_ms: record_lock_duration_ms.unwrap_or(i64::from(self.config.record_lock_duration_ms)),
+            delivery_count_limit: self.config.delivery_count_limit,
+            max_record_locks: i64::from(self.config.partition_max_record_locks),
+        }
+    }
+
+    /// The share-partition, if this leader has one.
+    pub fn get(&self, key: &SharePartitionKey) -> Option<Arc<Mutex<SharePartition>>> {
+        self.partitions.lock().get(key).cloned()
+    }
+
+    /// The share-partition, created starting at `start_offset()` if this leader has none.
+    pub fn get_or_init(
+        &self,
+        key: &SharePartitionKey,
+        limits: ShareLimits,
+        start_offset: impl FnOnce() -> i64,
+    ) -> Arc<Mutex<SharePartition>> {
+        let mut partitions = self.partitions.lock();
+        if let Some(found) = partitions.get(key) {
+            return found.clone();
+        }
+        let start = start_offset();
+        tracing::info!(group = %key.group_id, topic_id = %key.topic_id, partition = key.partition, start_offset = start,
+            "share-partition starts");
+        let created = Arc::new(Mutex::new(SharePartition::new(start, limits)));
+        partitions.insert(key.clone(), created.clone());
+        created
+    }
+
+    /// Releases every record `member_id` holds in `group_id`'s share-partitions here: its share
+    /// session closed.
+    pub fn release_member(&self, group_id: &str, member_id: &str) {
+        let held: Vec<Arc<Mutex<SharePartition>>> = self
+            .partitions
+            .lock()
+            .iter()
+            .filter(|(k, _)| k.group_id == group_id)
+            .map(|(_, p)| p.clone())
+            .collect();
+        for partition in held {
+            partition.lock().release_member(member_id);
+        }
+    }
+
+    /// Forgets every share-partition of `group_id` (the group was deleted).
+    pub fn forget_group(&self, group_id: &str) {
+        self.partitions.lock().retain(|k, _| k.group_id != group_id);
+    }
+
+    /// Each share-partition of `group_id` here with its start offset: DescribeShareGroupOffsets.
+    pub fn start_offsets(&self, group_id: &str) -> Vec<(Uuid, i32, i64)> {
+        let partitions = self.partitions.lock();
+        let mut out: Vec<(Uuid, i32, i64)> = partitions
+            .iter()
+            .filter(|(k, _)| k.group_id == group_id)
+            .map(|(k, p)| (k.topic_id, k.partition, p.lock().start_offset()))
+            .collect();
+        out.sort();
+        out
+    }
+}

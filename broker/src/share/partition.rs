@@ -184,7 +184,13 @@ impl SharePartition {
     /// Hands `member` up to about `max_records` records of `batches` (in log order, as read from
     /// `next_fetch_offset`): first those Available again, then new records, a new batch whole.
     /// Control batches and offsets skipped between batches are archived on the way.
-    pub fn acquire(&mut self, member: &Arc<str>, batches: &[BatchSpan], max_records: usize, now_ms: i64) -> Vec<Acquired> {
+    pub fn acquire(
+        &mut self,
+        member: &Arc<str>,
+        batches: &[BatchSpan],
+        max_records: usize,
+        now_ms: i64,
+    ) -> Vec<Acquired> {
         self.expire_locks(now_ms);
         let deadline_ms = now_ms.saturating_add(self.limits.record_lock_duration_ms);
         let mut acquired = Vec::new();
@@ -212,7 +218,13 @@ impl SharePartition {
                     self.push(batch.last_offset, RecordState::Archived, 0, None, 0);
                 } else if self.end_offset - self.start_offset < self.limits.max_record_locks {
                     let from = self.end_offset;
-                    self.push(batch.last_offset, RecordState::Acquired, 1, Some(member.clone()), deadline_ms);
+                    self.push(
+                        batch.last_offset,
+                        RecordState::Acquired,
+                        1,
+                        Some(member.clone()),
+                        deadline_ms,
+                    );
                     acquired.push(Acquired {
                         first_offset: from,
                         last_offset: batch.last_offset,
@@ -280,7 +292,10 @@ impl SharePartition {
         types: &[i8],
         now_ms: i64,
     ) -> Result<(), AckError> {
-        let span = last.checked_sub(first).and_then(|d| d.checked_add(1)).filter(|n| *n > 0);
+        let span = last
+            .checked_sub(first)
+            .and_then(|d| d.checked_add(1))
+            .filter(|n| *n > 0);
         let Some(span) = span else {
             return Err((
                 ResponseError::InvalidRequest,
@@ -309,7 +324,9 @@ impl SharePartition {
         if first < self.start_offset || last >= self.end_offset || !self.held_by(member, first, last) {
             return Err((
                 ResponseError::InvalidRecordState,
-                format!("Records {first}-{last} are not all held by this member; their acquisition lock may have run out."),
+                format!(
+                    "Records {first}-{last} are not all held by this member; their acquisition lock may have run out."
+                ),
             ));
         }
         if kinds.len() == 1 {
@@ -411,7 +428,8 @@ impl SharePartition {
         if self.in_flight.values().any(|r| r.state == RecordState::Acquired) {
             return Err((
                 ResponseError::NonEmptyGroup,
-                "Records of this share-partition are still acquired by a member; stop the group's consumers first.".into(),
+                "Records of this share-partition are still acquired by a member; stop the group's consumers first."
+                    .into(),
             ));
         }
         self.in_flight.clear();
@@ -421,7 +439,14 @@ impl SharePartition {
     }
 
     /// Appends a range from the SPEO through `last_offset`.
-    fn push(&mut self, last_offset: i64, state: RecordState, delivery_count: u16, owner: Option<Arc<str>>, deadline_ms: i64) {
+    fn push(
+        &mut self,
+        last_offset: i64,
+        state: RecordState,
+        delivery_count: u16,
+        owner: Option<Arc<str>>,
+        deadline_ms: i64,
+    ) {
         self.in_flight.insert(
             self.end_offset,
             InFlight {
@@ -483,7 +508,10 @@ impl SharePartition {
                 return Some(format!("range {first}-{} does not follow {next}", range.last_offset));
             }
             if range.owner.is_some() != (range.state == RecordState::Acquired) {
-                return Some(format!("range {first}-{} is {:?} with owner {:?}", range.last_offset, range.state, range.owner));
+                return Some(format!(
+                    "range {first}-{} is {:?} with owner {:?}",
+                    range.last_offset, range.state, range.owner
+                ));
             }
             next = range.last_offset + 1;
         }

@@ -146,7 +146,10 @@ pub fn assign(
         if m <= n {
             (0..n).for_each(|p| give(subscribers[p % m], p));
         } else {
-            subscribers.iter().enumerate().for_each(|(i, member)| give(member, i % n));
+            subscribers
+                .iter()
+                .enumerate()
+                .for_each(|(i, member)| give(member, i % n));
         }
     }
     out
@@ -184,13 +187,18 @@ impl GroupCoordinator {
             return Err(invalid(format!("MemberEpoch {} is not valid.", req.member_epoch)));
         }
         if req.member_epoch == 0 && req.subscribed_topic_names.as_ref().is_none_or(|n| n.is_empty()) {
-            return Err(invalid("SubscribedTopicNames must be set and not empty in first request."));
+            return Err(invalid(
+                "SubscribedTopicNames must be set and not empty in first request.",
+            ));
         }
         let partition = self.owner(&req.group_id).map_err(|e| (e, String::new()))?;
         if self.groups.contains_key(&req.group_id) {
             return Err((
                 ResponseError::GroupIdNotFound,
-                format!("Group {} is not a share group: a classic or consumer group holds this id.", req.group_id),
+                format!(
+                    "Group {} is not a share group: a classic or consumer group holds this id.",
+                    req.group_id
+                ),
             ));
         }
         let config = self.config.share;
@@ -208,10 +216,13 @@ impl GroupCoordinator {
                 assignment: None,
             });
         }
-        let group = self.share_groups.entry(req.group_id.clone()).or_insert_with(|| ShareGroup {
-            partition,
-            ..ShareGroup::default()
-        });
+        let group = self
+            .share_groups
+            .entry(req.group_id.clone())
+            .or_insert_with(|| ShareGroup {
+                partition,
+                ..ShareGroup::default()
+            });
         let session_deadline_ms = now + i64::from(config.session_timeout_ms);
         let known_epoch = group.members.get(&req.member_id).map(|m| m.member_epoch);
         let mut changed = false;
@@ -245,7 +256,10 @@ impl GroupCoordinator {
             (_, None) => {
                 return Err((
                     ResponseError::UnknownMemberId,
-                    format!("Member {} is not in share group {}; it rejoins.", req.member_id, req.group_id),
+                    format!(
+                        "Member {} is not in share group {}; it rejoins.",
+                        req.member_id, req.group_id
+                    ),
                 ))
             }
             (sent, Some(known)) if sent != known => {

@@ -44,7 +44,11 @@ fn new_records_are_acquired_in_whole_batches_and_accepted_records_move_the_start
     let (a, b) = (member("a"), member("b"));
     let log = log(100);
     let mut sp = SharePartition::new(0, LIMITS);
-    assert_eq!(sp.acquire(&a, &log, 15, 0), vec![got(0, 9, 1), got(10, 19, 1)], "a batch is taken whole");
+    assert_eq!(
+        sp.acquire(&a, &log, 15, 0),
+        vec![got(0, 9, 1), got(10, 19, 1)],
+        "a batch is taken whole"
+    );
     assert_eq!(sp.next_fetch_offset(), 20);
     assert_eq!(sp.acquire(&b, &read_from(&log, 20), 5, 0), vec![got(20, 29, 1)]);
     assert_eq!((sp.start_offset(), sp.end_offset()), (0, 30));
@@ -52,7 +56,11 @@ fn new_records_are_acquired_in_whole_batches_and_accepted_records_move_the_start
     assert_eq!(sp.acknowledge("b", 20, 29, &[1], 1), Ok(()));
     assert_eq!(sp.start_offset(), 0, "0-19 are still held by a");
     assert_eq!(sp.acknowledge("a", 0, 19, &[1], 2), Ok(()));
-    assert_eq!((sp.start_offset(), sp.end_offset()), (30, 30), "everything up to the SPEO is done");
+    assert_eq!(
+        (sp.start_offset(), sp.end_offset()),
+        (30, 30),
+        "everything up to the SPEO is done"
+    );
     assert_eq!(sp.counts(), [0, 0, 0, 0]);
 }
 
@@ -62,14 +70,36 @@ fn a_member_may_acknowledge_only_records_it_holds() {
     let mut sp = SharePartition::new(0, LIMITS);
     sp.acquire(&a, &log(10), 100, 0);
     let refused = |r: Result<(), AckError>| r.map_err(|(e, _)| e);
-    assert_eq!(refused(sp.acknowledge("b", 0, 9, &[1], 1)), Err(ResponseError::InvalidRecordState));
-    assert_eq!(refused(sp.acknowledge("a", 5, 12, &[1], 1)), Err(ResponseError::InvalidRecordState), "past the SPEO");
-    assert_eq!(refused(sp.acknowledge("a", 9, 5, &[1], 1)), Err(ResponseError::InvalidRequest));
-    assert_eq!(refused(sp.acknowledge("a", 0, 9, &[4], 1)), Err(ResponseError::InvalidRequest), "renew is v2");
-    assert_eq!(refused(sp.acknowledge("a", 0, 9, &[1, 1], 1)), Err(ResponseError::InvalidRequest), "1 or 10 types");
+    assert_eq!(
+        refused(sp.acknowledge("b", 0, 9, &[1], 1)),
+        Err(ResponseError::InvalidRecordState)
+    );
+    assert_eq!(
+        refused(sp.acknowledge("a", 5, 12, &[1], 1)),
+        Err(ResponseError::InvalidRecordState),
+        "past the SPEO"
+    );
+    assert_eq!(
+        refused(sp.acknowledge("a", 9, 5, &[1], 1)),
+        Err(ResponseError::InvalidRequest)
+    );
+    assert_eq!(
+        refused(sp.acknowledge("a", 0, 9, &[4], 1)),
+        Err(ResponseError::InvalidRequest),
+        "renew is v2"
+    );
+    assert_eq!(
+        refused(sp.acknowledge("a", 0, 9, &[1, 1], 1)),
+        Err(ResponseError::InvalidRequest),
+        "1 or 10 types"
+    );
     assert_eq!(sp.counts(), [0, 10, 0, 0], "a refused acknowledgement changes nothing");
     assert_eq!(sp.acknowledge("a", 0, 9, &[1], 1), Ok(()));
-    assert_eq!(refused(sp.acknowledge("a", 0, 9, &[1], 1)), Err(ResponseError::InvalidRecordState), "twice");
+    assert_eq!(
+        refused(sp.acknowledge("a", 0, 9, &[1], 1)),
+        Err(ResponseError::InvalidRecordState),
+        "twice"
+    );
     let _ = b;
 }
 
@@ -137,7 +167,10 @@ fn no_new_record_is_acquired_beyond_the_in_flight_cap() {
     };
     let log = log(100);
     let mut sp = SharePartition::new(0, limits);
-    assert_eq!(sp.acquire(&a, &log, 1000, 0), vec![got(0, 9, 1), got(10, 19, 1), got(20, 29, 1)]);
+    assert_eq!(
+        sp.acquire(&a, &log, 1000, 0),
+        vec![got(0, 9, 1), got(10, 19, 1), got(20, 29, 1)]
+    );
     assert!(!sp.can_acquire(), "30 in flight, at or above the cap of 25");
     assert!(sp.acquire(&a, &read_from(&log, 30), 1000, 0).is_empty());
     assert_eq!(sp.acknowledge("a", 0, 9, &[1], 0), Ok(()));

@@ -55,7 +55,13 @@ impl Fixture {
     /// The epoch `member` was last told.
     fn epoch_of(&self, member: &str) -> i32 {
         let summary = self.coordinator.describe_share_group("sg").unwrap();
-        summary.members.iter().find(|(id, _)| id == member).unwrap().1.member_epoch
+        summary
+            .members
+            .iter()
+            .find(|(id, _)| id == member)
+            .unwrap()
+            .1
+            .member_epoch
     }
 
     fn share_err(&mut self, h: ShareHeartbeat) -> ResponseError {
@@ -77,7 +83,10 @@ fn a_lone_share_member_gets_every_partition_and_then_heartbeats_without_an_assig
     let again = f.share_ok(hb("a", 1));
     assert_eq!((again.member_epoch, again.assignment), (1, None));
     let (groups, _) = f.coordinator.list_groups();
-    assert_eq!((groups[0].group_type, groups[0].protocol_type.as_str(), groups[0].state), ("share", "share", "Stable"));
+    assert_eq!(
+        (groups[0].group_type, groups[0].protocol_type.as_str(), groups[0].state),
+        ("share", "share", "Stable")
+    );
 }
 
 #[test]
@@ -85,10 +94,17 @@ fn members_outnumbering_partitions_share_them_and_each_takes_its_epoch_on_its_ow
     let mut f = fixture();
     let a = f.share_ok(hb("a", 0));
     let b = f.share_ok(hb("b", 0));
-    assert_eq!(b.assignment, Some(orders(&[1])), "b is second of two: partition 1 (p mod 2)");
+    assert_eq!(
+        b.assignment,
+        Some(orders(&[1])),
+        "b is second of two: partition 1 (p mod 2)"
+    );
     // a learns its smaller share on its next heartbeat, at its old epoch.
     let a2 = f.share_ok(hb("a", a.member_epoch));
-    assert_eq!((a2.member_epoch, a2.assignment), (b.member_epoch, Some(orders(&[0, 2]))));
+    assert_eq!(
+        (a2.member_epoch, a2.assignment),
+        (b.member_epoch, Some(orders(&[0, 2])))
+    );
     let mut epochs = vec![a2.member_epoch];
     for m in ["c", "d", "e"] {
         epochs.push(f.share_ok(hb(m, 0)).member_epoch);
@@ -101,7 +117,12 @@ fn members_outnumbering_partitions_share_them_and_each_takes_its_epoch_on_its_ow
         .into_iter()
         .map(|m| {
             let answer = f.share_ok(hb(m, f.epoch_of(m)));
-            (m, answer.assignment.unwrap_or_else(|| panic!("{m} was behind and got nothing")))
+            (
+                m,
+                answer
+                    .assignment
+                    .unwrap_or_else(|| panic!("{m} was behind and got nothing")),
+            )
         })
         .collect();
     assert_eq!(held["a"], orders(&[0]));
@@ -115,7 +136,10 @@ fn members_outnumbering_partitions_share_them_and_each_takes_its_epoch_on_its_ow
 fn a_wrong_epoch_is_fenced_and_an_unknown_member_told_to_rejoin() {
     let mut f = fixture();
     let a = f.share_ok(hb("a", 0));
-    assert_eq!(f.share_err(hb("a", a.member_epoch + 1)), ResponseError::FencedMemberEpoch);
+    assert_eq!(
+        f.share_err(hb("a", a.member_epoch + 1)),
+        ResponseError::FencedMemberEpoch
+    );
     assert_eq!(f.share_err(hb("stranger", 3)), ResponseError::UnknownMemberId);
     assert_eq!(f.share_err(hb("", 0)), ResponseError::InvalidRequest);
     let mut no_topics = hb("b", 0);
@@ -141,7 +165,10 @@ fn a_leaving_member_hands_its_partitions_to_the_others_and_an_expired_one_too() 
     assert_eq!(a.assignment, Some(orders(&[0, 2])));
     f.advance(20_000);
     let summary = f.coordinator.describe_share_group("sg").unwrap();
-    assert_eq!(summary.members.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>(), ["a"]);
+    assert_eq!(
+        summary.members.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>(),
+        ["a"]
+    );
     let a = f.share_ok(hb("a", a.member_epoch));
     assert_eq!(a.assignment, Some(orders(&[0, 1, 2])));
 }
@@ -165,13 +192,23 @@ fn a_share_group_holds_its_id_against_classic_and_consumer_groups_and_goes_when_
         client_host: "/127.0.0.1".into(),
         new_member_id: "m".into(),
     };
-    let refused = f.coordinator.consumer_heartbeat(consumer, &topics(3), 0).map(|_| ()).unwrap_err();
+    let refused = f
+        .coordinator
+        .consumer_heartbeat(consumer, &topics(3), 0)
+        .map(|_| ())
+        .unwrap_err();
     assert_eq!(refused.0, ResponseError::GroupIdNotFound);
-    assert_eq!(f.coordinator.delete_group("sg").map(|_| ()), Err(ResponseError::NonEmptyGroup));
+    assert_eq!(
+        f.coordinator.delete_group("sg").map(|_| ()),
+        Err(ResponseError::NonEmptyGroup)
+    );
     f.share_ok(hb("a", -1));
     assert_eq!(f.coordinator.describe_share_group("sg").unwrap().state, "Empty");
     assert_eq!(f.coordinator.delete_group("sg").map(|fx| fx.len()), Ok(0));
-    assert_eq!(f.coordinator.describe_share_group("sg").map(|_| ()).unwrap_err().0, ResponseError::GroupIdNotFound);
+    assert_eq!(
+        f.coordinator.describe_share_group("sg").map(|_| ()).unwrap_err().0,
+        ResponseError::GroupIdNotFound
+    );
 }
 
 #[test]
@@ -179,5 +216,8 @@ fn new_partitions_of_a_subscribed_topic_move_the_epoch() {
     let mut f = fixture();
     let a = f.share_ok(hb("a", 0));
     let grown = f.share(hb("a", a.member_epoch), 5).unwrap();
-    assert_eq!((grown.member_epoch, grown.assignment), (a.member_epoch + 1, Some(orders(&[0, 1, 2, 3, 4]))));
+    assert_eq!(
+        (grown.member_epoch, grown.assignment),
+        (a.member_epoch + 1, Some(orders(&[0, 1, 2, 3, 4])))
+    );
 }

@@ -1,0 +1,444 @@
+//! ShareFetch (KIP-932): a share group member's fetch. The request moves the member's share
+//! session (`share/session.rs`), acknowledges records it holds, and acquires records for it
+//! from each session partition this node leads (`share/partition.rs`): the stored batches are
+//! returned as they are, with the offset ranges acquired (`AcquiredRecords`); the client
+//! delivers only those. With nothing to hand out it waits up to MaxWaitMs for new records or a
+//! lapsed lock.
+//!
+//! Needs READ on the group (GROUP_AUTHORIZATION_FAILED) and on each topic
+//! (TOPIC_AUTHORIZATION_FAILED for its partitions).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::share_fetch_response::{
+    AcquiredRecords, LeaderIdAndEpoch, NodeEndpoint, PartitionData, ShareFetchableTopicResponse,
+};
+use kafka_protocol::messages::BrokerId;
+use kafka_protocol::messages::{ShareFetchRequest, ShareFetchResponse};
+use kafka_protocol::protocol::StrBytes;
+use sluice_protocol::batch::BatchIter;
+use uuid::Uuid;
+
+use super::{str_bytes, RequestContext};
+use crate::broker::Broker;
+use crate::clock::now_ms;
+use crate::metadata::acls::{AclOperation, ResourceType};
+use crate::metadata::image::MetadataImage;
+use crate::partition::{Partition, ReadBound};
+use crate::share::partition::{Acquired, BatchSpan};
+use crate::share::session::SessionStep;
+use crate::share::SharePartitionKey;
+
+/// One partition's outcome in a ShareFetch or ShareAcknowledge answer.
+#[derive(Default)]
+pub(super) struct PartitionOutcome {
+    pub error: Option<(ResponseError, String)>,
+    pub ack_error: Option<(ResponseError, String)>,
+    pub leader: Option<(i32, i32)>,
+    pub records: Option<Bytes>,
+    pub acquired: Vec<Acquired>,
+    /// The request acknowledged records of this partition: answered even with nothing else.
+    pub acked: bool,
+}
+
+impl PartitionOutcome {
+    /// Whether the answer names this partition: an error, an acknowledgement, or records.
+    pub fn to_answer(&self) -> bool {
+        self.error.is_some() || self.ack_error.is_some() || self.acked || !self.acquired.is_empty()
+    }
+}
+
+/// Per (topic id, partition): the acknowledgement batches of a request, as
+/// (first offset, last offset, types).
+pub(super) type Acks = BTreeMap<(Uuid, i32), Vec<(i64, i64, Vec<i8>)>>;
+
+pub async fn handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFetchResponse {
+    let RequestContext { broker, session, .. } = &ctx;
+    let image = broker.metadata.image();
+    let lock_ms = broker.share.config().record_lock_duration_ms;
+    let failed = |error: ResponseError, message: String| {
+        ShareFetchResponse::default()
+            .with_error_code(error.code())
+            .with_error_message(Some(str_bytes(message)).filter(|m| !m.is_empty()))
+            .with_acquisition_lock_timeout_ms(lock_ms)
+    };
+    let (Some(group_id), Some(member_id)) = (request.group_id.as_ref(), request.member_id.as_ref()) else {
+        return failed(
+            ResponseError::InvalidRequest,
+            "ShareFetch needs a GroupId and a MemberId.".into(),
+        );
+    };
+    let (group_id, member_id) = (group_id.0.to_string(), member_id.to_string());
+    if group_id.is_empty() || member_id.is_empty() {
+        return failed(
+            ResponseError::InvalidRequest,
+            "ShareFetch needs a GroupId and a MemberId.".into(),
+        );
+    }
+    let access = session.access(&broker.security.authorizer, &image.acls);
+    if !access.authorize(AclOperation::Read, ResourceType::Group, &group_id) {
+        return failed(ResponseError::GroupAuthorizationFailed, String::new());
+    }
+    let mut added = Vec::new();
+    let mut acks = Acks::new();
+    for topic in &request.topics {
+        for p in &topic.partitions {
+            added.push((topic.topic_id, p.partition_index));
+            let batches = p
+                .acknowledgement_batches
+                .iter()
+                .map(|b| (b.first_offset, b.last_offset, b.acknowledge_types.clone()))
+                .collect::<Vec<_>>();
+            if !batches.is_empty() {
+                acks.entry((topic.topic_id, p.partition_index))
+                    .or_default()
+                    .extend(batches);
+            }
+        }
+    }
+    let forgotten: Vec<(Uuid, i32)> = request
+        .forgotten_topics_data
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(move |p| (t.topic_id, *p)))
+        .collect();
+    let step = broker.share.sessions.step(
+        &group_id,
+        &member_id,
+        request.share_session_epoch,
+        &added,
+        &forgotten,
+        true,
+    );
+    let fetching = match step {
+        Ok(SessionStep::Open(partitions)) => partitions,
+        Ok(SessionStep::Closed(_)) => Vec::new(),
+        Err((error, message)) => return failed(error, message),
+    };
+    let mut outcomes: BTreeMap<(Uuid, i32), PartitionOutcome> = BTreeMap::new();
+    acknowledge(
+        broker,
+        &image,
+        &group_id,
+        &member_id,
+        &access_read(&ctx, &image),
+        acks,
+        &mut outcomes,
+    );
+    if request.share_session_epoch == crate::share::session::FINAL_EPOCH {
+        broker.share.release_member(&group_id, &member_id);
+        return respond(&session.listener, &image, lock_ms, outcomes);
+    }
+    let max_records = usize::try_from(request.max_records.max(1)).unwrap_or(usize::MAX);
+    let max_bytes = usize::try_from(request.max_bytes.max(1)).unwrap_or(usize::MAX);
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_millis(u64::try_from(request.max_wait_ms.max(0)).unwrap_or(0));
+    let member: Arc<str> = Arc::from(member_id.as_str());
+    loop {
+        let mut waits: Vec<Arc<Partition>> = Vec::new();
+        let mut next_lock_ms: Option<i64> = None;
+        let mut acquired_any = false;
+        let mut budget = max_records;
+        for &(topic_id, index) in &fetching {
+            let key = SharePartitionKey {
+                group_id: group_id.clone(),
+                topic_id,
+                partition: index,
+            };
+            let outcome = outcomes.entry((topic_id, index)).or_default();
+            if outcome.error.is_some() || budget == 0 {
+                continue;
+            }
+            let partition = match leader_of(broker, &image, &access_read(&ctx, &image), topic_id, index) {
+                Ok(p) => p,
+                Err(error) => {
+                    outcome.leader = current_leader(&image, topic_id, index);
+                    outcome.error = Some(error);
+                    continue;
+                }
+            };
+            let share_partition = broker
+                .share
+                .get_or_init(&key, broker.share.limits(None), || partition.high_watermark());
+            match acquire(&partition, &share_partition, &member, budget, max_bytes).await {
+                Ok((records, acquired)) => {
+                    let count: usize = acquired
+                        .iter()
+                        .map(|a| (a.last_offset - a.first_offset + 1) as usize)
+                        .sum();
+                    budget = budget.saturating_sub(count);
+                    if !acquired.is_empty() {
+                        acquired_any = true;
+                        outcome.records = Some(records);
+                        outcome.acquired = acquired;
+                    }
+                }
+                Err(error) => outcome.error = Some(error),
+            }
+            let sp = share_partition.lock();
+            if let Some(at) = sp.next_lock_deadline_ms() {
+                next_lock_ms = Some(next_lock_ms.map_or(at, |n: i64| n.min(at)));
+            }
+            drop(sp);
+            waits.push(partition);
+        }
+        let answered = acquired_any || outcomes.values().any(|o| o.error.is_some() || o.ack_error.is_some());
+        if answered || tokio::time::Instant::now() >= deadline || waits.is_empty() {
+            return respond(&session.listener, &image, lock_ms, outcomes);
+        }
+        let mut until = deadline;
+        if let Some(at) = next_lock_ms {
+            let wait_ms = u64::try_from(at.saturating_sub(now_ms()).max(1)).unwrap_or(1);
+            until = until.min(tokio::time::Instant::now() + Duration::from_millis(wait_ms));
+        }
+        wait_for_new_records(&waits, until).await;
+    }
+}
+
+/// The access of the request's principal: READ on topics is checked per partition.
+fn access_read<'a>(ctx: &'a RequestContext, image: &'a MetadataImage) -> super::Access<'a> {
+    ctx.session.access(&ctx.broker.security.authorizer, &image.acls)
+}
+
+/// The partition `index` of topic `topic_id` when this node leads it and the principal may
+/// read it.
+fn leader_of(
+    broker: &Broker,
+    image: &MetadataImage,
+    access: &super::Access<'_>,
+    topic_id: Uuid,
+    index: i32,
+) -> Result<Arc<Partition>, (ResponseError, String)> {
+    let Some(topic) = image.topic_by_id(&topic_id) else {
+        return Err((ResponseError::UnknownTopicId, format!("No topic has id {topic_id}.")));
+    };
+    if !access.authorize(AclOperation::Read, ResourceType::Topic, &topic.name) {
+        return Err((ResponseError::TopicAuthorizationFailed, String::new()));
+    }
+    broker
+        .replicas
+        .leader_partition_or_explain(topic, index)
+        .map(|(partition, _)| partition)
+}
+
+fn current_leader(image: &MetadataImage, topic_id: Uuid, index: i32) -> Option<(i32, i32)> {
+    let topic = image.topic_by_id(&topic_id)?;
+    let registration = topic.partitions.get(usize::try_from(index).ok()?)?;
+    Some((registration.leader, registration.leader_epoch))
+}
+
+/// Reads from the share-partition's next fetch offset up to the high watermark and acquires
+/// what it may of the batches read; returns the bytes through the last batch holding an
+/// acquired record.
+async fn acquire(
+    partition: &Arc<Partition>,
+    share_partition: &Arc<parking_lot::Mutex<crate::share::partition::SharePartition>>,
+    member: &Arc<str>,
+    max_records: usize,
+    max_bytes: usize,
+) -> Result<(Bytes, Vec<Acquired>), (ResponseError, String)> {
+    let offset = {
+        let mut sp = share_partition.lock();
+        sp.expire_locks(now_ms());
+        sp.log_start_moved(partition.log_start_offset());
+        if !sp.can_acquire() {
+            return Ok((Bytes::new(), Vec::new()));
+        }
+        sp.next_fetch_offset()
+    };
+    if offset >= partition.high_watermark() {
+        return Ok((Bytes::new(), Vec::new()));
+    }
+    let read = partition
+        .plan_read(offset, max_bytes, ReadBound::HighWatermark)
+        .map_err(|e| crate::partition::log_error(&e))?;
+    let outcome = if read.reads_disk() {
+        tokio::task::spawn_blocking(move || read.read(max_bytes, true))
+            .await
+            .map_err(|e| {
+                (
+                    ResponseError::UnknownServerError,
+                    format!("a share fetch read task failed: {e}"),
+                )
+            })?
+    } else {
+        read.read(max_bytes, true)
+    }
+    .map_err(|e| crate::partition::log_error(&e))?;
+    let records = outcome.records;
+    let spans: Vec<(BatchSpan, usize)> = BatchIter::new(&records)
+        .map(|(header, range)| {
+            (
+                BatchSpan {
+                    first_offset: header.base_offset,
+                    last_offset: header.last_offset(),
+                    is_control: header.is_control(),
+                },
+                range.end,
+            )
+        })
+        .collect();
+    let batches: Vec<BatchSpan> = spans.iter().map(|(span, _)| *span).collect();
+    let acquired = share_partition.lock().acquire(member, &batches, max_records, now_ms());
+    let Some(last) = acquired.iter().map(|a| a.last_offset).max() else {
+        return Ok((Bytes::new(), Vec::new()));
+    };
+    let end = spans
+        .iter()
+        .find(|(span, _)| span.last_offset >= last)
+        .map_or(records.len(), |(_, end)| *end);
+    Ok((records.slice(..end), acquired))
+}
+
+/// Waits until a partition's high watermark or log start moves, or `until`.
+async fn wait_for_new_records(partitions: &[Arc<Partition>], until: tokio::time::Instant) {
+    let changes = partitions.iter().map(|p| Box::pin(p.watch().changed()));
+    tokio::select! {
+        _ = futures::future::select_all(changes) => {}
+        _ = tokio::time::sleep_until(until) => {}
+    }
+}
+
+/// Applies a request's acknowledgements, recording each partition's result in `outcomes`.
+pub(super) fn acknowledge(
+    broker: &Broker,
+    image: &MetadataImage,
+    group_id: &str,
+    member_id: &str,
+    access: &super::Access<'_>,
+    acks: Acks,
+    outcomes: &mut BTreeMap<(Uuid, i32), PartitionOutcome>,
+) {
+    let now = now_ms();
+    for ((topic_id, index), batches) in acks {
+        let outcome = outcomes.entry((topic_id, index)).or_default();
+        outcome.acked = true;
+        if let Err(error) = leader_of(broker, image, access, topic_id, index) {
+            outcome.leader = current_leader(image, topic_id, index);
+            outcome.ack_error = Some(error);
+            continue;
+        }
+        let key = SharePartitionKey {
+            group_id: group_id.to_string(),
+            topic_id,
+            partition: index,
+        };
+        let Some(share_partition) = broker.share.get(&key) else {
+            outcome.ack_error = Some((
+                ResponseError::InvalidRecordState,
+                "This node holds no records of the share group on this partition; they were released.".into(),
+            ));
+            continue;
+        };
+        let mut sp = share_partition.lock();
+        for (first, last, types) in batches {
+            if let Err(error) = sp.acknowledge(member_id, first, last, &types, now) {
+                outcome.ack_error.get_or_insert(error);
+            }
+        }
+    }
+}
+
+fn respond(
+    listener: &str,
+    image: &MetadataImage,
+    lock_ms: i32,
+    outcomes: BTreeMap<(Uuid, i32), PartitionOutcome>,
+) -> ShareFetchResponse {
+    let mut topics: BTreeMap<Uuid, Vec<PartitionData>> = BTreeMap::new();
+    let mut leaders = Vec::new();
+    for ((topic_id, index), o) in outcomes {
+        if !o.to_answer() {
+            continue;
+        }
+        let (leader_id, leader_epoch) = o.leader.unwrap_or((-1, -1));
+        if leader_id >= 0 {
+            leaders.push(leader_id);
+        }
+        let (error_code, error_message) = code(o.error);
+        let (ack_code, ack_message) = code(o.ack_error);
+        topics.entry(topic_id).or_default().push(
+            PartitionData::default()
+                .with_partition_index(index)
+                .with_error_code(error_code)
+                .with_error_message(error_message)
+                .with_acknowledge_error_code(ack_code)
+                .with_acknowledge_error_message(ack_message)
+                .with_current_leader(
+                    LeaderIdAndEpoch::default()
+                        .with_leader_id(leader_id)
+                        .with_leader_epoch(leader_epoch),
+                )
+                .with_records(Some(o.records.unwrap_or_default()))
+                .with_acquired_records(
+                    o.acquired
+                        .into_iter()
+                        .map(|a| {
+                            AcquiredRecords::default()
+                                .with_first_offset(a.first_offset)
+                                .with_last_offset(a.last_offset)
+                                .with_delivery_count(i16::try_from(a.delivery_count).unwrap_or(i16::MAX))
+                        })
+                        .collect(),
+                ),
+        );
+    }
+    ShareFetchResponse::default()
+        .with_acquisition_lock_timeout_ms(lock_ms)
+        .with_responses(
+            topics
+                .into_iter()
+                .map(|(topic_id, partitions)| {
+                    ShareFetchableTopicResponse::default()
+                        .with_topic_id(topic_id)
+                        .with_partitions(partitions)
+                })
+                .collect(),
+        )
+        .with_node_endpoints(
+            node_endpoints(image, listener, &leaders)
+                .into_iter()
+                .map(|(id, host, port, rack)| {
+                    NodeEndpoint::default()
+                        .with_node_id(BrokerId(id))
+                        .with_host(host)
+                        .with_port(port)
+                        .with_rack(rack)
+                })
+                .collect(),
+        )
+}
+
+/// The endpoints on `listener` of the `leaders` named in an answer's NOT_LEADER_OR_FOLLOWER
+/// partitions, so the client moves there without a metadata round trip.
+pub(super) fn node_endpoints(
+    image: &MetadataImage,
+    listener: &str,
+    leaders: &[i32],
+) -> Vec<(i32, StrBytes, i32, Option<StrBytes>)> {
+    let mut ids = leaders.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    ids.into_iter()
+        .filter_map(|id| {
+            let broker = image.brokers.get(&id)?;
+            let endpoint = broker.endpoint(listener)?;
+            Some((
+                id,
+                str_bytes(endpoint.host.clone()),
+                endpoint.port,
+                broker.rack.clone().map(str_bytes),
+            ))
+        })
+        .collect()
+}
+
+pub(super) fn code(error: Option<(ResponseError, String)>) -> (i16, Option<StrBytes>) {
+    match error {
+        None => (0, None),
+        Some((e, message)) => (e.code(), Some(str_bytes(message)).filter(|m| !m.is_empty())),
+    }
+}
