@@ -83,6 +83,9 @@ pub enum ConfigSource {
     DynamicDefaultBroker = 3,
     StaticBroker = 4,
     Default = 5,
+    /// A group config set for the group id (Kafka's `GROUP_CONFIG`; `DYNAMIC_GROUP_CONFIG` in
+    /// the Admin client, which `kafka-configs --describe` lists).
+    Group = 8,
 }
 
 /// One topic config key.

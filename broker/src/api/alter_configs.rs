@@ -1,18 +1,19 @@
 //! AlterConfigs (the legacy API 33, which kafkajs, kafka-python and rust-rdkafka send): the
-//! request carries a topic's (or a broker's dynamic) whole config set, so every override it
-//! leaves out is removed.
+//! request carries a topic's (or a broker's dynamic, or a group id's) whole config set, so
+//! every override it leaves out is removed.
 //! It is turned into IncrementalAlterConfigs' SET and DELETE operations and committed through
 //! the same metadata command, so both APIs validate and apply configs the same way.
-//! Each resource needs ALTER_CONFIGS on its topic or on the cluster (`config_refusal`).
+//! Each resource needs ALTER_CONFIGS on its topic, on the cluster, or on its group
+//! (`config_refusal`).
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::alter_configs_request::AlterConfigsResource;
 use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::{AlterConfigsRequest, AlterConfigsResponse};
 
-use super::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
+use super::describe_configs::{RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC};
 use super::incremental_alter_configs::{
-    alter_broker_configs, alter_each, alter_topic_configs, answer_each, broker_resource_id,
+    alter_broker_configs, alter_each, alter_group_configs, alter_topic_configs, answer_each, broker_resource_id,
 };
 use super::{str_bytes, RequestContext};
 use crate::broker::Broker;
@@ -38,6 +39,11 @@ async fn alter(broker: &Broker, resource: &AlterConfigsResource, validate_only: 
             let broker_id = broker_resource_id(&resource.resource_name)?;
             let ops = controller::replace_broker_configs_ops(&image, broker_id, &given).map_err(invalid)?;
             return alter_broker_configs(broker, broker_id, ops, validate_only).await;
+        }
+        RESOURCE_GROUP => {
+            let group_id = resource.resource_name.to_string();
+            let ops = controller::replace_group_configs_ops(&image, &group_id, &given).map_err(invalid)?;
+            return alter_group_configs(broker, group_id, ops, validate_only).await;
         }
         other => return Err(invalid(format!("resource type {other} cannot be altered"))),
     }

@@ -1,10 +1,14 @@
-//! DescribeConfigs: every topic or broker config with its value, source, type and synonyms,
-//! so tools can read-modify-write on the output.
+//! DescribeConfigs: every topic, broker or group config with its value, source, type and
+//! synonyms, so tools can read-modify-write on the output.
 //!
 //! Each resource needs DESCRIBE_CONFIGS: a topic's on the topic (else
 //! TOPIC_AUTHORIZATION_FAILED), a broker's on the cluster (else CLUSTER_AUTHORIZATION_FAILED),
-//! as Kafka; AlterConfigs and IncrementalAlterConfigs need ALTER_CONFIGS the same way
-//! ([`config_refusal`]).
+//! a group's on the group (else GROUP_AUTHORIZATION_FAILED), as Kafka; AlterConfigs and
+//! IncrementalAlterConfigs need ALTER_CONFIGS the same way ([`config_refusal`]).
+//!
+//! A group resource lists every group config Sluice knows (`config::group_configs`): a set one
+//! as GROUP_CONFIG, the others at the broker's value as DEFAULT_CONFIG, as Kafka's
+//! `ConfigHelper` does. The group id need not name a group that exists.
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_configs_response::{
@@ -15,6 +19,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::{str_bytes, Access, RequestContext};
 use crate::broker::Broker;
+use crate::config::group_configs::{self, GroupConfigBounds, GroupConfigDef};
 use crate::controller::acls::CLUSTER_NAME;
 use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::metadata::records::BROKER_DEFAULT;
@@ -22,11 +27,12 @@ use crate::topic_config::{self, ConfigDef, ConfigSource, ConfigType};
 
 pub const RESOURCE_TOPIC: i8 = 2;
 pub const RESOURCE_BROKER: i8 = 4;
-/// Kafka's other config resource types: Sluice serves none of them, but authorizes them as
-/// Kafka does before saying so.
+/// A group id's configs (KIP-848/KIP-932).
+pub const RESOURCE_GROUP: i8 = 32;
+/// Kafka's other config resource types: Sluice serves neither, but authorizes them as Kafka
+/// does before saying so.
 const RESOURCE_BROKER_LOGGER: i8 = 8;
 const RESOURCE_CLIENT_METRICS: i8 = 16;
-const RESOURCE_GROUP: i8 = 32;
 
 /// Why the principal may not perform `operation` (DESCRIBE_CONFIGS or ALTER_CONFIGS) on the
 /// config resource, if it may not: the Kafka error and its message. A topic is its own ACL
@@ -159,11 +165,67 @@ fn describe(
                 .collect())
         }
         RESOURCE_BROKER => Ok(describe_broker(broker, name, options)?),
+        RESOURCE_GROUP => {
+            let image = broker.metadata.image();
+            let bounds = GroupConfigBounds::of(&broker.config.group);
+            describe_group(image.group_configs(name.as_str()), name.as_str(), &bounds, options)
+        }
         other => Err((
             ResponseError::InvalidRequest,
-            format!("resource type {other} is not supported; use 2 (topic) or 4 (broker)"),
+            format!("resource type {other} is not supported; use 2 (topic), 4 (broker) or 32 (group)"),
         )),
     }
+}
+
+/// A group id's configs (`set`: those set for it): every known group config, a set one as
+/// GROUP_CONFIG, the others at this broker's value as DEFAULT_CONFIG.
+fn describe_group(
+    set: Option<&std::collections::BTreeMap<String, String>>,
+    group_id: &str,
+    bounds: &GroupConfigBounds,
+    options: Options,
+) -> Result<Vec<DescribeConfigsResourceResult>, (ResponseError, String)> {
+    if group_id.is_empty() {
+        return Err((
+            ResponseError::InvalidRequest,
+            "a group config resource needs a group id; name the group (kafka-configs --entity-type groups --entity-name <group>)".into(),
+        ));
+    }
+    Ok(group_configs::GROUP_CONFIGS
+        .iter()
+        .map(|def| group_entry(def, set.and_then(|c| c.get(def.name)), bounds, options))
+        .collect())
+}
+
+fn group_entry(
+    def: &GroupConfigDef,
+    set: Option<&String>,
+    bounds: &GroupConfigBounds,
+    options: Options,
+) -> DescribeConfigsResourceResult {
+    let default = bounds.default_value(def);
+    let (value, source) = match set {
+        Some(v) => (v.clone(), ConfigSource::Group),
+        None => (default.clone(), ConfigSource::Default),
+    };
+    let mut synonyms = Vec::new();
+    if options.synonyms {
+        if set.is_some() {
+            synonyms.push(synonym(def.name, &value, ConfigSource::Group));
+        }
+        synonyms.push(synonym(
+            def.broker_synonym.unwrap_or(def.name),
+            &default,
+            ConfigSource::Default,
+        ));
+    }
+    DescribeConfigsResourceResult::default()
+        .with_name(str_bytes(def.name))
+        .with_value(Some(str_bytes(value)))
+        .with_config_source(source as i8)
+        .with_config_type(def.ty as i8)
+        .with_synonyms(synonyms)
+        .with_documentation(options.documentation.then(|| str_bytes(def.doc)))
 }
 
 /// A broker's configs: the static ones (`--set`, else the default) with its dynamic ones and
@@ -341,5 +403,86 @@ mod tests {
         let broker = |operation| config_refusal(operators.access(), operation, RESOURCE_BROKER, "");
         assert_eq!(broker(AclOperation::AlterConfigs), None);
         assert_eq!(broker(AclOperation::DescribeConfigs), None);
+    }
+
+    #[test]
+    fn group_configs_are_authorized_on_the_group_not_the_cluster() {
+        let acls = Acls::none()
+            .allow(ResourceType::Group, "readers", AclOperation::DescribeConfigs)
+            .allow(ResourceType::Group, "owned", AclOperation::AlterConfigs)
+            .allow_cluster(AclOperation::AlterConfigs)
+            .allow(ResourceType::Group, "locked", AclOperation::AlterConfigs)
+            .deny(ResourceType::Group, "locked", AclOperation::AlterConfigs);
+        let refusal = |operation, name| config_refusal(acls.access(), operation, RESOURCE_GROUP, name).map(|r| r.0);
+        assert_eq!(refusal(AclOperation::DescribeConfigs, "readers"), None);
+        assert_eq!(
+            refusal(AclOperation::DescribeConfigs, "owned"),
+            None,
+            "ALTER_CONFIGS implies DESCRIBE_CONFIGS"
+        );
+        assert_eq!(refusal(AclOperation::AlterConfigs, "owned"), None);
+        for (operation, name) in [
+            (AclOperation::AlterConfigs, "readers"),
+            (AclOperation::AlterConfigs, "other"),
+            (AclOperation::DescribeConfigs, "other"),
+            (AclOperation::AlterConfigs, "locked"),
+        ] {
+            assert_eq!(
+                refusal(operation, name),
+                Some(ResponseError::GroupAuthorizationFailed),
+                "{operation:?} on {name}: ALTER_CONFIGS on the cluster does not reach groups, DENY wins"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_group_alteration_without_alter_configs_is_refused_before_it_runs() {
+        let acls = Acls::none().allow(ResourceType::Group, "g1", AclOperation::DescribeConfigs);
+        let ran = std::cell::Cell::new(false);
+        let alter = async {
+            ran.set(true);
+            Ok(())
+        };
+        let (code, message) = alter_if_authorized(acls.access(), RESOURCE_GROUP, "g1", alter)
+            .await
+            .unwrap_err();
+        assert_eq!(code, ResponseError::GroupAuthorizationFailed.code());
+        assert!(message.contains("g1"), "{message}");
+        assert!(!ran.get(), "nothing was altered");
+    }
+
+    #[test]
+    fn a_group_lists_every_group_config_with_its_source() {
+        let bounds = GroupConfigBounds::of(&crate::config::GroupConfig {
+            consumer_session_timeout_ms: 50_000,
+            ..Default::default()
+        });
+        let options = Options {
+            synonyms: true,
+            documentation: false,
+        };
+        let set = std::collections::BTreeMap::from([(
+            group_configs::SHARE_AUTO_OFFSET_RESET.to_string(),
+            "earliest".to_string(),
+        )]);
+        let described = describe_group(Some(&set), "g1", &bounds, options).unwrap();
+        assert_eq!(described.len(), group_configs::GROUP_CONFIGS.len());
+        let entry = |name: &str| described.iter().find(|c| c.name.as_str() == name).unwrap();
+        let reset = entry(group_configs::SHARE_AUTO_OFFSET_RESET);
+        assert_eq!(reset.value.as_deref(), Some("earliest"));
+        assert_eq!(reset.config_source, 8, "Kafka's GROUP_CONFIG");
+        assert_eq!(reset.synonyms[1].value.as_deref(), Some("latest"));
+        let session = entry(group_configs::CONSUMER_SESSION_TIMEOUT_MS);
+        assert_eq!(session.value.as_deref(), Some("50000"), "the broker's value");
+        assert_eq!(session.config_source, ConfigSource::Default as i8);
+        assert_eq!(session.synonyms[0].name.as_str(), "group.consumer.session.timeout.ms");
+        assert_eq!(
+            entry(group_configs::SHARE_ISOLATION_LEVEL).value.as_deref(),
+            Some("read_uncommitted")
+        );
+
+        let (error, message) = describe_group(None, "", &bounds, options).unwrap_err();
+        assert_eq!(error, ResponseError::InvalidRequest);
+        assert!(message.contains("--entity-name"), "{message}");
     }
 }

@@ -1,7 +1,7 @@
 //! IncrementalAlterConfigs: SET, DELETE, APPEND and SUBTRACT on topic configs, SET and DELETE on
-//! dynamic broker configs; the change is committed through the metadata quorum and the logs
-//! pick it up at once. Each resource needs ALTER_CONFIGS on its topic or on the cluster
-//! (`config_refusal`).
+//! dynamic broker configs and on group configs (KIP-848/KIP-932, resource type 32); the change
+//! is committed through the metadata quorum and the logs pick it up at once. Each resource
+//! needs ALTER_CONFIGS on its topic, on the cluster, or on its group (`config_refusal`).
 
 use std::collections::BTreeMap;
 
@@ -11,12 +11,15 @@ use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsRe
 use kafka_protocol::messages::{IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use super::describe_configs::{alter_if_authorized, RESOURCE_BROKER, RESOURCE_TOPIC};
+use super::describe_configs::{alter_if_authorized, RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC};
 use super::{commit_error, str_bytes, RequestContext, Session};
 use crate::broker::Broker;
+use crate::config::group_configs::{self, GroupConfigBounds};
 use crate::controller;
-use crate::metadata::records::MetadataCommand;
+use crate::metadata::image::MetadataImage;
+use crate::metadata::outcome::ApiError;
 use crate::metadata::records::{AlterOp, BROKER_DEFAULT};
+use crate::metadata::records::{MetadataCommand, MetadataRecord};
 use crate::metadata::CommitError;
 use crate::topic_config;
 
@@ -103,6 +106,9 @@ async fn alter(broker: &Broker, resource: &AlterConfigsResource, validate_only: 
             let broker_id = broker_resource_id(&resource.resource_name)?;
             return alter_broker_configs(broker, broker_id, ops, validate_only).await;
         }
+        RESOURCE_GROUP => {
+            return alter_group_configs(broker, resource.resource_name.to_string(), ops, validate_only).await;
+        }
         other => return Err(invalid(format!("resource type {other} cannot be altered"))),
     }
     let name = resource.resource_name.to_string();
@@ -181,4 +187,100 @@ pub(super) async fn alter_broker_configs(
             .map(|_| ())
     };
     outcome.map_err(|e| commit_error(&e))
+}
+
+/// A group id's configs (Kafka's `kafka-configs --entity-type groups`): checked here against
+/// this broker's ranges, which the controller's decision cannot see, then decided and
+/// committed through the quorum like a topic's. Also AlterConfigs' path for a group resource.
+pub(super) async fn alter_group_configs(
+    broker: &Broker,
+    group_id: String,
+    ops: Vec<(String, AlterOp, Option<String>)>,
+    validate_only: bool,
+) -> Result<(), (i16, String)> {
+    let bounds = GroupConfigBounds::of(&broker.config.group);
+    let checked = check_group_configs(&broker.metadata.image(), &group_id, &ops, &bounds);
+    let outcome = match checked {
+        Err(refused) => Err(CommitError::Refused(refused)),
+        Ok(_) if validate_only => Ok(()),
+        Ok(_) => broker
+            .commit(MetadataCommand::AlterGroupConfigs { group_id, ops })
+            .await
+            .map(|_| ()),
+    };
+    outcome.map_err(|e| commit_error(&e))
+}
+
+/// What the controller would decide for the change on `image`, and the broker's ranges
+/// (`bounds`) checked on the config set it leaves: the records, or why it is refused.
+fn check_group_configs(
+    image: &MetadataImage,
+    group_id: &str,
+    ops: &[(String, AlterOp, Option<String>)],
+    bounds: &GroupConfigBounds,
+) -> Result<Vec<MetadataRecord>, ApiError> {
+    let records = controller::alter_group_configs(image, group_id, ops)?;
+    let mut after = image.group_configs(group_id).cloned().unwrap_or_default();
+    for record in &records {
+        if let MetadataRecord::Config { name, value, .. } = record {
+            match value {
+                Some(v) => after.insert(name.clone(), v.clone()),
+                None => after.remove(name),
+            };
+        }
+    }
+    group_configs::validate_within(&after, bounds)
+        .map_err(|e| ApiError::new(ResponseError::InvalidConfig, e.to_string()))?;
+    Ok(records)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::GroupConfig;
+
+    fn set(key: &str, value: &str) -> Vec<(String, AlterOp, Option<String>)> {
+        vec![(key.to_string(), AlterOp::Set, Some(value.to_string()))]
+    }
+
+    fn refusal(ops: &[(String, AlterOp, Option<String>)]) -> ApiError {
+        let image = MetadataImage::new("c".into());
+        let bounds = GroupConfigBounds::of(&GroupConfig::default());
+        check_group_configs(&image, "g1", ops, &bounds).unwrap_err()
+    }
+
+    #[test]
+    fn a_group_config_is_accepted_for_a_group_that_does_not_exist() {
+        let image = MetadataImage::new("c".into());
+        let bounds = GroupConfigBounds::of(&GroupConfig::default());
+        let records = check_group_configs(&image, "g1", &set("share.auto.offset.reset", "earliest"), &bounds).unwrap();
+        assert_eq!(records.len(), 1);
+    }
+
+    #[test]
+    fn an_unknown_group_config_name_is_refused_with_invalid_config() {
+        let refused = refusal(&set("share.auto.offset.reste", "earliest"));
+        assert_eq!(refused.error, ResponseError::InvalidConfig);
+        assert!(
+            refused.message.contains("share.auto.offset.reste"),
+            "{}",
+            refused.message
+        );
+    }
+
+    #[test]
+    fn a_bad_group_config_value_is_refused_with_invalid_config() {
+        for (key, value) in [
+            ("share.auto.offset.reset", "sometimes"),
+            ("share.isolation.level", "dirty"),
+            ("share.record.lock.duration.ms", "-1"),
+            // Parses, but lies outside the broker's group.consumer.min/max.session.timeout.ms.
+            ("consumer.session.timeout.ms", "1000"),
+            ("consumer.heartbeat.interval.ms", "60000"),
+        ] {
+            let refused = refusal(&set(key, value));
+            assert_eq!(refused.error, ResponseError::InvalidConfig, "{key}={value}");
+            assert!(refused.message.contains(key), "{key}={value}: {}", refused.message);
+        }
+    }
 }

@@ -54,6 +54,11 @@ pub struct GroupConfig {
     pub consumer_session_timeout_ms: i32,
     /// `group.consumer.heartbeat.interval.ms`
     pub consumer_heartbeat_interval_ms: i32,
+    /// `group.consumer.min.session.timeout.ms` and `group.consumer.max.session.timeout.ms`:
+    /// the range a group's `consumer.session.timeout.ms` config must lie within.
+    pub consumer_session_timeout_range_ms: (i32, i32),
+    /// `group.consumer.min.heartbeat.interval.ms` and `group.consumer.max.heartbeat.interval.ms`.
+    pub consumer_heartbeat_interval_range_ms: (i32, i32),
     /// `group.consumer.assignors`, the first the default.
     pub consumer_assignors: Vec<Assignor>,
     /// KIP-932 share groups' settings (`group.share.*`).
@@ -107,6 +112,8 @@ impl Default for GroupConfig {
             consumer_protocol_enabled: true,
             consumer_session_timeout_ms: 45_000,
             consumer_heartbeat_interval_ms: 5_000,
+            consumer_session_timeout_range_ms: (45_000, 60_000),
+            consumer_heartbeat_interval_range_ms: (5_000, 15_000),
             consumer_assignors: Assignor::ALL.to_vec(),
             share: ShareGroupConfig::default(),
         }
@@ -152,7 +159,8 @@ pub(super) fn group_config(get: &dyn Fn(&str) -> String) -> Result<GroupConfig, 
             reason: "the protocols are classic, consumer and share (streams groups are not served yet)".into(),
         });
     }
-    let bounded = |key: &str, min_key: &str, max_key: &str| -> Result<i32, ConfigError> {
+    // The value, and its range (which also bounds the group configs that override it).
+    let bounded = |key: &str, min_key: &str, max_key: &str| -> Result<(i32, (i32, i32)), ConfigError> {
         let (value, min, max) = (num(key)?, num(min_key)?, num(max_key)?);
         if min > max || value < min || value > max {
             return Err(ConfigError::InvalidValue {
@@ -161,14 +169,15 @@ pub(super) fn group_config(get: &dyn Fn(&str) -> String) -> Result<GroupConfig, 
                 reason: format!("must lie between {min_key} ({min}) and {max_key} ({max})"),
             });
         }
-        Ok(value.clamp(1, i32::MAX as i64) as i32)
+        let int = |n: i64| n.clamp(1, i32::MAX as i64) as i32;
+        Ok((int(value), (int(min), int(max))))
     };
-    let session = bounded(
+    let (session, session_range) = bounded(
         "group.consumer.session.timeout.ms",
         "group.consumer.min.session.timeout.ms",
         "group.consumer.max.session.timeout.ms",
     )?;
-    let interval = bounded(
+    let (interval, interval_range) = bounded(
         "group.consumer.heartbeat.interval.ms",
         "group.consumer.min.heartbeat.interval.ms",
         "group.consumer.max.heartbeat.interval.ms",
@@ -206,6 +215,8 @@ pub(super) fn group_config(get: &dyn Fn(&str) -> String) -> Result<GroupConfig, 
         consumer_protocol_enabled: protocols.iter().any(|p| p == "consumer"),
         consumer_session_timeout_ms: session,
         consumer_heartbeat_interval_ms: interval,
+        consumer_session_timeout_range_ms: session_range,
+        consumer_heartbeat_interval_range_ms: interval_range,
         consumer_assignors: assignors,
         share,
         num_partitions: partitions as i32,
@@ -293,6 +304,11 @@ mod tests {
         assert!(group.consumer_protocol_enabled);
         assert_eq!((group.consumer_session_timeout_ms, group.consumer_heartbeat_interval_ms), (45_000, 5_000));
         assert_eq!(group.consumer_assignors, super::Assignor::ALL.to_vec());
+        assert_eq!(
+            (group.consumer_session_timeout_range_ms, group.consumer_heartbeat_interval_range_ms),
+            ((45_000, 60_000), (5_000, 15_000)),
+            "Kafka's ranges, which also bound the group configs"
+        );
 
         let set = config(&[
             "group.consumer.assignors=org.apache.kafka.coordinator.group.assignor.RangeAssignor",

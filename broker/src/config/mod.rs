@@ -27,6 +27,7 @@ pub use txn::TxnConfig;
 
 pub mod client;
 mod group;
+pub mod group_configs;
 pub mod listeners;
 pub mod open_files;
 pub mod principal_rules;

@@ -5,12 +5,18 @@
 //! defaults (`BROKER_DEFAULT`), kept in the image's `broker_configs`. Only a topic config's
 //! broker synonym (`log.retention.ms`, ...) and the replication throttle rates are dynamic;
 //! any other broker setting is static and refused with INVALID_REQUEST.
+//!
+//! Group configs (KIP-848/KIP-932) too: SET and DELETE on a group id's configs, kept in the
+//! image's `group_configs`, whether or not the group exists. Here each is checked as far as
+//! the image allows (`group_configs::validate`: a known name, a value of Kafka's form); the
+//! broker's ranges are checked by the broker that proposes the change.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use kafka_protocol::error::ResponseError;
 
 use super::topics::existing_topic;
+use crate::config::group_configs;
 use crate::metadata::image::MetadataImage;
 use crate::metadata::outcome::ApiError;
 use crate::metadata::records::{AlterOp, ConfigResource, MetadataRecord, BROKER_DEFAULT};
@@ -152,6 +158,50 @@ pub fn alter_broker_configs(
     Ok(records)
 }
 
+/// Validates config changes to a group id (which need not name an existing group) and returns
+/// the records that apply them. Only SET and DELETE: no group config is a list. An unknown
+/// name or a bad value is refused with INVALID_CONFIG, as Kafka refuses it.
+pub fn alter_group_configs(
+    image: &MetadataImage,
+    group_id: &str,
+    ops: &[(String, AlterOp, Option<String>)],
+) -> Result<Vec<MetadataRecord>, ApiError> {
+    if group_id.is_empty() {
+        return Err(ApiError::new(
+            ResponseError::InvalidRequest,
+            "a group config resource needs a group id; name the group (kafka-configs --entity-type groups --entity-name <group>)",
+        ));
+    }
+    let current = image.group_configs(group_id);
+    let invalid = |msg: String| ApiError::new(ResponseError::InvalidConfig, msg);
+    let mut records = Vec::with_capacity(ops.len());
+    for (key, op, value) in ops {
+        let value = match op {
+            // As for topics, removing what is not there succeeds and writes nothing.
+            AlterOp::Delete if current.is_none_or(|c| !c.contains_key(key.as_str())) => continue,
+            AlterOp::Delete => None,
+            AlterOp::Set => {
+                let v = value
+                    .clone()
+                    .ok_or_else(|| invalid(format!("SET of {key} needs a value")))?;
+                group_configs::validate(key, &v).map_err(|e| invalid(e.to_string()))?;
+                Some(v)
+            }
+            AlterOp::Append | AlterOp::Subtract => {
+                return Err(invalid(format!(
+                    "{key} is not a list; APPEND and SUBTRACT apply only to lists, and no group config is one"
+                )))
+            }
+        };
+        records.push(MetadataRecord::Config {
+            resource: ConfigResource::Group(group_id.to_string()),
+            name: key.clone(),
+            value,
+        });
+    }
+    Ok(records)
+}
+
 /// AlterConfigs' whole-set replace as IncrementalAlterConfigs operations: the ones that make `given` the topic's whole override set: DELETE for each current
 /// override it leaves out, SET for each value it names (a null value removes the override,
 /// as Kafka treats it). A name given twice is refused, as Kafka refuses it.
@@ -170,6 +220,15 @@ pub fn replace_broker_configs_ops(
     given: &[(String, Option<String>)],
 ) -> Result<Vec<(String, AlterOp, Option<String>)>, String> {
     replace_configs_ops(image.broker_configs.get(&broker_id), given)
+}
+
+/// The same for a group id's configs.
+pub fn replace_group_configs_ops(
+    image: &MetadataImage,
+    group_id: &str,
+    given: &[(String, Option<String>)],
+) -> Result<Vec<(String, AlterOp, Option<String>)>, String> {
+    replace_configs_ops(image.group_configs(group_id), given)
 }
 
 fn replace_configs_ops(
@@ -358,5 +417,76 @@ mod tests {
         assert_eq!(code(7, &set("log.retention.ms", "1")), ResponseError::InvalidRequest);
         let append = vec![("log.retention.ms".to_string(), AlterOp::Append, Some("1".to_string()))];
         assert_eq!(code(1, &append), ResponseError::InvalidConfig);
+    }
+
+    #[test]
+    fn group_configs_are_set_and_removed_without_a_group() {
+        let mut image = image_with_brokers(&[1]);
+        let ops = vec![
+            (
+                "share.auto.offset.reset".to_string(),
+                AlterOp::Set,
+                Some("earliest".to_string()),
+            ),
+            (
+                "consumer.session.timeout.ms".to_string(),
+                AlterOp::Set,
+                Some("50000".to_string()),
+            ),
+            ("share.isolation.level".to_string(), AlterOp::Delete, None),
+        ];
+        let records = alter_group_configs(&image, "g1", &ops).unwrap();
+        assert_eq!(records.len(), 2, "removing what is not set writes nothing: {records:?}");
+        apply_all(&mut image, &records);
+        let configs = image.group_configs("g1").unwrap();
+        assert_eq!(configs["share.auto.offset.reset"], "earliest");
+        assert_eq!(configs["consumer.session.timeout.ms"], "50000");
+
+        let replace = replace_group_configs_ops(
+            &image,
+            "g1",
+            &[("share.auto.offset.reset".to_string(), Some("latest".to_string()))],
+        )
+        .unwrap();
+        let records = alter_group_configs(&image, "g1", &replace).unwrap();
+        apply_all(&mut image, &records);
+        let configs = image.group_configs("g1").unwrap();
+        assert_eq!(configs.len(), 1, "left out, so removed: {configs:?}");
+        assert_eq!(configs["share.auto.offset.reset"], "latest");
+    }
+
+    #[test]
+    fn bad_group_configs_are_refused_with_kafkas_codes_and_a_sentence() {
+        let image = image_with_brokers(&[1]);
+        let refused = |group_id: &str, key: &str, op: AlterOp, value: Option<&str>| {
+            let ops = vec![(key.to_string(), op, value.map(String::from))];
+            alter_group_configs(&image, group_id, &ops).unwrap_err()
+        };
+        let unknown = refused("g1", "no.such.config", AlterOp::Set, Some("1"));
+        assert_eq!(unknown.error, ResponseError::InvalidConfig);
+        assert!(
+            unknown.message.contains("unknown group config name"),
+            "{}",
+            unknown.message
+        );
+        let bad = refused("g1", "share.auto.offset.reset", AlterOp::Set, Some("sometimes"));
+        assert_eq!(bad.error, ResponseError::InvalidConfig);
+        assert!(bad.message.contains("\"sometimes\""), "{}", bad.message);
+        assert_eq!(
+            refused("g1", "consumer.heartbeat.interval.ms", AlterOp::Set, Some("0")).error,
+            ResponseError::InvalidConfig
+        );
+        assert_eq!(
+            refused("g1", "share.isolation.level", AlterOp::Set, None).error,
+            ResponseError::InvalidConfig
+        );
+        assert_eq!(
+            refused("g1", "share.isolation.level", AlterOp::Append, Some("x")).error,
+            ResponseError::InvalidConfig
+        );
+        assert_eq!(
+            refused("", "share.isolation.level", AlterOp::Set, Some("read_committed")).error,
+            ResponseError::InvalidRequest
+        );
     }
 }

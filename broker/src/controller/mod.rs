@@ -41,7 +41,10 @@ pub use crate::topic_config::MAX_PARTITIONS_PER_TOPIC;
 pub use brokers::{
     controlled_shutdown, fence_broker, liveness_changes, register_broker, unfence_broker, MemberContact,
 };
-pub use configs::{alter_broker_configs, alter_topic_configs, replace_broker_configs_ops, replace_topic_configs_ops};
+pub use configs::{
+    alter_broker_configs, alter_group_configs, alter_topic_configs, replace_broker_configs_ops,
+    replace_group_configs_ops, replace_topic_configs_ops,
+};
 pub use elect_leaders::elect_leaders;
 pub use partition_change::{alter_partition, elect_preferred_leaders, preferred_leader_imbalance};
 pub use placement::{propose_placement, replication_factor};
@@ -95,6 +98,7 @@ pub fn decide(image: &MetadataImage, command: &MetadataCommand) -> Result<(Vec<M
             done(alter_topic_configs(image, name, ops, list_bases)?)
         }
         MetadataCommand::AlterBrokerConfigs { broker_id, ops } => done(alter_broker_configs(image, *broker_id, ops)?),
+        MetadataCommand::AlterGroupConfigs { group_id, ops } => done(alter_group_configs(image, group_id, ops)?),
         MetadataCommand::AlterPartition {
             topic_id,
             partition,

@@ -47,7 +47,9 @@ pub mod pb {
 /// build would drop, letting users in with passwords since changed and ignoring ACLs).
 /// Version 6 added finalized feature levels (UpdateFeatures: a command, a record and image
 /// fields a version-5 build would drop, answering ApiVersions with its own static levels).
-pub const METADATA_VERSION: u32 = 6;
+/// Version 7 added group configs (KIP-848/KIP-932: a command, a config resource kind and an
+/// image field a version-6 build would refuse or silently drop from a snapshot).
+pub const METADATA_VERSION: u32 = 7;
 
 /// Why metadata bytes were refused. Displayed after what was refused ("metadata log entry 7 ...").
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -374,6 +376,10 @@ fn command_to_pb(command: &MetadataCommand) -> pb::MetadataCommand {
             broker_id: *broker_id,
             ops: alter_ops_to_pb(ops),
         }),
+        MetadataCommand::AlterGroupConfigs { group_id, ops } => C::AlterGroupConfigs(pb::AlterGroupConfigs {
+            group_id: group_id.clone(),
+            ops: alter_ops_to_pb(ops),
+        }),
         MetadataCommand::AlterPartition {
             topic_id,
             partition,
@@ -509,6 +515,10 @@ fn command_from_pb(command: pb::MetadataCommand) -> Decoded<MetadataCommand> {
             },
             C::AlterBrokerConfigs(a) => MetadataCommand::AlterBrokerConfigs {
                 broker_id: a.broker_id,
+                ops: alter_ops_from_pb(a.ops)?,
+            },
+            C::AlterGroupConfigs(a) => MetadataCommand::AlterGroupConfigs {
+                group_id: a.group_id,
                 ops: alter_ops_from_pb(a.ops)?,
             },
             C::AlterPartition(a) => MetadataCommand::AlterPartition {
@@ -868,6 +878,7 @@ fn record_to_pb(record: &MetadataRecord) -> pb::MetadataRecord {
             let resource = match resource {
                 ConfigResource::Topic(topic) => Resource::Topic(topic.clone()),
                 ConfigResource::Broker(id) => Resource::Broker(*id),
+                ConfigResource::Group(group_id) => Resource::Group(group_id.clone()),
             };
             R::Config(pb::ConfigRecord {
                 resource: Some(pb::ConfigResource {
@@ -961,6 +972,7 @@ fn record_from_pb(record: pb::MetadataRecord) -> Decoded<MetadataRecord> {
                     resource: match required("config record resource kind", resource.resource)? {
                         Resource::Topic(topic) => ConfigResource::Topic(topic),
                         Resource::Broker(id) => ConfigResource::Broker(id),
+                        Resource::Group(group_id) => ConfigResource::Group(group_id),
                     },
                     name: c.name,
                     value: c.value,
@@ -1082,6 +1094,14 @@ fn image_to_pb(image: &MetadataImage) -> pb::Image {
             .map(|(name, level)| feature_level_to_pb(name, *level))
             .collect(),
         features_epoch: image.features_epoch,
+        group_configs: image
+            .group_configs
+            .iter()
+            .map(|(group_id, configs)| pb::GroupConfigs {
+                group_id: group_id.clone(),
+                configs: configs.clone(),
+            })
+            .collect(),
     }
 }
 
@@ -1165,6 +1185,11 @@ fn image_from_pb(image: pb::Image) -> Decoded<MetadataImage> {
             .map(feature_level_from_pb)
             .collect::<Decoded<_>>()?,
         features_epoch: image.features_epoch,
+        group_configs: image
+            .group_configs
+            .into_iter()
+            .map(|g| (g.group_id, g.configs))
+            .collect(),
     })
 }
 
@@ -1240,6 +1265,16 @@ mod tests {
                 resource: ConfigResource::Topic(String::new()),
                 name: "x".into(),
                 value: Some(String::new()),
+            },
+            MetadataRecord::Config {
+                resource: ConfigResource::Group("g1".into()),
+                name: "share.auto.offset.reset".into(),
+                value: Some("earliest".into()),
+            },
+            MetadataRecord::Config {
+                resource: ConfigResource::Group("g1".into()),
+                name: "consumer.session.timeout.ms".into(),
+                value: None,
             },
             MetadataRecord::RemoveTopic { topic_id: id(7) },
             MetadataRecord::FenceBroker { broker_id: 2 },
@@ -1411,6 +1446,17 @@ mod tests {
                     ("leader.replication.throttled.rate".into(), AlterOp::Delete, None),
                 ],
             },
+            MetadataCommand::AlterGroupConfigs {
+                group_id: "g1".into(),
+                ops: vec![
+                    (
+                        "share.auto.offset.reset".into(),
+                        AlterOp::Set,
+                        Some("by_duration:PT1H".into()),
+                    ),
+                    ("share.isolation.level".into(), AlterOp::Delete, None),
+                ],
+            },
             MetadataCommand::AlterPartition {
                 topic_id: id(8),
                 partition: 2,
@@ -1544,6 +1590,22 @@ mod tests {
     }
 
     #[test]
+    fn a_group_config_record_is_tagged_with_kafkas_resource_type() {
+        let record = MetadataRecord::Config {
+            resource: ConfigResource::Group("g1".into()),
+            name: "share.auto.offset.reset".into(),
+            value: Some("earliest".into()),
+        };
+        let resource = match record_to_pb(&record).record {
+            Some(pb::metadata_record::Record::Config(c)) => c.resource.map(|r| r.encode_to_vec()),
+            other => panic!("not a config record: {other:?}"),
+        };
+        // Field 32, length-delimited: the varint of (32 << 3) | 2, then the id's length.
+        assert_eq!(resource.as_deref(), Some(&[0x82, 0x02, 2, b'g', b'1'][..]));
+        assert_eq!(decode_record(&encode_record(&record)), Ok(record));
+    }
+
+    #[test]
     fn an_image_round_trips_through_a_snapshot() {
         let mut image = MetadataImage::new("cluster-1".into());
         for record in every_record() {
@@ -1574,6 +1636,11 @@ mod tests {
                 name: "log.segment.bytes".into(),
                 value: Some("1024".into()),
             },
+            MetadataRecord::Config {
+                resource: ConfigResource::Group("no-such-group-yet".into()),
+                name: "share.isolation.level".into(),
+                value: Some("read_committed".into()),
+            },
             MetadataRecord::FenceBroker { broker_id: 1 },
             MetadataRecord::FeatureLevel {
                 name: "transaction.version".into(),
@@ -1592,6 +1659,14 @@ mod tests {
             "SCRAM credentials are part of the snapshot"
         );
         assert_eq!(image.acls.len(), 2, "ACLs are part of the snapshot");
+        assert_eq!(
+            image
+                .group_configs("no-such-group-yet")
+                .and_then(|c| c.get("share.isolation.level"))
+                .map(String::as_str),
+            Some("read_committed"),
+            "group configs are part of the snapshot"
+        );
         assert_eq!(
             image.brokers[&1].pending_incarnation,
             Some(id(12)),

@@ -178,6 +178,10 @@ pub struct MetadataImage {
     /// The offset of the record that last changed `features`: ApiVersions' finalized features
     /// epoch, by which clients tell a newer answer from an older one.
     pub features_epoch: i64,
+    /// Group configs by group id (KIP-848/KIP-932, `config::group_configs`). Keyed by id, not
+    /// by group: Kafka lets a group id have configs before its group exists. A group id with
+    /// no config left is removed, so every entry holds at least one.
+    pub group_configs: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 impl MetadataImage {
@@ -190,6 +194,31 @@ impl MetadataImage {
 
     pub fn topic(&self, name: &str) -> Option<&TopicImage> {
         self.topics.get(name)
+    }
+
+    /// A group config set or removed. The group id's entry goes with its last config, so the
+    /// image keeps nothing for group ids that have none.
+    fn apply_group_config(&mut self, group_id: &str, name: &str, value: Option<&str>) {
+        match value {
+            Some(v) => {
+                let configs = self.group_configs.entry(group_id.to_string()).or_default();
+                configs.insert(name.to_string(), v.to_string());
+            }
+            None => {
+                if let Some(configs) = self.group_configs.get_mut(group_id) {
+                    configs.remove(name);
+                    if configs.is_empty() {
+                        self.group_configs.remove(group_id);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The configs set for a group id, if any (`None` when it has none: every config is at
+    /// the broker's value). Read with `config::group_configs`' accessors.
+    pub fn group_configs(&self, group_id: &str) -> Option<&BTreeMap<String, String>> {
+        self.group_configs.get(group_id)
     }
 
     pub fn topic_by_id(&self, id: &Uuid) -> Option<&TopicImage> {
@@ -356,6 +385,10 @@ impl MetadataImage {
                         None => return Ok(()),
                     },
                     ConfigResource::Broker(id) => self.broker_configs.entry(*id).or_default(),
+                    ConfigResource::Group(group_id) => {
+                        self.apply_group_config(group_id, name, value.as_deref());
+                        return Ok(());
+                    }
                 };
                 match value {
                     Some(v) => configs.insert(name.clone(), v.clone()),
@@ -503,6 +536,32 @@ mod tests {
             election: None,
         }));
         out
+    }
+
+    #[test]
+    fn group_configs_need_no_group_and_go_with_their_last_value() {
+        let mut image = MetadataImage::new("c".into());
+        let config = |name: &str, value: Option<&str>| MetadataRecord::Config {
+            resource: ConfigResource::Group("g1".into()),
+            name: name.into(),
+            value: value.map(String::from),
+        };
+        assert_eq!(image.group_configs("g1"), None);
+        image.apply(&config("share.auto.offset.reset", Some("earliest")));
+        image.apply(&config("share.isolation.level", Some("read_committed")));
+        let configs = image.group_configs("g1").expect("no group needed");
+        assert_eq!(
+            configs.get("share.auto.offset.reset").map(String::as_str),
+            Some("earliest")
+        );
+        assert_eq!(configs.len(), 2);
+
+        image.apply(&config("share.auto.offset.reset", None));
+        assert_eq!(image.group_configs("g1").map(BTreeMap::len), Some(1));
+        image.apply(&config("share.isolation.level", None));
+        assert_eq!(image.group_configs("g1"), None, "no empty entry is kept");
+        image.apply(&config("share.isolation.level", None));
+        assert!(image.group_configs.is_empty(), "removing what is not there is a no-op");
     }
 
     #[test]

@@ -35,6 +35,8 @@ pub enum ConfigResource {
     Topic(String),
     /// One broker's dynamic configs, or with [`BROKER_DEFAULT`] the cluster-wide ones.
     Broker(i32),
+    /// A group id's configs (Kafka's resource type GROUP, 32). The group need not exist.
+    Group(String),
 }
 
 /// The broker id under which the cluster-wide dynamic broker configs are kept: Kafka's broker
@@ -288,6 +290,12 @@ pub enum MetadataCommand {
     /// [`BROKER_DEFAULT`] for the cluster-wide dynamic defaults. Only SET and DELETE.
     AlterBrokerConfigs {
         broker_id: i32,
+        ops: Vec<(String, AlterOp, Option<String>)>,
+    },
+    /// IncrementalAlterConfigs or AlterConfigs on a group resource (KIP-848/KIP-932 group
+    /// configs): SET and DELETE on a group id's configs, whether or not the group exists.
+    AlterGroupConfigs {
+        group_id: String,
         ops: Vec<(String, AlterOp, Option<String>)>,
     },
     /// Kafka's AlterPartition: a partition leader changes its ISR. Accepted only if the leader
