@@ -26,6 +26,7 @@ use uuid::Uuid;
 use super::{str_bytes, RequestContext};
 use crate::broker::Broker;
 use crate::clock::now_ms;
+use crate::config::group_configs::{self, ShareAutoOffsetReset};
 use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::metadata::image::MetadataImage;
 use crate::partition::{Partition, ReadBound};
@@ -59,7 +60,9 @@ pub(super) type Acks = BTreeMap<(Uuid, i32), Vec<(i64, i64, Vec<i8>)>>;
 pub async fn handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFetchResponse {
     let RequestContext { broker, session, .. } = &ctx;
     let image = broker.metadata.image();
-    let lock_ms = broker.share.config().record_lock_duration_ms;
+    let group_configs = request.group_id.as_ref().and_then(|g| image.group_configs(&g.0));
+    let limits = broker.share.limits(group_configs::share_record_lock_duration_ms(group_configs));
+    let lock_ms = i32::try_from(limits.record_lock_duration_ms).unwrap_or(i32::MAX);
     let failed = |error: ResponseError, message: String| {
         ShareFetchResponse::default()
             .with_error_code(error.code())
@@ -162,7 +165,7 @@ pub async fn handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFet
             };
             let share_partition = broker
                 .share
-                .get_or_init(&key, broker.share.limits(None), || partition.high_watermark());
+                .get_or_init(&key, limits, || initial_start_offset(&partition, group_configs));
             match acquire(&partition, &share_partition, &member, budget, max_bytes).await {
                 Ok((records, acquired)) => {
                     let count: usize = acquired
@@ -195,6 +198,22 @@ pub async fn handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFet
             until = until.min(tokio::time::Instant::now() + Duration::from_millis(wait_ms));
         }
         wait_for_new_records(&waits, until).await;
+    }
+}
+
+/// Where a share-partition new on this leader starts: the group's `share.auto.offset.reset`
+/// (Kafka's default `latest`: the high watermark).
+fn initial_start_offset(partition: &Partition, configs: Option<&BTreeMap<String, String>>) -> i64 {
+    match group_configs::share_auto_offset_reset(configs) {
+        ShareAutoOffsetReset::Earliest => partition.log_start_offset(),
+        ShareAutoOffsetReset::Latest => partition.high_watermark(),
+        ShareAutoOffsetReset::ByDuration(ago) => {
+            let since = now_ms().saturating_sub(i64::try_from(ago.as_millis()).unwrap_or(i64::MAX));
+            match partition.offset_for_timestamp(since, ReadBound::HighWatermark) {
+                Ok(Some((offset, _))) => offset,
+                _ => partition.high_watermark(),
+            }
+        }
     }
 }
 

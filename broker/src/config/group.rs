@@ -189,7 +189,7 @@ pub(super) fn group_config(get: &dyn Fn(&str) -> String) -> Result<GroupConfig, 
             reason: format!("must be less than group.consumer.session.timeout.ms ({session})"),
         });
     }
-    let share = share_group_config(&num, &bounded)?;
+    let share = share_group_config(&num, &|key: &str, min: &str, max: &str| bounded(key, min, max).map(|(value, _)| value))?;
     let mut assignors = Vec::new();
     for name in get("group.consumer.assignors").split(',').map(str::trim).filter(|n| !n.is_empty()) {
         // Kafka's class names are taken for the built-in assignors they name.
