@@ -138,4 +138,6 @@ implemented_apis! {
     ShareGroupDescribe: ShareGroupDescribeRequest => ShareGroupDescribeResponse;
     ShareFetch: ShareFetchRequest => ShareFetchResponse;
     ShareAcknowledge: ShareAcknowledgeRequest => ShareAcknowledgeResponse;
+    DescribeShareGroupOffsets: DescribeShareGroupOffsetsRequest => DescribeShareGroupOffsetsResponse;
+    AlterShareGroupOffsets: AlterShareGroupOffsetsRequest => AlterShareGroupOffsetsResponse;
 }

@@ -20,7 +20,9 @@ pub async fn handle(ctx: RequestContext, request: DeleteGroupsRequest) -> Delete
             Err(ResponseError::GroupAuthorizationFailed)
         };
         if outcome.is_ok() {
-            tracing::info!(group = %id.0, "deleted consumer group");
+            // A share group's records in flight on this node go with it.
+            broker.share.forget_group(&id.0);
+            tracing::info!(group = %id.0, "deleted group");
         }
         results.push(
             DeletableGroupResult::default()

@@ -12,6 +12,7 @@ pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
 pub mod alter_client_quotas;
 pub mod alter_configs;
+pub mod alter_share_group_offsets;
 pub mod alter_partition_reassignments;
 pub mod alter_replica_log_dirs;
 pub mod alter_user_scram_credentials;
@@ -29,6 +30,7 @@ pub mod describe_configs;
 pub mod describe_groups;
 pub mod describe_log_dirs;
 pub mod describe_producers;
+pub mod describe_share_group_offsets;
 pub mod describe_quorum;
 pub mod describe_topic_partitions;
 pub mod describe_transactions;
@@ -323,6 +325,10 @@ pub fn handle(broker: &Arc<Broker>, request: Request, session: &Session) -> Repl
         RequestBody::ShareGroupDescribe(r) => now!(ShareGroupDescribe, share_group_describe::handle, r),
         RequestBody::ShareFetch(r) => later!(ShareFetch, share_fetch::handle, r),
         RequestBody::ShareAcknowledge(r) => now!(ShareAcknowledge, share_acknowledge::handle, r),
+        RequestBody::DescribeShareGroupOffsets(r) => {
+            now!(DescribeShareGroupOffsets, describe_share_group_offsets::handle, r)
+        }
+        RequestBody::AlterShareGroupOffsets(r) => now!(AlterShareGroupOffsets, alter_share_group_offsets::handle, r),
         RequestBody::DeleteGroups(r) => later!(DeleteGroups, delete_groups::handle, r),
         RequestBody::DescribeClientQuotas(r) => now!(DescribeClientQuotas, describe_client_quotas::handle, r),
         RequestBody::AlterClientQuotas(r) => later!(AlterClientQuotas, alter_client_quotas::handle, r),

@@ -483,6 +483,10 @@ impl GroupMetadataManager {
             .share_heartbeat(request, &ImageTopics(image), now_ms())
     }
 
+    pub fn share_group_for_reset(&self, group_id: &str) -> Result<(), HeartbeatError> {
+        self.inner.lock().coordinator.share_group_for_reset(group_id)
+    }
+
     pub fn describe_share_group(&self, group_id: &str) -> Result<ShareGroupSummary, HeartbeatError> {
         self.inner.lock().coordinator.describe_share_group(group_id)
     }

@@ -100,15 +100,25 @@ impl ShareManager {
         self.partitions.lock().retain(|k, _| k.group_id != group_id);
     }
 
-    /// Each share-partition of `group_id` here with its start offset: DescribeShareGroupOffsets.
-    pub fn start_offsets(&self, group_id: &str) -> Vec<(Uuid, i32, i64)> {
+    /// Each share-partition of `group_id` here: DescribeShareGroupOffsets without topics.
+    pub fn partitions_of(&self, group_id: &str) -> Vec<(Uuid, i32)> {
         let partitions = self.partitions.lock();
-        let mut out: Vec<(Uuid, i32, i64)> = partitions
-            .iter()
-            .filter(|(k, _)| k.group_id == group_id)
-            .map(|(k, p)| (k.topic_id, k.partition, p.lock().start_offset()))
+        let mut out: Vec<(Uuid, i32)> = partitions
+            .keys()
+            .filter(|k| k.group_id == group_id)
+            .map(|k| (k.topic_id, k.partition))
             .collect();
         out.sort();
         out
+    }
+
+    /// Starts the share-partition over at `offset` (kafka-share-groups --reset-offsets).
+    pub fn reset(
+        &self,
+        key: &SharePartitionKey,
+        limits: ShareLimits,
+        offset: i64,
+    ) -> Result<(), (kafka_protocol::error::ResponseError, String)> {
+        self.get_or_init(key, limits, || offset).lock().reset(offset)
     }
 }

@@ -181,6 +181,13 @@ impl SharePartition {
         counts
     }
 
+    /// Records from the SPSO up to `high_watermark` still to be delivered and acknowledged:
+    /// those past the SPEO and those in flight not yet done (KIP-1226's lag).
+    pub fn lag(&self, high_watermark: i64) -> i64 {
+        let [_, _, acknowledged, archived] = self.counts();
+        (high_watermark - self.start_offset - acknowledged - archived).max(0)
+    }
+
     /// Hands `member` up to about `max_records` records of `batches` (in log order, as read from
     /// `next_fetch_offset`): first those Available again, then new records, a new batch whole.
     /// Control batches and offsets skipped between batches are archived on the way.

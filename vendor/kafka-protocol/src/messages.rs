@@ -1607,7 +1607,7 @@ impl ApiKey {
             ApiKey::WriteShareGroupState => VersionRange { min: 0, max: 0 },
             ApiKey::DeleteShareGroupState => VersionRange { min: 0, max: 0 },
             ApiKey::ReadShareGroupStateSummary => VersionRange { min: 0, max: 0 },
-            ApiKey::DescribeShareGroupOffsets => VersionRange { min: 0, max: 0 },
+            ApiKey::DescribeShareGroupOffsets => VersionRange { min: 0, max: 1 },
             ApiKey::AlterShareGroupOffsets => VersionRange { min: 0, max: 0 },
             ApiKey::DeleteShareGroupOffsets => VersionRange { min: 0, max: 0 },
         }

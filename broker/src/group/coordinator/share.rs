@@ -331,6 +331,32 @@ impl GroupCoordinator {
         })
     }
 
+    /// AlterShareGroupOffsets' check: `group_id` is a share group of this coordinator (an unknown
+    /// id becomes an empty one, as Kafka) with no member.
+    pub fn share_group_for_reset(&mut self, group_id: &str) -> Result<(), HeartbeatError> {
+        let partition = self.owner(group_id).map_err(|e| (e, String::new()))?;
+        if self.groups.contains_key(group_id) {
+            return Err((
+                ResponseError::GroupIdNotFound,
+                format!("Group {group_id} is not a share group."),
+            ));
+        }
+        let group = self
+            .share_groups
+            .entry(group_id.to_string())
+            .or_insert_with(|| ShareGroup {
+                partition,
+                ..ShareGroup::default()
+            });
+        if !group.members.is_empty() {
+            return Err((
+                ResponseError::NonEmptyGroup,
+                format!("Share group {group_id} has members; stop its consumers before resetting its offsets."),
+            ));
+        }
+        Ok(())
+    }
+
     /// Whether `group_id` is a share group this coordinator holds.
     pub fn is_share_group(&self, group_id: &str) -> bool {
         self.share_groups.contains_key(group_id)
