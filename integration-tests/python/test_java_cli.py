@@ -132,7 +132,7 @@ def test_kafka_features_describe_upgrade_downgrade_and_disable_transaction_versi
 
     refused(["upgrade", "--feature", "transaction.version=3"], "Sluice supports levels 0 to 2")
     refused(["upgrade", "--metadata", "4.0"], "versioned by the sluice build")
-    refused(["upgrade", "--feature", "share.version=1"], "does not support the feature share.version")
+    refused(["upgrade", "--feature", "streams.version=1"], "does not support the feature streams.version")
     assert levels_everywhere(1) == downgraded_epoch, "a refused update changed the features"
 
     kafka_tool(features, "--bootstrap-server", bootstrap, "disable", "--feature", "transaction.version")

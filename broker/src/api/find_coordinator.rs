@@ -34,8 +34,10 @@ use crate::topic_config;
 const FIRST_BATCHED_VERSION: i16 = 4;
 const GROUP_KEY: i8 = 0;
 const TRANSACTION_KEY: i8 = 1;
-/// A share group's key (KIP-932): answered at once with a non-retriable INVALID_REQUEST that
-/// names the missing feature, so a share consumer stops instead of retrying for minutes.
+/// A share-partition's key (KIP-932's share coordinator, `group:topicId:partition`): Sluice keeps
+/// share-partition state on the partition leaders and has no share coordinator, so the lookup,
+/// which only Kafka's brokers make, is answered at once with a non-retriable INVALID_REQUEST.
+/// Share group members find their group coordinator with the group key, as Kafka's.
 const SHARE_KEY: i8 = 2;
 
 /// Where a key's coordinator is, or why there is none.
@@ -76,7 +78,7 @@ pub async fn handle(ctx: RequestContext, request: FindCoordinatorRequest) -> Fin
             (_, _, Some(refused)) => refused,
             (_, SHARE_KEY, None) => not_found(
                 ResponseError::InvalidRequest,
-                "share groups (KIP-932, FindCoordinator key type 2) are not offered by this cluster; use a consumer group".into(),
+                "Sluice has no share coordinator (KIP-932, FindCoordinator key type 2): share-partition state is kept by the partition leaders; share group members look up their group coordinator with key type 0".into(),
             ),
             (_, k, None) if k != GROUP_KEY && k != TRANSACTION_KEY => {
                 not_found(ResponseError::InvalidRequest, format!("unknown key type {k}"))

@@ -149,7 +149,8 @@ mod tests {
         assert!(check(TRANSACTION_VERSION, 1, 2, 7).is_some_and(|m| m.contains("unknown")));
         assert!(check(TRANSACTION_VERSION, 1, 3, UPGRADE).is_some_and(|m| m.contains("0 to 2")));
         assert_eq!(check("group.version", 0, 1, UPGRADE), None);
-        assert!(check("share.version", 0, 1, UPGRADE).is_some());
+        assert_eq!(check("share.version", 0, 1, UPGRADE), None);
+        assert!(check("streams.version", 0, 1, UPGRADE).is_some());
     }
 
     #[test]

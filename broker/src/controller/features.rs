@@ -117,7 +117,7 @@ mod tests {
             (TRANSACTION_VERSION, 3, "Sluice supports levels 0 to 2"),
             (TRANSACTION_VERSION, -1, "Invalid update version -1"),
             ("metadata.version", 27, "versioned by the sluice build"),
-            ("share.version", 1, "does not support the feature share.version"),
+            ("streams.version", 1, "does not support the feature streams.version"),
         ] {
             let updates = [(TRANSACTION_VERSION.to_string(), 2), (name.to_string(), level)];
             let refused = update_features(&image, &updates).unwrap_err();

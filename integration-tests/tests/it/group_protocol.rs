@@ -305,18 +305,18 @@ async fn a_member_joins_syncs_commits_and_misbehaving_requests_get_kafkas_error_
 }
 
 #[test]
-fn a_share_group_coordinator_lookup_is_refused_at_once_naming_the_missing_feature() -> Result<()> {
+fn a_share_coordinator_lookup_is_refused_at_once_saying_where_share_state_lives() -> Result<()> {
     let node = SluiceNode::start(NodeOptions::default())?;
     let find = FindCoordinatorRequest::default()
         .with_key_type(2)
         .with_coordinator_keys(vec![s("queue-workers")]);
     let response = kafka_client::call(node.addr(), &find, 6, TIMEOUT)?;
     let c = &response.coordinators[0];
-    // INVALID_REQUEST is not retriable: KafkaShareConsumer stops instead of retrying
+    // INVALID_REQUEST is not retriable: a caller stops instead of retrying
     // COORDINATOR_NOT_AVAILABLE for minutes.
     ensure!(c.error_code == code(ResponseError::InvalidRequest), "{c:?}");
     let message = c.error_message.as_deref().unwrap_or_default();
-    ensure!(message.contains("share groups (KIP-932"), "{message}");
+    ensure!(message.contains("no share coordinator (KIP-932"), "{message}");
     Ok(())
 }
 
