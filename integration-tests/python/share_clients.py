@@ -405,20 +405,20 @@ def delete_group(bootstrap: str, group: str) -> subprocess.CompletedProcess:
     return share_groups(bootstrap, "--delete", "--group", group)
 
 
-def set_group_config(bootstrap: str, group: str, **settings: str) -> None:
+def set_group_config(bootstrap: str, group: str, *tool_args: str, **settings: str) -> None:
     """kafka-configs --alter --entity-type groups --entity-name <group> --add-config k=v,...
     (IncrementalAlterConfigs on a GROUP resource). Setting names are Kafka's group configs,
-    e.g. share.auto.offset.reset."""
+    e.g. share.auto.offset.reset; `tool_args` go to the tool as they are (--command-config)."""
     config = ",".join(f"{k}={v}" for k, v in settings.items())
-    done = kafka_tool(CONFIG_TOOL, "--bootstrap-server", bootstrap, "--alter", "--entity-type", "groups",
+    done = kafka_tool(CONFIG_TOOL, "--bootstrap-server", bootstrap, *tool_args, "--alter", "--entity-type", "groups",
                       "--entity-name", group, "--add-config", config)
     assert done.returncode == 0, f"kafka-configs --add-config {config} for {group}:\n{done.stdout}\n{done.stderr}"
 
 
-def start_from_earliest(bootstrap: str, group: str) -> None:
+def start_from_earliest(bootstrap: str, group: str, *tool_args: str) -> None:
     """share.auto.offset.reset=earliest for `group` (a share group starts at `latest` by default:
     records produced before its first member fetched would not be delivered)."""
-    set_group_config(bootstrap, group, **{"share.auto.offset.reset": "earliest"})
+    set_group_config(bootstrap, group, *tool_args, **{"share.auto.offset.reset": "earliest"})
 
 
 def wait_for_members(bootstrap: str, group: str, n: int, timeout: float = 60.0) -> list[dict[str, str]]:

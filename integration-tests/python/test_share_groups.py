@@ -255,3 +255,63 @@ def test_ten_members_on_three_partitions_process_ten_thousand_records_exactly_on
     assert sorted((d.partition, d.offset) for d in got) == \
         sorted((p, o) for p in range(3) for o in range((count - p + 2) // 3))
     assert {d.delivery_count for d in got} == {1}
+
+
+def properties(path: Path) -> dict[str, str]:
+    """A Java client properties file as key=value settings (ShareMember takes them so)."""
+    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+
+
+def test_a_share_member_needs_read_on_its_group_and_on_the_topic(start_node, tmp_path):
+    """As test_security_acls.py: StandardAuthorizer, deny by default, SCRAM users. `reader` has
+    READ on the topic and only DESCRIBE on the group: ShareGroupHeartbeat refuses it
+    (GroupAuthorizationException), and so does AlterShareGroupOffsets (kafka-share-groups
+    --reset-offsets needs READ on the group). `peeker` has READ on the group and only DESCRIBE on
+    the topic: it joins, and ShareFetch refuses it the topic's records
+    (TopicAuthorizationException). Once `reader` is granted READ on the group it gets every
+    record. Sluice only: the ACL fixtures are sluice's."""
+    from confluent_kafka.admin import AclOperation, ResourceType
+
+    from test_security_acls import AUTHORIZER, MECHANISM, binding, create_topics, grant, login
+    from test_security_acls import produce as produce_as
+
+    settings = {**SHARE_SETTINGS, "authorizer.class.name": AUTHORIZER, "super.users": "User:admin",
+                "sasl.enabled.mechanisms": MECHANISM}
+    security = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": MECHANISM, "sasl.username": "admin",
+                "sasl.password": "admin-secret"}
+    scram = [arg for user in ("admin", "reader", "peeker") for arg in
+             ("--add-scram", f"{MECHANISM}=[name={user},password={user}-secret]")]
+    node = start_node(settings, listeners={"SASL_PLAINTEXT": "SASL_PLAINTEXT"}, client_security=security,
+                      extra_args=scram)
+    topic, group = "share-secured", "share-secured-g"
+    create_topics(node, topic)
+    admin_config = login(node, "admin").java_properties(tmp_path / "admin.properties")
+    start_from_earliest(node.bootstrap, group, "--command-config", str(admin_config))
+    assert produce_as(node, "admin", topic, 5) == list(range(5))
+    grant(node, binding("reader", ResourceType.TOPIC, topic, AclOperation.READ),
+          binding("reader", ResourceType.GROUP, group, AclOperation.DESCRIBE),
+          binding("peeker", ResourceType.TOPIC, topic, AclOperation.DESCRIBE),
+          binding("peeker", ResourceType.GROUP, group, AclOperation.READ))
+    reader = properties(login(node, "reader").java_properties(tmp_path / "reader.properties"))
+    peeker = properties(login(node, "peeker").java_properties(tmp_path / "peeker.properties"))
+
+    refused = ShareMember(node.bootstrap, topic, group, count=5, timeout_ms=30_000, **reader)
+    assert refused.wait(timeout=90) == 2, refused.output()
+    [error] = refused.errors()
+    assert error.startswith("ERROR org.apache.kafka.common.errors.GroupAuthorizationException"), error
+    assert refused.deliveries() == []
+    reset = share_groups(node.bootstrap, "--command-config", str(tmp_path / "reader.properties"), "--reset-offsets",
+                         "--group", group, "--topic", topic, "--to-earliest", "--execute")
+    assert "GroupAuthorizationException" in reset.stdout + reset.stderr, reset
+
+    peeking = ShareMember(node.bootstrap, topic, group, count=5, timeout_ms=30_000, **peeker)
+    assert peeking.wait(timeout=90) == 2, peeking.output()
+    [error] = peeking.errors()
+    assert error.startswith("ERROR org.apache.kafka.common.errors.TopicAuthorizationException"), error
+    assert topic in error, error
+    assert peeking.deliveries() == []
+
+    grant(node, binding("reader", ResourceType.GROUP, group, AclOperation.READ))
+    granted = ShareMember(node.bootstrap, topic, group, count=5, timeout_ms=60_000, **reader)
+    assert granted.wait(timeout=120) == 0, (granted.output(), granted.stderr_tail())
+    assert sorted(d.value for d in granted.deliveries()) == [f"{topic}-{i}" for i in range(5)]

@@ -273,8 +273,17 @@ fn share_group_config(
             "group.share.min.record.lock.duration.ms",
             "group.share.max.record.lock.duration.ms",
         )?,
-        delivery_count_limit: within("group.share.delivery.count.limit", 2, 10)? as u16,
-        partition_max_record_locks: within("group.share.partition.max.record.locks", 100, 10_000)? as i32,
+        delivery_count_limit: bounded(
+            "group.share.delivery.count.limit",
+            "group.share.min.delivery.count.limit",
+            "group.share.max.delivery.count.limit",
+        )?
+        .clamp(1, i32::from(u16::MAX)) as u16,
+        partition_max_record_locks: bounded(
+            "group.share.partition.max.record.locks",
+            "group.share.min.partition.max.record.locks",
+            "group.share.max.partition.max.record.locks",
+        )?,
         max_share_sessions: within("group.share.max.share.sessions", 1, 1_000_000)? as usize,
     })
 }
@@ -331,6 +340,38 @@ mod tests {
             (&["group.consumer.assignors=sticky"][..], "group.consumer.assignors"),
             (&["group.consumer.assignors="][..], "group.consumer.assignors"),
             (&["group.coordinator.rebalance.protocols=classic,streams"][..], "group.coordinator.rebalance.protocols"),
+        ] {
+            assert_eq!(refused_key(sets), key, "{sets:?}");
+        }
+    }
+
+    #[test]
+    fn share_group_settings_default_to_kafkas_and_keep_their_bounds() {
+        let share = config(&[]).unwrap().group.share;
+        assert_eq!(share, super::ShareGroupConfig::default());
+        assert_eq!(
+            (share.record_lock_duration_ms, share.delivery_count_limit, share.partition_max_record_locks),
+            (30_000, 5, 2_000)
+        );
+        let set = config(&[
+            "group.share.min.record.lock.duration.ms=1000",
+            "group.share.record.lock.duration.ms=5000",
+            "group.share.delivery.count.limit=2",
+            "group.coordinator.rebalance.protocols=classic,consumer,share",
+        ])
+        .unwrap()
+        .group
+        .share;
+        assert_eq!((set.record_lock_duration_ms, set.delivery_count_limit), (5_000, 2));
+        for (sets, key) in [
+            (&["group.share.record.lock.duration.ms=5000"][..], "group.share.record.lock.duration.ms"),
+            (&["group.share.delivery.count.limit=1"][..], "group.share.delivery.count.limit"),
+            (&["group.share.delivery.count.limit=11"][..], "group.share.delivery.count.limit"),
+            (&["group.share.partition.max.record.locks=99"][..], "group.share.partition.max.record.locks"),
+            (&["group.share.heartbeat.interval.ms=16000"][..], "group.share.heartbeat.interval.ms"),
+            (&["group.share.session.timeout.ms=30000"][..], "group.share.session.timeout.ms"),
+            (&["group.share.max.size=5"][..], "group.share.max.size"),
+            (&["group.share.max.share.sessions=0"][..], "group.share.max.share.sessions"),
         ] {
             assert_eq!(refused_key(sets), key, "{sets:?}");
         }

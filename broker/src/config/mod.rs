@@ -324,8 +324,12 @@ broker_settings! {
     "group.share.record.lock.duration.ms", "30000", Int, "How long a share group member holds records it fetched before they go to another member.";
     "group.share.min.record.lock.duration.ms", "15000", Int, "Smallest group.share.record.lock.duration.ms.";
     "group.share.max.record.lock.duration.ms", "60000", Int, "Largest group.share.record.lock.duration.ms.";
-    "group.share.delivery.count.limit", "5", Int, "Deliveries of a record to share group members after which it is archived rather than delivered again (2 to 10).";
-    "group.share.partition.max.record.locks", "2000", Int, "Records of one share-partition in flight at most: no more are handed out until these are acknowledged (100 to 10000).";
+    "group.share.delivery.count.limit", "5", Int, "Deliveries of a record to share group members after which it is archived rather than delivered again.";
+    "group.share.min.delivery.count.limit", "2", Int, "Smallest group.share.delivery.count.limit.";
+    "group.share.max.delivery.count.limit", "10", Int, "Largest group.share.delivery.count.limit.";
+    "group.share.partition.max.record.locks", "2000", Int, "Records of one share-partition in flight at most: no more are handed out until these are acknowledged.";
+    "group.share.min.partition.max.record.locks", "100", Int, "Smallest group.share.partition.max.record.locks.";
+    "group.share.max.partition.max.record.locks", "10000", Int, "Largest group.share.partition.max.record.locks.";
     "group.share.max.share.sessions", "2000", Int, "Share sessions (ShareFetch) a broker keeps at most; one more is refused with SHARE_SESSION_LIMIT_REACHED.";
     "quota.window.num", "11", Int, "Samples a client quota's byte rate is measured over.";
     "quota.window.size.seconds", "1", Int, "Length of one client quota sample.";
