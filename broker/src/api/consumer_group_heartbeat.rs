@@ -11,6 +11,7 @@ use uuid::Uuid;
 
 use super::join_group::may_take_part;
 use super::{str_bytes, Access, RequestContext};
+use crate::config::group_configs;
 use crate::group::coordinator::ConsumerHeartbeat;
 use crate::metadata::acls::{AclOperation, ResourceType};
 
@@ -34,6 +35,7 @@ pub async fn handle(ctx: RequestContext, request: ConsumerGroupHeartbeatRequest)
     if let Some((error, message)) = refusal(access, &request) {
         return failed(error, message);
     }
+    let configs = image.group_configs(&request.group_id.0);
     let heartbeat = ConsumerHeartbeat {
         group_id: request.group_id.0.to_string(),
         member_id: request.member_id.to_string(),
@@ -55,6 +57,8 @@ pub async fn handle(ctx: RequestContext, request: ConsumerGroupHeartbeatRequest)
         client_id,
         client_host: format!("/{}", session.peer.ip()),
         new_member_id: Uuid::new_v4().to_string(),
+        session_timeout_ms: group_configs::group_int(configs, group_configs::CONSUMER_SESSION_TIMEOUT_MS),
+        heartbeat_interval_ms: group_configs::group_int(configs, group_configs::CONSUMER_HEARTBEAT_INTERVAL_MS),
     };
     match broker.groups.consumer_heartbeat(heartbeat, &image).await {
         Ok(result) => ConsumerGroupHeartbeatResponse::default()

@@ -11,6 +11,7 @@ use kafka_protocol::messages::{ShareGroupHeartbeatRequest, ShareGroupHeartbeatRe
 
 use super::join_group::may_take_part;
 use super::{str_bytes, Access, RequestContext};
+use crate::config::group_configs;
 use crate::group::ShareHeartbeat;
 use crate::metadata::acls::{AclOperation, ResourceType};
 
@@ -34,6 +35,7 @@ pub fn handle(ctx: &RequestContext, request: ShareGroupHeartbeatRequest) -> Shar
     if let Some((error, message)) = refusal(access, &request) {
         return failed(error, message);
     }
+    let configs = image.group_configs(&request.group_id.0);
     let heartbeat = ShareHeartbeat {
         group_id: request.group_id.0.to_string(),
         member_id: request.member_id.to_string(),
@@ -44,6 +46,8 @@ pub fn handle(ctx: &RequestContext, request: ShareGroupHeartbeatRequest) -> Shar
             .map(|names| names.into_iter().map(|n| n.0.to_string()).collect()),
         client_id: ctx.client_id().to_string(),
         client_host: format!("/{}", session.peer.ip()),
+        session_timeout_ms: group_configs::group_int(configs, group_configs::SHARE_SESSION_TIMEOUT_MS),
+        heartbeat_interval_ms: group_configs::group_int(configs, group_configs::SHARE_HEARTBEAT_INTERVAL_MS),
     };
     match broker.groups.share_heartbeat(heartbeat, &image) {
         Ok(result) => ShareGroupHeartbeatResponse::default()

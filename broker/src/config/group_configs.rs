@@ -303,6 +303,15 @@ pub fn share_auto_offset_reset(configs: Option<&BTreeMap<String, String>>) -> Sh
         .unwrap_or(ShareAutoOffsetReset::Latest)
 }
 
+/// The group's value of the integer group config `name` (a session timeout or heartbeat
+/// interval), or `None` to use the broker's.
+pub fn group_int(configs: Option<&BTreeMap<String, String>>, name: &str) -> Option<i32> {
+    configs
+        .and_then(|c| c.get(name))
+        .and_then(|v| v.trim().parse::<i32>().ok())
+        .filter(|v| *v > 0)
+}
+
 /// The group's `share.record.lock.duration.ms`, or `None` to use the broker's
 /// `group.share.record.lock.duration.ms`.
 pub fn share_record_lock_duration_ms(configs: Option<&BTreeMap<String, String>>) -> Option<i64> {

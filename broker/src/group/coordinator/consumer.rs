@@ -285,6 +285,9 @@ pub(super) struct ConsumerGroup {
     /// Rebuilt from its records and not yet heard from: `subscribed` is still to be resolved,
     /// which moves the group epoch only if the assignment would change.
     pub(super) restored: bool,
+    /// The group's `consumer.session.timeout.ms` group config as of its last heartbeat (not
+    /// stored: each heartbeat brings it again).
+    pub(super) session_timeout_ms: Option<i32>,
 }
 
 impl ConsumerGroup {

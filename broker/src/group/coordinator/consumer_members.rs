@@ -50,6 +50,10 @@ pub struct ConsumerHeartbeat {
     pub client_host: String,
     /// The id a joining member gets when it sent none (ConsumerGroupHeartbeat v0).
     pub new_member_id: String,
+    /// The group's `consumer.session.timeout.ms` and `consumer.heartbeat.interval.ms` group
+    /// configs, where set (else the broker's `group.consumer.*`).
+    pub session_timeout_ms: Option<i32>,
+    pub heartbeat_interval_ms: Option<i32>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -119,7 +123,7 @@ impl GroupCoordinator {
                 format!("Group {} is a share group; use another group id for consumers.", req.group_id),
             ));
         }
-        let interval = self.config.consumer_heartbeat_interval_ms;
+        let interval = req.heartbeat_interval_ms.unwrap_or(self.config.consumer_heartbeat_interval_ms);
         if req.member_epoch == LEAVE_EPOCH || req.member_epoch == LEAVE_STATIC_EPOCH {
             return self.consumer_leave(&req, now);
         }
@@ -156,6 +160,7 @@ impl GroupCoordinator {
             .copied()
             .unwrap_or(Assignor::Uniform);
         let cg = group.consumer.as_mut().expect("set above");
+        cg.session_timeout_ms = req.session_timeout_ms;
         let (epoch_before, assignment_epoch_before) = (cg.group_epoch, cg.assignment_epoch);
         let stored_before = cg.members.get(&req.member_id).cloned();
         let ids_before: Vec<String> = if req.member_epoch == 0 {
@@ -344,11 +349,12 @@ impl GroupCoordinator {
     /// timeout, are removed; their partitions go to the others.
     pub(super) fn expire_consumer_members(&mut self, now: i64) -> Fx {
         let mut fx = Vec::new();
-        let session = i64::from(self.config.consumer_session_timeout_ms);
+        let default_session = self.config.consumer_session_timeout_ms;
         for (group_id, group) in self.groups.iter_mut() {
             let Some(cg) = group.consumer.as_mut() else {
                 continue;
             };
+            let session = i64::from(cg.session_timeout_ms.unwrap_or(default_session));
             let expired: Vec<(String, &'static str)> = cg
                 .members
                 .iter()

@@ -33,6 +33,10 @@ pub struct ShareHeartbeat {
     pub subscribed_topic_names: Option<Vec<String>>,
     pub client_id: String,
     pub client_host: String,
+    /// The group's `share.session.timeout.ms` and `share.heartbeat.interval.ms` group configs,
+    /// where set (else the broker's `group.share.*`).
+    pub session_timeout_ms: Option<i32>,
+    pub heartbeat_interval_ms: Option<i32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -202,7 +206,7 @@ impl GroupCoordinator {
             ));
         }
         let config = self.config.share;
-        let interval = config.heartbeat_interval_ms;
+        let interval = req.heartbeat_interval_ms.unwrap_or(config.heartbeat_interval_ms);
         if req.member_epoch == SHARE_LEAVE_EPOCH {
             if let Some(group) = self.share_groups.get_mut(&req.group_id) {
                 if group.members.remove(&req.member_id).is_some() {
@@ -223,7 +227,7 @@ impl GroupCoordinator {
                 partition,
                 ..ShareGroup::default()
             });
-        let session_deadline_ms = now + i64::from(config.session_timeout_ms);
+        let session_deadline_ms = now + i64::from(req.session_timeout_ms.unwrap_or(config.session_timeout_ms));
         let known_epoch = group.members.get(&req.member_id).map(|m| m.member_epoch);
         let mut changed = false;
         match (req.member_epoch, known_epoch) {

@@ -49,6 +49,8 @@ fn hb(member_id: &str, epoch: i32) -> ConsumerHeartbeat {
         client_id: "client".into(),
         client_host: "/127.0.0.1".into(),
         new_member_id: format!("{member_id}-new"),
+        session_timeout_ms: None,
+        heartbeat_interval_ms: None,
     }
 }
 
@@ -389,4 +391,22 @@ fn a_new_coordinator_rebuilds_the_group_from_its_records() {
         next_reply: 1,
     };
     assert_eq!(f2.consumer_ok(hb("b", b_epoch)).member_epoch, b_epoch);
+}
+
+#[test]
+fn the_groups_own_session_timeout_and_heartbeat_interval_configs_apply() {
+    let mut f = fixture();
+    let with_group_configs = |h: ConsumerHeartbeat| ConsumerHeartbeat {
+        session_timeout_ms: Some(50_000),
+        heartbeat_interval_ms: Some(7_000),
+        ..h
+    };
+    let a = f.consumer_ok(with_group_configs(hb("a", 0)));
+    assert_eq!(a.heartbeat_interval_ms, 7_000);
+    // Past the broker's 45 s, within the group's 50 s: still a member.
+    f.advance(46_000);
+    let a = f.consumer_ok(with_group_configs(hb("a", 1)));
+    assert_eq!(a.member_epoch, 1);
+    f.advance(50_000);
+    assert_eq!(f.consumer_err(with_group_configs(hb("a", 1))), ResponseError::UnknownMemberId);
 }

@@ -36,6 +36,8 @@ fn hb(member_id: &str, epoch: i32) -> ShareHeartbeat {
         subscribed_topic_names: (epoch == 0).then(|| vec!["orders".to_string()]),
         client_id: "client".into(),
         client_host: "/127.0.0.1".into(),
+        session_timeout_ms: None,
+        heartbeat_interval_ms: None,
     }
 }
 
@@ -191,6 +193,8 @@ fn a_share_group_holds_its_id_against_classic_and_consumer_groups_and_goes_when_
         client_id: "c".into(),
         client_host: "/127.0.0.1".into(),
         new_member_id: "m".into(),
+        session_timeout_ms: None,
+        heartbeat_interval_ms: None,
     };
     let refused = f
         .coordinator
@@ -220,4 +224,20 @@ fn new_partitions_of_a_subscribed_topic_move_the_epoch() {
         (grown.member_epoch, grown.assignment),
         (a.member_epoch + 1, Some(orders(&[0, 1, 2, 3, 4])))
     );
+}
+
+#[test]
+fn the_groups_own_share_session_timeout_and_heartbeat_interval_configs_apply() {
+    let mut f = fixture();
+    let with_group_configs = |h: ShareHeartbeat| ShareHeartbeat {
+        session_timeout_ms: Some(60_000),
+        heartbeat_interval_ms: Some(9_000),
+        ..h
+    };
+    let a = f.share_ok(with_group_configs(hb("a", 0)));
+    assert_eq!(a.heartbeat_interval_ms, 9_000);
+    f.advance(50_000);
+    assert_eq!(f.epoch_of("a"), 1, "past the broker's 45 s, within the group's 60 s");
+    f.advance(10_000);
+    assert_eq!(f.share_err(hb("a", 1)), ResponseError::UnknownMemberId);
 }
