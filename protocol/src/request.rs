@@ -313,6 +313,24 @@ mod tests {
         frame.extend_from_slice(&[0xfe, 0xff, 0xff, 0xff, 0x0f]);
         refused(frame);
 
+        // ShareFetch v1 (KIP-932): group "g", member "m", session epoch, max wait, min bytes,
+        // max bytes, max records, batch size, then topics claiming four billion entries.
+        let mut frame = header(ApiKey::ShareFetch, 1);
+        frame.extend_from_slice(&[2, b'g', 2, b'm']);
+        for value in [0i32, 500, 1, 1 << 20, 500, 500] {
+            frame.extend_from_slice(&value.to_be_bytes());
+        }
+        frame.extend_from_slice(&[0xfe, 0xff, 0xff, 0xff, 0x0f]);
+        refused(frame);
+
+        // ShareAcknowledge v1: group "g", member "m", session epoch 1, then topics claiming four
+        // billion entries.
+        let mut frame = header(ApiKey::ShareAcknowledge, 1);
+        frame.extend_from_slice(&[2, b'g', 2, b'm']);
+        frame.extend_from_slice(&1i32.to_be_bytes());
+        frame.extend_from_slice(&[0xfe, 0xff, 0xff, 0xff, 0x0f]);
+        refused(frame);
+
         // OffsetCommit v2: a group id whose length runs past the end of the frame.
         let mut frame = header(ApiKey::OffsetCommit, 2);
         frame.extend_from_slice(&i16::MAX.to_be_bytes());

@@ -136,7 +136,8 @@ pub async fn handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFet
         return respond(&session.listener, &image, lock_ms, outcomes);
     }
     let max_records = usize::try_from(request.max_records.max(1)).unwrap_or(usize::MAX);
-    let max_bytes = usize::try_from(request.max_bytes.max(1)).unwrap_or(usize::MAX);
+    // Record bytes in the answer: the request's MaxBytes within `fetch.max.bytes`, as Fetch.
+    let max_bytes = usize::try_from(request.max_bytes.clamp(1, broker.config.fetch_max_bytes.max(1))).unwrap_or(1);
     let deadline =
         tokio::time::Instant::now() + Duration::from_millis(u64::try_from(request.max_wait_ms.max(0)).unwrap_or(0));
     let member: Arc<str> = Arc::from(member_id.as_str());
@@ -145,6 +146,7 @@ pub async fn handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFet
         let mut next_lock_ms: Option<i64> = None;
         let mut acquired_any = false;
         let mut budget = max_records;
+        let mut bytes_left = max_bytes;
         for &(topic_id, index) in &fetching {
             let key = SharePartitionKey {
                 group_id: group_id.clone(),
@@ -152,7 +154,7 @@ pub async fn handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFet
                 partition: index,
             };
             let outcome = outcomes.entry((topic_id, index)).or_default();
-            if outcome.error.is_some() || budget == 0 {
+            if outcome.error.is_some() || budget == 0 || bytes_left == 0 {
                 continue;
             }
             let partition = match leader_of(broker, &image, &access_read(&ctx, &image), topic_id, index) {
@@ -166,13 +168,14 @@ pub async fn handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFet
             let share_partition = broker
                 .share
                 .get_or_init(&key, limits, || initial_start_offset(&partition, group_configs));
-            match acquire(&partition, &share_partition, &member, budget, max_bytes).await {
+            match acquire(&partition, &share_partition, &member, budget, bytes_left).await {
                 Ok((records, acquired)) => {
                     let count: usize = acquired
                         .iter()
                         .map(|a| (a.last_offset - a.first_offset + 1) as usize)
                         .sum();
                     budget = budget.saturating_sub(count);
+                    bytes_left = bytes_left.saturating_sub(records.len());
                     if !acquired.is_empty() {
                         acquired_any = true;
                         outcome.records = Some(records);
