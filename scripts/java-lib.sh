@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
 # Fetches Apache Kafka's Java client and CLI tools (integration-tests/java/pom.xml) from Maven
-# Central into .java-lib/, once per pom: .java-lib/.complete marks a finished copy and holds the
-# pom's sha256sum, so a changed pom (a new Kafka version) replaces an older copy. Used by
-# scripts/test.sh and by the Java adapters of the compatibility matrix.
+# Central into .java-lib/, and Kafka 4.1's Java client alone (integration-tests/java/clients-4.1/
+# pom.xml: the first KafkaShareConsumer) into .java-lib-4.1/, once per pom: <dir>/.complete
+# marks a finished copy and holds the pom's sha256sum, so a changed pom (a new Kafka version)
+# replaces an older copy. Used by scripts/test.sh and by the Java adapters of the compatibility
+# matrix.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v mvn >/dev/null 2>&1 || ! command -v java >/dev/null 2>&1; then
     echo "mvn and java are needed for the Java client tests: install maven and a JDK 17+" >&2
     exit 1
 fi
-pom=integration-tests/java/pom.xml
-want=$(sha256sum "$pom")
-if [ ! -f .java-lib/.complete ] || [ "$(cat .java-lib/.complete)" != "$want" ]; then
-    rm -rf .java-lib
-    mvn -q -B -f "$pom" dependency:copy-dependencies -DoutputDirectory="$(pwd)/.java-lib"
-    echo "$want" > .java-lib/.complete
-fi
-echo "$(ls .java-lib/*.jar | wc -l) jars in .java-lib"
+# copy <pom> <dir>: the pom's classpath into <dir>, unless it holds this pom's already.
+copy() {
+    local pom=$1 dir=$2 want
+    want=$(sha256sum "$pom")
+    if [ ! -f "$dir/.complete" ] || [ "$(cat "$dir/.complete")" != "$want" ]; then
+        rm -rf "$dir"
+        mvn -q -B -f "$pom" dependency:copy-dependencies -DoutputDirectory="$(pwd)/$dir"
+        echo "$want" > "$dir/.complete"
+    fi
+    echo "$(ls "$dir"/*.jar | wc -l) jars in $dir"
+}
+copy integration-tests/java/pom.xml .java-lib
+copy integration-tests/java/clients-4.1/pom.xml .java-lib-4.1

@@ -143,29 +143,31 @@ public class ShareMember {
 # Small, quick-starting JVMs: a test runs up to ten members beside the broker on two cores.
 MEMBER_JVM = ["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
 
-_compiled: Path | None = None
+# Kafka 4.1's Java client alone (scripts/java-lib.sh): the first KafkaShareConsumer, a preview.
+JAVA_LIB_4_1 = JAVA_LIB.parent / ".java-lib-4.1"
+
+_compiled: dict[Path, Path] = {}
 _compile_lock = threading.Lock()
 
 
-def jars() -> str:
-    found = sorted(JAVA_LIB.glob("*.jar"))
-    assert found, f"no Kafka jars in {JAVA_LIB}; scripts/java-lib.sh fetches them with Maven"
+def jars(lib: Path = JAVA_LIB) -> str:
+    found = sorted(lib.glob("*.jar"))
+    assert found, f"no Kafka jars in {lib}; scripts/java-lib.sh fetches them with Maven"
     return os.pathsep.join(str(j) for j in found)
 
 
-def member_classes() -> Path:
-    """SHARE_MEMBER compiled once per test session (javac), so that starting ten members does not
-    compile it ten times as `java ShareMember.java` would."""
-    global _compiled
+def member_classes(lib: Path = JAVA_LIB) -> Path:
+    """SHARE_MEMBER compiled once per test session and client (javac), so that starting ten
+    members does not compile it ten times as `java ShareMember.java` would."""
     with _compile_lock:
-        if _compiled is None:
+        if lib not in _compiled:
             out = Path(tempfile.mkdtemp(prefix="sluice-share-member-"))
             (out / "ShareMember.java").write_text(SHARE_MEMBER)
-            done = subprocess.run(["javac", "-cp", jars(), "-d", str(out), str(out / "ShareMember.java")],
+            done = subprocess.run(["javac", "-cp", jars(lib), "-d", str(out), str(out / "ShareMember.java")],
                                   capture_output=True, text=True, timeout=120)
-            assert done.returncode == 0, f"javac ShareMember.java failed:\n{done.stdout}{done.stderr}"
-            _compiled = out
-        return _compiled
+            assert done.returncode == 0, f"javac ShareMember.java against {lib} failed:\n{done.stdout}{done.stderr}"
+            _compiled[lib] = out
+        return _compiled[lib]
 
 
 @dataclass(frozen=True)
@@ -182,7 +184,7 @@ class ShareMember:
 
     def __init__(self, bootstrap: str, topic: str, group: str, count: int = -1, timeout_ms: int = 120_000,
                  ack: str = "explicit", reject: str | None = None, release: str | None = None,
-                 sleep_ms: int = 0, client_id: str | None = None, **props: str):
+                 sleep_ms: int = 0, client_id: str | None = None, client_lib: Path = JAVA_LIB, **props: str):
         args = [f"--ack={ack}"]
         if reject is not None:
             args.append(f"--reject={reject}")
@@ -197,7 +199,7 @@ class ShareMember:
         self.lines: list[str] = []
         self._lock = threading.Lock()
         self.proc = subprocess.Popen(
-            ["java", *MEMBER_JVM, "-cp", f"{member_classes()}{os.pathsep}{jars()}", "ShareMember",
+            ["java", *MEMBER_JVM, "-cp", f"{member_classes(client_lib)}{os.pathsep}{jars(client_lib)}", "ShareMember",
              topic, str(count), str(timeout_ms), *args, *(f"{k}={v}" for k, v in config.items())],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self._stderr: list[str] = []

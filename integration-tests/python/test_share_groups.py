@@ -2,7 +2,8 @@
 DescribeShareGroupOffsets, ...) with Kafka's own KafkaShareConsumer and kafka-share-groups:
 
 - members of one share group share a single partition: three members split 300 records, each
-  processed once, and kafka-share-groups describes three members, Stable, nothing left to deliver;
+  processed once, and kafka-share-groups describes three members, Stable, nothing left to deliver
+  (with Kafka 4.1's KafkaShareConsumer, the first preview, and with the newest, 4.4);
 - a member that crashes (SIGKILL) holding acquired records loses them when their acquisition
   lock expires (group.share.record.lock.duration.ms), and another member gets them with
   delivery count 2;
@@ -31,9 +32,10 @@ from pathlib import Path
 import pytest
 
 from group_clients import create_topic, wait_until
-from share_clients import (ShareMember, delete_group, describe_offsets, describe_state, list_share_groups,
+from share_clients import (JAVA_LIB_4_1, ShareMember, delete_group, describe_offsets, describe_state, list_share_groups,
                            produce_values, reset_to_earliest, share_groups, start_from_earliest, start_members,
                            stop_members, wait_for_members, wait_for_total)
+from test_java_cli import JAVA_LIB
 from test_java_groups import table
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,14 +94,21 @@ def wait_for_lag(bootstrap: str, group: str, topic: str, partitions: int, timeou
 
 # --- a. members share one partition -----------------------------------------------------------
 
-def test_three_members_share_one_partition_and_each_record_is_processed_once(share_node):
+# Kafka 4.1's KafkaShareConsumer (a preview) and the newest, as the issue asks: each speaks
+# ShareGroupHeartbeat, ShareFetch and ShareAcknowledge v1.
+CLIENTS = {"4.4": JAVA_LIB, "4.1": JAVA_LIB_4_1}
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_three_members_share_one_partition_and_each_record_is_processed_once(share_node, client):
     node = share_node()
-    topic, group = "share-one-partition", "share-one-partition-g"
+    topic, group = f"share-one-partition-{client}", f"share-one-partition-{client}-g"
     create_topic(node.bootstrap, topic, 1)
     start_from_earliest(node.bootstrap, group)
     # At most 10 records a poll (one produced batch) and 2 ms of processing per record, so that
     # while one member works through what it acquired the others fetch the next records.
-    members = start_members(3, node.bootstrap, topic, group, sleep_ms=2, **{"max.poll.records": "10"})
+    members = start_members(3, node.bootstrap, topic, group, sleep_ms=2, client_lib=CLIENTS[client],
+                            **{"max.poll.records": "10"})
     try:
         # All three are assigned the one partition before any record exists to be taken.
         rows = wait_for_members(node.bootstrap, group, 3)
