@@ -11,7 +11,9 @@ DescribeShareGroupOffsets, ...) with Kafka's own KafkaShareConsumer and kafka-sh
   and one released on its last allowed delivery (group.share.delivery.count.limit) is archived;
 - kafka-share-groups lists the group, refuses to delete it while it has members, resets an
   empty group to the earliest offset (a new member re-reads everything) and deletes it;
-- ten members on three partitions process 10,000 records exactly once.
+- ten members on three partitions process 10,000 records exactly once;
+- with the authorizer on, a member needs READ on its group and on the topic;
+- on three nodes, members fetch each partition from its leader and get every record once.
 
 Each test starts its own node through `share_node`: a sluice node by default, or real Apache
 Kafka 4.4 (scripts/kafka-as-sluice.py) with SHARE_AGAINST_KAFKA=1, where these tests were
@@ -30,6 +32,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from group_clients import create_topic, wait_until
 from share_clients import (JAVA_LIB_4_1, ShareMember, delete_group, describe_offsets, describe_state, list_share_groups,
@@ -324,3 +327,34 @@ def test_a_share_member_needs_read_on_its_group_and_on_the_topic(start_node, tmp
     granted = ShareMember(node.bootstrap, topic, group, count=5, timeout_ms=60_000, **reader)
     assert granted.wait(timeout=120) == 0, (granted.output(), granted.stderr_tail())
     assert sorted(d.value for d in granted.deliveries()) == [f"{topic}-{i}" for i in range(5)]
+
+
+def test_on_three_nodes_members_fetch_from_each_partitions_leader_and_process_every_record_once(cluster):
+    """A 3-node cluster, a 3-partition topic at RF 3 whose leaders are spread over the nodes:
+    the members heartbeat with the group's coordinator and fetch each partition from its leader
+    (a node that does not lead a partition answers NOT_LEADER_OR_FOLLOWER with the leader's
+    endpoint), and 3,000 records are each delivered once. Sluice only: the share state is each
+    leader's, so kafka-share-groups' offsets are not consulted here."""
+    nodes = cluster(SHARE_SETTINGS)
+    bootstrap = ",".join(n.bootstrap for n in nodes)
+    topic, group = "share-three-nodes", "share-three-nodes-g"
+    count = 3_000
+    create_topic(bootstrap, topic, 3, replication_factor=3)
+    start_from_earliest(bootstrap, group)
+    members = start_members(4, bootstrap, topic, group)
+    try:
+        rows = wait_for_members(bootstrap, group, 4, timeout=90)
+        assigned = Counter(p for r in rows for p in r["ASSIGNMENT"].split(":", 1)[1].split(","))
+        assert sorted(assigned) == ["0", "1", "2"], rows
+        produce_values(bootstrap, topic, values(count), partitions=3, batch=100)
+        wait_for_total(members, count, timeout=180)
+    finally:
+        stop_members(members)
+    got = [d for m in members for d in m.deliveries()]
+    for m in members:
+        assert not m.errors(), (m.name, m.errors())
+    assert sorted(int(d.value) for d in got) == list(range(count)), Counter(d.value for d in got).most_common(3)
+    assert {d.delivery_count for d in got} == {1}
+    metadata = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3}).list_topics(topic, timeout=10)
+    leaders = {p.leader for p in metadata.topics[topic].partitions.values()}
+    assert len(leaders) == 3, f"the partitions' leaders are {leaders}: the members fetched from fewer nodes"
