@@ -146,6 +146,7 @@ class Run:
         self.args = args
         self.node: SluiceNode | None = None
         self.members: list[BenchMember] = []
+        self.classes: Path | None = None
         self.result: dict = {
             "tool": "share_bench",
             "format": 1,
@@ -233,7 +234,7 @@ class Run:
 
     def consume(self) -> None:
         a = self.args
-        member_classes()  # javac once, before the clock starts
+        self.classes = member_classes()  # javac once, before the clock starts
         broker_pid = self.node.proc.pid
         props = self.member_props()
         self.result["client"] = {"ack": a.ack, "props": props, "jvm": MEMBER_JVM,
@@ -377,6 +378,8 @@ class Run:
                 m.kill()
             except Exception:  # noqa: BLE001 - cleaning up anyway
                 pass
+        if self.classes is not None:
+            shutil.rmtree(self.classes, ignore_errors=True)
         if self.node is not None:
             self.node.kill()
             if self.args.keep_dirs:

@@ -13,7 +13,8 @@ DescribeShareGroupOffsets, ...) with Kafka's own KafkaShareConsumer and kafka-sh
   empty group to the earliest offset (a new member re-reads everything) and deletes it;
 - ten members on three partitions process 10,000 records exactly once;
 - with the authorizer on, a member needs READ on its group and on the topic;
-- on three nodes, members fetch each partition from its leader and get every record once.
+- on three nodes, members fetch each partition from its leader and get every record once;
+- the console's /api/cluster lists a share group with its members, start offset and lag.
 
 Each test starts its own node through `share_node`: a sluice node by default, or real Apache
 Kafka 4.4 (scripts/kafka-as-sluice.py) with SHARE_AGAINST_KAFKA=1, where these tests were
@@ -358,3 +359,33 @@ def test_on_three_nodes_members_fetch_from_each_partitions_leader_and_process_ev
     metadata = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3}).list_topics(topic, timeout=10)
     leaders = {p.leader for p in metadata.topics[topic].partitions.values()}
     assert len(leaders) == 3, f"the partitions' leaders are {leaders}: the members fetched from fewer nodes"
+
+
+def test_the_console_shows_a_share_group_with_its_members_and_start_offset(start_node):
+    """/api/cluster (the console's data) lists a share group as it lists consumer groups: its
+    members with their partitions, and per partition the share-partition start offset with the
+    records not yet done as lag. Sluice only."""
+    from test_console import get_json
+
+    node = start_node(SHARE_SETTINGS, metrics=True)
+    topic, group = "share-console", "share-console-g"
+    create_topic(node.bootstrap, topic, 1)
+    start_from_earliest(node.bootstrap, group)
+    produce_values(node.bootstrap, topic, values(50), batch=10)
+    members = start_members(2, node.bootstrap, topic, group)
+    try:
+        wait_for_total(members, 50)
+
+        def shown():
+            groups = {g["group_id"]: g for g in get_json(f"{node.metrics_url}/api/cluster")["groups"]}
+            view = groups.get(group)
+            if view is None or len(view["members"]) != 2 or view["total_lag"] != 0:
+                return None
+            return view
+        view = wait_until("the console to show the share group done", shown, 30, 0.5)
+    finally:
+        stop_members(members)
+    assert (view["state"], view["protocol"]) == ("Stable", "share"), view
+    assert [m["assignment"] for m in view["members"]] == [[{"topic": topic, "partitions": [0]}]] * 2, view
+    [offset] = view["offsets"]
+    assert (offset["topic"], offset["partition"], offset["committed"], offset["lag"]) == (topic, 0, 50, 0), offset

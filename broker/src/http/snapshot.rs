@@ -16,6 +16,7 @@ use crate::broker::Broker;
 use crate::clock::now_ms;
 use crate::config::listeners::HTTP_ENDPOINT_NAME;
 use crate::controller;
+use crate::group::records::OffsetAndMetadata;
 use crate::metadata::image::{BrokerRegistration, MetadataImage};
 use crate::topic_config;
 
@@ -211,6 +212,33 @@ pub struct OffsetView {
     pub member_id: Option<String>,
 }
 
+/// A share group's start offsets (SPSO) on the partitions this broker leads, shaped as committed
+/// offsets: the console shows them, and the records behind the high watermark as lag.
+fn share_start_offsets(broker: &Broker, group_id: &str) -> Vec<(String, i32, Option<OffsetAndMetadata>)> {
+    let image = broker.metadata.image();
+    broker
+        .share
+        .partitions_of(group_id)
+        .into_iter()
+        .filter_map(|(topic_id, partition)| {
+            let key = crate::share::SharePartitionKey {
+                group_id: group_id.to_string(),
+                topic_id,
+                partition,
+            };
+            let start_offset = broker.share.get(&key)?.lock().start_offset();
+            let name = image.topic_by_id(&topic_id)?.name.clone();
+            let at = OffsetAndMetadata {
+                offset: start_offset,
+                leader_epoch: -1,
+                metadata: String::new(),
+                commit_timestamp_ms: 0,
+            };
+            Some((name, partition, Some(at)))
+        })
+        .collect()
+}
+
 /// Reads the cluster view from `broker`'s state now. Groups are this broker's own; the
 /// console adds the other brokers' (`console.rs`).
 pub fn take(broker: &Broker) -> ClusterView {
@@ -364,6 +392,27 @@ fn groups(broker: &Broker, topics: &[TopicView]) -> Vec<GroupView> {
                     })
                     .collect();
                 (summary.state.to_string(), summary.assignor, members)
+            } else if listed.group_type == "share" {
+                let summary = broker.groups.describe_share_group(&group_id).ok()?;
+                let image = broker.metadata.image();
+                let members: Vec<MemberView> = summary
+                    .members
+                    .iter()
+                    .map(|(member_id, m)| {
+                        let assignment = m
+                            .assignment
+                            .iter()
+                            .filter_map(|(id, partitions)| {
+                                Some(AssignedTopic {
+                                    topic: image.topic_by_id(id)?.name.clone(),
+                                    partitions: partitions.iter().copied().collect(),
+                                })
+                            })
+                            .collect();
+                        member_view(member_id, &m.client_id, &m.client_host, assignment)
+                    })
+                    .collect();
+                (summary.state.to_string(), "share".to_string(), members)
             } else {
                 let summary = broker.groups.describe_group(&group_id).ok().flatten()?;
                 let members: Vec<MemberView> = summary
@@ -380,7 +429,11 @@ fn groups(broker: &Broker, topics: &[TopicView]) -> Vec<GroupView> {
                     .collect();
                 (summary.state.name().to_string(), summary.protocol_name.clone(), members)
             };
-            let committed = broker.groups.fetch_offsets(&group_id, None).unwrap_or_default();
+            let committed = if listed.group_type == "share" {
+                share_start_offsets(broker, &group_id)
+            } else {
+                broker.groups.fetch_offsets(&group_id, None).unwrap_or_default()
+            };
             let owner = |topic: &str, partition: i32| {
                 members
                     .iter()
