@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::share_fetch_response::{
     AcquiredRecords, LeaderIdAndEpoch, NodeEndpoint, PartitionData, ShareFetchableTopicResponse,
@@ -32,7 +32,7 @@ use crate::metadata::image::MetadataImage;
 use crate::partition::{Partition, ReadBound};
 use crate::share::partition::{Acquired, BatchSpan};
 use crate::share::session::SessionStep;
-use crate::share::SharePartitionKey;
+use crate::share::{SharePartitionKey, ShareSlot};
 
 /// One partition's outcome in a ShareFetch or ShareAcknowledge answer.
 #[derive(Default)]
@@ -143,6 +143,7 @@ pub async fn handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFet
     let member: Arc<str> = Arc::from(member_id.as_str());
     loop {
         let mut waits: Vec<Arc<Partition>> = Vec::new();
+        let mut released = Vec::new();
         let mut next_lock_ms: Option<i64> = None;
         let mut acquired_any = false;
         let mut budget = max_records;
@@ -168,6 +169,11 @@ pub async fn handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFet
             let share_partition = broker
                 .share
                 .get_or_init(&key, limits, || initial_start_offset(&partition, group_configs));
+            // Enabled before the state is read: an acknowledgement or release from here on wakes
+            // the wait below.
+            let mut notified = Box::pin(share_partition.changed());
+            notified.as_mut().enable();
+            released.push(notified);
             match acquire(&partition, &share_partition, &member, budget, bytes_left).await {
                 Ok((records, acquired)) => {
                     let count: usize = acquired
@@ -200,7 +206,7 @@ pub async fn handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFet
             let wait_ms = u64::try_from(at.saturating_sub(now_ms()).max(1)).unwrap_or(1);
             until = until.min(tokio::time::Instant::now() + Duration::from_millis(wait_ms));
         }
-        wait_for_new_records(&waits, until).await;
+        wait_for_new_records(&waits, released, until).await;
     }
 }
 
@@ -252,33 +258,79 @@ fn current_leader(image: &MetadataImage, topic_id: Uuid, index: i32) -> Option<(
     Some((registration.leader, registration.leader_epoch))
 }
 
-/// Reads from the share-partition's next fetch offset up to the high watermark and acquires
-/// what it may of the batches read; returns the bytes through the last batch holding an
-/// acquired record.
+/// Log bytes one read of a share fetch takes at most: a fetch reads chunks of this size from
+/// the share-partition's next fetch offset until it has acquired MaxRecords or MaxBytes, so a
+/// long backlog is not copied whole for the few hundred records a member asks at a time.
+const READ_CHUNK_BYTES: usize = 1 << 20;
+
+/// Reads chunks from the share-partition's next fetch offset up to the high watermark and
+/// acquires what it may of the batches read, up to `max_records` records and `max_bytes`
+/// bytes; returns the batches that hold an acquired record, each once, in log order.
 async fn acquire(
     partition: &Arc<Partition>,
-    share_partition: &Arc<parking_lot::Mutex<crate::share::partition::SharePartition>>,
+    share_partition: &Arc<ShareSlot>,
     member: &Arc<str>,
     max_records: usize,
     max_bytes: usize,
 ) -> Result<(Bytes, Vec<Acquired>), (ResponseError, String)> {
-    let offset = {
-        let mut sp = share_partition.lock();
-        sp.expire_locks(now_ms());
-        sp.log_start_moved(partition.log_start_offset());
-        if !sp.can_acquire() {
-            return Ok((Bytes::new(), Vec::new()));
+    let mut out = BytesMut::new();
+    let mut acquired_all: Vec<Acquired> = Vec::new();
+    let mut budget = max_records;
+    // Each round acquires something (or stops), so the next starts further on; the cap only
+    // guards against a bug looping.
+    for _ in 0..64 {
+        let offset = {
+            let mut sp = share_partition.lock();
+            sp.expire_locks(now_ms());
+            sp.log_start_moved(partition.log_start_offset());
+            if !sp.can_acquire() {
+                break;
+            }
+            sp.next_fetch_offset()
+        };
+        if budget == 0 || out.len() >= max_bytes || offset >= partition.high_watermark() {
+            break;
         }
-        sp.next_fetch_offset()
-    };
-    if offset >= partition.high_watermark() {
-        return Ok((Bytes::new(), Vec::new()));
+        let chunk = (max_bytes - out.len()).min(READ_CHUNK_BYTES);
+        let records = read(partition, offset, chunk).await?;
+        let spans: Vec<(BatchSpan, std::ops::Range<usize>)> = BatchIter::new(&records)
+            .map(|(header, range)| {
+                let span = BatchSpan {
+                    first_offset: header.base_offset,
+                    last_offset: header.last_offset(),
+                    is_control: header.is_control(),
+                };
+                (span, range)
+            })
+            .collect();
+        let batches: Vec<BatchSpan> = spans.iter().map(|(span, _)| *span).collect();
+        let acquired = share_partition.lock().acquire(member, &batches, budget, now_ms());
+        if acquired.is_empty() {
+            break;
+        }
+        // The batches holding an acquired record and not already in the answer.
+        let already = acquired_all.iter().map(|a| a.last_offset).max().unwrap_or(i64::MIN);
+        let first = acquired.iter().map(|a| a.first_offset).min().unwrap_or(i64::MAX);
+        let last = acquired.iter().map(|a| a.last_offset).max().unwrap_or(i64::MIN);
+        for (span, range) in &spans {
+            if span.last_offset >= first && span.first_offset <= last && span.last_offset > already {
+                out.extend_from_slice(&records[range.clone()]);
+            }
+        }
+        budget = budget.saturating_sub(acquired.iter().map(|a| (a.last_offset - a.first_offset + 1) as usize).sum());
+        acquired_all.extend(acquired);
     }
-    let read = partition
+    Ok((out.freeze(), acquired_all))
+}
+
+/// Up to `max_bytes` of whole batches from `offset` (the first batch whole even if larger), up
+/// to the high watermark; a read that needs the disk runs on the blocking pool.
+async fn read(partition: &Arc<Partition>, offset: i64, max_bytes: usize) -> Result<Bytes, (ResponseError, String)> {
+    let planned = partition
         .plan_read(offset, max_bytes, ReadBound::HighWatermark)
         .map_err(|e| crate::partition::log_error(&e))?;
-    let outcome = if read.reads_disk() {
-        tokio::task::spawn_blocking(move || read.read(max_bytes, true))
+    let outcome = if planned.reads_disk() {
+        tokio::task::spawn_blocking(move || planned.read(max_bytes, true))
             .await
             .map_err(|e| {
                 (
@@ -287,39 +339,35 @@ async fn acquire(
                 )
             })?
     } else {
-        read.read(max_bytes, true)
-    }
-    .map_err(|e| crate::partition::log_error(&e))?;
-    let records = outcome.records;
-    let spans: Vec<(BatchSpan, usize)> = BatchIter::new(&records)
-        .map(|(header, range)| {
-            (
-                BatchSpan {
-                    first_offset: header.base_offset,
-                    last_offset: header.last_offset(),
-                    is_control: header.is_control(),
-                },
-                range.end,
-            )
-        })
-        .collect();
-    let batches: Vec<BatchSpan> = spans.iter().map(|(span, _)| *span).collect();
-    let acquired = share_partition.lock().acquire(member, &batches, max_records, now_ms());
-    let Some(last) = acquired.iter().map(|a| a.last_offset).max() else {
-        return Ok((Bytes::new(), Vec::new()));
+        planned.read(max_bytes, true)
     };
-    let end = spans
-        .iter()
-        .find(|(span, _)| span.last_offset >= last)
-        .map_or(records.len(), |(_, end)| *end);
-    Ok((records.slice(..end), acquired))
+    outcome.map(|o| o.records).map_err(|e| crate::partition::log_error(&e))
 }
 
-/// Waits until a partition's high watermark or log start moves, or `until`.
-async fn wait_for_new_records(partitions: &[Arc<Partition>], until: tokio::time::Instant) {
-    let changes = partitions.iter().map(|p| Box::pin(p.watch().changed()));
+/// Waits until a partition's high watermark or log start moves, records of a share-partition
+/// are acknowledged or released (`released`), or `until`.
+async fn wait_for_new_records(
+    partitions: &[Arc<Partition>],
+    released: Vec<std::pin::Pin<Box<tokio::sync::futures::OwnedNotified>>>,
+    until: tokio::time::Instant,
+) {
+    let changes: Vec<_> = partitions.iter().map(|p| Box::pin(p.watch().changed())).collect();
+    // `select_all` wants at least one future.
+    let moved = async {
+        if changes.is_empty() {
+            std::future::pending::<()>().await;
+        }
+        futures::future::select_all(changes).await;
+    };
+    let acknowledged = async {
+        if released.is_empty() {
+            std::future::pending::<()>().await;
+        }
+        futures::future::select_all(released).await;
+    };
     tokio::select! {
-        _ = futures::future::select_all(changes) => {}
+        _ = moved => {}
+        _ = acknowledged => {}
         _ = tokio::time::sleep_until(until) => {}
     }
 }
@@ -355,12 +403,15 @@ pub(super) fn acknowledge(
             ));
             continue;
         };
-        let mut sp = share_partition.lock();
-        for (first, last, types) in batches {
-            if let Err(error) = sp.acknowledge(member_id, first, last, &types, now) {
-                outcome.ack_error.get_or_insert(error);
+        {
+            let mut sp = share_partition.lock();
+            for (first, last, types) in batches {
+                if let Err(error) = sp.acknowledge(member_id, first, last, &types, now) {
+                    outcome.ack_error.get_or_insert(error);
+                }
             }
         }
+        share_partition.notify();
     }
 }
 

@@ -14,7 +14,8 @@ pub mod session;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
+use tokio::sync::Notify;
 use uuid::Uuid;
 
 use crate::config::ShareGroupConfig;
@@ -29,9 +30,34 @@ pub struct SharePartitionKey {
     pub partition: i32,
 }
 
+/// A share-partition with what wakes the fetches waiting on it: records released or
+/// acknowledged (which may free room under the in-flight cap) notify them.
+pub struct ShareSlot {
+    state: Mutex<SharePartition>,
+    changed: Arc<Notify>,
+}
+
+impl ShareSlot {
+    pub fn lock(&self) -> MutexGuard<'_, SharePartition> {
+        self.state.lock()
+    }
+
+    /// Wakes the fetches waiting on this share-partition: records became Available or left
+    /// the in-flight window.
+    pub fn notify(&self) {
+        self.changed.notify_waiters();
+    }
+
+    /// Resolves at the next [`ShareSlot::notify`] once enabled (or polled): a fetch enables it
+    /// before it looks at the state, so no notification between the look and the wait is lost.
+    pub fn changed(&self) -> tokio::sync::futures::OwnedNotified {
+        self.changed.clone().notified_owned()
+    }
+}
+
 pub struct ShareManager {
     config: ShareGroupConfig,
-    partitions: Mutex<HashMap<SharePartitionKey, Arc<Mutex<SharePartition>>>>,
+    partitions: Mutex<HashMap<SharePartitionKey, Arc<ShareSlot>>>,
     pub sessions: ShareSessions,
 }
 
@@ -57,7 +83,7 @@ impl ShareManager {
     }
 
     /// The share-partition, if this leader has one.
-    pub fn get(&self, key: &SharePartitionKey) -> Option<Arc<Mutex<SharePartition>>> {
+    pub fn get(&self, key: &SharePartitionKey) -> Option<Arc<ShareSlot>> {
         self.partitions.lock().get(key).cloned()
     }
 
@@ -67,7 +93,7 @@ impl ShareManager {
         key: &SharePartitionKey,
         limits: ShareLimits,
         start_offset: impl FnOnce() -> i64,
-    ) -> Arc<Mutex<SharePartition>> {
+    ) -> Arc<ShareSlot> {
         let mut partitions = self.partitions.lock();
         if let Some(found) = partitions.get(key) {
             return found.clone();
@@ -75,7 +101,10 @@ impl ShareManager {
         let start = start_offset();
         tracing::info!(group = %key.group_id, topic_id = %key.topic_id, partition = key.partition, start_offset = start,
             "share-partition starts");
-        let created = Arc::new(Mutex::new(SharePartition::new(start, limits)));
+        let created = Arc::new(ShareSlot {
+            state: Mutex::new(SharePartition::new(start, limits)),
+            changed: Arc::new(Notify::new()),
+        });
         partitions.insert(key.clone(), created.clone());
         created
     }
@@ -83,7 +112,7 @@ impl ShareManager {
     /// Releases every record `member_id` holds in `group_id`'s share-partitions here: its share
     /// session closed.
     pub fn release_member(&self, group_id: &str, member_id: &str) {
-        let held: Vec<Arc<Mutex<SharePartition>>> = self
+        let held: Vec<Arc<ShareSlot>> = self
             .partitions
             .lock()
             .iter()
@@ -91,7 +120,9 @@ impl ShareManager {
             .map(|(_, p)| p.clone())
             .collect();
         for partition in held {
-            partition.lock().release_member(member_id);
+            if partition.lock().release_member(member_id) > 0 {
+                partition.notify();
+            }
         }
     }
 
@@ -119,6 +150,9 @@ impl ShareManager {
         limits: ShareLimits,
         offset: i64,
     ) -> Result<(), (kafka_protocol::error::ResponseError, String)> {
-        self.get_or_init(key, limits, || offset).lock().reset(offset)
+        let slot = self.get_or_init(key, limits, || offset);
+        let reset = slot.lock().reset(offset);
+        slot.notify();
+        reset
     }
 }
