@@ -392,6 +392,7 @@ async fn serve<R, W>(
     }
     drop(queue);
     let _ = writer_task.await;
+    broker.share.connection_closed(session.connection_id);
 }
 
 fn is_sasl(body: &RequestBody) -> bool {

@@ -254,6 +254,12 @@ class ShareMember:
             t.join(timeout=10)
         return code
 
+    def freeze(self) -> None:
+        """SIGSTOP: a member hung in processing; its connections stay open, so only the
+        acquisition lock gives its records back."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGSTOP)
+
     def kill(self) -> None:
         """SIGKILL: a crash; the member neither acknowledges nor leaves the group."""
         if self.proc.poll() is None:

@@ -29,6 +29,7 @@ each test sets its group to `earliest` with kafka-configs before the first membe
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -143,10 +144,13 @@ def test_three_members_share_one_partition_and_each_record_is_processed_once(sha
 
 # --- b. a crashed member's records come back ---------------------------------------------------
 
-def test_records_held_by_a_killed_member_are_redelivered_with_delivery_count_2_after_the_lock_expires(
-        share_node):
+@pytest.mark.parametrize("fault", ["killed", "hung"])
+def test_records_held_by_a_killed_or_hung_member_are_redelivered_with_delivery_count_2(share_node, fault):
+    """A member SIGKILLed holding records: its connection closes and (on Kafka 4.4 as on sluice)
+    the records go to another member at once. A member SIGSTOPped holding them keeps its
+    connection: they come back when the acquisition lock (5 s here) runs out."""
     node = share_node()
-    topic, group = "share-crash", "share-crash-g"
+    topic, group = f"share-{fault}", f"share-{fault}-g"
     create_topic(node.bootstrap, topic, 1)
     start_from_earliest(node.bootstrap, group)
     produce_values(node.bootstrap, topic, values(10), batch=10)  # one batch, acquired whole
@@ -156,10 +160,18 @@ def test_records_held_by_a_killed_member_are_redelivered_with_delivery_count_2_a
     try:
         held = holder.wait_for(10)
         assert sorted((d.offset, d.delivery_count) for d in held) == [(i, 1) for i in range(10)], held
-        holder.kill()  # crashed: no acknowledgement, no leaving the group
+        # Crashed or hung: no acknowledgement, no leaving the group.
+        if fault == "killed":
+            holder.kill()
+        else:
+            holder.freeze()
+        faulted = time.monotonic()
 
         taker = ShareMember(node.bootstrap, topic, group, count=10, timeout_ms=60_000, client_id="taker")
         got = taker.wait_for(10)
+        if fault == "hung":
+            waited = time.monotonic() - faulted
+            assert waited >= 4.0, f"records held by a hung member came back after {waited:.1f} s, before the lock ran out"
         assert sorted((d.offset, d.delivery_count, d.value) for d in got) == \
             [(i, 2, str(i)) for i in range(10)], got
         assert taker.wait() == 0, taker.stderr_tail()

@@ -96,11 +96,16 @@ pub struct Session {
     /// verification (KIP-890): while any does, the connection's next produces append after
     /// them, so its batches reach each partition in the order sent.
     pub append_order: Arc<produce::AppendOrder>,
+    /// Unique among this process's connections: share sessions (KIP-932) remember the
+    /// connection they live on, and its closing releases what their members hold.
+    pub connection_id: u64,
 }
 
 impl Session {
     pub fn new(peer: SocketAddr, listener: Arc<str>) -> Session {
+        static NEXT_CONNECTION_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Session {
+            connection_id: NEXT_CONNECTION_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             peer,
             listener,
             principal: Arc::from(crate::security::ANONYMOUS),

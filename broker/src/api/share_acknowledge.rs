@@ -42,7 +42,7 @@ pub fn handle(ctx: &RequestContext, request: ShareAcknowledgeRequest) -> ShareAc
         broker
             .share
             .sessions
-            .step(&group_id, &member_id, request.share_session_epoch, &[], &[], false)
+            .step(&group_id, &member_id, request.share_session_epoch, &[], &[], false, session.connection_id)
     {
         return failed(error, message);
     }

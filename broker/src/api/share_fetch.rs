@@ -115,6 +115,7 @@ pub async fn handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFet
         &added,
         &forgotten,
         true,
+        session.connection_id,
     );
     let fetching = match step {
         Ok(SessionStep::Open(partitions)) => partitions,

@@ -126,6 +126,15 @@ impl ShareManager {
         }
     }
 
+    /// Connection `connection_id` closed: its share sessions go, and what their members hold
+    /// here is released at once rather than when the locks run out.
+    pub fn connection_closed(&self, connection_id: u64) {
+        for (group_id, member_id) in self.sessions.connection_closed(connection_id) {
+            tracing::debug!(group = %group_id, member = %member_id, "share session closed with its connection; releasing the member's records");
+            self.release_member(&group_id, &member_id);
+        }
+    }
+
     /// Forgets every share-partition of `group_id` (the group was deleted).
     pub fn forget_group(&self, group_id: &str) {
         self.partitions.lock().retain(|k, _| k.group_id != group_id);

@@ -21,6 +21,8 @@ struct ShareSession {
     /// The epoch the member's next request carries.
     next_epoch: i32,
     partitions: IndexSet<(Uuid, i32)>,
+    /// The connection its last request came on (`Session::connection_id`).
+    connection_id: u64,
 }
 
 /// What a request does to its session.
@@ -47,6 +49,7 @@ impl ShareSessions {
 
     /// Applies one request (`fetching`: ShareFetch, which may open a session and change its
     /// partitions; ShareAcknowledge may not) to the member's session.
+    #[allow(clippy::too_many_arguments)]
     pub fn step(
         &self,
         group_id: &str,
@@ -55,6 +58,7 @@ impl ShareSessions {
         added: &[(Uuid, i32)],
         forgotten: &[(Uuid, i32)],
         fetching: bool,
+        connection_id: u64,
     ) -> Result<SessionStep, (ResponseError, String)> {
         let key = (group_id.to_string(), member_id.to_string());
         let mut sessions = self.sessions.lock();
@@ -76,6 +80,7 @@ impl ShareSessions {
                     ShareSession {
                         next_epoch: 1,
                         partitions,
+                        connection_id,
                     },
                 );
                 Ok(SessionStep::Open(open))
@@ -102,6 +107,7 @@ impl ShareSessions {
                     ));
                 }
                 session.next_epoch = if epoch == i32::MAX { 1 } else { epoch + 1 };
+                session.connection_id = connection_id;
                 if fetching {
                     for tp in forgotten {
                         session.partitions.shift_remove(tp);
@@ -111,6 +117,22 @@ impl ShareSessions {
                 Ok(SessionStep::Open(session.partitions.iter().copied().collect()))
             }
         }
+    }
+
+    /// Drops the sessions whose last request came on connection `connection_id`, which closed;
+    /// returns their (group, member), whose records the caller releases (as Kafka does when a
+    /// share consumer's connection goes).
+    pub fn connection_closed(&self, connection_id: u64) -> Vec<(String, String)> {
+        let mut sessions = self.sessions.lock();
+        let gone: Vec<(String, String)> = sessions
+            .iter()
+            .filter(|(_, s)| s.connection_id == connection_id)
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in &gone {
+            sessions.remove(key);
+        }
+        gone
     }
 
     pub fn len(&self) -> usize {
@@ -140,7 +162,7 @@ mod tests {
         let sessions = ShareSessions::new(2);
         let step = |epoch, added: &[(Uuid, i32)], forgotten: &[(Uuid, i32)]| {
             sessions
-                .step("g", "m", epoch, added, forgotten, true)
+                .step("g", "m", epoch, added, forgotten, true, 1)
                 .map_err(|(e, _)| e)
         };
         assert_eq!(step(1, &[], &[]), Err(ResponseError::ShareSessionNotFound));
@@ -149,12 +171,12 @@ mod tests {
         assert_eq!(step(1, &[(T, 1)], &[]), Ok(SessionStep::Open(vec![(T, 0), (T, 1)])));
         assert_eq!(step(2, &[], &[(T, 0)]), Ok(SessionStep::Open(vec![(T, 1)])));
         assert_eq!(
-            sessions.step("g", "m", 3, &[(T, 2)], &[], false).map_err(|(e, _)| e),
+            sessions.step("g", "m", 3, &[(T, 2)], &[], false, 1).map_err(|(e, _)| e),
             Ok(SessionStep::Open(vec![(T, 1)])),
             "ShareAcknowledge moves the epoch but not the partitions"
         );
         assert_eq!(
-            sessions.step("g", "m", 0, &[], &[], false).map_err(|(e, _)| e),
+            sessions.step("g", "m", 0, &[], &[], false, 1).map_err(|(e, _)| e),
             Err(ResponseError::InvalidShareSessionEpoch),
             "ShareAcknowledge cannot open a session"
         );
@@ -166,17 +188,33 @@ mod tests {
     #[test]
     fn sessions_beyond_the_limit_are_refused_but_a_member_may_reopen_its_own() {
         let sessions = ShareSessions::new(1);
-        assert!(sessions.step("g", "a", 0, &[], &[], true).is_ok());
+        assert!(sessions.step("g", "a", 0, &[], &[], true, 1).is_ok());
         assert!(
-            sessions.step("g", "a", 0, &[], &[], true).is_ok(),
+            sessions.step("g", "a", 0, &[], &[], true, 1).is_ok(),
             "a reopening replaces its session"
         );
         assert_eq!(
-            sessions.step("g", "b", 0, &[], &[], true).map_err(|(e, _)| e),
+            sessions.step("g", "b", 0, &[], &[], true, 2).map_err(|(e, _)| e),
             Err(ResponseError::ShareSessionLimitReached)
         );
-        assert!(sessions.step("g", "a", -1, &[], &[], true).is_ok());
-        assert!(sessions.step("g", "b", 0, &[], &[], true).is_ok());
+        assert!(sessions.step("g", "a", -1, &[], &[], true, 1).is_ok());
+        assert!(sessions.step("g", "b", 0, &[], &[], true, 2).is_ok());
+        assert_eq!(sessions.len(), 1);
+    }
+
+    #[test]
+    fn a_closed_connection_takes_the_sessions_that_last_used_it() {
+        let sessions = ShareSessions::new(10);
+        assert!(sessions.step("g", "a", 0, &[(T, 0)], &[], true, 7).is_ok());
+        assert!(sessions.step("g", "b", 0, &[(T, 0)], &[], true, 8).is_ok());
+        // a's next request comes on another connection: the session follows it.
+        assert!(sessions.step("g", "a", 1, &[], &[], true, 9).is_ok());
+        assert_eq!(sessions.connection_closed(7), Vec::<(String, String)>::new());
+        assert_eq!(sessions.connection_closed(9), vec![("g".to_string(), "a".to_string())]);
+        assert_eq!(
+            sessions.step("g", "a", 2, &[], &[], true, 9).map_err(|(e, _)| e),
+            Err(ResponseError::ShareSessionNotFound)
+        );
         assert_eq!(sessions.len(), 1);
     }
 }
