@@ -22,6 +22,33 @@ pub(super) fn may_take_part(access: Access<'_>, group_id: &str) -> bool {
     access.authorize(AclOperation::Read, ResourceType::Group, group_id)
 }
 
+/// Why `access` may not heartbeat in group `group_id` subscribed to `topics`
+/// (ConsumerGroupHeartbeat, ShareGroupHeartbeat), if it may not: READ on the group
+/// (GROUP_AUTHORIZATION_FAILED), then DESCRIBE on every subscribed topic
+/// (TOPIC_AUTHORIZATION_FAILED, naming the topics refused), as Kafka.
+pub(super) fn heartbeat_refusal<'t>(
+    access: Access<'_>,
+    group_id: &str,
+    topics: impl IntoIterator<Item = &'t str>,
+) -> Option<(ResponseError, String)> {
+    if !may_take_part(access, group_id) {
+        return Some((ResponseError::GroupAuthorizationFailed, String::new()));
+    }
+    let refused: Vec<&str> = topics
+        .into_iter()
+        .filter(|n| !access.authorize(AclOperation::Describe, ResourceType::Topic, n))
+        .collect();
+    (!refused.is_empty()).then(|| {
+        (
+            ResponseError::TopicAuthorizationFailed,
+            format!(
+                "Not authorized to describe the subscribed topics {}.",
+                refused.join(", ")
+            ),
+        )
+    })
+}
+
 pub async fn handle(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse {
     let version = ctx.version;
     let client_id = ctx.client_id().to_string();

@@ -9,11 +9,10 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::share_group_heartbeat_response::{Assignment, TopicPartitions};
 use kafka_protocol::messages::{ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse};
 
-use super::join_group::may_take_part;
+use super::join_group::heartbeat_refusal;
 use super::{str_bytes, Access, RequestContext};
 use crate::config::group_configs;
 use crate::group::ShareHeartbeat;
-use crate::metadata::acls::{AclOperation, ResourceType};
 
 pub fn handle(ctx: &RequestContext, request: ShareGroupHeartbeatRequest) -> ShareGroupHeartbeatResponse {
     let RequestContext { broker, session, .. } = ctx;
@@ -69,27 +68,10 @@ pub fn handle(ctx: &RequestContext, request: ShareGroupHeartbeatRequest) -> Shar
     }
 }
 
-/// Why `access` may not send this heartbeat, if it may not: READ on the group, then DESCRIBE
-/// on every subscribed topic.
+/// Why `access` may not send this heartbeat, if it may not (`join_group::heartbeat_refusal`).
 fn refusal(access: Access<'_>, request: &ShareGroupHeartbeatRequest) -> Option<(ResponseError, String)> {
-    if !may_take_part(access, &request.group_id.0) {
-        return Some((ResponseError::GroupAuthorizationFailed, String::new()));
-    }
-    let names = request.subscribed_topic_names.as_deref().unwrap_or_default();
-    let refused: Vec<&str> = names
-        .iter()
-        .map(|n| n.0.as_str())
-        .filter(|n| !access.authorize(AclOperation::Describe, ResourceType::Topic, n))
-        .collect();
-    (!refused.is_empty()).then(|| {
-        (
-            ResponseError::TopicAuthorizationFailed,
-            format!(
-                "Not authorized to describe the subscribed topics {}.",
-                refused.join(", ")
-            ),
-        )
-    })
+    let topics = request.subscribed_topic_names.as_deref().unwrap_or_default();
+    heartbeat_refusal(access, &request.group_id.0, topics.iter().map(|n| n.0.as_str()))
 }
 
 #[cfg(test)]
@@ -98,6 +80,7 @@ mod tests {
 
     use super::*;
     use crate::api::testing::Acls;
+    use crate::metadata::acls::{AclOperation, ResourceType};
 
     fn heartbeat(group: &str, topics: &[&str]) -> ShareGroupHeartbeatRequest {
         ShareGroupHeartbeatRequest::default()
