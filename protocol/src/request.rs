@@ -323,6 +323,29 @@ mod tests {
         frame.extend_from_slice(&[0xfe, 0xff, 0xff, 0xff, 0x0f]);
         refused(frame);
 
+        // ShareGroupHeartbeat v1: group "g", member "m", epoch 0, no rack, then subscribed topic
+        // names claiming four billion entries.
+        let mut frame = header(ApiKey::ShareGroupHeartbeat, 1);
+        frame.extend_from_slice(&[2, b'g', 2, b'm']);
+        frame.extend_from_slice(&0i32.to_be_bytes());
+        frame.push(0);
+        frame.extend_from_slice(&[0xfe, 0xff, 0xff, 0xff, 0x0f]);
+        refused(frame);
+
+        // ShareGroupDescribe v1, DescribeShareGroupOffsets v1: a groups compact array claiming
+        // four billion entries.
+        for (api, version) in [(ApiKey::ShareGroupDescribe, 1), (ApiKey::DescribeShareGroupOffsets, 1)] {
+            let mut frame = header(api, version);
+            frame.extend_from_slice(&[0xfe, 0xff, 0xff, 0xff, 0x0f]);
+            refused(frame);
+        }
+
+        // AlterShareGroupOffsets v0: group "g", then topics claiming four billion entries.
+        let mut frame = header(ApiKey::AlterShareGroupOffsets, 0);
+        frame.extend_from_slice(&[2, b'g']);
+        frame.extend_from_slice(&[0xfe, 0xff, 0xff, 0xff, 0x0f]);
+        refused(frame);
+
         // ShareAcknowledge v1: group "g", member "m", session epoch 1, then topics claiming four
         // billion entries.
         let mut frame = header(ApiKey::ShareAcknowledge, 1);
