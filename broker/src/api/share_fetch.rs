@@ -61,7 +61,9 @@ pub async fn handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFet
     let RequestContext { broker, session, .. } = &ctx;
     let image = broker.metadata.image();
     let group_configs = request.group_id.as_ref().and_then(|g| image.group_configs(&g.0));
-    let limits = broker.share.limits(group_configs::share_record_lock_duration_ms(group_configs));
+    let limits = broker
+        .share
+        .limits(group_configs::share_record_lock_duration_ms(group_configs));
     let lock_ms = i32::try_from(limits.record_lock_duration_ms).unwrap_or(i32::MAX);
     let failed = |error: ResponseError, message: String| {
         ShareFetchResponse::default()
@@ -123,15 +125,7 @@ pub async fn handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFet
         Err((error, message)) => return failed(error, message),
     };
     let mut outcomes: BTreeMap<(Uuid, i32), PartitionOutcome> = BTreeMap::new();
-    acknowledge(
-        broker,
-        &image,
-        &group_id,
-        &member_id,
-        &access_read(&ctx, &image),
-        acks,
-        &mut outcomes,
-    );
+    acknowledge(broker, &image, &group_id, &member_id, &access, acks, &mut outcomes);
     if request.share_session_epoch == crate::share::session::FINAL_EPOCH {
         broker.share.release_member(&group_id, &member_id);
         return respond(&session.listener, &image, lock_ms, outcomes);
@@ -159,7 +153,7 @@ pub async fn handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFet
             if outcome.error.is_some() || budget == 0 || bytes_left == 0 {
                 continue;
             }
-            let partition = match leader_of(broker, &image, &access_read(&ctx, &image), topic_id, index) {
+            let partition = match leader_of(broker, &image, &access, topic_id, index) {
                 Ok(p) => p,
                 Err(error) => {
                     outcome.leader = current_leader(&image, topic_id, index);
@@ -225,11 +219,6 @@ fn initial_start_offset(partition: &Partition, configs: Option<&BTreeMap<String,
             }
         }
     }
-}
-
-/// The access of the request's principal: READ on topics is checked per partition.
-fn access_read<'a>(ctx: &'a RequestContext, image: &'a MetadataImage) -> super::Access<'a> {
-    ctx.session.access(&ctx.broker.security.authorizer, &image.acls)
 }
 
 /// The partition `index` of topic `topic_id` when this node leads it and the principal may
@@ -318,7 +307,12 @@ async fn acquire(
                 out.extend_from_slice(&records[range.clone()]);
             }
         }
-        budget = budget.saturating_sub(acquired.iter().map(|a| (a.last_offset - a.first_offset + 1) as usize).sum());
+        budget = budget.saturating_sub(
+            acquired
+                .iter()
+                .map(|a| (a.last_offset - a.first_offset + 1) as usize)
+                .sum(),
+        );
         acquired_all.extend(acquired);
     }
     Ok((out.freeze(), acquired_all))
