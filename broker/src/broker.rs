@@ -50,6 +50,8 @@ pub struct Broker {
     pub groups: Arc<GroupMetadataManager>,
     /// KIP-932 share-partitions this node leads and its share sessions.
     pub share: crate::share::ShareManager,
+    /// Where the share-partitions' state is read and stored: the groups' coordinators.
+    pub share_persister: crate::share_persister::SharePersister,
     /// Transactions this broker coordinates, and the markers it writes.
     pub txn: Arc<TransactionManager>,
     /// Bytes of requests being read or handled across all connections
@@ -117,8 +119,15 @@ impl Broker {
             security.clone(),
             config.clone(),
         ));
+        let share_persister = crate::share_persister::SharePersister::new(
+            config.clone(),
+            security.clone(),
+            metadata.clone(),
+            groups.clone(),
+        );
         let broker = Arc::new(Broker {
             txn,
+            share_persister,
             produce_quotas: ClientQuotaManager::produce(&config.quota),
             fetch_quotas: ClientQuotaManager::fetch(&config.quota),
             groups,
@@ -236,7 +245,10 @@ impl Broker {
     /// Whether partition leaders verify a producer's first transactional write with its
     /// coordinator (`transaction.partition.verification.enable`, dynamic).
     pub fn partition_verification(&self) -> bool {
-        self.dynamic_setting("transaction.partition.verification.enable", self.txn.partition_verification())
+        self.dynamic_setting(
+            "transaction.partition.verification.enable",
+            self.txn.partition_verification(),
+        )
     }
 
     /// Commits a metadata change through the quorum and applies it to the hosted partitions

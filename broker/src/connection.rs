@@ -392,7 +392,19 @@ async fn serve<R, W>(
     }
     drop(queue);
     let _ = writer_task.await;
-    broker.share.connection_closed(session.connection_id);
+    let closed = broker.share.connection_closed(session.connection_id);
+    if !closed.is_empty() {
+        let broker = broker.clone();
+        tokio::spawn(async move {
+            for (group_id, member_id) in closed {
+                tracing::debug!(group = %group_id, member = %member_id, "share session closed with its connection; releasing the member's records");
+                broker
+                    .share_persister
+                    .close_session(&broker.share, &group_id, &member_id)
+                    .await;
+            }
+        });
+    }
 }
 
 fn is_sasl(body: &RequestBody) -> bool {

@@ -2,6 +2,7 @@
 
 pub mod api;
 pub mod broker;
+pub mod broker_channels;
 pub mod cli;
 pub mod clock;
 pub mod cluster_id;
@@ -28,5 +29,6 @@ pub mod replication;
 pub mod security;
 pub mod server;
 pub mod share;
+pub mod share_persister;
 pub mod topic_config;
 pub mod txn;

@@ -35,7 +35,8 @@ CONFIG_TOOL = "org.apache.kafka.tools.ConfigCommand"  # kafka-configs.sh
 #   --ack=explicit (default): share.acknowledgement.mode=explicit; each record is acknowledged
 #       ACCEPT, or REJECT / RELEASE when its value matches --reject / --release, and commitSync()
 #       follows each poll (a failed acknowledgement is printed "ACK-ERROR <partition>
-#       <exception class>: <message>").
+#       <exception class>: <message>"), then "COMMITTED": the records printed before it were
+#       acknowledged, those of a partition with an ACK-ERROR line excepted.
 #   --ack=implicit: the default mode, the next poll accepts what the last one delivered.
 #   --ack=hold: explicit mode, but after the first poll that delivered records it acknowledges
 #       nothing and polls no more, holding their acquisition locks until it is killed.
@@ -126,6 +127,7 @@ public class ShareMember {
                                 + x.getClass().getName() + ": " + x.getMessage());
                         }
                     }
+                    System.out.println("COMMITTED");
                     System.out.flush();
                 }
             }
@@ -224,6 +226,23 @@ class ShareMember:
             fields = line.split(" ", 3)
             if len(fields) == 4 and fields[0].isdigit():
                 out.append(Delivery(int(fields[0]), int(fields[1]), int(fields[2]), fields[3]))
+        return out
+
+    def acknowledged(self) -> list[Delivery]:
+        """The records printed before the last COMMITTED line whose acknowledgement was not
+        refused (no ACK-ERROR for their partition in that commit or an earlier one)."""
+        out: list[Delivery] = []
+        pending: list[Delivery] = []
+        refused: set[int] = set()
+        for line in self.output():
+            fields = line.split(" ", 3)
+            if len(fields) == 4 and fields[0].isdigit():
+                pending.append(Delivery(int(fields[0]), int(fields[1]), int(fields[2]), fields[3]))
+            elif line.startswith("ACK-ERROR "):
+                refused.add(int(line.split(" ", 2)[1]))
+            elif line == "COMMITTED":
+                out.extend(d for d in pending if d.partition not in refused)
+                pending, refused = [], set()
         return out
 
     def errors(self) -> list[str]:

@@ -14,6 +14,9 @@ DescribeShareGroupOffsets, ...) with Kafka's own KafkaShareConsumer and kafka-sh
 - ten members on three partitions process 10,000 records exactly once;
 - with the authorizer on, a member needs READ on its group and on the topic;
 - on three nodes, members fetch each partition from its leader and get every record once;
+- on three nodes, the partition's leader or the group's coordinator SIGKILLed mid-stream loses no
+  acknowledgement: a record acknowledged before the kill is never delivered again, only records
+  in flight are, and kafka-share-groups then shows nothing left to deliver;
 - the console's /api/cluster lists a share group with its members, start offset and lag.
 
 Each test starts its own node through `share_node`: a sluice node by default, or real Apache
@@ -346,8 +349,7 @@ def test_on_three_nodes_members_fetch_from_each_partitions_leader_and_process_ev
     """A 3-node cluster, a 3-partition topic at RF 3 whose leaders are spread over the nodes:
     the members heartbeat with the group's coordinator and fetch each partition from its leader
     (a node that does not lead a partition answers NOT_LEADER_OR_FOLLOWER with the leader's
-    endpoint), and 3,000 records are each delivered once. Sluice only: the share state is each
-    leader's, so kafka-share-groups' offsets are not consulted here."""
+    endpoint), and 3,000 records are each delivered once. Sluice only (the cluster fixture)."""
     nodes = cluster(SHARE_SETTINGS)
     bootstrap = ",".join(n.bootstrap for n in nodes)
     topic, group = "share-three-nodes", "share-three-nodes-g"
@@ -371,6 +373,77 @@ def test_on_three_nodes_members_fetch_from_each_partitions_leader_and_process_ev
     metadata = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3}).list_topics(topic, timeout=10)
     leaders = {p.leader for p in metadata.topics[topic].partitions.values()}
     assert len(leaders) == 3, f"the partitions' leaders are {leaders}: the members fetched from fewer nodes"
+
+
+def java_hash_partition(group: str, partitions: int = 50) -> int:
+    """The __consumer_offsets partition of `group` (Kafka's abs(String.hashCode) % partitions)."""
+    h = 0
+    for unit in group.encode("utf-16-be").hex(" ", 2).split():
+        h = (h * 31 + int(unit, 16)) & 0xFFFFFFFF
+    h = h - (1 << 32) if h >= 1 << 31 else h
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+@pytest.mark.parametrize("victim", ["partition leader", "group coordinator"])
+def test_a_killed_leader_or_coordinator_loses_no_acknowledgement_and_redelivers_only_records_in_flight(
+        cluster, victim):
+    """A 3-node cluster, one partition at RF 3, 3,000 records; one member acknowledges each
+    record (commitSync after each poll). Mid-stream the partition's leader, or the node
+    coordinating the group (chosen apart from the leader), is SIGKILLed. Every record is then
+    delivered; none acknowledged before the kill comes again (the acknowledgements were stored
+    with the group's coordinator before the member was answered), so the records delivered
+    twice are among those in flight at the kill; and --describe --offsets, answered by the
+    surviving coordinator, shows nothing left to deliver."""
+    nodes = cluster({**SHARE_SETTINGS, "broker.session.timeout.ms": "3000"})
+    bootstrap = ",".join(n.bootstrap for n in nodes)
+    topic, count = "share-failover", 3_000
+    create_topic(bootstrap, topic, 1, replication_factor=3)
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    produce_values(bootstrap, topic, values(count), batch=50)
+    leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+    # FindCoordinator creates __consumer_offsets; its 50 partitions' leaders say who coordinates.
+    admin.describe_consumer_groups(["share-failover-probe"], request_timeout=10)["share-failover-probe"].result(15)
+
+    def offsets_leaders():
+        found = admin.list_topics("__consumer_offsets", timeout=10).topics.get("__consumer_offsets")
+        ok = found is not None and len(found.partitions) == 50 and all(p.leader >= 0 for p in found.partitions.values())
+        return {i: p.leader for i, p in found.partitions.items()} if ok else None
+
+    leaders = wait_until("__consumer_offsets to have its leaders", offsets_leaders, timeout=30)
+    # A group whose coordinator is not the partition's leader, so each kill hits one role only.
+    group = next(g for g in (f"share-failover-{i}" for i in range(100)) if leaders[java_hash_partition(g)] != leader)
+    start_from_earliest(bootstrap, group)
+    killed = leader if victim == "partition leader" else leaders[java_hash_partition(group)]
+
+    member = ShareMember(bootstrap, topic, group, sleep_ms=2, timeout_ms=170_000, client_id="survivor",
+                         **{"max.poll.records": "200"})
+    try:
+        wait_until("a third of the records acknowledged", lambda: len(member.acknowledged()) >= count // 3 or None,
+                   timeout=90, interval=0.1)
+        acked_before = {d.value for d in member.acknowledged()}
+        printed_before = len(member.deliveries())
+        next(n for n in nodes if n.node_id == killed).kill()
+
+        def all_delivered():
+            fatal = [e for e in member.errors() if e.startswith("ERROR ")]
+            assert not fatal, fatal
+            return {d.value for d in member.deliveries()} >= set(values(count)) or None
+
+        wait_until(f"every record delivered after the {victim} was killed", all_delivered, timeout=150, interval=0.2)
+    finally:
+        member.terminate()
+    got = member.deliveries()
+    times = Counter(d.value for d in got)
+    again = sorted((v for v, n in times.items() if n > 1), key=int)
+    assert not acked_before & set(again), \
+        f"records acknowledged before the kill were delivered again: {sorted(acked_before & set(again), key=int)[:20]}"
+    # In flight at the kill: at most group.share.partition.max.record.locks (2,000 by default).
+    assert len(again) <= 2_000, f"{len(again)} records delivered twice"
+    print(f"{victim} killed after {len(acked_before)} acknowledgements and {printed_before} deliveries; "
+          f"{len(again)} records delivered twice")
+    survivors = ",".join(n.bootstrap for n in nodes if n.node_id != killed)
+    rows = wait_for_lag(survivors, group, topic, 1, timeout=90)
+    assert rows[0]["START-OFFSET"] == str(count), rows
 
 
 def test_the_console_shows_a_share_group_with_its_members_and_start_offset(start_node):

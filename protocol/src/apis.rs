@@ -140,4 +140,6 @@ implemented_apis! {
     ShareAcknowledge: ShareAcknowledgeRequest => ShareAcknowledgeResponse;
     DescribeShareGroupOffsets: DescribeShareGroupOffsetsRequest => DescribeShareGroupOffsetsResponse;
     AlterShareGroupOffsets: AlterShareGroupOffsetsRequest => AlterShareGroupOffsetsResponse;
+    ReadShareGroupState: ReadShareGroupStateRequest => ReadShareGroupStateResponse;
+    WriteShareGroupState: WriteShareGroupStateRequest => WriteShareGroupStateResponse;
 }

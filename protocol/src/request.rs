@@ -340,11 +340,18 @@ mod tests {
             refused(frame);
         }
 
-        // AlterShareGroupOffsets v0: group "g", then topics claiming four billion entries.
-        let mut frame = header(ApiKey::AlterShareGroupOffsets, 0);
-        frame.extend_from_slice(&[2, b'g']);
-        frame.extend_from_slice(&[0xfe, 0xff, 0xff, 0xff, 0x0f]);
-        refused(frame);
+        // AlterShareGroupOffsets v0, and the brokers' ReadShareGroupState and
+        // WriteShareGroupState v0: group "g", then topics claiming four billion entries.
+        for api in [
+            ApiKey::AlterShareGroupOffsets,
+            ApiKey::ReadShareGroupState,
+            ApiKey::WriteShareGroupState,
+        ] {
+            let mut frame = header(api, 0);
+            frame.extend_from_slice(&[2, b'g']);
+            frame.extend_from_slice(&[0xfe, 0xff, 0xff, 0xff, 0x0f]);
+            refused(frame);
+        }
 
         // ShareAcknowledge v1: group "g", member "m", session epoch 1, then topics claiming four
         // billion entries.

@@ -4,9 +4,9 @@
 //! the group has; a partition it has not fetched yet has start offset -1, as Kafka's
 //! uninitialized ones.
 //!
-//! Answered from this node's share-partitions, which are those of the partitions it leads:
-//! on a cluster, partitions led elsewhere show -1 (the share state is not yet kept by the
-//! group coordinator).
+//! Answered by the group's coordinator from the states the partitions' leaders stored there
+//! (`share_state.rs` in the group coordinator), with the high watermark of this node's
+//! replica for the lag (-1 when it has none).
 //!
 //! Needs DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED) and on each topic, whose
 //! partitions are otherwise left out, as Kafka.
@@ -23,7 +23,7 @@ use uuid::Uuid;
 
 use super::{str_bytes, RequestContext};
 use crate::metadata::acls::{AclOperation, ResourceType};
-use crate::share::SharePartitionKey;
+use crate::share::state::ShareState;
 
 pub fn handle(ctx: &RequestContext, request: DescribeShareGroupOffsetsRequest) -> DescribeShareGroupOffsetsResponse {
     let RequestContext { broker, session, .. } = ctx;
@@ -44,8 +44,10 @@ pub fn handle(ctx: &RequestContext, request: DescribeShareGroupOffsetsRequest) -
                     .with_error_message(Some(str_bytes(message)).filter(|m| !m.is_empty()));
             }
             // (topic id, partition) wanted, by topic id.
+            let states: BTreeMap<(Uuid, i32), ShareState> =
+                broker.groups.share_states_of(&group_id).into_iter().collect();
             let wanted: Vec<(Uuid, i32)> = match group.topics {
-                None => broker.share.partitions_of(&group_id),
+                None => states.keys().copied().collect(),
                 Some(topics) => topics
                     .iter()
                     .filter_map(|t| {
@@ -64,21 +66,20 @@ pub fn handle(ctx: &RequestContext, request: DescribeShareGroupOffsetsRequest) -
                 if !access.authorize(AclOperation::Describe, ResourceType::Topic, &topic.name) {
                     continue;
                 }
-                let key = SharePartitionKey {
-                    group_id: group_id.clone(),
-                    topic_id,
-                    partition: index,
-                };
                 let leader_epoch = usize::try_from(index)
                     .ok()
                     .and_then(|i| topic.partitions.get(i))
                     .map_or(-1, |r| r.leader_epoch);
-                let state = broker.share.get(&key).and_then(|sp| {
-                    let high_watermark = broker.replicas.get(topic_id, index)?.high_watermark();
-                    let sp = sp.lock();
-                    Some((sp.start_offset(), sp.lag(high_watermark)))
-                });
-                let (start_offset, lag) = state.unwrap_or((-1, -1));
+                let (start_offset, lag) = match states.get(&(topic_id, index)) {
+                    None => (-1, -1),
+                    Some(state) => {
+                        let lag = broker
+                            .replicas
+                            .get(topic_id, index)
+                            .map_or(-1, |replica| state.lag(replica.high_watermark()));
+                        (state.start_offset, lag)
+                    }
+                };
                 by_topic.entry(topic_id).or_default().push(
                     DescribeShareGroupOffsetsResponsePartition::default()
                         .with_partition_index(index)

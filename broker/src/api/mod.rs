@@ -12,9 +12,9 @@ pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
 pub mod alter_client_quotas;
 pub mod alter_configs;
-pub mod alter_share_group_offsets;
 pub mod alter_partition_reassignments;
 pub mod alter_replica_log_dirs;
+pub mod alter_share_group_offsets;
 pub mod alter_user_scram_credentials;
 pub mod api_versions;
 pub mod consumer_group_describe;
@@ -30,8 +30,8 @@ pub mod describe_configs;
 pub mod describe_groups;
 pub mod describe_log_dirs;
 pub mod describe_producers;
-pub mod describe_share_group_offsets;
 pub mod describe_quorum;
+pub mod describe_share_group_offsets;
 pub mod describe_topic_partitions;
 pub mod describe_transactions;
 pub mod describe_user_scram_credentials;
@@ -58,6 +58,7 @@ pub mod share_acknowledge;
 pub mod share_fetch;
 pub mod share_group_describe;
 pub mod share_group_heartbeat;
+pub mod share_group_state;
 pub mod sync_group;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -329,11 +330,13 @@ pub fn handle(broker: &Arc<Broker>, request: Request, session: &Session) -> Repl
         RequestBody::ShareGroupHeartbeat(r) => now!(ShareGroupHeartbeat, share_group_heartbeat::handle, r),
         RequestBody::ShareGroupDescribe(r) => now!(ShareGroupDescribe, share_group_describe::handle, r),
         RequestBody::ShareFetch(r) => later!(ShareFetch, share_fetch::handle, r),
-        RequestBody::ShareAcknowledge(r) => now!(ShareAcknowledge, share_acknowledge::handle, r),
+        RequestBody::ShareAcknowledge(r) => later!(ShareAcknowledge, share_acknowledge::handle, r),
         RequestBody::DescribeShareGroupOffsets(r) => {
             now!(DescribeShareGroupOffsets, describe_share_group_offsets::handle, r)
         }
-        RequestBody::AlterShareGroupOffsets(r) => now!(AlterShareGroupOffsets, alter_share_group_offsets::handle, r),
+        RequestBody::ReadShareGroupState(r) => now!(ReadShareGroupState, share_group_state::handle_read, r),
+        RequestBody::WriteShareGroupState(r) => later!(WriteShareGroupState, share_group_state::handle_write, r),
+        RequestBody::AlterShareGroupOffsets(r) => later!(AlterShareGroupOffsets, alter_share_group_offsets::handle, r),
         RequestBody::DeleteGroups(r) => later!(DeleteGroups, delete_groups::handle, r),
         RequestBody::DescribeClientQuotas(r) => now!(DescribeClientQuotas, describe_client_quotas::handle, r),
         RequestBody::AlterClientQuotas(r) => later!(AlterClientQuotas, alter_client_quotas::handle, r),

@@ -1,7 +1,8 @@
 //! ShareAcknowledge (KIP-932): a share group member acknowledges records it acquired, outside a
 //! fetch (explicit acknowledgement, or on closing with share session epoch -1). The epoch must
 //! be the session's next (ShareAcknowledge never opens a session); closing releases whatever
-//! the member still holds on this node.
+//! the member still holds on this node. The answer goes once the acknowledgements are stored
+//! at the group's coordinator (`share_persister.rs`).
 //!
 //! Needs READ on the group and on each topic, as ShareFetch.
 
@@ -14,13 +15,13 @@ use kafka_protocol::messages::share_acknowledge_response::{
 use kafka_protocol::messages::{BrokerId, ShareAcknowledgeRequest, ShareAcknowledgeResponse};
 use uuid::Uuid;
 
-use super::share_fetch::{acknowledge, code, node_endpoints, Acks, PartitionOutcome};
+use super::share_fetch::{acknowledge, code, node_endpoints, store_acknowledgements, Acks, PartitionOutcome};
 use super::{str_bytes, RequestContext};
 use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::share::session::FINAL_EPOCH;
 
-pub fn handle(ctx: &RequestContext, request: ShareAcknowledgeRequest) -> ShareAcknowledgeResponse {
-    let RequestContext { broker, session, .. } = ctx;
+pub async fn handle(ctx: RequestContext, request: ShareAcknowledgeRequest) -> ShareAcknowledgeResponse {
+    let RequestContext { broker, session, .. } = &ctx;
     let image = broker.metadata.image();
     let failed = |error: ResponseError, message: String| {
         ShareAcknowledgeResponse::default()
@@ -38,12 +39,15 @@ pub fn handle(ctx: &RequestContext, request: ShareAcknowledgeRequest) -> ShareAc
     if !access.authorize(AclOperation::Read, ResourceType::Group, &group_id) {
         return failed(ResponseError::GroupAuthorizationFailed, String::new());
     }
-    if let Err((error, message)) =
-        broker
-            .share
-            .sessions
-            .step(&group_id, &member_id, request.share_session_epoch, &[], &[], false, session.connection_id)
-    {
+    if let Err((error, message)) = broker.share.sessions.step(
+        &group_id,
+        &member_id,
+        request.share_session_epoch,
+        &[],
+        &[],
+        false,
+        session.connection_id,
+    ) {
         return failed(error, message);
     }
     let mut acks = Acks::new();
@@ -57,9 +61,13 @@ pub fn handle(ctx: &RequestContext, request: ShareAcknowledgeRequest) -> ShareAc
         }
     }
     let mut outcomes: BTreeMap<(Uuid, i32), PartitionOutcome> = BTreeMap::new();
-    acknowledge(broker, &image, &group_id, &member_id, &access, acks, &mut outcomes);
+    let stores = acknowledge(broker, &image, &group_id, &member_id, &access, acks, &mut outcomes);
+    store_acknowledgements(broker, stores, &mut outcomes).await;
     if request.share_session_epoch == FINAL_EPOCH {
-        broker.share.release_member(&group_id, &member_id);
+        broker
+            .share_persister
+            .close_session(&broker.share, &group_id, &member_id)
+            .await;
     }
     let mut topics: BTreeMap<Uuid, Vec<PartitionData>> = BTreeMap::new();
     let mut leaders = Vec::new();

@@ -30,8 +30,9 @@ use crate::config::group_configs::{self, ShareAutoOffsetReset};
 use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::metadata::image::MetadataImage;
 use crate::partition::{Partition, ReadBound};
-use crate::share::partition::{Acquired, BatchSpan};
+use crate::share::partition::{Acquired, BatchSpan, ShareLimits, SharePartition};
 use crate::share::session::SessionStep;
+use crate::share::state::ShareState;
 use crate::share::{SharePartitionKey, ShareSlot};
 
 /// One partition's outcome in a ShareFetch or ShareAcknowledge answer.
@@ -125,9 +126,13 @@ pub async fn handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFet
         Err((error, message)) => return failed(error, message),
     };
     let mut outcomes: BTreeMap<(Uuid, i32), PartitionOutcome> = BTreeMap::new();
-    acknowledge(broker, &image, &group_id, &member_id, &access, acks, &mut outcomes);
+    let stores = acknowledge(broker, &image, &group_id, &member_id, &access, acks, &mut outcomes);
+    store_acknowledgements(broker, stores, &mut outcomes).await;
     if request.share_session_epoch == crate::share::session::FINAL_EPOCH {
-        broker.share.release_member(&group_id, &member_id);
+        broker
+            .share_persister
+            .close_session(&broker.share, &group_id, &member_id)
+            .await;
         return respond(&session.listener, &image, lock_ms, outcomes);
     }
     let max_records = usize::try_from(request.max_records.max(1)).unwrap_or(usize::MAX);
@@ -161,9 +166,13 @@ pub async fn handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFet
                     continue;
                 }
             };
-            let share_partition = broker
-                .share
-                .get_or_init(&key, limits, || initial_start_offset(&partition, group_configs));
+            let share_partition = match slot(broker, &key, &partition, limits, group_configs, deadline).await {
+                Ok(slot) => slot,
+                Err(error) => {
+                    outcome.error = Some(error);
+                    continue;
+                }
+            };
             // Enabled before the state is read: an acknowledgement or release from here on wakes
             // the wait below.
             let mut notified = Box::pin(share_partition.changed());
@@ -204,6 +213,69 @@ pub async fn handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFet
         wait_for_new_records(&waits, released, until).await;
     }
 }
+
+/// The share-partition `key` on this leader: the one in memory if it is of the partition's
+/// current leader epoch, else read from the group's coordinator (`share_persister.rs`), or,
+/// when the coordinator has none, started from `share.auto.offset.reset` and stored first, so a
+/// leader after this one starts where this one did.
+async fn slot(
+    broker: &Broker,
+    key: &SharePartitionKey,
+    partition: &Partition,
+    limits: ShareLimits,
+    group_configs: Option<&BTreeMap<String, String>>,
+    deadline: tokio::time::Instant,
+) -> Result<Arc<ShareSlot>, (ResponseError, String)> {
+    let leader_epoch = partition.leader_epoch();
+    if let Some(slot) = broker.share.get(key) {
+        if slot.leader_epoch == leader_epoch {
+            return Ok(slot);
+        }
+        broker.share.forget(key, &slot);
+    }
+    // A fetch that cannot reach the coordinator before its own deadline answers without this
+    // partition's records rather than holding its others.
+    let not_yet = |(error, message): (ResponseError, String)| {
+        tracing::debug!(group = %key.group_id, partition = key.partition, ?error, %message,
+            "could not read a share-partition's state from the group's coordinator yet");
+        (
+            ResponseError::UnknownServerError,
+            format!("The share group's coordinator did not answer for this partition yet ({message}); the next fetch tries again."),
+        )
+    };
+    let read_by = deadline.max(tokio::time::Instant::now() + Duration::from_millis(STATE_READ_MIN_MS));
+    let stored = broker
+        .share_persister
+        .read(key, leader_epoch, read_by)
+        .await
+        .map_err(not_yet)?;
+    let (state, state_epoch) = match stored {
+        Some(stored) => {
+            if let Some(problem) = stored.problem(usize::MAX) {
+                return Err((
+                    ResponseError::UnknownServerError,
+                    format!("The share-partition's stored state cannot be used: {problem}."),
+                ));
+            }
+            (SharePartition::restore(&stored, limits), stored.state_epoch)
+        }
+        None => {
+            let start = initial_start_offset(partition, group_configs);
+            let fresh = ShareState {
+                state_epoch: 0,
+                leader_epoch,
+                start_offset: start,
+                batches: Vec::new(),
+            };
+            broker.share_persister.write(key, fresh).await.map_err(not_yet)?;
+            (SharePartition::new(start, limits), 0)
+        }
+    };
+    Ok(broker.share.insert(key, state, state_epoch, leader_epoch))
+}
+
+/// How long a fetch waits at least for a share-partition's stored state, even with MaxWaitMs 0.
+const STATE_READ_MIN_MS: u64 = 1_000;
 
 /// Where a share-partition new on this leader starts: the group's `share.auto.offset.reset`
 /// (Kafka's default `latest`: the high watermark).
@@ -367,7 +439,8 @@ async fn wait_for_new_records(
     }
 }
 
-/// Applies a request's acknowledgements, recording each partition's result in `outcomes`.
+/// Applies a request's acknowledgements, recording each partition's result in `outcomes`;
+/// returns what must be stored before the member is answered ([`store_acknowledgements`]).
 pub(super) fn acknowledge(
     broker: &Broker,
     image: &MetadataImage,
@@ -376,8 +449,9 @@ pub(super) fn acknowledge(
     access: &super::Access<'_>,
     acks: Acks,
     outcomes: &mut BTreeMap<(Uuid, i32), PartitionOutcome>,
-) {
+) -> PendingStores {
     let now = now_ms();
+    let mut stores = PendingStores::new();
     for ((topic_id, index), batches) in acks {
         let outcome = outcomes.entry((topic_id, index)).or_default();
         outcome.acked = true;
@@ -398,15 +472,65 @@ pub(super) fn acknowledge(
             ));
             continue;
         };
-        {
+        let applied = {
             let mut sp = share_partition.lock();
+            let mut applied = false;
             for (first, last, types) in batches {
-                if let Err(error) = sp.acknowledge(member_id, first, last, &types, now) {
-                    outcome.ack_error.get_or_insert(error);
+                match sp.acknowledge(member_id, first, last, &types, now) {
+                    Ok(()) => applied = true,
+                    Err(error) => {
+                        outcome.ack_error.get_or_insert(error);
+                    }
                 }
             }
-        }
+            applied
+        };
         share_partition.notify();
+        if applied {
+            let version = share_partition.changed_state();
+            stores.push(((topic_id, index), key, share_partition, version));
+        }
+    }
+    stores
+}
+
+/// Acknowledgements applied and waiting to be stored: (partition, share-partition, its slot,
+/// the change to store).
+pub(super) type PendingStores = Vec<((Uuid, i32), SharePartitionKey, Arc<ShareSlot>, u64)>;
+
+/// Stores the acknowledged share-partitions' state at the group's coordinator, all at once;
+/// an acknowledgement that could not be stored is answered with why (its records stay
+/// acknowledged here and are stored with the next change). A fenced state is dropped so the
+/// next fetch reads it afresh.
+pub(super) async fn store_acknowledgements(
+    broker: &Broker,
+    stores: PendingStores,
+    outcomes: &mut BTreeMap<(Uuid, i32), PartitionOutcome>,
+) {
+    let results = futures::future::join_all(
+        stores
+            .iter()
+            .map(|(_, key, slot, version)| broker.share_persister.store(key, slot, *version)),
+    )
+    .await;
+    for ((tp, key, slot, _), result) in stores.into_iter().zip(results) {
+        let Err((error, message)) = result else { continue };
+        tracing::warn!(group = %key.group_id, topic_id = %key.topic_id, partition = key.partition, ?error, %message,
+            "could not store a share-partition's acknowledgements at the group's coordinator");
+        let answer = match error {
+            ResponseError::FencedStateEpoch | ResponseError::FencedLeaderEpoch => {
+                broker.share.forget(&key, &slot);
+                (
+                    ResponseError::InvalidRecordState,
+                    format!("The share-partition's state was replaced (reset, or a new leader): {message}"),
+                )
+            }
+            other => (
+                other,
+                format!("The acknowledgement could not be stored at the share group's coordinator: {message}"),
+            ),
+        };
+        outcomes.entry(tp).or_default().ack_error.get_or_insert(answer);
     }
 }
 

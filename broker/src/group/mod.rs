@@ -17,6 +17,8 @@ pub mod consumer_records;
 pub mod coordinator;
 pub mod record_codec;
 pub mod records;
+mod share_state;
+pub mod share_state_records;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -41,12 +43,12 @@ use crate::partition::Partition;
 use crate::producer_state::{TxnVerification, VerificationGuard};
 use crate::replica_manager::ReplicaManager;
 use crate::topic_config::BrokerOverrides;
-pub use coordinator::{ShareGroupSummary, ShareHeartbeat, ShareHeartbeatResult, ShareMember};
 use coordinator::{
-    ConsumerGroupSummary, ConsumerHeartbeat, ConsumerHeartbeatResult, HeartbeatError, ListedGroup, TopicCatalog,
-    AfterStore, Effect, GroupConfig, GroupCoordinator, GroupSummary, JoinRequest, JoinResult, LoadedRecord, MemberError, ReplyId,
-    SyncRequest, SyncResult,
+    AfterStore, ConsumerGroupSummary, ConsumerHeartbeat, ConsumerHeartbeatResult, Effect, GroupConfig,
+    GroupCoordinator, GroupSummary, HeartbeatError, JoinRequest, JoinResult, ListedGroup, LoadedRecord, MemberError,
+    ReplyId, SyncRequest, SyncResult, TopicCatalog,
 };
+pub use coordinator::{ShareGroupSummary, ShareHeartbeat, ShareHeartbeatResult, ShareMember};
 use records::{GroupRecord, OffsetAndMetadata};
 use sluice_protocol::control::{control_type, ControlType};
 
@@ -554,8 +556,13 @@ impl GroupMetadataManager {
         for store in stores {
             let manager = self.clone();
             tokio::spawn(async move {
-                let replaces_static_member =
-                    matches!(&store, Store::Group { then: AfterStore::AnswerStaticJoin(_), .. });
+                let replaces_static_member = matches!(
+                    &store,
+                    Store::Group {
+                        then: AfterStore::AnswerStaticJoin(_),
+                        ..
+                    }
+                );
                 if replaces_static_member && *invariant::STALL_STATIC_MEMBER_STORE {
                     tracing::warn!("{}", invariant::STALL_STATIC_MEMBER_STORE_LOG);
                     tokio::time::sleep(Duration::from_millis(invariant::STALL_STATIC_MEMBER_STORE_MS)).await;
@@ -636,7 +643,9 @@ async fn store_one(groups: &GroupMetadataManager, store: &Store) -> Result<(), R
             let records: Vec<(Bytes, Option<Bytes>)> = keys.iter().map(|k| (k.clone(), None)).collect();
             append(groups, *partition, &records, None, TxnVerification::Unchecked, now)
         }
-        Store::Records { partition, records } => append(groups, *partition, records, None, TxnVerification::Unchecked, now),
+        Store::Records { partition, records } => {
+            append(groups, *partition, records, None, TxnVerification::Unchecked, now)
+        }
     }?;
     let timeout = Duration::from_millis(groups.settings.commit_timeout_ms);
     wait.wait

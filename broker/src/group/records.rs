@@ -3,7 +3,8 @@
 //! a Kafka operator's tools read them as they read Kafka's.
 //!
 //! Keys start with an int16 version: 0 and 1 are offset commits, 2 is group metadata, 3 and 5-8
-//! a KIP-848 consumer group's records (`consumer_records.rs`). A record
+//! a KIP-848 consumer group's records (`consumer_records.rs`), and Sluice's own 1000 a
+//! share-partition's state (`share_state_records.rs`). A record
 //! with a null value is a tombstone: the offset or the group is gone. Everything decoded here
 //! came from disk and is checked: a length or count never allocates beyond the bytes present.
 
@@ -14,6 +15,8 @@ use super::consumer_records::{
     TARGET_MEMBER_TYPE,
 };
 pub(crate) use super::record_codec::{put_string, Reader, RecordError};
+use super::share_state_records;
+use crate::share::state::ShareState;
 
 /// The key version Kafka writes for offset commits.
 const OFFSET_COMMIT_KEY_VERSION: i16 = 1;
@@ -73,6 +76,13 @@ pub enum GroupRecord {
     },
     /// A KIP-848 consumer group's record (`consumer_records.rs`).
     Consumer(ConsumerRecord),
+    /// A share-partition's state (KIP-932, `share_state_records.rs`).
+    ShareState {
+        group_id: String,
+        topic_id: uuid::Uuid,
+        partition: i32,
+        value: Option<ShareState>,
+    },
 }
 
 pub fn offset_commit_key(group_id: &str, topic: &str, partition: i32) -> Bytes {
@@ -148,6 +158,15 @@ impl GroupRecord {
                 (group_metadata_key(group_id), value.as_ref().map(group_metadata_value))
             }
             GroupRecord::Consumer(record) => record.encode(),
+            GroupRecord::ShareState {
+                group_id,
+                topic_id,
+                partition,
+                value,
+            } => (
+                share_state_records::key(group_id, *topic_id, *partition),
+                value.as_ref().map(share_state_records::value),
+            ),
         }
     }
 }
@@ -177,6 +196,16 @@ pub fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<GroupRecord, R
         | TARGET_EPOCH_TYPE
         | TARGET_MEMBER_TYPE
         | CURRENT_ASSIGNMENT_TYPE) => ConsumerRecord::decode(t, &mut k, value).map(GroupRecord::Consumer),
+        share_state_records::SHARE_STATE_TYPE => {
+            let (group_id, topic_id, partition) = share_state_records::decode_key(&mut k)?;
+            let value = value.map(share_state_records::decode_value).transpose()?;
+            Ok(GroupRecord::ShareState {
+                group_id,
+                topic_id,
+                partition,
+                value,
+            })
+        }
         v => Err(RecordError::UnknownKeyVersion(v)),
     }
 }

@@ -212,24 +212,18 @@ pub struct OffsetView {
     pub member_id: Option<String>,
 }
 
-/// A share group's start offsets (SPSO) on the partitions this broker leads, shaped as committed
+/// A share group's start offsets (SPSO), as its coordinator stores them, shaped as committed
 /// offsets: the console shows them, and the records behind the high watermark as lag.
 fn share_start_offsets(broker: &Broker, group_id: &str) -> Vec<(String, i32, Option<OffsetAndMetadata>)> {
     let image = broker.metadata.image();
     broker
-        .share
-        .partitions_of(group_id)
+        .groups
+        .share_states_of(group_id)
         .into_iter()
-        .filter_map(|(topic_id, partition)| {
-            let key = crate::share::SharePartitionKey {
-                group_id: group_id.to_string(),
-                topic_id,
-                partition,
-            };
-            let start_offset = broker.share.get(&key)?.lock().start_offset();
+        .filter_map(|((topic_id, partition), state)| {
             let name = image.topic_by_id(&topic_id)?.name.clone();
             let at = OffsetAndMetadata {
-                offset: start_offset,
+                offset: state.start_offset,
                 leader_epoch: -1,
                 metadata: String::new(),
                 commit_timestamp_ms: 0,
@@ -361,7 +355,10 @@ fn groups(broker: &Broker, topics: &[TopicView]) -> Vec<GroupView> {
         .iter()
         .flat_map(|t| {
             t.partitions.iter().filter_map(move |p| {
-                Some(((t.name.as_str(), p.partition), (p.last_stable_offset?, p.high_watermark?)))
+                Some((
+                    (t.name.as_str(), p.partition),
+                    (p.last_stable_offset?, p.high_watermark?),
+                ))
             })
         })
         .collect();
@@ -448,9 +445,9 @@ fn groups(broker: &Broker, topics: &[TopicView]) -> Vec<GroupView> {
                 .into_iter()
                 .filter_map(|(topic, partition, offset)| {
                     let committed = offset?.offset;
-                    let end_offset = ends
-                        .get(&(topic.as_str(), partition))
-                        .map(|&(stable, hw)| if committed <= stable { stable } else { hw });
+                    let end_offset =
+                        ends.get(&(topic.as_str(), partition))
+                            .map(|&(stable, hw)| if committed <= stable { stable } else { hw });
                     Some(OffsetView {
                         member_id: owner(&topic, partition),
                         lag: end_offset.map(|end| (end - committed).max(0)),
@@ -521,7 +518,14 @@ mod tests {
         let racks = racks(&brokers);
         let summary: Vec<_> = racks
             .iter()
-            .map(|r| (r.rack.as_deref(), r.brokers.clone(), r.consumer_bytes_out, r.consumer_bytes_out_per_s))
+            .map(|r| {
+                (
+                    r.rack.as_deref(),
+                    r.brokers.clone(),
+                    r.consumer_bytes_out,
+                    r.consumer_bytes_out_per_s,
+                )
+            })
             .collect();
         assert_eq!(
             summary,

@@ -5,13 +5,18 @@
 //! who gets which record, so two members sharing a partition never get the same record at
 //! once.
 //!
-//! The state lives in memory on the leader: a new leader starts each share-partition afresh
-//! from `share.auto.offset.reset`.
+//! The state lives in memory on the leader and is stored with the group's coordinator
+//! (`state.rs`, `share_persister.rs`): a share-partition is read from there when the leader
+//! first needs it, written back after each acknowledgement before the member is answered,
+//! and dropped here when no share session of its group is left on this node or its leader
+//! epoch moved on, so the next fetch reads it afresh.
 
 pub mod partition;
 pub mod session;
+pub mod state;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
@@ -35,9 +40,69 @@ pub struct SharePartitionKey {
 pub struct ShareSlot {
     state: Mutex<SharePartition>,
     changed: Arc<Notify>,
+    /// The state epoch the stored state had when this leader read it (`state.rs`).
+    pub state_epoch: i32,
+    /// The partition's leader epoch when this leader read it: a slot of an older epoch is
+    /// stale (the partition moved away and back) and is read afresh.
+    pub leader_epoch: i32,
+    /// Changes that must be stored (acknowledgements), counted; and how many are stored.
+    version: AtomicU64,
+    stored: AtomicU64,
+    /// One write of this share-partition's state at a time: a writer stores the newest state,
+    /// which covers every change made before it, so acknowledgements waiting together share
+    /// one write.
+    writer: tokio::sync::Mutex<()>,
 }
 
 impl ShareSlot {
+    fn new(state: SharePartition, state_epoch: i32, leader_epoch: i32) -> ShareSlot {
+        ShareSlot {
+            state: Mutex::new(state),
+            changed: Arc::new(Notify::new()),
+            state_epoch,
+            leader_epoch,
+            version: AtomicU64::new(0),
+            stored: AtomicU64::new(0),
+            writer: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Counts a change to store; returns its number, for [`ShareSlot::is_stored`].
+    pub fn changed_state(&self) -> u64 {
+        self.version.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// Whether change `version` is stored.
+    pub fn is_stored(&self, version: u64) -> bool {
+        self.stored.load(Ordering::Acquire) >= version
+    }
+
+    /// Takes the writer's turn: with it, the state and the number of the last change it
+    /// holds ([`ShareSlot::snapshot`]), then [`ShareSlot::mark_stored`] once written.
+    pub async fn writer_turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.writer.lock().await
+    }
+
+    /// The state to store and the number of the last change in it.
+    pub fn snapshot(&self) -> (state::ShareState, u64) {
+        let sp = self.state.lock();
+        let version = self.version.load(Ordering::Acquire);
+        let (start_offset, batches) = sp.snapshot();
+        (
+            state::ShareState {
+                state_epoch: self.state_epoch,
+                leader_epoch: self.leader_epoch,
+                start_offset,
+                batches,
+            },
+            version,
+        )
+    }
+
+    pub fn mark_stored(&self, version: u64) {
+        self.stored.fetch_max(version, Ordering::AcqRel);
+    }
+
     pub fn lock(&self) -> MutexGuard<'_, SharePartition> {
         self.state.lock()
     }
@@ -87,81 +152,77 @@ impl ShareManager {
         self.partitions.lock().get(key).cloned()
     }
 
-    /// The share-partition, created starting at `start_offset()` if this leader has none.
-    pub fn get_or_init(
+    /// Takes the share-partition `key` read from its stored state (or started afresh) at
+    /// `state_epoch` and the partition's `leader_epoch`; if another fetch took one meanwhile,
+    /// that one stays and is returned.
+    pub fn insert(
         &self,
         key: &SharePartitionKey,
-        limits: ShareLimits,
-        start_offset: impl FnOnce() -> i64,
+        state: SharePartition,
+        state_epoch: i32,
+        leader_epoch: i32,
     ) -> Arc<ShareSlot> {
         let mut partitions = self.partitions.lock();
         if let Some(found) = partitions.get(key) {
             return found.clone();
         }
-        let start = start_offset();
-        tracing::info!(group = %key.group_id, topic_id = %key.topic_id, partition = key.partition, start_offset = start,
-            "share-partition starts");
-        let created = Arc::new(ShareSlot {
-            state: Mutex::new(SharePartition::new(start, limits)),
-            changed: Arc::new(Notify::new()),
-        });
+        tracing::info!(group = %key.group_id, topic_id = %key.topic_id, partition = key.partition,
+            start_offset = state.start_offset(), state_epoch, "share-partition starts on this leader");
+        let created = Arc::new(ShareSlot::new(state, state_epoch, leader_epoch));
         partitions.insert(key.clone(), created.clone());
         created
     }
 
-    /// Releases every record `member_id` holds in `group_id`'s share-partitions here: its share
-    /// session closed.
-    pub fn release_member(&self, group_id: &str, member_id: &str) {
-        let held: Vec<Arc<ShareSlot>> = self
+    /// Drops `slot` if it is still `key`'s: its state is stale (fenced, or of an older leader
+    /// epoch) and the next fetch reads it afresh. Fetches waiting on it wake.
+    pub fn forget(&self, key: &SharePartitionKey, slot: &Arc<ShareSlot>) {
+        let mut partitions = self.partitions.lock();
+        if partitions.get(key).is_some_and(|found| Arc::ptr_eq(found, slot)) {
+            partitions.remove(key);
+        }
+        drop(partitions);
+        slot.notify();
+    }
+
+    /// Releases every record `member_id` holds in `group_id`'s share-partitions here (its
+    /// share session closed); returns the share-partitions it held records of, each with the
+    /// change to store (the records' delivery counts).
+    pub fn release_member(&self, group_id: &str, member_id: &str) -> Vec<(SharePartitionKey, Arc<ShareSlot>, u64)> {
+        let held: Vec<(SharePartitionKey, Arc<ShareSlot>)> = self
             .partitions
             .lock()
             .iter()
             .filter(|(k, _)| k.group_id == group_id)
-            .map(|(_, p)| p.clone())
+            .map(|(k, p)| (k.clone(), p.clone()))
             .collect();
-        for partition in held {
-            if partition.lock().release_member(member_id) > 0 {
-                partition.notify();
+        let mut released = Vec::new();
+        for (key, slot) in held {
+            if slot.lock().release_member(member_id) > 0 {
+                slot.notify();
+                let version = slot.changed_state();
+                released.push((key, slot, version));
             }
         }
+        released
     }
 
-    /// Connection `connection_id` closed: its share sessions go, and what their members hold
-    /// here is released at once rather than when the locks run out.
-    pub fn connection_closed(&self, connection_id: u64) {
-        for (group_id, member_id) in self.sessions.connection_closed(connection_id) {
-            tracing::debug!(group = %group_id, member = %member_id, "share session closed with its connection; releasing the member's records");
-            self.release_member(&group_id, &member_id);
+    /// Connection `connection_id` closed: its share sessions go; returns their (group,
+    /// member), whose records the caller releases at once rather than when the locks run out.
+    pub fn connection_closed(&self, connection_id: u64) -> Vec<(String, String)> {
+        self.sessions.connection_closed(connection_id)
+    }
+
+    /// Drops `group_id`'s share-partitions from memory when no share session of the group is
+    /// left here (their state is stored; a member coming back reads it, and sees an admin's
+    /// reset done meanwhile).
+    pub fn forget_if_idle(&self, group_id: &str) {
+        if !self.sessions.has_group(group_id) {
+            self.forget_group(group_id);
         }
     }
 
     /// Forgets every share-partition of `group_id` (the group was deleted).
     pub fn forget_group(&self, group_id: &str) {
         self.partitions.lock().retain(|k, _| k.group_id != group_id);
-    }
-
-    /// Each share-partition of `group_id` here: DescribeShareGroupOffsets without topics.
-    pub fn partitions_of(&self, group_id: &str) -> Vec<(Uuid, i32)> {
-        let partitions = self.partitions.lock();
-        let mut out: Vec<(Uuid, i32)> = partitions
-            .keys()
-            .filter(|k| k.group_id == group_id)
-            .map(|k| (k.topic_id, k.partition))
-            .collect();
-        out.sort();
-        out
-    }
-
-    /// Starts the share-partition over at `offset` (kafka-share-groups --reset-offsets).
-    pub fn reset(
-        &self,
-        key: &SharePartitionKey,
-        limits: ShareLimits,
-        offset: i64,
-    ) -> Result<(), (kafka_protocol::error::ResponseError, String)> {
-        let slot = self.get_or_init(key, limits, || offset);
-        let reset = slot.lock().reset(offset);
-        slot.notify();
-        reset
     }
 }

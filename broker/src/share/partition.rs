@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError;
 
+use super::state::{ShareState, StateBatch, DELIVERY_ACKNOWLEDGED, DELIVERY_ARCHIVED, DELIVERY_AVAILABLE};
 use crate::invariant;
 
 /// Where a record is in its delivery to the group.
@@ -181,13 +182,6 @@ impl SharePartition {
         counts
     }
 
-    /// Records from the SPSO up to `high_watermark` still to be delivered and acknowledged:
-    /// those past the SPEO and those in flight not yet done (KIP-1226's lag).
-    pub fn lag(&self, high_watermark: i64) -> i64 {
-        let [_, _, acknowledged, archived] = self.counts();
-        (high_watermark - self.start_offset - acknowledged - archived).max(0)
-    }
-
     /// Hands `member` up to about `max_records` records of `batches` (in log order, as read from
     /// `next_fetch_offset`): first those Available again, then new records, a new batch whole.
     /// Control batches and offsets skipped between batches are archived on the way.
@@ -202,16 +196,26 @@ impl SharePartition {
         let deadline_ms = now_ms.saturating_add(self.limits.record_lock_duration_ms);
         let mut acquired = Vec::new();
         let mut count = 0usize;
+        let mut next = self.next_fetch_offset();
         for batch in batches {
             if count >= max_records {
                 break;
             }
+            // Offsets in flight that no batch holds (a state restored by a new leader covers
+            // the log's offsets, not its batches): no member can get them.
+            if batch.first_offset > next {
+                self.archive_available(next, batch.first_offset - 1);
+            }
+            next = next.max(batch.last_offset.saturating_add(1));
             let first = batch.first_offset.max(self.start_offset);
             if batch.last_offset < first {
                 continue;
             }
+            if batch.is_control && first < self.end_offset {
+                self.archive_available(first, batch.last_offset);
+            }
             // Records in flight already: those Available are handed out again.
-            if first < self.end_offset {
+            if first < self.end_offset && !batch.is_control {
                 let last = batch.last_offset.min(self.end_offset - 1);
                 count += self.acquire_available(member, first, last, max_records - count, deadline_ms, &mut acquired);
             }
@@ -246,6 +250,22 @@ impl SharePartition {
         self.advance_start();
         self.check();
         acquired
+    }
+
+    /// Archives the Available records in [first, last] that are in flight.
+    fn archive_available(&mut self, first: i64, last: i64) {
+        let last = last.min(self.end_offset - 1);
+        let first = first.max(self.start_offset);
+        if last < first {
+            return;
+        }
+        self.split_at(first);
+        self.split_at(last + 1);
+        for (_, range) in self.in_flight.range_mut(first..=last) {
+            if range.state == RecordState::Available {
+                range.state = RecordState::Archived;
+            }
+        }
     }
 
     /// Takes the Available records in [first, last] for `member`, at most `budget` of them.
@@ -443,6 +463,57 @@ impl SharePartition {
         self.start_offset = offset;
         self.end_offset = offset;
         Ok(())
+    }
+
+    /// The state to store (`state.rs`): the SPSO, and the ranges done with or delivered at
+    /// least once. An Acquired range is stored as Available with its delivery count: should
+    /// this leader go, the records go to a member again, counted.
+    pub fn snapshot(&self) -> (i64, Vec<StateBatch>) {
+        let batches = self
+            .in_flight
+            .iter()
+            .filter(|(_, r)| r.done() || r.delivery_count > 0)
+            .map(|(first, r)| StateBatch {
+                first_offset: *first,
+                last_offset: r.last_offset,
+                delivery_state: match r.state {
+                    RecordState::Acknowledged => DELIVERY_ACKNOWLEDGED,
+                    RecordState::Archived => DELIVERY_ARCHIVED,
+                    RecordState::Available | RecordState::Acquired => DELIVERY_AVAILABLE,
+                },
+                delivery_count: i16::try_from(r.delivery_count).unwrap_or(i16::MAX),
+            })
+            .collect();
+        (self.start_offset, batches)
+    }
+
+    /// The share-partition a stored state describes (checked with [`ShareState::problem`]
+    /// first): its ranges in flight again, nothing Acquired, the offsets between them
+    /// Available and never delivered.
+    pub fn restore(state: &ShareState, limits: ShareLimits) -> SharePartition {
+        let mut sp = SharePartition::new(state.start_offset, limits);
+        for b in &state.batches {
+            if b.last_offset < sp.end_offset {
+                continue;
+            }
+            if b.first_offset > sp.end_offset {
+                sp.push(b.first_offset - 1, RecordState::Available, 0, None, 0);
+            }
+            let (state, count) = match b.delivery_state {
+                DELIVERY_ACKNOWLEDGED => (RecordState::Acknowledged, b.delivery_count),
+                DELIVERY_ARCHIVED => (RecordState::Archived, b.delivery_count),
+                _ => (RecordState::Available, b.delivery_count),
+            };
+            let count = u16::try_from(count.max(0)).unwrap_or(0);
+            let mut range_state = state;
+            if range_state == RecordState::Available && count >= limits.delivery_count_limit {
+                range_state = RecordState::Archived;
+            }
+            sp.push(b.last_offset, range_state, count, None, 0);
+        }
+        sp.advance_start();
+        sp.check();
+        sp
     }
 
     /// Appends a range from the SPEO through `last_offset`.

@@ -135,6 +135,11 @@ impl ShareSessions {
         gone
     }
 
+    /// Whether some member of `group_id` has a share session here.
+    pub fn has_group(&self, group_id: &str) -> bool {
+        self.sessions.lock().keys().any(|(g, _)| g == group_id)
+    }
+
     pub fn len(&self) -> usize {
         self.sessions.lock().len()
     }

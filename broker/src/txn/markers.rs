@@ -20,9 +20,9 @@ use tokio::sync::oneshot;
 
 use sluice_protocol::control::ControlType;
 
-use super::channels::{fail_all, BrokerChannels, Exchange};
 use super::coordinator::MarkerJob;
 use super::TransactionManager;
+use crate::broker_channels::{fail_all, BrokerChannels, Exchange};
 use crate::clock::now_ms;
 use crate::controller::OFFSETS_TOPIC;
 use crate::purgatory::DelayedProduce;

@@ -10,7 +10,6 @@
 //!
 //! The state machine sits behind one mutex, never held across an await.
 
-mod channels;
 pub mod coordinator;
 pub mod markers;
 pub mod records;

@@ -21,8 +21,8 @@ use kafka_protocol::messages::{AddPartitionsToTxnRequest, ProducerId, TopicName,
 use kafka_protocol::protocol::StrBytes;
 use tokio::sync::oneshot;
 
-use super::channels::{fail_all, BrokerChannels, Exchange};
 use super::TransactionManager;
+use crate::broker_channels::{fail_all, BrokerChannels, Exchange};
 use crate::controller::TRANSACTION_STATE_TOPIC;
 use crate::replication::client::BrokerConnection;
 

@@ -13,7 +13,8 @@
 //!   panic), and SaslHandshake v0's bare tokens;
 //! - with the authorizer on, a follower's Fetch from a user without CLUSTER_ACTION is refused
 //!   per partition (TOPIC_AUTHORIZATION_FAILED, as Kafka) before the replica identity check, and
-//!   reads and changes nothing.
+//!   reads and changes nothing; a share-partition leader's ReadShareGroupState and
+//!   WriteShareGroupState from such a user are CLUSTER_AUTHORIZATION_FAILED and store nothing.
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -1003,7 +1004,8 @@ async fn a_sasl_handshake_v0_client_logs_in_with_bare_plain_and_scram_tokens() -
     still_serves(&mut node, "v0 logins")
 }
 
-/// A follower's Fetch from a user without CLUSTER_ACTION, on a node with the authorizer on.
+/// A follower's Fetch, and a share-partition leader's ReadShareGroupState and
+/// WriteShareGroupState, from a user without CLUSTER_ACTION, on a node with the authorizer on.
 mod follower_fetch_authorization {
     use kafka_protocol::messages::create_acls_request::AclCreation;
     use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
@@ -1101,8 +1103,8 @@ mod follower_fetch_authorization {
         [(v12, FETCH_VERSION_BY_NAME), (v15, FETCH_VERSION_WITH_REPLICA_STATE)]
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_follower_fetch_without_cluster_action_is_refused_per_partition_and_changes_nothing() -> Result<()> {
+    /// A node with the authorizer on, the admin a super user, and alice with no ACL yet.
+    fn start_guarded() -> Result<SluiceNode> {
         let mut opts = NodeOptions::default()
             .set("listener.security.protocol.map", "PLAINTEXT:SASL_PLAINTEXT")
             .set("sasl.enabled.mechanisms", "SCRAM-SHA-512")
@@ -1115,7 +1117,104 @@ mod follower_fetch_authorization {
             "--add-scram".into(),
             format!("SCRAM-SHA-512=[name={ALICE},password={ALICE_PASSWORD}]"),
         ];
-        let mut node = SluiceNode::start(opts)?;
+        SluiceNode::start(opts)
+    }
+
+    const GROUP: &str = "guarded-share-group";
+    const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
+
+    /// WriteShareGroupState of `GROUP`'s partition 0 of `topic_id` at start offset `start`, as
+    /// `security`: the partition's error code.
+    fn write_state(node: &SluiceNode, security: &ClientSecurity, topic_id: uuid::Uuid, start: i64) -> Result<i16> {
+        use kafka_protocol::messages::write_share_group_state_request::{PartitionData, WriteStateData};
+        use kafka_protocol::messages::{WriteShareGroupStateRequest, WriteShareGroupStateResponse};
+        let request = WriteShareGroupStateRequest::default()
+            .with_group_id(StrBytes::from_static_str(GROUP))
+            .with_topics(vec![WriteStateData::default().with_topic_id(topic_id).with_partitions(
+                vec![PartitionData::default()
+                    .with_partition(0)
+                    .with_state_epoch(0)
+                    .with_leader_epoch(0)
+                    .with_start_offset(start)],
+            )]);
+        let response: WriteShareGroupStateResponse =
+            KafkaConnection::connect_secured(node.addr(), security, "it", IO_TIMEOUT)?.call(&request, 0)?;
+        response
+            .results
+            .first()
+            .and_then(|t| t.partitions.first())
+            .map(|p| p.error_code)
+            .context("WriteShareGroupState answer without the partition")
+    }
+
+    /// ReadShareGroupState of the same, as `security`: (error code, start offset).
+    fn read_state(node: &SluiceNode, security: &ClientSecurity, topic_id: uuid::Uuid) -> Result<(i16, i64)> {
+        use kafka_protocol::messages::read_share_group_state_request::{PartitionData, ReadStateData};
+        use kafka_protocol::messages::{ReadShareGroupStateRequest, ReadShareGroupStateResponse};
+        let request = ReadShareGroupStateRequest::default()
+            .with_group_id(StrBytes::from_static_str(GROUP))
+            .with_topics(vec![ReadStateData::default().with_topic_id(topic_id).with_partitions(
+                vec![PartitionData::default().with_partition(0).with_leader_epoch(0)],
+            )]);
+        let response: ReadShareGroupStateResponse =
+            KafkaConnection::connect_secured(node.addr(), security, "it", IO_TIMEOUT)?.call(&request, 0)?;
+        response
+            .results
+            .first()
+            .and_then(|t| t.partitions.first())
+            .map(|p| (p.error_code, p.start_offset))
+            .context("ReadShareGroupState answer without the partition")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn share_state_reads_and_writes_without_cluster_action_are_refused_and_store_nothing() -> Result<()> {
+        use kafka_protocol::messages::FindCoordinatorRequest;
+        let mut node = start_guarded()?;
+        create_topic(&node, TOPIC)?;
+        let topic_id = metadata(&node)?
+            .topics
+            .iter()
+            .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == TOPIC))
+            .map(|t| t.topic_id)
+            .context("the topic is not in metadata")?;
+        // The group's coordinator exists once __consumer_offsets does (FindCoordinator makes it).
+        let find = FindCoordinatorRequest::default()
+            .with_key_type(0)
+            .with_coordinator_keys(vec![StrBytes::from_static_str(GROUP)]);
+        KafkaConnection::connect_secured(node.addr(), node.client_security(), "it", IO_TIMEOUT)?.call(&find, 4)?;
+        let admin = node.client_security().clone();
+        wait_until(TIMEOUT, "the group's coordinator to load", || {
+            read_state(&node, &admin, topic_id).ok().filter(|r| r.0 == 0)
+        })?;
+
+        let refused = (
+            write_state(&node, &alice(), topic_id, 2)?,
+            read_state(&node, &alice(), topic_id)?.0,
+        );
+        ensure!(
+            refused == (CLUSTER_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED),
+            "alice's write and read without CLUSTER_ACTION: error codes {refused:?}"
+        );
+        ensure!(
+            read_state(&node, &admin, topic_id)? == (0, -1),
+            "alice's refused write stored a state"
+        );
+
+        allow(&node, CLUSTER_RESOURCE, "kafka-cluster", CLUSTER_ACTION)?;
+        wait_until(TIMEOUT, "alice's CLUSTER_ACTION to apply", || {
+            write_state(&node, &alice(), topic_id, 2).ok().filter(|code| *code == 0)
+        })?;
+        let read = read_state(&node, &alice(), topic_id)?;
+        ensure!(
+            read == (0, 2),
+            "alice reads back {read:?}, not the start offset 2 she wrote"
+        );
+        still_serves(&mut node, "share state requests from a user")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_follower_fetch_without_cluster_action_is_refused_per_partition_and_changes_nothing() -> Result<()> {
+        let mut node = start_guarded()?;
         create_topic(&node, TOPIC)?;
         let records: Vec<_> = (0..RECORDS)
             .map(|_| wire::RawRecord {
@@ -1247,14 +1346,23 @@ fn the_sluice_client_commands_log_in_from_a_command_config_and_a_wrong_password_
     let refused = sluice(&wrong, &["topic", "list"])?;
     let stderr = String::from_utf8_lossy(&refused.stderr);
     ensure!(!refused.status.success(), "a wrong password listed topics");
-    ensure!(stderr.contains(SCRAM_FAILED) && stderr.contains("--command-config"), "{stderr}");
-    ensure!(!stderr.contains("not-the-password"), "the password was echoed: {stderr}");
+    ensure!(
+        stderr.contains(SCRAM_FAILED) && stderr.contains("--command-config"),
+        "{stderr}"
+    );
+    ensure!(
+        !stderr.contains("not-the-password"),
+        "the password was echoed: {stderr}"
+    );
 
     // Without TLS settings the client speaks plaintext to a TLS listener and gets nowhere.
     let plain = dir.path().join("plain.properties");
     std::fs::write(&plain, "security.protocol=PLAINTEXT\n")?;
     let refused = sluice(&plain, &["topic", "list", "--timeout-ms", "3000"])?;
-    ensure!(!refused.status.success(), "a plaintext client was served by a SASL_SSL listener");
+    ensure!(
+        !refused.status.success(),
+        "a plaintext client was served by a SASL_SSL listener"
+    );
     Ok(())
 }
 
@@ -1268,12 +1376,23 @@ fn the_sluice_client_commands_present_a_client_certificate_where_the_listener_re
     let dir = TempDir::new()?;
     let config = |name: &str, lines: &str| -> Result<std::path::PathBuf> {
         let path = dir.path().join(name);
-        std::fs::write(&path, format!("security.protocol=SSL\nssl.ca.location={}\n{lines}", pki.ca.display()))?;
+        std::fs::write(
+            &path,
+            format!("security.protocol=SSL\nssl.ca.location={}\n{lines}", pki.ca.display()),
+        )?;
         Ok(path)
     };
     let list = |config: &std::path::Path| -> Result<std::process::Output> {
         Ok(std::process::Command::new(sluice_integration_tests::sluice_binary()?)
-            .args(["topic", "list", "--format", "json", "--timeout-ms", "5000", "--bootstrap"])
+            .args([
+                "topic",
+                "list",
+                "--format",
+                "json",
+                "--timeout-ms",
+                "5000",
+                "--bootstrap",
+            ])
             .arg(cluster.addr(1).to_string())
             .arg("--command-config")
             .arg(config)
@@ -1288,11 +1407,18 @@ fn the_sluice_client_commands_present_a_client_certificate_where_the_listener_re
         ),
     )?;
     let listed = list(&with_certificate)?;
-    ensure!(listed.status.success(), "with a client certificate: {}", String::from_utf8_lossy(&listed.stderr));
+    ensure!(
+        listed.status.success(),
+        "with a client certificate: {}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
 
     // Without one the listener answers nothing; half a pair is a usage error naming both.
     let refused = list(&config("no-certificate.properties", "")?)?;
-    ensure!(!refused.status.success(), "a client without a certificate listed topics");
+    ensure!(
+        !refused.status.success(),
+        "a client without a certificate listed topics"
+    );
     let half = list(&config(
         "half.properties",
         &format!("ssl.certificate.location={}\n", pki.client_certificate.display()),

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 
 use super::consumer::StoredConsumerGroup;
 use super::group::{CommittedOffset, TopicPartition};
+use super::share_state::ShareStates;
 use crate::group::records::{GroupRecord, StoredGroup};
 
 /// One entry of a `__consumer_offsets` partition, in log order, as loading hands it over.
@@ -36,6 +37,8 @@ pub(super) struct Replay {
     pub(super) pending: HashMap<i64, GroupOffsets>,
     /// KIP-848 consumer groups' records by group.
     pub(super) consumer: HashMap<String, StoredConsumerGroup>,
+    /// KIP-932 share-partition states (`share_state.rs`).
+    pub(super) share_states: ShareStates,
 }
 
 impl Replay {
@@ -96,6 +99,20 @@ impl Replay {
                 for txn in self.pending.values_mut() {
                     if let Some(offsets) = txn.get_mut(&group_id) {
                         offsets.remove(&tp);
+                    }
+                }
+            }
+            GroupRecord::ShareState {
+                group_id,
+                topic_id,
+                partition,
+                value,
+            } => {
+                let key = (group_id, topic_id, partition);
+                match value {
+                    Some(state) => super::share_state::keep_newer(&mut self.share_states, key, state),
+                    None => {
+                        self.share_states.remove(&key);
                     }
                 }
             }

@@ -28,16 +28,16 @@ use kafka_protocol::error::ResponseError;
 
 use super::records::{GroupRecord, OffsetAndMetadata, StoredGroup};
 pub use crate::config::GroupConfig;
-use group::{restore, Group};
 pub use consumer::{MemberState, LEAVE_EPOCH, LEAVE_STATIC_EPOCH};
 pub use consumer_members::{
-    compile_regex, ConsumerGroupSummary, ConsumerHeartbeat, ConsumerHeartbeatResult, ConsumerMemberSummary, HeartbeatError,
-    TopicCatalog,
+    compile_regex, ConsumerGroupSummary, ConsumerHeartbeat, ConsumerHeartbeatResult, ConsumerMemberSummary,
+    HeartbeatError, TopicCatalog,
 };
+use group::{restore, Group};
 pub use load::LoadedRecord;
-pub use share::{ShareGroupSummary, ShareHeartbeat, ShareHeartbeatResult, ShareMember, SHARE_LEAVE_EPOCH};
-use share::ShareGroup;
 use load::Replay;
+use share::ShareGroup;
+pub use share::{ShareGroupSummary, ShareHeartbeat, ShareHeartbeatResult, ShareMember, SHARE_LEAVE_EPOCH};
 
 mod consumer;
 mod consumer_members;
@@ -47,6 +47,7 @@ mod members;
 mod offsets;
 mod rebalance;
 mod share;
+mod share_state;
 mod transactions;
 
 /// Identifies a JoinGroup or SyncGroup request waiting for its answer.
@@ -211,7 +212,10 @@ pub enum Effect {
         group: bool,
     },
     /// Append these records (a consumer group's, KIP-848); no answer waits on them.
-    Records { partition: i32, records: Vec<GroupRecord> },
+    Records {
+        partition: i32,
+        records: Vec<GroupRecord>,
+    },
 }
 
 /// What waits on a group record being stored: answers that must not go out before it is.
@@ -294,6 +298,9 @@ pub struct GroupCoordinator {
     /// KIP-932 share groups (`share.rs`), apart from `groups`: they keep no offsets and no
     /// records here.
     share_groups: HashMap<String, ShareGroup>,
+    /// KIP-932 share-partition states the share groups' partition leaders stored
+    /// (`share_state.rs`).
+    share_states: share_state::ShareStates,
 }
 
 type Fx = Vec<Effect>;
@@ -306,6 +313,7 @@ impl GroupCoordinator {
             partitions: HashMap::new(),
             txn_ends_while_loading: HashMap::new(),
             share_groups: HashMap::new(),
+            share_states: HashMap::new(),
         }
     }
 
@@ -373,6 +381,7 @@ impl GroupCoordinator {
             groups: mut stored,
             mut offsets,
             mut consumer,
+            share_states,
             ..
         } = replay;
         offsets.retain(|_, o| !o.is_empty());
@@ -400,6 +409,7 @@ impl GroupCoordinator {
             group.pending_txn_offsets = pending.remove(&id).unwrap_or_default();
             self.groups.insert(id, group);
         }
+        self.restore_share_states(partition, share_states, now);
         self.partitions.insert(partition, Load::Loaded { epoch });
         for (producer_id, commit) in self.txn_ends_while_loading.remove(&partition).unwrap_or_default() {
             self.complete_transaction(partition, producer_id, commit);
@@ -422,6 +432,9 @@ impl GroupCoordinator {
             .map(|(id, _)| id.clone())
             .collect();
         self.share_groups.retain(|_, g| g.partition != partition);
+        let groups = self.config.num_partitions;
+        self.share_states
+            .retain(|(group_id, _, _), _| partition_for(group_id, groups) != partition);
         for id in ids {
             if let Some(mut group) = self.groups.remove(&id) {
                 for (member_id, member) in group.members.iter_mut() {
@@ -508,7 +521,7 @@ impl GroupCoordinator {
                 return Err(ResponseError::NonEmptyGroup);
             }
             self.share_groups.remove(group_id);
-            return Ok(Vec::new());
+            return Ok(self.forget_share_states(group_id, partition));
         }
         let group = self.groups.get(group_id).ok_or(ResponseError::GroupIdNotFound)?;
         if !group.is_empty() {

@@ -74,6 +74,14 @@ pub struct ShareGroup {
 }
 
 impl ShareGroup {
+    /// A share group with no member yet, held in `__consumer_offsets` partition `partition`.
+    pub(super) fn empty(partition: i32) -> ShareGroup {
+        ShareGroup {
+            partition,
+            ..ShareGroup::default()
+        }
+    }
+
     /// Kafka's share group states: Empty, Stable (Kafka has no rebalance to wait for here).
     pub fn state_name(&self) -> &'static str {
         if self.members.is_empty() {
@@ -223,10 +231,7 @@ impl GroupCoordinator {
         let group = self
             .share_groups
             .entry(req.group_id.clone())
-            .or_insert_with(|| ShareGroup {
-                partition,
-                ..ShareGroup::default()
-            });
+            .or_insert_with(|| ShareGroup::empty(partition));
         let session_deadline_ms = now + i64::from(req.session_timeout_ms.unwrap_or(config.session_timeout_ms));
         let known_epoch = group.members.get(&req.member_id).map(|m| m.member_epoch);
         let mut changed = false;
@@ -348,10 +353,7 @@ impl GroupCoordinator {
         let group = self
             .share_groups
             .entry(group_id.to_string())
-            .or_insert_with(|| ShareGroup {
-                partition,
-                ..ShareGroup::default()
-            });
+            .or_insert_with(|| ShareGroup::empty(partition));
         if !group.members.is_empty() {
             return Err((
                 ResponseError::NonEmptyGroup,

@@ -1434,6 +1434,7 @@ fn partition_for_matches_kafkas_abs_of_java_string_hash_code() {
 
 mod consumer;
 mod share;
+mod share_state;
 mod txn;
 
 /// The allowed predecessors are Kafka's (`GroupMetadata.validPreviousStates`, without Dead); every

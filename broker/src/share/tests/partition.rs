@@ -252,3 +252,113 @@ fn a_batch_before_the_start_offset_is_skipped_and_one_across_it_is_cut() {
     let mut sp = SharePartition::new(15, LIMITS);
     assert_eq!(sp.acquire(&a, &log(30), 100, 0), vec![got(15, 19, 1), got(20, 29, 1)]);
 }
+
+/// What a new leader makes of `sp`'s stored state.
+fn failed_over(sp: &SharePartition) -> SharePartition {
+    let (start_offset, batches) = sp.snapshot();
+    let state = ShareState {
+        state_epoch: 0,
+        leader_epoch: 1,
+        start_offset,
+        batches,
+    };
+    assert_eq!(state.problem(usize::MAX), None);
+    SharePartition::restore(&state, LIMITS)
+}
+
+#[test]
+fn after_a_failover_acknowledged_records_stay_done_and_only_records_in_flight_go_out_again() {
+    let (a, b) = (member("a"), member("b"));
+    let log = log(60);
+    let mut sp = SharePartition::new(0, LIMITS);
+    assert_eq!(sp.acquire(&a, &log, 20, 0), vec![got(0, 9, 1), got(10, 19, 1)]);
+    assert_eq!(
+        sp.acquire(&b, &read_from(&log, 20), 20, 0),
+        vec![got(20, 29, 1), got(30, 39, 1)]
+    );
+    // a accepts 0-9 and rejects 15; b accepts 30-39 and releases 20-29; a still holds 10-14, 16-19.
+    assert_eq!(sp.acknowledge("a", 0, 9, &[1], 1), Ok(()));
+    assert_eq!(sp.acknowledge("a", 15, 15, &[3], 1), Ok(()));
+    assert_eq!(sp.acknowledge("b", 30, 39, &[1], 1), Ok(()));
+    assert_eq!(sp.acknowledge("b", 20, 29, &[2], 1), Ok(()));
+    assert_eq!(sp.start_offset(), 10);
+
+    let mut next = failed_over(&sp);
+    assert_eq!((next.start_offset(), next.end_offset()), (10, 40));
+    assert_eq!(
+        next.counts(),
+        [19, 0, 10, 1],
+        "10-14, 16-29 Available; 30-39 Acknowledged; 15 Archived"
+    );
+    let c = member("c");
+    // Redelivered, counted: 10-14 and 16-19 (a held them), 20-29 (released), then new records.
+    assert_eq!(
+        next.acquire(&c, &read_from(&log, next.next_fetch_offset()), 100, 2),
+        vec![
+            got(10, 14, 2),
+            got(16, 19, 2),
+            got(20, 29, 2),
+            got(40, 49, 1),
+            got(50, 59, 1)
+        ]
+    );
+    assert_eq!(
+        next.acknowledge("c", 30, 30, &[1], 3).map_err(|e| e.0),
+        Err(ResponseError::InvalidRecordState),
+        "an acknowledged record is never handed out again"
+    );
+}
+
+#[test]
+fn a_restored_state_archives_offsets_no_batch_holds_and_control_batches_instead_of_waiting_on_them() {
+    let a = member("a");
+    // The stored state has 0-19 delivered once (count 1), the log 0-9, a marker at 10, 11-19.
+    let state = ShareState {
+        state_epoch: 0,
+        leader_epoch: 1,
+        start_offset: 0,
+        batches: vec![StateBatch {
+            first_offset: 0,
+            last_offset: 19,
+            delivery_state: DELIVERY_AVAILABLE,
+            delivery_count: 1,
+        }],
+    };
+    let mut sp = SharePartition::restore(&state, LIMITS);
+    let log = vec![
+        batch(0, 9),
+        BatchSpan {
+            first_offset: 10,
+            last_offset: 10,
+            is_control: true,
+        },
+        batch(12, 19),
+    ];
+    assert_eq!(sp.acquire(&a, &log, 100, 0), vec![got(0, 9, 2), got(12, 19, 2)]);
+    assert_eq!(
+        sp.counts(),
+        [0, 18, 0, 2],
+        "the marker (10) and the missing offset (11) are archived"
+    );
+    assert_eq!(sp.acknowledge("a", 0, 9, &[1], 1), Ok(()));
+    assert_eq!(sp.acknowledge("a", 12, 19, &[1], 1), Ok(()));
+    assert_eq!((sp.start_offset(), sp.end_offset()), (20, 20));
+}
+
+#[test]
+fn a_restored_record_at_the_delivery_count_limit_is_archived() {
+    let state = ShareState {
+        state_epoch: 0,
+        leader_epoch: 1,
+        start_offset: 0,
+        batches: vec![StateBatch {
+            first_offset: 5,
+            last_offset: 9,
+            delivery_state: DELIVERY_AVAILABLE,
+            delivery_count: i16::try_from(LIMITS.delivery_count_limit).unwrap(),
+        }],
+    };
+    let sp = SharePartition::restore(&state, LIMITS);
+    assert_eq!((sp.start_offset(), sp.end_offset()), (0, 10));
+    assert_eq!(sp.counts(), [5, 0, 0, 5]);
+}

@@ -1,9 +1,10 @@
-//! Requests the transaction machinery sends to other brokers, batched per destination
-//! (Kafka's `InterBrokerSendThread`): one task per destination broker owns a connection to
-//! its inter-broker listener and sends what is queued for it as one request, so many
-//! transactions share a round trip. Markers (`markers.rs`, WriteTxnMarkers to partition
-//! leaders) and verifications (`verify.rs`, AddPartitionsToTxn to coordinators) each keep
-//! their own set of channels.
+//! Requests brokers send each other, batched per destination (Kafka's
+//! `InterBrokerSendThread`): one task per destination broker owns a connection to its
+//! inter-broker listener and sends what is queued for it as one request, so many items share
+//! a round trip. Transaction markers (`txn/markers.rs`, WriteTxnMarkers to partition
+//! leaders), verifications (`txn/verify.rs`, AddPartitionsToTxn to coordinators) and
+//! share-partition state (`share_persister.rs`, Read/WriteShareGroupState to group
+//! coordinators) each keep their own set of channels.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -22,7 +23,7 @@ use crate::security::Security;
 const CHANNEL_CAPACITY: usize = 1024;
 
 /// One queued item and how a batch of them travels.
-pub(super) trait Exchange: Sized + Send + 'static {
+pub trait Exchange: Sized + Send + 'static {
     /// The client id the connection announces (in the other broker's logs and metrics).
     const PURPOSE: &'static str;
     /// Items sent in one request at most.
@@ -38,7 +39,7 @@ pub(super) trait Exchange: Sized + Send + 'static {
 }
 
 /// One sending task per destination broker, started on first use.
-pub(super) struct BrokerChannels<T: Exchange> {
+pub struct BrokerChannels<T: Exchange> {
     config: Arc<BrokerConfig>,
     security: Arc<Security>,
     metadata: Arc<MetadataStore>,
@@ -118,7 +119,7 @@ async fn send_loop<T: Exchange>(
     }
 }
 
-pub(super) fn fail_all<T: Exchange>(batch: Vec<T>, error: ResponseError) {
+pub fn fail_all<T: Exchange>(batch: Vec<T>, error: ResponseError) {
     for item in batch {
         item.fail(error);
     }
