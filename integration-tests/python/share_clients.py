@@ -369,10 +369,11 @@ def list_share_groups(bootstrap: str) -> set[str]:
     return set(share_groups_ok(bootstrap, "--list").split())
 
 
-def describe_state(bootstrap: str, group: str) -> dict[str, str]:
-    """--describe --state: {"GROUP", "COORDINATOR", "STATE", "#MEMBERS"}. Kafka prints the
-    coordinator as `host:port  (id)` under a `COORDINATOR (ID)` header, both with a space."""
-    out = share_groups_ok(bootstrap, "--describe", "--group", group, "--state")
+def describe_state(bootstrap: str, group: str, *args: str) -> dict[str, str]:
+    """--describe --state (`args`: more options, e.g. --command-config): {"GROUP", "COORDINATOR",
+    "STATE", "#MEMBERS"}. Kafka prints the coordinator as `host:port  (id)` under a
+    `COORDINATOR (ID)` header, both with a space."""
+    out = share_groups_ok(bootstrap, *args, "--describe", "--group", group, "--state")
     rows = table(re.sub(r"\s+\((\d+)\)", r"(\1)", out.replace("COORDINATOR (ID)", "COORDINATOR")))
     assert len(rows) == 1, out
     return rows[0]

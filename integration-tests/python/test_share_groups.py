@@ -9,8 +9,9 @@ DescribeShareGroupOffsets, ...) with Kafka's own KafkaShareConsumer and kafka-sh
   delivery count 2;
 - a RELEASEd record is redelivered with its delivery count raised, a REJECTed one never again,
   and one released on its last allowed delivery (group.share.delivery.count.limit) is archived;
-- kafka-share-groups lists the group, refuses to delete it while it has members, resets an
-  empty group to the earliest offset (a new member re-reads everything) and deletes it;
+- kafka-share-groups lists the group, refuses to delete it or its offsets while it has members,
+  resets an empty group to the earliest offset (a new member re-reads everything), deletes its
+  offsets (the next member starts from share.auto.offset.reset) and deletes it;
 - ten members on three partitions process 10,000 records exactly once;
 - with the authorizer on, a member needs READ on its group and on the topic;
 - on three nodes, members fetch each partition from its leader and get every record once;
@@ -32,6 +33,7 @@ each test sets its group to `earliest` with kafka-configs before the first membe
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -41,8 +43,8 @@ from confluent_kafka.admin import AdminClient
 
 from group_clients import create_topic, wait_until
 from share_clients import (JAVA_LIB_4_1, ShareMember, delete_group, describe_offsets, describe_state, list_share_groups,
-                           produce_values, reset_to_earliest, share_groups, start_from_earliest, start_members,
-                           stop_members, wait_for_members, wait_for_total)
+                           produce_values, reset_to_earliest, share_groups, share_groups_ok, start_from_earliest,
+                           start_members, stop_members, wait_for_members, wait_for_total)
 from test_java_cli import JAVA_LIB
 from test_java_groups import table
 
@@ -210,6 +212,17 @@ def test_released_records_are_redelivered_rejected_ones_are_not_and_the_delivery
 
 # --- d. kafka-share-groups: list, delete, reset ------------------------------------------------
 
+def rereads_all_20(bootstrap: str, topic: str, group: str, client_id: str) -> None:
+    """A new member gets the topic's 20 records again, each as a fresh delivery (count 1)."""
+    member = ShareMember(bootstrap, topic, group, count=20, timeout_ms=60_000, client_id=client_id)
+    try:
+        got = member.wait_for(20)
+        assert member.wait() == 0, member.stderr_tail()
+    finally:
+        stop_members([member])
+    assert sorted((d.offset, d.delivery_count) for d in got) == [(i, 1) for i in range(20)], got
+
+
 def test_kafka_share_groups_lists_refuses_to_delete_a_busy_group_resets_to_earliest_and_deletes(share_node):
     node = share_node()
     b = node.bootstrap
@@ -229,6 +242,9 @@ def test_kafka_share_groups_lists_refuses_to_delete_a_busy_group_resets_to_earli
         # ... and this one on stderr, exiting 1.
         busy = share_groups(b, "--reset-offsets", "--group", group, "--topic", topic, "--to-earliest", "--execute")
         assert busy.returncode == 1 and f"Share group '{group}' is not empty." in busy.stderr, busy
+        # --delete-offsets too (NON_EMPTY_GROUP; the tool prints the error per topic, exiting 0).
+        busy = share_groups(b, "--delete-offsets", "--group", group, "--topic", topic)
+        assert busy.returncode == 0 and re.search(rf"\n{topic} +Error: ", busy.stdout), busy
         first.terminate()  # closes: leaves the group
     finally:
         stop_members([first])
@@ -240,14 +256,17 @@ def test_kafka_share_groups_lists_refuses_to_delete_a_busy_group_resets_to_earli
     assert [(r["TOPIC"], r["PARTITION"], r["NEW-OFFSET"]) for r in reset] == [(topic, "0", "0")], reset
     [row] = describe_offsets(b, group)
     assert (row["START-OFFSET"], row["LAG"]) == ("0", "20"), row
-    second = ShareMember(b, topic, group, count=20, timeout_ms=60_000, client_id="second")
-    try:
-        got = second.wait_for(20)
-        assert second.wait() == 0, second.stderr_tail()
-    finally:
-        stop_members([second])
-    # Everything again, as fresh deliveries.
-    assert sorted((d.offset, d.delivery_count) for d in got) == [(i, 1) for i in range(20)], got
+    rereads_all_20(b, topic, group, "second")
+
+    # --delete-offsets: the topic's state goes; the next member starts from share.auto.offset.reset
+    # (earliest here) and gets everything once more.
+    wait_until("the group to be empty", lambda: describe_state(b, group)["STATE"] == "Empty", timeout=30)
+    wait_for_lag(b, group, topic, 1)
+    dropped = share_groups(b, "--delete-offsets", "--group", group, "--topic", topic)
+    assert dropped.returncode == 0 and re.search(rf"\n{topic} +Successful\n", dropped.stdout), dropped
+    after = share_groups_ok(b, "--describe", "--group", group, "--offsets")
+    assert f"Share group '{group}' has no offset information." in after, after
+    rereads_all_20(b, topic, group, "third")
 
     wait_until("the group to be empty", lambda: describe_state(b, group)["STATE"] == "Empty", timeout=30)
     deleted = delete_group(b, group)
@@ -297,7 +316,8 @@ def test_a_share_member_needs_read_on_its_group_and_on_the_topic(start_node, tmp
     --reset-offsets needs READ on the group). `peeker` has READ on the group and only DESCRIBE on
     the topic: it joins, and ShareFetch refuses it the topic's records
     (TopicAuthorizationException). Once `reader` is granted READ on the group it gets every
-    record. Sluice only: the ACL fixtures are sluice's."""
+    record; kafka-share-groups --delete-offsets then needs DELETE on the group too. Sluice only:
+    the ACL fixtures are sluice's."""
     from confluent_kafka.admin import AclOperation, ResourceType
 
     from test_security_acls import AUTHORIZER, MECHANISM, binding, create_topics, grant, login
@@ -343,6 +363,22 @@ def test_a_share_member_needs_read_on_its_group_and_on_the_topic(start_node, tmp
     granted = ShareMember(node.bootstrap, topic, group, count=5, timeout_ms=60_000, **reader)
     assert granted.wait(timeout=120) == 0, (granted.output(), granted.stderr_tail())
     assert sorted(d.value for d in granted.deliveries()) == [f"{topic}-{i}" for i in range(5)]
+
+    # --delete-offsets needs DELETE on the group: READ is not enough, and nothing is deleted.
+    reader_config = str(tmp_path / "reader.properties")
+    wait_until("the group to be empty", lambda: describe_state(node.bootstrap, group, "--command-config",
+                                                               str(admin_config))["STATE"] == "Empty", timeout=30)
+    delete = share_groups(node.bootstrap, "--command-config", reader_config, "--delete-offsets", "--group", group,
+                          "--topic", topic)
+    assert re.search(rf"\n{topic} +Error: Group authorization failed\.\n", delete.stdout), delete
+    kept = share_groups_ok(node.bootstrap, "--command-config", str(admin_config), "--describe", "--group", group,
+                           "--offsets")
+    assert re.search(rf"\n{group} +{topic} +0 +5 ", kept), kept
+    grant(node, binding("reader", ResourceType.GROUP, group, AclOperation.DELETE))
+    deleted = wait_until("reader's DELETE to apply", lambda: (lambda d: d if "Successful" in d.stdout else None)(
+        share_groups(node.bootstrap, "--command-config", reader_config, "--delete-offsets", "--group", group,
+                     "--topic", topic)), timeout=30)
+    assert re.search(rf"\n{topic} +Successful\n", deleted.stdout), deleted
 
 
 def test_on_three_nodes_members_fetch_from_each_partitions_leader_and_process_every_record_once(cluster):

@@ -140,6 +140,7 @@ implemented_apis! {
     ShareAcknowledge: ShareAcknowledgeRequest => ShareAcknowledgeResponse;
     DescribeShareGroupOffsets: DescribeShareGroupOffsetsRequest => DescribeShareGroupOffsetsResponse;
     AlterShareGroupOffsets: AlterShareGroupOffsetsRequest => AlterShareGroupOffsetsResponse;
+    DeleteShareGroupOffsets: DeleteShareGroupOffsetsRequest => DeleteShareGroupOffsetsResponse;
     ReadShareGroupState: ReadShareGroupStateRequest => ReadShareGroupStateResponse;
     WriteShareGroupState: WriteShareGroupStateRequest => WriteShareGroupStateResponse;
 }

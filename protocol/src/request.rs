@@ -340,10 +340,12 @@ mod tests {
             refused(frame);
         }
 
-        // AlterShareGroupOffsets v0, and the brokers' ReadShareGroupState and
-        // WriteShareGroupState v0: group "g", then topics claiming four billion entries.
+        // AlterShareGroupOffsets and DeleteShareGroupOffsets v0, and the brokers'
+        // ReadShareGroupState and WriteShareGroupState v0: group "g", then topics claiming four
+        // billion entries.
         for api in [
             ApiKey::AlterShareGroupOffsets,
+            ApiKey::DeleteShareGroupOffsets,
             ApiKey::ReadShareGroupState,
             ApiKey::WriteShareGroupState,
         ] {

@@ -23,6 +23,7 @@ pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_groups;
 pub mod delete_records;
+pub mod delete_share_group_offsets;
 pub mod delete_topics;
 pub mod describe_client_quotas;
 pub mod describe_cluster;
@@ -333,6 +334,9 @@ pub fn handle(broker: &Arc<Broker>, request: Request, session: &Session) -> Repl
         RequestBody::ShareAcknowledge(r) => later!(ShareAcknowledge, share_acknowledge::handle, r),
         RequestBody::DescribeShareGroupOffsets(r) => {
             now!(DescribeShareGroupOffsets, describe_share_group_offsets::handle, r)
+        }
+        RequestBody::DeleteShareGroupOffsets(r) => {
+            later!(DeleteShareGroupOffsets, delete_share_group_offsets::handle, r)
         }
         RequestBody::ReadShareGroupState(r) => now!(ReadShareGroupState, share_group_state::handle_read, r),
         RequestBody::WriteShareGroupState(r) => later!(WriteShareGroupState, share_group_state::handle_write, r),

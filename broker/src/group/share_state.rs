@@ -61,6 +61,17 @@ impl GroupMetadataManager {
         .await
     }
 
+    /// DeleteShareGroupOffsets: the empty share group's states of `topic_ids` are tombstoned;
+    /// answered once the ISR has the tombstones.
+    pub async fn delete_share_offsets(&self, group_id: &str, topic_ids: &[Uuid]) -> Result<(), HeartbeatError> {
+        let stores = {
+            let mut inner = self.inner.lock();
+            let fx = inner.coordinator.delete_share_offsets(group_id, topic_ids)?;
+            inner.apply(fx)
+        };
+        self.store_and_wait(stores).await.map_err(|e| (e, String::new()))
+    }
+
     /// The stored states of a group's share-partitions: DescribeShareGroupOffsets.
     pub fn share_states_of(&self, group_id: &str) -> Vec<((Uuid, i32), ShareState)> {
         self.inner.lock().coordinator.share_states_of(group_id)

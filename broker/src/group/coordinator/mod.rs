@@ -521,7 +521,7 @@ impl GroupCoordinator {
                 return Err(ResponseError::NonEmptyGroup);
             }
             self.share_groups.remove(group_id);
-            return Ok(self.forget_share_states(group_id, partition));
+            return Ok(self.forget_share_states(group_id, partition, |_| true));
         }
         let group = self.groups.get(group_id).ok_or(ResponseError::GroupIdNotFound)?;
         if !group.is_empty() {

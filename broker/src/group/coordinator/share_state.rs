@@ -169,12 +169,37 @@ impl GroupCoordinator {
         ))
     }
 
-    /// The deleted share group's states go: tombstones for them.
-    pub(super) fn forget_share_states(&mut self, group_id: &str, offsets_partition: i32) -> Fx {
+    /// DeleteShareGroupOffsets (kafka-share-groups --delete-offsets): the states of an empty
+    /// share group's partitions of `topic_ids` go, so a member coming back starts those
+    /// partitions from `share.auto.offset.reset`.
+    pub fn delete_share_offsets(&mut self, group_id: &str, topic_ids: &[Uuid]) -> Result<Fx, HeartbeatError> {
+        let offsets_partition = self.owner(group_id).map_err(|e| (e, String::new()))?;
+        let Some(group) = self.share_groups.get(group_id) else {
+            return Err((
+                ResponseError::GroupIdNotFound,
+                format!("Group {group_id} is not a share group this coordinator knows."),
+            ));
+        };
+        if !group.members.is_empty() {
+            return Err((
+                ResponseError::NonEmptyGroup,
+                format!("Share group {group_id} has members; stop its consumers before deleting its offsets."),
+            ));
+        }
+        Ok(self.forget_share_states(group_id, offsets_partition, |topic_id| topic_ids.contains(&topic_id)))
+    }
+
+    /// Tombstones for `group_id`'s states of the topics `which` picks, which leave memory.
+    pub(super) fn forget_share_states(
+        &mut self,
+        group_id: &str,
+        offsets_partition: i32,
+        which: impl Fn(Uuid) -> bool,
+    ) -> Fx {
         let keys: Vec<(String, Uuid, i32)> = self
             .share_states
             .keys()
-            .filter(|(g, _, _)| g == group_id)
+            .filter(|(g, topic_id, _)| g == group_id && which(*topic_id))
             .cloned()
             .collect();
         if keys.is_empty() {

@@ -27,7 +27,7 @@ fn topics(partitions: i32) -> Topics {
     Topics([("orders".to_string(), (ORDERS, partitions))].into())
 }
 
-fn hb(member_id: &str, epoch: i32) -> ShareHeartbeat {
+pub(super) fn hb(member_id: &str, epoch: i32) -> ShareHeartbeat {
     ShareHeartbeat {
         group_id: "sg".into(),
         member_id: member_id.into(),
@@ -50,7 +50,7 @@ impl Fixture {
         self.coordinator.share_heartbeat(h, &topics(partitions), self.now)
     }
 
-    fn share_ok(&mut self, h: ShareHeartbeat) -> ShareHeartbeatResult {
+    pub(super) fn share_ok(&mut self, h: ShareHeartbeat) -> ShareHeartbeatResult {
         self.share(h, 3).unwrap_or_else(|e| panic!("heartbeat refused: {e:?}"))
     }
 

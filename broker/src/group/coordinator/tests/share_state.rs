@@ -1,7 +1,8 @@
 //! KIP-932 share-partition states at the coordinator: a leader's writes kept and read back,
 //! fenced by an older state epoch (a reset) or an older leader epoch, a reset at the next
-//! state epoch, tombstones when the group is deleted, and a reload that restores the states
-//! and the (empty) share group, keeping a reset over a stale write that came after it.
+//! state epoch, tombstones when the group is deleted or its offsets are (an empty group only),
+//! and a reload that restores the states and the (empty) share group, keeping a reset over a
+//! stale write that came after it.
 
 use uuid::Uuid;
 
@@ -157,4 +158,42 @@ fn deleting_the_share_group_tombstones_its_states_and_a_reload_restores_them_wit
         .all(|r| matches!(r, GroupRecord::ShareState { value: None, .. })));
     assert!(reloaded.share_states_of("sg").is_empty());
     assert_eq!(reloaded.read_share_state("sg", T, 0), Ok(None));
+}
+
+#[test]
+fn deleting_offsets_drops_only_the_named_topics_states_of_an_empty_share_group() {
+    let mut f = Fixture::new(GroupConfig::default());
+    let other = Uuid::from_bytes([4; 16]);
+    f.share_ok(super::share::hb("m", 0));
+    write(&mut f.coordinator, state(0, 1, 10)).unwrap();
+    f.coordinator.share_state_written("sg", other, 0, state(0, 1, 20));
+    let refused = f
+        .coordinator
+        .delete_share_offsets("sg", &[T])
+        .map(|_| ())
+        .map_err(|e| e.0);
+    assert_eq!(refused, Err(ResponseError::NonEmptyGroup), "the group has a member");
+    assert_eq!(f.coordinator.share_states_of("sg").len(), 2);
+
+    f.share_ok(super::share::hb("m", SHARE_LEAVE_EPOCH));
+    let fx = f.coordinator.delete_share_offsets("sg", &[T]).unwrap();
+    assert!(
+        matches!(fx.as_slice(), [Effect::Records { records, .. }]
+            if matches!(records.as_slice(), [GroupRecord::ShareState { topic_id, value: None, .. }] if *topic_id == T)),
+        "{fx:?}"
+    );
+    assert_eq!(f.coordinator.read_share_state("sg", T, 0), Ok(None));
+    assert_eq!(
+        f.coordinator
+            .read_share_state("sg", other, 0)
+            .unwrap()
+            .map(|s| s.start_offset),
+        Some(20)
+    );
+    let unknown = f
+        .coordinator
+        .delete_share_offsets("nobody", &[T])
+        .map(|_| ())
+        .map_err(|e| e.0);
+    assert_eq!(unknown, Err(ResponseError::GroupIdNotFound));
 }
