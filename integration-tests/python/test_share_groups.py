@@ -9,6 +9,8 @@ DescribeShareGroupOffsets, ...) with Kafka's own KafkaShareConsumer and kafka-sh
   delivery count 2;
 - a RELEASEd record is redelivered with its delivery count raised, a REJECTed one never again,
   and one released on its last allowed delivery (group.share.delivery.count.limit) is archived;
+- with share.isolation.level=read_committed only committed transactional records are delivered,
+  none of an aborted transaction, nothing past an open one until it commits;
 - kafka-share-groups lists the group, refuses to delete it or its offsets while it has members,
   resets an empty group to the earliest offset (a new member re-reads everything), deletes its
   offsets (the next member starts from share.auto.offset.reset) and deletes it;
@@ -208,6 +210,54 @@ def test_released_records_are_redelivered_rejected_ones_are_not_and_the_delivery
     expected = Counter({(str(i), 1): 1 for i in range(10)})
     expected.update({("5", 2): 1, ("7", 2): 1})
     assert got == expected, sorted(got.items())
+
+
+def test_read_committed_delivers_committed_records_only_and_nothing_past_an_open_transaction(share_node):
+    """share.isolation.level=read_committed (a group config): 10 committed records, 10 of an
+    aborted transaction, 10 committed, then 5 of a transaction left open. The member gets the 20
+    committed records and none of the aborted ones (archived, with the transaction markers), and
+    nothing of the open transaction until it commits; then those 5, and nothing is left to
+    deliver."""
+    from confluent_kafka import Producer
+
+    from share_clients import set_group_config
+
+    node = share_node()
+    b = node.bootstrap
+    topic, group = "share-read-committed", "share-read-committed-g"
+    create_topic(b, topic, 1)
+    set_group_config(b, group, **{"share.auto.offset.reset": "earliest", "share.isolation.level": "read_committed"})
+    producer = Producer({"bootstrap.servers": b, "transactional.id": "share-rc-tx", "log_level": 3, "linger.ms": 0})
+    producer.init_transactions(30)
+
+    def transaction(prefix: str, start: int, end: int, commit: bool | None) -> None:
+        producer.begin_transaction()
+        for i in range(start, end):
+            producer.produce(topic, value=f"{prefix}{i}".encode(), partition=0)
+        assert producer.flush(30) == 0
+        if commit is True:
+            producer.commit_transaction(30)
+        elif commit is False:
+            producer.abort_transaction(30)
+
+    transaction("c", 0, 10, True)
+    transaction("a", 0, 10, False)
+    transaction("c", 10, 20, True)
+    transaction("p", 0, 5, None)  # left open
+    member = ShareMember(b, topic, group)
+    try:
+        first = member.wait_for(20)
+        assert sorted(d.value for d in first) == sorted(f"c{i}" for i in range(20)), first
+        # The open transaction's records are past the last stable offset: none delivered yet.
+        assert not [d for d in member.deliveries() if not d.value.startswith("c")], member.deliveries()
+        producer.commit_transaction(30)
+        member.wait_for(25)
+        wait_for_lag(b, group, topic, 1)
+        got = Counter(d.value for d in member.deliveries())
+    finally:
+        stop_members([member])
+    assert not member.errors(), member.errors()
+    assert got == Counter([f"c{i}" for i in range(20)] + [f"p{i}" for i in range(5)]), sorted(got)
 
 
 # --- d. kafka-share-groups: list, delete, reset ------------------------------------------------

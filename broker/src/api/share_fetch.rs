@@ -27,6 +27,7 @@ use super::{str_bytes, RequestContext};
 use crate::broker::Broker;
 use crate::clock::now_ms;
 use crate::config::group_configs::{self, ShareAutoOffsetReset};
+use crate::log::txn_index::AbortedTxn;
 use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::metadata::image::MetadataImage;
 use crate::partition::{Partition, ReadBound};
@@ -141,6 +142,13 @@ pub async fn handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFet
     let deadline =
         tokio::time::Instant::now() + Duration::from_millis(u64::try_from(request.max_wait_ms.max(0)).unwrap_or(0));
     let member: Arc<str> = Arc::from(member_id.as_str());
+    // `share.isolation.level`: read_committed stops at the last stable offset and archives the
+    // records of aborted transactions.
+    let bound = if group_configs::share_read_committed(group_configs) {
+        ReadBound::LastStable
+    } else {
+        ReadBound::HighWatermark
+    };
     loop {
         let mut waits: Vec<Arc<Partition>> = Vec::new();
         let mut released = Vec::new();
@@ -178,7 +186,7 @@ pub async fn handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFet
             let mut notified = Box::pin(share_partition.changed());
             notified.as_mut().enable();
             released.push(notified);
-            match acquire(&partition, &share_partition, &member, budget, bytes_left).await {
+            match acquire(&partition, &share_partition, &member, budget, bytes_left, bound).await {
                 Ok((records, acquired)) => {
                     let count: usize = acquired
                         .iter()
@@ -325,16 +333,23 @@ fn current_leader(image: &MetadataImage, topic_id: Uuid, index: i32) -> Option<(
 /// long backlog is not copied whole for the few hundred records a member asks at a time.
 const READ_CHUNK_BYTES: usize = 1 << 20;
 
-/// Reads chunks from the share-partition's next fetch offset up to the high watermark and
-/// acquires what it may of the batches read, up to `max_records` records and `max_bytes`
-/// bytes; returns the batches that hold an acquired record, each once, in log order.
+/// Reads chunks from the share-partition's next fetch offset up to `bound` (the high
+/// watermark, or the last stable offset for read_committed) and acquires what it may of the
+/// batches read, up to `max_records` records and `max_bytes` bytes; returns the batches that
+/// hold an acquired record, each once, in log order. Batches of aborted transactions (read
+/// up to the last stable offset only) are archived, never handed out.
 async fn acquire(
     partition: &Arc<Partition>,
     share_partition: &Arc<ShareSlot>,
     member: &Arc<str>,
     max_records: usize,
     max_bytes: usize,
+    bound: ReadBound,
 ) -> Result<(Bytes, Vec<Acquired>), (ResponseError, String)> {
+    let end = |p: &Partition| match bound {
+        ReadBound::LastStable => p.last_stable_offset(),
+        _ => p.high_watermark(),
+    };
     let mut out = BytesMut::new();
     let mut acquired_all: Vec<Acquired> = Vec::new();
     let mut budget = max_records;
@@ -350,17 +365,23 @@ async fn acquire(
             }
             sp.next_fetch_offset()
         };
-        if budget == 0 || out.len() >= max_bytes || offset >= partition.high_watermark() {
+        if budget == 0 || out.len() >= max_bytes || offset >= end(partition) {
             break;
         }
         let chunk = (max_bytes - out.len()).min(READ_CHUNK_BYTES);
-        let records = read(partition, offset, chunk).await?;
+        let (records, aborted) = read(partition, offset, chunk, bound).await?;
         let spans: Vec<(BatchSpan, std::ops::Range<usize>)> = BatchIter::new(&records)
             .map(|(header, range)| {
+                let aborted = header.is_transactional()
+                    && aborted.iter().any(|a| {
+                        a.producer_id == header.producer_id
+                            && a.first_offset <= header.base_offset
+                            && header.base_offset <= a.last_offset
+                    });
                 let span = BatchSpan {
                     first_offset: header.base_offset,
                     last_offset: header.last_offset(),
-                    is_control: header.is_control(),
+                    is_control: header.is_control() || aborted,
                 };
                 (span, range)
             })
@@ -391,10 +412,16 @@ async fn acquire(
 }
 
 /// Up to `max_bytes` of whole batches from `offset` (the first batch whole even if larger), up
-/// to the high watermark; a read that needs the disk runs on the blocking pool.
-async fn read(partition: &Arc<Partition>, offset: i64, max_bytes: usize) -> Result<Bytes, (ResponseError, String)> {
+/// to `bound`, with the aborted transactions overlapping them when the bound is the last
+/// stable offset; a read that needs the disk runs on the blocking pool.
+async fn read(
+    partition: &Arc<Partition>,
+    offset: i64,
+    max_bytes: usize,
+    bound: ReadBound,
+) -> Result<(Bytes, Vec<AbortedTxn>), (ResponseError, String)> {
     let planned = partition
-        .plan_read(offset, max_bytes, ReadBound::HighWatermark)
+        .plan_read(offset, max_bytes, bound)
         .map_err(|e| crate::partition::log_error(&e))?;
     let outcome = if planned.reads_disk() {
         tokio::task::spawn_blocking(move || planned.read(max_bytes, true))
@@ -408,7 +435,9 @@ async fn read(partition: &Arc<Partition>, offset: i64, max_bytes: usize) -> Resu
     } else {
         planned.read(max_bytes, true)
     };
-    outcome.map(|o| o.records).map_err(|e| crate::partition::log_error(&e))
+    outcome
+        .map(|o| (o.records, o.aborted_transactions.unwrap_or_default()))
+        .map_err(|e| crate::partition::log_error(&e))
 }
 
 /// Waits until a partition's high watermark or log start moves, records of a share-partition

@@ -322,6 +322,14 @@ pub fn share_record_lock_duration_ms(configs: Option<&BTreeMap<String, String>>)
         .map(i64::from)
 }
 
+/// `share.isolation.level` is `read_committed`: share fetches deliver up to the last stable
+/// offset only, and never records of aborted transactions.
+pub fn share_read_committed(configs: Option<&BTreeMap<String, String>>) -> bool {
+    configs
+        .and_then(|c| c.get(SHARE_ISOLATION_LEVEL))
+        .is_some_and(|v| v.trim() == "read_committed")
+}
+
 fn parse_auto_offset_reset(value: &str) -> Option<ShareAutoOffsetReset> {
     match value {
         "earliest" => Some(ShareAutoOffsetReset::Earliest),

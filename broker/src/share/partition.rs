@@ -79,8 +79,9 @@ pub struct Acquired {
     pub delivery_count: u16,
 }
 
-/// One stored batch as the log returned it: the offsets it spans and whether it is a control
-/// batch (a transaction marker, never delivered to a member).
+/// One stored batch as the log returned it: the offsets it spans and whether it is never to be
+/// delivered to a member (a transaction marker, or with `share.isolation.level=read_committed`
+/// a batch of an aborted transaction): such offsets are archived.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchSpan {
     pub first_offset: i64,
