@@ -6,7 +6,9 @@ at the offsets it committed on closing; two librdkafka consumers split the parti
 later member of their group gets only newer records; a node offering only the range assignor
 serves a client asking for it and refuses sticky and uniform (UnsupportedAssignorException);
 with the authorizer on, a member needs READ on its group (GroupAuthorizationException); and
-on 3 nodes a group outlives its coordinator, rebuilt from its __consumer_offsets records.
+on 3 nodes a group outlives its coordinator, rebuilt from its __consumer_offsets records; and
+fifty librdkafka members joining and leaving a 100-partition group under load get every record
+exactly once between them.
 
 Kafka's console consumer swallows a consumer error (it logs it through slf4j, which the tools'
 classpath discards with slf4j-nop) and exits 0 having printed nothing; the exception itself is
@@ -17,10 +19,12 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
+from collections import Counter
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AclOperation, AdminClient, ResourceType
 
 from group_clients import assert_nothing_more, committed, consume_n, create_topic, produce, wait_until
@@ -471,3 +475,109 @@ def test_a_consumer_group_survives_its_coordinator_being_killed_with_its_epochs_
     finally:
         a.close()
         b.close()
+
+
+# --- 6. Fifty members joining and leaving under load ------------------------------------------
+
+class ChurnMember:
+    """A librdkafka consumer (group.protocol=consumer, auto commit) polling on its own thread:
+    it keeps each record's value and when it arrived, and its assignment as last seen."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str, name: str, errors: list[str]):
+        self.name = name
+        self.got: list[tuple[float, str]] = []
+        self.assigned = 0
+        self._stop = threading.Event()
+        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+                                   "client.id": name, "auto.offset.reset": "earliest", "log_level": 3,
+                                   "auto.commit.interval.ms": 500,
+                                   "error_cb": lambda e: errors.append(f"{name}: {e}")})
+        self._consumer.subscribe([topic])
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            m = self._consumer.poll(0.05)
+            if m is not None and m.error() is None:
+                self.got.append((time.monotonic(), m.value().decode()))
+            self.assigned = len(self._consumer.assignment())
+        # close() commits what was consumed and leaves the group (member epoch -1).
+        self._consumer.close()
+
+    def leave(self) -> None:
+        """Closes the consumer (once; again is a no-op)."""
+        self._stop.set()
+        self._thread.join(timeout=60)
+        assert not self._thread.is_alive(), f"{self.name} did not close within 60 s"
+
+    def longest_gap(self, start: float, end: float) -> float:
+        """The longest time between two records (or the window's edges) within [start, end]."""
+        times = [start] + [t for t, _ in self.got if start <= t <= end] + [end]
+        return max(b - a for a, b in zip(times, times[1:]))
+
+
+def test_fifty_members_joining_and_leaving_under_load_get_every_record_once(start_node):
+    """A KIP-848 group of librdkafka consumers on a 100-partition topic: 40 members settle, then
+    records flow (about 1,000 a second) while 10 more join and 10 leave, one a second. Every
+    record produced is delivered to the group exactly once (partitions move only once revoked
+    and committed by their previous owner). The longest pause in consumption of the members
+    there throughout is printed, not asserted (a speed figure, for the benchmark to judge)."""
+    node = start_node()
+    topic, group = "kip848-churn", "kip848-churn-g"
+    create_topic(node.bootstrap, topic, 100)
+    errors: list[str] = []
+    members = [ChurnMember(node.bootstrap, topic, group, f"churn-{i}", errors) for i in range(40)]
+    joiners: list[ChurnMember] = []
+    stop_producing = threading.Event()
+    produced: list[str] = []
+
+    def producer() -> None:
+        p = Producer({"bootstrap.servers": node.bootstrap, "linger.ms": 5, "log_level": 3})
+        i = 0
+        while not stop_producing.is_set():
+            for _ in range(50):
+                p.produce(topic, value=str(i).encode(), partition=i % 100)
+                produced.append(str(i))
+                i += 1
+            p.poll(0)
+            time.sleep(0.05)
+        assert p.flush(60) == 0
+
+    try:
+        wait_until("40 members to share the 100 partitions",
+                   lambda: sum(m.assigned for m in members) == 100 and all(m.assigned for m in members) or None,
+                   timeout=120, interval=0.5)
+        feeding = threading.Thread(target=producer, daemon=True)
+        feeding.start()
+        time.sleep(2)  # load before the churn: the window the pauses are measured in starts here
+        churn_start = time.monotonic()
+        for i in range(10):
+            joiners.append(ChurnMember(node.bootstrap, topic, group, f"churn-join-{i}", errors))
+            time.sleep(1)
+        leaving = members[:5] + joiners[:5]
+        for m in leaving:
+            m.leave()
+            time.sleep(1)
+        churn_end = time.monotonic()
+        stop_producing.set()
+        feeding.join(timeout=60)
+
+        def all_delivered():
+            seen = {v for m in members + joiners for _, v in m.got}
+            return len(seen) >= len(produced) or None
+
+        wait_until(f"all {len(produced)} records delivered", all_delivered, timeout=120, interval=0.5)
+    finally:
+        stop_producing.set()
+        for m in members + joiners:
+            m.leave()
+    assert not errors, errors[:10]
+    counts = Counter(v for m in members + joiners for _, v in m.got)
+    assert set(counts) == set(produced), f"{len(set(produced) - set(counts))} records never delivered"
+    twice = [v for v, n in counts.items() if n > 1]
+    assert not twice, f"{len(twice)} records delivered more than once, e.g. {twice[:10]}"
+    gaps = sorted(m.longest_gap(churn_start, churn_end) for m in members[5:])
+    print(f"kip848 churn: {len(produced)} records, 10 joined and 10 left in {churn_end - churn_start:.1f} s; "
+          f"longest pause of the 35 members there throughout: median {gaps[len(gaps) // 2] * 1000:.0f} ms, "
+          f"max {gaps[-1] * 1000:.0f} ms")
