@@ -22,26 +22,6 @@ if wants_help "$@"; then
     print_script_usage
     exit 0
 fi
-# Only what this run will do: the broker's build unless $SLUICE_BIN is given or it is Kafka's
-# run, and the venv's pip unless $PYTHON (default .venv/bin/python) is already there.
-against_kafka=0
-for arg in "$@"; do
-    if [ "$arg" = --against-kafka ]; then against_kafka=1; fi
-done
-PYTHON=${PYTHON:-.venv/bin/python}
-profiles=()
-if [ -z "${SLUICE_BIN:-}" ] && [ "$against_kafka" = 0 ]; then profiles+=(broker); fi
-if [ ! -x "$PYTHON" ]; then profiles+=(venv); fi
-ensure_system_packages ${profiles[@]+"${profiles[@]}"} || exit 1
-bash scripts/java-lib.sh
-if [ -z "${SLUICE_BIN:-}" ] && [ "$against_kafka" = 0 ]; then
-    TARGET_DIR=$(cargo metadata --no-deps --format-version 1 2>/dev/null \
-        | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])' 2>/dev/null) \
-        || TARGET_DIR=${CARGO_TARGET_DIR:-$(pwd)/target}
-    cargo build --release -p sluice-broker
-    export SLUICE_BIN="$TARGET_DIR/release/sluice"
-fi
-if [ ! -x "$PYTHON" ]; then
-    bash scripts/python-venv.sh
-fi
+# Only what this run will do (the build, Kafka's jars, the venv): see prepare_python_bench.
+prepare_python_bench java "$@" || exit 1
 exec "$PYTHON" integration-tests/python/share_bench.py "$@"

@@ -187,6 +187,35 @@ print_script_usage() {
     awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "scripts/$(basename "$0")"
 }
 
+# prepare_python_bench "$@": what a benchmark run by a Python driver needs, and only that: the
+# broker's release build (exported as $SLUICE_BIN) unless $SLUICE_BIN is given or the arguments
+# say --against-kafka, Kafka's jars (scripts/java-lib.sh) when `java` is the first argument or
+# it is Kafka's run, and the venv unless $PYTHON (default .venv/bin/python, exported) is already
+# there. The arguments after the first are the benchmark's own.
+prepare_python_bench() {
+    local needs_java=$1 arg against_kafka=0 target_dir
+    shift
+    for arg in "$@"; do
+        if [ "$arg" = --against-kafka ]; then against_kafka=1; fi
+    done
+    export PYTHON=${PYTHON:-.venv/bin/python}
+    local profiles=()
+    if [ -z "${SLUICE_BIN:-}" ] && [ "$against_kafka" = 0 ]; then profiles+=(broker); fi
+    if [ ! -x "$PYTHON" ]; then profiles+=(venv); fi
+    ensure_system_packages ${profiles[@]+"${profiles[@]}"} || return 1
+    if [ "$needs_java" = java ] || [ "$against_kafka" = 1 ]; then bash scripts/java-lib.sh; fi
+    if [ -z "${SLUICE_BIN:-}" ] && [ "$against_kafka" = 0 ]; then
+        target_dir=$(cargo metadata --no-deps --format-version 1 2>/dev/null \
+            | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])' 2>/dev/null) \
+            || target_dir=${CARGO_TARGET_DIR:-$(pwd)/target}
+        cargo build --release -p sluice-broker || return 1
+        export SLUICE_BIN="$target_dir/release/sluice"
+    fi
+    if [ ! -x "$PYTHON" ]; then
+        bash scripts/python-venv.sh || return 1
+    fi
+}
+
 # Run directly (not sourced): install the profiles given, default everything.
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
     set -uo pipefail

@@ -181,3 +181,49 @@ def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[i
         return {tp.partition: tp.offset for tp in tps}
     finally:
         c.close()
+
+
+class PollingMember:
+    """A librdkafka group member with auto commit, polling on its own thread: it keeps each
+    record's value and when it arrived, and the size of its assignment as last seen. With
+    `protocol` "consumer" it is a KIP-848 member; "classic" (with `assignment` its
+    partition.assignment.strategy, librdkafka's default eager range,roundrobin if None) a classic
+    one. Used where many members must run in one process (test_kip848_groups.py, the rebalance
+    benchmark)."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str, name: str, errors: list[str],
+                 protocol: str = "consumer", assignment: str | None = None, poll_s: float = 0.05):
+        self.name = name
+        self.got: list[tuple[float, str]] = []
+        self.assigned = 0
+        self._poll_s = poll_s
+        self._stop = threading.Event()
+        config = {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": protocol, "client.id": name,
+                  "auto.offset.reset": "earliest", "log_level": 3, "auto.commit.interval.ms": 500,
+                  "error_cb": lambda e: errors.append(f"{name}: {e}")}
+        if assignment:
+            config["partition.assignment.strategy"] = assignment
+        self._consumer = Consumer(config)
+        self._consumer.subscribe([topic])
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            m = self._consumer.poll(self._poll_s)
+            if m is not None and m.error() is None:
+                self.got.append((time.monotonic(), m.value().decode()))
+            self.assigned = len(self._consumer.assignment())
+        # close() commits what was consumed and leaves the group.
+        self._consumer.close()
+
+    def leave(self) -> None:
+        """Closes the consumer (once; again is a no-op)."""
+        self._stop.set()
+        self._thread.join(timeout=60)
+        assert not self._thread.is_alive(), f"{self.name} did not close within 60 s"
+
+    def longest_gap(self, start: float, end: float) -> float:
+        """The longest time between two records (or the window's edges) within [start, end]."""
+        times = [start] + [t for t, _ in self.got if start <= t <= end] + [end]
+        return max(b - a for a, b in zip(times, times[1:]))

@@ -27,7 +27,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AclOperation, AdminClient, ResourceType
 
-from group_clients import assert_nothing_more, committed, consume_n, create_topic, produce, wait_until
+from group_clients import PollingMember, assert_nothing_more, committed, consume_n, create_topic, produce, wait_until
 from security_clients import log_lines, wait_for_log
 from test_java_cli import JAVA_LIB
 from test_java_groups import CONSOLE_CONSUMER, GROUPS_TOOL, lines, table
@@ -479,44 +479,6 @@ def test_a_consumer_group_survives_its_coordinator_being_killed_with_its_epochs_
 
 # --- 6. Fifty members joining and leaving under load ------------------------------------------
 
-class ChurnMember:
-    """A librdkafka consumer (group.protocol=consumer, auto commit) polling on its own thread:
-    it keeps each record's value and when it arrived, and its assignment as last seen."""
-
-    def __init__(self, bootstrap: str, topic: str, group: str, name: str, errors: list[str]):
-        self.name = name
-        self.got: list[tuple[float, str]] = []
-        self.assigned = 0
-        self._stop = threading.Event()
-        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
-                                   "client.id": name, "auto.offset.reset": "earliest", "log_level": 3,
-                                   "auto.commit.interval.ms": 500,
-                                   "error_cb": lambda e: errors.append(f"{name}: {e}")})
-        self._consumer.subscribe([topic])
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            m = self._consumer.poll(0.05)
-            if m is not None and m.error() is None:
-                self.got.append((time.monotonic(), m.value().decode()))
-            self.assigned = len(self._consumer.assignment())
-        # close() commits what was consumed and leaves the group (member epoch -1).
-        self._consumer.close()
-
-    def leave(self) -> None:
-        """Closes the consumer (once; again is a no-op)."""
-        self._stop.set()
-        self._thread.join(timeout=60)
-        assert not self._thread.is_alive(), f"{self.name} did not close within 60 s"
-
-    def longest_gap(self, start: float, end: float) -> float:
-        """The longest time between two records (or the window's edges) within [start, end]."""
-        times = [start] + [t for t, _ in self.got if start <= t <= end] + [end]
-        return max(b - a for a, b in zip(times, times[1:]))
-
-
 def test_fifty_members_joining_and_leaving_under_load_get_every_record_once(start_node):
     """A KIP-848 group of librdkafka consumers on a 100-partition topic: 40 members settle, then
     records flow (about 1,000 a second) while 10 more join and 10 leave, one a second. Every
@@ -527,8 +489,8 @@ def test_fifty_members_joining_and_leaving_under_load_get_every_record_once(star
     topic, group = "kip848-churn", "kip848-churn-g"
     create_topic(node.bootstrap, topic, 100)
     errors: list[str] = []
-    members = [ChurnMember(node.bootstrap, topic, group, f"churn-{i}", errors) for i in range(40)]
-    joiners: list[ChurnMember] = []
+    members = [PollingMember(node.bootstrap, topic, group, f"churn-{i}", errors) for i in range(40)]
+    joiners: list[PollingMember] = []
     stop_producing = threading.Event()
     produced: list[str] = []
 
@@ -553,7 +515,7 @@ def test_fifty_members_joining_and_leaving_under_load_get_every_record_once(star
         time.sleep(2)  # load before the churn: the window the pauses are measured in starts here
         churn_start = time.monotonic()
         for i in range(10):
-            joiners.append(ChurnMember(node.bootstrap, topic, group, f"churn-join-{i}", errors))
+            joiners.append(PollingMember(node.bootstrap, topic, group, f"churn-join-{i}", errors))
             time.sleep(1)
         leaving = members[:5] + joiners[:5]
         for m in leaving:

@@ -1,8 +1,8 @@
 """The documented scripts on a fresh machine (issue 30), and the one install step they share
 (scripts/system-packages.sh):
 
-1. scripts/soak.sh, bench.sh, scale.sh, share-bench.sh, fuzz.sh, demo.sh, cluster.sh, test.sh and
-   system-packages.sh answer `--help` and `-h` with exit status 0 and a usage text naming the
+1. scripts/soak.sh, bench.sh, scale.sh, share-bench.sh, rebalance-bench.sh, fuzz.sh, demo.sh,
+   cluster.sh, test.sh and system-packages.sh answer `--help` and `-h` with exit status 0 and a usage text naming the
    script, with HOME a fresh empty directory (cargo and rustup still reachable through the real
    CARGO_HOME and RUSTUP_HOME, as on a fresh machine with Rust installed), and without running
    cargo at all: the PATH they get records every cargo call.
@@ -29,7 +29,7 @@ from sluice_node import WORKSPACE
 # A bound on a run that must not build anything, not a measure of speed: a build takes minutes.
 BOUND_S = 20
 
-DOCUMENTED = ["soak", "bench", "scale", "share-bench", "fuzz", "demo", "cluster", "test", "system-packages"]
+DOCUMENTED = ["soak", "bench", "scale", "share-bench", "rebalance-bench", "fuzz", "demo", "cluster", "test", "system-packages"]
 
 
 def tool_dir(tmp_path: Path, leave_out: set[str]) -> tuple[Path, Path]:
