@@ -1,6 +1,7 @@
 //! One soak schedule end to end: a fresh 3-node cluster with `FAST_FAILOVER` settings, the
 //! recorded `acks=all` idempotent [`Workload`] and two consumer groups committing after
-//! processing, the seeded [`Schedule`] executed against it, everything healed, and then the
+//! processing (one of classic members, one of KIP-848 members), the seeded [`Schedule`]
+//! executed against it, everything healed, and then the
 //! invariants checked. [`run_schedule`] returns a [`ScheduleOutcome`] instead of failing, so a
 //! soak (`sluice-soak`, `scripts/soak.sh`) goes on to the next seed and a test can assert on it.
 //!
@@ -45,6 +46,9 @@ use crate::{retry_port_races, ClientSecurity, Cluster};
 
 const TOPIC: &str = "soak";
 const GROUPS: [&str; 2] = ["soak-sink", "soak-analytics"];
+/// The group of the two whose members speak KIP-848 (`group.protocol=consumer`); the other's
+/// speak the classic protocol.
+const KIP848_GROUP: &str = "soak-analytics";
 const MEMBERS_PER_GROUP: usize = 2;
 /// Acked records every partition must gain to count as progress (before faults, after healing).
 const PROGRESS: u64 = 20;
@@ -270,7 +274,10 @@ fn run_on(
         .map(|group| {
             (0..MEMBERS_PER_GROUP)
                 .map(|i| {
-                    let config = clients::secured(member_config(&bootstrap, group, "unused"), &login(group));
+                    let mut config = clients::secured(member_config(&bootstrap, group, "unused"), &login(group));
+                    if *group == KIP848_GROUP {
+                        config.set("group.protocol", "consumer");
+                    }
                     GroupMember::start(config, TOPIC, &format!("{group}-{i}"))
                 })
                 .collect::<Result<Vec<_>>>()
