@@ -48,6 +48,7 @@ SCENARIOS = [
     "idempotent_produce", "group_resume", "two_groups", "groups_describe_lag", "offsets_for_times",
     "delete_records", "empty_topic", "many_topics", "regex_subscribe",
     "transactions_commit_abort", "read_committed", "consume_transform_produce",
+    "group_kip848", "group_migration", "share_group", "fetch_from_follower",
     *SECURITY_SCENARIOS,
     "tool_topics", "tool_configs", "tool_console", "tool_consumer_groups", "tool_delete_records",
     "tool_log_dirs", "tool_leader_election", "tool_reassign_partitions", "tool_metadata_quorum",
@@ -83,6 +84,11 @@ ADD_SCRAM = [a for mechanism, (name, password) in [("SCRAM-SHA-512", ADMIN), ("S
                                                    ("SCRAM-SHA-256", USER)]
              for a in ("--add-scram", f"{mechanism}=[name={name},password={password}]")]
 SECURITY_READY_TIMEOUT_S = 30
+# fetch_from_follower (KIP-392): on a cluster, node i is in rack RACKS[i-1], partition leaders
+# send a consumer to the replica in its client.rack, and every node serves /metrics, where the
+# adapters see which node sent a topic's records (the --security file's fetch_from_follower entry).
+RACKS = ["rack-a", "rack-b", "rack-c"]
+RACK_SELECTOR = {"replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector"}
 
 
 @dataclass
@@ -287,9 +293,25 @@ def broker_security(material: dict) -> dict[str, str]:
     }
 
 
-def security_file(material: dict, nodes: list[SluiceNode], path: Path) -> Path:
+def rack_entry(nodes: list[SluiceNode]) -> dict:
+    """fetch_from_follower's entry of the --security file: each node's rack and /metrics URL by
+    node id (none on a single node, which has no followers)."""
+    if len(nodes) < 2:
+        return {"error": "one node has no followers"}
+    return {"racks": {str(n.node_id): RACKS[n.node_id - 1] for n in nodes},
+            "metrics": {str(n.node_id): f"{n.metrics_url}/metrics" for n in nodes}}
+
+
+def security_file(material: dict | str, nodes: list[SluiceNode], path: Path) -> Path:
     """The adapters' --security file (its format is in compat/README.md): per security row, the
-    bootstrap list of its listener and everything a client needs to log in there."""
+    bootstrap list of its listener and everything a client needs to log in there; `material` is
+    the reason when there is none (the file's `error`, which the security rows fail with). Beside
+    them, fetch_from_follower's racks and metrics URLs."""
+    if not isinstance(material, dict):
+        path.write_text(json.dumps({"error": material, "scenarios": {"fetch_from_follower": rack_entry(nodes)}},
+                                   indent=2) + "\n")
+        return path
+
     def bootstrap(listener: str) -> str:
         return ",".join(n.bootstrap_for(listener) for n in nodes)
 
@@ -313,6 +335,7 @@ def security_file(material: dict, nodes: list[SluiceNode], path: Path) -> Path:
                         "token_expires_ms": material["token_expires_s"] * 1000},
         "sasl_wrong_password": sasl("SASL_SSL", "SCRAM-SHA-512", (USER[0], WRONG_PASSWORD)),
         "tool_scram_users": sasl("SASL_SSL", "SCRAM-SHA-512", ADMIN),
+        "fetch_from_follower": rack_entry(nodes),
     }
     path.write_text(json.dumps({"scenarios": scenarios}, indent=2) + "\n")
     return path
@@ -342,12 +365,14 @@ def wait_for_logins(nodes: list[SluiceNode], material: dict) -> None:
 
 def start_nodes(size: int, material: dict | None) -> list[SluiceNode]:
     """A fresh single node or cluster; with security material, with the secured listeners beside
-    PLAINTEXT and the --add-scram users."""
+    PLAINTEXT and the --add-scram users. A cluster's nodes are in racks of their own, with the
+    rack-aware replica selector and /metrics (fetch_from_follower)."""
     kwargs = {} if material is None else {"settings": broker_security(material), "listeners": LISTENERS,
                                           "extra_args": ADD_SCRAM}
     if size == 1:
         return [SluiceNode(**kwargs).start()]
-    return start_cluster(size, **kwargs)
+    kwargs["settings"] = {**kwargs.get("settings", {}), **RACK_SELECTOR}
+    return start_cluster(size, metrics=True, per_node=lambda i: {"broker.rack": RACKS[i - 1]}, **kwargs)
 
 
 def run_cluster(cluster: str, clients: list[Client], matrix: Matrix, log_dir: Path, parallel: int,
@@ -372,11 +397,7 @@ def run_cluster(cluster: str, clients: list[Client], matrix: Matrix, log_dir: Pa
         return
     bootstrap = ",".join(n.bootstrap for n in nodes)
     print(f"{CLUSTER_TITLES[cluster]}: {bootstrap} (ready in {time.monotonic() - t0:.1f}s)", flush=True)
-    security = log_dir / f"security-{cluster}.json"
-    if isinstance(material, dict):
-        security_file(material, nodes, security)
-    else:
-        security.write_text(json.dumps({"error": material}) + "\n")
+    security = security_file(material, nodes, log_dir / f"security-{cluster}.json")
     try:
         with ThreadPoolExecutor(max_workers=parallel) as pool:
             for f in [pool.submit(run_adapter, c, cluster, bootstrap, size, security, matrix, log_dir)

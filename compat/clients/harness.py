@@ -166,6 +166,74 @@ def each_group_reads_all(groups: tuple[str, ...], drain: Callable[[str], list[in
 
 Scenario = Callable[[Context], "str | None"]
 
+# group_kip848 and group_migration: a topic of SPREAD_PARTITIONS partitions, each record's value
+# `<topic>-<partition>-<i>`; fetch_from_follower reads FOLLOWER_RECORDS records; share_group's
+# members together receive SHARE_RECORDS.
+SPREAD_PARTITIONS = 3
+FOLLOWER_RECORDS = 100
+SHARE_RECORDS = 100
+ONE_NODE = "one node has no followers"
+
+
+def spread_values(topic: str, start: int, end: int) -> dict[int, list[bytes]]:
+    """The values of offsets start..end-1 of each partition of a spread topic, by partition."""
+    return {p: [f"{topic}-{p}-{i}".encode() for i in range(start, end)] for p in range(SPREAD_PARTITIONS)}
+
+
+class Reads:
+    """What group members read: each partition's offsets in the order read (a record read twice
+    fails at once) and how many records each member got."""
+
+    def __init__(self) -> None:
+        self.offsets: dict[int, list[int]] = {}
+        self.per_member: dict[int, int] = {}
+        self.total = 0
+
+    def add(self, member: int, partition: int, offset: int) -> None:
+        seen = self.offsets.setdefault(partition, [])
+        check(offset not in seen, f"partition {partition} offset {offset} was read twice")
+        seen.append(offset)
+        self.per_member[member] = self.per_member.get(member, 0) + 1
+        self.total += 1
+
+    def expect(self, start: int, end: int) -> None:
+        """Fails unless each partition's offsets are exactly start..end-1, in order."""
+        for p in range(SPREAD_PARTITIONS):
+            got = self.offsets.get(p, [])
+            check(got == list(range(start, end)), f"partition {p} read offsets {got}, expected {start}..{end - 1}")
+
+
+def follower_entry(ctx: Context) -> dict:
+    """fetch_from_follower's racks and /metrics URLs by node id (the --security file); n/a on one node."""
+    if ctx.brokers < 2:
+        raise NotApplicable(ONE_NODE)
+    entry = ctx.security.get("scenarios", {}).get("fetch_from_follower") or {}
+    check("racks" in entry and "metrics" in entry, f"the --security file has no racks for fetch_from_follower: {entry}")
+    return entry
+
+
+def sent_by_node(entry: dict, topic: str) -> dict[int, int]:
+    """Records of `topic` each node sent to consumers, from its /metrics."""
+    import urllib.request
+    out = {}
+    for node, url in entry["metrics"].items():
+        with urllib.request.urlopen(url, timeout=10) as r:
+            body = r.read().decode()
+        out[int(node)] = sum(int(float(line.rsplit(" ", 1)[1])) for line in body.splitlines()
+                             if line.startswith("kafka_server_brokertopicmetrics_messagesout")
+                             and f'topic="{topic}"' in line)
+    return out
+
+
+def served_by_follower(entry: dict, topic: str, leader: int, follower: int, count: int = FOLLOWER_RECORDS) -> str:
+    """Fails unless the follower sent every record of `topic` to consumers and the leader none."""
+    sent = sent_by_node(entry, topic)
+    rack = entry["racks"][str(follower)]
+    check(sent.get(follower, 0) >= count and sent.get(leader, 0) == 0,
+          f"records sent to consumers by node {sent}: expected all {count} from follower {follower} ({rack}) "
+          f"and none from leader {leader}")
+    return f"client.rack={rack}: follower {follower} sent the records, leader {leader} none"
+
 # The transaction rows (compat/README.md): how many records each transaction holds, and how long
 # a read_committed consumer is watched for records of an open transaction it must not deliver.
 TX_COMMITTED_1, TX_ABORTED, TX_COMMITTED_2 = 10, 10, 5

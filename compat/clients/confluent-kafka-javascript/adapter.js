@@ -6,7 +6,7 @@
 'use strict'
 
 const rdkafka = require('@confluentinc/kafka-javascript')
-const { Kafka, CompressionTypes, ConsumerGroupStates, logLevel } = rdkafka.KafkaJS
+const { Kafka, CompressionTypes, ConsumerGroupStates, ConsumerGroupTypes, logLevel } = rdkafka.KafkaJS
 const h = require('../js-common/harness')
 const scenarios = require('../js-common/scenarios')
 
@@ -92,13 +92,13 @@ async function admin(opts, errors = []) {
   return a
 }
 
-async function produce(opts, topic, records, { acks = -1, compression, idempotent = false }) {
+async function produce(opts, topic, records, { acks = -1, compression, idempotent = false, partition = 0 }) {
   const kafkaJS = { acks, idempotent }
   if (compression) kafkaJS.compression = compression
   const producer = kafka(opts).producer({ kafkaJS })
   await producer.connect()
   try {
-    await producer.send({ topic, messages: records.map(r => ({ ...r, partition: 0 })) })
+    await producer.send({ topic, messages: records.map(r => ({ ...r, partition })) })
   } finally {
     await producer.disconnect()
   }
@@ -109,7 +109,7 @@ async function produce(opts, topic, records, { acks = -1, compression, idempoten
  * While a regex subscription matches nothing, librdkafka reports "Unknown topic or partition"
  * itself (the same against Kafka); that notice is not counted as an error.
  */
-async function consumer(opts, groupId, topics, { fromBeginning = true, metadataRefreshMs, readUncommitted, onMessage }) {
+async function consumer(opts, groupId, topics, { fromBeginning = true, metadataRefreshMs, readUncommitted, groupProtocol, rack, onMessage }) {
   const logged = []
   const isRegex = topics.some(t => t instanceof RegExp)
   const errors = {
@@ -120,10 +120,12 @@ async function consumer(opts, groupId, topics, { fromBeginning = true, metadataR
   if (readUncommitted !== undefined) kafkaJS.readUncommitted = readUncommitted
   // metadataMaxAge is this layer's name for librdkafka's topic.metadata.refresh.interval.ms.
   if (metadataRefreshMs) kafkaJS.metadataMaxAge = metadataRefreshMs
-  const c = kafka(opts, errors).consumer({ kafkaJS })
+  if (rack) kafkaJS.rackId = rack // the layer's name for client.rack
+  // group.protocol is a librdkafka property beside the kafkaJS block (classic when unset).
+  const c = kafka(opts, errors).consumer({ kafkaJS, ...(groupProtocol ? { 'group.protocol': groupProtocol } : {}) })
   await c.connect()
   await c.subscribe({ topics })
-  await c.run({ eachMessage: async ({ message }) => onMessage(message) })
+  await c.run({ eachMessage: async ({ message, partition }) => onMessage(message, partition) })
   const failIfCrashed = () => {
     if (logged.length) throw new Error(`consumer error: ${logged.join('; ')}`)
   }
@@ -206,6 +208,9 @@ h.main(
       zstd: codec('zstd', CompressionTypes.ZSTD),
     },
     regexNotApplicable: null,
+    groupProtocolNotApplicable: null,
+    groupType: g => ({ [ConsumerGroupTypes.CONSUMER]: 'consumer', [ConsumerGroupTypes.CLASSIC]: 'classic' })[g.type] || `type ${g.type}`,
+    shareNotApplicable: `${NAME} 1.10.1 has no share consumer (KIP-932) in its KafkaJS layer or its classic (node-rdkafka) API`,
     securityNote: scenario =>
       scenario === 'oauthbearer'
         ? "admin calls start once the token provider has run: they block Node's event loop, which sets the token (see the adapter)"

@@ -15,7 +15,7 @@ from harness import Context, Record, check, compare_records, sample_records, wai
 
 from confluent_kafka import (  # noqa: E402
     OFFSET_BEGINNING, OFFSET_END, TIMESTAMP_CREATE_TIME, ConsumerGroupTopicPartitions, Consumer, KafkaError,
-    KafkaException, Producer, TopicCollection, TopicPartition,
+    KafkaException, Producer, ShareConsumer, TopicCollection, TopicPartition,
 )
 from confluent_kafka.admin import (  # noqa: E402
     AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic, OffsetSpec,
@@ -512,6 +512,174 @@ def consume_transform_produce(ctx: Context) -> None:
                          read_isolated(ctx, sink, "read_committed", harness.CTP_INPUTS))
 
 
+# --- group_kip848, group_migration, share_group, fetch_from_follower ---------------------------
+
+def produce_spread(ctx: Context, topic: str, per_partition: int) -> None:
+    p = Producer({"bootstrap.servers": ctx.bootstrap, "acks": "all"})
+    for i in range(per_partition):
+        for part in range(harness.SPREAD_PARTITIONS):
+            p.produce(topic, value=f"{topic}-{part}-{i}".encode(), partition=part)
+    check(p.flush(TIMEOUT_S) == 0, f"records still undelivered after {TIMEOUT_S}s")
+
+
+def group_member(ctx: Context, group: str, protocol: str) -> Consumer:
+    return consumer(ctx, group, **{"auto.offset.reset": "earliest", "enable.auto.commit": False,
+                                   "group.protocol": protocol})
+
+
+def drain(members: list[Consumer], count: int) -> harness.Reads:
+    """Polls every member in turn, each committing what it read after each poll, until `count`
+    records arrived, then once more to see nothing else comes."""
+    reads = harness.Reads()
+    deadline = time.monotonic() + TIMEOUT_S
+    last = False
+    while True:
+        for i, c in enumerate(members):
+            msgs = c.consume(100, 0.5 if last else 0.1)
+            for m in msgs:
+                check(m.error() is None, f"consumer error: {m.error()}")
+                reads.add(i, m.partition(), m.offset())
+            if msgs:
+                c.commit(asynchronous=False)
+        if last:
+            return reads
+        last = reads.total >= count
+        check(last or time.monotonic() < deadline, f"read {reads.total} of {count} records in {TIMEOUT_S}s")
+
+
+def expect_committed(ctx: Context, group: str, topic: str, offset: int) -> None:
+    a = admin(ctx)  # held until its futures are done
+    listed = result(a.list_consumer_group_offsets([ConsumerGroupTopicPartitions(ctx.name(group))]),
+                    "list_consumer_group_offsets")
+    got = {tp.partition: tp.offset for r in listed.values() for tp in r.topic_partitions if tp.topic == topic}
+    want = {p: offset for p in range(harness.SPREAD_PARTITIONS)}
+    check(got == want, f"committed offsets {got}, expected {offset} on each partition")
+
+
+def group_type(ctx: Context, group: str) -> str:
+    a = admin(ctx)  # held until its futures are done
+    d = result(a.describe_consumer_groups([ctx.name(group)]), "describe_consumer_groups")[ctx.name(group)]
+    return d.type.name
+
+
+def group_kip848(ctx: Context) -> str:
+    """Two KIP-848 members split a 3-partition topic, read 20 records of each partition between
+    them, each once, committing; both close; a new member resumes at the commits."""
+    topic = create_topic(ctx, ctx.name("kip848"), harness.SPREAD_PARTITIONS)
+    members = [group_member(ctx, "kip848", "consumer") for _ in range(2)]
+    try:
+        for c in members:
+            c.subscribe([topic])
+
+        def split() -> bool:  # the topic is empty: polls only heartbeat
+            for c in members:
+                c.poll(0.1)
+            owned = [{tp.partition for tp in c.assignment()} for c in members]
+            return all(owned) and len(owned[0] | owned[1]) == len(owned[0]) + len(owned[1]) == harness.SPREAD_PARTITIONS
+
+        wait_for(split, TIMEOUT_S, "the coordinator to split the 3 partitions between the two members")
+        note = f"two members: {'+'.join(str(len(c.assignment())) for c in members)} partitions"
+        produce_spread(ctx, topic, 20)
+        reads = drain(members, 20 * harness.SPREAD_PARTITIONS)
+        reads.expect(0, 20)
+        check(len(reads.per_member) == 2, f"one member read everything: {reads.per_member}")
+    finally:
+        for c in members:
+            c.close()
+    expect_committed(ctx, "kip848", topic, 20)
+    produce_spread(ctx, topic, 10)
+    again = group_member(ctx, "kip848", "consumer")
+    try:
+        again.subscribe([topic])
+        drain([again], 10 * harness.SPREAD_PARTITIONS).expect(20, 30)
+        kind = group_type(ctx, "kip848")
+        check(kind == "CONSUMER", f"described as a {kind} group, expected CONSUMER")
+    finally:
+        again.close()
+    expect_committed(ctx, "kip848", topic, 30)
+    return f"{note}, records read {list(reads.per_member.values())}"
+
+
+def group_migration(ctx: Context) -> str:
+    """Members of one group in turn, classic, consumer, classic: each joins the group the last
+    one left empty (converting it), and resumes at its commits."""
+    topic = create_topic(ctx, ctx.name("migration"), harness.SPREAD_PARTITIONS)
+    kinds = []
+    for n, protocol in enumerate(("classic", "consumer", "classic")):
+        produce_spread(ctx, topic, 10)
+        c = group_member(ctx, "migration", protocol)
+        try:
+            c.subscribe([topic])
+            drain([c], 10 * harness.SPREAD_PARTITIONS).expect(10 * n, 10 * n + 10)
+            kind = group_type(ctx, "migration")
+            check(kind == protocol.upper(), f"with a {protocol} member the group is described as {kind}")
+            kinds.append(kind)
+        finally:
+            c.close()
+        expect_committed(ctx, "migration", topic, 10 * n + 10)
+    return "group type " + " -> ".join(kinds)
+
+
+def share_group(ctx: Context) -> str:
+    """Two ShareConsumers of one share group (share.auto.offset.reset=earliest set on the group)
+    together receive the topic's records, each once, acknowledging each poll's (commit_sync)."""
+    a = admin(ctx)
+    topic, group = create_topic(ctx, ctx.name("share")), ctx.name("share")
+    res = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    result(a.incremental_alter_configs([res]), "incremental_alter_configs")
+
+    def earliest() -> bool:
+        configs = result(a.describe_configs([ConfigResource(ConfigResource.Type.GROUP, group)]), "describe_configs")
+        entry = next(iter(configs.values())).get("share.auto.offset.reset")
+        return entry is not None and entry.value == "earliest"
+
+    # Brokers apply a config change asynchronously (Kafka too): poll for the new value.
+    wait_for(earliest, TIMEOUT_S, "describe_configs to show the group's share.auto.offset.reset=earliest")
+    produce(ctx, topic, sample_records(harness.SHARE_RECORDS))
+    members = [ShareConsumer({"bootstrap.servers": ctx.bootstrap, "group.id": group}) for _ in range(2)]
+    by_offset: dict[int, int] = {}
+    per_member = [0, 0]
+    try:
+        for c in members:
+            c.subscribe([topic])
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(by_offset) < harness.SHARE_RECORDS:
+            check(time.monotonic() < deadline, f"received {len(by_offset)} of {harness.SHARE_RECORDS} records in {TIMEOUT_S}s")
+            for i, c in enumerate(members):
+                msgs = c.poll(0.1)
+                for m in msgs:
+                    check(m.error() is None, f"share consumer error: {m.error()}")
+                    check(m.offset() not in by_offset,
+                          f"offset {m.offset()} delivered twice (members {by_offset.get(m.offset())} and {i})")
+                    by_offset[m.offset()] = i
+                    per_member[i] += 1
+                if len(msgs):
+                    c.commit_sync(TIMEOUT_S)
+        check(sorted(by_offset) == list(range(harness.SHARE_RECORDS)), "received offsets other than 0..99")
+    finally:
+        for c in members:
+            c.close()
+    return f"records received per member: {per_member[0]} + {per_member[1]}"
+
+
+def fetch_from_follower(ctx: Context) -> str:
+    entry = harness.follower_entry(ctx)
+    topic = create_topic(ctx, ctx.name("follower"))
+    produce(ctx, topic, sample_records(harness.FOLLOWER_RECORDS), acks="all")
+    a = admin(ctx)
+    p = a.list_topics(topic, timeout=10).topics[topic].partitions[0]
+    follower = next(r for r in p.replicas if r != p.leader)
+    c = consumer(ctx, "follower", **{"client.rack": entry["racks"][str(follower)], "enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        got = [m.offset() for m in read(c, harness.FOLLOWER_RECORDS)]
+    finally:
+        c.close()
+    check(got == list(range(harness.FOLLOWER_RECORDS)), f"offsets read {got[:3]}..., expected 0..99")
+    return harness.served_by_follower(entry, topic, p.leader, follower)
+
+
 SCENARIOS = {
     "metadata": metadata,
     "admin_topics": admin_topics,
@@ -534,6 +702,10 @@ SCENARIOS = {
     "transactions_commit_abort": transactions_commit_abort,
     "read_committed": read_committed,
     "consume_transform_produce": consume_transform_produce,
+    "group_kip848": group_kip848,
+    "group_migration": group_migration,
+    "share_group": share_group,
+    "fetch_from_follower": fetch_from_follower,
     **{s: (lambda ctx, s=s: secure_round_trip(ctx, s)) for s in harness.SECURE_ROUND_TRIPS},
     "sasl_wrong_password": sasl_wrong_password,
 }

@@ -181,4 +181,9 @@ var allScenarios = map[string]scenario{
 	"ssl_mtls":                secureRoundTrip("ssl_mtls"),
 	"oauthbearer":             secureRoundTrip("oauthbearer"),
 	"sasl_wrong_password":     saslWrongPassword,
+	// The group protocol and follower rows (rows.go).
+	"group_kip848":        groupKIP848,
+	"group_migration":     groupMigration,
+	"share_group":         shareGroup,
+	"fetch_from_follower": fetchFromFollower,
 }

@@ -34,6 +34,9 @@ type login struct {
 	Password       string `json:"password"`
 	Token          string `json:"token"`
 	TokenPrincipal string `json:"token_principal"`
+	// fetch_from_follower's entry: each node's rack and /metrics URL, by node id.
+	Racks   map[string]string `json:"racks"`
+	Metrics map[string]string `json:"metrics"`
 }
 
 type securityFile struct {

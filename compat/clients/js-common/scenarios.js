@@ -29,6 +29,7 @@
 'use strict'
 
 const h = require('./harness')
+const groupRows = require('./group-rows')
 
 module.exports = function scenarios(client) {
   async function withAdmin(opts, fn) {
@@ -281,6 +282,7 @@ module.exports = function scenarios(client) {
 
   return {
     ...secureRows,
+    ...groupRows(client, { withAdmin, createTopic, topicMetadata }),
 
     // A SCRAM-SHA-512 login with a wrong password: the admin client must report the broker's
     // SASL_AUTHENTICATION_FAILED ("Authentication failed ...") and list nothing.

@@ -587,7 +587,13 @@ SCENARIOS = {
     **{s: (lambda ctx, s=s: secure_round_trip(ctx, s)) for s in harness.SECURE_ROUND_TRIPS},
     "sasl_wrong_password": sasl_wrong_password,
 }
-NOT_APPLICABLE: dict[str, str] = {}
+NOT_APPLICABLE: dict[str, str] = {
+    **{s: "kafka-python 2.3.3 has only the classic group protocol (JoinGroup/SyncGroup): no group.protocol=consumer, "
+          "no ConsumerGroupHeartbeat (KIP-848)" for s in ("group_kip848", "group_migration")},
+    "share_group": "kafka-python 2.3.3 has no share consumer (KIP-932)",
+    "fetch_from_follower": "kafka-python 2.3.3 has no client.rack setting: it sends Fetch at most v8, without the "
+                           "rack_id of v11 (KIP-392), so a consumer always reads from the leader",
+}
 
 if __name__ == "__main__":
     sys.exit(harness.main(SCENARIOS, NOT_APPLICABLE))

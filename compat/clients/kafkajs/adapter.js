@@ -58,11 +58,11 @@ async function admin(opts) {
   return a
 }
 
-async function produce(opts, topic, records, { acks = -1, compression, idempotent = false }) {
+async function produce(opts, topic, records, { acks = -1, compression, idempotent = false, partition = 0 }) {
   const producer = kafka(opts).producer({ idempotent })
   await producer.connect()
   try {
-    await producer.send({ topic, acks, compression, messages: records.map(r => ({ ...r, partition: 0 })) })
+    await producer.send({ topic, acks, compression, messages: records.map(r => ({ ...r, partition })) })
   } finally {
     await producer.disconnect()
   }
@@ -74,16 +74,16 @@ async function produce(opts, topic, records, { acks = -1, compression, idempoten
  * callers that do not need that leave it running in the background: kafkajs's disconnect
  * waits out the fetch in flight (maxWaitTimeInMs, 5 s by default, on a drained partition).
  */
-async function consumer(opts, groupId, topics, { fromBeginning = true, readUncommitted, onMessage }) {
-  // kafkajs reads read_committed unless told readUncommitted.
-  const c = kafka(opts).consumer(readUncommitted === undefined ? { groupId } : { groupId, readUncommitted })
+async function consumer(opts, groupId, topics, { fromBeginning = true, readUncommitted, rack, onMessage }) {
+  // kafkajs reads read_committed unless told readUncommitted; rackId is its client.rack.
+  const c = kafka(opts).consumer({ groupId, ...(readUncommitted === undefined ? {} : { readUncommitted }), ...(rack ? { rackId: rack } : {}) })
   let crash
   let joined = false
   c.on(c.events.CRASH, e => (crash = e.payload.error))
   c.on(c.events.GROUP_JOIN, () => (joined = true))
   await c.connect()
   await c.subscribe({ topics, fromBeginning })
-  await c.run({ autoCommit: false, eachMessage: async ({ message }) => onMessage(message) })
+  await c.run({ autoCommit: false, eachMessage: async ({ message, partition }) => onMessage(message, partition) })
   const failIfCrashed = () => {
     if (crash) throw new Error(`consumer crashed: ${crash.message}`)
   }
@@ -148,6 +148,9 @@ h.main(
         'kafkajs has no zstd codec built in, and the one its docs name (@kafkajs/zstd 0.1.1) does not install here: its native dependency cppzst 2.0.6 fails to compile against Node 20 headers'
       ),
     },
+    groupProtocolNotApplicable:
+      'kafkajs 2.2.4 has only the classic group protocol (JoinGroup/SyncGroup): no group.protocol=consumer, no ConsumerGroupHeartbeat (KIP-848)',
+    shareNotApplicable: 'kafkajs 2.2.4 has no share consumer (KIP-932)',
     regexNotApplicable:
       'kafkajs matches a RegExp subscription once, against the topics that exist when subscribe() is called (consumer/index.js); a topic created later is never picked up',
   })

@@ -57,6 +57,10 @@ final class ClientScenarios {
         TABLE.put("transactions_commit_abort", Transactions::commitAbort);
         TABLE.put("read_committed", Transactions::readCommitted);
         TABLE.put("consume_transform_produce", Transactions::consumeTransformProduce);
+        TABLE.put("group_kip848", GroupProtocols::kip848);
+        TABLE.put("group_migration", GroupProtocols::migration);
+        TABLE.put("share_group", GroupProtocols::shareGroup);
+        TABLE.put("fetch_from_follower", FollowerFetch::client);
         for (String scenario : Security.ROUND_TRIPS) {
             TABLE.put(scenario, ctx -> Security.roundTrip(ctx, scenario));
         }

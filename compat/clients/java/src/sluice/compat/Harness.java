@@ -72,7 +72,12 @@ final class Harness {
 
     /** Polls until {@code probe} returns non-null and not FALSE, or fails after the deadline. */
     static <T> T waitFor(String what, Probe<T> probe) throws Exception {
-        long deadline = System.currentTimeMillis() + TIMEOUT_MS;
+        return waitFor(what, TIMEOUT_MS, probe);
+    }
+
+    /** The same with a deadline of its own. */
+    static <T> T waitFor(String what, long timeoutMs, Probe<T> probe) throws Exception {
+        long deadline = System.currentTimeMillis() + timeoutMs;
         Exception last = null;
         while (true) {
             try {
@@ -84,7 +89,7 @@ final class Harness {
                 last = e;
             }
             if (System.currentTimeMillis() > deadline) {
-                throw new Failed("timed out after " + TIMEOUT_MS / 1000 + "s waiting for " + what
+                throw new Failed("timed out after " + timeoutMs / 1000 + "s waiting for " + what
                         + (last == null ? "" : " (last error: " + oneLine(last) + ")"));
             }
             Thread.sleep(200);

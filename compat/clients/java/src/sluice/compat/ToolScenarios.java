@@ -47,6 +47,10 @@ final class ToolScenarios {
         TABLE.put("tool_client_compatibility", ToolScenarios::clientCompatibility);
         TABLE.put("tool_scram_users", ToolScenarios::scramUsers);
         TABLE.put("tool_transactions", Transactions::tool);
+        TABLE.put("group_kip848", ToolGroupProtocols::kip848);
+        TABLE.put("group_migration", ToolGroupProtocols::migration);
+        TABLE.put("share_group", ToolGroupProtocols::shareGroup);
+        TABLE.put("fetch_from_follower", FollowerFetch::tool);
     }
 
     /** Runs a tool with stdin; fails with its output unless it exits 0. */
@@ -156,14 +160,19 @@ final class ToolScenarios {
 
     /** CURRENT-OFFSET, LOG-END-OFFSET and LAG of partition 0 in kafka-consumer-groups --describe. */
     static List<String> describedOffsets(String b, String group, String topic) throws Exception {
+        return describedOffsets(b, group, topic, 0);
+    }
+
+    /** The same of partition {@code partition}. */
+    static List<String> describedOffsets(String b, String group, String topic, int partition) throws Exception {
         ToolRunner.Result d = tool(TOOLS + "consumer.group.ConsumerGroupCommand", "--bootstrap-server", b, "--describe", "--group", group);
         for (String line : d.out().lines().toList()) {
             String[] f = line.trim().split("\\s+");
-            if (f.length >= 6 && f[0].equals(group) && f[1].equals(topic) && f[2].equals("0")) {
+            if (f.length >= 6 && f[0].equals(group) && f[1].equals(topic) && f[2].equals(String.valueOf(partition))) {
                 return List.of(f[3], f[4], f[5]);
             }
         }
-        throw new Harness.Failed("kafka-consumer-groups --describe shows no row for " + topic + "-0: " + d.tail());
+        throw new Harness.Failed("kafka-consumer-groups --describe shows no row for " + topic + "-" + partition + ": " + d.tail());
     }
 
     static String deleteRecords(Harness.Context ctx) throws Exception {
