@@ -50,12 +50,18 @@ final class GroupProtocols {
 
     /** {@code perPartition} records on each of the topic's PARTITIONS partitions, acks=all. */
     static void produceSpread(Harness.Context ctx, String topic, int perPartition) throws Exception {
+        produceSpread(ctx, topic, 0, perPartition);
+    }
+
+    /** The same, values {@code <topic>-<partition>-<from + i>} (unique when {@code from} is the
+     * partitions' end offset). */
+    static void produceSpread(Harness.Context ctx, String topic, int from, int perPartition) throws Exception {
         try (KafkaProducer<byte[], byte[]> p = new KafkaProducer<>(props(ctx, "acks", "all"), new ByteArraySerializer(),
                 new ByteArraySerializer())) {
             List<Future<RecordMetadata>> sent = new ArrayList<>();
             for (int i = 0; i < perPartition; i++) {
                 for (int part = 0; part < PARTITIONS; part++) {
-                    sent.add(p.send(new ProducerRecord<>(topic, part, null, bytes(topic + "-" + part + "-" + i))));
+                    sent.add(p.send(new ProducerRecord<>(topic, part, null, bytes(topic + "-" + part + "-" + (from + i)))));
                 }
             }
             for (Future<RecordMetadata> f : sent) {

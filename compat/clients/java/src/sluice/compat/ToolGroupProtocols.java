@@ -77,12 +77,12 @@ final class ToolGroupProtocols {
      * commits and --list --type a Consumer group; the next member resumes there. */
     static String kip848(Harness.Context ctx) throws Exception {
         String topic = createTopic(ctx, ctx.name("tool-kip848"), PARTITIONS), group = ctx.name("tool-kip848"), b = ctx.bootstrap();
-        produceSpread(ctx, topic, 20);
+        produceSpread(ctx, topic, 0, 20);
         consoleMember(b, topic, group, "consumer", spread(topic, 0, 20), true);
         describedAt(b, group, topic, 20);
         String type = listedType(b, group);
         check(type.equalsIgnoreCase("consumer"), "kafka-consumer-groups --list --type shows " + group + " as " + type + ", expected Consumer");
-        produceSpread(ctx, topic, 10);
+        produceSpread(ctx, topic, 20, 10);
         consoleMember(b, topic, group, "consumer", spread(topic, 20, 30), false);
         describedAt(b, group, topic, 30);
         return null;
@@ -95,7 +95,7 @@ final class ToolGroupProtocols {
         List<String> types = new ArrayList<>();
         int at = 0;
         for (String protocol : List.of("classic", "consumer", "classic")) {
-            produceSpread(ctx, topic, 10);
+            produceSpread(ctx, topic, at, 10);
             consoleMember(b, topic, group, protocol, spread(topic, at, at + 10), at == 0);
             at += 10;
             describedAt(b, group, topic, at);
