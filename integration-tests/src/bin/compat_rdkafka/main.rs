@@ -9,6 +9,7 @@
 //! cannot eat the driver's per-client timeout.
 
 mod client;
+mod groups;
 mod scenarios;
 mod secure;
 mod tx;

@@ -47,6 +47,10 @@ pub async fn run(id: &str, opts: &Opts) -> Result<String> {
             crate::secure::round_trip(opts, id).await
         }
         "sasl_wrong_password" => crate::secure::wrong_password(opts).await,
+        "group_kip848" => crate::groups::group_kip848(opts).await,
+        "group_migration" => crate::groups::group_migration(opts).await,
+        "share_group" => crate::groups::share_group().await,
+        "fetch_from_follower" => crate::groups::fetch_from_follower(opts).await,
         _ => bail!("this adapter does not know scenario {id}"),
     }
 }
