@@ -367,7 +367,8 @@ def test_a_share_member_needs_read_on_its_group_and_on_the_topic(start_node, tmp
     --reset-offsets needs READ on the group). `peeker` has READ on the group and only DESCRIBE on
     the topic: it joins, and ShareFetch refuses it the topic's records
     (TopicAuthorizationException). Once `reader` is granted READ on the group it gets every
-    record; kafka-share-groups --delete-offsets then needs DELETE on the group too. Sluice only:
+    record; kafka-share-groups --delete-offsets then needs DELETE on the group too, and READ on
+    the topic (peeker, with DELETE on the group, is refused the topic). Sluice only:
     the ACL fixtures are sluice's."""
     from confluent_kafka.admin import AclOperation, ResourceType
 
@@ -422,6 +423,18 @@ def test_a_share_member_needs_read_on_its_group_and_on_the_topic(start_node, tmp
     delete = share_groups(node.bootstrap, "--command-config", reader_config, "--delete-offsets", "--group", group,
                           "--topic", topic)
     assert re.search(rf"\n{topic} +Error: Group authorization failed\.\n", delete.stdout), delete
+    kept = share_groups_ok(node.bootstrap, "--command-config", str(admin_config), "--describe", "--group", group,
+                           "--offsets")
+    assert re.search(rf"\n{group} +{topic} +0 +5 ", kept), kept
+    # DELETE on the group without READ on the topic (peeker has DESCRIBE only): that topic is
+    # refused, and its offsets stay.
+    grant(node, binding("peeker", ResourceType.GROUP, group, AclOperation.DELETE))
+    peeker_config = str(tmp_path / "peeker.properties")
+    no_read = wait_until("peeker's DELETE to apply", lambda: (lambda d: d if "Group authorization" not in d.stdout
+                                                               else None)(
+        share_groups(node.bootstrap, "--command-config", peeker_config, "--delete-offsets", "--group", group,
+                     "--topic", topic)), timeout=30)
+    assert re.search(rf"\n{topic} +Error: Topic authorization failed\.\n", no_read.stdout), no_read
     kept = share_groups_ok(node.bootstrap, "--command-config", str(admin_config), "--describe", "--group", group,
                            "--offsets")
     assert re.search(rf"\n{group} +{topic} +0 +5 ", kept), kept

@@ -463,12 +463,7 @@ impl GroupMetadataManager {
             }
         };
         if let Some(appended) = wait {
-            let deadline = tokio::time::Instant::now() + Duration::from_millis(self.settings.commit_timeout_ms);
-            appended
-                .wait
-                .wait(deadline)
-                .await
-                .map_err(|(e, _)| (commit_error(e), String::new()))?;
+            self.await_appended(appended).await?;
         }
         Ok(result)
     }
@@ -602,6 +597,17 @@ impl GroupMetadataManager {
                 manager.run_stores(stores);
             });
         }
+    }
+
+    /// Waits up to `offsets.commit.timeout.ms` for the ISR to have `appended`; a failure reads
+    /// as a committing client understands it ([`commit_error`]).
+    async fn await_appended(&self, appended: Appended) -> Result<(), HeartbeatError> {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(self.settings.commit_timeout_ms);
+        appended
+            .wait
+            .wait(deadline)
+            .await
+            .map_err(|(e, _)| (commit_error(e), String::new()))
     }
 
     async fn store_and_wait(&self, stores: Vec<Store>) -> Result<(), ResponseError> {

@@ -3,8 +3,6 @@
 //! answered once the ISR has it, as an offset commit), and an admin's reset. The rules are
 //! the state machine's (`coordinator/share_state.rs`).
 
-use std::time::Duration;
-
 use uuid::Uuid;
 
 use super::records::GroupRecord;
@@ -106,12 +104,7 @@ impl GroupMetadataManager {
             .map_err(|e| (commit_error(e), String::new()))?;
             (state, appended)
         };
-        let deadline = tokio::time::Instant::now() + Duration::from_millis(self.settings.commit_timeout_ms);
-        appended
-            .wait
-            .wait(deadline)
-            .await
-            .map_err(|(e, _)| (commit_error(e), String::new()))?;
+        self.await_appended(appended).await?;
         self.inner
             .lock()
             .coordinator

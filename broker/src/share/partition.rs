@@ -167,8 +167,9 @@ impl SharePartition {
             .min()
     }
 
-    /// Records in flight by state (Available, Acquired, Acknowledged, Archived), for the console
-    /// and describe.
+    /// Records in flight by state (Available, Acquired, Acknowledged, Archived): what the tests
+    /// check the transitions by.
+    #[cfg(test)]
     pub fn counts(&self) -> [i64; 4] {
         let mut counts = [0; 4];
         for (first, r) in &self.in_flight {
