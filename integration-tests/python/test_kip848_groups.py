@@ -6,9 +6,10 @@ at the offsets it committed on closing; two librdkafka consumers split the parti
 later member of their group gets only newer records; a node offering only the range assignor
 serves a client asking for it and refuses sticky and uniform (UnsupportedAssignorException);
 with the authorizer on, a member needs READ on its group (GroupAuthorizationException); and
-on 3 nodes a group outlives its coordinator, rebuilt from its __consumer_offsets records; and
+on 3 nodes a group outlives its coordinator, rebuilt from its __consumer_offsets records;
 fifty librdkafka members joining and leaving a 100-partition group under load get every record
-exactly once between them.
+exactly once between them; and a classic group (librdkafka or Java console consumers) converts
+online to a consumer group when a KIP-848 member joins and back when it leaves, losing no record.
 
 Kafka's console consumer swallows a consumer error (it logs it through slf4j, which the tools'
 classpath discards with slf4j-nop) and exits 0 having printed nothing; the exception itself is
@@ -543,3 +544,122 @@ def test_fifty_members_joining_and_leaving_under_load_get_every_record_once(star
     print(f"kip848 churn: {len(produced)} records, 10 joined and 10 left in {churn_end - churn_start:.1f} s; "
           f"longest pause of the 35 members there throughout: median {gaps[len(gaps) // 2] * 1000:.0f} ms, "
           f"max {gaps[-1] * 1000:.0f} ms")
+
+
+# --- 8. Online migration between the classic and consumer protocols ------------------------------
+
+def group_type(bootstrap: str, group: str) -> str | None:
+    """The group's type as ListGroups reports it ("CLASSIC", "CONSUMER"), None if not listed."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    listed = admin.list_consumer_groups(request_timeout=10).result(timeout=20)
+    for g in listed.valid:
+        if g.group_id == group:
+            return g.type.name
+    return None
+
+
+def test_a_classic_group_converts_online_to_a_consumer_group_and_back_as_a_kip848_member_comes_and_goes(start_node):
+    """group.consumer.migration.policy (Kafka's default, bidirectional): two librdkafka members
+    of a classic group (eager range) consume; a member with group.protocol=consumer joins while
+    they are in, and the group becomes a consumer group without stopping them: the classic
+    members go on through JoinGroup/SyncGroup/Heartbeat, the new member gets a share of the
+    partitions, and records keep flowing to the three. When the KIP-848 member leaves, the group
+    is classic again and the two take all partitions back. No record is lost at any step."""
+    node = start_node({"group.initial.rebalance.delay.ms": "0"})
+    topic, group = "kip848-migrate", "kip848-migrate-g"
+    create_topic(node.bootstrap, topic, 4)
+    errors: list[str] = []
+    classic = [PollingMember(node.bootstrap, topic, group, f"classic-{i}", errors, protocol="classic")
+               for i in range(2)]
+    kip848: PollingMember | None = None
+    produced: list[str] = []
+
+    def delivered(members: list[PollingMember]) -> set[str]:
+        return {v for m in members for _, v in m.got}
+
+    def feed(start: int, end: int, members: list[PollingMember]) -> None:
+        values = lines("mig", start, end)
+        produce(node.bootstrap, topic, values, partitions=4)
+        produced.extend(v.decode() for v in values)
+        wait_until(f"records up to {end} delivered", lambda: delivered(members) >= set(produced) or None,
+                   timeout=60, interval=0.2)
+
+    try:
+        wait_until("the two classic members to split the partitions",
+                   lambda: sum(m.assigned for m in classic) == 4 and all(m.assigned for m in classic) or None,
+                   timeout=60, interval=0.2)
+        assert group_type(node.bootstrap, group) == "CLASSIC"
+        feed(0, 200, classic)
+
+        kip848 = PollingMember(node.bootstrap, topic, group, "kip848", errors, protocol="consumer")
+        everyone = classic + [kip848]
+        wait_until("the group to become a consumer group shared by all three",
+                   lambda: (group_type(node.bootstrap, group) == "CONSUMER"
+                            and sum(m.assigned for m in everyone) == 4 and all(m.assigned for m in everyone)) or None,
+                   timeout=90, interval=0.5)
+        first_of_kip848 = len(kip848.got)
+        feed(200, 400, everyone)
+        assert len(kip848.got) > first_of_kip848, "the KIP-848 member got none of the records sent to its partitions"
+
+        kip848.leave()
+        wait_until("the group to be classic again with the two holding every partition",
+                   lambda: (group_type(node.bootstrap, group) == "CLASSIC"
+                            and sum(m.assigned for m in classic) == 4 and all(m.assigned for m in classic)) or None,
+                   timeout=90, interval=0.5)
+        feed(400, 600, everyone)
+    finally:
+        for m in classic + ([kip848] if kip848 else []):
+            m.leave()
+    assert not errors, errors[:10]
+    lost = set(produced) - delivered(classic + [kip848])
+    assert not lost, f"{len(lost)} records never delivered, e.g. {sorted(lost)[:5]}"
+    assert node.is_running(), "the node must survive both conversions"
+
+
+def test_java_classic_consumers_carry_on_through_both_conversions(start_node):
+    """The same with Kafka's own client as the classic members: two kafka-console-consumer
+    processes (the Java client's default protocols, range first) print every record through
+    the upgrade brought by a librdkafka KIP-848 member and the downgrade after it leaves."""
+    node = start_node({"group.initial.rebalance.delay.ms": "0"})
+    topic, group = "kip848-migrate-java", "kip848-migrate-java-g"
+    create_topic(node.bootstrap, topic, 4)
+    jars = os.pathsep.join(str(j) for j in sorted(JAVA_LIB.glob("*.jar")))
+    printed: list[str] = []
+    consoles = [subprocess.Popen(
+        ["java", "-cp", jars, CONSOLE_CONSUMER, "--bootstrap-server", node.bootstrap, "--topic", topic,
+         "--group", group, "--from-beginning", "--timeout-ms", "90000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for c in consoles:
+        threading.Thread(target=lambda c=c: [printed.append(line.strip()) for line in c.stdout], daemon=True).start()
+    errors: list[str] = []
+    kip848: PollingMember | None = None
+    produced: list[str] = []
+
+    def feed(start: int, end: int) -> None:
+        values = lines("jmig", start, end)
+        produce(node.bootstrap, topic, values, partitions=4)
+        produced.extend(v.decode() for v in values)
+        got = lambda: set(printed) | ({v for _, v in kip848.got} if kip848 else set())  # noqa: E731
+        wait_until(f"records up to {end} delivered", lambda: got() >= set(produced) or None, timeout=60, interval=0.2)
+
+    try:
+        wait_until("the console consumers' classic group", lambda: group_type(node.bootstrap, group) == "CLASSIC",
+                   timeout=60, interval=0.5)
+        feed(0, 100)
+        kip848 = PollingMember(node.bootstrap, topic, group, "kip848-java-mig", errors, protocol="consumer")
+        wait_until("the group to become a consumer group with the KIP-848 member holding partitions",
+                   lambda: group_type(node.bootstrap, group) == "CONSUMER" and kip848.assigned > 0 or None,
+                   timeout=90, interval=0.5)
+        feed(100, 300)
+        kip848.leave()
+        wait_until("the group to be classic again", lambda: group_type(node.bootstrap, group) == "CLASSIC",
+                   timeout=90, interval=0.5)
+        feed(300, 400)
+        assert all(c.poll() is None for c in consoles), "a console consumer exited early"
+    finally:
+        for c in consoles:
+            c.kill()
+            c.wait(timeout=30)
+        if kip848:
+            kip848.leave()
+    assert not errors, errors[:10]

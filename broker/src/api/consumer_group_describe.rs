@@ -74,8 +74,8 @@ pub fn handle(ctx: &RequestContext, request: ConsumerGroupDescribeRequest) -> Co
                                 .with_subscribed_topic_regex(m.subscribed_topic_regex.map(str_bytes))
                                 .with_assignment(assignment(&image, &m.assignment))
                                 .with_target_assignment(assignment(&image, &m.target))
-                                // 0: a member speaking the consumer protocol (1 would be classic).
-                                .with_member_type(0)
+                                // Kafka's member types: 0 classic protocol, 1 consumer protocol.
+                                .with_member_type(if m.classic { 0 } else { 1 })
                         })
                         .collect(),
                 )

@@ -85,7 +85,7 @@ pub async fn handle(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroup
         require_known_member_id: version >= FIRST_VERSION_REQUIRING_MEMBER_ID,
         new_member_id: format!("{prefix}-{}", Uuid::new_v4()),
     };
-    let result = broker.groups.join(join).await;
+    let result = broker.groups.join(join, &image).await;
     JoinGroupResponse::default()
         .with_error_code(result.error.map_or(0, |e| e.code()))
         .with_generation_id(result.generation_id)

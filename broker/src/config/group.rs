@@ -28,6 +28,39 @@ impl Assignor {
     }
 }
 
+/// `group.consumer.migration.policy`: whether a group with members converts between the
+/// classic and the consumer protocol as its members switch (Kafka's
+/// `ConsumerGroupMigrationPolicy`). Empty groups convert either way whatever it says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MigrationPolicy {
+    Bidirectional,
+    Upgrade,
+    Downgrade,
+    Disabled,
+}
+
+impl MigrationPolicy {
+    /// A classic group may become a consumer group when a KIP-848 member joins it.
+    pub fn upgrade(self) -> bool {
+        matches!(self, MigrationPolicy::Bidirectional | MigrationPolicy::Upgrade)
+    }
+
+    /// A consumer group whose last KIP-848 member leaves may become classic again.
+    pub fn downgrade(self) -> bool {
+        matches!(self, MigrationPolicy::Bidirectional | MigrationPolicy::Downgrade)
+    }
+
+    fn parse(value: &str) -> Option<MigrationPolicy> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "bidirectional" => Some(MigrationPolicy::Bidirectional),
+            "upgrade" => Some(MigrationPolicy::Upgrade),
+            "downgrade" => Some(MigrationPolicy::Downgrade),
+            "disabled" => Some(MigrationPolicy::Disabled),
+            _ => None,
+        }
+    }
+}
+
 /// Group settings, by their Kafka broker property names.
 #[derive(Debug, Clone)]
 pub struct GroupConfig {
@@ -61,6 +94,8 @@ pub struct GroupConfig {
     pub consumer_heartbeat_interval_range_ms: (i32, i32),
     /// `group.consumer.assignors`, the first the default.
     pub consumer_assignors: Vec<Assignor>,
+    /// `group.consumer.migration.policy`
+    pub migration_policy: MigrationPolicy,
     /// KIP-932 share groups' settings (`group.share.*`).
     pub share: ShareGroupConfig,
 }
@@ -115,6 +150,7 @@ impl Default for GroupConfig {
             consumer_session_timeout_range_ms: (45_000, 60_000),
             consumer_heartbeat_interval_range_ms: (5_000, 15_000),
             consumer_assignors: Assignor::ALL.to_vec(),
+            migration_policy: MigrationPolicy::Bidirectional,
             share: ShareGroupConfig::default(),
         }
     }
@@ -211,7 +247,16 @@ pub(super) fn group_config(get: &dyn Fn(&str) -> String) -> Result<GroupConfig, 
             reason: "name at least one of uniform, range".into(),
         });
     }
+    let policy = get("group.consumer.migration.policy");
+    let Some(migration_policy) = MigrationPolicy::parse(&policy) else {
+        return Err(ConfigError::InvalidValue {
+            key: "group.consumer.migration.policy".into(),
+            value: policy,
+            reason: "the policies are bidirectional, upgrade, downgrade and disabled".into(),
+        });
+    };
     Ok(GroupConfig {
+        migration_policy,
         consumer_protocol_enabled: protocols.iter().any(|p| p == "consumer"),
         consumer_session_timeout_ms: session,
         consumer_heartbeat_interval_ms: interval,
@@ -313,6 +358,7 @@ mod tests {
         assert!(group.consumer_protocol_enabled);
         assert_eq!((group.consumer_session_timeout_ms, group.consumer_heartbeat_interval_ms), (45_000, 5_000));
         assert_eq!(group.consumer_assignors, super::Assignor::ALL.to_vec());
+        assert_eq!(group.migration_policy, super::MigrationPolicy::Bidirectional);
         assert_eq!(
             (group.consumer_session_timeout_range_ms, group.consumer_heartbeat_interval_range_ms),
             ((45_000, 60_000), (5_000, 15_000)),
@@ -338,6 +384,7 @@ mod tests {
                 "group.consumer.heartbeat.interval.ms",
             ),
             (&["group.consumer.assignors=sticky"][..], "group.consumer.assignors"),
+            (&["group.consumer.migration.policy=sideways"][..], "group.consumer.migration.policy"),
             (&["group.consumer.assignors="][..], "group.consumer.assignors"),
             (&["group.coordinator.rebalance.protocols=classic,streams"][..], "group.coordinator.rebalance.protocols"),
         ] {

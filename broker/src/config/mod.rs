@@ -17,7 +17,7 @@ use sluice_raft_meta::{ClusterSecret, CREATE_SECRET_HINT};
 use crate::log::CleanerConfig;
 use crate::topic_config::{self, ConfigType};
 use group::group_config;
-pub use group::{Assignor, GroupConfig, OffsetsSettings, ShareGroupConfig};
+pub use group::{Assignor, GroupConfig, MigrationPolicy, OffsetsSettings, ShareGroupConfig};
 pub use listeners::{Listener, Listeners, DEFAULT_LISTENER_NAME};
 use quota::quota_config;
 pub use quota::QuotaConfig;
@@ -314,6 +314,7 @@ broker_settings! {
     "group.consumer.min.heartbeat.interval.ms", "5000", Int, "Smallest group.consumer.heartbeat.interval.ms.";
     "group.consumer.max.heartbeat.interval.ms", "15000", Int, "Largest group.consumer.heartbeat.interval.ms.";
     "group.consumer.assignors", "uniform,range", List, "Server-side assignors of KIP-848 consumer groups, the first the default (Kafka's class names are accepted).";
+    "group.consumer.migration.policy", "bidirectional", String, "Whether a group with members converts online between the classic and consumer protocols as its members switch: bidirectional, upgrade (classic to consumer only), downgrade (consumer to classic only) or disabled.";
     "group.share.session.timeout.ms", "45000", Int, "A KIP-932 share group member not heard from for this long is removed.";
     "group.share.min.session.timeout.ms", "45000", Int, "Smallest group.share.session.timeout.ms.";
     "group.share.max.session.timeout.ms", "60000", Int, "Largest group.share.session.timeout.ms.";

@@ -39,6 +39,18 @@ pub struct StoredConsumerMember {
     pub subscribed_topic_regex: Option<String>,
     pub rebalance_timeout_ms: i32,
     pub server_assignor: Option<String>,
+    /// Set for a member that speaks the classic protocol inside a consumer group (online
+    /// migration): Kafka's tagged `ClassicMemberMetadata` (tag 0).
+    pub classic: Option<StoredClassicMember>,
+}
+
+/// A classic member's JoinGroup session timeout and protocols, kept with its consumer group
+/// record so a coordinator taking over can answer its SyncGroup and convert the group back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredClassicMember {
+    pub session_timeout_ms: i32,
+    /// (protocol name, `ConsumerProtocolSubscription` bytes), in the member's order.
+    pub protocols: Vec<(String, Bytes)>,
 }
 
 /// A member's reconciliation state as stored (type 8). `state` is Kafka's byte: 0 stable,
@@ -250,8 +262,64 @@ fn member_value(m: &StoredConsumerMember) -> Bytes {
     put_compact_nullable(&mut buf, m.subscribed_topic_regex.as_deref());
     buf.put_i32(m.rebalance_timeout_ms);
     put_compact_nullable(&mut buf, m.server_assignor.as_deref());
-    put_uvarint(&mut buf, 0);
+    match &m.classic {
+        None => put_uvarint(&mut buf, 0),
+        Some(classic) => {
+            // One tagged field (tag 0): a present nullable struct (byte 1), then the struct.
+            let mut field = BytesMut::new();
+            field.put_i8(1);
+            field.put_i32(classic.session_timeout_ms);
+            put_uvarint(&mut field, classic.protocols.len() as u32 + 1);
+            for (name, metadata) in &classic.protocols {
+                put_compact_nullable(&mut field, Some(name));
+                put_uvarint(&mut field, metadata.len() as u32 + 1);
+                field.put_slice(metadata);
+                put_uvarint(&mut field, 0);
+            }
+            put_uvarint(&mut field, 0);
+            put_uvarint(&mut buf, 1);
+            put_uvarint(&mut buf, 0);
+            put_uvarint(&mut buf, field.len() as u32);
+            buf.put_slice(&field);
+        }
+    }
     buf.freeze()
+}
+
+/// The member record's tagged fields: tag 0 is `ClassicMemberMetadata`, others are skipped.
+fn decode_member_tags(r: &mut Reader<'_>) -> Result<Option<StoredClassicMember>, RecordError> {
+    let mut classic = None;
+    let count = uvarint(r, "tagged field count")?;
+    for _ in 0..count {
+        let tag = uvarint(r, "tag")?;
+        let size = uvarint(r, "tag size")? as usize;
+        let field = r.take(size, "tagged field")?;
+        if tag == 0 {
+            classic = decode_classic(&mut Reader(field))?;
+        }
+    }
+    Ok(classic)
+}
+
+fn decode_classic(r: &mut Reader<'_>) -> Result<Option<StoredClassicMember>, RecordError> {
+    if r.take(1, "classic member presence")?[0] as i8 == -1 {
+        return Ok(None);
+    }
+    let session_timeout_ms = r.i32("classic session timeout")?;
+    let count = compact_len(r, 3, "classic protocols")?;
+    let mut protocols = Vec::with_capacity(count);
+    for _ in 0..count {
+        let name = compact_nullable(r, "classic protocol name")?.unwrap_or_default();
+        let len = uvarint(r, "classic protocol metadata")?.saturating_sub(1) as usize;
+        let metadata = Bytes::copy_from_slice(r.take(len, "classic protocol metadata")?);
+        skip_tagged_fields(r)?;
+        protocols.push((name, metadata));
+    }
+    skip_tagged_fields(r)?;
+    Ok(Some(StoredClassicMember {
+        session_timeout_ms,
+        protocols,
+    }))
 }
 
 fn decode_member(r: &mut Reader<'_>) -> Result<StoredConsumerMember, RecordError> {
@@ -267,7 +335,7 @@ fn decode_member(r: &mut Reader<'_>) -> Result<StoredConsumerMember, RecordError
     let subscribed_topic_regex = compact_nullable(r, "subscribed regex")?;
     let rebalance_timeout_ms = r.i32("rebalance timeout")?;
     let server_assignor = compact_nullable(r, "server assignor")?;
-    skip_tagged_fields(r)?;
+    let classic = decode_member_tags(r)?;
     Ok(StoredConsumerMember {
         instance_id,
         rack_id,
@@ -277,6 +345,7 @@ fn decode_member(r: &mut Reader<'_>) -> Result<StoredConsumerMember, RecordError
         subscribed_topic_regex,
         rebalance_timeout_ms,
         server_assignor,
+        classic,
     })
 }
 
@@ -369,10 +438,34 @@ mod tests {
                         subscribed_topic_regex: None,
                         rebalance_timeout_ms: 300_000,
                         server_assignor: Some("range".into()),
+                        classic: None,
                     }),
                 },
                 "000500016700016d",
                 "00000002720263032f68030261026200000493e00672616e676500",
+            ),
+            (
+                // A classic member in a consumer group: Kafka's tagged ClassicMemberMetadata.
+                ConsumerRecord::Member {
+                    group_id: "g".into(),
+                    member_id: "m".into(),
+                    value: Some(StoredConsumerMember {
+                        instance_id: None,
+                        rack_id: Some("r".into()),
+                        client_id: "c".into(),
+                        client_host: "/h".into(),
+                        subscribed_topic_names: vec!["a".into(), "b".into()],
+                        subscribed_topic_regex: None,
+                        rebalance_timeout_ms: 300_000,
+                        server_assignor: None,
+                        classic: Some(StoredClassicMember {
+                            session_timeout_ms: 45_000,
+                            protocols: vec![("range".into(), Bytes::from_static(&[0, 3, 1, 2]))],
+                        }),
+                    }),
+                },
+                "000500016700016d",
+                "00000002720263032f68030261026200000493e000010013010000afc8020672616e676505000301020000",
             ),
             (
                 ConsumerRecord::TargetEpoch {

@@ -248,15 +248,36 @@ impl GroupMetadataManager {
         debug_assert!(stores.is_empty(), "loading and unloading only answer waiting requests");
     }
 
-    pub async fn join(self: &Arc<Self>, request: JoinRequest) -> JoinResult {
+    pub async fn join(self: &Arc<Self>, request: JoinRequest, image: &MetadataImage) -> JoinResult {
         let (tx, rx) = oneshot::channel();
-        let stores = {
+        let (stores, classic) = {
             let mut inner = self.inner.lock();
-            let id = inner.reply_id();
-            inner.joins.insert(id, tx);
-            let fx = inner.coordinator.join_group(request, id, now_ms());
-            inner.apply(fx)
+            if inner.coordinator.has_consumer_members(&request.group_id) {
+                // A classic member of a KIP-848 group (`coordinator/migration.rs`): answered
+                // once its records are stored, as a ConsumerGroupHeartbeat is.
+                let now = now_ms();
+                let catalog = ImageTopics(image);
+                let (result, records) = inner.coordinator.classic_join_consumer_group(&request, &catalog, now);
+                let partition = inner.coordinator.partition_for(&request.group_id);
+                (Vec::new(), Some((result, self.append_records(partition, &records, now))))
+            } else {
+                let id = inner.reply_id();
+                inner.joins.insert(id, tx);
+                let fx = inner.coordinator.join_group(request, id, now_ms());
+                (self.apply_ordered(&mut inner, fx), None)
+            }
         };
+        if let Some((result, appended)) = classic {
+            let stored = match appended {
+                Ok(None) => Ok(()),
+                Ok(Some(appended)) => self.await_appended(appended).await.map_err(|(e, _)| e),
+                Err(e) => Err(commit_error(e)),
+            };
+            return match stored {
+                Ok(()) => result,
+                Err(e) => JoinResult::failed(&result.member_id, e),
+            };
+        }
         self.run_stores(stores);
         rx.await.unwrap_or_else(|_| lost_join())
     }
@@ -300,7 +321,7 @@ impl GroupMetadataManager {
         let (errors, stores) = {
             let mut inner = self.inner.lock();
             let (errors, fx) = inner.coordinator.leave_group(group_id, members, now_ms())?;
-            (errors, inner.apply(fx))
+            (errors, self.apply_ordered(&mut inner, fx))
         };
         self.run_stores(stores);
         Ok(errors)
@@ -452,15 +473,14 @@ impl GroupMetadataManager {
         let (result, wait) = {
             let mut inner = self.inner.lock();
             let partition = inner.coordinator.partition_for(&request.group_id);
-            let (result, records) = inner.coordinator.consumer_heartbeat(request, &catalog, now)?;
-            if records.is_empty() {
-                (result, None)
-            } else {
-                let encoded: Vec<(Bytes, Option<Bytes>)> = records.iter().map(GroupRecord::encode).collect();
-                let appended = append(self, partition, &encoded, None, TxnVerification::Unchecked, now)
-                    .map_err(|e| (commit_error(e), String::new()))?;
-                (result, Some(appended))
-            }
+            let (result, records, fx) = inner.coordinator.consumer_heartbeat(request, &catalog, now)?;
+            // Requests of a classic group's rebalance answered by its upgrade.
+            let stores = inner.apply(fx);
+            debug_assert!(stores.is_empty(), "an upgrade only answers waiting requests");
+            let appended = self
+                .append_records(partition, &records, now)
+                .map_err(|e| (commit_error(e), String::new()))?;
+            (result, appended)
         };
         if let Some(appended) = wait {
             self.await_appended(appended).await?;
@@ -539,10 +559,38 @@ impl GroupMetadataManager {
                     last_retention_check = tokio::time::Instant::now();
                     fx.extend(inner.coordinator.expire_offsets(now));
                 }
-                inner.apply(fx)
+                self.apply_ordered(&mut inner, fx)
             };
             self.run_stores(stores);
         }
+    }
+
+    /// Appends a KIP-848 group's records now: the caller holds the coordinator's lock, so they
+    /// reach the log in the order the state changed. Returns the wait for their replication.
+    fn append_records(&self, partition: i32, records: &[GroupRecord], now: i64) -> Result<Option<Appended>, ResponseError> {
+        if records.is_empty() {
+            return Ok(None);
+        }
+        let encoded: Vec<(Bytes, Option<Bytes>)> = records.iter().map(GroupRecord::encode).collect();
+        append(self, partition, &encoded, None, TxnVerification::Unchecked, now).map(Some)
+    }
+
+    /// [`Inner::apply`], but a KIP-848 group's records ([`Effect::Records`]) are appended now,
+    /// under the lock the caller holds, in order with the heartbeats' (their replication is
+    /// not waited for: nobody's answer depends on them).
+    fn apply_ordered(&self, inner: &mut Inner, fx: Vec<Effect>) -> Vec<Store> {
+        let now = now_ms();
+        let (records, rest): (Vec<Effect>, Vec<Effect>) =
+            fx.into_iter().partition(|e| matches!(e, Effect::Records { .. }));
+        for effect in records {
+            let Effect::Records { partition, records } = effect else {
+                continue;
+            };
+            if let Err(e) = self.append_records(partition, &records, now) {
+                tracing::warn!(partition, error = ?e, "could not write a consumer group's records to __consumer_offsets; a coordinator taking the group over may see its members as they were until their sessions expire");
+            }
+        }
+        inner.apply(rest)
     }
 
     /// Appends each store in the background; a stored assignment then completes its

@@ -16,7 +16,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use uuid::Uuid;
 
 use crate::group::assignor::{Assignment, Assignor, AssignorMember, TopicPartitionCounts};
-use crate::group::consumer_records::{ConsumerRecord, StoredConsumerMember, StoredMemberAssignment};
+use crate::group::consumer_records::{
+    ConsumerRecord, StoredClassicMember, StoredConsumerMember, StoredMemberAssignment,
+};
 use crate::group::records::GroupRecord;
 
 /// The epoch a static member leaves with (`-2`): it keeps its partitions for its session
@@ -83,6 +85,12 @@ pub(super) struct ConsumerMember {
     pub(super) last_heartbeat_ms: i64,
     /// When it entered UnrevokedPartitions: it must finish revoking within its rebalance timeout.
     pub(super) revoking_since_ms: Option<i64>,
+    /// Set for a member speaking the classic protocol (JoinGroup, SyncGroup, Heartbeat) in
+    /// this consumer group (`migration.rs`): its session timeout and protocols.
+    pub(super) classic: Option<StoredClassicMember>,
+    /// A classic member told to rejoin, or that joined and has not synced, is removed if it
+    /// has not done so by then (Kafka's consumer group join and sync timeouts). Not stored.
+    pub(super) classic_deadline_ms: Option<i64>,
 }
 
 impl ConsumerMember {
@@ -103,7 +111,14 @@ impl ConsumerMember {
             pending_revocation: Assignment::new(),
             last_heartbeat_ms: now,
             revoking_since_ms: None,
+            classic: None,
+            classic_deadline_ms: None,
         }
+    }
+
+    /// How long it may go unheard: a classic member's own session timeout, else the group's.
+    pub(super) fn session_timeout_ms(&self, group_session_ms: i32) -> i32 {
+        self.classic.as_ref().map_or(group_session_ms, |c| c.session_timeout_ms)
     }
 }
 
@@ -119,6 +134,7 @@ impl ConsumerMember {
             subscribed_topic_regex: self.subscribed_topic_regex.clone(),
             rebalance_timeout_ms: self.rebalance_timeout_ms,
             server_assignor: self.server_assignor.clone(),
+            classic: self.classic.clone(),
         }
     }
 
@@ -141,6 +157,7 @@ impl ConsumerMember {
         member.subscribed_topic_regex = metadata.subscribed_topic_regex;
         member.server_assignor = metadata.server_assignor;
         member.rebalance_timeout_ms = metadata.rebalance_timeout_ms;
+        member.classic = metadata.classic;
         if let Some(c) = current {
             member.member_epoch = c.member_epoch;
             member.previous_member_epoch = c.previous_member_epoch;

@@ -5,9 +5,9 @@
 //! `consumer.rs`.
 //!
 //! A consumer group lives beside a classic group's state in the same [`Group`], which keeps the
-//! committed offsets whichever protocol the members speak. A heartbeat to a group that classic
-//! members are in is refused with GROUP_ID_NOT_FOUND; an empty classic group (offsets only)
-//! becomes a consumer group, and an empty consumer group becomes classic again on a JoinGroup.
+//! committed offsets whichever protocol the members speak. An empty classic group (offsets only)
+//! becomes a consumer group, and an empty consumer group becomes classic again on a JoinGroup;
+//! groups with members convert online as `migration.rs` says.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -20,7 +20,7 @@ use super::consumer::{
 };
 pub use super::consumer::{LEAVE_EPOCH, LEAVE_STATIC_EPOCH};
 use super::group::Group;
-use super::{Effect, Fx, GroupCoordinator, GroupState};
+use super::{partition_for, Effect, Fx, GroupCoordinator, GroupState};
 use crate::group::assignor::{Assignment, Assignor};
 use crate::group::consumer_records::ConsumerRecord;
 use crate::group::records::GroupRecord;
@@ -81,6 +81,8 @@ pub struct ConsumerMemberSummary {
     pub subscribed_topic_regex: Option<String>,
     pub assignment: Assignment,
     pub target: Assignment,
+    /// It speaks the classic protocol (JoinGroup/SyncGroup) in this consumer group.
+    pub classic: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -107,6 +109,15 @@ pub fn compile_regex(pattern: &str) -> Result<Regex, HeartbeatError> {
 }
 
 impl GroupCoordinator {
+    /// The assignor of a group whose members ask for none: the first of `group.consumer.assignors`.
+    pub(super) fn default_assignor(&self) -> Assignor {
+        self.config
+            .consumer_assignors
+            .first()
+            .copied()
+            .unwrap_or(Assignor::Uniform)
+    }
+
     /// ConsumerGroupHeartbeat: a member joins (epoch 0), heartbeats at its epoch, or leaves
     /// (-1, or -2 for a static member that will come back).
     pub fn consumer_heartbeat(
@@ -114,7 +125,7 @@ impl GroupCoordinator {
         req: ConsumerHeartbeat,
         topics: &dyn TopicCatalog,
         now: i64,
-    ) -> Result<(ConsumerHeartbeatResult, Vec<GroupRecord>), HeartbeatError> {
+    ) -> Result<(ConsumerHeartbeatResult, Vec<GroupRecord>, Fx), HeartbeatError> {
         check_request(&req, &self.config.consumer_assignors)?;
         let partition = self.owner(&req.group_id).map_err(|e| (e, String::new()))?;
         if self.is_share_group(&req.group_id) {
@@ -127,21 +138,22 @@ impl GroupCoordinator {
         if req.member_epoch == LEAVE_EPOCH || req.member_epoch == LEAVE_STATIC_EPOCH {
             return self.consumer_leave(&req, now);
         }
+        let max_size = self.config.max_size;
+        let default_assignor = self.default_assignor();
+        let mut fx = Vec::new();
+        let mut records = Vec::new();
+        let classic_with_members = self
+            .groups
+            .get(&req.group_id)
+            .is_some_and(|g| g.consumer.is_none() && (!g.members.is_empty() || g.state != GroupState::Empty));
+        if classic_with_members {
+            records = self.upgrade_to_consumer_group(&req.group_id, topics, now, &mut fx)?;
+        }
         let group = self
             .groups
             .entry(req.group_id.clone())
             .or_insert_with(|| Group::new(&req.group_id, partition, now));
-        let mut records = Vec::new();
         if group.consumer.is_none() {
-            if !group.members.is_empty() || group.state != GroupState::Empty {
-                return Err((
-                    ResponseError::GroupIdNotFound,
-                    format!(
-                        "Group {:?} is a classic group with members; its consumers must all leave before members using group.protocol=consumer can join.",
-                        req.group_id
-                    ),
-                ));
-            }
             if group.protocol_type.is_some() {
                 // It was a classic group: its record goes.
                 records.push(GroupRecord::Group {
@@ -152,22 +164,9 @@ impl GroupCoordinator {
             group.consumer = Some(Box::default());
             group.protocol_type = Some("consumer".into());
         }
-        let max_size = self.config.max_size;
-        let default_assignor = self
-            .config
-            .consumer_assignors
-            .first()
-            .copied()
-            .unwrap_or(Assignor::Uniform);
         let cg = group.consumer.as_mut().expect("set above");
         cg.session_timeout_ms = req.session_timeout_ms;
-        let (epoch_before, assignment_epoch_before) = (cg.group_epoch, cg.assignment_epoch);
-        let stored_before = cg.members.get(&req.member_id).cloned();
-        let ids_before: Vec<String> = if req.member_epoch == 0 {
-            cg.members.keys().cloned().collect()
-        } else {
-            Vec::new()
-        };
+        let snapshot = Snapshot::of(cg, &req.member_id, req.member_epoch == 0);
 
         // Find the member, or admit a new one.
         let (member_id, mut member, is_new) = if req.member_epoch == 0 {
@@ -224,42 +223,17 @@ impl GroupCoordinator {
         let before = cg.members.get(&member_id).map(|m| m.assigned.clone());
         cg.put_member(&member_id, member);
 
-        // The subscribed topics of the whole group, resolved against the topics now.
-        let subscribed = resolve_group(cg, topics);
-        if subscribed != cg.subscribed {
-            cg.subscribed = subscribed;
-            if cg.restored && !changed && cg.group_epoch == cg.assignment_epoch {
-                // First heard from since a failover: the epoch moves only if the topics did.
-                let resolved = cg.subscribed.clone();
-                let target = cg.target_by(choose_assignor(cg, default_assignor), |m| member_topics(m, &resolved));
-                changed = target != cg.target;
-            } else {
-                changed = true;
-            }
-        }
-        cg.restored = false;
-        if changed {
-            cg.group_epoch += 1;
-        }
-        let mut target_records = Vec::new();
-        if cg.group_epoch > cg.assignment_epoch {
-            let assignor = choose_assignor(cg, default_assignor);
-            let resolved = cg.subscribed.clone();
-            let previous = cg.target.clone();
-            cg.compute_target(assignor, |m| member_topics(m, &resolved));
-            for (id, target) in &cg.target {
-                if previous.get(id) != Some(target) {
-                    target_records.push(GroupRecord::Consumer(ConsumerRecord::TargetMember {
-                        group_id: req.group_id.clone(),
-                        member_id: id.clone(),
-                        value: Some(target.clone()),
-                    }));
-                }
-            }
-        }
-
-        let member = cg.members.get(&member_id).expect("put above").clone();
-        let next = cg.reconcile(&member_id, &member, req.owned.as_ref());
+        let (next, settled) = settle(
+            cg,
+            &req.group_id,
+            &member_id,
+            Change { changed, is_new },
+            req.owned.as_ref(),
+            snapshot,
+            topics,
+            default_assignor,
+        );
+        records.extend(settled);
         let send_assignment = req.owned.is_some() || req.member_epoch == 0 || before.as_ref() != Some(&next.assigned);
         let result = ConsumerHeartbeatResult {
             member_id: member_id.clone(),
@@ -267,53 +241,40 @@ impl GroupCoordinator {
             heartbeat_interval_ms: interval,
             assignment: send_assignment.then(|| next.assigned.clone()),
         };
-        if next.state != member.state || next.member_epoch != member.member_epoch {
-            tracing::debug!(
-                group = %req.group_id,
-                member = %member_id,
-                epoch = next.member_epoch,
-                state = next.state.name(),
-                "consumer group member reconciled"
-            );
-        }
-        // The records of what changed, in Kafka's order, for the glue to store before answering.
-        for id in ids_before.iter().filter(|id| !cg.members.contains_key(*id)) {
-            records.extend(member_tombstones(&req.group_id, id));
-        }
-        let before = stored_before
-            .as_ref()
-            .filter(|_| !is_new || ids_before.contains(&member_id));
-        let member_records = member_records(&req.group_id, &member_id, before, &next);
-        let (metadata, current): (Vec<_>, Vec<_>) = member_records
-            .into_iter()
-            .partition(|r| matches!(r, GroupRecord::Consumer(ConsumerRecord::Member { .. })));
-        records.extend(metadata);
-        if cg.group_epoch != epoch_before {
-            records.push(group_epoch_record(&req.group_id, cg.group_epoch));
-        }
-        records.extend(target_records);
-        if cg.assignment_epoch != assignment_epoch_before {
-            records.push(GroupRecord::Consumer(ConsumerRecord::TargetEpoch {
-                group_id: req.group_id.clone(),
-                epoch: Some(cg.assignment_epoch),
-            }));
-        }
-        records.extend(current);
-        cg.put_member(&member_id, next);
-        Ok((result, records))
+        Ok((result, records, fx))
     }
 
     fn consumer_leave(
         &mut self,
         req: &ConsumerHeartbeat,
         now: i64,
-    ) -> Result<(ConsumerHeartbeatResult, Vec<GroupRecord>), HeartbeatError> {
+    ) -> Result<(ConsumerHeartbeatResult, Vec<GroupRecord>, Fx), HeartbeatError> {
         let unknown = || {
             (
                 ResponseError::UnknownMemberId,
                 format!("Member {} is not a member of group {:?}.", req.member_id, req.group_id),
             )
         };
+        let known = self
+            .groups
+            .get(&req.group_id)
+            .and_then(|g| g.consumer.as_ref())
+            .is_some_and(|cg| cg.members.contains_key(&req.member_id));
+        if !known {
+            return Err(unknown());
+        }
+        let result = ConsumerHeartbeatResult {
+            member_id: req.member_id.clone(),
+            member_epoch: req.member_epoch,
+            heartbeat_interval_ms: 0,
+            assignment: None,
+        };
+        let mut fx = Vec::new();
+        if req.member_epoch == LEAVE_EPOCH {
+            if let Some(records) = self.maybe_downgrade(&req.group_id, &req.member_id, now, &mut fx) {
+                return Ok((result, records, fx));
+            }
+        }
         let Some(cg) = self.groups.get_mut(&req.group_id).and_then(|g| g.consumer.as_mut()) else {
             return Err(unknown());
         };
@@ -336,56 +297,59 @@ impl GroupCoordinator {
             records.push(group_epoch_record(&req.group_id, cg.group_epoch));
             records
         };
-        let result = ConsumerHeartbeatResult {
-            member_id: req.member_id.clone(),
-            member_epoch: req.member_epoch,
-            heartbeat_interval_ms: 0,
-            assignment: None,
-        };
-        Ok((result, records))
+        Ok((result, records, fx))
     }
 
     /// Members whose session lapsed, or who did not give up partitions within their rebalance
-    /// timeout, are removed; their partitions go to the others.
+    /// timeout, are removed; their partitions go to the others. A classic member (`migration.rs`)
+    /// has its own session timeout, and is removed too if it did not rejoin or sync within its
+    /// rebalance timeout when asked to. When the last KIP-848 member of a group with classic
+    /// members goes, the group may become classic again.
     pub(super) fn expire_consumer_members(&mut self, now: i64) -> Fx {
         let mut fx = Vec::new();
         let default_session = self.config.consumer_session_timeout_ms;
-        for (group_id, group) in self.groups.iter_mut() {
-            let Some(cg) = group.consumer.as_mut() else {
+        let mut expired: Vec<(String, String, &'static str)> = Vec::new();
+        for (group_id, group) in &self.groups {
+            let Some(cg) = group.consumer.as_ref() else {
                 continue;
             };
-            let session = i64::from(cg.session_timeout_ms.unwrap_or(default_session));
-            let expired: Vec<(String, &'static str)> = cg
-                .members
-                .iter()
-                .filter_map(|(id, m)| {
-                    if m.last_heartbeat_ms + session <= now {
-                        Some((id.clone(), "its session expired"))
-                    } else if m
-                        .revoking_since_ms
-                        .is_some_and(|since| since + i64::from(m.rebalance_timeout_ms.max(0)) <= now)
-                    {
-                        Some((
-                            id.clone(),
-                            "it did not give up its partitions within its rebalance timeout",
-                        ))
-                    } else {
-                        None
-                    }
-                })
-                .collect();
-            if expired.is_empty() {
+            let session = cg.session_timeout_ms.unwrap_or(default_session);
+            for (id, m) in &cg.members {
+                let why = if m.last_heartbeat_ms + i64::from(m.session_timeout_ms(session)) <= now {
+                    "its session expired"
+                } else if m
+                    .revoking_since_ms
+                    .is_some_and(|since| since + i64::from(m.rebalance_timeout_ms.max(0)) <= now)
+                {
+                    "it did not give up its partitions within its rebalance timeout"
+                } else if m.classic_deadline_ms.is_some_and(|deadline| deadline <= now) {
+                    "it did not rejoin or sync within its rebalance timeout"
+                } else {
+                    continue;
+                };
+                expired.push((group_id.clone(), id.clone(), why));
+            }
+        }
+        let mut records: HashMap<String, Vec<GroupRecord>> = HashMap::new();
+        for (group_id, id, why) in expired {
+            tracing::info!(group = %group_id, member = %id, "removing a consumer group member: {why}");
+            if let Some(converted) = self.maybe_downgrade(&group_id, &id, now, &mut fx) {
+                records.entry(group_id).or_default().extend(converted);
                 continue;
             }
-            let mut records = Vec::new();
-            for (id, why) in expired {
-                tracing::info!(group = %group_id, member = %id, "removing a consumer group member: {why}");
-                cg.remove_member(&id);
-                records.extend(member_tombstones(group_id, &id));
+            let Some(cg) = self.groups.get_mut(&group_id).and_then(|g| g.consumer.as_mut()) else {
+                continue;
+            };
+            if cg.remove_member(&id).is_none() {
+                continue;
             }
-            records.push(group_epoch_record(group_id, cg.group_epoch));
+            let out = records.entry(group_id.clone()).or_default();
+            out.extend(member_tombstones(&group_id, &id));
+            out.push(group_epoch_record(&group_id, cg.group_epoch));
+        }
+        for (group_id, records) in records {
             fx.push(Effect::Records {
-                partition: group.partition,
+                partition: partition_for(&group_id, self.config.num_partitions),
                 records,
             });
         }
@@ -401,12 +365,7 @@ impl GroupCoordinator {
             .consumer
             .as_ref()
             .ok_or_else(|| not_found("is not a consumer group"))?;
-        let default_assignor = self
-            .config
-            .consumer_assignors
-            .first()
-            .copied()
-            .unwrap_or(Assignor::Uniform);
+        let default_assignor = self.default_assignor();
         Ok(ConsumerGroupSummary {
             state: cg.state_name(),
             group_epoch: cg.group_epoch,
@@ -427,13 +386,15 @@ impl GroupCoordinator {
                     subscribed_topic_regex: m.subscribed_topic_regex.clone(),
                     assignment: m.assigned.clone(),
                     target: cg.target.get(id).cloned().unwrap_or_default(),
+                    classic: m.classic.is_some(),
                 })
                 .collect(),
         })
     }
 
     /// A consumer group's OffsetCommit checks: a member at its current epoch (a plain commit
-    /// at another epoch is STALE_MEMBER_EPOCH; a transactional one ILLEGAL_GENERATION), or
+    /// at another epoch is STALE_MEMBER_EPOCH; a transactional one, or a classic member's,
+    /// ILLEGAL_GENERATION), or
     /// anyone while the group has no members.
     pub(super) fn validate_consumer_commit(
         cg: &ConsumerGroup,
@@ -449,7 +410,8 @@ impl GroupCoordinator {
         }
         let member = cg.members.get(member_id).ok_or(ResponseError::UnknownMemberId)?;
         if member.member_epoch != member_epoch {
-            return Err(if transactional {
+            // A classic member's generation is its member epoch; it understands only this.
+            return Err(if transactional || member.classic.is_some() {
                 ResponseError::IllegalGeneration
             } else {
                 ResponseError::StaleMemberEpoch
@@ -478,6 +440,130 @@ pub(super) fn group_tombstones(group_id: &str) -> Vec<GroupRecord> {
             epoch: None,
         }),
     ]
+}
+
+/// What a group looked like before a request changed one of its members: the records of the
+/// change are what differs from it.
+pub(super) struct Snapshot {
+    epoch: i32,
+    assignment_epoch: i32,
+    /// The member the request named, as it was.
+    member: Option<ConsumerMember>,
+    /// Every member id, when the request may have replaced one (a join).
+    ids: Vec<String>,
+}
+
+impl Snapshot {
+    pub(super) fn of(cg: &ConsumerGroup, member_id: &str, joining: bool) -> Snapshot {
+        Snapshot {
+            epoch: cg.group_epoch,
+            assignment_epoch: cg.assignment_epoch,
+            member: cg.members.get(member_id).cloned(),
+            ids: if joining {
+                cg.members.keys().cloned().collect()
+            } else {
+                Vec::new()
+            },
+        }
+    }
+}
+
+/// How a request changed its member: `changed` when membership or its subscription moved
+/// (the group epoch moves), `is_new` when it was admitted by this request.
+pub(super) struct Change {
+    pub(super) changed: bool,
+    pub(super) is_new: bool,
+}
+
+/// After a request updated `member_id`'s record in `cg`: resolves the group's subscribed
+/// topics, moves the group epoch and computes a new target if anything changed, reconciles the
+/// member towards its target with what it says it `owned`, and stores its next state in `cg`.
+/// Returns that state and the records of everything that changed since `snapshot`, in
+/// Kafka's order, for the glue to store before answering. Shared by ConsumerGroupHeartbeat
+/// and a classic member's JoinGroup (`migration.rs`).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn settle(
+    cg: &mut ConsumerGroup,
+    group_id: &str,
+    member_id: &str,
+    change: Change,
+    owned: Option<&Assignment>,
+    snapshot: Snapshot,
+    topics: &dyn TopicCatalog,
+    default_assignor: Assignor,
+) -> (ConsumerMember, Vec<GroupRecord>) {
+    let Change { mut changed, is_new } = change;
+    // The subscribed topics of the whole group, resolved against the topics now.
+    let subscribed = resolve_group(cg, topics);
+    if subscribed != cg.subscribed {
+        cg.subscribed = subscribed;
+        if cg.restored && !changed && cg.group_epoch == cg.assignment_epoch {
+            // First heard from since a failover: the epoch moves only if the topics did.
+            let resolved = cg.subscribed.clone();
+            let target = cg.target_by(choose_assignor(cg, default_assignor), |m| member_topics(m, &resolved));
+            changed = target != cg.target;
+        } else {
+            changed = true;
+        }
+    }
+    cg.restored = false;
+    if changed {
+        cg.group_epoch += 1;
+    }
+    let mut target_records = Vec::new();
+    if cg.group_epoch > cg.assignment_epoch {
+        let assignor = choose_assignor(cg, default_assignor);
+        let resolved = cg.subscribed.clone();
+        let previous = cg.target.clone();
+        cg.compute_target(assignor, |m| member_topics(m, &resolved));
+        for (id, target) in &cg.target {
+            if previous.get(id) != Some(target) {
+                target_records.push(GroupRecord::Consumer(ConsumerRecord::TargetMember {
+                    group_id: group_id.to_string(),
+                    member_id: id.clone(),
+                    value: Some(target.clone()),
+                }));
+            }
+        }
+    }
+
+    let member = cg.members.get(member_id).expect("put by the caller").clone();
+    let next = cg.reconcile(member_id, &member, owned);
+    if next.state != member.state || next.member_epoch != member.member_epoch {
+        tracing::debug!(
+            group = %group_id,
+            member = %member_id,
+            epoch = next.member_epoch,
+            state = next.state.name(),
+            "consumer group member reconciled"
+        );
+    }
+    let mut records = Vec::new();
+    for id in snapshot.ids.iter().filter(|id| !cg.members.contains_key(*id)) {
+        records.extend(member_tombstones(group_id, id));
+    }
+    let before = snapshot
+        .member
+        .as_ref()
+        .filter(|_| !is_new || snapshot.ids.iter().any(|id| id == member_id));
+    let member_records = member_records(group_id, member_id, before, &next);
+    let (metadata, current): (Vec<_>, Vec<_>) = member_records
+        .into_iter()
+        .partition(|r| matches!(r, GroupRecord::Consumer(ConsumerRecord::Member { .. })));
+    records.extend(metadata);
+    if cg.group_epoch != snapshot.epoch {
+        records.push(group_epoch_record(group_id, cg.group_epoch));
+    }
+    records.extend(target_records);
+    if cg.assignment_epoch != snapshot.assignment_epoch {
+        records.push(GroupRecord::Consumer(ConsumerRecord::TargetEpoch {
+            group_id: group_id.to_string(),
+            epoch: Some(cg.assignment_epoch),
+        }));
+    }
+    records.extend(current);
+    cg.put_member(member_id, next.clone());
+    (next, records)
 }
 
 /// Kafka's request checks (`throwIfConsumerGroupHeartbeatRequestIsInvalid`).

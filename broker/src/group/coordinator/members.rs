@@ -92,6 +92,11 @@ impl GroupCoordinator {
 
     fn try_sync(&mut self, req: SyncRequest, reply: ReplyId, now: i64, fx: &mut Fx) -> Result<(), ResponseError> {
         self.owner(&req.group_id)?;
+        if self.groups.get(&req.group_id).is_some_and(|g| g.consumer.is_some()) {
+            let result = self.classic_sync_consumer_group(&req, now)?;
+            fx.push(Effect::Sync(reply, result));
+            return Ok(());
+        }
         let group = self
             .groups
             .get_mut(&req.group_id)
@@ -251,6 +256,9 @@ impl GroupCoordinator {
         now: i64,
     ) -> Result<(), ResponseError> {
         self.owner(group_id)?;
+        if self.groups.get(group_id).is_some_and(|g| g.consumer.is_some()) {
+            return self.classic_heartbeat_consumer_group(group_id, member_id, instance_id, generation_id, now);
+        }
         let group = self.groups.get_mut(group_id).ok_or(ResponseError::UnknownMemberId)?;
         match group.state {
             GroupState::Empty => return Err(ResponseError::UnknownMemberId),
@@ -279,8 +287,15 @@ impl GroupCoordinator {
         leaving: &[(String, Option<String>)],
         now: i64,
     ) -> Result<(Vec<MemberError>, Fx), ResponseError> {
-        self.owner(group_id)?;
+        let partition = self.owner(group_id)?;
         let mut fx = Vec::new();
+        if self.groups.get(group_id).is_some_and(|g| g.consumer.is_some()) {
+            let (errors, records) = self.classic_leave_consumer_group(group_id, leaving);
+            if !records.is_empty() {
+                fx.push(Effect::Records { partition, records });
+            }
+            return Ok((errors, fx));
+        }
         let config = self.config.clone();
         let Some(group) = self.groups.get_mut(group_id) else {
             return Ok((vec![Some(ResponseError::UnknownMemberId); leaving.len()], fx));

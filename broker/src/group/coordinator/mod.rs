@@ -17,7 +17,8 @@
 //! `group.rs` the group and member state, `members.rs` JoinGroup/SyncGroup/Heartbeat/LeaveGroup,
 //! `rebalance.rs` the rebalance transitions and timers, `offsets.rs` committed offsets,
 //! `transactions.rs` transactional offsets (KIP-98/KIP-447), `load.rs` the replay of a
-//! partition's log (split
+//! partition's log, `consumer.rs`/`consumer_members.rs` KIP-848 groups, `migration.rs` the
+//! online conversion between the two protocols (split
 //! so that no file runs past ~600 lines; `members.rs` uses `rebalance.rs`, and all three use
 //! `group.rs`, never the reverse).
 
@@ -44,6 +45,7 @@ mod consumer_members;
 mod group;
 mod load;
 mod members;
+mod migration;
 mod offsets;
 mod rebalance;
 mod share;
@@ -139,7 +141,7 @@ pub struct JoinResult {
 }
 
 impl JoinResult {
-    fn failed(member_id: &str, error: ResponseError) -> Self {
+    pub fn failed(member_id: &str, error: ResponseError) -> Self {
         JoinResult {
             error: Some(error),
             generation_id: -1,

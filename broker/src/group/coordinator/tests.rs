@@ -99,6 +99,23 @@ fn answers(fx: &[Effect]) -> usize {
         .count()
 }
 
+/// Records as a new coordinator's load reads them back: through their bytes, at offsets in
+/// their order.
+fn replayed(records: &[GroupRecord]) -> Vec<LoadedRecord> {
+    records
+        .iter()
+        .enumerate()
+        .map(|(offset, record)| {
+            let (key, value) = record.encode();
+            LoadedRecord::Record {
+                offset: offset as i64,
+                producer_id: None,
+                record: decode(Some(&key), value.as_deref()).unwrap(),
+            }
+        })
+        .collect()
+}
+
 fn member_ids(result: &JoinResult) -> Vec<&str> {
     result.members.iter().map(|m| m.member_id.as_str()).collect()
 }
@@ -1433,6 +1450,7 @@ fn partition_for_matches_kafkas_abs_of_java_string_hash_code() {
 }
 
 mod consumer;
+mod migration;
 mod share;
 mod share_state;
 mod txn;

@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use super::*;
 use crate::group::assignor::Assignment;
-use crate::group::records::{decode, GroupRecord};
+use crate::group::records::GroupRecord;
 
 thread_local! {
     /// Every record the coordinator asked to store in this test, in order.
@@ -72,7 +72,7 @@ impl Fixture {
         if let Some(cg) = self.coordinator.groups.get("g").and_then(|g| g.consumer.as_ref()) {
             cg.check_owners();
         }
-        result.map(|(answer, records)| {
+        result.map(|(answer, records, _answered)| {
             STORED.with(|log| log.borrow_mut().extend(records));
             answer
         })
@@ -258,7 +258,7 @@ fn regex_subscriptions_follow_topics_as_they_appear() {
         ]
         .into(),
     );
-    let (a, _) = f.coordinator.consumer_heartbeat(hb("a", 1), &more, f.now).unwrap();
+    let (a, _, _) = f.coordinator.consumer_heartbeat(hb("a", 1), &more, f.now).unwrap();
     assert_eq!(a.member_epoch, 2);
     assert_eq!(a.assignment, Some([(id(2), [0, 1].into()), (id(3), [0].into())].into()));
 }
@@ -287,11 +287,13 @@ fn offset_commits_are_checked_by_member_epoch() {
 }
 
 #[test]
-fn classic_and_consumer_groups_do_not_mix_while_members_are_in() {
+fn classic_members_that_do_not_speak_the_consumer_protocol_stay_out_of_consumer_groups() {
     let mut f = fixture();
     f.consumer_ok(hb("a", 0));
-    // A classic member cannot join a consumer group with members.
-    let (reply, fx) = f.join(JoinRequest {
+    // A classic member whose metadata is not Kafka's consumer protocol cannot join a
+    // consumer group with members (`migration.rs` takes those that are).
+    assert!(f.coordinator.has_consumer_members("g"));
+    let join = |metadata: &'static [u8]| JoinRequest {
         group_id: "g".into(),
         member_id: String::new(),
         group_instance_id: None,
@@ -300,10 +302,17 @@ fn classic_and_consumer_groups_do_not_mix_while_members_are_in() {
         session_timeout_ms: 10_000,
         rebalance_timeout_ms: 10_000,
         protocol_type: "consumer".into(),
-        protocols: vec![("range".into(), Bytes::new())],
+        protocols: vec![("range".into(), Bytes::from_static(metadata))],
         require_known_member_id: false,
         new_member_id: "classic-1".into(),
-    });
+    };
+    let (refused, records) =
+        f.coordinator
+            .classic_join_consumer_group(&join(b"not a subscription"), &topics(), f.now);
+    assert_eq!(refused.error, Some(ResponseError::InconsistentGroupProtocol));
+    assert!(records.is_empty());
+    // Nor through the classic path, should the glue send it there.
+    let (reply, fx) = f.join(join(b""));
     assert!(
         matches!(&fx[..], [Effect::Join(r, res)] if *r == reply && res.error == Some(ResponseError::InconsistentGroupProtocol))
     );
@@ -340,20 +349,7 @@ fn a_new_coordinator_rebuilds_the_group_from_its_records() {
     let before = f.coordinator.describe_consumer_group("g").unwrap();
 
     // Replay what was stored (through its bytes) on a fresh coordinator.
-    let records: Vec<LoadedRecord> = STORED.with(|log| {
-        log.borrow()
-            .iter()
-            .enumerate()
-            .map(|(offset, record)| {
-                let (key, value) = record.encode();
-                LoadedRecord::Record {
-                    offset: offset as i64,
-                    producer_id: None,
-                    record: decode(Some(&key), value.as_deref()).unwrap(),
-                }
-            })
-            .collect()
-    });
+    let records = STORED.with(|log| replayed(&log.borrow()));
     let mut restored = GroupCoordinator::new(GroupConfig {
         num_partitions: 1,
         ..config()
