@@ -41,6 +41,11 @@ CONFIG_TOOL = "org.apache.kafka.tools.ConfigCommand"  # kafka-configs.sh
 #   --ack=hold: explicit mode, but after the first poll that delivered records it acknowledges
 #       nothing and polls no more, holding their acquisition locks until it is killed.
 #   --sleep-ms=N: N ms of "processing" per record, so one member cannot drain a partition alone.
+#   --renew-ms=N: explicit mode; the first records delivered are worked on for N ms, their
+#       acquisition locks renewed (AcknowledgeType.RENEW, KIP-1222) and committed every 1.5 s;
+#       a renewed record is acknowledged again only once a poll presented it again, so each round
+#       polls and prints "RENEWED <records that poll presented>" (after any ACK-ERROR lines);
+#       then they are accepted.
 SHARE_MEMBER = """\
 import java.time.Duration;
 import java.util.List;
@@ -64,6 +69,8 @@ public class ShareMember {
         String ack = "explicit";
         Pattern reject = null, release = null;
         long sleepMs = 0;
+        long renewMs = 0;
+        boolean renewed = false;
         Properties props = new Properties();
         props.put("key.deserializer", "org.apache.kafka.common.serialization.StringDeserializer");
         props.put("value.deserializer", "org.apache.kafka.common.serialization.StringDeserializer");
@@ -74,6 +81,7 @@ public class ShareMember {
                 case "--reject": reject = Pattern.compile(kv[1]); break;
                 case "--release": release = Pattern.compile(kv[1]); break;
                 case "--sleep-ms": sleepMs = Long.parseLong(kv[1]); break;
+                case "--renew-ms": renewMs = Long.parseLong(kv[1]); break;
                 default: props.put(kv[0], kv[1]);
             }
         }
@@ -96,6 +104,7 @@ public class ShareMember {
             consumer.subscribe(List.of(topic));
             while ((want < 0 || got < want) && System.currentTimeMillis() < deadline) {
                 ConsumerRecords<String, String> records = consumer.poll(Duration.ofMillis(200));
+                boolean renewing = renewMs > 0 && !renewed && !records.isEmpty();
                 for (ConsumerRecord<String, String> r : records) {
                     Optional<Short> deliveries = r.deliveryCount();
                     System.out.println(r.partition() + " " + r.offset() + " "
@@ -104,7 +113,7 @@ public class ShareMember {
                     if (sleepMs > 0) {
                         Thread.sleep(sleepMs);
                     }
-                    if (explicit && !ack.equals("hold")) {
+                    if (explicit && !ack.equals("hold") && !renewing) {
                         AcknowledgeType type = AcknowledgeType.ACCEPT;
                         if (reject != null && reject.matcher(r.value()).matches()) {
                             type = AcknowledgeType.REJECT;
@@ -115,18 +124,30 @@ public class ShareMember {
                     }
                 }
                 System.out.flush();
+                if (renewing) {
+                    renewed = true;
+                    // By name: Kafka 4.1's client, which this also compiles against, has no RENEW.
+                    AcknowledgeType renew = AcknowledgeType.valueOf("RENEW");
+                    long until = System.currentTimeMillis() + renewMs;
+                    while (System.currentTimeMillis() < until) {
+                        Thread.sleep(1500);
+                        for (ConsumerRecord<String, String> r : records) {
+                            consumer.acknowledge(r, renew);
+                        }
+                        printFailures(consumer.commitSync());
+                        ConsumerRecords<String, String> again = consumer.poll(Duration.ZERO);
+                        System.out.println("RENEWED " + again.count());
+                        System.out.flush();
+                    }
+                    for (ConsumerRecord<String, String> r : records) {
+                        consumer.acknowledge(r, AcknowledgeType.ACCEPT);
+                    }
+                }
                 if (ack.equals("hold") && !records.isEmpty()) {
                     Thread.sleep(Long.MAX_VALUE);  // a consumer stuck in processing, until killed
                 }
                 if (explicit && !records.isEmpty()) {
-                    Map<TopicIdPartition, Optional<KafkaException>> results = consumer.commitSync();
-                    for (Map.Entry<TopicIdPartition, Optional<KafkaException>> e : results.entrySet()) {
-                        if (e.getValue().isPresent()) {
-                            KafkaException x = e.getValue().get();
-                            System.out.println("ACK-ERROR " + e.getKey().partition() + " "
-                                + x.getClass().getName() + ": " + x.getMessage());
-                        }
-                    }
+                    printFailures(consumer.commitSync());
                     System.out.println("COMMITTED");
                     System.out.flush();
                 }
@@ -137,6 +158,16 @@ public class ShareMember {
             System.out.println("ERROR " + e.getClass().getName() + ": " + e.getMessage());
             System.out.flush();
             System.exit(2);
+        }
+    }
+
+    static void printFailures(Map<TopicIdPartition, Optional<KafkaException>> results) {
+        for (Map.Entry<TopicIdPartition, Optional<KafkaException>> e : results.entrySet()) {
+            if (e.getValue().isPresent()) {
+                KafkaException x = e.getValue().get();
+                System.out.println("ACK-ERROR " + e.getKey().partition() + " "
+                    + x.getClass().getName() + ": " + x.getMessage());
+            }
         }
     }
 }
@@ -186,8 +217,11 @@ class ShareMember:
 
     def __init__(self, bootstrap: str, topic: str, group: str, count: int = -1, timeout_ms: int = 120_000,
                  ack: str = "explicit", reject: str | None = None, release: str | None = None,
-                 sleep_ms: int = 0, client_id: str | None = None, client_lib: Path = JAVA_LIB, **props: str):
+                 sleep_ms: int = 0, client_id: str | None = None, client_lib: Path = JAVA_LIB,
+                 renew_ms: int = 0, **props: str):
         args = [f"--ack={ack}"]
+        if renew_ms:
+            args.append(f"--renew-ms={renew_ms}")
         if reject is not None:
             args.append(f"--reject={reject}")
         if release is not None:

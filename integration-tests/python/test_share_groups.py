@@ -7,6 +7,9 @@ DescribeShareGroupOffsets, ...) with Kafka's own KafkaShareConsumer and kafka-sh
 - a member that crashes (SIGKILL) holding acquired records loses them when their acquisition
   lock expires (group.share.record.lock.duration.ms), and another member gets them with
   delivery count 2;
+- a member renewing its records' locks (RENEW, Kafka 4.2+ clients) keeps them past the lock
+  duration, and with share.acquire.mode=record_limit a fetch takes no more than max.poll.records
+  records, so two members share one batch;
 - a RELEASEd record is redelivered with its delivery count raised, a REJECTed one never again,
   and one released on its last allowed delivery (group.share.delivery.count.limit) is archived;
 - with share.isolation.level=read_committed only committed transactional records are delivered,
@@ -186,6 +189,65 @@ def test_records_held_by_a_killed_or_hung_member_are_redelivered_with_delivery_c
     finally:
         stop_members([holder] + ([taker] if taker else []))
     wait_for_lag(node.bootstrap, group, topic, 1)
+
+
+# --- b2. ShareFetch/ShareAcknowledge v2 (Kafka 4.2+ clients): renewals and record_limit ----------
+
+def test_a_member_renewing_its_locks_keeps_its_records_past_the_lock_duration(share_node):
+    """KIP-1222: a member working on records for 10 s, twice the acquisition lock, renews their
+    locks (AcknowledgeType.RENEW, committed every 1.5 s) and then accepts them: another member
+    polling all the while never gets them, every record is delivered once, no renewal fails."""
+    node = share_node()
+    topic, group = "share-renew", "share-renew-g"
+    create_topic(node.bootstrap, topic, 1)
+    start_from_earliest(node.bootstrap, group)
+    produce_values(node.bootstrap, topic, values(10), batch=10)  # one batch, acquired whole
+
+    worker = ShareMember(node.bootstrap, topic, group, renew_ms=10_000, client_id="renewer")
+    other = None
+    try:
+        held = worker.wait_for(10)
+        assert sorted((d.offset, d.delivery_count) for d in held) == [(i, 1) for i in range(10)], held
+        other = ShareMember(node.bootstrap, topic, group, client_id="other")
+        wait_until("the renewer to accept after renewing",
+                   lambda: "COMMITTED" in worker.output() or None, timeout=60, interval=0.2)
+        renewals = [line for line in worker.output() if line.startswith("RENEWED")]
+        assert len(renewals) >= 5, f"{len(renewals)} renewals in 10 s"
+        # The client presents renewed records again (as on Kafka 4.4), all ten each round.
+        assert set(renewals) == {"RENEWED 10"}, renewals
+        wait_for_lag(node.bootstrap, group, topic, 1)
+        assert other.deliveries() == [], f"records renewed by their member went to another: {other.deliveries()}"
+        assert worker.deliveries() == held, "no record came back to the renewer either"
+    finally:
+        stop_members([worker] + ([other] if other else []))
+    for m in [worker] + ([other] if other else []):
+        assert not m.errors(), (m.name, m.errors())
+
+
+def test_record_limit_mode_acquires_no_more_than_max_poll_records_so_members_share_a_batch(share_node):
+    """KIP-1206: with share.acquire.mode=record_limit a fetch acquires at most max.poll.records
+    records, splitting a batch, so two members slowly working through one batch of 12 records
+    both get some of it (in the default batch_optimized mode the first fetch takes the batch
+    whole); every record is delivered once."""
+    node = share_node()
+    topic, group = "share-record-limit", "share-record-limit-g"
+    create_topic(node.bootstrap, topic, 1)
+    start_from_earliest(node.bootstrap, group)
+    members = start_members(2, node.bootstrap, topic, group, sleep_ms=300,
+                            **{"share.acquire.mode": "record_limit", "max.poll.records": "3"})
+    try:
+        wait_for_members(node.bootstrap, group, 2)
+        produce_values(node.bootstrap, topic, values(12), batch=12)
+        wait_for_total(members, 12)
+        wait_for_lag(node.bootstrap, group, topic, 1)
+        got = [d for m in members for d in m.deliveries()]
+        assert sorted((d.offset, d.delivery_count) for d in got) == [(i, 1) for i in range(12)], got
+        per_member = [len(m.deliveries()) for m in members]
+        assert all(per_member), f"one member took the whole batch: {per_member}"
+    finally:
+        stop_members(members)
+    for m in members:
+        assert not m.errors(), (m.name, m.errors())
 
 
 # --- c. RELEASE, REJECT and the delivery count limit -------------------------------------------

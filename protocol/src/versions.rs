@@ -88,20 +88,72 @@ mod tests {
         assert!(supported_versions(ApiKey::SaslHandshake).is_some());
         assert!(supported_versions(ApiKey::EndTxn).is_some());
         assert_eq!(supported_versions(ApiKey::ConsumerGroupHeartbeat).unwrap().max, 1);
-        // KIP-932 at the versions every KafkaShareConsumer from 4.1 on speaks (v1; 4.2's v2
-        // adds renew acknowledgements the crate does not decode).
-        for key in [
-            ApiKey::ShareGroupHeartbeat,
-            ApiKey::ShareGroupDescribe,
-            ApiKey::ShareFetch,
-            ApiKey::ShareAcknowledge,
+        // KIP-932 at the versions KafkaShareConsumer speaks from 4.1 (v1) to 4.4 (ShareFetch and
+        // ShareAcknowledge v2: renew acknowledgements and the record_limit acquire mode).
+        for (key, max) in [
+            (ApiKey::ShareGroupHeartbeat, 1),
+            (ApiKey::ShareGroupDescribe, 1),
+            (ApiKey::ShareFetch, 2),
+            (ApiKey::ShareAcknowledge, 2),
         ] {
-            assert_eq!(supported_versions(key).map(|r| (r.min, r.max)), Some((1, 1)), "{key:?}");
+            assert_eq!(
+                supported_versions(key).map(|r| (r.min, r.max)),
+                Some((1, max)),
+                "{key:?}"
+            );
         }
         assert!(
             supported_versions(ApiKey::InitializeShareGroupState).is_none(),
             "a broker-to-broker API"
         );
         assert_eq!(supported_versions(ApiKey::ApiVersions).unwrap().max, 4);
+    }
+
+    /// The v2 fields of ShareFetch and ShareAcknowledge (the vendored crate's patch) lie where
+    /// Kafka 4.4's generated classes put them: the bytes are what `ShareFetchRequestData`,
+    /// `ShareAcknowledgeRequestData` and `ShareAcknowledgeResponseData` write.
+    #[test]
+    fn share_fetch_and_acknowledge_v2_fields_match_kafkas_layout() {
+        use kafka_protocol::messages::{ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareFetchRequest};
+        use kafka_protocol::protocol::{Decodable, Encodable};
+        fn bytes(hex: &str) -> bytes::Bytes {
+            (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+                .collect::<Vec<u8>>()
+                .into()
+        }
+        // group "g", member "m", MaxRecords 7, BatchSize 3; v2 adds ShareAcquireMode and IsRenewAck.
+        let v1 = ShareFetchRequest::decode(
+            &mut bytes("0267026d0000000000000000000000007fffffff0000000700000003010100"),
+            1,
+        )
+        .unwrap();
+        assert_eq!(
+            (v1.max_records, v1.batch_size, v1.share_acquire_mode, v1.is_renew_ack),
+            (7, 3, 0, false)
+        );
+        let mode = ShareFetchRequest::decode(
+            &mut bytes("0267026d0000000000000000000000007fffffff00000000000000000100010100"),
+            2,
+        )
+        .unwrap();
+        assert_eq!((mode.share_acquire_mode, mode.is_renew_ack), (1, false));
+        let renew = ShareFetchRequest::decode(
+            &mut bytes("0267026d0000000000000000000000007fffffff00000000000000000001010100"),
+            2,
+        )
+        .unwrap();
+        assert_eq!((renew.share_acquire_mode, renew.is_renew_ack), (0, true));
+        let ack = ShareAcknowledgeRequest::decode(&mut bytes("0267026d00000000010100"), 2).unwrap();
+        assert!(ack.is_renew_ack);
+        let ack_v1 = ShareAcknowledgeRequest::decode(&mut bytes("0267026d000000000100"), 1).unwrap();
+        assert!(!ack_v1.is_renew_ack);
+        let response = ShareAcknowledgeResponse::default().with_acquisition_lock_timeout_ms(9);
+        for (version, hex) in [(1, "00000000000000010100"), (2, "0000000000000000000009010100")] {
+            let mut out = bytes::BytesMut::new();
+            response.encode(&mut out, version).unwrap();
+            assert_eq!(out.freeze(), bytes(hex), "v{version}");
+        }
     }
 }

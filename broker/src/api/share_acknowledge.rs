@@ -17,6 +17,7 @@ use uuid::Uuid;
 
 use super::share_fetch::{acknowledge, code, node_endpoints, store_acknowledgements, Acks, PartitionOutcome};
 use super::{str_bytes, RequestContext};
+use crate::config::group_configs;
 use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::share::session::FINAL_EPOCH;
 
@@ -61,7 +62,17 @@ pub async fn handle(ctx: RequestContext, request: ShareAcknowledgeRequest) -> Sh
         }
     }
     let mut outcomes: BTreeMap<(Uuid, i32), PartitionOutcome> = BTreeMap::new();
-    let stores = acknowledge(broker, &image, &group_id, &member_id, &access, acks, &mut outcomes);
+    let renew = request.is_renew_ack;
+    let stores = acknowledge(
+        broker,
+        &image,
+        &group_id,
+        &member_id,
+        &access,
+        acks,
+        renew,
+        &mut outcomes,
+    );
     store_acknowledgements(broker, stores, &mut outcomes).await;
     if request.share_session_epoch == FINAL_EPOCH {
         broker
@@ -89,7 +100,14 @@ pub async fn handle(ctx: RequestContext, request: ShareAcknowledgeRequest) -> Sh
                 ),
         );
     }
+    // v2: how long the records renewed (and any still held) stay locked.
+    let group_configs = image.group_configs(&group_id);
+    let lock_ms = broker
+        .share
+        .limits(group_configs::share_record_lock_duration_ms(group_configs))
+        .record_lock_duration_ms;
     ShareAcknowledgeResponse::default()
+        .with_acquisition_lock_timeout_ms(i32::try_from(lock_ms).unwrap_or(i32::MAX))
         .with_responses(
             topics
                 .into_iter()

@@ -31,7 +31,7 @@ use crate::log::txn_index::AbortedTxn;
 use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::metadata::image::MetadataImage;
 use crate::partition::{Partition, ReadBound};
-use crate::share::partition::{Acquired, BatchSpan, ShareLimits, SharePartition};
+use crate::share::partition::{Acquired, BatchSpan, ShareLimits, SharePartition, RENEW};
 use crate::share::session::SessionStep;
 use crate::share::state::ShareState;
 use crate::share::{SharePartitionKey, ShareSlot};
@@ -58,6 +58,11 @@ impl PartitionOutcome {
 /// Per (topic id, partition): the acknowledgement batches of a request, as
 /// (first offset, last offset, types).
 pub(super) type Acks = BTreeMap<(Uuid, i32), Vec<(i64, i64, Vec<i8>)>>;
+
+/// ShareFetch v2's `ShareAcquireMode` (KIP-1206): whole batches, about MaxRecords records (the
+/// default), or never more than MaxRecords.
+const BATCH_OPTIMIZED: i8 = 0;
+const RECORD_LIMIT: i8 = 1;
 
 pub async fn handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFetchResponse {
     let RequestContext { broker, session, .. } = &ctx;
@@ -126,14 +131,30 @@ pub async fn handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFet
         Ok(SessionStep::Closed(_)) => Vec::new(),
         Err((error, message)) => return failed(error, message),
     };
+    let record_limit = match request.share_acquire_mode {
+        BATCH_OPTIMIZED => false,
+        RECORD_LIMIT => true,
+        mode => {
+            return failed(
+                ResponseError::InvalidRequest,
+                format!("ShareAcquireMode {mode} is not one of 0 (batch_optimized) and 1 (record_limit)."),
+            )
+        }
+    };
     let mut outcomes: BTreeMap<(Uuid, i32), PartitionOutcome> = BTreeMap::new();
-    let stores = acknowledge(broker, &image, &group_id, &member_id, &access, acks, &mut outcomes);
+    let renew = request.is_renew_ack;
+    let stores = acknowledge(broker, &image, &group_id, &member_id, &access, acks, renew, &mut outcomes);
     store_acknowledgements(broker, stores, &mut outcomes).await;
     if request.share_session_epoch == crate::share::session::FINAL_EPOCH {
         broker
             .share_persister
             .close_session(&broker.share, &group_id, &member_id)
             .await;
+        return respond(&session.listener, &image, lock_ms, outcomes);
+    }
+    if renew {
+        // A request renewing locks is answered with its acknowledgements only: the member is
+        // still busy with what it holds (KIP-1222).
         return respond(&session.listener, &image, lock_ms, outcomes);
     }
     let max_records = usize::try_from(request.max_records.max(1)).unwrap_or(usize::MAX);
@@ -186,7 +207,8 @@ pub async fn handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFet
             let mut notified = Box::pin(share_partition.changed());
             notified.as_mut().enable();
             released.push(notified);
-            match acquire(&partition, &share_partition, &member, budget, bytes_left, bound).await {
+            let limits = (budget, bytes_left, record_limit);
+            match acquire(&partition, &share_partition, &member, limits, bound).await {
                 Ok((records, acquired)) => {
                     let count: usize = acquired
                         .iter()
@@ -342,8 +364,7 @@ async fn acquire(
     partition: &Arc<Partition>,
     share_partition: &Arc<ShareSlot>,
     member: &Arc<str>,
-    max_records: usize,
-    max_bytes: usize,
+    (max_records, max_bytes, record_limit): (usize, usize, bool),
     bound: ReadBound,
 ) -> Result<(Bytes, Vec<Acquired>), (ResponseError, String)> {
     let end = |p: &Partition| match bound {
@@ -387,7 +408,13 @@ async fn acquire(
             })
             .collect();
         let batches: Vec<BatchSpan> = spans.iter().map(|(span, _)| *span).collect();
-        let acquired = share_partition.lock().acquire(member, &batches, budget, now_ms());
+        let acquired = if record_limit {
+            share_partition
+                .lock()
+                .acquire_record_limit(member, &batches, budget, now_ms())
+        } else {
+            share_partition.lock().acquire(member, &batches, budget, now_ms())
+        };
         if acquired.is_empty() {
             break;
         }
@@ -470,6 +497,9 @@ async fn wait_for_new_records(
 
 /// Applies a request's acknowledgements, recording each partition's result in `outcomes`;
 /// returns what must be stored before the member is answered ([`store_acknowledgements`]).
+/// Renew acknowledgements (type 4) are taken only from a request that says it has them
+/// (`IsRenewAck`, v2); a renewal alone changes nothing stored.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn acknowledge(
     broker: &Broker,
     image: &MetadataImage,
@@ -477,6 +507,7 @@ pub(super) fn acknowledge(
     member_id: &str,
     access: &super::Access<'_>,
     acks: Acks,
+    renew: bool,
     outcomes: &mut BTreeMap<(Uuid, i32), PartitionOutcome>,
 ) -> PendingStores {
     let now = now_ms();
@@ -505,8 +536,15 @@ pub(super) fn acknowledge(
             let mut sp = share_partition.lock();
             let mut applied = false;
             for (first, last, types) in batches {
+                if !renew && types.contains(&RENEW) {
+                    outcome.ack_error.get_or_insert((
+                        ResponseError::InvalidRequest,
+                        "Renew acknowledgements (type 4) need IsRenewAck, in ShareFetch or ShareAcknowledge v2.".into(),
+                    ));
+                    continue;
+                }
                 match sp.acknowledge(member_id, first, last, &types, now) {
-                    Ok(()) => applied = true,
+                    Ok(()) => applied |= types.iter().any(|t| *t != RENEW),
                     Err(error) => {
                         outcome.ack_error.get_or_insert(error);
                     }

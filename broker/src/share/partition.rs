@@ -7,7 +7,9 @@
 //!
 //! The state is a map of offset *ranges* tiling [SPSO, SPEO) exactly, as Kafka's in-flight
 //! batches: a fetch of whole batches takes one range per batch, and only an acknowledgement
-//! that treats a batch's records differently splits it. The number of in-flight records, and
+//! that treats a batch's records differently splits it (or a fetch in the `record_limit` acquire
+//! mode, KIP-1206, which never hands out more than asked). A renewal (KIP-1222) leaves records
+//! with their member and starts their lock over. The number of in-flight records, and
 //! so of ranges, is capped by `max_record_locks` (`group.share.partition.max.record.locks`).
 //!
 //! Everything here is synchronous and takes the time as an argument, so the transitions are
@@ -41,17 +43,23 @@ pub enum Acknowledgement {
     Release,
     /// Never again: archived.
     Reject,
+    /// Still working on it: the member keeps the records and their lock starts over
+    /// (KIP-1222, ShareFetch/ShareAcknowledge v2 with `IsRenewAck`).
+    Renew,
 }
 
+/// The wire value of [`Acknowledgement::Renew`].
+pub const RENEW: i8 = 4;
+
 impl Acknowledgement {
-    /// The wire value's meaning; `None` for a value this broker does not take (4, Renew, is
-    /// ShareFetch/ShareAcknowledge v2's, which Sluice does not advertise).
+    /// The wire value's meaning; `None` for a value Kafka does not define.
     pub fn from_wire(value: i8) -> Option<Acknowledgement> {
         match value {
             0 => Some(Acknowledgement::Gap),
             1 => Some(Acknowledgement::Accept),
             2 => Some(Acknowledgement::Release),
             3 => Some(Acknowledgement::Reject),
+            RENEW => Some(Acknowledgement::Renew),
             _ => None,
         }
     }
@@ -185,13 +193,37 @@ impl SharePartition {
     }
 
     /// Hands `member` up to about `max_records` records of `batches` (in log order, as read from
-    /// `next_fetch_offset`): first those Available again, then new records, a new batch whole.
-    /// Control batches and offsets skipped between batches are archived on the way.
+    /// `next_fetch_offset`): first those Available again, then new records, a new batch whole
+    /// (ShareFetch's default `batch_optimized` acquire mode). Control batches and offsets
+    /// skipped between batches are archived on the way.
     pub fn acquire(
         &mut self,
         member: &Arc<str>,
         batches: &[BatchSpan],
         max_records: usize,
+        now_ms: i64,
+    ) -> Vec<Acquired> {
+        self.acquire_in(member, batches, max_records, false, now_ms)
+    }
+
+    /// [`SharePartition::acquire`] with never more than `max_records` records, a new batch
+    /// split if need be (ShareFetch v2's `record_limit` acquire mode, KIP-1206).
+    pub fn acquire_record_limit(
+        &mut self,
+        member: &Arc<str>,
+        batches: &[BatchSpan],
+        max_records: usize,
+        now_ms: i64,
+    ) -> Vec<Acquired> {
+        self.acquire_in(member, batches, max_records, true, now_ms)
+    }
+
+    fn acquire_in(
+        &mut self,
+        member: &Arc<str>,
+        batches: &[BatchSpan],
+        max_records: usize,
+        record_limit: bool,
         now_ms: i64,
     ) -> Vec<Acquired> {
         self.expire_locks(now_ms);
@@ -231,19 +263,18 @@ impl SharePartition {
                     self.push(batch.last_offset, RecordState::Archived, 0, None, 0);
                 } else if self.end_offset - self.start_offset < self.limits.max_record_locks {
                     let from = self.end_offset;
-                    self.push(
-                        batch.last_offset,
-                        RecordState::Acquired,
-                        1,
-                        Some(member.clone()),
-                        deadline_ms,
-                    );
+                    let mut last = batch.last_offset;
+                    if record_limit {
+                        let room = i64::try_from(max_records - count).unwrap_or(i64::MAX);
+                        last = last.min(from.saturating_add(room - 1));
+                    }
+                    self.push(last, RecordState::Acquired, 1, Some(member.clone()), deadline_ms);
                     acquired.push(Acquired {
                         first_offset: from,
-                        last_offset: batch.last_offset,
+                        last_offset: last,
                         delivery_count: 1,
                     });
-                    count += usize::try_from(batch.last_offset - from + 1).unwrap_or(usize::MAX);
+                    count += usize::try_from(last - from + 1).unwrap_or(usize::MAX);
                 } else {
                     break;
                 }
@@ -336,7 +367,7 @@ impl SharePartition {
             None => {
                 return Err((
                     ResponseError::InvalidRequest,
-                    format!("Acknowledge types must be 0 (gap) to 3 (reject); got {types:?}."),
+                    format!("Acknowledge types must be 0 (gap) to 4 (renew); got {types:?}."),
                 ))
             }
         };
@@ -358,14 +389,16 @@ impl SharePartition {
                 ),
             ));
         }
+        let renewed_until = now_ms.saturating_add(self.limits.record_lock_duration_ms);
         if kinds.len() == 1 {
-            self.settle(first, last, kinds[0]);
+            self.settle(first, last, kinds[0], renewed_until);
         } else {
             // Runs of one type, so a batch acknowledged alike stays one range.
             let mut run_start = 0usize;
             for i in 1..=kinds.len() {
                 if i == kinds.len() || kinds[i] != kinds[run_start] {
-                    self.settle(first + run_start as i64, first + i as i64 - 1, kinds[run_start]);
+                    let (from, to) = (first + run_start as i64, first + i as i64 - 1);
+                    self.settle(from, to, kinds[run_start], renewed_until);
                     run_start = i;
                 }
             }
@@ -390,16 +423,23 @@ impl SharePartition {
         next > last
     }
 
-    fn settle(&mut self, first: i64, last: i64, kind: Acknowledgement) {
+    /// Applies one acknowledgement type to [first, last]; a renewal's lock runs to
+    /// `renewed_until`.
+    fn settle(&mut self, first: i64, last: i64, kind: Acknowledgement, renewed_until: i64) {
         self.split_at(first);
         self.split_at(last + 1);
         let limit = self.limits.delivery_count_limit;
         for (_, range) in self.in_flight.range_mut(first..=last) {
+            if kind == Acknowledgement::Renew {
+                range.lock_deadline_ms = renewed_until;
+                continue;
+            }
             range.state = match kind {
                 Acknowledgement::Accept => RecordState::Acknowledged,
                 Acknowledgement::Gap | Acknowledgement::Reject => RecordState::Archived,
                 Acknowledgement::Release if range.delivery_count >= limit => RecordState::Archived,
                 Acknowledgement::Release => RecordState::Available,
+                Acknowledgement::Renew => RecordState::Acquired,
             };
             range.owner = None;
         }

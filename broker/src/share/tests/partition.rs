@@ -65,6 +65,52 @@ fn new_records_are_acquired_in_whole_batches_and_accepted_records_move_the_start
 }
 
 #[test]
+fn the_record_limit_mode_splits_a_batch_to_hand_out_no_more_than_asked() {
+    let (a, b) = (member("a"), member("b"));
+    let log = log(100);
+    let mut sp = SharePartition::new(0, LIMITS);
+    assert_eq!(
+        sp.acquire_record_limit(&a, &log, 15, 0),
+        vec![got(0, 9, 1), got(10, 14, 1)]
+    );
+    assert_eq!(sp.next_fetch_offset(), 15);
+    // The rest of batch 10-19 goes to the next member, still no more than asked.
+    assert_eq!(
+        sp.acquire_record_limit(&b, &read_from(&log, 15), 3, 0),
+        vec![got(15, 17, 1)]
+    );
+    assert_eq!(sp.counts(), [0, 18, 0, 0]);
+    // a's release makes 0-9 Available again; the limit holds for records handed out again too.
+    assert_eq!(sp.acknowledge("a", 0, 9, &[2], 1), Ok(()));
+    assert_eq!(
+        sp.acquire_record_limit(&b, &read_from(&log, 0), 4, 2),
+        vec![got(0, 3, 2)]
+    );
+}
+
+#[test]
+fn a_renewal_keeps_the_records_with_their_member_and_starts_the_lock_over() {
+    let a = member("a");
+    let mut sp = SharePartition::new(0, LIMITS);
+    sp.acquire(&a, &log(10), 100, 0);
+    // Twenty seconds in, a renews 0-4 (types per offset: renew five, nothing else said).
+    assert_eq!(sp.acknowledge("a", 0, 4, &[RENEW], 20_000), Ok(()));
+    // At 35 s the first lock has run out for 5-9 only.
+    assert_eq!(sp.expire_locks(35_000), 5);
+    assert_eq!(sp.counts(), [5, 5, 0, 0]);
+    assert_eq!(
+        sp.acknowledge("a", 0, 4, &[1], 40_000),
+        Ok(()),
+        "still a's within the renewed lock"
+    );
+    assert_eq!(
+        sp.acquire(&a, &log(10), 100, 41_000),
+        vec![got(5, 9, 2)],
+        "5-9 went back"
+    );
+}
+
+#[test]
 fn a_member_may_acknowledge_only_records_it_holds() {
     let (a, b) = (member("a"), member("b"));
     let mut sp = SharePartition::new(0, LIMITS);
@@ -84,9 +130,9 @@ fn a_member_may_acknowledge_only_records_it_holds() {
         Err(ResponseError::InvalidRequest)
     );
     assert_eq!(
-        refused(sp.acknowledge("a", 0, 9, &[4], 1)),
+        refused(sp.acknowledge("a", 0, 9, &[5], 1)),
         Err(ResponseError::InvalidRequest),
-        "renew is v2"
+        "Kafka's types stop at 4 (renew)"
     );
     assert_eq!(
         refused(sp.acknowledge("a", 0, 9, &[1, 1], 1)),
