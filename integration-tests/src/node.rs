@@ -635,17 +635,37 @@ pub fn scrape_metrics(addr: SocketAddr) -> Result<std::collections::BTreeMap<Str
         .collect())
 }
 
-/// Picks a loopback port in [`TEST_PORTS`] that is free right now (bound, then released).
+/// Ports this process handed out lately, not handed out again: a test that kills a node and
+/// respawns it on the same ports would otherwise lose them to another test of the same run
+/// drawing them while the node is down (seen: "Address already in use" on a respawn).
+const RECENT_PORTS: usize = 4_000;
+
+/// Picks a loopback port in [`TEST_PORTS`] that is free right now (bound, then released) and
+/// not among the last [`RECENT_PORTS`] this process handed out.
 pub fn free_loopback_port() -> Result<u16> {
+    use std::collections::{HashSet, VecDeque};
     use std::hash::{BuildHasher, Hasher};
+    use std::sync::Mutex;
+    static HANDED_OUT: Mutex<(VecDeque<u16>, Option<HashSet<u16>>)> = Mutex::new((VecDeque::new(), None));
     let span = u64::from(TEST_PORTS.end - TEST_PORTS.start);
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let (order, set) = &mut *handed_out;
+    let set = set.get_or_insert_with(HashSet::new);
     for _ in 0..1_000 {
         // Each `RandomState` is freshly keyed, so this is a random draw without a crate.
         let draw = std::collections::hash_map::RandomState::new().build_hasher().finish();
         let port = TEST_PORTS.start + (draw % span) as u16;
-        if TcpListener::bind(loopback_addr(port)).is_ok() {
-            return Ok(port);
+        if set.contains(&port) || TcpListener::bind(loopback_addr(port)).is_err() {
+            continue;
         }
+        if order.len() == RECENT_PORTS {
+            if let Some(oldest) = order.pop_front() {
+                set.remove(&oldest);
+            }
+        }
+        order.push_back(port);
+        set.insert(port);
+        return Ok(port);
     }
     bail!("no free loopback port in {TEST_PORTS:?} after 1000 tries")
 }
