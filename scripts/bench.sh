@@ -8,11 +8,12 @@
 #   scripts/bench.sh --records-2k 500000 --rate 20000 --duration-s 30 --set log.segment.bytes=1073741824
 #   scripts/bench.sh --nodes 3 --records-2k 200000 --records-100b 0 --rate 20000 --duration-s 20
 #
-# scripts/bench.sh --against-kafka [--quick] [--out PATH] [--png PATH] [--order sluice,kafka,...]
+# scripts/bench.sh --against-kafka [--quick] [--runs N] [--out PATH] [--png PATH] [--order sluice,kafka,...]
 # runs a 3-node Sluice cluster and a 3-node Apache Kafka cluster (jars fetched by
-# scripts/java-lib.sh, 1 GB heap per node) in turn, A B B A, with sluice-bench and Kafka's
-# ProducerPerformance against each (both also in 100 ms transactions, beside their
-# non-transactional figures), and prints one table of both and their ratios
+# scripts/java-lib.sh, 1 GB heap per node) in turn, --runs of each (default 2) alternating
+# A B B A ..., with sluice-bench and Kafka's ProducerPerformance against each (both also in
+# 100 ms transactions, beside their non-transactional figures), and prints one table of both,
+# each figure's spread across a system's runs and their ratios
 # (scripts/bench_against_kafka.py; docs/performance.md). It writes
 # bench-results/against-kafka-<UTC>.json and a PNG of latency percentiles beside it.
 # --quick is a smoke run: tiny counts, a few seconds per phase.

@@ -562,24 +562,43 @@ def table_rows(result: dict) -> list[dict]:
         per = {s: [_num(get(r)) for r in runs if r["system"] == s] for s in SYSTEMS}
         s_mean, k_mean = _mean(per["sluice"]), _mean(per["kafka"])
         out.append({"figure": name, "better": better, "sluice": per["sluice"], "kafka": per["kafka"],
-                    "sluice_mean": s_mean, "kafka_mean": k_mean, "ratio": ratio(better, s_mean, k_mean)})
+                    "sluice_mean": s_mean, "kafka_mean": k_mean, "ratio": ratio(better, s_mean, k_mean),
+                    "sluice_spread": spread(per["sluice"]), "kafka_spread": spread(per["kafka"])})
     return out
+
+
+def spread(values: list[float | None]) -> float | None:
+    """How far a system's runs of one figure lie apart: (max - min) / mean, in percent; None
+    with fewer than two runs that measured it."""
+    present = [v for v in values if v is not None]
+    if len(present) < 2:
+        return None
+    mean = sum(present) / len(present)
+    return (max(present) - min(present)) / abs(mean) * 100 if mean else None
+
+
+def _spread_cell(row: dict) -> str:
+    def one(v: float | None) -> str:
+        return "-" if v is None else f"{v:.0f}%"
+    return f"{one(row['sluice_spread'])} / {one(row['kafka_spread'])}"
 
 
 def format_table(result: dict) -> str:
     runs = result["runs"]
     heads = [f"Sluice (run {r['order']})" for r in runs if r["system"] == "sluice"]
     heads += [f"Kafka (run {r['order']})" for r in runs if r["system"] == "kafka"]
-    lines = ["| figure | " + " | ".join(heads) + " | ratio (>1: Sluice better) |",
-             "|---" * (len(heads) + 2) + "|"]
+    lines = ["| figure | " + " | ".join(heads) + " | spread, Sluice / Kafka | ratio (>1: Sluice better) |",
+             "|---" * (len(heads) + 3) + "|"]
     for row in table_rows(result):
         if row.get("section"):
-            lines.append(f"| **{row['figure']}** |" + " |" * (len(heads) + 1))
+            lines.append(f"| **{row['figure']}** |" + " |" * (len(heads) + 2))
             continue
         cells = [_cell(v) for v in row["sluice"] + row["kafka"]]
         r = row["ratio"]
-        lines.append(f"| {row['figure']} | " + " | ".join(cells) + f" | {'-' if r is None else f'{r:.2f}x'} |")
+        lines.append(f"| {row['figure']} | " + " | ".join(cells)
+                     + f" | {_spread_cell(row)} | {'-' if r is None else f'{r:.2f}x'} |")
     lines.append("")
+    lines.append("spread: (max - min) / mean of each system's runs of the figure, in percent (- with one run)")
     lines.append("ratio: Sluice/Kafka for throughput, Kafka/Sluice for latency, CPU and RSS, and for a "
                  "transaction cost the throughput share Sluice keeps over the share Kafka keeps, "
                  "(100 - Sluice's %) / (100 - Kafka's %) (means of each system's runs)")
@@ -771,7 +790,8 @@ def cmd_run(a) -> int:
     log_dir = out.with_suffix("")
     log_dir = log_dir.parent / (log_dir.name + "-logs")
     log_dir.mkdir(parents=True, exist_ok=True)
-    order = (a.order or ("sluice,kafka" if a.security != "PLAINTEXT" else "sluice,kafka,kafka,sluice")).split(",")
+    order = (a.order or ("sluice,kafka" if a.security != "PLAINTEXT" else None)
+             or ",".join(alternating(a.runs))).split(",")
     if any(s not in SYSTEMS for s in order):
         raise SystemExit(f"--order takes {SYSTEMS}, got {order}")
     # With --security, each system's turn is a plaintext run, then a secured one.
@@ -801,6 +821,15 @@ def cmd_run(a) -> int:
     result["finished_utc"] = utc_stamp()
     write_outputs(result, out, Path(a.png) if a.png else None)
     return 0
+
+
+def alternating(runs: int) -> list[str]:
+    """`runs` runs of each system, alternating A B B A A B ..., so that neither system always
+    runs first on a fresh or a warm machine."""
+    order: list[str] = []
+    for k in range(max(runs, 1)):
+        order += ["sluice", "kafka"] if k % 2 == 0 else ["kafka", "sluice"]
+    return order
 
 
 def load_report_inputs(files: list[Path]) -> dict:
@@ -844,8 +873,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--sluice-bin", required=True)
     r.add_argument("--bench-bin", required=True)
     r.add_argument("--java-lib", default=str(ROOT / ".java-lib"))
-    r.add_argument("--order", help="systems in run order (default sluice,kafka,kafka,sluice; "
+    r.add_argument("--order", help="systems in run order (default: --runs of each, alternating; "
                                     "with --security sluice,kafka)")
+    r.add_argument("--runs", type=int, default=2,
+                   help="runs of each system, alternating A B B A ... (default 2: sluice,kafka,kafka,sluice)")
     r.add_argument("--security", default="PLAINTEXT", type=str.upper, choices=SECURITY,
                    help="SASL_SSL: each system plaintext, then TLS + SCRAM-SHA-512, the same workload")
     r.add_argument("--records-2k", type=int, help="2 KB records in sluice-bench's throughput phase")

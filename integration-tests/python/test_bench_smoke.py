@@ -122,7 +122,8 @@ def test_report_prints_table_and_draws_png(bench_json, tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
-    assert lines[0] == "| figure | Sluice (run 1) | Kafka (run 2) | ratio (>1: Sluice better) |"
+    assert lines[0] == ("| figure | Sluice (run 1) | Kafka (run 2) | spread, Sluice / Kafka | "
+                        "ratio (>1: Sluice better) |")
     rows = {line.split(" | ")[0].lstrip("| "): line for line in lines if line.startswith("| ")}
     for figure in ("2 KB: MB/s", "100 B: msgs/s", "producer ack p99, ms", "end-to-end group 2 p99.9, ms",
                    "broker CPU-s per GB", "peak RSS, largest node, MB"):
@@ -134,11 +135,11 @@ def test_report_prints_table_and_draws_png(bench_json, tmp_path):
     txn_cost = "2 KB transaction cost, % of MB/s (1 - txn / 2 KB, not idempotent)"
     assert rows[txn_cost].endswith("| 1.00x |"), rows[txn_cost]
     # ProducerPerformance did not run here: shown as missing, not as a number.
-    assert rows["max: MB/s"] == "| max: MB/s | - | - | - |"
+    assert rows["max: MB/s"] == "| max: MB/s | - | - | - / - | - |"
     for figure in ("100 ms transactions: MB/s", "100 ms transactions: ack p99, ms",
                    "transaction cost, % of MB/s (1 - txn/idempotent)"):
-        assert rows[figure] == f"| {figure} | - | - | - |", rows[figure]
-    assert rows["linger 0: producer ack p99, ms"] == "| linger 0: producer ack p99, ms | - | - | - |"
+        assert rows[figure] == f"| {figure} | - | - | - / - | - |", rows[figure]
+    assert rows["linger 0: producer ack p99, ms"] == "| linger 0: producer ack p99, ms | - | - | - / - | - |"
 
     result = json.loads(out.read_text())
     assert [r["system"] for r in result["runs"]] == ["sluice", "kafka"]
@@ -164,6 +165,10 @@ def test_ratio_is_above_one_when_sluice_is_better():
     assert rows["2 KB: MB/s"]["ratio"] == pytest.approx(3.0)
     assert rows["producer ack p99, ms"]["ratio"] == pytest.approx(5.0)
     assert rows["100 B: msgs/s"]["ratio"] is None
+    # The spread of each system's runs: Kafka's two p99s, 8 and 12 ms, lie 40 % of their mean apart.
+    assert rows["producer ack p99, ms"]["kafka_spread"] == pytest.approx(40.0)
+    assert rows["producer ack p99, ms"]["sluice_spread"] is None, "one run has no spread"
+    assert report.alternating(3) == ["sluice", "kafka", "kafka", "sluice", "sluice", "kafka"]
 
 
 def test_producer_performance_summary_is_parsed():
@@ -211,4 +216,5 @@ def test_transaction_cost_rows_sit_beside_the_idempotent_figures():
     assert report.ratio("cost", 40.0, 10.0) == pytest.approx(0.6 / 0.9)
     assert report.ratio("cost", -5.0, 20.0) == pytest.approx(1.05 / 0.8)
     table = report.format_table(result)
-    assert "| transaction cost, % of MB/s (1 - txn/idempotent) | 15.0 | 30.0 | 50.0 | 1.42x |" in table
+    # Kafka's costs, 30 % and 50 %, lie 50 % of their mean (40 %) apart.
+    assert "| transaction cost, % of MB/s (1 - txn/idempotent) | 15.0 | 30.0 | 50.0 | - / 50% | 1.42x |" in table
