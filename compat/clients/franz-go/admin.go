@@ -116,7 +116,23 @@ func expectPartitions(ctx context.Context, adm *kadm.Client, topic string, n int
 	}
 }
 
+// expectConfig waits until DescribeConfigs shows key = want as a dynamic topic config: the
+// controller commits an alteration before answering, but the broker asked may apply it a
+// moment later (Kafka's too), as the other adapters wait.
 func expectConfig(ctx context.Context, adm *kadm.Client, topic, key, want string) error {
+	var last error
+	for {
+		last = configIs(ctx, adm, topic, key, want)
+		if last == nil {
+			return nil
+		}
+		if sleep(ctx, 100*time.Millisecond) != nil {
+			return last
+		}
+	}
+}
+
+func configIs(ctx context.Context, adm *kadm.Client, topic, key, want string) error {
 	rcs, err := adm.DescribeTopicConfigs(ctx, topic)
 	if err == nil && len(rcs) != 1 {
 		err = fmt.Errorf("%d results for one topic", len(rcs))
