@@ -539,5 +539,43 @@ mod tests {
         let mut huge = v[..11].to_vec();
         huge.extend_from_slice(&[0xff, 0xff, 0xff, 0x7f]);
         assert!(decode(Some(&k), Some(&huge)).is_err());
+        // A classic member's record (its tagged ClassicMemberMetadata) cut anywhere, or claiming
+        // more protocols than its bytes hold, is refused too.
+        let (k, v) = ConsumerRecord::Member {
+            group_id: "g".into(),
+            member_id: "m".into(),
+            value: Some(StoredConsumerMember {
+                instance_id: None,
+                rack_id: None,
+                client_id: "c".into(),
+                client_host: "h".into(),
+                subscribed_topic_names: vec!["a".into()],
+                subscribed_topic_regex: None,
+                rebalance_timeout_ms: 1,
+                server_assignor: None,
+                classic: Some(StoredClassicMember {
+                    session_timeout_ms: 1,
+                    protocols: vec![("range".into(), Bytes::from_static(&[0, 3]))],
+                }),
+            }),
+        }
+        .encode();
+        let v = v.unwrap();
+        for cut in 0..v.len() {
+            assert!(
+                decode(Some(&k), Some(&v[..cut])).is_err(),
+                "classic record cut at {cut}"
+            );
+        }
+        // The protocol count: 12 bytes from the end (then "range", the 2-byte metadata, the
+        // protocol's and the struct's tags, the record's).
+        let at = v.len() - 12;
+        assert_eq!(v[at], 2, "one protocol, as a compact count");
+        let mut huge = v.to_vec();
+        huge[at] = 0x7f;
+        assert!(
+            decode(Some(&k), Some(&huge)).is_err(),
+            "a protocol count beyond the bytes present"
+        );
     }
 }

@@ -385,7 +385,7 @@ impl ConsumerGroup {
     }
 
     /// The member holding a partition, if any.
-    fn holder(&self, tp: &(Uuid, i32)) -> Option<&str> {
+    pub(super) fn holder(&self, tp: &(Uuid, i32)) -> Option<&str> {
         self.owners.get(tp).map(String::as_str)
     }
 

@@ -182,18 +182,10 @@ fn classic_member<'a>(
 /// Whether a member waiting for partitions still waits: one of its target's is held by another.
 fn waits_on_unreleased(cg: &ConsumerGroup, member_id: &str, member: &ConsumerMember) -> bool {
     member.state == MemberState::UnreleasedPartitions
-        && cg.target.get(member_id).is_some_and(|target| {
-            partitions(target).any(|(topic, p)| {
-                let mine = member.assigned.get(&topic).is_some_and(|ps| ps.contains(&p));
-                !mine && cg.members.iter().any(|(id, m)| id != member_id && holds(m, topic, p))
-            })
-        })
-}
-
-fn holds(member: &ConsumerMember, topic: Uuid, partition: i32) -> bool {
-    [&member.assigned, &member.pending_revocation]
-        .iter()
-        .any(|a| a.get(&topic).is_some_and(|ps| ps.contains(&partition)))
+        && cg
+            .target
+            .get(member_id)
+            .is_some_and(|target| partitions(target).any(|tp| cg.holder(&tp).is_some_and(|holder| holder != member_id)))
 }
 
 impl GroupCoordinator {
@@ -507,7 +499,7 @@ impl GroupCoordinator {
         for (id, m, subscription, mut assigned) in converted {
             // A leader's bug could give a partition twice: the first member keeps it.
             for (topic, ps) in assigned.iter_mut() {
-                ps.retain(|p| !cg.members.values().any(|other| holds(other, *topic, *p)));
+                ps.retain(|p| cg.holder(&(*topic, *p)).is_none());
             }
             assigned.retain(|_, ps| !ps.is_empty());
             let mut member = ConsumerMember::new(m.client_id.clone(), m.client_host.clone(), now);
@@ -632,7 +624,7 @@ impl GroupCoordinator {
 }
 
 /// A classic member found by its id: it must speak the classic protocol.
-fn existing_classic(cg: &mut ConsumerGroup, member_id: &str) -> Result<(ConsumerMember, bool), ResponseError> {
+fn existing_classic(cg: &ConsumerGroup, member_id: &str) -> Result<(ConsumerMember, bool), ResponseError> {
     match cg.members.get(member_id) {
         Some(m) if m.classic.is_some() => Ok((m.clone(), false)),
         _ => Err(ResponseError::UnknownMemberId),

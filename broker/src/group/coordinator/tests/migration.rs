@@ -461,3 +461,18 @@ fn a_classic_leave_and_a_reload_keep_the_group_consistent() {
         "the epoch moved past b's generation: it must rejoin"
     );
 }
+
+#[test]
+fn a_join_whose_subscription_claims_more_topics_than_its_bytes_hold_is_refused() {
+    let (mut m, _) = upgraded();
+    // Version 1, then a topic count of 0x7fffffff with no topics after it.
+    let hostile = Bytes::from_static(&[0, 1, 0x7f, 0xff, 0xff, 0xff]);
+    let join = JoinRequest {
+        protocols: vec![("range".into(), hostile)],
+        ..first_join("x")
+    };
+    let (refused, records) = m.f.coordinator.classic_join_consumer_group(&join, &Topics, m.f.now);
+    assert_eq!(refused.error, Some(ResponseError::InconsistentGroupProtocol));
+    assert!(records.is_empty());
+    assert_eq!(m.describe().members.len(), 3, "nobody was added");
+}
