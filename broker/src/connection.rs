@@ -43,7 +43,7 @@ use sluice_protocol::RequestBody;
 use sluice_protocol::ResponseBody;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::api::{self, Reply, Session};
@@ -65,6 +65,9 @@ struct Queued {
     response: Outgoing,
     api_key: i16,
     received: Instant,
+    /// The request's place among the connection's `max.in.flight.requests.per.connection`,
+    /// given back once its response is written.
+    slot: Option<OwnedSemaphorePermit>,
 }
 
 const READ_BUFFER_BYTES: usize = 64 * 1024;
@@ -232,7 +235,12 @@ async fn serve<R, W>(
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let peer = session.peer;
-    let (queue, pending) = mpsc::channel(broker.config.max_in_flight_requests_per_connection.max(1));
+    // Requests read and not yet answered, at most: each holds its records (a producer's are
+    // up to a megabyte) until its response is written, and the next request waits in the
+    // socket's buffer, where it costs the broker no memory of its own.
+    let max_in_flight = broker.config.max_in_flight_requests_per_connection.max(1);
+    let in_flight = Arc::new(Semaphore::new(max_in_flight));
+    let (queue, pending) = mpsc::channel(max_in_flight);
     let owed = Arc::new(Owed::new());
     let writer_task = tokio::spawn(write_responses(
         writer,
@@ -286,6 +294,11 @@ async fn serve<R, W>(
             frame_started = Some(Instant::now());
         }
         if let Some(size) = size.filter(|size| buf.len() >= SIZE_PREFIX_LEN + size) {
+            let slot = tokio::select! {
+                _ = shutdown.changed() => break None,
+                slot = in_flight.clone().acquire_owned() => slot,
+            };
+            let Ok(slot) = slot else { break None };
             if let Some(until) = mute.muted_until() {
                 tokio::select! {
                     _ = shutdown.changed() => break None,
@@ -336,7 +349,7 @@ async fn serve<R, W>(
                 Err(e) => Err(e),
             };
             let outgoing = match answer(&broker, decoded, &session, &mute, received) {
-                Ok(Some(outgoing)) => outgoing,
+                Ok(Some(outgoing)) => Queued { slot: Some(slot), ..outgoing },
                 Ok(None) => continue,
                 Err(reason) => break Some(reason),
             };
@@ -458,6 +471,7 @@ async fn send_sasl_reply(
             response: Outgoing::Ready(bytes),
             api_key,
             received,
+            slot: None,
         };
         if queue.send(queued).await.is_err() {
             return Err(None);
@@ -488,6 +502,7 @@ fn answer(
         response,
         api_key,
         received,
+        slot: None,
     };
     match decoded {
         Ok(request) => {
@@ -585,6 +600,8 @@ async fn write_responses<W: AsyncWrite + Unpin + Send>(
             request.total_time_ms.record(queued.received.elapsed());
         }
         owed.answered();
+        // The reader may take the connection's next request.
+        drop(queued.slot);
         let result = match written {
             Ok(()) if pending.is_empty() => writer.flush().await,
             other => other,

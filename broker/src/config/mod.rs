@@ -249,7 +249,7 @@ broker_settings! {
     "auto.create.topics.enable", "true", Boolean, "Create a topic when a client asks Metadata for one that does not exist.";
     "socket.request.max.bytes", "104857600", Int, "Largest request accepted; a larger one closes the connection.";
     "queued.max.request.bytes", "536870912", Long, "Request bytes held at once across all connections.";
-    "max.in.flight.requests.per.connection", "64", Int, "Pipelined requests read from one connection before its responses are written.";
+    "max.in.flight.requests.per.connection", "5", Int, "Requests read from one connection and not yet answered, at most (Sluice's own): each holds its bytes until its response is written, so this bounds what a pipelining client makes the broker hold; the next request waits in the socket.";
     "max.connections", "10000", Int, "Client connections open at once, over all listeners; more are refused.";
     "connections.max.idle.ms", "600000", Long, "A connection silent this long with no response owed is closed.";
     "socket.request.read.timeout.ms", "30000", Long, "How long a started request may take to arrive whole (Sluice's own).";

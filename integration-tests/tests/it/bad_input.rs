@@ -972,3 +972,36 @@ fn rss_bytes(node: &SluiceNode) -> Result<u64> {
     let pid = node.pid().context("the broker is not running")?;
     Ok(procstat::status_kib(pid, "VmRSS")? * 1024)
 }
+
+/// A producer that pipelines far more requests than `max.in.flight.requests.per.connection`
+/// (here 2) on one connection, without reading any answer until it has sent them all: the
+/// broker reads the next request only as it answers one, and every request is still answered,
+/// in order, each record appended once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_produces_beyond_the_in_flight_bound_are_all_answered_in_order() -> Result<()> {
+    const REQUESTS: i32 = 40;
+    let mut node = SluiceNode::start(NodeOptions::default().set("max.in.flight.requests.per.connection", 2))?;
+    let admin = clients::admin_client(&node.bootstrap())?;
+    clients::create_topic(&admin, "pipelined", 1, &[]).await?;
+    let value = vec![b'p'; 64 * 1024];
+    let batch = wire::record_batch_v2(
+        clients::now_ms(),
+        &[RawRecord {
+            key: None,
+            value: Some(&value),
+        }],
+    );
+    let mut s = wire::connect(node.addr(), IO_TIMEOUT)?;
+    let v = produce_version(&mut s)?;
+    for corr in 1..=REQUESTS {
+        send_produce(&mut s, v, corr, -1, "pipelined", 0, &batch)?;
+    }
+    for corr in 1..=REQUESTS {
+        let (c, _, _, err, base) = wire::parse_produce_response_first_partition(&wire::read_frame(&mut s)?)?;
+        ensure!(
+            (c, err, base) == (corr, 0, i64::from(corr - 1)),
+            "answer {corr} of {REQUESTS}: correlation id {c}, error {err}, base offset {base}"
+        );
+    }
+    node.assert_running()
+}
