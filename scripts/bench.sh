@@ -17,6 +17,9 @@
 # (scripts/bench_against_kafka.py; docs/performance.md). It writes
 # bench-results/against-kafka-<UTC>.json and a PNG of latency percentiles beside it.
 # --quick is a smoke run: tiny counts, a few seconds per phase.
+# Before run 1 it pauses the VM's free page reporting (where /sys/module/page_reporting exists
+# and is writable) and touches the free memory once, restoring the setting afterwards, so that
+# no run's page cache grows into memory the host must fault back in (--host-memory as-is: not).
 # --security SASL_SSL runs each system twice in its turn, plaintext and then with TLS and SASL
 # SCRAM-SHA-512 as its only listener (a test CA's PEM certificate, replication over it too), the
 # same workload, and prints each system's throughput, CPU per GB and p99 under both and what

@@ -171,6 +171,23 @@ def test_ratio_is_above_one_when_sluice_is_better():
     assert report.alternating(3) == ["sluice", "kafka", "kafka", "sluice", "sluice", "kafka"]
 
 
+def test_footer_says_how_host_memory_was_prepared_and_what_each_run_gave_back():
+    runs = [{"order": 1, "system": "sluice", "errors": [], "reported_mib": 0},
+            {"order": 2, "system": "kafka", "errors": [], "reported_mib": 768}]
+    warmed = {"machine": {"nproc": 2, "host_memory": {"warmed_gib": 20, "warm_s": 41.5,
+                                                      "page_reporting_order_before": "9",
+                                                      "page_reporting_order": 11}},
+              "runs": runs}
+    lines = report._footer(warmed)
+    assert any(line.startswith("host memory: free page reporting paused (order 9 -> 11) and 20 GiB touched")
+               for line in lines), lines
+    assert any(line.startswith("run 2 kafka") and "768 MiB reported to the host" in line for line in lines), lines
+    assert not any("reported to the host" in line for line in lines if line.startswith("run 1")), lines
+    left_on = {"machine": {"nproc": 2, "host_memory": {"warmed": "free page reporting left on (denied)"}},
+               "runs": []}
+    assert "host memory: free page reporting left on (denied)" in report._footer(left_on)
+
+
 def test_producer_performance_summary_is_parsed():
     out = ("100000 records sent, 19996.0 records/sec (39.05 MB/sec), 3.10 ms avg latency, 212.00 ms max latency.\n"
            "200000 records sent, 19992.003199 records/sec (39.05 MB/sec), 2.87 ms avg latency, 212.00 ms max "
