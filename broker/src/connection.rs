@@ -65,9 +65,15 @@ struct Queued {
     response: Outgoing,
     api_key: i16,
     received: Instant,
-    /// The request's place among the connection's `max.in.flight.requests.per.connection`,
-    /// given back once its response is written.
-    slot: Option<OwnedSemaphorePermit>,
+    /// The request's place among the connection's unanswered requests: one of
+    /// `max.in.flight.requests.per.connection` and its bytes of
+    /// `max.in.flight.request.bytes.per.connection`, given back once its response is written.
+    slot: Option<InFlight>,
+}
+
+struct InFlight {
+    _request: OwnedSemaphorePermit,
+    _bytes: OwnedSemaphorePermit,
 }
 
 const READ_BUFFER_BYTES: usize = 64 * 1024;
@@ -235,11 +241,18 @@ async fn serve<R, W>(
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let peer = session.peer;
-    // Requests read and not yet answered, at most: each holds its records (a producer's are
-    // up to a megabyte) until its response is written, and the next request waits in the
-    // socket's buffer, where it costs the broker no memory of its own.
+    // Requests read and not yet answered, and their bytes, at most: each holds its records (a
+    // producer's are up to a megabyte) until its response is written, and the next request
+    // waits in the socket's buffer, where it costs the broker no memory of its own.
     let max_in_flight = broker.config.max_in_flight_requests_per_connection.max(1);
     let in_flight = Arc::new(Semaphore::new(max_in_flight));
+    let in_flight_budget = broker
+        .config
+        .max_in_flight_request_bytes_per_connection
+        .clamp(1, (u32::MAX as usize).min(Semaphore::MAX_PERMITS));
+    let in_flight_bytes = Arc::new(Semaphore::new(in_flight_budget));
+    // The bytes of the frame being received, taken with its request memory.
+    let mut frame_bytes: Option<OwnedSemaphorePermit> = None;
     let (queue, pending) = mpsc::channel(max_in_flight);
     let owed = Arc::new(Owed::new());
     let writer_task = tokio::spawn(write_responses(
@@ -282,7 +295,15 @@ async fn serve<R, W>(
             Err(e) => break Some(e.to_string()),
         };
         if let (Some(size), None) = (size, &permit) {
-            // A frame larger than the whole budget takes all of it rather than waiting for ever.
+            // The connection's own share first: it waits only for this connection's responses,
+            // so no connection can hold up another's (a follower's fetch that a waiting
+            // acks=all produce needs). A frame larger than a budget takes all of it.
+            let own = tokio::select! {
+                _ = shutdown.changed() => break None,
+                own = in_flight_bytes.clone().acquire_many_owned(size.clamp(1, in_flight_budget) as u32) => own,
+            };
+            let Ok(own) = own else { break None };
+            frame_bytes = Some(own);
             let wanted = size.clamp(1, budget) as u32;
             let granted = tokio::select! {
                 _ = shutdown.changed() => break None,
@@ -294,11 +315,15 @@ async fn serve<R, W>(
             frame_started = Some(Instant::now());
         }
         if let Some(size) = size.filter(|size| buf.len() >= SIZE_PREFIX_LEN + size) {
-            let slot = tokio::select! {
+            let request = tokio::select! {
                 _ = shutdown.changed() => break None,
-                slot = in_flight.clone().acquire_owned() => slot,
+                request = in_flight.clone().acquire_owned() => request,
             };
-            let Ok(slot) = slot else { break None };
+            let (Ok(request), Some(bytes)) = (request, frame_bytes.take()) else { break None };
+            let slot = InFlight {
+                _request: request,
+                _bytes: bytes,
+            };
             if let Some(until) = mute.muted_until() {
                 tokio::select! {
                     _ = shutdown.changed() => break None,

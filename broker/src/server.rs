@@ -184,9 +184,10 @@ fn expire_producers(broker: &Broker) {
 /// segment worth it.
 const WRITEBACK_INTERVAL: Duration = Duration::from_secs(1);
 const WRITEBACK_MIN_BYTES: u64 = 1 << 20;
-/// Every this many writeback passes (seconds) the allocator's free pages go back to the kernel
-/// (`heap::release_free_memory`).
-const HEAP_TRIM_PASSES: u64 = 10;
+/// Every this many writeback passes (seconds) the tail caches of partitions not appended to
+/// since the last such pass are dropped, and then the allocator's free pages go back to the
+/// kernel (`heap::release_free_memory`).
+const IDLE_PASSES: u64 = 10;
 
 /// Starts writeback of what each active segment gained since the last pass (on a blocking
 /// thread, no lock held), so the fsync that seals a segment after it rolls finds at most about
@@ -207,8 +208,15 @@ async fn run_writeback(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>)
             _ = ticker.tick() => {}
         }
         passes += 1;
-        if passes % HEAP_TRIM_PASSES == 0 {
-            let _ = tokio::task::spawn_blocking(crate::heap::release_free_memory).await;
+        if passes % IDLE_PASSES == 0 {
+            let partitions = broker.replicas.all();
+            let _ = tokio::task::spawn_blocking(move || {
+                for partition in &partitions {
+                    partition.release_idle_tail_cache();
+                }
+                crate::heap::release_free_memory();
+            })
+            .await;
         }
         let partitions = broker.replicas.all();
         let mut due = Vec::new();

@@ -249,7 +249,8 @@ broker_settings! {
     "auto.create.topics.enable", "true", Boolean, "Create a topic when a client asks Metadata for one that does not exist.";
     "socket.request.max.bytes", "104857600", Int, "Largest request accepted; a larger one closes the connection.";
     "queued.max.request.bytes", "536870912", Long, "Request bytes held at once across all connections.";
-    "max.in.flight.requests.per.connection", "5", Int, "Requests read from one connection and not yet answered, at most (Sluice's own): each holds its bytes until its response is written, so this bounds what a pipelining client makes the broker hold; the next request waits in the socket.";
+    "max.in.flight.requests.per.connection", "64", Int, "Requests read from one connection and not yet answered, at most (Sluice's own); the next waits in the socket.";
+    "max.in.flight.request.bytes.per.connection", "4194304", Int, "Bytes of the requests read from one connection and not yet answered, at most (Sluice's own): each request holds its bytes until its response is written, so this bounds what a pipelining producer makes the broker hold; a larger request waits until it is the only one.";
     "max.connections", "10000", Int, "Client connections open at once, over all listeners; more are refused.";
     "connections.max.idle.ms", "600000", Long, "A connection silent this long with no response owed is closed.";
     "socket.request.read.timeout.ms", "30000", Long, "How long a started request may take to arrive whole (Sluice's own).";
@@ -276,7 +277,7 @@ broker_settings! {
     "fetch.max.bytes", "57671680", Int, "Record bytes in one consumer fetch response, whatever the client asks.";
     "num.io.threads", "8", Int, "Fetch disk reads running at once.";
     "log.tail.cache.bytes", "1048576", Int, "Bytes of a leader partition's newest appends kept in memory to answer fetches without a disk read (Sluice's own; 0 turns it off).";
-    "log.tail.cache.total.bytes", "67108864", Long, "Bytes of all partitions' log tail caches together (Sluice's own).";
+    "log.tail.cache.total.bytes", "16777216", Long, "Bytes of all partitions' log tail caches together (Sluice's own); a partition not appended to for about 10 s gives its share back.";
     "num.recovery.threads.per.data.dir", "8", Int, "Partition logs opened (created or recovered) at once on the blocking pool; concurrent fsyncs share journal commits.";
     "max.request.partition.size.limit", "2000", Int, "Partitions in one DescribeTopicPartitions response.";
     "offsets.topic.num.partitions", "50", Int, "Partitions of __consumer_offsets (fixed once it exists).";
@@ -435,6 +436,9 @@ pub struct BrokerConfig {
     pub socket_request_max_bytes: usize,
     pub queued_max_request_bytes: usize,
     pub max_in_flight_requests_per_connection: usize,
+    /// `max.in.flight.request.bytes.per.connection` (Sluice's own): bytes of one connection's
+    /// requests held until their responses are written.
+    pub max_in_flight_request_bytes_per_connection: usize,
     /// Client connections open at once; more are refused at accept.
     pub max_connections: usize,
     pub fetch_sessions: crate::fetch_session::SessionSettings,
@@ -621,6 +625,11 @@ impl BrokerConfig {
             max_in_flight_requests_per_connection: parse_num(
                 "max.in.flight.requests.per.connection",
                 &get("max.in.flight.requests.per.connection"),
+            )?,
+            max_in_flight_request_bytes_per_connection: parse_at_least(
+                "max.in.flight.request.bytes.per.connection",
+                &get("max.in.flight.request.bytes.per.connection"),
+                1,
             )?,
             max_connections: parse_at_least("max.connections", &get("max.connections"), 1)?,
             fetch_sessions: crate::fetch_session::SessionSettings {
@@ -1169,7 +1178,7 @@ mod tests {
         let defaults = BrokerConfig::from_cli(&cli(&[])).unwrap();
         assert_eq!(
             (defaults.log_tail_cache_bytes, defaults.log_tail_cache_total_bytes),
-            (1 << 20, 64 << 20)
+            (1 << 20, 16 << 20)
         );
         let set = BrokerConfig::from_cli(&cli(&[
             "--set",

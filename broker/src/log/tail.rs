@@ -15,8 +15,9 @@
 //! Bounded twice: `log.tail.cache.bytes` per partition (the oldest chunks go first) and
 //! `log.tail.cache.total.bytes` over the broker ([`TailCacheBudget`], an atomic count). Over
 //! the total, a partition makes room from its own oldest chunks, or stops caching until its
-//! next append finds room. A partition with no append between two housekeeping passes gives
-//! its memory back. A fetch answer shares the cached buffers (`Bytes`), so a chunk evicted
+//! next append finds room. A partition with no append between two of the writeback task's
+//! idle passes (every 10 s, `server::run_writeback`) gives its memory back, so the caches of
+//! topics written in a burst make way for the next ones. A fetch answer shares the cached buffers (`Bytes`), so a chunk evicted
 //! while a response is in flight lives until that response is written.
 
 use std::collections::VecDeque;

@@ -467,6 +467,11 @@ impl Partition {
         found.filter(|(offset, _)| *offset < last_fetchable)
     }
 
+    /// Gives back the tail cache's memory if nothing was appended since the last call.
+    pub fn release_idle_tail_cache(&self) {
+        self.log.lock().release_idle_tail_cache();
+    }
+
     pub fn update_config(&self, config: LogConfig) {
         self.log.lock().update_config(config);
     }
@@ -476,10 +481,9 @@ impl Partition {
         self.log.lock().config().max_message_bytes
     }
 
-    /// Periodic housekeeping: time-based roll and retention, and an idle tail cache's memory.
+    /// Periodic housekeeping: time-based roll and retention.
     pub fn run_retention(&self, now_ms: i64) -> Result<usize, LogError> {
         let mut log = self.log.lock();
-        log.release_idle_tail_cache();
         let active_before = log.active_segment().base_offset;
         log.maybe_roll(now_ms)?;
         snapshot_if_rolled(&log, &self.producers.lock(), active_before);
