@@ -101,13 +101,7 @@ def machine_info() -> dict:
                 break
     except OSError:
         pass
-    mem_kib = 0
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                mem_kib = int(line.split()[1])
-    except OSError:
-        pass
+    mem_kib = _meminfo_kib("MemTotal")
     return {
         "nproc": os.cpu_count(),
         "cpu_model": model,
@@ -268,9 +262,13 @@ WARM_SPARE_GIB = 1
 
 
 def _meminfo_kib(key: str) -> int:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
+    """A /proc/meminfo figure in KiB (0 where there is none)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
     return 0
 
 
@@ -316,15 +314,16 @@ class HostMemory:
         if not order.exists():
             self.info["warmed"] = "no free page reporting on this machine: nothing to do"
             return self.info
+        paused = no_reporting_order()
         try:
             self._order_before = order.read_text().strip()
-            order.write_text(f"{no_reporting_order()}\n")
+            order.write_text(f"{paused}\n")
         except OSError as e:
             self.info["warmed"] = f"free page reporting left on ({e}); runs may pay host faults for new memory"
             self._order_before = None
             return self.info
         self.info["page_reporting_order_before"] = self._order_before
-        self.info["page_reporting_order"] = no_reporting_order()
+        self.info["page_reporting_order"] = paused
         gib = max(_meminfo_kib("MemFree") // (1 << 20) - WARM_SPARE_GIB, 0)
         say(f"touching {gib} GiB of free memory once, with free page reporting paused (HostMemory)")
         t0 = time.monotonic()

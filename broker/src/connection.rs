@@ -251,8 +251,8 @@ async fn serve<R, W>(
         .max_in_flight_request_bytes_per_connection
         .clamp(1, (u32::MAX as usize).min(Semaphore::MAX_PERMITS));
     let in_flight_bytes = Arc::new(Semaphore::new(in_flight_budget));
-    // The bytes of the frame being received, taken with its request memory.
-    let mut frame_bytes: Option<OwnedSemaphorePermit> = None;
+    // The place of the frame being received among them, taken with its request memory.
+    let mut frame_slot: Option<InFlight> = None;
     let (queue, pending) = mpsc::channel(max_in_flight);
     let owed = Arc::new(Owed::new());
     let writer_task = tokio::spawn(write_responses(
@@ -300,10 +300,14 @@ async fn serve<R, W>(
             // acks=all produce needs). A frame larger than a budget takes all of it.
             let own = tokio::select! {
                 _ = shutdown.changed() => break None,
-                own = in_flight_bytes.clone().acquire_many_owned(size.clamp(1, in_flight_budget) as u32) => own,
+                own = async {
+                    let request = in_flight.clone().acquire_owned().await?;
+                    let bytes = in_flight_bytes.clone().acquire_many_owned(size.clamp(1, in_flight_budget) as u32).await?;
+                    Ok::<_, tokio::sync::AcquireError>(InFlight { _request: request, _bytes: bytes })
+                } => own,
             };
             let Ok(own) = own else { break None };
-            frame_bytes = Some(own);
+            frame_slot = Some(own);
             let wanted = size.clamp(1, budget) as u32;
             let granted = tokio::select! {
                 _ = shutdown.changed() => break None,
@@ -315,15 +319,7 @@ async fn serve<R, W>(
             frame_started = Some(Instant::now());
         }
         if let Some(size) = size.filter(|size| buf.len() >= SIZE_PREFIX_LEN + size) {
-            let request = tokio::select! {
-                _ = shutdown.changed() => break None,
-                request = in_flight.clone().acquire_owned() => request,
-            };
-            let (Ok(request), Some(bytes)) = (request, frame_bytes.take()) else { break None };
-            let slot = InFlight {
-                _request: request,
-                _bytes: bytes,
-            };
+            let slot = frame_slot.take();
             if let Some(until) = mute.muted_until() {
                 tokio::select! {
                     _ = shutdown.changed() => break None,
@@ -374,7 +370,7 @@ async fn serve<R, W>(
                 Err(e) => Err(e),
             };
             let outgoing = match answer(&broker, decoded, &session, &mute, received) {
-                Ok(Some(outgoing)) => Queued { slot: Some(slot), ..outgoing },
+                Ok(Some(outgoing)) => Queued { slot, ..outgoing },
                 Ok(None) => continue,
                 Err(reason) => break Some(reason),
             };

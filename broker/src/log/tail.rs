@@ -17,8 +17,9 @@
 //! the total, a partition makes room from its own oldest chunks, or stops caching until its
 //! next append finds room. A partition with no append between two of the writeback task's
 //! idle passes (every 10 s, `server::run_writeback`) gives its memory back, so the caches of
-//! topics written in a burst make way for the next ones. A fetch answer shares the cached buffers (`Bytes`), so a chunk evicted
-//! while a response is in flight lives until that response is written.
+//! topics written in a burst make way for the next ones. A fetch answer shares the cached
+//! buffers (`Bytes`), so a chunk evicted while a response is in flight lives until that
+//! response is written.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
