@@ -8,12 +8,13 @@
 #   scripts/bench.sh --records-2k 500000 --rate 20000 --duration-s 30 --set log.segment.bytes=1073741824
 #   scripts/bench.sh --nodes 3 --records-2k 200000 --records-100b 0 --rate 20000 --duration-s 20
 #
-# scripts/bench.sh --against-kafka [--quick] [--runs N] [--out PATH] [--png PATH] [--order sluice,kafka,...]
-# runs a 3-node Sluice cluster and a 3-node Apache Kafka cluster (jars fetched by
-# scripts/java-lib.sh, 1 GB heap per node) in turn, --runs of each (default 2) alternating
-# A B B A ..., with sluice-bench and Kafka's ProducerPerformance against each (both also in
-# 100 ms transactions, beside their non-transactional figures), and prints one table of both,
-# each figure's spread across a system's runs and their ratios
+# scripts/bench.sh --against-kafka [--quick] [--runs N] [--systems sluice,kafka] [--out PATH] [--png PATH]
+# runs a 3-node Sluice cluster, a 3-node cluster of the newest Apache Kafka and one of Kafka 4.1
+# (jars fetched by scripts/java-lib.sh --kafka-4.1, 1 GB heap per node) in turn, --runs of each
+# (default 2) forwards then backwards, A B C C B A (--systems sluice,kafka: A B B A, no 4.1),
+# with sluice-bench and the newest Kafka's ProducerPerformance against each (both also in
+# 100 ms transactions, beside their non-transactional figures), and prints one table of all,
+# each figure's spread across a system's runs and Sluice's ratio to each Kafka
 # (scripts/bench_against_kafka.py; docs/performance.md). It writes
 # bench-results/against-kafka-<UTC>.json and a PNG of latency percentiles beside it.
 # --quick is a smoke run: tiny counts, a few seconds per phase.
@@ -53,7 +54,7 @@ TARGET_DIR=$(cargo metadata --no-deps --format-version 1 2>/dev/null \
     | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])' 2>/dev/null) \
     || TARGET_DIR=${CARGO_TARGET_DIR:-$(pwd)/target}
 if [ "$against_kafka" = 1 ]; then
-    bash scripts/java-lib.sh
+    bash scripts/java-lib.sh --kafka-4.1
     # The report's plot needs matplotlib, pinned with the test clients in the test venv.
     bash scripts/python-venv.sh
 fi
@@ -62,7 +63,7 @@ cargo build --release -p sluice-integration-tests --bin sluice-bench
 if [ "$against_kafka" = 1 ]; then
     exec .venv/bin/python scripts/bench_against_kafka.py run \
         --sluice-bin "$TARGET_DIR/release/sluice" --bench-bin "$TARGET_DIR/release/sluice-bench" \
-        --java-lib "$(pwd)/.java-lib" ${rest[@]+"${rest[@]}"}
+        --java-lib "$(pwd)/.java-lib" --kafka-4.1-lib "$(pwd)/.java-lib-kafka-4.1" ${rest[@]+"${rest[@]}"}
 fi
 export SLUICE_BIN="$TARGET_DIR/release/sluice"
 exec "$TARGET_DIR/release/sluice-bench" "$@"

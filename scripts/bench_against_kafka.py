@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Sluice against Apache Kafka, side by side on this machine (`scripts/bench.sh --against-kafka`).
 
-    run     starts a 3-node Sluice cluster and a 3-node Kafka cluster (KRaft, 1 GB heap per
-            node) in turn, A B B A, and drives each with the same clients: sluice-bench
+    run     starts a 3-node Sluice cluster, a 3-node cluster of the newest Kafka and one of
+            Kafka 4.1 (KRaft, 1 GB heap per node) in turn, A B C C B A (--systems sluice,kafka
+            for A B B A without 4.1), and drives each with the same clients: sluice-bench
             (rdkafka: max acks=all throughput at 2 KB, at 100 B and at 2 KB in 100 ms
             transactions, then producer-ack and end-to-end latency at the seed load with two
             consumer groups committing) and Kafka's own ProducerPerformance (2 KB acks=all: max
@@ -18,7 +19,8 @@
             --records-2k, --records-100b, --records-txn, --rate, --duration-s, --pp-max-records
             and --settle-s scale a run down (or up) from the full or --quick figures.
     report  the table and PNG again from a result JSON, or from sluice-bench --json files
-            whose --label starts with "sluice" or "kafka" (the CI smoke test does this).
+            whose --label starts with "sluice", "kafka" or "kafka-4.1" (the CI smoke test
+            does this).
 
 Nothing is asserted: a phase that fails is recorded as an error and shows as "-".
 The cluster is started with the Python test harness (integration-tests/python/sluice_node.py);
@@ -46,7 +48,12 @@ sys.path.insert(0, str(ROOT / "integration-tests/python"))
 import security_certs  # noqa: E402
 import sluice_node  # noqa: E402  (after the path insert)
 
-SYSTEMS = ("sluice", "kafka")
+# "kafka" is the newest Kafka (integration-tests/java/pom.xml, --java-lib); "kafka-4.1" is Kafka
+# 4.1's broker (integration-tests/java/kafka-4.1/pom.xml, --kafka-4.1-lib) driven by the same,
+# newest clients. Ratios are Sluice's against each Kafka; the headline one is the newest.
+SYSTEMS = ("sluice", "kafka", "kafka-4.1")
+NAMES = {"sluice": "Sluice", "kafka": "Kafka", "kafka-4.1": "Kafka 4.1"}
+KAFKAS = ("kafka", "kafka-4.1")
 RECORD_BYTES = 2048
 # Both clients' transactional phases commit every TRANSACTION_MS (the issue's 100 ms):
 # sluice-bench's --txn-ms and ProducerPerformance's --transaction-duration-ms.
@@ -133,7 +140,7 @@ def rdkafka_crate_version() -> str:
     return m.group(1) if m else "?"
 
 
-def versions(sluice_bin: Path, java_lib: Path) -> dict:
+def versions(sluice_bin: Path, java_lib: Path, kafka_41_lib: Path | None = None) -> dict:
     commit = _output(["git", "rev-parse", "--short=12", "HEAD"], ROOT)
     if _output(["git", "status", "--porcelain", "--untracked-files=no"], ROOT):
         commit += "+dirty"
@@ -141,6 +148,7 @@ def versions(sluice_bin: Path, java_lib: Path) -> dict:
         "sluice": _output([str(sluice_bin), "--version"]),
         "sluice_commit": commit,
         "kafka": kafka_version(java_lib),
+        **({"kafka_4_1": kafka_version(kafka_41_lib)} if kafka_41_lib else {}),
         "rdkafka_crate": rdkafka_crate_version(),
         "java": _output(["java", "-version"]).splitlines()[0:3],
         "python": platform.python_version(),
@@ -389,6 +397,9 @@ def run_once(order: int, system: str, cfg: dict, paths: dict, log_dir: Path,
     say(f"run {order}: {system}, {security}")
     settle(cfg["settle_s"])
     os.environ["SLUICE_BIN"] = str(paths["sluice_bin"] if system == "sluice" else paths["kafka_shim"])
+    if system in KAFKAS:
+        # The shim's broker classpath; ProducerPerformance keeps the newest clients (java_lib).
+        os.environ["SLUICE_JAVA_LIB"] = str(paths["broker_lib"][system])
     run: dict = {"order": order, "system": system, "security": security, "label": label,
                  "load_before": list(os.getloadavg()), "errors": []}
     reported_before = _reported_kib()
@@ -398,7 +409,7 @@ def run_once(order: int, system: str, cfg: dict, paths: dict, log_dir: Path,
     if secured:
         # Kafka's brokers replicate over the SASL_SSL listener too, as sluice's do with only it
         # (the shim otherwise adds an internal PLAINTEXT listener for them).
-        own = {"inter.broker.listener.name": "SASL_SSL"} if system == "kafka" else {}
+        own = {"inter.broker.listener.name": "SASL_SSL"} if system in KAFKAS else {}
         nodes = sluice_node.start_cluster(3, settings={**secured.settings, **own}, ready_timeout=120,
                                           listeners={"SASL_SSL": "SASL_SSL"},
                                           client_security=secured.client_security, env=secured.env)
@@ -647,12 +658,23 @@ def table_rows(result: dict) -> list[dict]:
         if get is None:
             out.append({"figure": name, "section": True})
             continue
-        per = {s: [_num(get(r)) for r in runs if r["system"] == s] for s in SYSTEMS}
-        s_mean, k_mean = _mean(per["sluice"]), _mean(per["kafka"])
-        out.append({"figure": name, "better": better, "sluice": per["sluice"], "kafka": per["kafka"],
-                    "sluice_mean": s_mean, "kafka_mean": k_mean, "ratio": ratio(better, s_mean, k_mean),
-                    "sluice_spread": spread(per["sluice"]), "kafka_spread": spread(per["kafka"])})
+        row = {"figure": name, "better": better}
+        for s in SYSTEMS:
+            row[s] = [_num(get(r)) for r in runs if r["system"] == s]
+            row[f"{s}_mean"] = _mean(row[s])
+            row[f"{s}_spread"] = spread(row[s])
+        # Sluice against each Kafka: "ratio" against the newest, "ratio_<kafka>" against each.
+        for k in KAFKAS:
+            row[f"ratio_{k}"] = ratio(better, row["sluice_mean"], row[f"{k}_mean"])
+        row["ratio"] = row["ratio_kafka"]
+        out.append(row)
     return out
+
+
+def systems_run(result: dict) -> list[str]:
+    """The systems with at least one run, in SYSTEMS order."""
+    present = {r["system"] for r in result["runs"]}
+    return [s for s in SYSTEMS if s in present]
 
 
 def spread(values: list[float | None]) -> float | None:
@@ -665,31 +687,40 @@ def spread(values: list[float | None]) -> float | None:
     return (max(present) - min(present)) / abs(mean) * 100 if mean else None
 
 
-def _spread_cell(row: dict) -> str:
+def _spread_cell(row: dict, systems: list[str]) -> str:
     def one(v: float | None) -> str:
         return "-" if v is None else f"{v:.0f}%"
-    return f"{one(row['sluice_spread'])} / {one(row['kafka_spread'])}"
+    return " / ".join(one(row[f"{s}_spread"]) for s in systems)
+
+
+def _ratio_cell(r: float | None) -> str:
+    return "-" if r is None else f"{r:.2f}x"
 
 
 def format_table(result: dict) -> str:
     runs = result["runs"]
-    heads = [f"Sluice (run {r['order']})" for r in runs if r["system"] == "sluice"]
-    heads += [f"Kafka (run {r['order']})" for r in runs if r["system"] == "kafka"]
-    lines = ["| figure | " + " | ".join(heads) + " | spread, Sluice / Kafka | ratio (>1: Sluice better) |",
-             "|---" * (len(heads) + 3) + "|"]
+    systems = systems_run(result)
+    kafkas = [s for s in systems if s in KAFKAS]
+    heads = [f"{NAMES[s]} (run {r['order']})" for s in systems for r in runs if r["system"] == s]
+    ratio_heads = ["ratio (>1: Sluice better)" if k == "kafka" else f"ratio to {NAMES[k]}" for k in kafkas]
+    tail = [f"spread, {' / '.join(NAMES[s] for s in systems)}", *ratio_heads]
+    lines = ["| figure | " + " | ".join(heads + tail) + " |",
+             "|---" * (len(heads) + len(tail) + 1) + "|"]
     for row in table_rows(result):
         if row.get("section"):
-            lines.append(f"| **{row['figure']}** |" + " |" * (len(heads) + 2))
+            lines.append(f"| **{row['figure']}** |" + " |" * (len(heads) + len(tail)))
             continue
-        cells = [_cell(v) for v in row["sluice"] + row["kafka"]]
-        r = row["ratio"]
-        lines.append(f"| {row['figure']} | " + " | ".join(cells)
-                     + f" | {_spread_cell(row)} | {'-' if r is None else f'{r:.2f}x'} |")
+        cells = [_cell(v) for s in systems for v in row[s]]
+        cells += [_spread_cell(row, systems), *(_ratio_cell(row[f"ratio_{k}"]) for k in kafkas)]
+        lines.append(f"| {row['figure']} | " + " | ".join(cells) + " |")
     lines.append("")
     lines.append("spread: (max - min) / mean of each system's runs of the figure, in percent (- with one run)")
     lines.append("ratio: Sluice/Kafka for throughput, Kafka/Sluice for latency, CPU and RSS, and for a "
                  "transaction cost the throughput share Sluice keeps over the share Kafka keeps, "
                  "(100 - Sluice's %) / (100 - Kafka's %) (means of each system's runs)")
+    if "kafka-4.1" in kafkas:
+        lines.append("Kafka is the newest release; Kafka 4.1 is its 4.1 broker, driven by the same newest "
+                     "clients (ProducerPerformance from the newest kafka-tools)")
     lines += _footer(result)
     return "\n".join(lines)
 
@@ -701,8 +732,9 @@ def _footer(result: dict) -> list[str]:
     v, m = result.get("versions", {}), result.get("machine", {})
     if v:
         java = " / ".join(v.get("java") or []) if isinstance(v.get("java"), list) else v.get("java")
+        older = f" and {v['kafka_4_1']}" if v.get("kafka_4_1") else ""
         lines.append(f"versions: {v.get('sluice')} (commit {v.get('sluice_commit')}); Apache Kafka "
-                     f"{v.get('kafka')}; rdkafka {v.get('rdkafka_crate')} (librdkafka {v.get('librdkafka')}); "
+                     f"{v.get('kafka')}{older}; rdkafka {v.get('rdkafka_crate')} (librdkafka {v.get('librdkafka')}); "
                      f"java: {java}")
     if m:
         lines.append(f"machine: {m.get('nproc')} CPUs ({m.get('cpu_model')}), {m.get('mem_total_gib')} GiB, "
@@ -763,9 +795,10 @@ def _cost(better: str, plain: float | None, secured: float | None) -> str:
 def format_security_table(result: dict) -> str:
     """Each system plaintext and SASL_SSL (means of its runs), and what TLS and SASL cost it."""
     runs = result["runs"]
+    systems = systems_run(result)
     heads = []
-    for system in SYSTEMS:
-        name = "Sluice" if system == "sluice" else "Kafka"
+    for system in systems:
+        name = NAMES[system]
         heads += [f"{name} PLAINTEXT", f"{name} SASL_SSL", f"{name} change"]
     lines = ["| figure | " + " | ".join(heads) + " |", "|---" * (len(heads) + 1) + "|"]
     for name, better, get in security_figures(result.get("config", {})):
@@ -773,7 +806,7 @@ def format_security_table(result: dict) -> str:
             lines.append(f"| **{name}** |" + " |" * len(heads))
             continue
         cells = []
-        for system in SYSTEMS:
+        for system in systems:
             means = [_mean([_num(get(r)) for r in runs if r["system"] == system
                             and r.get("security", "PLAINTEXT") == sec]) for sec in SECURITY]
             cells += [_cell(means[0]), _cell(means[1]), _cost(better, means[0], means[1])]
@@ -818,7 +851,8 @@ def draw_png(result: dict, path: Path) -> None:
     runs = sorted(result["runs"], key=lambda r: (SYSTEMS.index(r["system"]), r["order"]))
     series = [(r, latency_series(r)) for r in runs]
     cats = list(series[0][1].keys()) if series else []
-    colours = {"sluice": ["#1f5fa8", "#6fa3db"], "kafka": ["#c8501e", "#f0a070"]}
+    colours = {"sluice": ["#1f5fa8", "#6fa3db"], "kafka": ["#c8501e", "#f0a070"],
+               "kafka-4.1": ["#6b7f1a", "#b5c96a"]}
     seen = {s: 0 for s in SYSTEMS}
     fig, ax = plt.subplots(figsize=(12, 6), dpi=100)
     width = 0.8 / max(len(series), 1)
@@ -829,7 +863,7 @@ def draw_png(result: dict, path: Path) -> None:
         xs = [c + (i - (len(series) - 1) / 2) * width for c in range(len(cats))]
         ys = [values[c] if values[c] is not None else 0 for c in cats]
         highest = max([highest, *ys])
-        name = "Sluice" if run["system"] == "sluice" else "Kafka"
+        name = NAMES[run["system"]]
         security = f" {run['security']}" if run.get("security", "PLAINTEXT") != "PLAINTEXT" else ""
         ax.bar(xs, ys, width=width, color=shade, label=f"{name}{security} (run {run['order']})")
         for x, y in zip(xs, ys):
@@ -879,6 +913,7 @@ def cmd_run(a) -> int:
         cfg["linger0"] = False
     paths = {"sluice_bin": Path(a.sluice_bin).resolve(), "bench_bin": Path(a.bench_bin).resolve(),
              "kafka_shim": ROOT / "scripts/kafka-as-sluice.py", "java_lib": Path(a.java_lib).resolve()}
+    paths["broker_lib"] = {"kafka": paths["java_lib"], "kafka-4.1": Path(a.kafka_41_lib).resolve()}
     os.environ["SLUICE_JAVA_LIB"] = str(paths["java_lib"])
     os.environ["KAFKA_HEAP_OPTS"] = KAFKA_HEAP_OPTS
     os.environ["KAFKA_JVM_PERFORMANCE_OPTS"] = KAFKA_JVM_PERFORMANCE_OPTS
@@ -886,16 +921,25 @@ def cmd_run(a) -> int:
     log_dir = out.with_suffix("")
     log_dir = log_dir.parent / (log_dir.name + "-logs")
     log_dir.mkdir(parents=True, exist_ok=True)
-    order = (a.order or ("sluice,kafka" if a.security != "PLAINTEXT" else None)
-             or ",".join(alternating(a.runs))).split(",")
+    systems = a.systems.split(",")
+    if any(s not in SYSTEMS for s in systems) or "sluice" not in systems:
+        raise SystemExit(f"--systems takes sluice and some of {KAFKAS}, got {systems}")
+    order = (a.order or (",".join(systems) if a.security != "PLAINTEXT" else None)
+             or ",".join(alternating(a.runs, systems))).split(",")
     if any(s not in SYSTEMS for s in order):
         raise SystemExit(f"--order takes {SYSTEMS}, got {order}")
+    if "kafka-4.1" in order and kafka_version(paths["broker_lib"]["kafka-4.1"]) == "?":
+        raise SystemExit(f"no Kafka 4.1 broker jar in {paths['broker_lib']['kafka-4.1']}: "
+                         "run `bash scripts/java-lib.sh --kafka-4.1` (scripts/bench.sh does), "
+                         "or leave it out with --systems sluice,kafka")
     # With --security, each system's turn is a plaintext run, then a secured one.
     plan = [(system, sec) for system in order
             for sec in (("PLAINTEXT", a.security) if a.security != "PLAINTEXT" else ("PLAINTEXT",))]
     result = {
         "tool": "bench_against_kafka", "schema": 1, "quick": a.quick, "started_utc": utc_stamp(),
-        "machine": machine_info(), "versions": versions(paths["sluice_bin"], paths["java_lib"]),
+        "machine": machine_info(),
+        "versions": versions(paths["sluice_bin"], paths["java_lib"],
+                             paths["broker_lib"]["kafka-4.1"] if "kafka-4.1" in order else None),
         "config": {**cfg, "nodes": 3, "replication_factor": 3, "acks": "all", "record_bytes_latency": RECORD_BYTES,
                    "transaction_ms": TRANSACTION_MS,
                    "consumer_groups": cfg["consumers"], "order": order, "security": a.security,
@@ -925,12 +969,13 @@ def cmd_run(a) -> int:
     return 0
 
 
-def alternating(runs: int) -> list[str]:
-    """`runs` runs of each system, alternating A B B A A B ..., so that neither system always
-    runs first on a fresh or a warm machine."""
+def alternating(runs: int, systems: list[str] | None = None) -> list[str]:
+    """`runs` runs of each system, the list forwards then backwards, A B B A A B ... (with
+    three, A B C C B A), so that no system always runs first on a fresh or a warm machine."""
+    systems = list(systems or ("sluice", "kafka"))
     order: list[str] = []
     for k in range(max(runs, 1)):
-        order += ["sluice", "kafka"] if k % 2 == 0 else ["kafka", "sluice"]
+        order += systems if k % 2 == 0 else systems[::-1]
     return order
 
 
@@ -947,9 +992,10 @@ def load_report_inputs(files: list[Path]) -> dict:
         if data.get("tool") != "sluice-bench":
             raise SystemExit(f"{f}: neither a sluice-bench nor a bench_against_kafka JSON")
         label = data.get("label", "")
-        system = next((s for s in SYSTEMS if label.lower().startswith(s)), None)
+        # The longest name first: a "kafka-4.1-..." label is Kafka 4.1's, not the newest Kafka's.
+        system = next((s for s in sorted(SYSTEMS, key=len, reverse=True) if label.lower().startswith(s)), None)
         if system is None:
-            raise SystemExit(f"{f}: label {label!r} starts with neither 'sluice' nor 'kafka'")
+            raise SystemExit(f"{f}: label {label!r} starts with none of {SYSTEMS}")
         cfg = data.get("config", {})
         result.setdefault("config", {"rate": cfg.get("rate"), "partitions": cfg.get("partitions"),
                                      "consumer_groups": cfg.get("consumer_groups")})
@@ -974,11 +1020,18 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--png", help="latency plot (default: the JSON's path with .png)")
     r.add_argument("--sluice-bin", required=True)
     r.add_argument("--bench-bin", required=True)
-    r.add_argument("--java-lib", default=str(ROOT / ".java-lib"))
+    r.add_argument("--java-lib", default=str(ROOT / ".java-lib"),
+                   help="the newest Kafka's broker and the clients of every run (scripts/java-lib.sh)")
+    r.add_argument("--kafka-41-lib", "--kafka-4.1-lib", dest="kafka_41_lib",
+                   default=str(ROOT / ".java-lib-kafka-4.1"),
+                   help="Kafka 4.1's broker (scripts/java-lib.sh --kafka-4.1)")
+    r.add_argument("--systems", default=",".join(SYSTEMS),
+                   help=f"the systems compared (default {','.join(SYSTEMS)}; sluice,kafka leaves 4.1 out)")
     r.add_argument("--order", help="systems in run order (default: --runs of each, alternating; "
-                                    "with --security sluice,kafka)")
+                                    "with --security each of --systems once)")
     r.add_argument("--runs", type=int, default=2,
-                   help="runs of each system, alternating A B B A ... (default 2: sluice,kafka,kafka,sluice)")
+                   help="runs of each system, forwards then backwards (default 2: "
+                        "sluice,kafka,kafka-4.1,kafka-4.1,kafka,sluice)")
     r.add_argument("--security", default="PLAINTEXT", type=str.upper, choices=SECURITY,
                    help="SASL_SSL: each system plaintext, then TLS + SCRAM-SHA-512, the same workload")
     r.add_argument("--records-2k", type=int, help="2 KB records in sluice-bench's throughput phase")

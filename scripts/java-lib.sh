@@ -4,7 +4,8 @@
 # pom.xml: the first KafkaShareConsumer) into .java-lib-4.1/, once per pom: <dir>/.complete
 # marks a finished copy and holds the pom's sha256sum, so a changed pom (a new Kafka version)
 # replaces an older copy. Used by scripts/test.sh and by the Java adapters of the compatibility
-# matrix.
+# matrix. With --kafka-4.1 it also copies Kafka 4.1's broker (integration-tests/java/kafka-4.1/
+# pom.xml) into .java-lib-kafka-4.1/, which only `scripts/bench.sh --against-kafka` runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v mvn >/dev/null 2>&1 || ! command -v java >/dev/null 2>&1; then
@@ -24,3 +25,6 @@ copy() {
 }
 copy integration-tests/java/pom.xml .java-lib
 copy integration-tests/java/clients-4.1/pom.xml .java-lib-4.1
+if [ "${1:-}" = --kafka-4.1 ]; then
+    copy integration-tests/java/kafka-4.1/pom.xml .java-lib-kafka-4.1
+fi

@@ -171,6 +171,39 @@ def test_ratio_is_above_one_when_sluice_is_better():
     assert report.alternating(3) == ["sluice", "kafka", "kafka", "sluice", "sluice", "kafka"]
 
 
+def test_kafka_4_1_gets_its_own_columns_spread_and_ratio_beside_the_newest_kafka(tmp_path):
+    def run(order, system, mb_s):
+        return {"order": order, "system": system, "errors": [],
+                "sluice_bench": {"throughput": [{"record_bytes": 2048, "mb_per_s": mb_s}], "latency": None}}
+
+    order = report.alternating(2, list(report.SYSTEMS))
+    assert order == ["sluice", "kafka", "kafka-4.1", "kafka-4.1", "kafka", "sluice"]
+    throughput = {"sluice": [300.0, 340.0], "kafka": [100.0, 100.0], "kafka-4.1": [80.0, 80.0]}
+    seen = {s: 0 for s in report.SYSTEMS}
+    runs = []
+    for i, system in enumerate(order, start=1):
+        runs.append(run(i, system, throughput[system][seen[system]]))
+        seen[system] += 1
+    result = {"versions": {"kafka": "4.4.0", "kafka_4_1": "4.1.2"}, "runs": runs}
+    row = next(r for r in report.table_rows(result) if r["figure"] == "2 KB: MB/s")
+    assert row["kafka-4.1"] == [80.0, 80.0], "a kafka-4.1 run is not counted as the newest Kafka's"
+    assert row["ratio"] == pytest.approx(3.2) and row["ratio_kafka"] == pytest.approx(3.2)
+    assert row["ratio_kafka-4.1"] == pytest.approx(4.0)
+    lines = report.format_table(result).splitlines()
+    assert lines[0] == ("| figure | Sluice (run 1) | Sluice (run 6) | Kafka (run 2) | Kafka (run 5) | "
+                        "Kafka 4.1 (run 3) | Kafka 4.1 (run 4) | spread, Sluice / Kafka / Kafka 4.1 | "
+                        "ratio (>1: Sluice better) | ratio to Kafka 4.1 |")
+    assert "| 2 KB: MB/s | 300 | 340 | 100 | 100 | 80.0 | 80.0 | 12% / 0% / 0% | 3.20x | 4.00x |" in lines
+    assert any(line.startswith("versions:") and "Apache Kafka 4.4.0 and 4.1.2;" in line for line in lines), lines
+    # A sluice-bench JSON labelled kafka-4.1-... is Kafka 4.1's run, not the newest Kafka's.
+    files = []
+    for label in ("kafka-2", "kafka-4.1-3"):
+        files.append(tmp_path / f"{label}.json")
+        files[-1].write_text(json.dumps({"tool": "sluice-bench", "label": label, "config": {}}))
+    loaded = report.load_report_inputs(files)
+    assert [r["system"] for r in loaded["runs"]] == ["kafka", "kafka-4.1"]
+
+
 def test_footer_says_how_host_memory_was_prepared_and_what_each_run_gave_back():
     runs = [{"order": 1, "system": "sluice", "errors": [], "reported_mib": 0},
             {"order": 2, "system": "kafka", "errors": [], "reported_mib": 768}]
