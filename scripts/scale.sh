@@ -8,6 +8,8 @@
 #   scripts/scale.sh                                  # the full run (about 5 minutes)
 #   scripts/scale.sh --quick                          # a smoke: 300 partitions, 200 connections
 #   scripts/scale.sh --partitions 5000 --per-topic 1000 --idle-connections 2000
+#   scripts/scale.sh --against-kafka                  # the same phases against Apache Kafka too,
+#                                                     # side by side (--runs N, --kafka-heap OPTS)
 # Measured runs on a shared machine: flock /work/bench.lock scripts/scale.sh
 # The broker binary is $SLUICE_BIN if set, else target/release/sluice built here first.
 # scale_bench.py's own options: .venv/bin/python integration-tests/python/scale_bench.py --help
@@ -40,4 +42,8 @@ fi
 if [ ! -x "$PYTHON" ]; then
     bash scripts/python-venv.sh
 fi
+for arg in "$@"; do
+    # Kafka's broker jars for the side-by-side run, fetched once from Maven Central.
+    if [ "$arg" = --against-kafka ]; then bash scripts/java-lib.sh; fi
+done
 exec "$PYTHON" integration-tests/python/scale_bench.py "$@"

@@ -20,6 +20,13 @@ Phases, in order, each reported in the table and the JSON result:
               node lists all brokers and a leader for every partition, until every ISR is full,
               and until one acks=all record to every partition is acknowledged.
 
+With --against-kafka the same phases run against Apache Kafka too (the newest in .java-lib,
+KRaft, through scripts/kafka-as-sluice.py with the JVM options and the heap of
+`scripts/bench.sh --against-kafka`, --kafka-heap to raise it), --runs of each alternating
+(A B, A B B A, ...), and one table puts each run's figures side by side with Sluice's ratio to
+Kafka; a phase a system could not complete shows "-" and the error below the table says why.
+--set applies to Sluice's nodes only.
+
 Every process and temporary directory it starts is removed at exit (also on SIGTERM/SIGINT).
 """
 
@@ -41,11 +48,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 from confluent_kafka import KafkaError, KafkaException, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from sluice_node import HOST, SluiceNode, start_cluster  # noqa: E402
+from sluice_node import HOST, SluiceNode, sluice_binary, start_cluster  # noqa: E402
+import bench_against_kafka as against  # noqa: E402  (Kafka's JVM settings, ratios, run order)
 
 WORKSPACE = Path(__file__).resolve().parents[2]
 CLIENT_ID = b"sluice-scale"
@@ -315,8 +324,9 @@ def produce_at_rate(bootstrap: str, targets: list[tuple[str, int]], rate: int, s
 # ---------------------------------------------------------------- the phases
 
 class Run:
-    def __init__(self, args: argparse.Namespace):
+    def __init__(self, args: argparse.Namespace, system: str = "sluice"):
         self.args = args
+        self.system = system
         self.nodes: list[SluiceNode] = []
         self.secret_dirs: list[Path] = []
         self.idle: list[socket.socket] = []
@@ -328,6 +338,7 @@ class Run:
         self.result: dict = {
             "tool": "scale_bench",
             "format": 1,
+            "system": system,
             "args": vars(args),
             "started_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
@@ -350,7 +361,7 @@ class Run:
     # -- cluster
 
     def start(self) -> None:
-        settings = dict(kv.split("=", 1) for kv in self.args.set)
+        settings = dict(kv.split("=", 1) for kv in self.args.set) if self.system == "sluice" else {}
         # A broker keeps max.connections files of its open-files limit for clients (default
         # 10,000), which at a 20,000 limit leaves room for fewer than 10,000 replicas. Size the
         # client reserve to this run's idle connections instead, with room to spare.
@@ -807,9 +818,125 @@ def table(r: dict) -> str:
     lines = [f"{k.ljust(w)}  {v}" for k, v in rows]
     bar = "-" * min(160, max(len(x) for x in lines) if lines else 10)
     mach = r["machine"]
-    head = [f"Sluice scale on one machine: 3 nodes, {mach['cpus']} CPUs, {mach['kernel']}",
+    name = against.NAMES.get(r.get("system", "sluice"), "Sluice")
+    head = [f"{name} scale on one machine: 3 nodes, {mach['cpus']} CPUs, {mach['kernel']}",
             f"uptime before: {mach['uptime_before']}", f"uptime after:  {mach.get('uptime_after', '-')}"]
     return "\n".join(head + [bar] + lines + [bar])
+
+
+# ---------------------------------------------------------------- side by side with Kafka
+
+def _nodes(values) -> list:
+    return [v for v in (values or {}).values() if isinstance(v, (int, float))]
+
+
+def _max(values) -> float | None:
+    return max(values) if values else None
+
+
+def compared_figures() -> list[tuple[str, str, object]]:
+    """(label, better, value of one run's result) in table order; a section has no getter."""
+    def g(*keys):
+        return lambda r: against._get(r, *keys)
+
+    def seed(key, q):
+        return lambda r: against._get(r, "idle_connections", key, "latency_ms", q)
+
+    return [
+        ("create", "", None),
+        ("CreateTopics answered, s", "lower", g("create", "requests_answered_s")),
+        ("every partition led, s", "lower", g("create", "all_led_s")),
+        ("every ISR full, s", "lower", g("create", "all_full_isr_s")),
+        ("partitions with a full ISR (worst node)", "higher", g("create", "partitions_full_isr")),
+        ("Metadata, all topics", "", None),
+        ("p50, ms", "lower", g("metadata", "latency_ms", "p50")),
+        ("p99, ms", "lower", g("metadata", "latency_ms", "p99")),
+        ("response bytes", "info", g("metadata", "response_bytes")),
+        ("idle, per node", "", None),
+        ("KB of RSS per idle replica (mean of nodes)", "lower", g("memory", "kb_per_idle_partition_replica_mean")),
+        ("RSS once idle, largest node, MB",
+         "lower", lambda r: _max([n["rss_kb"] / 1024 for n in against._get(r, "memory", "after_idle") or []])),
+        ("idle CPU, busiest node, % of a core", "lower",
+         lambda r: _max([p["idle_cpu_pct"] for p in against._get(r, "memory", "per_node") or []])),
+        ("open files, most on a node", "lower",
+         lambda r: _max([n["open_files"] for n in against._get(r, "memory", "after_idle") or []])),
+        ("spread produce over every partition", "", None),
+        ("ack p50, ms", "lower", g("spread", "latency_ms", "p50")),
+        ("ack p99, ms", "lower", g("spread", "latency_ms", "p99")),
+        ("ack p99.9, ms", "lower", g("spread", "latency_ms", "p99.9")),
+        ("records acknowledged", "higher", g("spread", "acked")),
+        ("seed load beside the idle partitions", "", None),
+        ("without idle connections: ack p99, ms", "lower", seed("without", "p99")),
+        ("with idle connections: ack p99, ms", "lower", seed("with", "p99")),
+        ("without, again: ack p99, ms", "lower", seed("after", "p99")),
+        ("KB of RSS per idle connection (mean of nodes)", "lower",
+         lambda r: against._mean(_nodes(against._get(r, "idle_connections", "kb_per_idle_connection")))),
+        ("restart after SIGKILL of every node", "", None),
+        ("every node serving, s", "lower", lambda r: _max(_nodes(against._get(r, "restart", "serving_s")))),
+        ("every ISR full again, s", "lower", g("restart", "all_full_isr_s")),
+        ("every partition written to, s", "lower", g("restart", "writable", "all_acked_s")),
+    ]
+
+
+def compare_table(runs: list[dict]) -> str:
+    """Each run's figures side by side, Sluice's runs first, and Sluice's ratio to Kafka (means
+    of each system's runs; > 1: Sluice better), then each run's errors."""
+    ordered = sorted(runs, key=lambda r: (against.SYSTEMS.index(r["system"]), r["order"]))
+    heads = [f"{against.NAMES[r['system']]} (run {r['order']})" for r in ordered]
+    lines = ["| figure | " + " | ".join(heads) + " | ratio (>1: Sluice better) |",
+             "|---" * (len(heads) + 2) + "|"]
+    for label, better, get in compared_figures():
+        if get is None:
+            lines.append(f"| **{label}** |" + " |" * (len(heads) + 1))
+            continue
+        values = {id(r): against._num(get(r)) for r in ordered}
+        means = {s: against._mean([values[id(r)] for r in ordered if r["system"] == s]) for s in ("sluice", "kafka")}
+        r = against.ratio(better, means["sluice"], means["kafka"])
+        lines.append(f"| {label} | " + " | ".join(against._cell(values[id(x)]) for x in ordered)
+                     + f" | {'-' if r is None else f'{r:.2f}x'} |")
+    lines.append("")
+    for r in ordered:
+        name = f"{against.NAMES[r['system']]} (run {r['order']})"
+        for e in r.get("errors", []):
+            lines.append(f"{name} could not complete {e['phase']}: {e['message'][:300]}")
+        for phase in r.get("skipped", []):
+            lines.append(f"{name} skipped {phase}: a node had exited")
+    return "\n".join(lines)
+
+
+def run_against_kafka(args: argparse.Namespace) -> tuple[dict, int]:
+    """Every phase against Sluice and Kafka, --runs of each alternating; the combined result."""
+    java_lib = Path(args.java_lib).resolve()
+    version = against.kafka_version(java_lib)
+    if version == "?":
+        raise SystemExit(f"no Kafka broker jar in {java_lib}: run `bash scripts/java-lib.sh` (scripts/scale.sh does)")
+    sluice_bin = str(sluice_binary())
+    env = {"SLUICE_JAVA_LIB": str(java_lib), "KAFKA_HEAP_OPTS": args.kafka_heap,
+           "KAFKA_JVM_PERFORMANCE_OPTS": against.KAFKA_JVM_PERFORMANCE_OPTS}
+    combined = {"tool": "scale_bench", "format": 1, "against_kafka": True, "args": vars(args),
+                "versions": {"kafka": version, "sluice_binary": sluice_bin},
+                "kafka_heap_opts": args.kafka_heap, "kafka_jvm_performance_opts": against.KAFKA_JVM_PERFORMANCE_OPTS,
+                "runs": []}
+    status = 0
+    for order, system in enumerate(against.alternating(args.runs), start=1):
+        os.environ.update(env)
+        os.environ["SLUICE_BIN"] = sluice_bin if system == "sluice" else str(WORKSPACE / "scripts/kafka-as-sluice.py")
+        run = Run(args, system)
+        run.log(f"run {order}: {system}")
+        try:
+            try:
+                result = run.run()
+            except Exception as e:  # noqa: BLE001 - a cluster that did not start is a result too
+                run.error("start", f"{type(e).__name__}: {e}")
+                result, status = run.result, 1
+        finally:
+            run.cleanup()
+        result["order"] = order
+        print(table(result), flush=True)
+        combined["runs"].append(result)
+    os.environ["SLUICE_BIN"] = sluice_bin
+    combined["table"] = compare_table(combined["runs"])
+    return combined, status
 
 
 # ---------------------------------------------------------------- main
@@ -839,6 +966,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--keep-dirs", action="store_true", help="keep the nodes' data and logs")
     p.add_argument("--quick", action="store_true",
                    help="tiny smoke: 300 partitions, 200 connections, short low-rate phases")
+    p.add_argument("--against-kafka", action="store_true",
+                   help="the same phases against Apache Kafka too, alternating, side by side")
+    p.add_argument("--runs", type=int, default=1, help="with --against-kafka: runs of each (default 1: A B)")
+    p.add_argument("--kafka-heap", default=against.KAFKA_HEAP_OPTS,
+                   help=f"Kafka's heap options (default {against.KAFKA_HEAP_OPTS!r}, as scripts/bench.sh --against-kafka)")
+    p.add_argument("--java-lib", default=str(WORKSPACE / ".java-lib"), help="Kafka's jars (scripts/java-lib.sh)")
     args = p.parse_args(argv)
     if args.quick:
         defaults = {"partitions": 300, "idle_connections": 200, "metadata_requests": 6, "settle_s": 1.0,
@@ -861,6 +994,14 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if args.against_kafka:
+        combined, status = run_against_kafka(args)
+        out = Path(args.output)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(combined, indent=2) + "\n")
+        print(combined["table"])
+        print(f"result: {out}", flush=True)
+        return status
     run = Run(args)
     status = 0
     try:

@@ -72,3 +72,27 @@ def test_scale_quick_creates_leads_produces_to_and_recovers_every_partition(tmp_
     writable = restart["writable"]
     assert writable["acked"] == writable["partitions"] == PARTITIONS + 12
     assert r["machine"]["uptime_before"] and r["machine"]["uptime_after"]
+
+
+def test_against_kafka_puts_each_run_side_by_side_with_a_ratio_and_says_what_kafka_could_not_do():
+    sys.path.insert(0, str(WORKSPACE / "integration-tests/python"))
+    import scale_bench
+
+    def run(order, system, full_isr_s, kb_per_replica, errors=()):
+        return {"order": order, "system": system, "errors": list(errors),
+                "create": {"requests_answered_s": 1.0, "all_led_s": 2.0, "all_full_isr_s": full_isr_s,
+                           "partitions_full_isr": 10000},
+                "memory": {"kb_per_idle_partition_replica_mean": kb_per_replica,
+                           "after_idle": [{"rss_kb": 40 * 1024, "open_files": 10018}],
+                           "per_node": [{"idle_cpu_pct": 5.0}, {"idle_cpu_pct": 7.0}]}}
+
+    runs = [run(1, "sluice", 15.0, 3.0),
+            run(2, "kafka", 60.0, 30.0, [{"phase": "restart", "message": "node 2 exited with 1"}])]
+    lines = scale_bench.compare_table(runs).splitlines()
+    assert lines[0] == "| figure | Sluice (run 1) | Kafka (run 2) | ratio (>1: Sluice better) |"
+    assert "| every ISR full, s | 15.0 | 60.0 | 4.00x |" in lines, lines
+    assert "| KB of RSS per idle replica (mean of nodes) | 3.00 | 30.0 | 10.00x |" in lines
+    assert "| idle CPU, busiest node, % of a core | 7.00 | 7.00 | 1.00x |" in lines
+    # A phase neither ran shows "-", and what Kafka could not complete is said under the table.
+    assert "| every partition written to, s | - | - | - |" in lines
+    assert "Kafka (run 2) could not complete restart: node 2 exited with 1" in lines
