@@ -889,11 +889,11 @@ def compare_table(runs: list[dict]) -> str:
         if get is None:
             lines.append(f"| **{label}** |" + " |" * (len(heads) + 1))
             continue
-        values = {id(r): against._num(get(r)) for r in ordered}
-        means = {s: against._mean([values[id(r)] for r in ordered if r["system"] == s]) for s in ("sluice", "kafka")}
-        r = against.ratio(better, means["sluice"], means["kafka"])
-        lines.append(f"| {label} | " + " | ".join(against._cell(values[id(x)]) for x in ordered)
-                     + f" | {'-' if r is None else f'{r:.2f}x'} |")
+        values = [against._num(get(r)) for r in ordered]
+        means = {s: against._mean([v for r, v in zip(ordered, values) if r["system"] == s]) for s in ("sluice", "kafka")}
+        ratio = against.ratio(better, means["sluice"], means["kafka"])
+        lines.append(f"| {label} | " + " | ".join(against._cell(v) for v in values)
+                     + f" | {against._ratio_cell(ratio)} |")
     lines.append("")
     for r in ordered:
         name = f"{against.NAMES[r['system']]} (run {r['order']})"
@@ -986,6 +986,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def write_result(out: Path, result: dict, text: str) -> None:
+    """The JSON result to `out`, and its table printed."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(text)
+    print(f"result: {out}", flush=True)
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
 
@@ -996,11 +1004,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, on_signal)
     if args.against_kafka:
         combined, status = run_against_kafka(args)
-        out = Path(args.output)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(combined, indent=2) + "\n")
-        print(combined["table"])
-        print(f"result: {out}", flush=True)
+        write_result(Path(args.output), combined, combined["table"])
         return status
     run = Run(args)
     status = 0
@@ -1010,11 +1014,7 @@ def main(argv: list[str]) -> int:
         except BaseException as e:  # noqa: BLE001 - the partial result is still written
             run.error("interrupted", f"{type(e).__name__}: {e}")
             result, status = run.result, 1
-        out = Path(args.output)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2) + "\n")
-        print(table(result))
-        print(f"result: {out}", flush=True)
+        write_result(Path(args.output), result, table(result))
     finally:
         run.cleanup()
     return status
