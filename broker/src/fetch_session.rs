@@ -12,9 +12,16 @@
 //! sessions (`fetch.session.cache.max.partitions`), as a count of partitions in the requests
 //! that opened or grew the sessions is otherwise unbounded.
 //!
+//! A follower's session (Fetch v13+ names topics by id) does no work per idle partition: it
+//! subscribes a [`WatchSet`] to each partition's watch, and an incremental fetch reads only
+//! the partitions the request names, those that changed since the last fetch (appends, high
+//! watermark, log start, leader epoch, removal) and those left over by the last one (data it
+//! did not carry, errors, a follower outside the ISR); its long poll waits on the set, not on
+//! every partition. A consumer's session reads every partition of the session, as Kafka does.
+//!
 //! The handler holds a session's lock only while it reads or updates it, never across an await.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -25,6 +32,8 @@ use kafka_protocol::messages::TopicName;
 use kafka_protocol::protocol::StrBytes;
 use parking_lot::Mutex;
 use uuid::Uuid;
+
+use crate::partition::{Partition, WatchSet};
 
 /// `session_epoch` of a full fetch that opens a session.
 pub const INITIAL_EPOCH: i32 = 0;
@@ -44,12 +53,7 @@ pub enum TopicRef {
 /// A partition in a session.
 pub type SessionKey = (TopicRef, i32);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SessionSettings {
-    pub max_slots: usize,
-    pub eviction_ms: i64,
-    pub max_partitions: usize,
-}
+pub use crate::config::SessionSettings;
 
 /// What the broker last told the client about a partition, to answer only what changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,11 +68,58 @@ const NOTHING_SENT: Sent = Sent {
     log_start_offset: i64::MIN,
 };
 
-#[derive(Debug)]
 struct SessionPartition {
     /// The client's latest fetch position and limits for the partition.
     request: FetchPartition,
     sent: Sent,
+    /// A follower's session: the replica whose watch it is subscribed to.
+    watched: Option<Arc<Partition>>,
+}
+
+impl std::fmt::Debug for SessionPartition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionPartition")
+            .field("request", &self.request)
+            .field("sent", &self.sent)
+            .field("watched", &self.watched.is_some())
+            .finish()
+    }
+}
+
+impl SessionPartition {
+    fn new(request: FetchPartition) -> SessionPartition {
+        SessionPartition {
+            request,
+            sent: NOTHING_SENT,
+            watched: None,
+        }
+    }
+}
+
+/// What a follower's session keeps to read only what changed.
+#[derive(Debug)]
+struct Tracked {
+    replica_id: i32,
+    set: Arc<WatchSet>,
+    /// Partitions the next fetch reads whatever changes (see [`FetchSession::carry_over`]).
+    again: HashSet<SessionKey>,
+}
+
+impl Tracked {
+    fn new(replica_id: i32) -> Tracked {
+        Tracked {
+            replica_id,
+            set: WatchSet::new(),
+            again: HashSet::new(),
+        }
+    }
+
+    fn stop_watching(&self, p: &mut SessionPartition) {
+        if let Some(partition) = p.watched.take() {
+            partition.watch().unsubscribe(&self.set);
+            partition.forget_follower_session(self.replica_id, self.set.fetch_clock());
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -81,6 +132,18 @@ pub struct FetchSession {
     /// cut short by `max_bytes` does not always favour the same ones.
     partitions: IndexMap<SessionKey, SessionPartition>,
     last_used_ms: i64,
+    /// A follower's session: fetches read only what changed.
+    tracked: Option<Tracked>,
+}
+
+impl Drop for FetchSession {
+    fn drop(&mut self) {
+        if let Some(tracked) = &self.tracked {
+            for p in self.partitions.values_mut() {
+                tracked.stop_watching(p);
+            }
+        }
+    }
 }
 
 impl FetchSession {
@@ -88,21 +151,101 @@ impl FetchSession {
         self.id
     }
 
+    /// A follower's session's watch set: its fetches read and wait on what changed.
+    pub fn watch_set(&self) -> Option<&Arc<WatchSet>> {
+        self.tracked.as_ref().map(|t| &t.set)
+    }
+
+    /// The partitions an incremental fetch of a follower's session reads, in fetch order:
+    /// those `named` by the request, those changed since the last fetch and those left over.
+    fn tracked_fetch_topics(&mut self, named: Vec<SessionKey>) -> Vec<FetchTopic> {
+        let Some(tracked) = &mut self.tracked else {
+            return self.fetch_topics();
+        };
+        let mut wanted: HashSet<SessionKey> = named.into_iter().collect();
+        wanted.extend(tracked.again.drain());
+        wanted.extend(
+            tracked
+                .set
+                .take_changed()
+                .into_iter()
+                .map(|(id, index)| (TopicRef::Id(id), index)),
+        );
+        self.topics_of(wanted)
+    }
+
+    /// Whether any partition of the session changed since the last look, and those that did
+    /// and are not in `planned`, as a fetch request lists them, in fetch order.
+    pub fn changed_beyond(&mut self, planned: &HashSet<SessionKey>) -> (bool, Vec<FetchTopic>) {
+        let Some(tracked) = &self.tracked else {
+            return (false, Vec::new());
+        };
+        let changed: Vec<SessionKey> = tracked
+            .set
+            .take_changed()
+            .into_iter()
+            .map(|(id, index)| (TopicRef::Id(id), index))
+            .filter(|key| self.partitions.contains_key(key))
+            .collect();
+        let any = !changed.is_empty();
+        let beyond = changed.into_iter().filter(|key| !planned.contains(key)).collect();
+        (any, self.topics_of(beyond))
+    }
+
+    /// The replica id of a follower's session.
+    pub fn follower(&self) -> Option<i32> {
+        self.tracked.as_ref().map(|t| t.replica_id)
+    }
+
+    fn topics_of(&self, keys: HashSet<SessionKey>) -> Vec<FetchTopic> {
+        let mut indexes: Vec<usize> = keys.iter().filter_map(|k| self.partitions.get_index_of(k)).collect();
+        indexes.sort_unstable();
+        let mut topics: Vec<FetchTopic> = Vec::new();
+        for i in indexes {
+            let Some(((topic, _), p)) = self.partitions.get_index(i) else {
+                continue;
+            };
+            push_partition(&mut topics, topic, self.by_topic_id, p.request.clone());
+        }
+        topics
+    }
+
+    /// A follower's session: follows `partition` (what `key` resolved to) from now on, or
+    /// reads `key` again at the next fetch when it resolved to an error. Call it before the
+    /// partition is read, so no change after the read goes unseen.
+    pub fn watch(&mut self, key: &SessionKey, partition: Result<&Arc<Partition>, ()>) {
+        let Some(tracked) = &mut self.tracked else { return };
+        let Some(p) = self.partitions.get_mut(key) else { return };
+        match partition {
+            Ok(partition) => {
+                if !p.watched.as_ref().is_some_and(|w| Arc::ptr_eq(w, partition)) {
+                    tracked.stop_watching(p);
+                    partition
+                        .watch()
+                        .subscribe(&tracked.set, (partition.topic_id, partition.index));
+                    p.watched = Some(partition.clone());
+                }
+            }
+            Err(()) => {
+                tracked.stop_watching(p);
+                tracked.again.insert(key.clone());
+            }
+        }
+    }
+
+    /// A follower's session, as its fetch is answered: `key` is read again at the next fetch
+    /// whatever changes (data the answer did not carry, the follower outside the ISR).
+    pub fn carry_over(&mut self, key: SessionKey) {
+        if let Some(tracked) = &mut self.tracked {
+            tracked.again.insert(key);
+        }
+    }
+
     /// The session's partitions as a fetch request lists them, in fetch order.
     pub fn fetch_topics(&self) -> Vec<FetchTopic> {
         let mut topics: Vec<FetchTopic> = Vec::new();
         for ((topic, _), p) in &self.partitions {
-            let same = topics.last().is_some_and(|t| topic_ref(t, self.by_topic_id) == *topic);
-            if !same {
-                let t = FetchTopic::default();
-                topics.push(match topic {
-                    TopicRef::Id(id) => t.with_topic_id(*id),
-                    TopicRef::Name(name) => t.with_topic(TopicName(name.clone())),
-                });
-            }
-            if let Some(last) = topics.last_mut() {
-                last.partitions.push(p.request.clone());
-            }
+            push_partition(&mut topics, topic, self.by_topic_id, p.request.clone());
         }
         topics
     }
@@ -204,12 +347,15 @@ impl FetchSessionCache {
     }
 
     /// Decides a request's session: closes, opens or advances one. `by_topic_id` is whether
-    /// this request version names topics by id.
+    /// this request version names topics by id; `follower` the replica id a follower's fetch
+    /// claims (its session, by topic id, reads only what changed).
+    #[allow(clippy::too_many_arguments)]
     pub fn begin(
         &self,
         session_id: i32,
         epoch: i32,
         by_topic_id: bool,
+        follower: Option<i32>,
         topics: &[FetchTopic],
         forgotten: &[ForgottenTopic],
         now_ms: i64,
@@ -221,8 +367,9 @@ impl FetchSessionCache {
             if epoch == FINAL_EPOCH {
                 return Ok(SessionFetch::Sessionless);
             }
+            let tracked = follower.filter(|_| by_topic_id).map(Tracked::new);
             return Ok(SessionFetch::Full {
-                session: self.open(by_topic_id, topics, now_ms),
+                session: self.open(by_topic_id, tracked, topics, now_ms),
             });
         }
         // The cache's lock is held while the session changes size, so its count stays exact.
@@ -232,7 +379,8 @@ impl FetchSessionCache {
             .get(&session_id)
             .cloned()
             .ok_or(ResponseError::FetchSessionIdNotFound)?;
-        let mut s = session.lock();
+        let mut guard = session.lock();
+        let s = &mut *guard;
         if s.next_epoch != epoch {
             return Err(ResponseError::InvalidFetchSessionEpoch);
         }
@@ -243,23 +391,26 @@ impl FetchSessionCache {
         for topic in forgotten {
             let name = forgotten_ref(topic, by_topic_id);
             for &p in &topic.partitions {
-                s.partitions.shift_remove(&(name.clone(), p));
+                if let Some(mut gone) = s.partitions.shift_remove(&(name.clone(), p)) {
+                    if let Some(tracked) = &s.tracked {
+                        tracked.stop_watching(&mut gone);
+                    }
+                }
             }
         }
+        let mut named = Vec::new();
         for topic in topics {
             let name = topic_ref(topic, by_topic_id);
             for p in &topic.partitions {
-                match s.partitions.get_mut(&(name.clone(), p.partition)) {
+                let key = (name.clone(), p.partition);
+                match s.partitions.get_mut(&key) {
                     Some(existing) => existing.request = p.clone(),
                     None => {
-                        s.partitions.insert(
-                            (name.clone(), p.partition),
-                            SessionPartition {
-                                request: p.clone(),
-                                sent: NOTHING_SENT,
-                            },
-                        );
+                        s.partitions.insert(key.clone(), SessionPartition::new(p.clone()));
                     }
+                }
+                if s.tracked.is_some() {
+                    named.push(key);
                 }
             }
         }
@@ -273,25 +424,25 @@ impl FetchSessionCache {
         }
         s.next_epoch = next_epoch(epoch);
         s.last_used_ms = now_ms;
-        let topics = s.fetch_topics();
-        drop(s);
+        let topics = s.tracked_fetch_topics(named);
+        drop(guard);
         drop(sessions);
         Ok(SessionFetch::Incremental { session, topics })
     }
 
     /// A new session over the request's partitions, if a slot is free or can be freed.
-    fn open(&self, by_topic_id: bool, topics: &[FetchTopic], now_ms: i64) -> Option<Arc<Mutex<FetchSession>>> {
+    fn open(
+        &self,
+        by_topic_id: bool,
+        tracked: Option<Tracked>,
+        topics: &[FetchTopic],
+        now_ms: i64,
+    ) -> Option<Arc<Mutex<FetchSession>>> {
         let mut partitions = IndexMap::new();
         for topic in topics {
             let name = topic_ref(topic, by_topic_id);
             for p in &topic.partitions {
-                partitions.insert(
-                    (name.clone(), p.partition),
-                    SessionPartition {
-                        request: p.clone(),
-                        sent: NOTHING_SENT,
-                    },
-                );
+                partitions.insert((name.clone(), p.partition), SessionPartition::new(p.clone()));
             }
         }
         let size = partitions.len();
@@ -313,6 +464,7 @@ impl FetchSessionCache {
             by_topic_id,
             partitions,
             last_used_ms: now_ms,
+            tracked,
         }));
         sessions.by_id.insert(id, session.clone());
         Some(session)
@@ -371,6 +523,21 @@ impl FetchSessionCache {
     }
 }
 
+/// Adds a partition to a fetch request's topics, in a new topic entry unless it is the last one's.
+fn push_partition(topics: &mut Vec<FetchTopic>, topic: &TopicRef, by_topic_id: bool, partition: FetchPartition) {
+    let same = topics.last().is_some_and(|t| topic_ref(t, by_topic_id) == *topic);
+    if !same {
+        let t = FetchTopic::default();
+        topics.push(match topic {
+            TopicRef::Id(id) => t.with_topic_id(*id),
+            TopicRef::Name(name) => t.with_topic(TopicName(name.clone())),
+        });
+    }
+    if let Some(last) = topics.last_mut() {
+        last.partitions.push(partition);
+    }
+}
+
 /// Kafka's `nextEpoch`: after `i32::MAX` comes 1 (0 opens a session, -1 closes one).
 fn next_epoch(epoch: i32) -> i32 {
     match epoch {
@@ -425,7 +592,7 @@ mod tests {
     }
 
     fn open(cache: &FetchSessionCache, topics: &[FetchTopic], now: i64) -> Option<Arc<Mutex<FetchSession>>> {
-        match cache.begin(0, INITIAL_EPOCH, false, topics, &[], now).unwrap() {
+        match cache.begin(0, INITIAL_EPOCH, false, None, topics, &[], now).unwrap() {
             SessionFetch::Full { session } => session,
             _ => panic!("epoch 0 is a full fetch"),
         }
@@ -452,6 +619,7 @@ mod tests {
                 id,
                 1,
                 false,
+                None,
                 &[topic("a", &[(1, 9)]), topic("b", &[(0, 0)])],
                 &[forget("a", &[0])],
                 10,
@@ -469,21 +637,21 @@ mod tests {
         let cache = FetchSessionCache::new(SETTINGS);
         let id = open(&cache, &[topic("a", &[(0, 0)])], 0).unwrap().lock().id();
         assert!(matches!(
-            cache.begin(id, 2, false, &[], &[], 1),
+            cache.begin(id, 2, false, None, &[], &[], 1),
             Err(ResponseError::InvalidFetchSessionEpoch)
         ));
-        assert!(cache.begin(id, 1, false, &[], &[], 1).is_ok());
+        assert!(cache.begin(id, 1, false, None, &[], &[], 1).is_ok());
         assert!(matches!(
-            cache.begin(id, 1, false, &[], &[], 1),
+            cache.begin(id, 1, false, None, &[], &[], 1),
             Err(ResponseError::InvalidFetchSessionEpoch)
         ));
-        assert!(cache.begin(id, 2, false, &[], &[], 1).is_ok());
+        assert!(cache.begin(id, 2, false, None, &[], &[], 1).is_ok());
         assert!(matches!(
-            cache.begin(id, 3, true, &[], &[], 1),
+            cache.begin(id, 3, true, None, &[], &[], 1),
             Err(ResponseError::FetchSessionTopicIdError)
         ));
         assert!(matches!(
-            cache.begin(id + 1, 1, false, &[], &[], 1),
+            cache.begin(id + 1, 1, false, None, &[], &[], 1),
             Err(ResponseError::FetchSessionIdNotFound)
         ));
         assert_eq!(next_epoch(i32::MAX), 1);
@@ -494,13 +662,13 @@ mod tests {
         let cache = FetchSessionCache::new(SETTINGS);
         let id = open(&cache, &[topic("a", &[(0, 0), (1, 0)])], 0).unwrap().lock().id();
         assert!(matches!(
-            cache.begin(id, FINAL_EPOCH, false, &[], &[], 1),
+            cache.begin(id, FINAL_EPOCH, false, None, &[], &[], 1),
             Ok(SessionFetch::Sessionless)
         ));
         assert!(cache.is_empty());
         assert_eq!(cache.partitions_held(), 0);
         assert!(matches!(
-            cache.begin(id, 1, false, &[], &[], 1),
+            cache.begin(id, 1, false, None, &[], &[], 1),
             Err(ResponseError::FetchSessionIdNotFound)
         ));
     }
@@ -518,16 +686,16 @@ mod tests {
             .lock()
             .id();
         assert!(matches!(
-            cache.begin(second, 1, false, &[], &[], 700),
+            cache.begin(second, 1, false, None, &[], &[], 700),
             Err(ResponseError::FetchSessionIdNotFound)
         ));
         // At 1,200 the first (last used at 0) is stale and makes room for any session.
         assert!(open(&cache, &[topic("e", &[(0, 0)])], 1_200).is_some());
         assert!(matches!(
-            cache.begin(first, 1, false, &[], &[], 1_200),
+            cache.begin(first, 1, false, None, &[], &[], 1_200),
             Err(ResponseError::FetchSessionIdNotFound)
         ));
-        assert!(cache.begin(third, 1, false, &[], &[], 1_200).is_ok());
+        assert!(cache.begin(third, 1, false, None, &[], &[], 1_200).is_ok());
         assert_eq!((cache.len(), cache.partitions_held()), (2, 4));
     }
 
@@ -542,7 +710,7 @@ mod tests {
         let id = open(&cache, &[topic("a", &many[..8])], 0).unwrap().lock().id();
         let grow = [topic("b", &many[..3])];
         assert!(matches!(
-            cache.begin(id, 1, false, &grow, &[], 1),
+            cache.begin(id, 1, false, None, &grow, &[], 1),
             Err(ResponseError::FetchSessionIdNotFound)
         ));
         assert_eq!(
@@ -570,5 +738,67 @@ mod tests {
         s.rotate(&[key(0)]);
         let order: Vec<i32> = s.fetch_topics()[0].partitions.iter().map(|p| p.partition).collect();
         assert_eq!(order, [1, 2, 0]);
+    }
+
+    #[test]
+    fn a_followers_session_reads_only_what_it_names_what_changed_and_what_was_left_over() {
+        const TOPIC: Uuid = Uuid::from_u128(7);
+        let dir = tempfile::tempdir().unwrap();
+        let tail_cache = crate::log::TailCacheBudget::new(1 << 20, 64 << 20);
+        let partitions: Vec<Arc<Partition>> = (0..3)
+            .map(|index| {
+                let path = dir.path().join(index.to_string());
+                let log = crate::log::LogConfig::default();
+                Arc::new(Partition::open(&path, "t", TOPIC, index, 1, log, None, &tail_cache, 0).unwrap())
+            })
+            .collect();
+        let by_id = |positions: &[(i32, i64)]| {
+            FetchTopic::default().with_topic_id(TOPIC).with_partitions(
+                positions
+                    .iter()
+                    .map(|&(p, offset)| FetchPartition::default().with_partition(p).with_fetch_offset(offset))
+                    .collect(),
+            )
+        };
+        let key = |p: i32| (TopicRef::Id(TOPIC), p);
+        let cache = FetchSessionCache::new(SETTINGS);
+        let all = [by_id(&[(0, 0), (1, 0), (2, 0)])];
+        let SessionFetch::Full { session: Some(session) } =
+            cache.begin(0, INITIAL_EPOCH, true, Some(2), &all, &[], 0).unwrap()
+        else {
+            panic!("a full fetch with a free slot opens a session")
+        };
+        let id = session.lock().id();
+        for (p, partition) in partitions.iter().enumerate() {
+            session.lock().watch(&key(p as i32), Ok(partition));
+        }
+        let mut epoch = 0;
+        let mut fetch = |named: &[FetchTopic], forgotten: &[ForgottenTopic]| {
+            epoch += 1;
+            match cache.begin(id, epoch, true, Some(2), named, forgotten, 0).unwrap() {
+                SessionFetch::Incremental { topics, .. } => topics
+                    .iter()
+                    .flat_map(|t| t.partitions.iter().map(|p| (p.partition, p.fetch_offset)))
+                    .collect::<Vec<_>>(),
+                _ => panic!("an incremental fetch"),
+            }
+        };
+        assert_eq!(fetch(&[], &[]), [], "nothing named, nothing changed");
+        assert!(partitions[1].watch().set_log_end_offset(5));
+        assert_eq!(fetch(&[], &[]), [(1, 0)], "only the partition that changed");
+        assert_eq!(fetch(&[], &[]), [], "and only once");
+        let forget_0 = ForgottenTopic::default().with_topic_id(TOPIC).with_partitions(vec![0]);
+        assert_eq!(
+            fetch(&[by_id(&[(2, 3)])], &[forget_0]),
+            [(2, 3)],
+            "what the request names"
+        );
+        assert!(partitions[0].watch().set_log_end_offset(1));
+        assert_eq!(fetch(&[], &[]), [], "a forgotten partition is no longer followed");
+        session.lock().carry_over(key(1));
+        assert_eq!(fetch(&[], &[]), [(1, 0)], "what the last answer left over");
+        session.lock().watch(&key(2), Err(()));
+        assert_eq!(fetch(&[], &[]), [(2, 3)], "a partition that resolved to an error");
+        assert_eq!(session.lock().follower(), Some(2));
     }
 }

@@ -28,6 +28,7 @@
 //! caches (what was just appended: caught-up followers and consumers) is answered from memory
 //! on the spot; any other is read on the blocking pool, at most `num.io.threads` at once.
 
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,6 +36,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::FutureExt;
 use kafka_protocol::error::ResponseError;
+use parking_lot::Mutex;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ProducerId, TopicName};
@@ -47,11 +49,11 @@ use super::{Access, Reply, RequestContext, Session};
 use crate::broker::Broker;
 use crate::clock::now_ms;
 use crate::config::ReplicaSelector;
-use crate::fetch_session::{self, SessionFetch, TopicRef};
+use crate::fetch_session::{self, FetchSession, SessionFetch, SessionKey, TopicRef};
 use crate::log::{AbortedTxn, LogError};
 use crate::metadata::acls::{AclOperation, ResourceType};
 use crate::metrics::{BrokerMetrics, RackLocality};
-use crate::partition::{Partition, PartitionRead, ReadBound};
+use crate::partition::{Partition, PartitionRead, ReadBound, WatchSet};
 use crate::purgatory::{DelayedFetch, FetchWake};
 use crate::quota::ReplicationQuota;
 use crate::replica_manager::{check_follower_identity, preferred_read_replica, FetchParty};
@@ -70,6 +72,7 @@ const READ_COMMITTED: i8 = 1;
 const MAX_WAIT_CAP: Duration = Duration::from_secs(60);
 
 /// One requested partition, resolved against the image once per request.
+#[derive(Clone)]
 struct Target {
     fetch_offset: i64,
     /// `partition_max_bytes`, already clamped to the response cap.
@@ -83,6 +86,7 @@ struct Target {
     preferred_read_replica: Option<i32>,
 }
 
+#[derive(Clone)]
 struct TopicTargets {
     name: TopicName,
     /// How the request's session (if any) names the topic.
@@ -94,6 +98,7 @@ struct TopicTargets {
 }
 
 /// The request, resolved, plus how to shape the response.
+#[derive(Clone)]
 struct FetchPlan {
     topics: Vec<TopicTargets>,
     /// Record bytes the response may carry: the request's `max_bytes` within the broker's cap.
@@ -132,11 +137,13 @@ pub fn handle(ctx: &RequestContext, request: FetchRequest) -> Reply {
             return Reply::Now(ResponseBody::Fetch(follower_refused(&request)));
         }
     }
+    let claimed = replica_id(&request, version);
     let session = if version >= FIRST_VERSION_WITH_SESSIONS {
         let begun = broker.fetch_sessions.begin(
             request.session_id,
             request.session_epoch,
             version >= FIRST_VERSION_WITH_TOPIC_IDS,
+            (claimed >= 0).then_some(claimed),
             &request.topics,
             &request.forgotten_topics_data,
             now_ms(),
@@ -157,8 +164,20 @@ pub fn handle(ctx: &RequestContext, request: FetchRequest) -> Reply {
         SessionFetch::Incremental { topics, .. } => topics.as_slice(),
         _ => request.topics.as_slice(),
     };
-    let plan = Arc::new(resolve(broker, &request, topics, version, client_id, who));
+    let tracked = watch_set(&session);
+    let plan = Arc::new(resolve(
+        broker,
+        &request,
+        topics,
+        version,
+        client_id,
+        who,
+        tracked.as_ref(),
+    ));
     let max_wait = Duration::from_millis(request.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
+    if let Some(set) = tracked {
+        return answer_tracked(ctx, request, session, set, plan, max_wait);
+    }
     // Watching starts before the first read so a write between the read and the wait is not missed.
     let mut delayed = DelayedFetch::new(
         plan.topics
@@ -223,6 +242,117 @@ pub fn handle(ctx: &RequestContext, request: FetchRequest) -> Reply {
     )
 }
 
+/// The watch set of a follower's session (see `fetch_session`), if the request has one.
+fn watch_set(session: &SessionFetch) -> Option<Arc<WatchSet>> {
+    match session {
+        SessionFetch::Full { session: Some(session) } | SessionFetch::Incremental { session, .. } => {
+            session.lock().watch_set().cloned()
+        }
+        _ => None,
+    }
+}
+
+/// Subscribes a follower's session to each partition the plan resolved (before any is read,
+/// so no change after the read goes unseen); one that resolved to an error is read again at
+/// the next fetch.
+fn watch_targets(session: &Mutex<FetchSession>, plan: &FetchPlan) {
+    let mut session = session.lock();
+    for topic in &plan.topics {
+        for target in &topic.partitions {
+            let key = (topic.session_ref.clone(), target.index);
+            session.watch(&key, target.partition.as_ref().map_err(|_| ()));
+        }
+    }
+}
+
+/// A follower's fetch in a session by topic id: reads what the request named and what changed
+/// since the last fetch, and long-polls on the session's watch set, adding each partition that
+/// changes meanwhile to what it reads. No work for a partition that did not change.
+fn answer_tracked(
+    ctx: &RequestContext,
+    request: FetchRequest,
+    session: SessionFetch,
+    set: Arc<WatchSet>,
+    plan: Arc<FetchPlan>,
+    max_wait: Duration,
+) -> Reply {
+    let (broker, who, version) = (ctx.broker.clone(), ctx.session.clone(), ctx.version);
+    let client_id = ctx.client_id().to_string();
+    let tracked_session = match &session {
+        SessionFetch::Full { session: Some(s) } | SessionFetch::Incremental { session: s, .. } => s.clone(),
+        _ => unreachable!("only a session has a watch set"),
+    };
+    watch_targets(&tracked_session, &plan);
+    let deadline = Instant::now() + max_wait;
+    let tell_followers = plan.from_follower && broker.config.replica_selector != ReplicaSelector::Leader;
+    let first_pass = plan_pass(&plan);
+    let permits = broker.replicas.fetch_read_permits().clone();
+    let metrics = broker.metrics.clone();
+    Reply::Later(
+        async move {
+            let mut plan = plan;
+            let (mut response, mut bytes, mut had_error) = read_pass(&permits, &plan, first_pass).await;
+            let mut done = bytes >= plan.min_bytes || had_error || max_wait.is_zero();
+            if !done && tell_followers {
+                done = high_watermark_news(&tracked_session, &plan);
+            }
+            while !done {
+                let expired = tokio::time::timeout_at(deadline, set.changed()).await.is_err();
+                let planned: HashSet<SessionKey> = plan
+                    .topics
+                    .iter()
+                    .flat_map(|t| t.partitions.iter().map(|p| (t.session_ref.clone(), p.index)))
+                    .collect();
+                let (any_changed, extra) = tracked_session.lock().changed_beyond(&planned);
+                if !any_changed && !expired {
+                    continue; // a wake-up left from before the last look
+                }
+                if !extra.is_empty() {
+                    let more = resolve(&broker, &request, &extra, version, &client_id, &who, Some(&set));
+                    watch_targets(&tracked_session, &more);
+                    plan = Arc::new(merged(plan, more));
+                }
+                (response, bytes, had_error) = read_pass(&permits, &plan, plan_pass(&plan)).await;
+                done = expired || bytes >= plan.min_bytes || had_error;
+                if !done && tell_followers {
+                    done = high_watermark_news(&tracked_session, &plan);
+                }
+            }
+            let response = answer_in_session(&session, &plan, response);
+            count_sent(&metrics, &plan, &response);
+            ResponseBody::Fetch(response)
+        }
+        .boxed(),
+    )
+}
+
+/// Whether a planned partition's high watermark is past the one the follower was last told
+/// (where consumers read from followers, a follower is told it at once).
+fn high_watermark_news(session: &Mutex<FetchSession>, plan: &FetchPlan) -> bool {
+    let session = session.lock();
+    plan.topics.iter().any(|topic| {
+        topic.partitions.iter().any(|target| {
+            let Ok(partition) = &target.partition else { return false };
+            let key = (topic.session_ref.clone(), target.index);
+            session
+                .high_watermark_sent(&key)
+                .is_none_or(|sent| partition.high_watermark() > sent)
+        })
+    })
+}
+
+/// `plan` with `more`'s partitions added (to their topic's entry where it has one).
+fn merged(plan: Arc<FetchPlan>, more: FetchPlan) -> FetchPlan {
+    let mut plan = Arc::try_unwrap(plan).unwrap_or_else(|shared| (*shared).clone());
+    for topic in more.topics {
+        match plan.topics.iter_mut().find(|t| t.session_ref == topic.session_ref) {
+            Some(existing) => existing.partitions.extend(topic.partitions),
+            None => plan.topics.push(topic),
+        }
+    }
+    plan
+}
+
 /// Shapes the response by the request's session: a full fetch that opened one names it and
 /// records what the client was told; an incremental one keeps only partitions with news
 /// (records, an error, a moved high watermark or log start offset), so unchanged partitions
@@ -232,6 +362,7 @@ fn answer_in_session(session: &SessionFetch, plan: &FetchPlan, mut response: Fet
         SessionFetch::Sessionless | SessionFetch::Full { session: None } => response,
         SessionFetch::Full { session: Some(session) } => {
             let mut session = session.lock();
+            settle(&mut session, plan, &response);
             for (topic, sent) in plan.topics.iter().zip(&response.responses) {
                 for data in &sent.partitions {
                     let key = (topic.session_ref.clone(), data.partition_index);
@@ -243,6 +374,7 @@ fn answer_in_session(session: &SessionFetch, plan: &FetchPlan, mut response: Fet
         }
         SessionFetch::Incremental { session, .. } => {
             let mut session = session.lock();
+            settle(&mut session, plan, &response);
             let mut returned_records = Vec::new();
             for (topic, sent) in plan.topics.iter().zip(response.responses.iter_mut()) {
                 sent.partitions.retain(|data| {
@@ -269,9 +401,38 @@ fn answer_in_session(session: &SessionFetch, plan: &FetchPlan, mut response: Fet
     }
 }
 
+/// A follower's session, as a fetch is answered: the partitions the next fetch reads again
+/// whatever changes. Those with data the answer did not carry (cut by `max_bytes`, throttled),
+/// an error, or a follower outside the ISR (its rejoining is decided on its fetches).
+fn settle(session: &mut FetchSession, plan: &FetchPlan, response: &FetchResponse) {
+    let Some(replica_id) = session.follower() else { return };
+    for (topic, sent) in plan.topics.iter().zip(&response.responses) {
+        for (target, data) in topic.partitions.iter().zip(&sent.partitions) {
+            let again = match &target.partition {
+                Err(_) => true,
+                Ok(partition) => {
+                    data.error_code != 0
+                        || target.fetch_offset < partition.log_end_offset()
+                        || !partition.isr_contains(replica_id)
+                }
+            };
+            if again {
+                session.carry_over((topic.session_ref.clone(), target.index));
+            }
+        }
+    }
+}
+
 /// Counts what the response carries: per topic for a consumer (BytesOutPerSec) and by the
 /// consumer's rack, as replication bytes for a follower.
 fn count_sent(metrics: &BrokerMetrics, plan: &FetchPlan, response: &FetchResponse) {
+    if plan.from_follower {
+        let read: usize = plan.topics.iter().map(|t| t.partitions.len()).sum();
+        metrics.follower_fetches.fetch_add(1, Ordering::Relaxed);
+        metrics
+            .follower_fetch_partitions_read
+            .fetch_add(read as u64, Ordering::Relaxed);
+    }
     let mut consumer_bytes = 0;
     for (topic, sent) in plan.topics.iter().zip(&response.responses) {
         for data in &sent.partitions {
@@ -358,6 +519,7 @@ fn resolve(
     version: i16,
     client_id: &str,
     who: &Session,
+    tracked: Option<&Arc<WatchSet>>,
 ) -> FetchPlan {
     let image = broker.metadata.image();
     let by_topic_id = version >= FIRST_VERSION_WITH_TOPIC_IDS;
@@ -413,6 +575,14 @@ fn resolve(
         }
     };
     let now = now_ms();
+    // A follower's session: each fetch says where the follower is in every partition of it.
+    let session_clock = match party {
+        FetchParty::Follower { identity: Ok(()), .. } => tracked.map(|set| {
+            set.fetched(now);
+            set.fetch_clock()
+        }),
+        _ => None,
+    };
     let throttle = match party {
         FetchParty::Follower { identity: Ok(()), .. } => {
             let quota = broker.replicas.leader_quota();
@@ -458,6 +628,7 @@ fn resolve(
                             p.current_leader_epoch,
                             party,
                             now,
+                            session_clock,
                         ),
                     };
                     let preferred_read_replica = partition.as_ref().ok().and_then(|partition| {

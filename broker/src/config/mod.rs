@@ -441,7 +441,7 @@ pub struct BrokerConfig {
     pub max_in_flight_request_bytes_per_connection: usize,
     /// Client connections open at once; more are refused at accept.
     pub max_connections: usize,
-    pub fetch_sessions: crate::fetch_session::SessionSettings,
+    pub fetch_sessions: SessionSettings,
     /// Where `/metrics` and the console are served (`metrics.listen`), if anywhere.
     pub metrics_listen: Option<SocketAddr>,
     pub metrics_max_connections: usize,
@@ -632,7 +632,7 @@ impl BrokerConfig {
                 1,
             )?,
             max_connections: parse_at_least("max.connections", &get("max.connections"), 1)?,
-            fetch_sessions: crate::fetch_session::SessionSettings {
+            fetch_sessions: SessionSettings {
                 max_slots: parse_num(
                     "max.incremental.fetch.session.cache.slots",
                     &get("max.incremental.fetch.session.cache.slots"),
@@ -956,6 +956,15 @@ fn split_host_port(addr: &str) -> Result<(String, i32), ConfigError> {
         return Err(ConfigError::BadAdvertise(addr.to_string()));
     }
     Ok((host.trim_matches(['[', ']']).to_string(), i32::from(port)))
+}
+
+/// The fetch session cache's bounds (`fetch_session`): `max.incremental.fetch.session.cache.slots`,
+/// `min.incremental.fetch.session.eviction.ms`, `fetch.session.cache.max.partitions`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionSettings {
+    pub max_slots: usize,
+    pub eviction_ms: i64,
+    pub max_partitions: usize,
 }
 
 #[cfg(test)]

@@ -34,6 +34,8 @@ struct Scrape {
     isr_expands: u64,
     replication_bytes_in: u64,
     replication_bytes_out: u64,
+    follower_fetches: u64,
+    follower_fetch_partitions_read: u64,
     consumer_bytes_by_rack: [u64; 3],
     connections: Vec<(String, i64)>,
     /// Per listener: successful and failed authentications since start.
@@ -61,6 +63,8 @@ pub fn render(broker: &Broker) -> String {
         isr_expands: metrics.isr_expands.load(ordering),
         replication_bytes_in: metrics.replication_bytes_in.load(ordering),
         replication_bytes_out: metrics.replication_bytes_out.load(ordering),
+        follower_fetches: metrics.follower_fetches.load(ordering),
+        follower_fetch_partitions_read: metrics.follower_fetch_partitions_read.load(ordering),
         consumer_bytes_by_rack: [0, 1, 2].map(|i| metrics.consumer_bytes_by_rack[i].load(ordering)),
         connections: metrics.connections().map(|(l, n)| (l.to_string(), n)).collect(),
         authentications: {
@@ -211,6 +215,18 @@ impl Scrape {
             "kafka_server_brokertopicmetrics_replicationbytesout",
             "Record bytes sent to followers (ReplicationBytesOutPerSec).",
             self.replication_bytes_out,
+        )?;
+        counter(
+            e,
+            "sluice_follower_fetches",
+            "Followers' fetches answered as leader.",
+            self.follower_fetches,
+        )?;
+        counter(
+            e,
+            "sluice_follower_fetch_partitions_read",
+            "Partitions read to answer followers' fetches: in a follower's fetch session, only those it named, that changed, or that the last answer left data in.",
+            self.follower_fetch_partitions_read,
         )?;
         let mut f = family(
             e,

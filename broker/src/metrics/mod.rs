@@ -81,6 +81,10 @@ pub struct BrokerMetrics {
     pub replication_bytes_in: AtomicU64,
     /// Record bytes this broker sent to its followers.
     pub replication_bytes_out: AtomicU64,
+    /// Followers' fetches this broker answered as leader, and the partitions those answers
+    /// read: with fetch sessions, only partitions named or changed are read.
+    pub follower_fetches: AtomicU64,
+    pub follower_fetch_partitions_read: AtomicU64,
     /// Record bytes sent to consumers by where they are (KIP-392): in this broker's rack, in
     /// another, or unknown (the consumer or this broker names no rack, or Fetch below v11).
     pub consumer_bytes_by_rack: [AtomicU64; 3],
@@ -135,6 +139,8 @@ impl BrokerMetrics {
             isr_expands: AtomicU64::new(0),
             replication_bytes_in: AtomicU64::new(0),
             replication_bytes_out: AtomicU64::new(0),
+            follower_fetches: AtomicU64::new(0),
+            follower_fetch_partitions_read: AtomicU64::new(0),
             consumer_bytes_by_rack: Default::default(),
             connections: listeners.into_iter().map(|l| (l, AtomicI64::new(0))).collect(),
             principals: parking_lot::Mutex::new(HashMap::new()),

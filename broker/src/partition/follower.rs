@@ -5,8 +5,6 @@
 
 use kafka_protocol::error::ResponseError;
 
-use std::sync::atomic::Ordering;
-
 use super::{
     log_error, rebuild_producer_state, record_appended, snapshot_if_rolled, AppendError, Partition, ReplicaState, Role,
 };
@@ -25,7 +23,7 @@ impl Partition {
         snapshot_if_rolled(&log, &producers, active_before);
         record_appended(&mut producers, &mut log, records).map_err(|e| log_error(&e))?;
         self.watch.set_first_unstable_offset(producers.first_unstable_offset());
-        self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
+        self.publish_log_start_offset(log.log_start_offset());
         let end = log.log_end_offset();
         self.watch.set_log_end_offset(end);
         Ok(end)
@@ -55,7 +53,7 @@ impl Partition {
             .min(self.high_watermark())
             .min(log.log_end_offset());
         log.advance_log_start_offset(target).map_err(|e| log_error(&e))?;
-        self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
+        self.publish_log_start_offset(log.log_start_offset());
         Ok(())
     }
 
@@ -82,7 +80,7 @@ impl Partition {
             self.watch.set_first_unstable_offset(rebuilt.first_unstable_offset());
             *self.producers.lock() = rebuilt;
         }
-        self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
+        self.publish_log_start_offset(log.log_start_offset());
         // The high watermark first, so that it is never past the log end offset, even briefly.
         self.watch.clamp_high_watermark(log.log_start_offset(), end);
         self.watch.set_log_end_offset(end);

@@ -6,7 +6,8 @@
 //! ([`Partition::apply_registration`]).
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError;
 use sluice_protocol::batch::BatchIter;
@@ -41,7 +42,7 @@ pub struct ReadCandidate {
 }
 
 /// What the leader knows of one follower (Kafka's `Replica` state).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) struct FollowerProgress {
     /// The follower's last fetch offset; -1 until it fetches from this leader.
     log_end_offset: i64,
@@ -52,6 +53,9 @@ pub(super) struct FollowerProgress {
     leader_end_at_last_fetch: i64,
     /// The follower's log start offset as its last fetch reported it; -1 until then.
     log_start_offset: i64,
+    /// The fetch session this partition is in: when the follower last fetched in it (see
+    /// [`FollowerProgress::caught_up_ms`]). None outside a session or once it left it.
+    session_clock: Option<Arc<AtomicI64>>,
 }
 
 impl FollowerProgress {
@@ -62,6 +66,20 @@ impl FollowerProgress {
             last_fetch_ms: 0,
             leader_end_at_last_fetch: -1,
             log_start_offset: -1,
+            session_clock: None,
+        }
+    }
+
+    /// When the follower last had everything the leader had. A follower's fetch session
+    /// names a partition only when its position moves, so an idle one it holds at the log
+    /// end is not in its fetches: it was caught up at each fetch of the session, as its
+    /// position there was this one and the log end never moves back.
+    fn caught_up_ms(&self, leader_end: i64) -> i64 {
+        match &self.session_clock {
+            Some(clock) if self.log_end_offset >= leader_end => {
+                self.last_caught_up_ms.max(clock.load(Ordering::Acquire))
+            }
+            _ => self.last_caught_up_ms,
         }
     }
 }
@@ -119,10 +137,11 @@ impl Partition {
         now_ms: i64,
         verification: TxnVerification,
     ) -> Result<AppendOutcome, AppendError> {
-        let state = self.replica.lock();
+        let mut state = self.replica.lock();
         if !matches!(state.role, Role::Leader(_)) {
             return Err(no_longer_leader());
         }
+        self.credit_session_catch_up(&mut state);
         let outcome = {
             let mut log = self.log.lock();
             let mut producers = self.producers.lock();
@@ -170,10 +189,11 @@ impl Partition {
         now_ms: i64,
     ) -> Result<i64, AppendError> {
         let mut marker = encode_control_batch(producer_id, producer_epoch, coordinator_epoch, kind, now_ms);
-        let state = self.replica.lock();
+        let mut state = self.replica.lock();
         if !matches!(state.role, Role::Leader(_)) {
             return Err(no_longer_leader());
         }
+        self.credit_session_catch_up(&mut state);
         let info = {
             let mut log = self.log.lock();
             let mut producers = self.producers.lock();
@@ -182,6 +202,17 @@ impl Partition {
         };
         self.after_leader_append(&state, &info);
         Ok(info.base_offset)
+    }
+
+    /// Before the log end moves: each follower holding it in a fetch session was caught up
+    /// at that session's last fetch, which [`FollowerProgress::caught_up_ms`] can no longer
+    /// tell once the log has grown past the follower's position.
+    fn credit_session_catch_up(&self, state: &mut ReplicaState) {
+        let Role::Leader(leader) = &mut state.role else { return };
+        let leader_end = self.log_end_offset();
+        for progress in leader.followers.values_mut() {
+            progress.last_caught_up_ms = progress.caught_up_ms(leader_end);
+        }
     }
 
     /// The append itself and the producer-state update, as one step under both locks.
@@ -200,7 +231,7 @@ impl Partition {
         snapshot_if_rolled(log, producers, active_before);
         record_appended(producers, log, records).map_err(|e| log_error(&e))?;
         self.watch.set_first_unstable_offset(producers.first_unstable_offset());
-        self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
+        self.publish_log_start_offset(log.log_start_offset());
         Ok(info)
     }
 
@@ -226,6 +257,28 @@ impl Partition {
         current_leader_epoch: i32,
         now_ms: i64,
     ) -> Result<Option<MetadataCommand>, ResponseError> {
+        self.record_follower_session_fetch(
+            replica_id,
+            fetch_offset,
+            follower_log_start_offset,
+            current_leader_epoch,
+            now_ms,
+            None,
+        )
+    }
+
+    /// [`Partition::record_follower_fetch`] for a fetch in a session whose fetches are
+    /// clocked by `session_clock` ([`super::WatchSet::fetch_clock`]): until the follower
+    /// names the partition again, each fetch of the session counts as one at this position.
+    pub fn record_follower_session_fetch(
+        &self,
+        replica_id: i32,
+        fetch_offset: i64,
+        follower_log_start_offset: i64,
+        current_leader_epoch: i32,
+        now_ms: i64,
+        session_clock: Option<&Arc<AtomicI64>>,
+    ) -> Result<Option<MetadataCommand>, ResponseError> {
         let mut guard = self.replica.lock();
         let state = &mut *guard;
         let leader_end = self.log_end_offset();
@@ -250,6 +303,10 @@ impl Partition {
         progress.log_start_offset = follower_log_start_offset;
         progress.last_fetch_ms = now_ms;
         progress.leader_end_at_last_fetch = leader_end;
+        match (session_clock, &progress.session_clock) {
+            (Some(clock), Some(held)) if Arc::ptr_eq(clock, held) => {}
+            (clock, _) => progress.session_clock = clock.cloned(),
+        }
         let rejoin = !state.isr.contains(&replica_id)
             && leader.pending_isr.is_none()
             && fetch_offset >= high_watermark
@@ -262,6 +319,27 @@ impl Partition {
         self.maybe_advance_high_watermark(state);
         self.update_low_watermark(state);
         Ok(command)
+    }
+
+    /// The follower's fetch session no longer holds this partition: its fetches no longer
+    /// say where the follower is here.
+    pub fn forget_follower_session(&self, replica_id: i32, session_clock: &Arc<AtomicI64>) {
+        if let Role::Leader(leader) = &mut self.replica.lock().role {
+            if let Some(progress) = leader.followers.get_mut(&replica_id) {
+                if progress
+                    .session_clock
+                    .as_ref()
+                    .is_some_and(|c| Arc::ptr_eq(c, session_clock))
+                {
+                    progress.session_clock = None;
+                }
+            }
+        }
+    }
+
+    /// Whether `replica_id` is in the ISR this replica applied.
+    pub fn isr_contains(&self, replica_id: i32) -> bool {
+        self.replica.lock().isr.contains(&replica_id)
     }
 
     /// DeleteRecords on the leader (Kafka's `deleteRecordsOnLeader`): moves the log start
@@ -288,7 +366,7 @@ impl Partition {
             let mut log = self.log.lock();
             log.advance_log_start_offset(target).map_err(|e| log_error(&e))?;
             let start = log.log_start_offset();
-            self.log_start_offset.store(start, Ordering::Release);
+            self.publish_log_start_offset(start);
             start
         };
         debug_assert!(
@@ -330,7 +408,7 @@ impl Partition {
             holds.then_some(ReadCandidate {
                 broker_id: *id,
                 log_end_offset: progress.log_end_offset,
-                since_caught_up_ms: now_ms.saturating_sub(progress.last_caught_up_ms),
+                since_caught_up_ms: now_ms.saturating_sub(progress.caught_up_ms(own.log_end_offset)),
             })
         });
         Some(std::iter::once(own).chain(followers).collect())
@@ -345,12 +423,13 @@ impl Partition {
         if leader.pending_isr.is_some() {
             return None;
         }
+        let leader_end = self.log_end_offset();
         let lagging = |id: &i32| {
             *id != self.node_id
                 && leader
                     .followers
                     .get(id)
-                    .is_none_or(|p| now_ms.saturating_sub(p.last_caught_up_ms) > lag_ms)
+                    .is_none_or(|p| now_ms.saturating_sub(p.caught_up_ms(leader_end)) > lag_ms)
         };
         if !state.isr.iter().any(lagging) {
             return None;
@@ -368,6 +447,8 @@ impl Partition {
     pub fn isr_change_finished(&self) {
         if let Role::Leader(leader) = &mut self.replica.lock().role {
             leader.pending_isr = None;
+            // A refused expansion is proposed again at the follower's next fetch of it.
+            self.watch.touch();
         }
     }
 

@@ -36,7 +36,7 @@ use crate::log::{
 use crate::metadata::image::PartitionRegistration;
 use crate::producer_state::{snapshot, ActiveProducer, ProducerStateManager};
 use leader::{FollowerProgress, LeaderState};
-pub use watch::{PartitionWatch, Watched};
+pub use watch::{PartitionWatch, WatchKey, WatchSet, Watched};
 pub use leader::ReadCandidate;
 
 mod follower;
@@ -266,7 +266,12 @@ impl Partition {
             }
         };
         state.leader_epoch = registration.leader_epoch;
-        self.watch.set_leader_epoch(registration.leader_epoch);
+        let epoch_moved = self.watch.set_leader_epoch(registration.leader_epoch);
+        if isr_changed && !epoch_moved {
+            // A follower's fetch session re-reads it: a follower just left out of the ISR
+            // rejoins through its fetches of the partition, idle or not.
+            self.watch.touch();
+        }
         self.maybe_advance_high_watermark(&state);
         self.update_low_watermark(&state);
         change
@@ -411,6 +416,14 @@ impl Partition {
         self.log_start_offset.load(Ordering::Acquire)
     }
 
+    /// Stores the log start offset; a move is told to the partition's waiters and fetch
+    /// sessions, as fetch answers carry it.
+    fn publish_log_start_offset(&self, offset: i64) {
+        if self.log_start_offset.swap(offset, Ordering::AcqRel) != offset {
+            self.watch.touch();
+        }
+    }
+
     pub fn leader_epoch(&self) -> i32 {
         self.watch.leader_epoch()
     }
@@ -488,7 +501,7 @@ impl Partition {
         log.maybe_roll(now_ms)?;
         snapshot_if_rolled(&log, &self.producers.lock(), active_before);
         let deleted = log.delete_retained_segments(now_ms, self.high_watermark())?;
-        self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
+        self.publish_log_start_offset(log.log_start_offset());
         Ok(deleted)
     }
 

@@ -347,3 +347,57 @@ fn a_consumer_may_be_sent_only_to_in_sync_followers_whose_log_holds_its_offset()
     follower.apply_registration(&registration(1, 0, 0, &[1, 2]), NOW);
     assert!(follower.read_candidates(0, NOW).is_none());
 }
+
+#[test]
+fn a_follower_fetching_in_a_session_stays_in_the_isr_on_an_idle_partition_it_no_longer_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = open(dir.path(), 1);
+    p.apply_registration(&registration(1, 0, 0, &[1, 2, 3]), NOW);
+    append(&p, 10);
+    let session = WatchSet::new();
+    session.fetched(NOW + 1_000);
+    p.record_follower_session_fetch(2, 10, 0, -1, NOW + 1_000, Some(session.fetch_clock()))
+        .unwrap();
+    p.record_follower_fetch(3, 10, 0, -1, NOW + 1_000).unwrap();
+    // Follower 2's session goes on fetching without naming the partition (nothing moved);
+    // follower 3 stopped fetching.
+    session.fetched(NOW + 2 * LAG_MS);
+    assert_eq!(new_isr(p.isr_shrink(NOW + 2 * LAG_MS, LAG_MS)), vec![1, 2]);
+    p.apply_registration(&registration(1, 0, 1, &[1, 2]), NOW + 2 * LAG_MS);
+    // Once the session no longer holds the partition, its fetches say nothing about it.
+    p.forget_follower_session(2, session.fetch_clock());
+    session.fetched(NOW + 4 * LAG_MS);
+    assert_eq!(new_isr(p.isr_shrink(NOW + 4 * LAG_MS, LAG_MS)), vec![1]);
+}
+
+#[test]
+fn an_append_ends_what_a_sessions_fetches_say_for_a_follower_that_does_not_catch_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = open(dir.path(), 1);
+    p.apply_registration(
+        &PartitionRegistration {
+            replicas: vec![1, 2],
+            isr: vec![1, 2],
+            leader: 1,
+            leader_epoch: 0,
+            partition_epoch: 0,
+            ..Default::default()
+        },
+        NOW,
+    );
+    let session = WatchSet::new();
+    session.fetched(NOW);
+    p.record_follower_session_fetch(2, 0, 0, -1, NOW, Some(session.fetch_clock()))
+        .unwrap();
+    // The follower's session fetches at NOW + LAG_MS, caught up; then records arrive and its
+    // later fetches never name the partition at the new log end.
+    session.fetched(NOW + LAG_MS);
+    append(&p, 5);
+    session.fetched(NOW + 3 * LAG_MS);
+    assert_eq!(
+        p.isr_shrink(NOW + 2 * LAG_MS, LAG_MS),
+        None,
+        "caught up at the session's fetch before the append"
+    );
+    assert_eq!(new_isr(p.isr_shrink(NOW + 2 * LAG_MS + 1, LAG_MS)), vec![1]);
+}

@@ -8,12 +8,75 @@
 //! the value it cares about and goes back to waiting when that one did not move. No wake-up is
 //! lost: a waiter creates its `Notified` *before* it reads the values, and `notify_waiters`
 //! completes every `Notified` created before the call, polled yet or not.
+//!
+//! A [`WatchSet`] follows many partitions' watches at once (a follower's fetch session): each
+//! change also marks the partition in every set subscribed to it and wakes that set's one
+//! waiter, so a fetch session learns which of its thousands of partitions changed without
+//! looking at the others.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicI32, AtomicI64, Ordering};
+use std::sync::{Arc, Weak};
 
+use parking_lot::Mutex;
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 use tokio::time::Instant;
+use uuid::Uuid;
+
+/// A partition as a [`WatchSet`] names it: topic id and index.
+pub type WatchKey = (Uuid, i32);
+
+/// The partitions of one waiter (a follower's fetch session) that changed since it last
+/// looked, and the wake-up for that waiter. Holds at most one entry per subscribed partition.
+#[derive(Debug, Default)]
+pub struct WatchSet {
+    changed: Mutex<HashSet<WatchKey>>,
+    /// `notify_one`: a change while nobody waits leaves a permit, so it is never lost.
+    wake: Notify,
+    /// When the session's follower last fetched (ms since the epoch), shared with each
+    /// partition's record of that follower: an idle partition it holds at the log end counts
+    /// as caught up at that time without being named in the fetch.
+    fetched_ms: Arc<AtomicI64>,
+}
+
+impl WatchSet {
+    pub fn new() -> Arc<WatchSet> {
+        Arc::new(WatchSet::default())
+    }
+
+    fn mark(&self, key: WatchKey) {
+        if self.changed.lock().insert(key) {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Takes the partitions that changed since the last call.
+    pub fn take_changed(&self) -> Vec<WatchKey> {
+        self.changed.lock().drain().collect()
+    }
+
+    /// Completes at the next change (or at once if one came since the last wait ended).
+    pub async fn changed(&self) {
+        self.wake.notified().await
+    }
+
+    /// The follower fetched at `now_ms`.
+    pub fn fetched(&self, now_ms: i64) {
+        self.fetched_ms.fetch_max(now_ms, Ordering::AcqRel);
+    }
+
+    /// The clock partitions keep for the follower (see `fetched_ms`).
+    pub fn fetch_clock(&self) -> &Arc<AtomicI64> {
+        &self.fetched_ms
+    }
+}
+
+#[derive(Debug)]
+struct Subscriber {
+    set: Weak<WatchSet>,
+    key: WatchKey,
+}
 
 /// The published values at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +98,8 @@ pub struct PartitionWatch {
     /// high watermark it makes the last stable offset that `read_committed` fetches wait on.
     first_unstable_offset: AtomicI64,
     changed: Notify,
+    /// The [`WatchSet`]s following this partition (no allocation while there are none).
+    subscribers: Mutex<Vec<Subscriber>>,
 }
 
 impl PartitionWatch {
@@ -46,6 +111,7 @@ impl PartitionWatch {
             low_watermark: AtomicI64::new(initial.low_watermark),
             first_unstable_offset: AtomicI64::new(i64::MAX),
             changed: Notify::new(),
+            subscribers: Mutex::new(Vec::new()),
         }
     }
 
@@ -131,8 +197,54 @@ impl PartitionWatch {
     fn notify_if(&self, changed: bool) -> bool {
         if changed {
             self.changed.notify_waiters();
+            self.mark_subscribers();
         }
         changed
+    }
+
+    /// Tells waiters and subscribed sets that something they read besides these values changed
+    /// (the log start offset).
+    pub fn touch(&self) {
+        self.notify_if(true);
+    }
+
+    fn mark_subscribers(&self) {
+        let mut subscribers = self.subscribers.lock();
+        subscribers.retain(|s| match s.set.upgrade() {
+            Some(set) => {
+                set.mark(s.key);
+                true
+            }
+            None => false,
+        });
+    }
+
+    /// Marks this partition in `set` at every change from now on, as `key`.
+    pub fn subscribe(&self, set: &Arc<WatchSet>, key: WatchKey) {
+        let mut subscribers = self.subscribers.lock();
+        subscribers.retain(|s| s.set.strong_count() > 0);
+        let weak = Arc::downgrade(set);
+        if !subscribers.iter().any(|s| s.set.ptr_eq(&weak) && s.key == key) {
+            subscribers.push(Subscriber { set: weak, key });
+        }
+    }
+
+    pub fn unsubscribe(&self, set: &Arc<WatchSet>) {
+        let weak = Arc::downgrade(set);
+        self.subscribers
+            .lock()
+            .retain(|s| !s.set.ptr_eq(&weak) && s.set.strong_count() > 0);
+    }
+
+    /// The partition is no longer hosted here: every set following it is told once (and then
+    /// finds it gone), and none follows it any more.
+    pub fn close_subscriptions(&self) {
+        let subscribers = std::mem::take(&mut *self.subscribers.lock());
+        for s in subscribers {
+            if let Some(set) = s.set.upgrade() {
+                set.mark(s.key);
+            }
+        }
     }
 
     /// Waits until `check` answers for the published values, or the deadline (`None`).
@@ -243,6 +355,35 @@ mod tests {
             })
             .await;
         assert_eq!(found, None);
+    }
+
+    #[tokio::test]
+    async fn a_watch_set_hears_of_each_subscribed_partition_once_until_it_looks() {
+        let (a, b) = (watch(), watch());
+        let set = WatchSet::new();
+        let (key_a, key_b) = ((Uuid::from_u128(1), 0), (Uuid::from_u128(1), 1));
+        a.subscribe(&set, key_a);
+        a.subscribe(&set, key_a);
+        b.subscribe(&set, key_b);
+        assert!(set.take_changed().is_empty());
+        assert!(a.set_log_end_offset(1));
+        assert!(a.advance_high_watermark(1));
+        tokio::time::timeout(Duration::from_secs(10), set.changed())
+            .await
+            .expect("a change while nobody waited leaves a wake-up");
+        assert_eq!(set.take_changed(), vec![key_a], "once, though two values moved");
+        a.unsubscribe(&set);
+        assert!(a.set_log_end_offset(2));
+        assert!(set.take_changed().is_empty(), "no longer followed");
+        b.close_subscriptions();
+        assert_eq!(set.take_changed(), vec![key_b], "a removed partition is told once");
+        assert!(b.set_log_end_offset(1));
+        assert!(set.take_changed().is_empty());
+        // A set that is gone is dropped from the partition's subscribers at its next change.
+        a.subscribe(&set, key_a);
+        drop(set);
+        assert!(a.set_log_end_offset(3));
+        assert!(a.subscribers.lock().is_empty());
     }
 
     #[test]

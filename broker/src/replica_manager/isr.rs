@@ -2,6 +2,7 @@
 //! each follower's fetch state (which may expand the ISR), the AlterPartition proposals through
 //! the metadata quorum, and the timer that shrinks the ISR and checkpoints high watermarks.
 
+use std::sync::atomic::AtomicI64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -61,7 +62,9 @@ impl ReplicaManager {
     /// leads it. For a follower whose identity checked out, its fetch offset is its log end
     /// offset (`updateFollowerFetchState`): that may advance the high watermark, and the
     /// AlterPartition bringing it back into the ISR is proposed here. A refused fetch moves
-    /// no follower's progress, ISR or high watermark.
+    /// no follower's progress, ISR or high watermark. `session_clock`: the follower's fetch
+    /// session's ([`crate::partition::WatchSet::fetch_clock`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn partition_for_fetch(
         self: &Arc<Self>,
         topic: &TopicImage,
@@ -71,6 +74,7 @@ impl ReplicaManager {
         current_leader_epoch: i32,
         party: FetchParty,
         now_ms: i64,
+        session_clock: Option<&Arc<AtomicI64>>,
     ) -> Result<Arc<Partition>, ResponseError> {
         let partition = match party {
             FetchParty::Consumer { any_replica: true } => {
@@ -81,12 +85,13 @@ impl ReplicaManager {
         if let FetchParty::Follower { replica_id, identity } = party {
             identity?;
             partition.check_leader_epoch(current_leader_epoch)?;
-            let expand = partition.record_follower_fetch(
+            let expand = partition.record_follower_session_fetch(
                 replica_id,
                 fetch_offset,
                 log_start_offset,
                 current_leader_epoch,
                 now_ms,
+                session_clock,
             )?;
             if let Some(command) = expand {
                 self.propose_isr_change(partition.clone(), command, IsrChange::Expand);

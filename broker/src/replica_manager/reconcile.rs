@@ -159,6 +159,8 @@ impl ReplicaManager {
             gone.iter().filter_map(|k| partitions.remove(k)).collect()
         };
         for partition in &deletions {
+            // Fetch sessions following it read it once more and find it gone.
+            partition.watch().close_subscriptions();
             self.fetchers.remove((partition.topic_id, partition.index));
             self.applied_configs.write().remove(&partition.topic_id);
         }
