@@ -119,7 +119,9 @@ impl ConnectionSlots {
     /// A place for one more connection, if fewer than `limit` are open.
     fn take(self: &Arc<Self>, limit: usize) -> Option<ConnectionSlot> {
         self.open
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| (open < limit).then_some(open + 1))
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
+                (open < limit).then_some(open + 1)
+            })
             .ok()
             .map(|_| ConnectionSlot(self.clone()))
     }
@@ -195,7 +197,8 @@ const IDLE_PASSES: u64 = 10;
 /// unchanged: this only starts writes early. The same pass writes each such segment's buffered
 /// index entries to their files (one write per index instead of one per entry), and does the
 /// seals that rolls left to it (`PartitionLog::pending_seal`), so no fsync runs on the produce
-/// or replication path.
+/// or replication path. A pass looks only at partitions whose log changed since the last one
+/// (`Partition::take_writeback_due`): idle partitions cost it nothing.
 async fn run_writeback(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
     // Per hosted partition: the active segment it last saw and how far it was written back.
     let mut written: HashMap<(uuid::Uuid, i32), (i64, u64)> = HashMap::new();
@@ -222,6 +225,9 @@ async fn run_writeback(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>)
         let mut due = Vec::new();
         let mut seals = Vec::new();
         for partition in &partitions {
+            if !partition.take_writeback_due() {
+                continue; // nothing appended, rolled or truncated since the last look
+            }
             let key = (partition.topic_id, partition.index);
             let active = partition.active_segment();
             if active.seal_pending {
@@ -239,14 +245,17 @@ async fn run_writeback(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>)
                 written.entry(key).or_insert((segment, done));
             }
         }
-        let hosted: HashSet<(uuid::Uuid, i32)> = partitions.iter().map(|p| (p.topic_id, p.index)).collect();
-        written.retain(|key, _| hosted.contains(key));
+        if passes % IDLE_PASSES == 0 {
+            let hosted: HashSet<(uuid::Uuid, i32)> = partitions.iter().map(|p| (p.topic_id, p.index)).collect();
+            written.retain(|key, _| hosted.contains(key));
+        }
         if due.is_empty() && seals.is_empty() {
             continue;
         }
         let started = tokio::task::spawn_blocking(move || {
             for partition in seals {
                 if let Err(e) = partition.finish_pending_seal() {
+                    partition.writeback_again();
                     tracing::warn!(topic = %partition.topic, partition = partition.index, error = %e,
                         "fsyncing a sealed log segment failed; writeback tries again each second and the partition's next roll waits for it");
                 }

@@ -23,7 +23,7 @@ impl Partition {
         snapshot_if_rolled(&log, &producers, active_before);
         record_appended(&mut producers, &mut log, records).map_err(|e| log_error(&e))?;
         self.watch.set_first_unstable_offset(producers.first_unstable_offset());
-        self.publish_log_start_offset(log.log_start_offset());
+        self.after_log_change(log.log_start_offset());
         let end = log.log_end_offset();
         self.watch.set_log_end_offset(end);
         Ok(end)
@@ -53,7 +53,7 @@ impl Partition {
             .min(self.high_watermark())
             .min(log.log_end_offset());
         log.advance_log_start_offset(target).map_err(|e| log_error(&e))?;
-        self.publish_log_start_offset(log.log_start_offset());
+        self.after_log_change(log.log_start_offset());
         Ok(())
     }
 
@@ -80,7 +80,7 @@ impl Partition {
             self.watch.set_first_unstable_offset(rebuilt.first_unstable_offset());
             *self.producers.lock() = rebuilt;
         }
-        self.publish_log_start_offset(log.log_start_offset());
+        self.after_log_change(log.log_start_offset());
         // The high watermark first, so that it is never past the log end offset, even briefly.
         self.watch.clamp_high_watermark(log.log_start_offset(), end);
         self.watch.set_log_end_offset(end);

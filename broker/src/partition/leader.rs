@@ -231,7 +231,7 @@ impl Partition {
         snapshot_if_rolled(log, producers, active_before);
         record_appended(producers, log, records).map_err(|e| log_error(&e))?;
         self.watch.set_first_unstable_offset(producers.first_unstable_offset());
-        self.publish_log_start_offset(log.log_start_offset());
+        self.after_log_change(log.log_start_offset());
         Ok(info)
     }
 
@@ -366,7 +366,7 @@ impl Partition {
             let mut log = self.log.lock();
             log.advance_log_start_offset(target).map_err(|e| log_error(&e))?;
             let start = log.log_start_offset();
-            self.publish_log_start_offset(start);
+            self.after_log_change(start);
             start
         };
         debug_assert!(

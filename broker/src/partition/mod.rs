@@ -18,7 +18,7 @@
 //! `read_committed` reads by it and collects the aborted transactions they overlap from memory.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -61,6 +61,8 @@ pub struct Partition {
     /// (`acks=all` waiters fail when it moves) and the low watermark (DeleteRecords).
     watch: PartitionWatch,
     log_start_offset: AtomicI64,
+    /// The log changed since the writeback pass last looked (`server::run_writeback`).
+    writeback_due: AtomicBool,
 }
 
 /// The replica set as this broker last applied it, and this replica's role in it.
@@ -207,6 +209,7 @@ impl Partition {
                 isr: Vec::new(),
             }),
             log_start_offset: AtomicI64::new(log.log_start_offset()),
+            writeback_due: AtomicBool::new(true),
             watch,
             log: Mutex::new(log),
             producers: Mutex::new(producers),
@@ -416,12 +419,25 @@ impl Partition {
         self.log_start_offset.load(Ordering::Acquire)
     }
 
-    /// Stores the log start offset; a move is told to the partition's waiters and fetch
-    /// sessions, as fetch answers carry it.
-    fn publish_log_start_offset(&self, offset: i64) {
-        if self.log_start_offset.swap(offset, Ordering::AcqRel) != offset {
+    /// Called after each change to the log (append, roll, truncation, log start move) with its
+    /// log start offset: stores it (a move is told to the partition's waiters and fetch
+    /// sessions, as fetch answers carry it) and marks the log for the next writeback pass.
+    fn after_log_change(&self, log_start_offset: i64) {
+        self.writeback_due.store(true, Ordering::Release);
+        if self.log_start_offset.swap(log_start_offset, Ordering::AcqRel) != log_start_offset {
             self.watch.touch();
         }
+    }
+
+    /// Whether the log changed since the last call (true at first): the writeback pass looks
+    /// only at those, so idle partitions cost it nothing.
+    pub fn take_writeback_due(&self) -> bool {
+        self.writeback_due.swap(false, Ordering::AcqRel)
+    }
+
+    /// The writeback pass could not finish this log's work (a failed seal): look again next pass.
+    pub fn writeback_again(&self) {
+        self.writeback_due.store(true, Ordering::Release);
     }
 
     pub fn leader_epoch(&self) -> i32 {
@@ -501,7 +517,7 @@ impl Partition {
         log.maybe_roll(now_ms)?;
         snapshot_if_rolled(&log, &self.producers.lock(), active_before);
         let deleted = log.delete_retained_segments(now_ms, self.high_watermark())?;
-        self.publish_log_start_offset(log.log_start_offset());
+        self.after_log_change(log.log_start_offset());
         Ok(deleted)
     }
 

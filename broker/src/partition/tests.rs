@@ -401,3 +401,20 @@ fn an_append_ends_what_a_sessions_fetches_say_for_a_follower_that_does_not_catch
     );
     assert_eq!(new_isr(p.isr_shrink(NOW + 2 * LAG_MS + 1, LAG_MS)), vec![1]);
 }
+
+#[test]
+fn the_writeback_pass_hears_only_of_logs_that_changed_since_it_last_looked() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = open(dir.path(), 1);
+    assert!(p.take_writeback_due(), "a log just opened is looked at once");
+    assert!(!p.take_writeback_due(), "then not while nothing changes");
+    lead_alone(&p);
+    assert!(!p.take_writeback_due(), "a role change writes nothing");
+    append(&p, 3);
+    assert!(p.take_writeback_due(), "an append");
+    assert!(!p.take_writeback_due());
+    p.delete_records(2).unwrap();
+    assert!(p.take_writeback_due(), "a log start move");
+    p.writeback_again();
+    assert!(p.take_writeback_due(), "work a pass could not finish");
+}
