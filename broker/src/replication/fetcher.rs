@@ -9,12 +9,15 @@
 //! Each fetcher fetches in an incremental fetch session (KIP-227, `session.rs`): once the
 //! session is open, a fetch names only the partitions whose position changed, and the leader
 //! answers only those with news, so an idle fetcher's requests and answers are nearly empty
-//! however many partitions it follows. Each round walks the followed partitions under the
-//! fetcher's lock (atomic loads, no `Arc` clones); only partitions the answer carries, or that
-//! need truncating, are taken out of it.
+//! however many partitions it follows. A round looks only at the partitions whose position
+//! moved since the last one: a `WatchSet` follows each followed partition's watch (appends,
+//! truncations, log start moves mark it). A round walks every followed partition (under the
+//! fetcher's lock, atomic loads, no `Arc` clones) when partitions joined or left or changed
+//! state (truncation, retry), a retry comes due, the session starts over, and at least once a
+//! second; only partitions the answer carries, or that need truncating, are taken out of it.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,7 +39,7 @@ use crate::clock::now_ms;
 use crate::config::BrokerConfig;
 use crate::metadata::image::MetadataImage;
 use crate::metrics::BrokerMetrics;
-use crate::partition::Partition;
+use crate::partition::{Partition, WatchSet};
 use crate::quota::ReplicationQuota;
 use crate::security::Security;
 use crate::topic_config;
@@ -57,6 +60,8 @@ const RECONNECT_BACKOFF: Duration = Duration::from_millis(500);
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause when every partition of a fetcher waits on the follower replication throttle.
 const THROTTLE_PAUSE: Duration = Duration::from_millis(100);
+/// Longest a fetcher goes without walking all its partitions (see the module comment).
+const WALK_ALL_EVERY: Duration = Duration::from_secs(1);
 
 /// One followed partition as its fetcher sees it.
 struct FetchState {
@@ -78,11 +83,28 @@ struct Round {
     /// Some partitions were ready but wait on the follower throttle.
     held_back: bool,
     next_retry: Option<Instant>,
+    /// A follower replication throttle is set: every round walks all partitions.
+    throttle_set: bool,
 }
 
 struct Shared {
     partitions: Mutex<HashMap<PartitionKey, FetchState>>,
     wake: Notify,
+    /// The followed partitions whose position (or high watermark) moved since the last round.
+    moved: Arc<WatchSet>,
+    /// A partition joined, left, or changed state: the next round walks them all.
+    walk_all: AtomicBool,
+}
+
+impl Shared {
+    fn new() -> Shared {
+        Shared {
+            partitions: Mutex::default(),
+            wake: Notify::new(),
+            moved: WatchSet::new(),
+            walk_all: AtomicBool::new(true),
+        }
+    }
 }
 
 struct Fetcher {
@@ -129,10 +151,7 @@ impl ReplicaFetcherManager {
         }
         let mut fetchers = self.fetchers.lock();
         let fetcher = fetchers.entry(leader).or_insert_with(|| {
-            let shared = Arc::new(Shared {
-                partitions: Mutex::default(),
-                wake: Notify::new(),
-            });
+            let shared = Arc::new(Shared::new());
             let task = tokio::spawn(run_fetcher(
                 leader,
                 shared.clone(),
@@ -144,6 +163,7 @@ impl ReplicaFetcherManager {
             ));
             Fetcher { shared, task }
         });
+        partition.watch().subscribe(&fetcher.shared.moved, key);
         fetcher.shared.partitions.lock().insert(
             key,
             FetchState {
@@ -154,6 +174,7 @@ impl ReplicaFetcherManager {
                 throttled: false,
             },
         );
+        fetcher.shared.walk_all.store(true, Ordering::Release);
         fetcher.shared.wake.notify_one();
     }
 
@@ -163,7 +184,10 @@ impl ReplicaFetcherManager {
         let mut fetchers = self.fetchers.lock();
         fetchers.retain(|_, fetcher| {
             let mut partitions = fetcher.shared.partitions.lock();
-            partitions.remove(&key);
+            if let Some(gone) = partitions.remove(&key) {
+                gone.partition.watch().unsubscribe(&fetcher.shared.moved);
+                fetcher.shared.walk_all.store(true, Ordering::Release);
+            }
             if partitions.is_empty() {
                 fetcher.task.abort();
                 false
@@ -192,11 +216,31 @@ async fn run_fetcher(
     let mut connection: Option<BrokerConnection> = None;
     let mut session = FetchSessionHandler::default();
     let mut failures = 0u32;
+    // From the last walk over every partition: when, the next retry due, whether a follower
+    // throttle is set (its per-partition flags are set by walks).
+    let mut walked = Instant::now();
+    let mut next_retry: Option<Instant> = None;
+    let mut throttle_set = false;
     loop {
         let now = Instant::now();
-        let image = images.borrow().clone();
-        let round = collect_round(&shared, &config, &image, &quota, now);
-        if round.truncate.is_empty() && round.fetch.is_empty() {
+        let walk_all = shared.walk_all.swap(false, Ordering::AcqRel)
+            || session.next_is_full()
+            || throttle_set
+            || now >= walked + WALK_ALL_EVERY
+            || next_retry.is_some_and(|at| at <= now);
+        // Taken before the walk: a move during it is seen by the walk or the next round.
+        let moved = shared.moved.take_changed();
+        let round = if walk_all {
+            let image = images.borrow().clone();
+            let round = collect_round(&shared, &config, &image, &quota, now);
+            (walked, next_retry, throttle_set) = (now, round.next_retry, round.throttle_set);
+            round
+        } else {
+            collect_moved(&shared, &config, moved)
+        };
+        // Between walks, a round with nothing moved still long-polls the session's partitions.
+        let idle_session = !walk_all && session.is_open();
+        if round.truncate.is_empty() && round.fetch.is_empty() && !idle_session {
             if round.held_back {
                 // Every ready partition waits on the follower throttle.
                 tokio::time::sleep(THROTTLE_PAUSE).await;
@@ -233,7 +277,7 @@ async fn run_fetcher(
                 quota: &quota,
                 metrics: &metrics,
             };
-            fetch(conn, &context, &mut session, round.fetch).await
+            fetch(conn, &context, &mut session, round.fetch, !walk_all).await
         };
         match result {
             Ok(()) => failures = 0,
@@ -264,7 +308,10 @@ fn collect_round(
     let defaults = topic_config::broker_defaults(&config.overrides, &image.broker_configs, config.node_id);
     // The throttle's bound, when one is set, and whether the rate is above it.
     let exceeded = quota.bound(&defaults).map(|bound| quota.is_exceeded(bound, now_ms()));
-    let mut round = Round::default();
+    let mut round = Round {
+        throttle_set: exceeded.is_some(),
+        ..Round::default()
+    };
     let mut partitions = shared.partitions.lock();
     for (key, state) in partitions.iter_mut() {
         if let Some(at) = state.retry_at.filter(|at| *at > now) {
@@ -283,19 +330,36 @@ fn collect_round(
             round.held_back = true;
             continue;
         }
-        let p = &state.partition;
-        round.fetch.push((
-            *key,
-            PartitionFetch {
-                fetch_offset: p.log_end_offset(),
-                current_leader_epoch: state.leader_epoch,
-                last_fetched_epoch: p.latest_log_epoch().unwrap_or(-1),
-                log_start_offset: p.log_start_offset(),
-                partition_max_bytes: config.replica_fetch_max_bytes,
-            },
-        ));
+        round.fetch.push((*key, position(state, config)));
     }
     round
+}
+
+/// A round between walks: only the partitions whose position moved (`moved`), each as the
+/// walk would list it. A partition waiting on a retry or a truncation is in no such round: the
+/// change of state that put it there makes the next round a walk.
+fn collect_moved(shared: &Shared, config: &BrokerConfig, moved: Vec<PartitionKey>) -> Round {
+    let mut round = Round::default();
+    let partitions = shared.partitions.lock();
+    for key in moved {
+        let Some(state) = partitions.get(&key) else { continue };
+        if state.truncated && state.retry_at.is_none() {
+            round.fetch.push((key, position(state, config)));
+        }
+    }
+    round
+}
+
+/// Where a partition fetches from: its log end, with its epochs and log start.
+fn position(state: &FetchState, config: &BrokerConfig) -> PartitionFetch {
+    let p = &state.partition;
+    PartitionFetch {
+        fetch_offset: p.log_end_offset(),
+        current_leader_epoch: state.leader_epoch,
+        last_fetched_epoch: p.latest_log_epoch().unwrap_or(-1),
+        log_start_offset: p.log_start_offset(),
+        partition_max_bytes: config.replica_fetch_max_bytes,
+    }
 }
 
 async fn connect(
@@ -320,10 +384,13 @@ fn own_broker_epoch(config: &BrokerConfig, images: &watch::Receiver<Arc<Metadata
 
 /// Updates a partition's fetch state if it is still the one this round worked on (the
 /// partition may have moved to another leader or epoch meanwhile).
+/// Changes a partition's state (truncated, retry) if it is still at `epoch`; the next round
+/// walks all partitions.
 fn update(shared: &Shared, key: PartitionKey, epoch: i32, f: impl FnOnce(&mut FetchState)) {
     if let Some(state) = shared.partitions.lock().get_mut(&key) {
         if state.leader_epoch == epoch {
             f(state);
+            shared.walk_all.store(true, Ordering::Release);
         }
     }
 }
@@ -473,15 +540,21 @@ struct FetchContext<'a> {
 }
 
 /// One fetch in the session: names what changed of `partitions` (all of them when the
-/// session starts over) and applies what the leader answered, which in an incremental
-/// session is only the partitions with news.
+/// session starts over; `only_moved`: the round listed only partitions that moved, and the
+/// session's others stay as they are) and applies what the leader answered, which in an
+/// incremental session is only the partitions with news.
 async fn fetch(
     conn: &mut BrokerConnection,
     cx: &FetchContext<'_>,
     session: &mut FetchSessionHandler,
     partitions: Vec<(PartitionKey, PartitionFetch)>,
+    only_moved: bool,
 ) -> Result<(), ClientError> {
-    let request = session.build(partitions);
+    let request = match only_moved {
+        // Between walks the round lists only what moved; the session's others are unchanged.
+        true => session.build_moved(partitions),
+        false => session.build(partitions),
+    };
     let full = request.is_full();
     let wait = Duration::from_millis(cx.config.replica_fetch_wait_max_ms);
     let request = follower_fetch_request(cx.config, cx.broker_epoch, wait, request);

@@ -91,41 +91,51 @@ impl FetchSessionHandler {
         self.partitions.get(key).map(|p| p.fetch)
     }
 
-    /// The next request for exactly the partitions `fetch` lists (each once). A full request
-    /// lists them all; an incremental one those added or changed, and forgets the others.
-    pub fn build(&mut self, fetch: impl IntoIterator<Item = (PartitionKey, PartitionFetch)>) -> SessionRequest {
-        self.round += 1;
-        let round = self.round;
-        let full = self.next_is_full();
-        if full {
-            self.partitions.clear();
-        }
+    /// Whether a session is open and holds partitions: an incremental fetch naming nothing
+    /// still long-polls them.
+    pub fn is_open(&self) -> bool {
+        !self.next_is_full() && self.session_id != INVALID_SESSION_ID && !self.partitions.is_empty()
+    }
+
+    /// The next incremental request when `fetch` lists only partitions that may have moved:
+    /// it names those that did (or are new), and keeps every other partition of the session as
+    /// it is (nothing is forgotten). Call it only while [`Self::is_open`].
+    pub fn build_moved(&mut self, fetch: impl IntoIterator<Item = (PartitionKey, PartitionFetch)>) -> SessionRequest {
+        debug_assert!(!self.next_is_full(), "a full request lists every partition (build)");
         let mut topics: HashMap<Uuid, Vec<FetchPartition>> = HashMap::new();
         for (key, next) in fetch {
-            let changed = match self.partitions.get_mut(&key) {
-                Some(held) => {
-                    held.round = round;
-                    let changed = held.fetch != next;
-                    held.fetch = next;
-                    changed
-                }
-                None => {
-                    self.partitions.insert(key, InSession { fetch: next, round });
-                    true
-                }
-            };
-            if full || changed {
+            if self.hold(key, next, false) {
                 topics.entry(key.0).or_default().push(next.to_request(key.1));
             }
         }
-        let mut forgotten: HashMap<Uuid, Vec<i32>> = HashMap::new();
-        self.partitions.retain(|key, held| {
-            let kept = held.round == round;
-            if !kept {
-                forgotten.entry(key.0).or_default().push(key.1);
+        self.request(topics, HashMap::new())
+    }
+
+    /// Holds `next` as `key`'s position (a newcomer joins at the current round; `keep`: the
+    /// current request lists it, so it is not forgotten) and says whether it changed.
+    fn hold(&mut self, key: PartitionKey, next: PartitionFetch, keep: bool) -> bool {
+        let round = self.round;
+        match self.partitions.get_mut(&key) {
+            Some(held) => {
+                if keep {
+                    held.round = round;
+                }
+                let changed = held.fetch != next;
+                held.fetch = next;
+                changed
             }
-            kept
-        });
+            None => {
+                self.partitions.insert(key, InSession { fetch: next, round });
+                true
+            }
+        }
+    }
+
+    fn request(
+        &self,
+        topics: HashMap<Uuid, Vec<FetchPartition>>,
+        forgotten: HashMap<Uuid, Vec<i32>>,
+    ) -> SessionRequest {
         SessionRequest {
             session_id: self.session_id,
             session_epoch: self.next_epoch,
@@ -138,6 +148,32 @@ impl FetchSessionHandler {
                 .map(|(id, partitions)| ForgottenTopic::default().with_topic_id(id).with_partitions(partitions))
                 .collect(),
         }
+    }
+
+    /// The next request for exactly the partitions `fetch` lists (each once). A full request
+    /// lists them all; an incremental one those added or changed, and forgets the others.
+    pub fn build(&mut self, fetch: impl IntoIterator<Item = (PartitionKey, PartitionFetch)>) -> SessionRequest {
+        self.round += 1;
+        let round = self.round;
+        let full = self.next_is_full();
+        if full {
+            self.partitions.clear();
+        }
+        let mut topics: HashMap<Uuid, Vec<FetchPartition>> = HashMap::new();
+        for (key, next) in fetch {
+            if self.hold(key, next, true) || full {
+                topics.entry(key.0).or_default().push(next.to_request(key.1));
+            }
+        }
+        let mut forgotten: HashMap<Uuid, Vec<i32>> = HashMap::new();
+        self.partitions.retain(|key, held| {
+            let kept = held.round == round;
+            if !kept {
+                forgotten.entry(key.0).or_default().push(key.1);
+            }
+            kept
+        });
+        self.request(topics, forgotten)
     }
 
     /// Takes the answer to the last request built: its top-level error and session id. False
@@ -263,6 +299,30 @@ mod tests {
         epoch.current_leader_epoch = 4;
         let next = handler.build([((TOPIC, 0), epoch), ((OTHER, 4), at(0))]);
         assert_eq!((next.session_epoch, named(&next)), (3, vec![(TOPIC, 0, 9)]));
+    }
+
+    #[test]
+    fn between_walks_a_fetch_names_what_moved_and_forgets_nothing() {
+        let mut handler = FetchSessionHandler::default();
+        assert!(!handler.is_open(), "no session before the first answer");
+        handler.build([((TOPIC, 0), at(5)), ((TOPIC, 1), at(7))]);
+        assert!(handler.handle_response(0, 42));
+        assert!(handler.is_open());
+        // Partition 0 moved, partition 1 was marked but sits where it was, 1 of OTHER joins;
+        // partition 1 stays in the session although the round did not list it as moved.
+        let moved = handler.build_moved([((TOPIC, 0), at(9)), ((TOPIC, 1), at(7)), ((OTHER, 1), at(0))]);
+        assert_eq!((moved.session_id, moved.session_epoch), (42, 1));
+        assert_eq!(named(&moved), [(TOPIC, 0, 9), (OTHER, 1, 0)]);
+        assert!(moved.forgotten_topics_data.is_empty());
+        assert!(handler.handle_response(0, 42));
+        let idle = handler.build_moved([]);
+        assert_eq!((idle.session_epoch, named(&idle).len()), (2, 0));
+        assert!(handler.handle_response(0, 42));
+        // The next walk lists every partition and forgets only what it leaves out.
+        let walk = handler.build([((TOPIC, 0), at(9)), ((OTHER, 1), at(0))]);
+        assert_eq!((named(&walk).len(), forgotten(&walk)), (0, vec![(TOPIC, 1)]));
+        handler.handle_error();
+        assert!(!handler.is_open(), "after a failed fetch the next is full");
     }
 
     #[test]
