@@ -236,7 +236,7 @@ async fn run_fetcher(
             (walked, next_retry, throttle_set) = (now, round.next_retry, round.throttle_set);
             round
         } else {
-            collect_moved(&shared, &config, moved)
+            collect_moved(&shared, &config, moved, now)
         };
         // Between walks, a round with nothing moved still long-polls the session's partitions.
         let idle_session = !walk_all && session.is_open();
@@ -338,12 +338,13 @@ fn collect_round(
 /// A round between walks: only the partitions whose position moved (`moved`), each as the
 /// walk would list it. A partition waiting on a retry or a truncation is in no such round: the
 /// change of state that put it there makes the next round a walk.
-fn collect_moved(shared: &Shared, config: &BrokerConfig, moved: Vec<PartitionKey>) -> Round {
+fn collect_moved(shared: &Shared, config: &BrokerConfig, moved: Vec<PartitionKey>, now: Instant) -> Round {
     let mut round = Round::default();
     let partitions = shared.partitions.lock();
     for key in moved {
         let Some(state) = partitions.get(&key) else { continue };
-        if state.truncated && state.retry_at.is_none() {
+        // A retry's time stays set once it has passed (as the walk reads it).
+        if state.truncated && state.retry_at.is_none_or(|at| at <= now) {
             round.fetch.push((key, position(state, config)));
         }
     }
@@ -650,6 +651,41 @@ mod tests {
     use super::*;
     use bytes::BytesMut;
     use kafka_protocol::protocol::{Decodable, Encodable};
+
+    #[test]
+    fn between_walks_a_round_lists_the_moved_partitions_that_may_fetch_even_after_a_retry() {
+        let config =
+            crate::config::BrokerConfig::from_cli(&clap::Parser::parse_from(["sluice", "--node-id", "2"])).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let partition = Arc::new(crate::partition::tests::open(dir.path(), 2));
+        let key = (partition.topic_id, partition.index);
+        let shared = Shared::new();
+        let now = Instant::now();
+        let state = |truncated, retry_at| FetchState {
+            partition: partition.clone(),
+            leader_epoch: 0,
+            truncated,
+            retry_at,
+            throttled: false,
+        };
+        let listed = |shared: &Shared| collect_moved(shared, &config, vec![key, (Uuid::from_u128(9), 0)], now).fetch;
+        shared
+            .partitions
+            .lock()
+            .insert(key, state(true, Some(now - Duration::from_millis(1))));
+        assert_eq!(
+            listed(&shared).len(),
+            1,
+            "a retry whose time has passed no longer holds it back"
+        );
+        shared
+            .partitions
+            .lock()
+            .insert(key, state(true, Some(now + PARTITION_RETRY)));
+        assert!(listed(&shared).is_empty(), "waiting out a retry");
+        shared.partitions.lock().insert(key, state(false, None));
+        assert!(listed(&shared).is_empty(), "to truncate first");
+    }
 
     #[test]
     fn a_follower_fetch_names_its_broker_epoch_and_session_at_v15() {
