@@ -114,6 +114,14 @@ impl Tracked {
         }
     }
 
+    /// The session's partitions that changed since the last look, as the session names them.
+    fn take_changed(&self) -> impl Iterator<Item = SessionKey> {
+        self.set
+            .take_changed()
+            .into_iter()
+            .map(|(id, index)| (TopicRef::Id(id), index))
+    }
+
     fn stop_watching(&self, p: &mut SessionPartition) {
         if let Some(partition) = p.watched.take() {
             partition.watch().unsubscribe(&self.set);
@@ -164,13 +172,7 @@ impl FetchSession {
         };
         let mut wanted: HashSet<SessionKey> = named.into_iter().collect();
         wanted.extend(tracked.again.drain());
-        wanted.extend(
-            tracked
-                .set
-                .take_changed()
-                .into_iter()
-                .map(|(id, index)| (TopicRef::Id(id), index)),
-        );
+        wanted.extend(tracked.take_changed());
         self.topics_of(wanted)
     }
 
@@ -181,10 +183,7 @@ impl FetchSession {
             return (false, Vec::new());
         };
         let changed: Vec<SessionKey> = tracked
-            .set
             .take_changed()
-            .into_iter()
-            .map(|(id, index)| (TopicRef::Id(id), index))
             .filter(|key| self.partitions.contains_key(key))
             .collect();
         let any = !changed.is_empty();
