@@ -483,7 +483,10 @@ async fn register(broker: &Arc<Broker>, shutdown: &mut watch::Receiver<bool>) ->
             .chain(http_endpoint(&broker.config))
             .collect(),
         rack: broker.config.rack.clone(),
-        replica_capacity: broker.replicas.replica_capacity(),
+        // Segment files go through a bounded cache, so the open-files limit no longer caps the
+        // replicas a broker hosts; the field stays for brokers of earlier versions, which
+        // register one and are still held to it by the controller.
+        replica_capacity: None,
         wait_for_previous_session: true,
     };
     let mut attempt = 0u32;

@@ -744,11 +744,12 @@ mod tests {
         const TOPIC: Uuid = Uuid::from_u128(7);
         let dir = tempfile::tempdir().unwrap();
         let tail_cache = crate::log::TailCacheBudget::new(1 << 20, 64 << 20);
+        let files = crate::log::FileCache::unbounded();
         let partitions: Vec<Arc<Partition>> = (0..3)
             .map(|index| {
                 let path = dir.path().join(index.to_string());
                 let log = crate::log::LogConfig::default();
-                Arc::new(Partition::open(&path, "t", TOPIC, index, 1, log, None, &tail_cache, 0).unwrap())
+                Arc::new(Partition::open(&path, "t", TOPIC, index, 1, log, None, &tail_cache, &files, 0).unwrap())
             })
             .collect();
         let by_id = |positions: &[(i32, i64)]| {

@@ -64,9 +64,9 @@ fn main() -> ExitCode {
     }
     config.open_files_limit = raise_open_files_limit();
     let budget = OpenFilesBudget::of(&config);
-    if budget.replica_capacity() == Some(0) {
+    if budget.is_short() {
         tracing::warn!(
-            "{}; this broker can host no partition replica: raise the open-files limit (ulimit -n) or lower max.connections",
+            "{}; the reserve leaves too few files for the partition logs, so they may run out of descriptors: raise the open-files limit (ulimit -n) or lower max.connections",
             budget.describe()
         );
     } else {
@@ -90,10 +90,11 @@ fn main() -> ExitCode {
     }
 }
 
-/// Every hosted partition keeps files open (`config::open_files`), so the usual soft limit of
-/// 1024 open files is reached at a few hundred partitions. As Kafka's packagings do with
-/// `ulimit`, take the hard limit. Returns the limit in force (`None`: unlimited or unknown),
-/// which the open-files budget divides between the replicas and everything else.
+/// Segment files stay open as far as the open-files limit allows (`config::open_files`); under
+/// the usual soft limit of 1024 a few hundred partitions would already be reopening theirs. As
+/// Kafka's packagings do with `ulimit`, take the hard limit. Returns the limit in force
+/// (`None`: unlimited or unknown), which the open-files budget divides between the segment
+/// files and everything else.
 fn raise_open_files_limit() -> Option<u64> {
     use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
     let limit = getrlimit(Resource::Nofile);

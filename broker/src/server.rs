@@ -233,13 +233,13 @@ async fn run_writeback(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>)
             if active.seal_pending {
                 seals.push(partition.clone());
             }
-            let (segment, file, size) = (active.base_offset, active.file, active.size_bytes);
+            let (segment, size) = (active.base_offset, active.size_bytes);
             let done = match written.get(&key) {
                 Some(&(seen, done)) if seen == segment && done <= size => done,
                 _ => 0,
             };
             if size - done >= WRITEBACK_MIN_BYTES {
-                due.push((partition.clone(), file, done, size - done));
+                due.push((partition.clone(), segment, done, size - done));
                 written.insert(key, (segment, size));
             } else {
                 written.entry(key).or_insert((segment, done));
@@ -260,13 +260,19 @@ async fn run_writeback(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>)
                         "fsyncing a sealed log segment failed; writeback tries again each second and the partition's next roll waits for it");
                 }
             }
-            for (partition, file, offset, len) in due {
+            for (partition, segment, offset, len) in due {
                 // The index entries buffered since the last pass go to their files in bulk too.
                 if let Err(e) = partition.write_index_entries() {
                     tracing::warn!(topic = %partition.topic, partition = partition.index, error = %e,
                         "writing buffered index entries failed; they are written again at the next flush or roll");
                 }
-                if let Err(e) = crate::fs::start_writeback(&file, offset, len) {
+                // A segment rolled meanwhile was sealed (fsynced) by the roll or is in `seals`.
+                let started = match partition.active_segment_file(segment) {
+                    Some(Ok(file)) => crate::fs::start_writeback(&file, offset, len),
+                    Some(Err(e)) => Err(std::io::Error::other(e.to_string())),
+                    None => Ok(()),
+                };
+                if let Err(e) = started {
                     tracing::debug!(error = %e, "starting writeback of a log segment failed; its fsync at roll does the work");
                 }
             }

@@ -830,8 +830,8 @@ fn read_partition(
 fn read_error(partition: &Partition, target: &Target, e: &LogError) -> ResponseError {
     match e {
         LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
-        LogError::TruncatedDuringRead { .. } => {
-            tracing::info!(topic = %partition.topic, partition = target.index, error = %e, "fetch raced a log truncation");
+        LogError::TruncatedDuringRead { .. } | LogError::RemovedDuringRead { .. } => {
+            tracing::info!(topic = %partition.topic, partition = target.index, error = %e, "fetch raced a log truncation or a segment's removal");
             ResponseError::NotLeaderOrFollower
         }
         other => {

@@ -1,20 +1,17 @@
-//! The open-files budget: how many partition replicas this broker can host within its
-//! open-files limit (`RLIMIT_NOFILE`) once a fixed allowance is kept for everything else.
+//! The open-files budget: how many segment files the partition logs may hold open at once
+//! within this process's open-files limit (`RLIMIT_NOFILE`), once a fixed allowance is kept
+//! for everything else.
 //!
-//! Every hosted replica holds files open, so an unbounded number of replicas would end in
-//! EMFILE, and the metadata quorum, which creates and fsyncs files on every change, would be
-//! the first to fail. The broker therefore registers its capacity with the quorum; the
-//! controller refuses a CreateTopics or CreatePartitions that would place more replicas on a
-//! broker than that (POLICY_VIOLATION), and a broker never opens more than that (the extra
-//! replicas stay offline), so the reserve below is always there for the quorum and the sockets.
+//! Segment files go through the log's file cache (`log/file_cache.rs`), which closes the least
+//! recently used when more than this are open and reopens them on demand, so a broker hosts
+//! any number of partition replicas under any limit: the reserve below is always there for the
+//! metadata quorum (which creates and fsyncs files on every change) and the sockets.
 
 use super::BrokerConfig;
 
-/// Files an idle partition replica keeps open, the count the capacity is reckoned in: the log
-/// layer's own figure (its active segment's log file; index files are opened only to be written or
-/// read, then closed). A replica with sealed segments holds one more per sealed segment; the
-/// reserve absorbs a few.
-pub use crate::log::FILES_PER_IDLE_REPLICA;
+/// The fewest segment files the cache keeps open, even under a limit the reserve exhausts:
+/// below this every fetch and append would reopen its file.
+pub const MIN_SEGMENT_FILES: u64 = 64;
 
 /// The metadata quorum's storage: the raft log, hard state, snapshot, their temporary files
 /// and the directory handles they are fsynced through, with room to spare.
@@ -43,7 +40,8 @@ pub struct OpenFilesBudget {
     pub replication: u64,
     /// Kept for the HTTP server (`metrics.max.connections` and its socket), 0 when off.
     pub http: u64,
-    /// Kept for the process itself and for logs being opened (`num.recovery.threads.per.data.dir`).
+    /// Kept for the process itself, for logs being opened (`num.recovery.threads.per.data.dir`)
+    /// and for reads in flight through files the cache has closed meanwhile.
     pub process: u64,
 }
 
@@ -68,29 +66,37 @@ impl OpenFilesBudget {
         self.quorum + self.connections + self.replication + self.http + self.process
     }
 
-    /// Partition replicas this broker can host: what the limit leaves after the reserve,
-    /// divided by [`FILES_PER_IDLE_REPLICA`]; `None` (no limit) when the limit is unknown.
-    pub fn replica_capacity(&self) -> Option<u32> {
+    /// Segment files the partition logs may hold open at once: what the limit leaves after
+    /// the reserve, at least [`MIN_SEGMENT_FILES`]; `None` (no bound) when the limit is unknown.
+    pub fn segment_files(&self) -> Option<usize> {
         let limit = self.limit?;
-        let replicas = limit.saturating_sub(self.reserved()) / FILES_PER_IDLE_REPLICA;
-        Some(u32::try_from(replicas).unwrap_or(u32::MAX))
+        let files = limit.saturating_sub(self.reserved()).max(MIN_SEGMENT_FILES);
+        Some(usize::try_from(files).unwrap_or(usize::MAX))
     }
 
-    /// One line for the start-up log: the limit, the reserve's parts and the capacity.
+    /// Whether the limit leaves less than [`MIN_SEGMENT_FILES`] after the reserve, so that the
+    /// segment files' minimum eats into it.
+    pub fn is_short(&self) -> bool {
+        self.limit
+            .is_some_and(|limit| limit.saturating_sub(self.reserved()) < MIN_SEGMENT_FILES)
+    }
+
+    /// One line for the start-up log: the limit, the reserve's parts and the segment files.
     pub fn describe(&self) -> String {
         let Some(limit) = self.limit else {
-            return "open-files limit unknown; partition replicas are not limited".to_string();
+            return "open-files limit unknown; segment files are kept open without a bound".to_string();
         };
         format!(
             "open-files limit {limit}: {} kept for the metadata quorum, {} for client connections (max.connections), \
              {} for replication, {} for the HTTP server, {} for the process and logs being opened; \
-             room for {} partition replicas at {FILES_PER_IDLE_REPLICA} files each",
+             up to {} segment files open at once, the least recently used closed beyond that \
+             (partition replicas are not limited by it)",
             self.quorum,
             self.connections,
             self.replication,
             self.http,
             self.process,
-            self.replica_capacity().unwrap_or(u32::MAX),
+            self.segment_files().unwrap_or(usize::MAX),
         )
     }
 }
@@ -127,9 +133,10 @@ mod tests {
         assert_eq!(budget.http, 0);
         assert_eq!(budget.process, 64 + 4 * 2);
         assert_eq!(budget.reserved(), 82 + 1001 + 64 + 72);
-        assert_eq!(budget.replica_capacity(), Some(20_000 - 1219));
+        assert_eq!(budget.segment_files(), Some(20_000 - 1219));
+        assert!(!budget.is_short());
         assert!(
-            budget.describe().contains("room for 18781 partition replicas"),
+            budget.describe().contains("up to 18781 segment files open at once"),
             "{}",
             budget.describe()
         );
@@ -142,17 +149,19 @@ mod tests {
         assert_eq!(http.http, 32 + 1);
         assert_eq!(http.reserved(), plain.reserved() + 33);
         let fewer = OpenFilesBudget::of(&config(&["--set", "max.connections=100"], Some(20_000)));
-        assert!(fewer.replica_capacity() > plain.replica_capacity());
+        assert!(fewer.segment_files() > plain.segment_files());
     }
 
     #[test]
-    fn a_limit_below_the_reserve_hosts_nothing_and_an_unknown_one_everything() {
+    fn a_limit_below_the_reserve_keeps_the_minimum_and_an_unknown_one_has_no_bound() {
         let low = OpenFilesBudget::of(&config(&["--set", "max.connections=1000"], Some(400)));
-        assert_eq!(low.replica_capacity(), Some(0));
+        assert_eq!(low.segment_files(), Some(MIN_SEGMENT_FILES as usize));
+        assert!(low.is_short());
         let unknown = OpenFilesBudget::of(&config(&[], None));
-        assert_eq!(unknown.replica_capacity(), None);
-        assert!(unknown.describe().contains("not limited"));
+        assert_eq!(unknown.segment_files(), None);
+        assert!(!unknown.is_short());
+        assert!(unknown.describe().contains("without a bound"));
         let huge = OpenFilesBudget::of(&config(&[], Some(u64::MAX)));
-        assert_eq!(huge.replica_capacity(), Some(u32::MAX));
+        assert_eq!(huge.segment_files(), Some((u64::MAX - huge.reserved()) as usize));
     }
 }

@@ -981,6 +981,7 @@ mod tests {
             LogConfig::default(),
             None,
             &tail_cache,
+            &crate::log::FileCache::unbounded(),
             NOW,
         )
         .unwrap();

@@ -44,6 +44,7 @@ struct Scrape {
     request_memory_total: u64,
     fetch_sessions: usize,
     fetch_session_partitions: usize,
+    segment_files: crate::log::FileCacheStats,
 }
 
 /// The Prometheus text of `broker`'s metrics now.
@@ -81,6 +82,7 @@ pub fn render(broker: &Broker) -> String {
         request_memory_total: broker.request_memory_budget() as u64,
         fetch_sessions: broker.fetch_sessions.len(),
         fetch_session_partitions: broker.fetch_sessions.partitions_held(),
+        segment_files: broker.replicas.file_cache_stats(),
         view,
     };
     let mut registry = Registry::default();
@@ -407,7 +409,31 @@ impl Scrape {
                 }
             }
         }
-        Ok(())
+        let files = &self.segment_files;
+        gauge(
+            e,
+            "sluice_segment_files_open",
+            "Log segment files held open now, through the file cache.",
+            i64::try_from(files.open).unwrap_or(i64::MAX),
+        )?;
+        gauge(
+            e,
+            "sluice_segment_files_open_max",
+            "Log segment files the cache holds open at most: what the open-files limit leaves after the reserve.",
+            i64::try_from(files.capacity).unwrap_or(i64::MAX),
+        )?;
+        counter(
+            e,
+            "sluice_segment_files_reopened",
+            "Log segment files opened again after the cache closed them.",
+            files.reopened,
+        )?;
+        counter(
+            e,
+            "sluice_segment_files_closed",
+            "Log segment files the cache closed to stay within its bound, least recently used first.",
+            files.closed,
+        )
     }
 
     fn groups(&self, e: &mut DescriptorEncoder) -> Result {

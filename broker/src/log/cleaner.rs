@@ -233,15 +233,21 @@ impl LogCleaner {
         let result = self.clean_segments(log, to_clean, now_ms);
         // Give the pass's map back to the OS.
         self.map = OffsetMap::new(MAP_ENTRY_BYTES);
+        let abandoned = CleanStats {
+            end_offset: to_clean.first_dirty_offset,
+            abandoned: true,
+            ..CleanStats::default()
+        };
         match result {
             // A truncation shortened a segment under the reader: not a disk problem.
             Err(_) if log.lock().truncations() != to_clean.truncations => {
                 tracing::info!(partition = %to_clean.name, "log truncated while it was being cleaned; abandoning this pass");
-                Ok(CleanStats {
-                    end_offset: to_clean.first_dirty_offset,
-                    abandoned: true,
-                    ..CleanStats::default()
-                })
+                Ok(abandoned)
+            }
+            // Retention removed a segment the pass had yet to read, its file closed meanwhile.
+            Err(LogError::RemovedDuringRead { .. }) => {
+                tracing::info!(partition = %to_clean.name, "segments removed while they were being cleaned (retention); abandoning this pass");
+                Ok(abandoned)
             }
             result => result,
         }
@@ -360,7 +366,13 @@ impl LogCleaner {
         stats: &mut CleanStats,
     ) -> Result<bool, LogError> {
         let base_offset = group[0].snapshot.base_offset;
-        let mut cleaned = LogSegment::create_with_suffix(&to_clean.dir, base_offset, CLEANED_FILE_SUFFIX, now_ms)?;
+        let mut cleaned = LogSegment::create_with_suffix(
+            &to_clean.dir,
+            base_offset,
+            CLEANED_FILE_SUFFIX,
+            &to_clean.file_cache,
+            now_ms,
+        )?;
         let written = self.write_cleaned(to_clean, group, horizons, &mut cleaned, txns, stats);
         let written = written.and_then(|()| cleaned.on_become_inactive());
         if let Err(e) = written {

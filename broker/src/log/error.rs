@@ -60,6 +60,11 @@ pub enum LogError {
          refresh metadata and retry the fetch against the partition's current leader"
     )]
     TruncatedDuringRead { path: String, position: u64 },
+    /// A read planned under the log's lock found its segment removed from the log since
+    /// (retention, compaction or truncation) and its file already closed. Not a disk failure;
+    /// the client is sent to refresh metadata and retry, and its retry reads the log as it is.
+    #[error("a log segment was removed while a fetch read it ({path}); refresh metadata and retry the fetch")]
+    RemovedDuringRead { path: String },
     #[error(
         "log data is corrupt: {0}; restart the broker to recover the log, or delete the \
          partition directory and let it re-replicate"
@@ -86,9 +91,9 @@ impl LogError {
             LogError::RecordBatchTooLarge { .. } => ResponseError::RecordListTooLarge,
             LogError::InvalidBatch(e) | LogError::UncleanableBatch { source: e, .. } => e.response_error(),
             LogError::UnexpectedAppendOffset { .. } | LogError::Internal(_) => ResponseError::UnknownServerError,
-            LogError::LeaderEpochRegression { .. } | LogError::TruncatedDuringRead { .. } => {
-                ResponseError::NotLeaderOrFollower
-            }
+            LogError::LeaderEpochRegression { .. }
+            | LogError::TruncatedDuringRead { .. }
+            | LogError::RemovedDuringRead { .. } => ResponseError::NotLeaderOrFollower,
             LogError::Corrupt(_) => ResponseError::CorruptMessage,
         }
     }

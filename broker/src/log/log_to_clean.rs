@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use super::file_cache::FileCache;
 use super::segment::SegmentSnapshot;
 use super::LogConfig;
 
@@ -22,6 +23,8 @@ pub struct LogToClean {
     pub(super) name: String,
     pub(super) dir: Arc<Path>,
     pub(super) config: LogConfig,
+    /// The log's file cache, which the cleaned segment is written through.
+    pub(super) file_cache: Arc<FileCache>,
     pub(super) first_dirty_offset: i64,
     pub(super) segments: Vec<CleanableSegment>,
     /// The log's truncation count when the snapshot was taken.
@@ -36,6 +39,7 @@ impl LogToClean {
         name: String,
         dir: Arc<Path>,
         config: LogConfig,
+        file_cache: Arc<FileCache>,
         first_dirty_offset: i64,
         segments: Vec<CleanableSegment>,
         truncations: u64,
@@ -45,6 +49,7 @@ impl LogToClean {
             name,
             dir,
             config,
+            file_cache,
             first_dirty_offset,
             segments,
             truncations,

@@ -43,6 +43,7 @@ pub mod checkpoint_file;
 mod cleaner;
 mod config;
 mod error;
+mod file_cache;
 mod index;
 mod leader_epoch;
 mod log_to_clean;
@@ -62,11 +63,12 @@ pub use cleaner::{
 };
 pub use config::LogConfig;
 pub use error::LogError;
+pub use file_cache::{FileCache, FileCacheStats};
 pub use index::{OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset, MAX_UNWRITTEN_INDEX_ENTRIES};
 pub use leader_epoch::{LEADER_EPOCH_CHECKPOINT_FILE, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET};
 pub use log_to_clean::LogToClean;
 pub use partition_log::{
-    ActiveSegment, AppendInfo, PartitionLog, PlannedRead, ReadResult, CLEAN_SHUTDOWN_FILE, FILES_PER_IDLE_REPLICA,
+    ActiveSegment, AppendInfo, PartitionLog, PlannedRead, ReadResult, CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_FILE,
 };
 pub use segment::{LogSegment, RecoveryOutcome};

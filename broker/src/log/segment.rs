@@ -4,8 +4,9 @@
 //! A segment never decodes records: it reads 61-byte batch headers to find positions, and crash
 //! recovery streams each batch through CRC32C without holding it in memory.
 //!
-//! A segment keeps one file open, its `.log`; its indexes open their files only to write,
-//! truncate or (sealed) look up, and its paths are built when needed from the partition
+//! A segment's `.log` is opened through the node's [`FileCache`], which closes it while it is
+//! not used and more files are open than the cache allows; its indexes open their files only to
+//! write, truncate or (sealed) look up, and its paths are built when needed from the partition
 //! directory it shares with the log ([`SegmentFiles`]).
 
 use std::fmt;
@@ -20,6 +21,7 @@ use sluice_protocol::batch::{
     BatchHeader, BatchIter, BATCH_HEADER_LEN, CRC_COVERED_FROM, MIN_BATCH_LENGTH, NO_TIMESTAMP,
 };
 
+use super::file_cache::{CachedFile, FileCache};
 use super::index::{OffsetIndex, ReadStart, TimeIndex, TimestampOffset, MAX_UNWRITTEN_INDEX_ENTRIES};
 use super::LogError;
 use crate::fs::remove_if_exists;
@@ -110,9 +112,10 @@ pub struct RecoveryOutcome {
 #[derive(Debug)]
 pub struct LogSegment {
     files: SegmentFiles,
-    /// Shared with [`SegmentReader`]s: a fetch reads through its own reference after the log's
-    /// lock is released, and on Linux the open file keeps working after retention unlinks it.
-    log: Arc<File>,
+    /// Through the node's file cache. A [`SegmentReader`] holds a clone: a fetch reads through
+    /// it after the log's lock is released, and on Linux an open file keeps working after
+    /// retention unlinks it. Retired when the segment is dropped (see [`CachedFile::retire`]).
+    log: CachedFile,
     size_bytes: u64,
     indexes: SegmentIndexes,
     /// `maxTimestamp` of the first batch: Kafka measures `segment.ms` from it.
@@ -223,19 +226,30 @@ impl SegmentIndexes {
 
 impl LogSegment {
     /// Creates an empty segment, replacing any files of the same name.
-    pub fn create(dir: &Arc<Path>, base_offset: i64, now_ms: i64) -> Result<LogSegment, LogError> {
-        LogSegment::create_with_suffix(dir, base_offset, "", now_ms)
+    pub fn create(
+        dir: &Arc<Path>,
+        base_offset: i64,
+        cache: &Arc<FileCache>,
+        now_ms: i64,
+    ) -> Result<LogSegment, LogError> {
+        LogSegment::create_with_suffix(dir, base_offset, "", cache, now_ms)
     }
 
     /// Opens existing files without validating them; see [`LogSegment::is_sane`],
     /// [`LogSegment::load_tail`] and [`LogSegment::recover`]. `active` keeps the indexes in memory.
-    pub fn open(dir: &Arc<Path>, base_offset: i64, active: bool, now_ms: i64) -> Result<LogSegment, LogError> {
+    pub fn open(
+        dir: &Arc<Path>,
+        base_offset: i64,
+        active: bool,
+        cache: &Arc<FileCache>,
+        now_ms: i64,
+    ) -> Result<LogSegment, LogError> {
         let files = SegmentFiles {
             dir: dir.clone(),
             base_offset,
             suffix: "",
         };
-        let log = OpenOptions::new().read(true).write(true).open(files.log_path())?;
+        let log = CachedFile::open(cache, files.log_path(), OpenOptions::new().read(true).write(true))?;
         let size_bytes = log.metadata()?.len();
         let indexes = SegmentIndexes {
             offset_index: OffsetIndex::open(&files.index_path(), base_offset, active)?,
@@ -257,6 +271,7 @@ impl LogSegment {
         dir: &Arc<Path>,
         base_offset: i64,
         suffix: &'static str,
+        cache: &Arc<FileCache>,
         now_ms: i64,
     ) -> Result<LogSegment, LogError> {
         let files = SegmentFiles {
@@ -265,7 +280,7 @@ impl LogSegment {
             suffix,
         };
         let log_path = files.log_path();
-        LogSegment::create_files(files, &log_path, now_ms)
+        LogSegment::create_files(files, log_path, cache, now_ms)
     }
 
     /// Creates the segment that follows one sealed at `predecessor_bytes` bytes whose fsync has
@@ -276,6 +291,7 @@ impl LogSegment {
         dir: &Arc<Path>,
         base_offset: i64,
         predecessor_bytes: u64,
+        cache: &Arc<FileCache>,
         now_ms: i64,
     ) -> Result<LogSegment, LogError> {
         let files = SegmentFiles {
@@ -284,19 +300,23 @@ impl LogSegment {
             suffix: "",
         };
         let log_path = files.pending_log_path(predecessor_bytes);
-        let mut segment = LogSegment::create_files(files, &log_path, now_ms)?;
+        let mut segment = LogSegment::create_files(files, log_path, cache, now_ms)?;
         segment.unsynced_predecessor_bytes = Some(predecessor_bytes);
         Ok(segment)
     }
 
-    fn create_files(files: SegmentFiles, log_path: &Path, now_ms: i64) -> Result<LogSegment, LogError> {
+    fn create_files(
+        files: SegmentFiles,
+        log_path: PathBuf,
+        cache: &Arc<FileCache>,
+        now_ms: i64,
+    ) -> Result<LogSegment, LogError> {
         let base_offset = files.base_offset;
-        let log = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(log_path)?;
+        let log = CachedFile::open(
+            cache,
+            log_path,
+            OpenOptions::new().read(true).write(true).create(true).truncate(true),
+        )?;
         let indexes = SegmentIndexes {
             offset_index: OffsetIndex::create(&files.index_path(), base_offset)?,
             time_index: TimeIndex::create(&files.time_index_path(), base_offset)?,
@@ -313,8 +333,8 @@ impl LogSegment {
 
     /// The previous segment is durable: the `.log` takes its final name.
     pub fn mark_predecessor_synced(&mut self) -> Result<(), LogError> {
-        if let Some(bytes) = self.unsynced_predecessor_bytes {
-            std::fs::rename(self.files.pending_log_path(bytes), self.files.log_path())?;
+        if self.unsynced_predecessor_bytes.is_some() {
+            self.log.rename(self.files.log_path())?;
             self.unsynced_predecessor_bytes = None;
         }
         Ok(())
@@ -326,7 +346,7 @@ impl LogSegment {
     pub fn unsynced_files(&mut self) -> Result<SealFiles, LogError> {
         self.indexes.write(&self.files, false)?;
         Ok(SealFiles {
-            log: self.log.clone(),
+            log: self.log.get()?,
             index: self.files.index_path(),
             time_index: self.files.time_index_path(),
             txn_index: self.files.path(super::txn_index::TXN_INDEX_FILE_SUFFIX),
@@ -339,10 +359,10 @@ impl LogSegment {
         self.indexes.time_index.uncache();
     }
 
-    fn with_files(files: SegmentFiles, log: File, indexes: SegmentIndexes, now_ms: i64) -> LogSegment {
+    fn with_files(files: SegmentFiles, log: CachedFile, indexes: SegmentIndexes, now_ms: i64) -> LogSegment {
         LogSegment {
             files,
-            log: Arc::new(log),
+            log,
             size_bytes: 0,
             indexes,
             rolling_base_timestamp: None,
@@ -359,9 +379,10 @@ impl LogSegment {
         self.size_bytes
     }
 
-    /// The segment's log file, for writeback outside the partition's lock.
-    pub fn log_file(&self) -> Arc<File> {
-        self.log.clone()
+    /// The segment's log file, for writeback outside the partition's lock (reopened if the
+    /// file cache had closed it).
+    pub fn log_file(&self) -> Result<Arc<File>, LogError> {
+        Ok(self.log.get()?)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -392,7 +413,7 @@ impl LogSegment {
         self.indexes.bytes_since_last_index_entry = self.size_bytes.saturating_sub(start);
         let mut next_offset = self.base_offset();
         // Built from fields, not `self.scanner()`, so `self.indexes` stays mutable in the loop.
-        let mut scanner = HeaderScanner::new(&self.log, &self.files, start, self.size_bytes);
+        let mut scanner = HeaderScanner::new(self.log.get()?, &self.files, start, self.size_bytes);
         while let Some((header, _)) = scanner.next()? {
             self.indexes.observe(&header);
             next_offset = header.last_offset().saturating_add(1);
@@ -405,11 +426,12 @@ impl LogSegment {
     /// batch. The rebuilt entries reach the index files in bulk, as appended ones do.
     pub fn recover(&mut self, index_interval_bytes: u32) -> Result<RecoveryOutcome, LogError> {
         self.indexes.reset(&self.files)?;
-        let file_len = self.log.metadata()?.len();
+        let file = self.log.get()?;
+        let file_len = file.metadata()?.len();
         // No larger than the file: opening a new or small partition must not cost a megabyte.
         let buffer_bytes =
             usize::try_from(file_len).map_or(RECOVERY_BUFFER_BYTES, |len| len.min(RECOVERY_BUFFER_BYTES));
-        let mut reader = BufReader::with_capacity(buffer_bytes, &*self.log);
+        let mut reader = BufReader::with_capacity(buffer_bytes, &*file);
         reader.seek(SeekFrom::Start(0))?;
         let mut position = 0u64;
         let base_offset = self.base_offset();
@@ -429,7 +451,7 @@ impl LogSegment {
         };
         drop(reader);
         if position < file_len {
-            self.log.set_len(position)?;
+            file.set_len(position)?;
         }
         self.size_bytes = position;
         self.rolling_base_timestamp = self.first_batch_max_timestamp();
@@ -445,7 +467,7 @@ impl LogSegment {
     /// clean close (see [`crate::log::index`]), never from here: an append writes only the log.
     pub fn append(&mut self, records: &[u8], index_interval_bytes: u32) -> Result<(), LogError> {
         let start = self.size_bytes;
-        self.log.write_all_at(records, start)?;
+        self.log.get()?.write_all_at(records, start)?;
         self.size_bytes += records.len() as u64;
         for (header, range) in BatchIter::new(records) {
             if range.start == 0 && start == 0 {
@@ -471,12 +493,12 @@ impl LogSegment {
             .offset_index
             .lookup(&self.files.index_path(), offset)?
             .position;
-        self.scanner(u64::from(start)).first_batch_reaching(offset)
+        self.scanner(u64::from(start))?.first_batch_reaching(offset)
     }
 
     /// What a fetch needs to read this segment from `offset` on without the log's lock: the
-    /// shared file, its size now (bytes appended later are not read), and where to start looking
-    /// for `offset`. Touches no disk.
+    /// file (taken from the cache only when the read runs), its size now (bytes appended later
+    /// are not read), and where to start looking for `offset`. Touches no disk.
     pub(super) fn reader(&self, offset: i64) -> SegmentReader {
         SegmentReader {
             size_bytes: self.size_bytes,
@@ -489,7 +511,7 @@ impl LogSegment {
     /// Calls `f` with every batch header in order, reading headers only (a few KB per syscall,
     /// batch bodies skipped): for rebuilding state kept in headers, like the leader epochs.
     pub(super) fn for_each_batch_header(&self, mut f: impl FnMut(&BatchHeader)) -> Result<(), LogError> {
-        let mut scanner = self.scanner(0);
+        let mut scanner = self.scanner(0)?;
         while let Some((header, _)) = scanner.next()? {
             f(&header);
         }
@@ -512,7 +534,7 @@ impl LogSegment {
             .offset_index
             .lookup(&self.files.index_path(), from_offset)?
             .position;
-        let mut scanner = self.scanner(u64::from(start));
+        let mut scanner = self.scanner(u64::from(start))?;
         while let Some((header, position)) = scanner.next()? {
             if header.max_timestamp >= timestamp {
                 return Ok(Some((header, position)));
@@ -525,7 +547,7 @@ impl LogSegment {
     /// segment, so its length is within the segment).
     pub fn read_batch(&self, header: &BatchHeader, position: u64) -> Result<Vec<u8>, LogError> {
         let mut batch = vec![0; header.total_len()];
-        self.log.read_exact_at(&mut batch, position)?;
+        self.log.get()?.read_exact_at(&mut batch, position)?;
         Ok(batch)
     }
 
@@ -536,7 +558,7 @@ impl LogSegment {
             return Ok((0, self.load_tail()?));
         };
         let truncated = self.size_bytes - position;
-        self.log.set_len(position)?;
+        self.log.get()?.set_len(position)?;
         self.size_bytes = position;
         // Written and unwritten entries alike: none may point past the new end.
         if let Ok(position) = u32::try_from(position) {
@@ -601,7 +623,7 @@ impl LogSegment {
     /// fsyncs the log file, writes the index entries not yet in their files, and fsyncs those
     /// that changed since their last fsync.
     pub fn flush(&mut self) -> Result<(), LogError> {
-        self.log.sync_all()?;
+        self.log.get()?.sync_all()?;
         self.indexes.write(&self.files, true)?;
         sync_if_exists(&self.files.path(super::txn_index::TXN_INDEX_FILE_SUFFIX))?;
         Ok(())
@@ -609,17 +631,10 @@ impl LogSegment {
 
     /// Removes the segment's files (log, indexes, aborted-transaction index).
     pub fn delete(self) -> Result<(), LogError> {
-        let LogSegment {
-            log,
-            files,
-            unsynced_predecessor_bytes,
-            ..
-        } = self;
-        drop(log);
-        match unsynced_predecessor_bytes {
-            Some(bytes) => remove_if_exists(&files.pending_log_path(bytes))?,
-            None => remove_if_exists(&files.log_path())?,
-        }
+        let log_path = self.log.path(); // the pending name while a seal is in flight
+        let files = self.files.clone();
+        drop(self);
+        remove_if_exists(&log_path)?;
         OffsetIndex::delete(&files.index_path())?;
         TimeIndex::delete(&files.time_index_path())?;
         remove_if_exists(&files.path(super::txn_index::TXN_INDEX_FILE_SUFFIX))?;
@@ -646,12 +661,20 @@ impl LogSegment {
     }
 
     fn first_batch_max_timestamp(&self) -> Option<i64> {
-        let mut scanner = self.scanner(0);
+        let mut scanner = self.scanner(0).ok()?;
         scanner.next().ok().flatten().map(|(header, _)| header.max_timestamp)
     }
 
-    fn scanner(&self, start: u64) -> HeaderScanner<'_> {
-        HeaderScanner::new(&self.log, &self.files, start, self.size_bytes)
+    fn scanner(&self, start: u64) -> Result<HeaderScanner<'_>, LogError> {
+        Ok(HeaderScanner::new(self.log.get()?, &self.files, start, self.size_bytes))
+    }
+}
+
+impl Drop for LogSegment {
+    /// The segment leaves its log: reads planned before keep an open file, but never reopen
+    /// the name, which another segment may take.
+    fn drop(&mut self) {
+        self.log.retire();
     }
 }
 
@@ -662,7 +685,7 @@ pub(super) struct SegmentSnapshot {
     pub size_bytes: u64,
     pub file_id: u64,
     pub largest_timestamp_ms: i64,
-    file: Arc<File>,
+    file: CachedFile,
     files: SegmentFiles,
 }
 
@@ -673,11 +696,12 @@ impl SegmentSnapshot {
         &self,
         mut f: impl FnMut(&BatchHeader, &[u8]) -> Result<(), LogError>,
     ) -> Result<(), LogError> {
-        let mut scanner = HeaderScanner::new(&self.file, &self.files, 0, self.size_bytes);
+        let file = open_for_read(&self.file, &self.files)?;
+        let mut scanner = HeaderScanner::new(file.clone(), &self.files, 0, self.size_bytes);
         let mut buf = Vec::new();
         while let Some((header, position)) = scanner.next()? {
             buf.resize(header.total_len(), 0);
-            self.file.read_exact_at(&mut buf, position)?;
+            file.read_exact_at(&mut buf, position)?;
             f(&header, &buf)?;
         }
         Ok(())
@@ -690,7 +714,7 @@ impl SegmentSnapshot {
 #[derive(Debug, Clone)]
 pub(super) struct SegmentReader {
     size_bytes: u64,
-    file: Arc<File>,
+    file: CachedFile,
     files: SegmentFiles,
     start: ReadStart,
 }
@@ -702,7 +726,8 @@ impl SegmentReader {
 
     /// [`LogSegment::translate_offset`] on the planned view.
     pub fn translate_offset(&self, offset: i64) -> Result<Option<(BatchHeader, u64)>, LogError> {
-        let mut scanner = HeaderScanner::new(&self.file, &self.files, 0, self.size_bytes);
+        let file = open_for_read(&self.file, &self.files)?;
+        let mut scanner = HeaderScanner::new(file, &self.files, 0, self.size_bytes);
         match &self.start {
             ReadStart::Position(position) => scanner.seek(*position),
             ReadStart::Lookup(index) => {
@@ -724,15 +749,28 @@ impl SegmentReader {
     /// Appends up to `len` bytes starting at `position` to `out`, no further than the planned size.
     pub fn read_into(&self, position: u64, len: u64, out: &mut Vec<u8>) -> Result<(), LogError> {
         let len = len.min(self.size_bytes.saturating_sub(position));
+        let file = open_for_read(&self.file, &self.files)?;
         let start = out.len();
         out.resize(start + len as usize, 0);
-        let result = self.file.read_exact_at(&mut out[start..], position);
+        let result = file.read_exact_at(&mut out[start..], position);
         if let Err(e) = result {
             out.truncate(start);
             return Err(read_error(e, &self.files, position + len));
         }
         Ok(())
     }
+}
+
+/// The file of a segment planned for a read, from the cache. A segment removed from its log
+/// since (retention, compaction, truncation) whose file the cache has closed is gone for the
+/// read: [`LogError::RemovedDuringRead`].
+fn open_for_read(file: &CachedFile, files: &SegmentFiles) -> Result<Arc<File>, LogError> {
+    file.get().map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => LogError::RemovedDuringRead {
+            path: files.to_string(),
+        },
+        _ => LogError::Io(e),
+    })
 }
 
 /// A failed positional read: past the end of the file means the file shrank after the read was
@@ -754,7 +792,7 @@ pub(super) fn next_offset_of_file(path: &Path, base_offset: i64) -> Result<i64, 
     let file = File::open(path)?;
     let len = file.metadata()?.len();
     let name = path.display();
-    let mut scanner = HeaderScanner::new(&file, &name, 0, len);
+    let mut scanner = HeaderScanner::new(Arc::new(file), &name, 0, len);
     let mut next = base_offset;
     while let Ok(Some((header, _))) = scanner.next() {
         next = header.last_offset().saturating_add(1);
@@ -841,7 +879,7 @@ fn stream_crc(reader: &mut BufReader<&File>, header: &[u8; BATCH_HEADER_LEN], bo
 /// time: a scan over small batches costs a syscall per buffer, not per batch, and concurrent
 /// readers never share a file cursor.
 struct HeaderScanner<'a> {
-    file: &'a File,
+    file: Arc<File>,
     /// The file's name, for errors.
     path: &'a dyn fmt::Display,
     end: u64,
@@ -852,7 +890,7 @@ struct HeaderScanner<'a> {
 }
 
 impl<'a> HeaderScanner<'a> {
-    fn new(file: &'a File, path: &'a dyn fmt::Display, start: u64, end: u64) -> HeaderScanner<'a> {
+    fn new(file: Arc<File>, path: &'a dyn fmt::Display, start: u64, end: u64) -> HeaderScanner<'a> {
         HeaderScanner {
             file,
             path,

@@ -30,8 +30,8 @@ use sluice_protocol::batch::BatchIter;
 use sluice_protocol::control::end_txn_marker;
 
 use crate::log::{
-    AbortedTxn, AppendInfo, CleanStats, LogCleaner, LogConfig, LogError, LogToClean, PartitionLog, PlannedRead,
-    TailCacheBudget,
+    AbortedTxn, AppendInfo, CleanStats, FileCache, LogCleaner, LogConfig, LogError, LogToClean, PartitionLog,
+    PlannedRead, TailCacheBudget,
 };
 use crate::metadata::image::PartitionRegistration;
 use crate::producer_state::{snapshot, ActiveProducer, ProducerStateManager};
@@ -171,7 +171,7 @@ impl Partition {
     /// Opens the replica's log. It starts as a follower of no one; the registration applied
     /// next (see [`Partition::apply_registration`]) gives it its role. `checkpointed_hw` is the
     /// high watermark recorded before the last stop, if any. The log's tail cache takes its
-    /// memory from `tail_cache`.
+    /// memory from `tail_cache`, and its segment files are opened through `file_cache`.
     #[allow(clippy::too_many_arguments)]
     pub fn open(
         dir: &Path,
@@ -182,9 +182,10 @@ impl Partition {
         config: LogConfig,
         checkpointed_hw: Option<i64>,
         tail_cache: &Arc<TailCacheBudget>,
+        file_cache: &Arc<FileCache>,
         now_ms: i64,
     ) -> Result<Partition, LogError> {
-        let mut log = PartitionLog::open(dir, config, now_ms)?;
+        let mut log = PartitionLog::open(dir, config, file_cache, now_ms)?;
         log.enable_tail_cache(tail_cache.clone());
         let producers = rebuild_producer_state(&mut log)?;
         let end = log.log_end_offset();
@@ -360,6 +361,12 @@ impl Partition {
     /// What background writeback works on (see `PartitionLog::active_segment`).
     pub fn active_segment(&self) -> crate::log::ActiveSegment {
         self.log.lock().active_segment()
+    }
+
+    /// The active segment's file while it is the one based at `base_offset` (see
+    /// `PartitionLog::active_segment_file`); blocking, since it may reopen the file.
+    pub fn active_segment_file(&self, base_offset: i64) -> Option<Result<Arc<std::fs::File>, LogError>> {
+        self.log.lock().active_segment_file(base_offset)
     }
 
     /// Writes the active segment's buffered index entries to their files (background writeback).

@@ -29,6 +29,7 @@ pub(crate) fn open(dir: &Path, node_id: i32) -> Partition {
         LogConfig::default(),
         None,
         &tail_cache,
+        &crate::log::FileCache::unbounded(),
         NOW,
     )
     .unwrap()

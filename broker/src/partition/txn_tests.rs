@@ -175,7 +175,19 @@ fn open_small_segments(dir: &Path) -> Partition {
         segment_bytes: 1_000,
         ..LogConfig::default()
     };
-    Partition::open(dir, "t", Uuid::nil(), 0, 1, config, None, &tail_cache, NOW).unwrap()
+    Partition::open(
+        dir,
+        "t",
+        Uuid::nil(),
+        0,
+        1,
+        config,
+        None,
+        &tail_cache,
+        &crate::log::FileCache::unbounded(),
+        NOW,
+    )
+    .unwrap()
 }
 
 fn snapshot_files(dir: &Path) -> Vec<std::path::PathBuf> {

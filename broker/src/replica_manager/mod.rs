@@ -34,7 +34,7 @@ use uuid::Uuid;
 
 use crate::config::open_files::OpenFilesBudget;
 use crate::config::BrokerConfig;
-use crate::log::TailCacheBudget;
+use crate::log::{FileCache, FileCacheStats, TailCacheBudget};
 use crate::metadata::image::{PartitionRegistration, TopicImage};
 use crate::metadata::MetadataStore;
 use crate::metrics::BrokerMetrics;
@@ -77,6 +77,9 @@ pub struct ReplicaManager {
     fetch_reads: Arc<Semaphore>,
     /// The memory all hosted partitions' tail caches share (`log.tail.cache.*`).
     tail_cache: Arc<TailCacheBudget>,
+    /// The segment files all hosted partitions' logs hold open at once, within the
+    /// open-files budget (`config::open_files`).
+    file_cache: Arc<FileCache>,
     /// Where ISR changes are proposed and the image they are applied from.
     metadata: Arc<MetadataStore>,
     /// ISR shrinks and expands are counted here once committed.
@@ -89,12 +92,8 @@ pub struct ReplicaManager {
     /// `last_offset` of the newest image the hosted partitions reflect; `None` before the
     /// first round (this start's registration is not committed yet).
     reconciled: watch::Sender<Option<u64>>,
-    /// Partition replicas this broker may host (its open-files budget); `None`: unlimited.
-    replica_capacity: Option<u32>,
     /// Hosted partitions whose log failed to open: offline until restart, logged once.
     failed: parking_lot::Mutex<HashSet<PartitionKey>>,
-    /// Hosted partitions left offline because the replica capacity is full, logged once.
-    offline_for_capacity: parking_lot::Mutex<HashSet<PartitionKey>>,
     /// ISR changes on their way through the quorum (at most one per led partition, see
     /// `LeaderState::pending_isr`), stopped at shutdown.
     isr_proposals: parking_lot::Mutex<JoinSet<()>>,
@@ -128,9 +127,7 @@ impl ReplicaManager {
             round: tokio::sync::Mutex::new(()),
             recovery_permits: Arc::new(Semaphore::new(config.num_recovery_threads_per_data_dir.max(1))),
             reconciled: watch::channel(None).0,
-            replica_capacity: OpenFilesBudget::of(&config).replica_capacity(),
             failed: parking_lot::Mutex::default(),
-            offline_for_capacity: parking_lot::Mutex::default(),
             isr_proposals: parking_lot::Mutex::default(),
             partitions: RwLock::default(),
             applied_configs: RwLock::default(),
@@ -138,6 +135,10 @@ impl ReplicaManager {
             checkpointed: parking_lot::Mutex::new(checkpointed),
             fetch_reads: Arc::new(Semaphore::new(config.num_io_threads.max(1))),
             tail_cache: TailCacheBudget::new(config.log_tail_cache_bytes, config.log_tail_cache_total_bytes),
+            file_cache: match OpenFilesBudget::of(&config).segment_files() {
+                Some(files) => FileCache::new(files),
+                None => FileCache::unbounded(),
+            },
             config,
         }
     }
@@ -228,10 +229,9 @@ impl ReplicaManager {
         partition_dir(&self.config.data_dir, topic, index)
     }
 
-    /// The partition replicas this broker may host (`None`: unlimited), from its open-files
-    /// budget; registered with the quorum so the controller places no more here.
-    pub fn replica_capacity(&self) -> Option<u32> {
-        self.replica_capacity
+    /// The segment files open now, the cache's bound, and its reopens and closes so far.
+    pub fn file_cache_stats(&self) -> FileCacheStats {
+        self.file_cache.stats()
     }
 
     /// Records every hosted partition's high watermark in the data dir's checkpoint.

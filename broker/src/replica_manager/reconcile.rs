@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tokio::task::JoinSet;
 
 use super::{parse_partition_dir, PartitionKey, ReplicaManager};
-use crate::log::{partition_metadata, LogError, TailCacheBudget};
+use crate::log::{partition_metadata, FileCache, LogError, TailCacheBudget};
 use crate::metadata::image::{MetadataImage, PartitionRegistration};
 use crate::metadata::METADATA_LOG_DIR;
 use crate::partition::{Partition, RoleChange};
@@ -64,8 +64,7 @@ impl ReplicaManager {
     /// blocking pool, `num.recovery.threads.per.data.dir` at a time (deletions first, so a
     /// topic re-created under the same name never shares its directory with the old log).
     /// A partition becomes visible, as leader or follower, only once its log is open. One
-    /// that fails to open is logged once and stays offline until restart; one beyond this
-    /// broker's replica capacity is logged once and stays offline while the capacity is full.
+    /// that fails to open is logged once and stays offline until restart.
     pub async fn reconcile_image(&self, image: &MetadataImage, now_ms: i64) {
         let _round = self.round.lock().await;
         let plan = self.plan_round(image, now_ms);
@@ -87,10 +86,10 @@ impl ReplicaManager {
                 return;
             };
             let node = self.config.node_id;
-            let tail_cache = self.tail_cache.clone();
+            let (tail_cache, file_cache) = (self.tail_cache.clone(), self.file_cache.clone());
             opens.spawn_blocking(move || {
                 let _permit = permit;
-                let opened = open_replica(&job, node, &tail_cache, now_ms);
+                let opened = open_replica(&job, node, &tail_cache, &file_cache, now_ms);
                 (job, opened)
             });
             while let Some(done) = opens.try_join_next() {
@@ -165,43 +164,7 @@ impl ReplicaManager {
             self.applied_configs.write().remove(&partition.topic_id);
         }
         self.failed.lock().retain(|k| wanted.contains(k));
-        let opens = self.within_capacity(opens, &wanted);
         RoundPlan { deletions, opens }
-    }
-
-    /// The opens that fit the replica capacity once the partitions already open are counted;
-    /// each one left out is logged once (until it opens or is no longer hosted here).
-    fn within_capacity(&self, mut opens: Vec<OpenJob>, wanted: &HashSet<PartitionKey>) -> Vec<OpenJob> {
-        let mut offline = self.offline_for_capacity.lock();
-        offline.retain(|k| wanted.contains(k));
-        let Some(capacity) = self.replica_capacity else {
-            offline.clear();
-            return opens;
-        };
-        let room = (capacity as usize).saturating_sub(self.partitions.read().len());
-        if opens.len() <= room {
-            for job in &opens {
-                offline.remove(&job.key);
-            }
-            return opens;
-        }
-        let left_out = opens.split_off(room);
-        for job in &opens {
-            offline.remove(&job.key);
-        }
-        let mut checkpointed = self.checkpointed.lock();
-        for job in &left_out {
-            if let Some(hw) = job.checkpointed_hw {
-                checkpointed.insert((job.topic.clone(), job.key.1), hw);
-            }
-            if offline.insert(job.key) {
-                tracing::error!(
-                    topic = %job.topic, partition = job.key.1, replica_capacity = capacity,
-                    "this broker already hosts as many partition replicas as its open-files limit allows; this one stays offline. Raise the open-files limit (ulimit -n) and restart the broker, or move replicas to other brokers"
-                );
-            }
-        }
-        opens
     }
 
     /// Makes an opened log visible (in the map, with its registration applied), or records
@@ -308,6 +271,7 @@ fn open_replica(
     job: &OpenJob,
     node_id: i32,
     tail_cache: &Arc<TailCacheBudget>,
+    file_cache: &Arc<FileCache>,
     now_ms: i64,
 ) -> Result<Partition, LogError> {
     let mut checkpointed_hw = job.checkpointed_hw;
@@ -323,6 +287,7 @@ fn open_replica(
         job.log_config.clone(),
         checkpointed_hw,
         tail_cache,
+        file_cache,
         now_ms,
     )
 }

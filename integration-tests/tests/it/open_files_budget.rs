@@ -1,7 +1,8 @@
-//! The open-files budget and many partitions: a broker under a low open-files limit refuses
-//! the topic that would take it past its replica capacity (POLICY_VIOLATION, with a message
-//! saying what to do) and keeps serving, its metadata quorum intact; a 3-node cluster creates
-//! hundreds of partitions, all led with a full ISR, and reopens them after a restart.
+//! The open-files budget and many partitions: under an open-files limit of 1,000, three nodes
+//! host 2,000 partitions at RF 3 (2,000 replicas each, twice the limit), every partition takes
+//! and returns a record, before and after all nodes are SIGKILLed and restarted, with fewer
+//! segment files open than replicas hosted and no descriptor error logged; a 3-node cluster
+//! creates hundreds of partitions, all led with a full ISR, and reopens them after a restart.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -10,174 +11,173 @@ use anyhow::{ensure, Context, Result};
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::{CreateTopicsRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use rdkafka::admin::NewPartitions;
 use rdkafka::producer::FutureRecord;
-use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::Offset;
-use sluice_integration_tests::{clients, kafka_client, Cluster, NodeOptions, SluiceNode};
+use sluice_integration_tests::{clients, kafka_client, Cluster, SluiceNode};
 
-/// Kafka's POLICY_VIOLATION error code.
-const POLICY_VIOLATION: i16 = 44;
+const WIDE: &str = "wide";
+const WIDE_PARTITIONS: i32 = 2_000;
+/// Each node's open-files limit: half the replicas it hosts.
+const OPEN_FILES_LIMIT: u64 = 1_000;
 
-/// CreateTopics v7 for one topic of `partitions` at RF 1: its error code and message.
-fn create(node: &SluiceNode, name: &str, partitions: i32) -> Result<(i16, Option<String>)> {
-    let topic = CreatableTopic::default()
-        .with_name(TopicName(StrBytes::from_string(name.to_string())))
-        .with_num_partitions(partitions)
-        .with_replication_factor(1);
+/// CreateTopics v7 for `name` with `partitions` at RF 3, answered without error.
+fn create_rf3(cluster: &Cluster, name: &str, partitions: i32) -> Result<()> {
     let request = CreateTopicsRequest::default()
-        .with_topics(vec![topic])
-        .with_timeout_ms(30_000);
-    let response = kafka_client::call(node.addr(), &request, 7, Duration::from_secs(30))?;
+        .with_topics(vec![CreatableTopic::default()
+            .with_name(TopicName(StrBytes::from_string(name.to_string())))
+            .with_num_partitions(partitions)
+            .with_replication_factor(3)])
+        .with_timeout_ms(120_000);
+    let response = kafka_client::call(cluster.addr(1), &request, 7, Duration::from_secs(120))?;
     let result = response.topics.first().context("no topic result")?;
-    Ok((result.error_code, result.error_message.as_ref().map(|m| m.to_string())))
+    ensure!(
+        result.error_code == 0,
+        "creating {name}: {} {:?}",
+        result.error_code,
+        result.error_message
+    );
+    Ok(())
 }
 
-async fn produce(bootstrap: &str, topic: &str, payload: &str) -> Result<i64> {
+fn value(partition: i32, round: usize) -> String {
+    format!("partition {partition} round {round}")
+}
+
+/// One record to every partition of [`WIDE`] (acks=all); each must land at `offset`.
+async fn produce_round(bootstrap: &str, round: usize, offset: i64) -> Result<()> {
     let producer = clients::future_producer(bootstrap)?;
-    let delivered = producer
-        .send(
-            FutureRecord::<str, str>::to(topic).partition(0).payload(payload),
-            Duration::from_secs(20),
-        )
-        .await
-        .map_err(|(e, _)| anyhow::anyhow!("produce to {topic}: {e}"))?;
-    Ok(delivered.offset)
+    let mut deliveries = Vec::new();
+    for p in 0..WIDE_PARTITIONS {
+        let v = value(p, round);
+        let record = FutureRecord::<str, str>::to(WIDE).partition(p).payload(&v);
+        let delivery = producer
+            .send_result(record)
+            .map_err(|(e, _)| anyhow::anyhow!("enqueue to partition {p}: {e}"))?;
+        deliveries.push((p, delivery));
+    }
+    for (p, delivery) in deliveries {
+        let delivered = delivery
+            .await
+            .context("the producer went away")?
+            .map_err(|(e, _)| anyhow::anyhow!("produce to partition {p}: {e}"))?;
+        ensure!(
+            (delivered.partition, delivered.offset) == (p, offset),
+            "round {round} for partition {p} landed at {}/{}",
+            delivered.partition,
+            delivered.offset
+        );
+    }
+    Ok(())
+}
+
+/// Reads every partition of [`WIDE`] from offset 0: `rounds` records each, in order.
+async fn read_all(bootstrap: &str, rounds: usize) -> Result<()> {
+    let consumer = clients::stream_consumer(bootstrap)?;
+    let partitions: Vec<i32> = (0..WIDE_PARTITIONS).collect();
+    clients::assign(&consumer, WIDE, &partitions, Offset::Offset(0))?;
+    let expected: HashMap<i32, usize> = partitions.iter().map(|&p| (p, rounds)).collect();
+    let consumed = clients::consume_exact(&consumer, &expected, Duration::from_secs(120)).await?;
+    for p in 0..WIDE_PARTITIONS {
+        let values: Vec<Option<Vec<u8>>> = consumed
+            .get(&p)
+            .into_iter()
+            .flatten()
+            .map(|r| r.value.clone())
+            .collect();
+        let want: Vec<Option<Vec<u8>>> = (0..rounds).map(|r| Some(value(p, r).into_bytes())).collect();
+        ensure!(values == want, "partition {p} read back {values:?}");
+    }
+    Ok(())
+}
+
+/// The node's open descriptors, and how many of them are segment `.log` files.
+fn open_files(node: &SluiceNode) -> Result<(usize, usize)> {
+    let pid = node.pid().context("the broker is not running")?;
+    let mut all = 0;
+    let mut segments = 0;
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
+        all += 1;
+        let Ok(target) = std::fs::read_link(fd?.path()) else {
+            continue;
+        };
+        let name = target.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        if name.ends_with(".log") || name.contains(".log.pending-") {
+            segments += 1;
+        }
+    }
+    Ok((all, segments))
+}
+
+/// Every node: within its limit, fewer segment files open than the [`WIDE`] replicas it hosts
+/// (so the cache closed some), and no descriptor error in its log.
+fn check_descriptors(cluster: &mut Cluster, when: &str) -> Result<()> {
+    for id in cluster.ids() {
+        let node = cluster.node(id);
+        node.assert_running()?;
+        let (all, segments) = open_files(node)?;
+        ensure!(
+            (all as u64) < OPEN_FILES_LIMIT && segments < WIDE_PARTITIONS as usize,
+            "node {id} {when}: {all} descriptors open, {segments} of them segment files, \
+             for {WIDE_PARTITIONS} replicas under a limit of {OPEN_FILES_LIMIT}"
+        );
+        let log = std::fs::read_to_string(node.log_path())?;
+        for symptom in ["Too many open files", "os error 24", "EMFILE"] {
+            ensure!(
+                !log.contains(symptom),
+                "node {id} {when} logged {symptom:?}:\n{}",
+                node.log_tail(40)
+            );
+        }
+    }
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_broker_at_its_open_files_limit_refuses_more_replicas_and_keeps_serving() -> Result<()> {
-    // 400 files, 100 of them for connections: room for a few dozen replicas.
-    let mut node = SluiceNode::start(
-        NodeOptions::default()
-            .open_files_limit(400)
-            .set("max.connections", 100)
-            .set("num.recovery.threads.per.data.dir", 2),
+async fn twice_as_many_replicas_as_the_open_files_limit_are_all_writable_and_readable() -> Result<()> {
+    let mut cluster = Cluster::start_custom(
+        3,
+        &[("max.connections", "200")],
+        true,
+        |_| Vec::new(),
+        |_, options| {
+            options.open_files_limit = Some(OPEN_FILES_LIMIT);
+        },
     )?;
-    let bootstrap = node.bootstrap();
-    let admin = clients::admin_client(&bootstrap)?;
-    clients::create_topic(&admin, "kept", 1, &[]).await?;
+    create_rf3(&cluster, WIDE, WIDE_PARTITIONS)?;
+    let partitions = cluster.await_full_isr(WIDE, Duration::from_secs(240))?;
     ensure!(
-        produce(&bootstrap, "kept", "before").await? == 0,
-        "first record's offset"
+        partitions.len() == WIDE_PARTITIONS as usize,
+        "{} partitions listed",
+        partitions.len()
     );
+    let bootstrap = cluster.bootstrap();
+    produce_round(&bootstrap, 0, 0).await?;
+    read_all(&bootstrap, 1).await?;
+    check_descriptors(&mut cluster, "after the first round")?;
 
-    let mut created = 0;
-    let mut refusal = None;
-    for i in 0..200 {
-        let (code, message) = create(&node, &format!("fill-{i}"), 5)?;
-        if code == 0 {
-            created += 1;
-            continue;
-        }
-        refusal = Some((code, message));
-        break;
+    // All nodes SIGKILLed: every log is recovered under the same limit.
+    for id in cluster.ids() {
+        cluster.node(id).kill()?;
     }
-    let (code, message) = refusal.context("no CreateTopics was refused within 1,000 partitions")?;
-    ensure!(created > 0, "the first topic was already refused: {code} {message:?}");
-    ensure!(
-        code == POLICY_VIOLATION,
-        "refused with {code}, not POLICY_VIOLATION: {message:?}"
-    );
-    let message = message.unwrap_or_default();
-    for part in ["on broker 1", "capacity of", "ulimit -n", "add brokers"] {
-        ensure!(message.contains(part), "{part:?} missing from the refusal: {message}");
+    for id in cluster.ids() {
+        cluster.node(id).respawn()?;
     }
-
-    // CreatePartitions past the capacity is refused the same way.
-    let results = admin
-        .create_partitions([&NewPartitions::new("kept", 500)], &clients::admin_options())
-        .await?;
-    ensure!(
-        matches!(results.as_slice(), [Err((_, RDKafkaErrorCode::PolicyViolation))]),
-        "CreatePartitions kept -> 500: {results:?}"
-    );
-
-    // Still serving: the existing topic takes and returns records, and every created topic is led.
-    ensure!(
-        produce(&bootstrap, "kept", "after").await? == 1,
-        "second record's offset"
-    );
-    let consumer = clients::stream_consumer(&bootstrap)?;
-    clients::assign(&consumer, "kept", &[0], Offset::Offset(0))?;
-    let consumed = clients::consume_exact(&consumer, &HashMap::from([(0, 2)]), Duration::from_secs(20)).await?;
-    let payloads: Vec<_> = consumed
-        .get(&0)
-        .into_iter()
-        .flatten()
-        .map(|r| r.value.clone())
-        .collect();
-    ensure!(
-        payloads == [Some(b"before".to_vec()), Some(b"after".to_vec())],
-        "read back {payloads:?}"
-    );
-    let metadata = kafka_client::metadata(node.addr())?;
-    let fill_topics: Vec<_> = metadata
-        .topics
-        .iter()
-        .filter(|t| t.name.as_ref().is_some_and(|n| n.0.starts_with("fill-")))
-        .collect();
-    ensure!(
-        fill_topics.len() == created,
-        "{} fill topics listed, {created} created",
-        fill_topics.len()
-    );
-    for topic in fill_topics {
-        ensure!(
-            topic.partitions.iter().all(|p| p.error_code == 0 && p.leader_id.0 == 1),
-            "{:?} not led by broker 1: {:?}",
-            topic.name,
-            topic.partitions
-        );
+    for id in cluster.ids() {
+        cluster.node(id).wait_ready()?;
     }
-
-    // Its metadata quorum is fine: still led by itself, and still committing (a new topic
-    // that fits is created).
-    let quorum = kafka_client::describe_quorum(node.addr())?;
-    let partition = quorum
-        .topics
-        .first()
-        .and_then(|t| t.partitions.first())
-        .context("DescribeQuorum has no partition")?;
-    ensure!(
-        partition.error_code == 0 && partition.leader_id.0 == 1,
-        "DescribeQuorum: {partition:?}"
-    );
-    let (code, message) = create(&node, "one-more", 1)?;
-    ensure!(
-        code == 0 || code == POLICY_VIOLATION,
-        "a one-partition topic: {code} {message:?}"
-    );
-    node.assert_running()?;
-    let log = std::fs::read_to_string(node.log_path())?;
-    ensure!(
-        !log.contains("Too many open files"),
-        "the broker ran out of open files:\n{}",
-        node.log_tail(40)
-    );
+    cluster.await_full_isr(WIDE, Duration::from_secs(240))?;
+    produce_round(&bootstrap, 1, 1).await?;
+    read_all(&bootstrap, 2).await?;
+    check_descriptors(&mut cluster, "after a restart of every node")?;
     Ok(())
 }
 
 #[test]
 fn three_hundred_partitions_are_all_led_with_a_full_isr_and_reopen_after_a_restart() -> Result<()> {
     let mut cluster = Cluster::start(3, &[])?;
-    let addr = cluster.addr(1);
     let topics = ["many-a", "many-b", "many-c"];
     for topic in topics {
-        let request = CreateTopicsRequest::default()
-            .with_topics(vec![CreatableTopic::default()
-                .with_name(TopicName(StrBytes::from_static_str(topic)))
-                .with_num_partitions(100)
-                .with_replication_factor(3)])
-            .with_timeout_ms(60_000);
-        let response = kafka_client::call(addr, &request, 7, Duration::from_secs(60))?;
-        let result = response.topics.first().context("no topic result")?;
-        ensure!(
-            result.error_code == 0,
-            "creating {topic}: {} {:?}",
-            result.error_code,
-            result.error_message
-        );
+        create_rf3(&cluster, topic, 100)?;
     }
     let all_full = |cluster: &Cluster| -> Result<()> {
         for topic in topics {

@@ -231,7 +231,7 @@ impl PartitionLog {
         self.tail.reset(); // the cached chunks are the active segment's last bytes
         self.finish_pending_seal_now()?;
         if self.active.is_empty() {
-            let new_segment = LogSegment::create(&self.dir, base_offset, now_ms)?;
+            let new_segment = LogSegment::create(&self.dir, base_offset, &self.file_cache, now_ms)?;
             sync_dir(&self.dir)?;
             std::mem::replace(&mut self.active, new_segment).delete()?;
             if self.inactive.is_empty() {
@@ -241,7 +241,8 @@ impl PartitionLog {
         } else {
             self.active.append_final_time_index_entry();
             let sealed_bytes = self.active.size_bytes();
-            let new_segment = LogSegment::create_after_unsynced(&self.dir, base_offset, sealed_bytes, now_ms)?;
+            let new_segment =
+                LogSegment::create_after_unsynced(&self.dir, base_offset, sealed_bytes, &self.file_cache, now_ms)?;
             let previous = std::mem::replace(&mut self.active, new_segment);
             self.inactive.push_back(previous);
             self.deferred_seals += 1;

@@ -7,6 +7,7 @@ use std::fs::{self, File};
 use std::path::Path;
 use std::sync::Arc;
 
+use super::file_cache::FileCache;
 use super::leader_epoch::LeaderEpochCache;
 use super::log_to_clean::{CleanableSegment, LogToClean};
 use super::segment::{
@@ -25,11 +26,6 @@ use crate::fs::{create_dir_if_missing, remove_if_exists, sync_dir, write_atomica
 
 /// Written by [`PartitionLog::close`]; its presence at open means the tail needs no scan.
 pub const CLEAN_SHUTDOWN_FILE: &str = ".clean_shutdown";
-
-/// Files a partition replica keeps open while idle: its active segment's `.log` (index files
-/// are opened only to write or look up, and closed after). Each sealed segment adds its own
-/// `.log`, and a read or write in progress may hold one more briefly.
-pub const FILES_PER_IDLE_REPLICA: u64 = 1;
 
 /// The log start offset once it lies inside a segment (DeleteRecords, or a follower copying its
 /// leader's), which segment base offsets alone cannot tell after a restart. One decimal line,
@@ -62,6 +58,8 @@ pub struct PartitionLog {
     /// `<topic>-<partition>`, for the operator's log lines.
     name: String,
     config: LogConfig,
+    /// The node's bound on open segment files, which every segment's `.log` goes through.
+    file_cache: Arc<FileCache>,
     /// Sealed segments, oldest first.
     inactive: VecDeque<LogSegment>,
     active: LogSegment,
@@ -88,7 +86,6 @@ pub struct PartitionLog {
 /// See [`PartitionLog::active_segment`].
 pub struct ActiveSegment {
     pub base_offset: i64,
-    pub file: Arc<File>,
     pub size_bytes: u64,
     pub seal_pending: bool,
 }
@@ -120,7 +117,12 @@ impl PartitionLog {
     /// decision depends on: a first segment created, or the clean-shutdown marker removed (an
     /// interrupted cleaner swap is made durable where it is completed). Reopening an unchanged
     /// log costs no directory fsync.
-    pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<PartitionLog, LogError> {
+    pub fn open(
+        dir: &Path,
+        config: LogConfig,
+        file_cache: &Arc<FileCache>,
+        now_ms: i64,
+    ) -> Result<PartitionLog, LogError> {
         let created_dir = create_dir_if_missing(dir)?;
         let dir: Arc<Path> = Arc::from(dir);
         let name = dir
@@ -131,7 +133,7 @@ impl PartitionLog {
 
         complete_interrupted_swaps(&dir)?;
         let mut files = file_names(&dir)?;
-        let mut dir_changed = resolve_interrupted_seals(&dir, &files, config.index_interval_bytes, now_ms)?;
+        let mut dir_changed = resolve_interrupted_seals(&dir, &files, config.index_interval_bytes, file_cache, now_ms)?;
         if dir_changed {
             files = file_names(&dir)?;
         }
@@ -143,13 +145,13 @@ impl PartitionLog {
         let active = match base_offsets.split_last() {
             None => {
                 dir_changed = true;
-                LogSegment::create(&dir, 0, now_ms)?
+                LogSegment::create(&dir, 0, file_cache, now_ms)?
             }
             Some((&last, older)) => {
                 for &base_offset in older {
-                    inactive.push_back(LogSegment::open(&dir, base_offset, false, now_ms)?);
+                    inactive.push_back(LogSegment::open(&dir, base_offset, false, file_cache, now_ms)?);
                 }
-                LogSegment::open(&dir, last, true, now_ms)?
+                LogSegment::open(&dir, last, true, file_cache, now_ms)?
             }
         };
         let log_start_offset = inactive.front().unwrap_or(&active).base_offset();
@@ -157,6 +159,7 @@ impl PartitionLog {
             dir: dir.clone(),
             name,
             config,
+            file_cache: file_cache.clone(),
             inactive,
             active,
             log_start_offset,
@@ -320,6 +323,7 @@ impl PartitionLog {
             self.name.clone(),
             self.dir.clone(),
             self.config.clone(),
+            self.file_cache.clone(),
             first_dirty,
             segments,
             self.truncations,
@@ -381,7 +385,7 @@ impl PartitionLog {
             fs::rename(self.dir.join(format!("{name}{SWAP_FILE_SUFFIX}")), self.dir.join(&name))?;
         }
         sync_dir(&self.dir)?;
-        let cleaned = LogSegment::open(&self.dir, base, false, now_ms)?;
+        let cleaned = LogSegment::open(&self.dir, base, false, &self.file_cache, now_ms)?;
         self.inactive.insert(start, cleaned);
         // The replaced segments' `.txnindex` files went with them: one file for the cleaned
         // segment now holds their entries (control batches survive cleaning).
@@ -605,14 +609,19 @@ impl PartitionLog {
     }
 
     /// What background writeback works on: the active segment's base offset (which names it),
-    /// its file and its size, and whether the seal of the segment before it is still to do.
+    /// its size, and whether the seal of the segment before it is still to do.
     pub fn active_segment(&self) -> ActiveSegment {
         ActiveSegment {
             base_offset: self.active.base_offset(),
-            file: self.active.log_file(),
             size_bytes: self.active.size_bytes(),
             seal_pending: self.has_pending_seal(),
         }
+    }
+
+    /// The active segment's file if that segment is still the one based at `base_offset`
+    /// (reopened if the file cache had closed it): writeback, outside the log's lock.
+    pub fn active_segment_file(&self, base_offset: i64) -> Option<Result<Arc<File>, LogError>> {
+        (self.active.base_offset() == base_offset).then(|| self.active.log_file())
     }
 
     /// Base offsets of the segments, oldest first (producer snapshots are named after them).
@@ -698,7 +707,7 @@ impl PartitionLog {
     pub fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LogError> {
         self.tail.reset();
         self.truncations += 1;
-        let new_segment = LogSegment::create(&self.dir, offset, self.clock_ms)?;
+        let new_segment = LogSegment::create(&self.dir, offset, &self.file_cache, self.clock_ms)?;
         let old_active = std::mem::replace(&mut self.active, new_segment);
         if old_active.base_offset() != offset {
             old_active.delete()?;

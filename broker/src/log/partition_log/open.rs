@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use super::PartitionLog;
 use crate::fs::{remove_if_exists, sync_dir};
+use crate::log::file_cache::FileCache;
 use crate::log::leader_epoch::{EpochScan, LeaderEpochCache};
 use crate::log::segment::{
     segment_file_name, LogSegment, CLEANED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, PENDING_LOG_INFIX,
@@ -173,6 +174,7 @@ pub(super) fn resolve_interrupted_seals(
     dir: &Arc<Path>,
     files: &[(String, PathBuf)],
     index_interval_bytes: u32,
+    file_cache: &Arc<FileCache>,
     now_ms: i64,
 ) -> Result<bool, LogError> {
     let mut pending = Vec::new();
@@ -198,7 +200,7 @@ pub(super) fn resolve_interrupted_seals(
         let intact = match log_bases.iter().copied().rfind(|&b| b < base) {
             None => true,
             Some(predecessor) => {
-                let mut segment = LogSegment::open(dir, predecessor, true, now_ms)?;
+                let mut segment = LogSegment::open(dir, predecessor, true, file_cache, now_ms)?;
                 segment.recover(index_interval_bytes)?;
                 segment.on_become_inactive()?;
                 let kept = segment.size_bytes();

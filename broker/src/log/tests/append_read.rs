@@ -4,6 +4,7 @@ use sluice_protocol::batch::validate_batch;
 
 use super::*;
 use crate::log::LogError;
+use std::sync::Arc;
 
 #[test]
 fn append_assigns_consecutive_offsets_and_read_returns_stored_batches() {
@@ -190,7 +191,7 @@ fn index_lookup_finds_every_offset_in_a_log_with_many_segments() {
     };
     check(&log);
     log.close().unwrap();
-    check(&PartitionLog::open(&partition_dir(root.path()), config, T0).unwrap());
+    check(&PartitionLog::open(&partition_dir(root.path()), config, &FileCache::unbounded(), T0).unwrap());
 }
 
 #[test]
@@ -353,22 +354,55 @@ fn a_planned_read_sees_the_log_as_planned_and_sizes_its_buffer_by_the_bytes_pres
     assert_eq!((read.log_start_offset, read.log_end_offset), (0, end));
 }
 
-#[test]
-fn a_planned_read_survives_retention_deleting_its_segments() {
-    let root = tempfile::tempdir().unwrap();
+/// A log of many small segments through `cache`, whose retention (`retention.bytes=1`) keeps
+/// only the active one.
+fn retained_to_one_segment(dir: &Path, cache: &Arc<FileCache>) -> PartitionLog {
     let config = LogConfig {
         retention_bytes: 1,
         retention_ms: -1,
         ..small_segments()
     };
-    let mut log = filled(root.path(), config, 30);
+    let mut log = PartitionLog::open(dir, config, cache, T0).unwrap();
+    for i in 0..30 {
+        append(&mut log, 2, 80, T0 + i);
+    }
+    log
+}
+
+#[test]
+fn a_planned_read_survives_retention_deleting_its_segments_while_their_files_are_open() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = partition_dir(root.path());
+    let mut log = retained_to_one_segment(&dir, &FileCache::unbounded());
     let planned = log.plan_read(0, i64::MAX, 1 << 20).unwrap();
     assert!(log.delete_retained_segments(T0, i64::MAX).unwrap() > 0);
     assert!(log.log_start_offset() > 0, "segment 0 is gone from the directory");
-    assert!(!partition_dir(root.path()).join("00000000000000000000.log").exists());
+    assert!(!dir.join("00000000000000000000.log").exists());
     let read = planned.read(1 << 20, true).unwrap();
     assert_eq!(first_header(&read.records).base_offset, 0, "read through the open file");
     assert!(batch_offsets(&read.records).len() > 1);
+}
+
+#[test]
+fn a_planned_read_whose_deleted_segment_the_cache_closed_is_told_to_retry() {
+    let root = tempfile::tempdir().unwrap();
+    // A cache of one file: segment 0's is closed by the time the read runs.
+    let mut log = retained_to_one_segment(&partition_dir(root.path()), &FileCache::new(1));
+    let planned = log.plan_read(0, i64::MAX, 1 << 20).unwrap();
+    assert!(log.delete_retained_segments(T0, i64::MAX).unwrap() > 0);
+    // A new segment at offset 0 would take the old name: never read in its place.
+    match planned.read(1 << 20, true) {
+        Err(e @ LogError::RemovedDuringRead { .. }) => {
+            assert_eq!(e.response_error(), ResponseError::NotLeaderOrFollower, "{e}");
+        }
+        other => panic!("expected RemovedDuringRead, got {other:?}"),
+    }
+    let read = log.read(log.log_start_offset(), 1 << 20, i64::MAX, true).unwrap();
+    assert_eq!(
+        first_header(&read.records).base_offset,
+        log.log_start_offset(),
+        "the retry reads the log as it is"
+    );
 }
 
 #[test]

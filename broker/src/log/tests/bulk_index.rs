@@ -30,7 +30,7 @@ fn append_batches(log: &mut PartitionLog, batches: i64) {
 }
 
 /// Every offset of the log reads back as the batch holding it.
-fn assert_every_offset_reads_its_batch(log: &PartitionLog) {
+pub(super) fn assert_every_offset_reads_its_batch(log: &PartitionLog) {
     let end = log.log_end_offset();
     for offset in log.log_start_offset()..end {
         let read = log.read(offset, 1, end, true).unwrap();
@@ -187,7 +187,7 @@ fn truncation_drops_buffered_index_entries() {
 }
 
 /// Descriptors of this process open on files under `root` (other tests' files do not count).
-fn open_files_under(root: &Path) -> Vec<PathBuf> {
+pub(super) fn open_files_under(root: &Path) -> Vec<PathBuf> {
     std::fs::read_dir("/proc/self/fd")
         .unwrap()
         .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
@@ -199,16 +199,15 @@ fn open_files_under(root: &Path) -> Vec<PathBuf> {
 fn an_idle_log_keeps_only_its_active_segment_file_open() {
     let root = tempfile::tempdir().unwrap();
     let root_path = root.path().canonicalize().unwrap();
-    let mut log = PartitionLog::open(&partition_dir(&root_path), dense_index(), T0).unwrap();
+    let mut log = PartitionLog::open(&partition_dir(&root_path), dense_index(), &FileCache::unbounded(), T0).unwrap();
     append_batches(&mut log, 20);
     log.flush().unwrap();
     assert_eq!(
         open_files_under(&root_path),
         vec![partition_dir(&root_path).join("00000000000000000000.log")]
     );
-    assert_eq!(crate::log::FILES_PER_IDLE_REPLICA, 1);
     log.close().unwrap();
-    let log = PartitionLog::open(&partition_dir(&root_path), dense_index(), T0).unwrap();
+    let log = PartitionLog::open(&partition_dir(&root_path), dense_index(), &FileCache::unbounded(), T0).unwrap();
     assert_eq!(open_files_under(&root_path).len(), 1);
     assert_every_offset_reads_its_batch(&log);
 }
@@ -242,7 +241,7 @@ fn a_new_partition_directory_costs_two_directory_fsyncs() {
     let topic_id = uuid::Uuid::from_u128(7);
     let before = dir_syncs();
     assert!(!prepare_partition_dir(&dir, topic_id).unwrap());
-    let log = PartitionLog::open(&dir, LogConfig::default(), T0).unwrap();
+    let log = PartitionLog::open(&dir, LogConfig::default(), &FileCache::unbounded(), T0).unwrap();
     assert_eq!(dir_syncs() - before, 2);
     assert_eq!(
         crate::log::partition_metadata::read_topic_id(&dir).unwrap(),

@@ -556,7 +556,7 @@ fn leftover_cleaned_files_are_deleted_and_swap_files_completed_on_open() {
 fn an_aborted_transactions_record_never_replaces_a_committed_one() {
     use crate::log::txn_index::AbortedTxn;
     let dir = tempfile::tempdir().unwrap();
-    let log = Mutex::new(PartitionLog::open(dir.path(), compacted(), T0).unwrap());
+    let log = Mutex::new(PartitionLog::open(dir.path(), compacted(), &FileCache::new(2), T0).unwrap());
     {
         let mut log = log.lock();
         append_records(&mut log, &[("k", Some("committed"))], T0);
@@ -631,7 +631,7 @@ fn aborted_data_and_markers_without_data_are_cleaned_away_once_past_delete_reten
     use crate::log::txn_index::AbortedTxn;
     use sluice_protocol::control::ControlType;
     let dir = tempfile::tempdir().unwrap();
-    let log = Mutex::new(PartitionLog::open(dir.path(), compacted(), T0).unwrap());
+    let log = Mutex::new(PartitionLog::open(dir.path(), compacted(), &FileCache::new(2), T0).unwrap());
     {
         let mut log = log.lock();
         let aborted_at = append_txn_record(&mut log, 7, "a", "aborted", T0);

@@ -4,6 +4,7 @@ mod append_read;
 mod bulk_index;
 mod cleaner;
 mod delete_records;
+mod file_cache;
 mod leader_epoch;
 mod recovery;
 mod retention;
@@ -17,7 +18,7 @@ use std::path::{Path, PathBuf};
 use sluice_protocol::batch::test_support::encode_simple_batch;
 use sluice_protocol::batch::{BatchHeader, BatchIter};
 
-use super::{LogConfig, PartitionLog};
+use super::{FileCache, LogConfig, PartitionLog};
 
 /// A clock far from zero, so timestamp arithmetic looks like production.
 const T0: i64 = 1_700_000_000_000;
@@ -26,8 +27,10 @@ fn partition_dir(root: &Path) -> PathBuf {
     root.join("orders-0")
 }
 
+/// Opens the log through a file cache of two files, so that every test with more segments
+/// than that also reads and writes through files the cache closed and reopened.
 fn open(root: &Path, config: LogConfig) -> PartitionLog {
-    PartitionLog::open(&partition_dir(root), config, T0).unwrap()
+    PartitionLog::open(&partition_dir(root), config, &FileCache::new(2), T0).unwrap()
 }
 
 /// Appends a batch of `records` records with `value_len`-byte values timestamped from `ts`.
