@@ -8,7 +8,9 @@ Phases, in order, each reported in the table and the JSON result:
               --create-batch topics; time until every request is answered, and until every
               node's Metadata shows every partition with a leader and a full ISR;
   metadata    Metadata for all topics (v8, hand-encoded, so the size is the wire size):
-              p50/p99/max over --metadata-requests requests spread over the nodes;
+              p50/p99/max over --metadata-requests requests spread over the nodes; then every
+              topic paged through DescribeTopicPartitions v0, 2,000 partitions a page (what
+              Kafka 4's Admin describeTopics does): pages, total time and bytes;
   memory      each node's RSS, threads, open files and CPU before creating and once idle after;
               KB per idle partition replica = (after - before) / (N x 3 replicas / 3 nodes);
   spread      acks=all produce at --spread-rate msg/s of --spread-bytes for --spread-s seconds,
@@ -63,8 +65,10 @@ NODES = 3
 SEED_TOPIC = "scale-seed"
 SEED_PARTITIONS = 12
 TOPIC_PREFIX = "scale-"
-API_METADATA, API_VERSIONS = 3, 18
+API_METADATA, API_VERSIONS, API_DESCRIBE_TOPIC_PARTITIONS = 3, 18, 75
 METADATA_VERSION = 8  # the newest non-flexible version: every field a client needs for routing
+# Partitions a DescribeTopicPartitions page asks for: Kafka's max.request.partition.size.limit.
+DESCRIBE_PAGE_PARTITIONS = 2000
 
 
 # ---------------------------------------------------------------- wire: one blocking connection
@@ -115,6 +119,115 @@ class Wire:
         # v8: all topics (null array), no auto-creation, no authorized operations.
         body, elapsed, size = self.request(API_METADATA, METADATA_VERSION, struct.pack(">i", -1) + b"\x00\x00\x00")
         return MetadataSummary.decode(body), elapsed, size
+
+    def describe_topic_partitions(self, cursor: tuple[str, int] | None,
+                                  limit: int) -> tuple[int, tuple[str, int] | None, float, int]:
+        """One DescribeTopicPartitions v0 page of every topic (an empty topic list) from
+        `cursor`: (partitions of `scale-*` topics on it, the next cursor, seconds, frame bytes).
+        Flexible: request header v2, response header v1, compact arrays and strings."""
+        body = b"\x01" + struct.pack(">i", limit)  # no topics named: all of them
+        if cursor is None:
+            body += b"\xff"
+        else:
+            name = cursor[0].encode()
+            body += b"\x01" + uvarint(len(name) + 1) + name + struct.pack(">i", cursor[1]) + b"\x00"
+        body += b"\x00"
+        self.correlation_id += 1
+        msg = (struct.pack(">hhih", API_DESCRIBE_TOPIC_PARTITIONS, 0, self.correlation_id, len(CLIENT_ID))
+               + CLIENT_ID + b"\x00" + body)
+        t0 = time.perf_counter()
+        self.sock.sendall(struct.pack(">i", len(msg)) + msg)
+        (length,) = struct.unpack(">i", self._recv_exact(4))
+        r = Reader(self._recv_exact(length))
+        elapsed = time.perf_counter() - t0
+        if r.i32() != self.correlation_id:
+            raise ValueError("correlation id mismatch")
+        r.tagged()
+        r.i32()  # throttle_time_ms
+        partitions = 0
+        for _ in range(r.compact_len()):
+            r.i16()  # error_code
+            name = r.compact_str() or ""
+            r.skip(16 + 1)  # topic_id, is_internal
+            nparts = r.compact_len()
+            for _ in range(nparts):
+                r.skip(2 + 4 + 4 + 4)  # error_code, partition_index, leader_id, leader_epoch
+                for _ in range(5):  # replicas, isr, eligible leaders, last known ELR, offline
+                    r.skip(4 * r.compact_len())
+                r.tagged()
+            r.i32()  # topic_authorized_operations
+            r.tagged()
+            if name.startswith(TOPIC_PREFIX):
+                partitions += nparts
+        next_cursor = None
+        if r.i8() >= 0:
+            topic = r.compact_str() or ""
+            next_cursor = (topic, r.i32())
+            r.tagged()
+        return partitions, next_cursor, elapsed, length + 4
+
+
+def uvarint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+class Reader:
+    """Reads a flexible response body in order."""
+
+    def __init__(self, b: bytearray):
+        self.b, self.pos = b, 0
+
+    def _unpack(self, fmt: str, size: int):
+        (v,) = struct.unpack_from(fmt, self.b, self.pos)
+        self.pos += size
+        return v
+
+    def i8(self) -> int:
+        return self._unpack(">b", 1)
+
+    def i16(self) -> int:
+        return self._unpack(">h", 2)
+
+    def i32(self) -> int:
+        return self._unpack(">i", 4)
+
+    def skip(self, n: int) -> None:
+        self.pos += n
+
+    def uvarint(self) -> int:
+        shift = value = 0
+        while True:
+            byte = self.b[self.pos]
+            self.pos += 1
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return value
+            shift += 7
+
+    def compact_len(self) -> int:
+        """Elements of a compact (nullable) array or bytes of a compact string; null is 0."""
+        return max(self.uvarint() - 1, 0)
+
+    def compact_str(self) -> str | None:
+        n = self.uvarint()
+        if n == 0:
+            return None
+        text = bytes(self.b[self.pos:self.pos + n - 1]).decode()
+        self.pos += n - 1
+        return text
+
+    def tagged(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()  # tag
+            self.skip(self.uvarint())
 
 
 class MetadataSummary:
@@ -543,6 +656,40 @@ class Run:
             "latency_ms": percentiles_ms(times),
             "response_bytes": max(sizes) if sizes else None,
             "partitions_listed": min(listed) if listed else 0,
+            "describe_topic_partitions": self.describe_all_pages(),
+        }
+
+    def describe_all_pages(self) -> dict | None:
+        """Pages through every topic with DescribeTopicPartitions (what Kafka 4's Admin
+        describeTopics and kafka-topics --describe use), DESCRIBE_PAGE_PARTITIONS a page: the
+        pages, the whole walk's time and bytes, the slowest page. None if the broker does not
+        answer it (Kafka before 3.8)."""
+        wire = Wire(self.nodes[0].port)
+        pages, total_s, total_bytes, listed, slowest = 0, 0.0, 0, 0, 0.0
+        cursor = None
+        try:
+            while True:
+                partitions, cursor, elapsed, size = wire.describe_topic_partitions(cursor, DESCRIBE_PAGE_PARTITIONS)
+                pages += 1
+                total_s += elapsed
+                total_bytes += size
+                listed += partitions
+                slowest = max(slowest, elapsed)
+                if cursor is None or pages > 10_000:
+                    break
+        except (OSError, ValueError, struct.error, IndexError) as e:
+            self.log(f"DescribeTopicPartitions: {e}")
+            return None
+        finally:
+            wire.close()
+        return {
+            "version": 0,
+            "partitions_per_page": DESCRIBE_PAGE_PARTITIONS,
+            "pages": pages,
+            "all_pages_ms": round(1000 * total_s, 1),
+            "slowest_page_ms": round(1000 * slowest, 1),
+            "all_pages_bytes": total_bytes,
+            "partitions_listed": listed,
         }
 
     def phase_memory(self) -> None:
@@ -781,6 +928,11 @@ def table(r: dict) -> str:
         rows.append((f"Metadata v{m['version']}, all topics ({m['requests']} requests)",
                      f"p50 {fmt(m['latency_ms']['p50'], ' ms')} / p99 {fmt(m['latency_ms']['p99'], ' ms')}, "
                      f"{m['response_bytes']:,} bytes"))
+        d = m.get("describe_topic_partitions")
+        if d:
+            rows.append((f"DescribeTopicPartitions v0, all topics, {d['partitions_per_page']:,} a page",
+                         f"{d['pages']} pages in {fmt(d['all_pages_ms'], ' ms')} (slowest {fmt(d['slowest_page_ms'], ' ms')}), "
+                         f"{d['all_pages_bytes']:,} bytes, {d['partitions_listed']:,} partitions"))
     mem = r.get("memory")
     if mem and "per_node" in mem:
         for b, a, p in zip(mem["before"], mem["after_idle"], mem["per_node"]):
@@ -852,6 +1004,8 @@ def compared_figures() -> list[tuple[str, str, object]]:
         ("p50, ms", "lower", g("metadata", "latency_ms", "p50")),
         ("p99, ms", "lower", g("metadata", "latency_ms", "p99")),
         ("response bytes", "info", g("metadata", "response_bytes")),
+        ("DescribeTopicPartitions, every page, ms", "lower",
+         g("metadata", "describe_topic_partitions", "all_pages_ms")),
         ("idle, per node", "", None),
         ("KB of RSS per idle replica (mean of nodes)", "lower", g("memory", "kb_per_idle_partition_replica_mean")),
         ("RSS once idle, largest node, MB",

@@ -45,6 +45,10 @@ def test_scale_quick_creates_leads_produces_to_and_recovers_every_partition(tmp_
     assert meta["requests"] >= 1 and meta["partitions_listed"] == PARTITIONS
     assert meta["response_bytes"] > PARTITIONS * 40, "a v8 partition entry with 3 replicas is 50 bytes"
     assert ordered(meta["latency_ms"])
+    pages = meta["describe_topic_partitions"]
+    assert pages is not None, "DescribeTopicPartitions was not answered"
+    assert pages["partitions_listed"] == PARTITIONS and pages["pages"] >= 1
+    assert pages["all_pages_bytes"] > PARTITIONS * 40
 
     mem = r["memory"]
     assert [n["node_id"] for n in mem["after_idle"]] == [1, 2, 3]
