@@ -162,7 +162,7 @@ fn topics(
             .topics
             .values()
             .filter(|t| access.check(AclOperation::Describe, ResourceType::Topic, &t.name));
-        topics.extend(visible.map(topic_metadata));
+        topics.extend(visible.map(|t| topic_metadata(t)));
     } else {
         let refused = ResponseError::TopicAuthorizationFailed;
         for (requested, allowed) in request.topics.iter().flatten().zip(allowed) {

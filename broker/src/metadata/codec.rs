@@ -13,6 +13,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Display;
+use std::sync::Arc;
 
 use prost::Message;
 use uuid::Uuid;
@@ -1134,7 +1135,7 @@ fn image_from_pb(image: pb::Image) -> Decoded<MetadataImage> {
             partitions: t.partitions.into_iter().map(partition_from_pb).collect(),
             configs: t.configs,
         };
-        if let Some(twice) = topics.insert(t.name, topic) {
+        if let Some(twice) = topics.insert(t.name, Arc::new(topic)) {
             return Err(format!("topic {:?} appears twice", twice.name));
         }
     }

@@ -158,7 +158,9 @@ pub struct MetadataImage {
     pub cluster_id: String,
     pub last_offset: u64,
     pub brokers: BTreeMap<i32, BrokerRegistration>,
-    pub topics: BTreeMap<String, TopicImage>,
+    /// Each topic behind its own `Arc`: publishing an image after a change copies the map's
+    /// pointers and the changed topic only, not every partition of every topic.
+    pub topics: BTreeMap<String, Arc<TopicImage>>,
     pub topic_names: HashMap<Uuid, String>,
     pub broker_configs: BTreeMap<i32, BTreeMap<String, String>>,
     /// First producer id of the next block to hand out (ids are never reused).
@@ -193,7 +195,7 @@ impl MetadataImage {
     }
 
     pub fn topic(&self, name: &str) -> Option<&TopicImage> {
-        self.topics.get(name)
+        self.topics.get(name).map(Arc::as_ref)
     }
 
     /// A group config set or removed. The group id's entry goes with its last config, so the
@@ -222,7 +224,7 @@ impl MetadataImage {
     }
 
     pub fn topic_by_id(&self, id: &Uuid) -> Option<&TopicImage> {
-        self.topic_names.get(id).and_then(|name| self.topics.get(name))
+        self.topic_names.get(id).and_then(|name| self.topics.get(name)).map(Arc::as_ref)
     }
 
     /// Brokers clients can be sent to, and the only ones that may lead or be given replicas.
@@ -353,18 +355,19 @@ impl MetadataImage {
                 self.topic_names.insert(*topic_id, name.clone());
                 self.topics.insert(
                     name.clone(),
-                    TopicImage {
+                    Arc::new(TopicImage {
                         name: name.clone(),
                         topic_id: *topic_id,
                         partitions: Vec::new(),
                         configs: BTreeMap::new(),
-                    },
+                    }),
                 );
             }
             MetadataRecord::Partition { topic_id, partition, .. } => {
                 let Some(topic) = self.topic_names.get(topic_id).and_then(|n| self.topics.get_mut(n)) else {
                     return Ok(());
                 };
+                let topic = Arc::make_mut(topic);
                 let index = *partition as usize;
                 let Some(registration) = registration_from(record, topic.partitions.get(index)) else {
                     return Ok(());
@@ -381,7 +384,7 @@ impl MetadataImage {
             MetadataRecord::Config { resource, name, value } => {
                 let configs = match resource {
                     ConfigResource::Topic(topic) => match self.topics.get_mut(topic) {
-                        Some(t) => &mut t.configs,
+                        Some(t) => &mut Arc::make_mut(t).configs,
                         None => return Ok(()),
                     },
                     ConfigResource::Broker(id) => self.broker_configs.entry(*id).or_default(),
@@ -417,6 +420,7 @@ impl MetadataImage {
                 let Some(topic) = self.topic_names.get(topic_id).and_then(|n| self.topics.get_mut(n)) else {
                     return Ok(());
                 };
+                let topic = Arc::make_mut(topic);
                 let Some(p) = usize::try_from(*partition)
                     .ok()
                     .and_then(|i| topic.partitions.get_mut(i))

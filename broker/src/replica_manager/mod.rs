@@ -86,6 +86,9 @@ pub struct ReplicaManager {
     metrics: Arc<BrokerMetrics>,
     /// Held for a reconciliation round, so rounds never overlap (they come from one task).
     round: tokio::sync::Mutex<()>,
+    /// Partitions that became leader and follower in the current round (see
+    /// `reconcile::ROLE_CHANGES_LOGGED`).
+    role_changes: [std::sync::atomic::AtomicUsize; 2],
     /// Turns for opening and deleting partition logs on the blocking pool,
     /// `num.recovery.threads.per.data.dir` at once.
     recovery_permits: Arc<Semaphore>,
@@ -125,6 +128,7 @@ impl ReplicaManager {
             metadata,
             metrics,
             round: tokio::sync::Mutex::new(()),
+            role_changes: Default::default(),
             recovery_permits: Arc::new(Semaphore::new(config.num_recovery_threads_per_data_dir.max(1))),
             reconciled: watch::channel(None).0,
             failed: parking_lot::Mutex::default(),

@@ -4,9 +4,26 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tokio::task::JoinSet;
+
+/// Role changes a reconciliation round logs one line each at info level: enough for a failover
+/// of a few topics, while a restart of a broker leading 100,000 partitions logs one summary.
+const ROLE_CHANGES_LOGGED: usize = 64;
+
+/// `tracing::info!` when the first argument is true, else `tracing::debug!` (a callsite's
+/// level is fixed at compile time).
+macro_rules! info_or_debug {
+    ($at_info:expr, $($event:tt)+) => {
+        if $at_info {
+            tracing::info!($($event)+)
+        } else {
+            tracing::debug!($($event)+)
+        }
+    };
+}
 
 use super::{parse_partition_dir, PartitionKey, ReplicaManager};
 use crate::log::{partition_metadata, FileCache, LogError, TailCacheBudget};
@@ -67,6 +84,22 @@ impl ReplicaManager {
     /// that fails to open is logged once and stays offline until restart.
     pub async fn reconcile_image(&self, image: &MetadataImage, now_ms: i64) {
         let _round = self.round.lock().await;
+        for count in &self.role_changes {
+            count.store(0, Ordering::Relaxed);
+        }
+        self.install_round(image, now_ms).await;
+        let [leader, follower] = self.role_changes.each_ref().map(|c| c.load(Ordering::Relaxed));
+        if leader + follower > ROLE_CHANGES_LOGGED {
+            tracing::info!(
+                became_leader = leader,
+                became_follower = follower,
+                "this broker became leader of {leader} partitions and follower of {follower}; the first \
+                 {ROLE_CHANGES_LOGGED} were logged one by one, the rest at debug level"
+            );
+        }
+    }
+
+    async fn install_round(&self, image: &MetadataImage, now_ms: i64) {
         let plan = self.plan_round(image, now_ms);
         let mut deletions = JoinSet::new();
         for partition in plan.deletions {
@@ -194,20 +227,31 @@ impl ReplicaManager {
     }
 
     /// Applies a partition's registration: leader or follower, handed to the right fetcher.
+    /// A round's first [`ROLE_CHANGES_LOGGED`] role changes are logged at info, one line each,
+    /// the rest at debug and summed up when the round ends.
     fn apply_role(&self, partition: &Arc<Partition>, registration: &PartitionRegistration, now_ms: i64) {
         let key = (partition.topic_id, partition.index);
-        match partition.apply_registration(registration, now_ms) {
+        let change = partition.apply_registration(registration, now_ms);
+        let side = match change {
+            RoleChange::Unchanged => return,
+            RoleChange::BecameLeader => 0,
+            RoleChange::BecameFollower { .. } => 1,
+        };
+        let seen = self.role_changes[side].fetch_add(1, Ordering::Relaxed)
+            + self.role_changes[1 - side].load(Ordering::Relaxed);
+        let at_info = seen < ROLE_CHANGES_LOGGED;
+        match change {
             RoleChange::Unchanged => {}
             RoleChange::BecameLeader => {
                 let why = registration
                     .election
                     .map_or_else(|| "not recorded".to_string(), |e| e.to_string());
-                tracing::info!(topic = %partition.topic, partition = key.1, leader_epoch = registration.leader_epoch,
+                info_or_debug!(at_info, topic = %partition.topic, partition = key.1, leader_epoch = registration.leader_epoch,
                     isr = ?registration.isr, election = %why, "became partition leader");
                 self.fetchers.remove(key);
             }
             RoleChange::BecameFollower { leader, leader_epoch } => {
-                tracing::info!(topic = %partition.topic, partition = key.1, leader, leader_epoch, "became follower");
+                info_or_debug!(at_info, topic = %partition.topic, partition = key.1, leader, leader_epoch, "became follower");
                 self.fetchers.follow(partition.clone(), leader, leader_epoch);
             }
         }
