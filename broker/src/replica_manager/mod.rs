@@ -65,6 +65,9 @@ pub struct ReplicaManager {
     partitions: RwLock<HashMap<PartitionKey, Arc<Partition>>>,
     /// Topic configs each hosted topic was last opened/updated with, to spot changes.
     applied_configs: RwLock<HashMap<Uuid, std::collections::BTreeMap<String, String>>>,
+    /// Every topic of the image the last round applied: a topic whose image is the same `Arc`
+    /// now has nothing new for this broker, and a round skips its partitions.
+    applied_topics: parking_lot::Mutex<HashMap<Uuid, Arc<TopicImage>>>,
     /// The broker-level topic defaults (static and dynamic) those were resolved against.
     applied_defaults: parking_lot::Mutex<topic_config::BrokerOverrides>,
     fetchers: ReplicaFetcherManager,
@@ -135,6 +138,7 @@ impl ReplicaManager {
             isr_proposals: parking_lot::Mutex::default(),
             partitions: RwLock::default(),
             applied_configs: RwLock::default(),
+            applied_topics: parking_lot::Mutex::default(),
             applied_defaults: parking_lot::Mutex::new(config.overrides.clone()),
             checkpointed: parking_lot::Mutex::new(checkpointed),
             fetch_reads: Arc::new(Semaphore::new(config.num_io_threads.max(1))),

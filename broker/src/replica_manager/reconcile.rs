@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tokio::task::JoinSet;
+use uuid::Uuid;
 
 /// Role changes a reconciliation round logs one line each at info level: enough for a failover
 /// of a few topics, while a restart of a broker leading 100,000 partitions logs one summary.
@@ -151,7 +152,20 @@ impl ReplicaManager {
             }
             changed
         };
+        // Topics whose image is the one the last round applied keep their partitions as they
+        // are: a round costs the topics that changed, not every hosted partition.
+        let mut applied_topics = self.applied_topics.lock();
+        let mut unchanged: HashSet<Uuid> = HashSet::new();
         for topic in image.topics.values() {
+            if !defaults_changed
+                && applied_topics
+                    .get(&topic.topic_id)
+                    .is_some_and(|t| Arc::ptr_eq(t, topic))
+            {
+                unchanged.insert(topic.topic_id);
+                continue;
+            }
+            applied_topics.insert(topic.topic_id, topic.clone());
             let config_changed =
                 defaults_changed || self.applied_configs.read().get(&topic.topic_id) != Some(&topic.configs);
             let log_config = topic_config::log_config(&topic.configs, &defaults);
@@ -185,9 +199,12 @@ impl ReplicaManager {
                     .insert(topic.topic_id, topic.configs.clone());
             }
         }
+        applied_topics.retain(|id, _| image.topic_names.contains_key(id));
+        drop(applied_topics);
+        let kept = |k: &PartitionKey| unchanged.contains(&k.0) || wanted.contains(k);
         let deletions: Vec<Arc<Partition>> = {
             let mut partitions = self.partitions.write();
-            let gone: Vec<PartitionKey> = partitions.keys().filter(|k| !wanted.contains(k)).copied().collect();
+            let gone: Vec<PartitionKey> = partitions.keys().filter(|k| !kept(k)).copied().collect();
             gone.iter().filter_map(|k| partitions.remove(k)).collect()
         };
         for partition in &deletions {
@@ -196,7 +213,7 @@ impl ReplicaManager {
             self.fetchers.remove((partition.topic_id, partition.index));
             self.applied_configs.write().remove(&partition.topic_id);
         }
-        self.failed.lock().retain(|k| wanted.contains(k));
+        self.failed.lock().retain(kept);
         RoundPlan { deletions, opens }
     }
 
