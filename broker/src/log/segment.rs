@@ -61,6 +61,14 @@ pub(super) struct SegmentFiles {
 }
 
 impl SegmentFiles {
+    fn new(dir: &Arc<Path>, base_offset: i64, suffix: &'static str) -> SegmentFiles {
+        SegmentFiles {
+            dir: dir.clone(),
+            base_offset,
+            suffix,
+        }
+    }
+
     fn path(&self, kind: &str) -> PathBuf {
         self.dir.join(segment_file_name(self.base_offset, kind) + self.suffix)
     }
@@ -244,11 +252,7 @@ impl LogSegment {
         cache: &Arc<FileCache>,
         now_ms: i64,
     ) -> Result<LogSegment, LogError> {
-        let files = SegmentFiles {
-            dir: dir.clone(),
-            base_offset,
-            suffix: "",
-        };
+        let files = SegmentFiles::new(dir, base_offset, "");
         let log = CachedFile::open(cache, files.log_path(), OpenOptions::new().read(true).write(true))?;
         let size_bytes = log.metadata()?.len();
         let indexes = SegmentIndexes {
@@ -274,11 +278,7 @@ impl LogSegment {
         cache: &Arc<FileCache>,
         now_ms: i64,
     ) -> Result<LogSegment, LogError> {
-        let files = SegmentFiles {
-            dir: dir.clone(),
-            base_offset,
-            suffix,
-        };
+        let files = SegmentFiles::new(dir, base_offset, suffix);
         let log_path = files.log_path();
         LogSegment::create_files(files, log_path, cache, now_ms)
     }
@@ -294,11 +294,7 @@ impl LogSegment {
         cache: &Arc<FileCache>,
         now_ms: i64,
     ) -> Result<LogSegment, LogError> {
-        let files = SegmentFiles {
-            dir: dir.clone(),
-            base_offset,
-            suffix: "",
-        };
+        let files = SegmentFiles::new(dir, base_offset, "");
         let log_path = files.pending_log_path(predecessor_bytes);
         let mut segment = LogSegment::create_files(files, log_path, cache, now_ms)?;
         segment.unsynced_predecessor_bytes = Some(predecessor_bytes);
