@@ -46,7 +46,7 @@ pub use configs::{
     replace_group_configs_ops, replace_topic_configs_ops,
 };
 pub use elect_leaders::elect_leaders;
-pub use partition_change::{alter_partition, elect_preferred_leaders, preferred_leader_imbalance};
+pub use partition_change::{alter_partition, alter_partitions, elect_preferred_leaders, preferred_leader_imbalance};
 pub use placement::{propose_placement, replication_factor};
 pub use producer_ids::{allocate_producer_ids, PRODUCER_ID_BLOCK_SIZE};
 pub use quotas::alter_client_quotas;
@@ -115,6 +115,7 @@ pub fn decide(image: &MetadataImage, command: &MetadataCommand) -> Result<(Vec<M
             *partition_epoch,
             new_isr,
         ),
+        MetadataCommand::AlterPartitions { leader_id, changes } => Ok(alter_partitions(image, *leader_id, changes)),
         MetadataCommand::ElectPreferredLeaders => done(elect_preferred_leaders(image)),
         MetadataCommand::ElectLeaders { election, partitions } => {
             Ok(elect_leaders(image, *election, partitions.as_deref()))

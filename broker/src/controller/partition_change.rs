@@ -4,13 +4,15 @@
 //! (see `reassignment.rs`) once its target is in sync, and the epoch bumps that
 //! make each registration a compare-and-set version.
 
+use std::collections::HashSet;
+
 use kafka_protocol::error::ResponseError;
 use uuid::Uuid;
 
 use super::election::{self, Candidates, Elected, Kind, Reason};
 use crate::metadata::image::{MetadataImage, PartitionRegistration, NO_LEADER};
-use crate::metadata::outcome::{ApiError, Outcome};
-use crate::metadata::records::{ElectionTrigger, LeaderElection, MetadataRecord};
+use crate::metadata::outcome::{ApiError, Outcome, PartitionState};
+use crate::metadata::records::{ElectionTrigger, IsrChangeRequest, LeaderElection, MetadataRecord};
 
 /// Kafka's AlterPartition (KIP-497): the partition leader `leader_id` replaces the ISR.
 /// A compare-and-set on the leader and partition epochs: a deposed leader or one acting on a
@@ -26,6 +28,65 @@ pub fn alter_partition(
     partition_epoch: i32,
     new_isr: &[i32],
 ) -> Result<(Vec<MetadataRecord>, Outcome), ApiError> {
+    let change = IsrChangeRequest {
+        topic_id,
+        partition,
+        leader_epoch,
+        partition_epoch,
+        new_isr: new_isr.to_vec(),
+    };
+    let (records, state) = change_isr(image, leader_id, &change)?;
+    let outcome = Outcome::PartitionChanged {
+        leader_epoch: state.leader_epoch,
+        partition_epoch: state.partition_epoch,
+        isr: state.isr,
+    };
+    Ok((records, outcome))
+}
+
+/// Kafka's AlterPartition request with many partitions: each change decided as
+/// [`alter_partition`] decides one, against the image before the request (the changes touch
+/// distinct partitions, so none sees another's records). A partition named twice is refused
+/// the second time (INVALID_REQUEST): both would pass the compare-and-set. The records of the
+/// accepted changes, and per change, in order, its registration after or its refusal.
+pub fn alter_partitions(
+    image: &MetadataImage,
+    leader_id: i32,
+    changes: &[IsrChangeRequest],
+) -> (Vec<MetadataRecord>, Outcome) {
+    let mut records = Vec::new();
+    let mut seen = HashSet::with_capacity(changes.len());
+    let results = changes
+        .iter()
+        .map(|change| {
+            if !seen.insert((change.topic_id, change.partition)) {
+                let why = format!(
+                    "AlterPartition names partition {} of topic id {} more than once",
+                    change.partition, change.topic_id
+                );
+                return Err(ApiError::new(ResponseError::InvalidRequest, why));
+            }
+            let (mut written, state) = change_isr(image, leader_id, change)?;
+            records.append(&mut written);
+            Ok(state)
+        })
+        .collect();
+    (records, Outcome::PartitionsChanged(results))
+}
+
+/// One partition's ISR change (see [`alter_partition`]): its records and the registration after.
+fn change_isr(
+    image: &MetadataImage,
+    leader_id: i32,
+    change: &IsrChangeRequest,
+) -> Result<(Vec<MetadataRecord>, PartitionState), ApiError> {
+    let IsrChangeRequest {
+        topic_id,
+        partition,
+        leader_epoch,
+        partition_epoch,
+        ref new_isr,
+    } = *change;
     let topic = image
         .topic_by_id(&topic_id)
         .ok_or_else(|| ApiError::new(ResponseError::UnknownTopicId, format!("no topic has id {topic_id}")))?;
@@ -98,12 +159,12 @@ pub fn alter_partition(
                 (after.isr, after.leader_epoch, after.partition_epoch) = (isr.clone(), *leader_epoch, *partition_epoch);
             }
         }
-        let outcome = Outcome::PartitionChanged {
+        let state = PartitionState {
             leader_epoch: after.leader_epoch,
             partition_epoch: after.partition_epoch,
             isr: after.isr,
         };
-        return Ok((records, outcome));
+        return Ok((records, state));
     }
     let changed = isr != p.isr;
     let records = if changed {
@@ -123,12 +184,12 @@ pub fn alter_partition(
     } else {
         Vec::new()
     };
-    let outcome = Outcome::PartitionChanged {
+    let state = PartitionState {
         leader_epoch: p.leader_epoch,
         partition_epoch: p.partition_epoch + i32::from(changed),
         isr,
     };
-    Ok((records, outcome))
+    Ok((records, state))
 }
 
 /// The partition changes that follow a broker out of service: it leaves every ISR it is in
@@ -291,7 +352,7 @@ pub(super) fn in_order(order: &[i32], set: &[i32]) -> Vec<i32> {
 mod tests {
     use super::*;
     use crate::controller::test_support::*;
-    use crate::controller::{decide, fence_broker};
+    use crate::controller::{create_topic, decide, fence_broker};
     use crate::metadata::records::{ConfigResource, MetadataCommand};
 
     #[test]
@@ -319,6 +380,91 @@ mod tests {
         let (records, outcome) = decide(&image, &alter_isr(1, 0, 2, &[1, 2, 3])).unwrap();
         assert!(records.is_empty());
         assert!(matches!(outcome, Outcome::PartitionChanged { partition_epoch: 2, .. }));
+    }
+
+    /// Brokers 1..=3 and topic "t" (id 1) with three partitions: 0 and 1 led by 1, 2 by 2.
+    fn three_partitions() -> MetadataImage {
+        let mut image = image_with_brokers(&[1, 2, 3]);
+        let mut topic = new_topic("t", 3, 3);
+        topic.assignments = Some(vec![vec![1, 2, 3], vec![1, 2, 3], vec![2, 1, 3]]);
+        let records = create_topic(&image, &topic, Uuid::from_u128(1)).unwrap();
+        apply_all(&mut image, &records);
+        image
+    }
+
+    fn isr_change(topic: u128, partition: i32, partition_epoch: i32, new_isr: &[i32]) -> IsrChangeRequest {
+        IsrChangeRequest {
+            topic_id: Uuid::from_u128(topic),
+            partition,
+            leader_epoch: 0,
+            partition_epoch,
+            new_isr: new_isr.to_vec(),
+        }
+    }
+
+    #[test]
+    fn alter_partitions_decides_each_change_on_its_own_and_refuses_a_partition_named_twice() {
+        let mut image = three_partitions();
+        let changes = vec![
+            isr_change(1, 0, 0, &[1, 2]),
+            isr_change(1, 1, 5, &[1, 2]),
+            isr_change(1, 2, 0, &[1, 2]),
+            isr_change(1, 0, 0, &[1, 3]),
+            isr_change(7, 0, 0, &[1]),
+            isr_change(1, 9, 0, &[1]),
+            isr_change(1, 1, 0, &[1, 2, 3]),
+        ];
+        let command = MetadataCommand::AlterPartitions { leader_id: 1, changes };
+        let (records, outcome) = decide(&image, &command).unwrap();
+        let Outcome::PartitionsChanged(results) = outcome else {
+            panic!("not an AlterPartitions outcome: {outcome:?}")
+        };
+        let errors: Vec<Option<ResponseError>> = results.iter().map(|r| r.as_ref().err().map(|e| e.error)).collect();
+        assert_eq!(
+            errors,
+            vec![
+                None,
+                Some(ResponseError::InvalidUpdateVersion),
+                Some(ResponseError::NotLeaderOrFollower),
+                Some(ResponseError::InvalidRequest),
+                Some(ResponseError::UnknownTopicId),
+                Some(ResponseError::UnknownTopicOrPartition),
+                Some(ResponseError::InvalidRequest),
+            ]
+        );
+        let accepted = PartitionState {
+            leader_epoch: 0,
+            partition_epoch: 1,
+            isr: vec![1, 2],
+        };
+        assert_eq!(results[0], Ok(accepted));
+        assert_eq!(records.len(), 1, "{records:?}");
+        apply_all(&mut image, &records);
+        let partitions = &image.topic("t").unwrap().partitions;
+        let isrs: Vec<(i32, Vec<i32>)> = partitions.iter().map(|p| (p.partition_epoch, p.isr.clone())).collect();
+        assert_eq!(isrs, vec![(1, vec![1, 2]), (0, vec![1, 2, 3]), (0, vec![2, 1, 3])]);
+
+        // The next request built on the old registration of 0 loses the race; 1 goes through,
+        // and an unchanged ISR is accepted without writing anything.
+        let changes = vec![isr_change(1, 0, 0, &[1, 3]), isr_change(1, 1, 0, &[1])];
+        let command = MetadataCommand::AlterPartitions { leader_id: 1, changes };
+        let (records, outcome) = decide(&image, &command).unwrap();
+        let Outcome::PartitionsChanged(results) = outcome else { panic!("{outcome:?}") };
+        assert_eq!(results[0].as_ref().unwrap_err().error, ResponseError::InvalidUpdateVersion);
+        assert_eq!(results[1].as_ref().map(|s| s.isr.clone()), Ok(vec![1]));
+        apply_all(&mut image, &records);
+        assert_eq!(image.topic("t").unwrap().partitions[1].isr, vec![1]);
+        let command = MetadataCommand::AlterPartitions {
+            leader_id: 1,
+            changes: vec![isr_change(1, 1, 1, &[1])],
+        };
+        let unchanged = PartitionState {
+            leader_epoch: 0,
+            partition_epoch: 1,
+            isr: vec![1],
+        };
+        let (records, outcome) = decide(&image, &command).unwrap();
+        assert_eq!((records, outcome), (vec![], Outcome::PartitionsChanged(vec![Ok(unchanged)])));
     }
 
     #[test]

@@ -23,8 +23,9 @@ use super::acls::{
 };
 use super::image::{BrokerRegistration, MetadataImage, PartitionRegistration, TopicImage};
 use super::records::{
-    AlterOp, ConfigResource, ElectionReason, ElectionTrigger, ElectionType, Endpoint, LeaderElection, MetadataCommand,
-    MetadataRecord, NewTopic, Proposal, QuotaEntity, QuotaName, QuotaValue, ScramCredential, ScramMechanism,
+    AlterOp, ConfigResource, ElectionReason, ElectionTrigger, ElectionType, Endpoint, IsrChangeRequest, LeaderElection,
+    MetadataCommand, MetadataRecord, NewTopic, Proposal, QuotaEntity, QuotaName, QuotaValue, ScramCredential,
+    ScramMechanism,
 };
 
 /// The prost types generated from `metadata.proto` by `build.rs`.
@@ -50,7 +51,9 @@ pub mod pb {
 /// fields a version-5 build would drop, answering ApiVersions with its own static levels).
 /// Version 7 added group configs (KIP-848/KIP-932: a command, a config resource kind and an
 /// image field a version-6 build would refuse or silently drop from a snapshot).
-pub const METADATA_VERSION: u32 = 7;
+/// Version 8 added AlterPartitions (a leader's ISR changes to many partitions in one entry), a
+/// command a version-7 build would refuse.
+pub const METADATA_VERSION: u32 = 8;
 
 /// Why metadata bytes were refused. Displayed after what was refused ("metadata log entry 7 ...").
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -396,6 +399,19 @@ fn command_to_pb(command: &MetadataCommand) -> pb::MetadataCommand {
             partition_epoch: *partition_epoch,
             new_isr: new_isr.clone(),
         }),
+        MetadataCommand::AlterPartitions { leader_id, changes } => C::AlterPartitions(pb::AlterPartitions {
+            leader_id: *leader_id,
+            changes: changes
+                .iter()
+                .map(|c| pb::IsrChange {
+                    topic_id: c.topic_id.as_bytes().to_vec(),
+                    partition: c.partition,
+                    leader_epoch: c.leader_epoch,
+                    partition_epoch: c.partition_epoch,
+                    new_isr: c.new_isr.clone(),
+                })
+                .collect(),
+        }),
         MetadataCommand::ControlledShutdown {
             broker_id,
             incarnation_id,
@@ -529,6 +545,22 @@ fn command_from_pb(command: pb::MetadataCommand) -> Decoded<MetadataCommand> {
                 leader_epoch: a.leader_epoch,
                 partition_epoch: a.partition_epoch,
                 new_isr: a.new_isr,
+            },
+            C::AlterPartitions(a) => MetadataCommand::AlterPartitions {
+                leader_id: a.leader_id,
+                changes: a
+                    .changes
+                    .into_iter()
+                    .map(|c| {
+                        Ok(IsrChangeRequest {
+                            topic_id: uuid("alter_partitions topic_id", &c.topic_id)?,
+                            partition: c.partition,
+                            leader_epoch: c.leader_epoch,
+                            partition_epoch: c.partition_epoch,
+                            new_isr: c.new_isr,
+                        })
+                    })
+                    .collect::<Decoded<_>>()?,
             },
             C::ControlledShutdown(c) => MetadataCommand::ControlledShutdown {
                 broker_id: c.broker_id,
@@ -1465,6 +1497,29 @@ mod tests {
                 leader_epoch: 4,
                 partition_epoch: 7,
                 new_isr: vec![1, 2],
+            },
+            MetadataCommand::AlterPartitions {
+                leader_id: 2,
+                changes: vec![
+                    IsrChangeRequest {
+                        topic_id: id(8),
+                        partition: 0,
+                        leader_epoch: 3,
+                        partition_epoch: 9,
+                        new_isr: vec![2],
+                    },
+                    IsrChangeRequest {
+                        topic_id: id(9),
+                        partition: 5,
+                        leader_epoch: 0,
+                        partition_epoch: 1,
+                        new_isr: vec![3, 2, 1],
+                    },
+                ],
+            },
+            MetadataCommand::AlterPartitions {
+                leader_id: 1,
+                changes: vec![],
             },
             MetadataCommand::ControlledShutdown {
                 broker_id: 3,

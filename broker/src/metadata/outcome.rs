@@ -48,6 +48,9 @@ pub enum Outcome {
         partition_epoch: i32,
         isr: Vec<i32>,
     },
+    /// An AlterPartitions was decided: per change, in request order, the registration as it
+    /// now stands, or why that change was refused.
+    PartitionsChanged(Vec<Result<PartitionState, ApiError>>),
     /// An ElectLeaders request was decided: per topic, per partition, whether a leader was
     /// elected (`None`) or why not.
     LeadersElected(Vec<TopicElection>),
@@ -60,6 +63,15 @@ pub enum Outcome {
     /// while the broker's previous incarnation is live records that a new one is waiting). The
     /// proposer gets the error as it would a plain refusal.
     Refused(ApiError),
+}
+
+/// A partition's registration after an accepted ISR change (what Kafka's AlterPartition
+/// response carries per partition).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionState {
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+    pub isr: Vec<i32>,
 }
 
 /// One topic's part of an ElectLeaders outcome.

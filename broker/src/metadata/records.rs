@@ -232,6 +232,17 @@ impl std::fmt::Debug for ScramCredential {
     }
 }
 
+/// One partition's part of [`MetadataCommand::AlterPartitions`]: the registration the leader
+/// acts on (leader and partition epochs, compared and set) and the ISR it asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IsrChangeRequest {
+    pub topic_id: Uuid,
+    pub partition: i32,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+    pub new_isr: Vec<i32>,
+}
+
 /// A request to change metadata, proposed to the quorum by any broker and decided when it is
 /// applied, identically on every node (see `controller::decide`). Deciding at apply time, in
 /// log order, means two brokers racing to create one topic cannot both succeed.
@@ -308,6 +319,14 @@ pub enum MetadataCommand {
         leader_epoch: i32,
         partition_epoch: i32,
         new_isr: Vec<i32>,
+    },
+    /// Kafka's AlterPartition request as a leader sends it: ISR changes to any number of the
+    /// partitions `leader_id` leads, each decided on its own as [`MetadataCommand::AlterPartition`]
+    /// is (one refused change does not hold back the others). A leader batches its changes into
+    /// one of these, so that thousands of ISR changes after a restart are a handful of entries.
+    AlterPartitions {
+        leader_id: i32,
+        changes: Vec<IsrChangeRequest>,
     },
     /// A broker is stopping (SIGTERM): leadership moves to other in-sync replicas and the broker
     /// leaves every ISR before the process exits. It stays fenced until it registers again.

@@ -18,7 +18,7 @@ use super::{
     log_error, record_appended, snapshot_if_rolled, AppendError, AppendOutcome, Partition, ReplicaState, Role,
 };
 use crate::log::{AppendInfo, PartitionLog};
-use crate::metadata::records::MetadataCommand;
+use crate::metadata::records::IsrChangeRequest;
 use crate::producer_state::{ProducerStateManager, SequenceCheck, TxnVerification, VerificationGuard};
 
 pub(super) struct LeaderState {
@@ -256,7 +256,7 @@ impl Partition {
         follower_log_start_offset: i64,
         current_leader_epoch: i32,
         now_ms: i64,
-    ) -> Result<Option<MetadataCommand>, ResponseError> {
+    ) -> Result<Option<IsrChangeRequest>, ResponseError> {
         self.record_follower_session_fetch(
             replica_id,
             fetch_offset,
@@ -278,7 +278,7 @@ impl Partition {
         current_leader_epoch: i32,
         now_ms: i64,
         session_clock: Option<&Arc<AtomicI64>>,
-    ) -> Result<Option<MetadataCommand>, ResponseError> {
+    ) -> Result<Option<IsrChangeRequest>, ResponseError> {
         let mut guard = self.replica.lock();
         let state = &mut *guard;
         let leader_end = self.log_end_offset();
@@ -416,7 +416,7 @@ impl Partition {
 
     /// The AlterPartition that drops ISR members that have not caught up for `lag_ms`
     /// (`replica.lag.time.max.ms`), if any; the change takes effect once committed.
-    pub fn isr_shrink(&self, now_ms: i64, lag_ms: i64) -> Option<MetadataCommand> {
+    pub fn isr_shrink(&self, now_ms: i64, lag_ms: i64) -> Option<IsrChangeRequest> {
         let mut guard = self.replica.lock();
         let state = &mut *guard;
         let Role::Leader(leader) = &state.role else { return None };
@@ -453,15 +453,14 @@ impl Partition {
     }
 
     /// Marks `new_isr` pending (see `LeaderState::pending_isr`) and returns the AlterPartition
-    /// that asks the controller for it, at this leader's epochs.
-    fn propose_isr(&self, state: &mut ReplicaState, new_isr: Vec<i32>) -> MetadataCommand {
+    /// change that asks the controller for it, at this leader's epochs (this broker leads).
+    fn propose_isr(&self, state: &mut ReplicaState, new_isr: Vec<i32>) -> IsrChangeRequest {
         if let Role::Leader(leader) = &mut state.role {
             leader.pending_isr = Some(new_isr.clone());
         }
-        MetadataCommand::AlterPartition {
+        IsrChangeRequest {
             topic_id: self.topic_id,
             partition: self.index,
-            leader_id: self.node_id,
             leader_epoch: state.leader_epoch,
             partition_epoch: state.partition_epoch,
             new_isr,

@@ -1,7 +1,7 @@
 //! Unit tests of a partition replica: leader and follower sides, the ISR and the high watermark.
 
 use super::*;
-use crate::metadata::records::MetadataCommand;
+use crate::metadata::records::IsrChangeRequest;
 use sluice_protocol::batch::test_support::encode_simple_batch;
 
 pub(super) const NOW: i64 = 1_800_000_000_000;
@@ -56,10 +56,10 @@ pub(super) fn append(p: &Partition, records: usize) -> i64 {
     }
 }
 
-fn new_isr(command: Option<MetadataCommand>) -> Vec<i32> {
-    match command {
-        Some(MetadataCommand::AlterPartition { new_isr, .. }) => new_isr,
-        other => panic!("expected an AlterPartition, got {other:?}"),
+fn new_isr(change: Option<IsrChangeRequest>) -> Vec<i32> {
+    match change {
+        Some(IsrChangeRequest { new_isr, .. }) => new_isr,
+        other => panic!("expected an ISR change, got {other:?}"),
     }
 }
 
@@ -111,14 +111,13 @@ fn a_lagging_follower_leaves_the_isr_once_committed_and_rejoins_when_caught_up()
     assert_eq!(p.record_follower_fetch(3, 4, 0, -1, NOW + LAG_MS + 4).unwrap(), None);
     let rejoin = p.record_follower_fetch(3, 10, 0, -1, NOW + LAG_MS + 5).unwrap();
     match rejoin {
-        Some(MetadataCommand::AlterPartition {
-            leader_id,
+        Some(IsrChangeRequest {
             leader_epoch,
             partition_epoch,
             new_isr,
             ..
         }) => {
-            assert_eq!((leader_id, leader_epoch, partition_epoch), (1, 0, 1));
+            assert_eq!((leader_epoch, partition_epoch), (0, 1));
             assert_eq!(new_isr, vec![1, 2, 3]);
         }
         other => panic!("expected an ISR expansion, got {other:?}"),

@@ -12,7 +12,8 @@ use tokio::sync::watch;
 use super::{ReplicaManager, Serves};
 use crate::clock::now_ms;
 use crate::metadata::image::{MetadataImage, TopicImage};
-use crate::metadata::records::MetadataCommand;
+use crate::metadata::outcome::{ApiError, Outcome, PartitionState};
+use crate::metadata::records::{IsrChangeRequest, MetadataCommand};
 use crate::partition::Partition;
 
 /// Which way a leader's ISR change goes (Kafka's IsrShrinksPerSec / IsrExpandsPerSec).
@@ -24,6 +25,27 @@ pub enum IsrChange {
 
 /// Pause after a refused ISR change before the leader may propose another.
 const ISR_CHANGE_RETRY: Duration = Duration::from_secs(1);
+
+/// ISR changes in one AlterPartitions entry: about 30 bytes each, so a full entry stays far
+/// below the quorum's proposal limit (`raft_meta::MAX_PROPOSAL_BYTES`), and one entry's apply
+/// stays short.
+const MAX_ISR_CHANGES_PER_PROPOSAL: usize = 4096;
+
+/// ISR changes waiting for the next AlterPartitions entry. Bounded by the partitions this
+/// broker leads: a leader queues a change only when none of its own is pending
+/// (`LeaderState::pending_isr`).
+#[derive(Default)]
+pub(super) struct IsrQueue {
+    waiting: Vec<QueuedIsrChange>,
+    /// A flusher task is running (it clears this when it finds the queue empty).
+    flushing: bool,
+}
+
+struct QueuedIsrChange {
+    partition: Arc<Partition>,
+    change: IsrChangeRequest,
+    way: IsrChange,
+}
 
 /// Who a fetch is from, once its replica identity has been checked.
 #[derive(Debug, Clone, Copy)]
@@ -93,46 +115,123 @@ impl ReplicaManager {
                 now_ms,
                 session_clock,
             )?;
-            if let Some(command) = expand {
-                self.propose_isr_change(partition.clone(), command, IsrChange::Expand);
+            if let Some(change) = expand {
+                self.propose_isr_change(partition.clone(), change, IsrChange::Expand);
             }
         }
         Ok(partition)
     }
 
-    /// Proposes an ISR change a partition leader decided on, in the background. Once the
-    /// quorum has decided, the hosted partitions are brought up to date before the leader may
-    /// propose again, so the leader never counts an ISR older than the one committed.
-    pub fn propose_isr_change(
-        self: &Arc<Self>,
-        partition: Arc<Partition>,
-        command: MetadataCommand,
-        change: IsrChange,
-    ) {
-        let replicas = self.clone();
-        let mut proposals = self.isr_proposals.lock();
-        while proposals.try_join_next().is_some() {} // reap finished ones
-        proposals.spawn(async move {
-            match replicas.metadata.commit(command).await {
-                Ok(_) => {
-                    let counter = match change {
-                        IsrChange::Shrink => &replicas.metrics.isr_shrinks,
-                        IsrChange::Expand => &replicas.metrics.isr_expands,
-                    };
-                    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    replicas.wait_reconciled().await;
+    /// Queues an ISR change a partition leader decided on, to be proposed in the background
+    /// with every other change waiting then (one AlterPartitions entry, as Kafka's
+    /// `AlterPartitionManager` sends one AlterPartition request for all its partitions). Once
+    /// the quorum has decided, the hosted partitions are brought up to date before the leader
+    /// may propose again, so the leader never counts an ISR older than the one committed.
+    pub fn propose_isr_change(self: &Arc<Self>, partition: Arc<Partition>, change: IsrChangeRequest, way: IsrChange) {
+        let start_flusher = {
+            let mut queue = self.isr_queue.lock();
+            queue.waiting.push(QueuedIsrChange { partition, change, way });
+            !std::mem::replace(&mut queue.flushing, true)
+        };
+        if start_flusher {
+            let replicas = self.clone();
+            self.spawn_isr_task(async move { replicas.flush_isr_changes().await });
+        }
+    }
+
+    fn spawn_isr_task(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        let mut tasks = self.isr_proposals.lock();
+        while tasks.try_join_next().is_some() {} // reap finished ones
+        tasks.spawn(task);
+    }
+
+    /// Proposes the queued ISR changes, at most [`MAX_ISR_CHANGES_PER_PROPOSAL`] per entry and
+    /// one entry at a time, until none is waiting. Changes queued while an entry is decided go
+    /// in the next one, so a burst of changes (every follower rejoining after a restart) takes
+    /// as many entries as it takes rounds, not one per partition.
+    async fn flush_isr_changes(self: Arc<Self>) {
+        loop {
+            let batch: Vec<QueuedIsrChange> = {
+                let mut queue = self.isr_queue.lock();
+                if queue.waiting.is_empty() {
+                    queue.flushing = false;
+                    return;
+                }
+                let take = queue.waiting.len().min(MAX_ISR_CHANGES_PER_PROPOSAL);
+                queue.waiting.drain(..take).collect()
+            };
+            let (partitions, changes): (Vec<_>, Vec<_>) =
+                batch.into_iter().map(|q| ((q.partition, q.way), q.change)).unzip();
+            let command = MetadataCommand::AlterPartitions {
+                leader_id: self.config.node_id,
+                changes,
+            };
+            let results = match self.metadata.commit(command).await {
+                Ok((_, Outcome::PartitionsChanged(results))) if results.len() == partitions.len() => results,
+                Ok((_, outcome)) => {
+                    tracing::warn!(?outcome, "the quorum answered an AlterPartitions with an unexpected outcome; the leaders will re-evaluate their ISRs shortly");
+                    let refused = ApiError::new(ResponseError::UnknownServerError, "unexpected outcome");
+                    vec![Err(refused); partitions.len()]
                 }
                 Err(e) => {
-                    tracing::info!(
-                        topic = %partition.topic, partition = partition.index, error = %e,
+                    let refused = ApiError::new(ResponseError::RequestTimedOut, e.to_string());
+                    vec![Err(refused); partitions.len()]
+                }
+            };
+            self.isr_changes_decided(partitions, results);
+        }
+    }
+
+    /// Counts and finishes the decided changes of one AlterPartitions: the accepted ones once
+    /// the hosted partitions reflect them, the refused ones after [`ISR_CHANGE_RETRY`] (a
+    /// replica still fenced, say, is not proposed again at fetch rate).
+    fn isr_changes_decided(
+        self: &Arc<Self>,
+        partitions: Vec<(Arc<Partition>, IsrChange)>,
+        results: Vec<Result<PartitionState, ApiError>>,
+    ) {
+        let mut accepted = Vec::new();
+        let mut refused = Vec::new();
+        for ((partition, way), result) in partitions.into_iter().zip(results) {
+            match result {
+                Ok(_) => {
+                    let counter = match way {
+                        IsrChange::Shrink => &self.metrics.isr_shrinks,
+                        IsrChange::Expand => &self.metrics.isr_expands,
+                    };
+                    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    accepted.push(partition);
+                }
+                Err(e) => {
+                    tracing::debug!(
+                        topic = %partition.topic, partition = partition.index, error = %e.message,
                         "ISR change not accepted; will re-evaluate shortly"
                     );
-                    // Refused changes (a replica still fenced, say) are not retried at fetch rate.
-                    tokio::time::sleep(ISR_CHANGE_RETRY).await;
+                    refused.push((partition, e));
                 }
             }
-            partition.isr_change_finished();
-        });
+        }
+        if let Some((first, e)) = refused.first() {
+            tracing::info!(
+                refused = refused.len(),
+                accepted = accepted.len(),
+                first = %format_args!("{}-{}", first.topic, first.index),
+                error = %e.message,
+                "ISR changes not accepted; their leaders will re-evaluate them shortly"
+            );
+            let refused: Vec<Arc<Partition>> = refused.into_iter().map(|(p, _)| p).collect();
+            self.spawn_isr_task(async move {
+                tokio::time::sleep(ISR_CHANGE_RETRY).await;
+                refused.iter().for_each(|p| p.isr_change_finished());
+            });
+        }
+        if !accepted.is_empty() {
+            let replicas = self.clone();
+            self.spawn_isr_task(async move {
+                replicas.wait_reconciled().await;
+                accepted.iter().for_each(|p| p.isr_change_finished());
+            });
+        }
     }
 
     /// Abandons ISR changes still in flight before the process stops.
@@ -158,8 +257,8 @@ impl ReplicaManager {
                 _ = isr_ticker.tick() => {
                     let now = now_ms();
                     for partition in self.all() {
-                        if let Some(command) = partition.isr_shrink(now, lag_ms as i64) {
-                            self.propose_isr_change(partition, command, IsrChange::Shrink);
+                        if let Some(change) = partition.isr_shrink(now, lag_ms as i64) {
+                            self.propose_isr_change(partition, change, IsrChange::Shrink);
                         }
                     }
                 }

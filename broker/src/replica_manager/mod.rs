@@ -100,8 +100,10 @@ pub struct ReplicaManager {
     reconciled: watch::Sender<Option<u64>>,
     /// Hosted partitions whose log failed to open: offline until restart, logged once.
     failed: parking_lot::Mutex<HashSet<PartitionKey>>,
-    /// ISR changes on their way through the quorum (at most one per led partition, see
-    /// `LeaderState::pending_isr`), stopped at shutdown.
+    /// ISR changes waiting to be proposed (at most one per led partition, see
+    /// `LeaderState::pending_isr`).
+    isr_queue: parking_lot::Mutex<isr::IsrQueue>,
+    /// The tasks proposing and finishing ISR changes, stopped at shutdown.
     isr_proposals: parking_lot::Mutex<JoinSet<()>>,
 }
 
@@ -135,6 +137,7 @@ impl ReplicaManager {
             recovery_permits: Arc::new(Semaphore::new(config.num_recovery_threads_per_data_dir.max(1))),
             reconciled: watch::channel(None).0,
             failed: parking_lot::Mutex::default(),
+            isr_queue: parking_lot::Mutex::default(),
             isr_proposals: parking_lot::Mutex::default(),
             partitions: RwLock::default(),
             applied_configs: RwLock::default(),
