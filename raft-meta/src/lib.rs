@@ -273,7 +273,7 @@ pub struct Quorum {
 impl Quorum {
     /// Starts (or restarts from disk) this member: opens storage, restores the latest snapshot
     /// into `sm` and replays committed entries after it, binds the transport on `config.listen`,
-    /// and spawns the driver task on the current tokio runtime. Returns once the replay is done,
+    /// and starts the driver on a thread of its own (`sluice-quorum`). Returns once the replay is done,
     /// so `sm` reflects everything this node had committed before.
     pub async fn start(config: QuorumConfig, sm: impl StateMachine) -> Result<Quorum, QuorumError> {
         let listener = TcpListener::bind(config.listen)
@@ -315,15 +315,56 @@ impl Quorum {
 
         let (commands_tx, commands_rx) = mpsc::channel(COMMAND_QUEUE_DEPTH);
         let (replayed_tx, replayed_rx) = oneshot::channel();
-        let parts = Driver::prepare(config, storage, sm, learner_addrs, listener, replayed_tx)?;
         let (exit_tx, exit) = watch::channel(None);
+        let (prepared_tx, prepared_rx) = oneshot::channel();
+        let listen_addr = config.listen;
+        let bind_error = move |source| QuorumError::Bind {
+            addr: listen_addr,
+            source,
+        };
+        // The driver and its transport run on their own thread and runtime, so that however
+        // busy the broker's runtime is (a reconciliation round over 100,000 partitions, a
+        // flood of requests), this member keeps answering its peers and ticking: a starved
+        // member would miss heartbeats and be fenced for the broker's load.
+        let listener = listener.into_std().map_err(bind_error)?;
+        let driver_thread = move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(runtime) => runtime,
+                Err(source) => {
+                    let _ = prepared_tx.send(Err(bind_error(source)));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                let prepared = TcpListener::from_std(listener)
+                    .map_err(bind_error)
+                    .and_then(|listener| Driver::prepare(config, storage, sm, learner_addrs, listener, replayed_tx));
+                match prepared {
+                    Ok(parts) => {
+                        let _ = prepared_tx.send(Ok((parts.status.clone(), parts.leader.clone())));
+                        supervise(tokio::spawn(parts.driver.run(commands_rx)), exit_tx).await;
+                    }
+                    Err(e) => {
+                        let _ = prepared_tx.send(Err(e));
+                    }
+                }
+            });
+        };
+        std::thread::Builder::new()
+            .name("sluice-quorum".into())
+            .spawn(driver_thread)
+            .map_err(|source| QuorumError::Io {
+                op: "start the metadata quorum's thread for",
+                path: dir,
+                source,
+            })?;
+        let (status, leader) = prepared_rx.await.map_err(|_| QuorumError::Stopped)??;
         let handle = Quorum {
             commands: commands_tx,
-            status: parts.status.clone(),
-            leader: parts.leader.clone(),
+            status,
+            leader,
             exit,
         };
-        tokio::spawn(supervise(tokio::spawn(parts.driver.run(commands_rx)), exit_tx));
         match replayed_rx.await {
             Ok(Ok(())) => Ok(handle),
             Ok(Err(e)) => Err(e),
