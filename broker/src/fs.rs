@@ -18,18 +18,31 @@ pub fn write_atomically(path: &Path, contents: &[u8]) -> io::Result<()> {
 /// contents (or is absent) or all of `contents`, never a part. For a caller that fsyncs the
 /// directory itself, later, before anything depends on the new file.
 pub fn replace_file(path: &Path, contents: &[u8]) -> io::Result<()> {
-    let dir = parent_dir(path);
-    let file_name = path
-        .file_name()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "checkpoint path has no file name"))?;
-    let mut tmp_name = file_name.to_os_string();
-    tmp_name.push(".tmp");
-    let tmp = dir.join(tmp_name);
+    let tmp = tmp_path(path)?;
     let mut file = File::create(&tmp)?;
     file.write_all(contents)?;
     file.sync_all()?;
     drop(file);
     fs::rename(&tmp, path)
+}
+
+/// Replaces `path` with `contents` by a rename, with no fsync at all: after a process crash
+/// `path` holds the old contents or all of the new ones; after power loss it may also be empty
+/// or absent, so a caller must be able to rebuild what it holds (the leader-epoch checkpoint).
+pub fn replace_file_unsynced(path: &Path, contents: &[u8]) -> io::Result<()> {
+    let tmp = tmp_path(path)?;
+    fs::write(&tmp, contents)?;
+    fs::rename(&tmp, path)
+}
+
+/// `<name>.tmp` beside `path`.
+fn tmp_path(path: &Path) -> io::Result<std::path::PathBuf> {
+    let file_name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "checkpoint path has no file name"))?;
+    let mut tmp_name = file_name.to_os_string();
+    tmp_name.push(".tmp");
+    Ok(parent_dir(path).join(tmp_name))
 }
 
 fn parent_dir(path: &Path) -> &Path {

@@ -14,17 +14,28 @@
 //! 3 1200
 //! ```
 //!
-//! Every change is written before the batch that caused it (tmp file, fsync, rename, fsync of the
-//! directory), so the file never misses an epoch whose data reached the disk; entries past the
-//! data are trimmed when the log is opened. Changes happen once per epoch change, truncation or
-//! retention pass, never per batch.
+//! Every change is written before the batch that caused it, so after a process crash the file
+//! never misses an epoch whose data the log holds; entries past the data are trimmed when the
+//! log is opened. Changes happen once per epoch change, truncation or retention pass, never per
+//! batch.
+//!
+//! Durability against power loss, as Kafka does it since KAFKA-15046: a new epoch on the append
+//! path ([`LeaderEpochCache::assign`]) is written without fsync, because after a leader election
+//! every partition's first append would otherwise pay two fsyncs (100,000 partitions: minutes of
+//! fsyncs, one after another, before the last produce is answered). The file is made durable
+//! ([`LeaderEpochCache::sync`]) before the segment holding such an epoch's first batch is sealed
+//! and before a clean shutdown; an open after an unclean shutdown adds back, from the active
+//! segment's batch headers, the epochs a lost write left out ([`LeaderEpochCache::extend`]).
+//! So what the file may lack after power loss is only ever in the one segment that is rescanned.
+//! Truncations and retention still write durably at once: they are rare, and an entry they
+//! remove must not come back.
 
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use super::LogError;
-use crate::fs::write_atomically;
+use crate::fs::{replace_file_unsynced, write_atomically};
 
 /// The checkpoint's name inside the partition directory, as Kafka names it.
 pub const LEADER_EPOCH_CHECKPOINT_FILE: &str = "leader-epoch-checkpoint";
@@ -52,6 +63,8 @@ pub struct EpochEntry {
 pub struct LeaderEpochCache {
     dir: PathBuf,
     epochs: Vec<EpochEntry>,
+    /// `assign` wrote the file without fsync since it was last made durable.
+    unsynced: bool,
 }
 
 impl LeaderEpochCache {
@@ -60,6 +73,7 @@ impl LeaderEpochCache {
         LeaderEpochCache {
             dir: dir.to_path_buf(),
             epochs: Vec::new(),
+            unsynced: false,
         }
     }
 
@@ -86,6 +100,7 @@ impl LeaderEpochCache {
         Ok(Some(LeaderEpochCache {
             dir: dir.to_path_buf(),
             epochs,
+            unsynced: false,
         }))
     }
 
@@ -98,9 +113,10 @@ impl LeaderEpochCache {
                 "log holds batches whose leader epoch is below an earlier batch's; ignored them"
             );
         }
-        let cache = LeaderEpochCache {
+        let mut cache = LeaderEpochCache {
             dir: dir.to_path_buf(),
             epochs: scan.entries,
+            unsynced: false,
         };
         cache.write_unless_absent_and_empty()?;
         Ok(cache)
@@ -177,18 +193,50 @@ impl LeaderEpochCache {
     }
 
     /// Kafka's `assign`, for entries from [`LeaderEpochCache::new_entries`]: records them and
-    /// writes the checkpoint, before the batches themselves are written.
+    /// writes the checkpoint, before the batches themselves are written, without fsync (see
+    /// the module comment; [`LeaderEpochCache::sync`] makes it durable).
     pub(super) fn assign(&mut self, entries: &[EpochEntry]) -> Result<(), LogError> {
         if entries.is_empty() {
             return Ok(());
         }
         let len = self.epochs.len();
         self.epochs.extend_from_slice(entries);
-        if let Err(e) = self.write() {
+        let path = self.dir.join(LEADER_EPOCH_CHECKPOINT_FILE);
+        if let Err(e) = replace_file_unsynced(&path, self.text().as_bytes()) {
             self.epochs.truncate(len);
-            return Err(e);
+            return Err(e.into());
+        }
+        self.unsynced = true;
+        Ok(())
+    }
+
+    /// Makes the checkpoint durable if `assign` wrote it without fsync since it last was.
+    pub(super) fn sync(&mut self) -> Result<(), LogError> {
+        if self.unsynced {
+            self.write()?;
         }
         Ok(())
+    }
+
+    /// After an unclean shutdown: adds the epochs of `scan` (the active segment's batch
+    /// headers) that come after every cached one, which a write `assign` left unsynced may have
+    /// lost, and writes the checkpoint durably if any was added. Returns how many were.
+    pub(super) fn extend(&mut self, scan: EpochScan) -> Result<usize, LogError> {
+        let mut added = 0;
+        for entry in scan.entries {
+            let after = self
+                .epochs
+                .last()
+                .is_none_or(|last| entry.epoch > last.epoch && entry.start_offset > last.start_offset);
+            if after {
+                self.epochs.push(entry);
+                added += 1;
+            }
+        }
+        if added > 0 {
+            self.write()?;
+        }
+        Ok(added)
     }
 
     /// Kafka's `truncateFromEnd`: drops the entries of epochs starting at or after `end_offset`,
@@ -229,7 +277,7 @@ impl LeaderEpochCache {
 
     /// A missing checkpoint already says "empty": partitions that never had an epoch (written
     /// by `PartitionLog::append`) need no file.
-    fn write_unless_absent_and_empty(&self) -> Result<(), LogError> {
+    fn write_unless_absent_and_empty(&mut self) -> Result<(), LogError> {
         let path = self.dir.join(LEADER_EPOCH_CHECKPOINT_FILE);
         if self.epochs.is_empty() && !path.try_exists()? {
             return Ok(());
@@ -237,17 +285,20 @@ impl LeaderEpochCache {
         self.write()
     }
 
-    /// Replaces the checkpoint atomically: a crash leaves the old file or the new one, whole.
-    fn write(&self) -> Result<(), LogError> {
-        let mut text = format!("{CHECKPOINT_VERSION}\n{}\n", self.epochs.len());
-        let lines: String = self
-            .epochs
-            .iter()
-            .map(|e| format!("{} {}\n", e.epoch, e.start_offset))
-            .collect();
-        text.push_str(&lines);
-        write_atomically(&self.dir.join(LEADER_EPOCH_CHECKPOINT_FILE), text.as_bytes())?;
+    /// Replaces the checkpoint atomically and durably: a crash leaves the old file or the new
+    /// one, whole.
+    fn write(&mut self) -> Result<(), LogError> {
+        write_atomically(&self.dir.join(LEADER_EPOCH_CHECKPOINT_FILE), self.text().as_bytes())?;
+        self.unsynced = false;
         Ok(())
+    }
+
+    fn text(&self) -> String {
+        let mut text = format!("{CHECKPOINT_VERSION}\n{}\n", self.epochs.len());
+        for e in &self.epochs {
+            text.push_str(&format!("{} {}\n", e.epoch, e.start_offset));
+        }
+        text
     }
 }
 

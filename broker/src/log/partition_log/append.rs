@@ -220,7 +220,8 @@ impl PartitionLog {
     /// is replaced instead.
     ///
     /// The sealed segment's fsync is left to background writeback ([`PartitionLog::pending_seal`]),
-    /// so an append that rolls does no fsync. Until it happens the new segment's `.log` carries
+    /// so an append that rolls does no fsync of its own, except the first roll after a new
+    /// leader epoch, which makes the leader-epoch checkpoint durable (see `leader_epoch.rs`). Until it happens the new segment's `.log` carries
     /// a pending name with the sealed segment's size, and an open after a crash checks the
     /// sealed segment against it, so recovery still only needs to trust what is durable. At most
     /// one seal is in flight: a roll that finds the previous one not yet done does it here.
@@ -239,6 +240,9 @@ impl PartitionLog {
                 self.leader_epoch_cache.truncate_from_start(base_offset)?;
             }
         } else {
+            // An epoch whose first batch is in the segment being sealed must be durable in the
+            // checkpoint: after a crash only the new active segment is rescanned for epochs.
+            self.leader_epoch_cache.sync()?;
             self.active.append_final_time_index_entry();
             let sealed_bytes = self.active.size_bytes();
             let new_segment =

@@ -176,7 +176,7 @@ impl PartitionLog {
         log.aborted = load_aborted_txns(&files)?;
         log.check_sealed_segments()?;
         log.log_end_offset = log.load_active_segment(clean_shutdown)?;
-        log.leader_epoch_cache = log.load_leader_epoch_cache()?;
+        log.leader_epoch_cache = log.load_leader_epoch_cache(clean_shutdown)?;
         if let Some(saved) = read_log_start_offset(&dir) {
             // A recovered tail may end below a start saved before the crash: never past the end.
             let start = saved.min(log.log_end_offset);
@@ -589,6 +589,8 @@ impl PartitionLog {
     pub fn close(mut self) -> Result<(), LogError> {
         self.active.append_final_time_index_entry();
         self.flush()?; // finishes a seal in flight too: no pending name survives a clean stop
+        // The next open trusts the checkpoint without rescanning the active segment.
+        self.leader_epoch_cache.sync()?;
         let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);
         fs::File::create(&marker)?.sync_all()?;
         sync_dir(&self.dir)?;

@@ -62,12 +62,28 @@ impl PartitionLog {
 
     /// Kafka's load of the epoch cache: the checkpoint trimmed to the log (entries past a tail
     /// lost in a crash, or before the log start, go), or, when the checkpoint is missing under a
-    /// non-empty log or corrupt, a cache rebuilt from the batch headers.
-    pub(super) fn load_leader_epoch_cache(&self) -> Result<LeaderEpochCache, LogError> {
+    /// non-empty log or corrupt, a cache rebuilt from the batch headers. After an unclean
+    /// shutdown the active segment's batch headers add the epochs an unsynced write of the
+    /// checkpoint lost (see `leader_epoch.rs`).
+    pub(super) fn load_leader_epoch_cache(&self, clean_shutdown: bool) -> Result<LeaderEpochCache, LogError> {
         match LeaderEpochCache::read(&self.dir) {
             Ok(Some(mut cache)) => {
                 cache.truncate_from_end(self.log_end_offset)?;
                 cache.truncate_from_start(self.log_start_offset)?;
+                if !clean_shutdown {
+                    let mut scan = EpochScan::default();
+                    self.active.for_each_batch_header(|header| {
+                        scan.observe(header.partition_leader_epoch, header.base_offset);
+                    })?;
+                    let added = cache.extend(scan)?;
+                    if added > 0 {
+                        tracing::info!(
+                            partition = %self.name,
+                            added,
+                            "restored leader epochs the checkpoint lost in a crash from the active segment's batch headers"
+                        );
+                    }
+                }
                 return Ok(cache);
             }
             Ok(None) if self.log_end_offset == self.log_start_offset => {

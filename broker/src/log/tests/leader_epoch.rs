@@ -1,7 +1,7 @@
 use sluice_protocol::batch::test_support::encode_simple_batch;
 
 use super::*;
-use crate::log::leader_epoch::EpochEntry;
+use crate::log::leader_epoch::{EpochEntry, LeaderEpochCache};
 use crate::log::{LogError, LEADER_EPOCH_CHECKPOINT_FILE, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET};
 
 const UNDEFINED: (i32, i64) = (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET);
@@ -238,6 +238,55 @@ fn reopen_after_an_unclean_stop_without_a_checkpoint_rebuilds_it_from_batch_head
     assert_eq!(log.epoch_entries(), expected);
     assert_eq!(checkpoint_text(root.path()), text, "rebuilt file written back");
     assert_eq!(log.end_offset_for_epoch(3), (3, 16));
+}
+
+#[test]
+fn epochs_an_unsynced_checkpoint_write_lost_come_back_from_the_active_segment_after_a_crash() {
+    let root = tempfile::tempdir().unwrap();
+    let mut log = open(root.path(), small_segments());
+    append_epochs(&mut log, &[0, 0, 3]);
+    // Until a roll, which synced the checkpoint (epochs 0 and 3): the active segment holds one batch.
+    let segments = log.segment_count();
+    while log.segment_count() == segments {
+        append_leader(&mut log, 3);
+    }
+    let synced = checkpoint_text(root.path());
+    // Epochs 5 and 6 start in the active segment; their checkpoint writes skip the fsync.
+    append_epochs(&mut log, &[5, 6]);
+    assert_eq!(log.segment_count(), segments + 1, "no roll since");
+    let expected = log.epoch_entries().to_vec();
+    assert_eq!(expected.len(), 4, "{expected:?}");
+    drop(log); // no close: an unclean stop
+               // Power loss took the unsynced writes: the file is as of the last durable write.
+    std::fs::write(checkpoint_path(root.path()), &synced).unwrap();
+
+    let log = open(root.path(), small_segments());
+    assert_eq!(log.epoch_entries(), expected);
+    assert_eq!(log.end_offset_for_epoch(5), (5, expected[3].start_offset));
+    assert_eq!(
+        LeaderEpochCache::read(&partition_dir(root.path()))
+            .unwrap()
+            .unwrap()
+            .entries(),
+        expected,
+        "the restored entries are written back"
+    );
+}
+
+#[test]
+fn a_clean_close_makes_the_checkpoint_whole_so_reopening_trusts_it() {
+    let root = tempfile::tempdir().unwrap();
+    let mut log = open(root.path(), LogConfig::default());
+    append_epochs(&mut log, &[1, 2]);
+    log.close().unwrap();
+    // Were the file trusted after an unclean stop only, this edit would be undone by a rescan.
+    std::fs::write(checkpoint_path(root.path()), "0\n1\n1 0\n").unwrap();
+    let log = open(root.path(), LogConfig::default());
+    assert_eq!(
+        log.epoch_entries(),
+        entries(&[(1, 0)]),
+        "a clean open reads the checkpoint as is"
+    );
 }
 
 #[test]
