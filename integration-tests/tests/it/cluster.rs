@@ -149,7 +149,14 @@ fn a_killed_broker_is_fenced_within_the_session_timeout_and_returns_after_restar
     let controller = cluster.controller(1, Duration::from_secs(10))?;
     let victim = cluster.ids().into_iter().find(|id| *id != controller).expect("3 nodes");
     let observer = cluster.ids().into_iter().find(|id| *id != victim).expect("3 nodes");
-    ensure!(cluster.listed_brokers(observer)? == vec![1, 2, 3]);
+    // Each node is ready once it lists itself; the observer may apply the last registration
+    // a moment later, so all three being listed is awaited, not assumed.
+    wait_until(Duration::from_secs(10), "the observer to list all three brokers", || {
+        cluster
+            .listed_brokers(observer)
+            .ok()
+            .filter(|ids| *ids == vec![1, 2, 3])
+    })?;
 
     cluster.node(victim).kill()?;
     let killed_at = Instant::now();
