@@ -68,9 +68,43 @@ const NOTHING_SENT: Sent = Sent {
     log_start_offset: i64::MIN,
 };
 
+/// What a session keeps of a partition's latest fetch request: the fields a fetch reads, not
+/// the protocol's struct with its tagged fields (a leader keeps one per follower per partition).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SessionRequest {
+    fetch_offset: i64,
+    log_start_offset: i64,
+    partition_max_bytes: i32,
+    current_leader_epoch: i32,
+    last_fetched_epoch: i32,
+}
+
+impl SessionRequest {
+    fn of(p: &FetchPartition) -> SessionRequest {
+        SessionRequest {
+            fetch_offset: p.fetch_offset,
+            log_start_offset: p.log_start_offset,
+            partition_max_bytes: p.partition_max_bytes,
+            current_leader_epoch: p.current_leader_epoch,
+            last_fetched_epoch: p.last_fetched_epoch,
+        }
+    }
+
+    /// The request as a fetch of partition `index` reads it.
+    fn to_fetch_partition(self, index: i32) -> FetchPartition {
+        FetchPartition::default()
+            .with_partition(index)
+            .with_fetch_offset(self.fetch_offset)
+            .with_log_start_offset(self.log_start_offset)
+            .with_partition_max_bytes(self.partition_max_bytes)
+            .with_current_leader_epoch(self.current_leader_epoch)
+            .with_last_fetched_epoch(self.last_fetched_epoch)
+    }
+}
+
 struct SessionPartition {
     /// The client's latest fetch position and limits for the partition.
-    request: FetchPartition,
+    request: SessionRequest,
     sent: Sent,
     /// A follower's session: the replica whose watch it is subscribed to.
     watched: Option<Arc<Partition>>,
@@ -89,7 +123,7 @@ impl std::fmt::Debug for SessionPartition {
 }
 
 impl SessionPartition {
-    fn new(request: FetchPartition, order: u64) -> SessionPartition {
+    fn new(request: SessionRequest, order: u64) -> SessionPartition {
         SessionPartition {
             request,
             sent: NOTHING_SENT,
@@ -212,8 +246,13 @@ impl FetchSession {
             keys.iter().filter_map(|k| self.partitions.get_key_value(k)).collect();
         wanted.sort_unstable_by_key(|(_, p)| p.order);
         let mut topics: Vec<FetchTopic> = Vec::new();
-        for ((topic, _), p) in wanted {
-            push_partition(&mut topics, topic, self.by_topic_id, p.request.clone());
+        for ((topic, index), p) in wanted {
+            push_partition(
+                &mut topics,
+                topic,
+                self.by_topic_id,
+                p.request.to_fetch_partition(*index),
+            );
         }
         topics
     }
@@ -256,8 +295,13 @@ impl FetchSession {
             self.in_order = true;
         }
         let mut topics: Vec<FetchTopic> = Vec::new();
-        for ((topic, _), p) in &self.partitions {
-            push_partition(&mut topics, topic, self.by_topic_id, p.request.clone());
+        for ((topic, index), p) in &self.partitions {
+            push_partition(
+                &mut topics,
+                topic,
+                self.by_topic_id,
+                p.request.to_fetch_partition(*index),
+            );
         }
         topics
     }
@@ -309,7 +353,7 @@ impl FetchSession {
     }
 
     /// Adds a partition at the end of the fetch order.
-    fn add(&mut self, key: SessionKey, request: FetchPartition) {
+    fn add(&mut self, key: SessionKey, request: SessionRequest) {
         self.partitions
             .insert(key, SessionPartition::new(request, self.next_order));
         self.next_order += 1;
@@ -426,8 +470,8 @@ impl FetchSessionCache {
             for p in &topic.partitions {
                 let key = (name.clone(), p.partition);
                 match s.partitions.get_mut(&key) {
-                    Some(existing) => existing.request = p.clone(),
-                    None => s.add(key.clone(), p.clone()),
+                    Some(existing) => existing.request = SessionRequest::of(p),
+                    None => s.add(key.clone(), SessionRequest::of(p)),
                 }
                 if s.tracked.is_some() {
                     named.push(key);
@@ -463,7 +507,10 @@ impl FetchSessionCache {
             let name = topic_ref(topic, by_topic_id);
             for p in &topic.partitions {
                 let order = partitions.len() as u64;
-                partitions.insert((name.clone(), p.partition), SessionPartition::new(p.clone(), order));
+                partitions.insert(
+                    (name.clone(), p.partition),
+                    SessionPartition::new(SessionRequest::of(p), order),
+                );
             }
         }
         let size = partitions.len();

@@ -23,6 +23,7 @@
 //! about a transaction that has since ended (the ABA case) no longer admits the batch.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::LazyLock;
 
 use kafka_protocol::error::ResponseError;
 use sluice_protocol::batch::BatchHeader;
@@ -157,15 +158,25 @@ struct Verifying {
 
 #[derive(Debug, Default)]
 pub struct ProducerStateManager {
-    producers: HashMap<i64, ProducerEntry>,
+    /// None until an idempotent or transactional producer first writes here: most partitions
+    /// never see one, and every hosted replica keeps a manager.
+    tables: Option<Box<ProducerTables>>,
     clock: u64,
+    next_guard: u64,
+}
+
+#[derive(Debug, Default)]
+struct ProducerTables {
+    producers: HashMap<i64, ProducerEntry>,
     /// Open transactions by first offset → producer id (Kafka's `ongoingTxns`): the first key
     /// is the first unstable offset.
     ongoing: BTreeMap<i64, i64>,
     /// Producers whose first transactional write here is being verified, with their guard.
     verifications: HashMap<i64, Verifying>,
-    next_guard: u64,
 }
+
+/// What a manager without tables reads.
+static NO_PRODUCERS: LazyLock<ProducerTables> = LazyLock::new(ProducerTables::default);
 
 /// INVALID_PRODUCER_EPOCH for a batch or marker from an epoch older than the producer's.
 fn check_not_older(producer_id: i64, epoch: i16, current: i16) -> Result<(), (ResponseError, String)> {
@@ -193,11 +204,15 @@ fn last_seq(header: &BatchHeader) -> i32 {
 }
 
 impl ProducerStateManager {
+    fn tables(&self) -> &ProducerTables {
+        self.tables.as_deref().unwrap_or(&NO_PRODUCERS)
+    }
+
     /// Checks a batch from the network before it is appended.
     pub fn check(&self, header: &BatchHeader) -> Result<SequenceCheck, (ResponseError, String)> {
         if header.producer_id >= 0 && header.base_sequence < 0 && header.is_transactional() {
             // Unsequenced transactional batches (TxnOffsetCommit) are still fenced by epoch.
-            if let Some(entry) = self.producers.get(&header.producer_id) {
+            if let Some(entry) = self.tables().producers.get(&header.producer_id) {
                 check_not_older(header.producer_id, header.producer_epoch, entry.epoch)?;
             }
             return Ok(SequenceCheck::Append);
@@ -205,7 +220,7 @@ impl ProducerStateManager {
         if header.producer_id < 0 || header.base_sequence < 0 {
             return Ok(SequenceCheck::Append);
         }
-        let Some(entry) = self.producers.get(&header.producer_id) else {
+        let Some(entry) = self.tables().producers.get(&header.producer_id) else {
             // Unknown producer: new, or its state aged out with the log. Accept, as Kafka does.
             return Ok(SequenceCheck::Append);
         };
@@ -254,7 +269,8 @@ impl ProducerStateManager {
     /// previous one's marker; it must be verified (the coordinator refuses it until the marker
     /// is written), not taken as part of the transaction still open here.
     pub fn has_ongoing_txn(&self, producer_id: i64, producer_epoch: i16) -> bool {
-        self.producers
+        self.tables()
+            .producers
             .get(&producer_id)
             .is_some_and(|e| e.current_txn_first_offset.is_some() && e.epoch == producer_epoch)
     }
@@ -272,7 +288,8 @@ impl ProducerStateManager {
         if self.has_ongoing_txn(producer_id, producer_epoch) {
             return None;
         }
-        if let Some(v) = self.verifications.get_mut(&producer_id) {
+        let tables = self.tables.get_or_insert_with(Box::default);
+        if let Some(v) = tables.verifications.get_mut(&producer_id) {
             if producer_epoch > v.epoch {
                 v.epoch = producer_epoch;
                 v.lowest_sequence = sequence;
@@ -282,19 +299,19 @@ impl ProducerStateManager {
             }
             return Some(v.guard);
         }
-        if self.verifications.len() >= MAX_VERIFICATIONS_PER_PARTITION {
-            if let Some(oldest) = self
+        if tables.verifications.len() >= MAX_VERIFICATIONS_PER_PARTITION {
+            if let Some(oldest) = tables
                 .verifications
                 .iter()
                 .min_by_key(|(_, v)| v.guard.0)
                 .map(|(id, _)| *id)
             {
-                self.verifications.remove(&oldest);
+                tables.verifications.remove(&oldest);
             }
         }
         self.next_guard += 1;
         let guard = VerificationGuard(self.next_guard);
-        self.verifications.insert(
+        tables.verifications.insert(
             producer_id,
             Verifying {
                 guard,
@@ -322,7 +339,7 @@ impl ProducerStateManager {
         {
             return Ok(());
         }
-        match (presented, self.verifications.get(&header.producer_id)) {
+        match (presented, self.tables().verifications.get(&header.producer_id)) {
             (Some(presented), Some(current))
                 if presented == current.guard
                     && header.producer_epoch == current.epoch
@@ -359,7 +376,7 @@ impl ProducerStateManager {
         producer_epoch: i16,
         coordinator_epoch: i32,
     ) -> Result<(), (ResponseError, String)> {
-        let Some(entry) = self.producers.get(&producer_id) else {
+        let Some(entry) = self.tables().producers.get(&producer_id) else {
             return Ok(());
         };
         check_not_older(producer_id, producer_epoch, entry.epoch)?;
@@ -399,7 +416,9 @@ impl ProducerStateManager {
     fn record_data(&mut self, header: &BatchHeader) {
         if header.is_transactional() {
             // The transaction is open here now (or this was the coordinator's own write).
-            self.verifications.remove(&header.producer_id);
+            if let Some(tables) = self.tables.as_deref_mut() {
+                tables.verifications.remove(&header.producer_id);
+            }
         }
         let sequenced = header.base_sequence >= 0;
         if header.producer_id < 0 || !(sequenced || header.is_transactional()) {
@@ -421,7 +440,10 @@ impl ProducerStateManager {
         entry.last_timestamp = header.max_timestamp;
         if header.is_transactional() && entry.current_txn_first_offset.is_none() {
             entry.current_txn_first_offset = Some(header.base_offset);
-            self.ongoing.insert(header.base_offset, header.producer_id);
+            self.tables
+                .get_or_insert_with(Box::default)
+                .ongoing
+                .insert(header.base_offset, header.producer_id);
         }
     }
 
@@ -437,12 +459,14 @@ impl ProducerStateManager {
         // A verification started before this marker was about the transaction it ends, unless
         // it is a transactions v2 one at the marker's (bumped) epoch: that is the next
         // transaction's, which its coordinator confirms only once this one is complete.
-        if self
-            .verifications
-            .get(&header.producer_id)
-            .is_some_and(|v| !v.bumped_epoch || v.epoch < header.producer_epoch)
-        {
-            self.verifications.remove(&header.producer_id);
+        if let Some(tables) = self.tables.as_deref_mut() {
+            if tables
+                .verifications
+                .get(&header.producer_id)
+                .is_some_and(|v| !v.bumped_epoch || v.epoch < header.producer_epoch)
+            {
+                tables.verifications.remove(&header.producer_id);
+            }
         }
         let entry = self.entry(header.producer_id);
         entry.update_epoch(header.producer_epoch);
@@ -451,7 +475,10 @@ impl ProducerStateManager {
         }
         entry.last_timestamp = header.max_timestamp;
         let first_offset = entry.current_txn_first_offset.take()?;
-        self.ongoing.remove(&first_offset);
+        self.tables
+            .get_or_insert_with(Box::default)
+            .ongoing
+            .remove(&first_offset);
         Some(CompletedTxn {
             producer_id: header.producer_id,
             first_offset,
@@ -464,10 +491,11 @@ impl ProducerStateManager {
     /// open transaction when the partition is full) if new, and marked as just written.
     fn entry(&mut self, producer_id: i64) -> &mut ProducerEntry {
         self.clock += 1;
-        if !self.producers.contains_key(&producer_id) && self.producers.len() >= MAX_PRODUCERS_PER_PARTITION {
-            self.evict_oldest();
+        let tables = self.tables.get_or_insert_with(Box::default);
+        if !tables.producers.contains_key(&producer_id) && tables.producers.len() >= MAX_PRODUCERS_PER_PARTITION {
+            tables.evict_oldest();
         }
-        let entry = self.producers.entry(producer_id).or_default();
+        let entry = tables.producers.entry(producer_id).or_default();
         entry.last_write = self.clock;
         entry
     }
@@ -476,7 +504,7 @@ impl ProducerStateManager {
     /// `read_committed` consumers read no further (the last stable offset is the lower of
     /// this and the high watermark).
     pub fn first_unstable_offset(&self) -> Option<i64> {
-        self.ongoing.keys().next().copied()
+        self.tables().ongoing.keys().next().copied()
     }
 
     /// Kafka's `lastStableOffset(completedTxn)` for the aborted-transaction index, called
@@ -490,6 +518,7 @@ impl ProducerStateManager {
     /// remembers for duplicate detection), by producer id.
     pub fn snapshot_entries(&self) -> Vec<SnapshotEntry> {
         let mut entries: Vec<SnapshotEntry> = self
+            .tables()
             .producers
             .iter()
             .map(|(&producer_id, entry)| {
@@ -530,7 +559,7 @@ impl ProducerStateManager {
         let (open, idle): (Vec<&SnapshotEntry>, Vec<&SnapshotEntry>) =
             entries.iter().partition(|e| e.current_txn_first_offset >= 0);
         for e in open.into_iter().chain(idle) {
-            if state.producers.len() >= MAX_PRODUCERS_PER_PARTITION && e.current_txn_first_offset < 0 {
+            if state.len() >= MAX_PRODUCERS_PER_PARTITION && e.current_txn_first_offset < 0 {
                 break;
             }
             state.restore(e);
@@ -565,10 +594,11 @@ impl ProducerStateManager {
             });
         }
         let current_txn_first_offset = (e.current_txn_first_offset >= 0).then_some(e.current_txn_first_offset);
+        let tables = self.tables.get_or_insert_with(Box::default);
         if let Some(first) = current_txn_first_offset {
-            self.ongoing.insert(first, e.producer_id);
+            tables.ongoing.insert(first, e.producer_id);
         }
-        self.producers.insert(
+        tables.producers.insert(
             e.producer_id,
             ProducerEntry {
                 epoch: e.epoch,
@@ -584,6 +614,7 @@ impl ProducerStateManager {
     /// The producers remembered, by producer id: at most [`MAX_PRODUCERS_PER_PARTITION`].
     pub fn active_producers(&self) -> Vec<ActiveProducer> {
         let mut producers: Vec<ActiveProducer> = self
+            .tables()
             .producers
             .iter()
             .map(|(&producer_id, entry)| ActiveProducer {
@@ -598,7 +629,9 @@ impl ProducerStateManager {
         producers.sort_unstable_by_key(|p| p.producer_id);
         producers
     }
+}
 
+impl ProducerTables {
     /// Forgets the least recently written producer that has no open transaction: forgetting
     /// an open transaction would let the last stable offset pass it. Producers with open
     /// transactions are bounded by the coordinator, which aborts them at their timeout.
@@ -613,24 +646,34 @@ impl ProducerStateManager {
             self.producers.remove(&oldest);
         }
     }
+}
 
+impl ProducerStateManager {
     /// Forgets producers that wrote nothing for `expiration_ms` (by their last batch's
     /// timestamp, as Kafka's `producer.id.expiration.ms`) and have no open transaction; returns
     /// how many. A retry from one of them after this is taken as a new producer's batch.
     pub fn expire(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
-        let before = self.producers.len();
-        self.producers.retain(|_, e| {
+        let Some(tables) = self.tables.as_deref_mut() else {
+            return 0;
+        };
+        let before = tables.producers.len();
+        tables.producers.retain(|_, e| {
             e.current_txn_first_offset.is_some() || now_ms.saturating_sub(e.last_timestamp) < expiration_ms
         });
-        before - self.producers.len()
+        let expired = before - tables.producers.len();
+        if tables.producers.is_empty() && tables.ongoing.is_empty() && tables.verifications.is_empty() {
+            // The last producer went: the partition is back to costing nothing for them.
+            self.tables = None;
+        }
+        expired
     }
 
     pub fn len(&self) -> usize {
-        self.producers.len()
+        self.tables().producers.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.producers.is_empty()
+        self.tables().producers.is_empty()
     }
 }
 
@@ -868,9 +911,33 @@ mod tests {
         for pid in 1..=MAX_VERIFICATIONS_PER_PARTITION as i64 {
             state.start_verification(pid, 0, 0, false).unwrap();
         }
-        assert_eq!(state.verifications.len(), MAX_VERIFICATIONS_PER_PARTITION);
+        assert_eq!(state.tables().verifications.len(), MAX_VERIFICATIONS_PER_PARTITION);
         let refused = state.check_verified(&txn_batch(0, 0, 0, 1, 0), TxnVerification::Checked(Some(first)));
         assert!(refused.is_err(), "the oldest verification was dropped");
+    }
+
+    #[test]
+    fn a_partition_only_plain_producers_write_to_keeps_no_tables_and_the_last_expiry_frees_them() {
+        let mut state = ProducerStateManager::default();
+        state.record(&batch(-1, -1, -1, 3, 0), None);
+        assert!(
+            state.tables.is_none(),
+            "a non-idempotent batch allocated producer tables"
+        );
+        assert_eq!(state.expire(i64::MAX, 1), 0);
+        assert_eq!(state.check(&batch(-1, -1, -1, 1, 3)), Ok(SequenceCheck::Append));
+        state.record(&batch(7, 0, 0, 2, 3), None);
+        assert!(state.tables.is_some());
+        assert_eq!(
+            state.check(&batch(7, 0, 0, 2, 5)),
+            Ok(SequenceCheck::Duplicate { base_offset: 3 })
+        );
+        assert_eq!(state.expire(10_000, 5_000), 1);
+        assert!(
+            state.tables.is_none(),
+            "the last producer expired but its tables stayed"
+        );
+        assert_eq!(state.check(&batch(7, 0, 9, 1, 5)), Ok(SequenceCheck::Append));
     }
 
     #[test]

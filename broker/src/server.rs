@@ -241,13 +241,16 @@ async fn run_writeback(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>)
             if size - done >= WRITEBACK_MIN_BYTES {
                 due.push((partition.clone(), segment, done, size - done));
                 written.insert(key, (segment, size));
-            } else {
-                written.entry(key).or_insert((segment, done));
+            } else if done == 0 {
+                // Nothing written back of this segment yet: no entry says the same, and a
+                // partition created or opened idle costs the map nothing.
+                written.remove(&key);
             }
         }
         if passes % IDLE_PASSES == 0 {
             let hosted: HashSet<(uuid::Uuid, i32)> = partitions.iter().map(|p| (p.topic_id, p.index)).collect();
             written.retain(|key, _| hosted.contains(key));
+            written.shrink_to_fit();
         }
         if due.is_empty() && seals.is_empty() {
             continue;
@@ -377,7 +380,7 @@ impl CleanerState {
     fn clean_dirtiest_log(&mut self, broker: &Broker, now: i64) -> bool {
         let mut dirtiest = None;
         for partition in broker.replicas.all() {
-            let key = (partition.topic.clone(), partition.index);
+            let key = (partition.topic.to_string(), partition.index);
             if self.uncleanable.contains(&key) {
                 continue;
             }
@@ -402,7 +405,7 @@ impl CleanerState {
         let Some((ratio, partition, to_clean)) = dirtiest else {
             return false;
         };
-        let key = (partition.topic.clone(), partition.index);
+        let key = (partition.topic.to_string(), partition.index);
         let stats = match partition.clean_log(&mut self.cleaner, &to_clean, now) {
             Ok(stats) => stats,
             Err(e @ LogError::UncleanableBatch { .. }) => {

@@ -43,10 +43,10 @@ pub fn handle(ctx: &RequestContext, request: DescribeLogDirsRequest) -> Describe
             .with_offset_lag((partition.high_watermark() - partition.log_end_offset()).max(0))
             .with_is_future_key(false);
         match topics.last_mut() {
-            Some(t) if t.name.0.as_str() == partition.topic => t.partitions.push(described),
+            Some(t) if t.name.0.as_str() == &*partition.topic => t.partitions.push(described),
             _ => topics.push(
                 DescribeLogDirsTopic::default()
-                    .with_name(TopicName(str_bytes(partition.topic.clone())))
+                    .with_name(TopicName(str_bytes(partition.topic.to_string())))
                     .with_partitions(vec![described]),
             ),
         }

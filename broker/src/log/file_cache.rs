@@ -24,7 +24,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
@@ -141,8 +141,9 @@ struct Shared {
 
 #[derive(Debug)]
 struct FileState {
-    /// The file's current name: reopens use it.
-    path: PathBuf,
+    /// The file's current name: reopens use it. Boxed to its length: every segment of every
+    /// hosted replica keeps one.
+    path: Box<Path>,
     /// `None` while the cache has it closed.
     file: Option<Arc<File>>,
     /// The segment left its log: a closed file is not reopened (see [`CachedFile::retire`]).
@@ -157,7 +158,7 @@ impl CachedFile {
             cache: cache.clone(),
             referenced: AtomicBool::new(true),
             state: Mutex::new(FileState {
-                path,
+                path: path.into_boxed_path(),
                 file: Some(file),
                 retired: false,
             }),
@@ -202,13 +203,13 @@ impl CachedFile {
     pub fn rename(&self, to: PathBuf) -> io::Result<()> {
         let mut state = self.shared.state.lock();
         std::fs::rename(&state.path, &to)?;
-        state.path = to;
+        state.path = to.into_boxed_path();
         Ok(())
     }
 
     /// The file's current name.
     pub fn path(&self) -> PathBuf {
-        self.shared.state.lock().path.clone()
+        self.shared.state.lock().path.to_path_buf()
     }
 
     /// The segment left its log (deleted, replaced, or the log closed): from now on a closed
@@ -229,7 +230,6 @@ impl CachedFile {
 mod tests {
     use super::*;
     use std::os::unix::fs::FileExt;
-    use std::path::Path;
 
     fn create(cache: &Arc<FileCache>, dir: &Path, name: &str) -> CachedFile {
         let mut options = OpenOptions::new();

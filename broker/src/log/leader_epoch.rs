@@ -32,7 +32,8 @@
 
 use std::fs::File;
 use std::io::{self, Read};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
 
 use super::LogError;
 use crate::fs::{replace_file_unsynced, write_atomically};
@@ -61,7 +62,8 @@ pub struct EpochEntry {
 /// file is an empty cache).
 #[derive(Debug)]
 pub struct LeaderEpochCache {
-    dir: PathBuf,
+    /// The partition log's directory, shared with it.
+    dir: Arc<Path>,
     epochs: Vec<EpochEntry>,
     /// `assign` wrote the file without fsync since it was last made durable.
     unsynced: bool,
@@ -69,9 +71,9 @@ pub struct LeaderEpochCache {
 
 impl LeaderEpochCache {
     /// An empty cache for `dir`, without touching the disk.
-    pub(super) fn empty(dir: &Path) -> LeaderEpochCache {
+    pub(super) fn empty(dir: &Arc<Path>) -> LeaderEpochCache {
         LeaderEpochCache {
-            dir: dir.to_path_buf(),
+            dir: dir.clone(),
             epochs: Vec::new(),
             unsynced: false,
         }
@@ -80,7 +82,7 @@ impl LeaderEpochCache {
     /// Reads the checkpoint in `dir`. `Ok(None)` when there is none (or it is empty, as Kafka
     /// creates it): the caller decides whether the log must be scanned. A checkpoint that does not
     /// parse, or breaks the ordering invariant, is `Corrupt`.
-    pub(super) fn read(dir: &Path) -> Result<Option<LeaderEpochCache>, LogError> {
+    pub(super) fn read(dir: &Arc<Path>) -> Result<Option<LeaderEpochCache>, LogError> {
         let path = dir.join(LEADER_EPOCH_CHECKPOINT_FILE);
         let file = match File::open(&path) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -98,14 +100,14 @@ impl LeaderEpochCache {
         let text = std::str::from_utf8(&bytes).map_err(|e| corrupt(&path, e.to_string()))?;
         let epochs = parse_checkpoint(text).map_err(|reason| corrupt(&path, reason))?;
         Ok(Some(LeaderEpochCache {
-            dir: dir.to_path_buf(),
+            dir: dir.clone(),
             epochs,
             unsynced: false,
         }))
     }
 
     /// A cache rebuilt from a scan of the log's batch headers, written out.
-    pub(super) fn rebuild(dir: &Path, scan: EpochScan) -> Result<LeaderEpochCache, LogError> {
+    pub(super) fn rebuild(dir: &Arc<Path>, scan: EpochScan) -> Result<LeaderEpochCache, LogError> {
         if scan.regressions > 0 {
             tracing::warn!(
                 dir = %dir.display(),
@@ -114,7 +116,7 @@ impl LeaderEpochCache {
             );
         }
         let mut cache = LeaderEpochCache {
-            dir: dir.to_path_buf(),
+            dir: dir.clone(),
             epochs: scan.entries,
             unsynced: false,
         };

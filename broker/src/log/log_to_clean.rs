@@ -22,7 +22,7 @@ pub(crate) struct CleanableSegment {
 pub struct LogToClean {
     pub(super) name: String,
     pub(super) dir: Arc<Path>,
-    pub(super) config: LogConfig,
+    pub(super) config: Arc<LogConfig>,
     /// The log's file cache, which the cleaned segment is written through.
     pub(super) file_cache: Arc<FileCache>,
     pub(super) first_dirty_offset: i64,
@@ -38,7 +38,7 @@ impl LogToClean {
     pub(super) fn new(
         name: String,
         dir: Arc<Path>,
-        config: LogConfig,
+        config: Arc<LogConfig>,
         file_cache: Arc<FileCache>,
         first_dirty_offset: i64,
         segments: Vec<CleanableSegment>,

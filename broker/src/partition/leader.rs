@@ -5,7 +5,6 @@
 //! ISR itself changes only when the controller's decision is applied
 //! ([`Partition::apply_registration`]).
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
@@ -25,11 +24,50 @@ pub(super) struct LeaderState {
     /// Log end offset when this leadership began: a follower rejoins the ISR only once it
     /// holds everything up to here (Kafka's leader-epoch start offset rule).
     pub(super) epoch_start_offset: i64,
-    pub(super) followers: HashMap<i32, FollowerProgress>,
+    pub(super) followers: Followers,
     /// The ISR of an AlterPartition on its way through the quorum. Until it is decided the
     /// high watermark counts the union of both ISRs (Kafka's "maximal ISR"): a joining follower
     /// is waited for before it is committed as a member, and a leaving one until it is gone.
     pub(super) pending_isr: Option<Vec<i32>>,
+}
+
+/// The leader's view of each follower, by broker id: a replica set has a handful of members,
+/// so a vector sized to them, searched linearly, rather than a hash map's buckets (every
+/// partition this node leads keeps one).
+#[derive(Default)]
+pub(super) struct Followers(Vec<(i32, FollowerProgress)>);
+
+impl Followers {
+    pub(super) fn get(&self, id: &i32) -> Option<&FollowerProgress> {
+        self.0.iter().find(|(f, _)| f == id).map(|(_, p)| p)
+    }
+
+    pub(super) fn get_mut(&mut self, id: &i32) -> Option<&mut FollowerProgress> {
+        self.0.iter_mut().find(|(f, _)| f == id).map(|(_, p)| p)
+    }
+
+    pub(super) fn values_mut(&mut self) -> impl Iterator<Item = &mut FollowerProgress> {
+        self.0.iter_mut().map(|(_, p)| p)
+    }
+
+    /// Adds `id` with `progress` unless it is already there.
+    pub(super) fn insert_if_missing(&mut self, id: i32, progress: FollowerProgress) {
+        if self.get(&id).is_none() {
+            self.0.reserve_exact(1);
+            self.0.push((id, progress));
+        }
+    }
+}
+
+impl FromIterator<(i32, FollowerProgress)> for Followers {
+    fn from_iter<I: IntoIterator<Item = (i32, FollowerProgress)>>(iter: I) -> Self {
+        let mut followers = Followers::default();
+        for (id, progress) in iter {
+            followers.insert_if_missing(id, progress);
+        }
+        followers.0.shrink_to_fit();
+        followers
+    }
 }
 
 /// A replica a consumer could read from, as its leader sees it (Kafka's `ReplicaView`).

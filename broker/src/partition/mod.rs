@@ -35,9 +35,9 @@ use crate::log::{
 };
 use crate::metadata::image::PartitionRegistration;
 use crate::producer_state::{snapshot, ActiveProducer, ProducerStateManager};
+pub use leader::ReadCandidate;
 use leader::{FollowerProgress, LeaderState};
 pub use watch::{PartitionWatch, WatchKey, WatchSet, Watched};
-pub use leader::ReadCandidate;
 
 mod follower;
 mod leader;
@@ -46,7 +46,8 @@ mod watch;
 const REBUILD_READ_BYTES: usize = 8 * 1024 * 1024;
 
 pub struct Partition {
-    pub topic: String,
+    /// Shared by the topic's partitions opened in one reconciliation round.
+    pub topic: Arc<str>,
     pub topic_id: Uuid,
     pub index: i32,
     /// This broker's id: which member of the replica set this replica is.
@@ -175,11 +176,11 @@ impl Partition {
     #[allow(clippy::too_many_arguments)]
     pub fn open(
         dir: &Path,
-        topic: &str,
+        topic: impl Into<Arc<str>>,
         topic_id: Uuid,
         index: i32,
         node_id: i32,
-        config: LogConfig,
+        config: impl Into<Arc<LogConfig>>,
         checkpointed_hw: Option<i64>,
         tail_cache: &Arc<TailCacheBudget>,
         file_cache: &Arc<FileCache>,
@@ -198,7 +199,7 @@ impl Partition {
         });
         watch.set_first_unstable_offset(producers.first_unstable_offset());
         Ok(Partition {
-            topic: topic.to_string(),
+            topic: topic.into(),
             topic_id,
             index,
             node_id,
@@ -250,7 +251,7 @@ impl Partition {
                         leader.pending_isr = None;
                     }
                     for id in registration.replicas.iter().filter(|id| **id != self.node_id) {
-                        leader.followers.entry(*id).or_insert(FollowerProgress::unknown(0));
+                        leader.followers.insert_if_missing(*id, FollowerProgress::unknown(0));
                     }
                 }
                 RoleChange::Unchanged
@@ -508,7 +509,7 @@ impl Partition {
         self.log.lock().release_idle_tail_cache();
     }
 
-    pub fn update_config(&self, config: LogConfig) {
+    pub fn update_config(&self, config: impl Into<Arc<LogConfig>>) {
         self.log.lock().update_config(config);
     }
 

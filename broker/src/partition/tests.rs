@@ -418,3 +418,19 @@ fn the_writeback_pass_hears_only_of_logs_that_changed_since_it_last_looked() {
     p.writeback_again();
     assert!(p.take_writeback_due(), "work a pass could not finish");
 }
+
+/// Every hosted replica keeps a `Partition`, idle or not (issue 33: 100,000 replicas a node).
+/// What most replicas never use stays out of it: producer tables until an idempotent producer
+/// writes, the topic's settings and name shared by its partitions, the log's name derived from
+/// its directory. Growing it is a decision, not an accident.
+#[test]
+fn a_partition_replica_stays_small() {
+    use std::mem::size_of;
+    let size = size_of::<Partition>();
+    assert!(
+        size <= 880,
+        "Partition is {size} bytes, more than the 880 it was held to"
+    );
+    assert!(size_of::<Mutex<crate::producer_state::ProducerStateManager>>() <= 32);
+    assert!(size_of::<crate::log::PartitionLog>() <= 560);
+}

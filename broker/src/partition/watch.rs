@@ -225,6 +225,9 @@ impl PartitionWatch {
         subscribers.retain(|s| s.set.strong_count() > 0);
         let weak = Arc::downgrade(set);
         if !subscribers.iter().any(|s| s.set.ptr_eq(&weak) && s.key == key) {
+            // A partition has a subscriber or two (its followers' sessions): grown one at a
+            // time rather than doubled, as every hosted replica keeps this vector.
+            subscribers.reserve_exact(1);
             subscribers.push(Subscriber { set: weak, key });
         }
     }

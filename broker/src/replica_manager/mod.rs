@@ -209,7 +209,8 @@ impl ReplicaManager {
                     .ok()
                     .filter(|i| *i < topic.partitions.len())
                     .ok_or(ResponseError::UnknownTopicOrPartition)?;
-                self.get(topic.topic_id, index).ok_or(ResponseError::NotLeaderOrFollower)
+                self.get(topic.topic_id, index)
+                    .ok_or(ResponseError::NotLeaderOrFollower)
             }
         }
     }
@@ -250,7 +251,7 @@ impl ReplicaManager {
         let mut entries: Vec<(String, i32, i64)> = self
             .all()
             .iter()
-            .map(|p| (p.topic.clone(), p.index, p.high_watermark()))
+            .map(|p| (p.topic.to_string(), p.index, p.high_watermark()))
             .collect();
         entries.sort();
         if let Err(e) = checkpoint::write(&self.config.data_dir, &entries) {

@@ -168,7 +168,9 @@ impl ReplicaManager {
             applied_topics.insert(topic.topic_id, topic.clone());
             let config_changed =
                 defaults_changed || self.applied_configs.read().get(&topic.topic_id) != Some(&topic.configs);
-            let log_config = topic_config::log_config(&topic.configs, &defaults);
+            // One copy of the topic's settings and name, shared by its partitions.
+            let log_config = Arc::new(topic_config::log_config(&topic.configs, &defaults));
+            let mut name: Option<Arc<str>> = None;
             for (index, registration) in topic.partitions.iter().enumerate() {
                 if !registration.replicas.contains(&node) {
                     continue;
@@ -185,7 +187,7 @@ impl ReplicaManager {
                     None if self.failed.lock().contains(&key) => {}
                     None => opens.push(OpenJob {
                         key,
-                        topic: topic.name.clone(),
+                        topic: name.get_or_insert_with(|| Arc::from(topic.name.as_str())).clone(),
                         dir: self.partition_dir(&topic.name, key.1),
                         log_config: log_config.clone(),
                         registration: registration.clone(),
@@ -319,9 +321,9 @@ struct RoundPlan {
 /// takes once open.
 struct OpenJob {
     key: PartitionKey,
-    topic: String,
+    topic: Arc<str>,
     dir: PathBuf,
-    log_config: crate::log::LogConfig,
+    log_config: Arc<crate::log::LogConfig>,
     registration: PartitionRegistration,
     checkpointed_hw: Option<i64>,
 }
@@ -341,7 +343,7 @@ fn open_replica(
     }
     Partition::open(
         &job.dir,
-        &job.topic,
+        job.topic.clone(),
         job.key.0,
         job.key.1,
         node_id,

@@ -456,14 +456,14 @@ async fn truncate(
             }
             continue;
         };
-        by_topic.entry(p.topic.clone()).or_default().push(
+        by_topic.entry(p.topic.to_string()).or_default().push(
             OffsetForLeaderPartition::default()
                 .with_partition(p.index)
                 .with_current_leader_epoch(leader_epoch)
                 .with_leader_epoch(latest),
         );
         asked.insert(
-            (p.topic.clone(), p.index),
+            (p.topic.to_string(), p.index),
             (
                 key,
                 TruncateState {

@@ -90,7 +90,7 @@ impl PartitionLog {
         if next_offset != last_offset + 1 {
             let broken = format!(
                 "{}: an append stamped offsets {first_offset}..{next_offset} but was validated as {first_offset}..={last_offset}; nothing was written",
-                self.name
+                self.name()
             );
             crate::invariant::broken(broken.clone());
             return Err(LogError::Internal(broken));
@@ -102,7 +102,10 @@ impl PartitionLog {
         // Invariant: a leader's epoch never goes back in its log (its leadership tracking is
         // behind if it does). A producer's own epochs (`append`) are input, refused as such.
         if let (Some(epoch), Err(e)) = (leader_epoch, &new_epochs) {
-            crate::invariant::broken(format!("{}: a leader append at epoch {epoch} was refused: {e}", self.name));
+            crate::invariant::broken(format!(
+                "{}: a leader append at epoch {epoch} was refused: {e}",
+                self.name()
+            ));
         }
         let new_epochs = new_epochs?;
         self.maybe_roll_for(records.len() as u64, first_offset, last_offset, max_timestamp, now_ms)?;
@@ -251,7 +254,7 @@ impl PartitionLog {
             self.inactive.push_back(previous);
             self.deferred_seals += 1;
         }
-        tracing::info!(partition = %self.name, base_offset, "rolled new log segment");
+        tracing::info!(partition = %self.name(), base_offset, "rolled new log segment");
         Ok(())
     }
 

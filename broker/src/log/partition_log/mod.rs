@@ -55,9 +55,8 @@ pub struct AppendInfo {
 pub struct PartitionLog {
     /// Shared with every segment, which builds its file paths from it.
     dir: Arc<Path>,
-    /// `<topic>-<partition>`, for the operator's log lines.
-    name: String,
-    config: LogConfig,
+    /// The topic's settings, shared by its partitions.
+    config: Arc<LogConfig>,
     /// The node's bound on open segment files, which every segment's `.log` goes through.
     file_cache: Arc<FileCache>,
     /// Sealed segments, oldest first.
@@ -105,7 +104,18 @@ impl PendingSeal {
     }
 }
 
+/// A log's name in the operator's log lines: its directory's, `<topic>-<partition>`.
+fn log_name(dir: &Path) -> std::path::Display<'_> {
+    Path::new(dir.file_name().unwrap_or(dir.as_os_str())).display()
+}
+
 impl PartitionLog {
+    /// `<topic>-<partition>` (the directory's name), for the operator's log lines; derived
+    /// rather than stored, as every hosted replica would carry a copy.
+    fn name(&self) -> std::path::Display<'_> {
+        log_name(&self.dir)
+    }
+
     /// Opens or creates the log in `dir`. Without the clean-shutdown marker, the active segment
     /// is recovered: every batch is validated and the file truncated at the first torn or invalid
     /// one. A segment left under its pending name by a crash during a seal has the segment before
@@ -119,15 +129,13 @@ impl PartitionLog {
     /// log costs no directory fsync.
     pub fn open(
         dir: &Path,
-        config: LogConfig,
+        config: impl Into<Arc<LogConfig>>,
         file_cache: &Arc<FileCache>,
         now_ms: i64,
     ) -> Result<PartitionLog, LogError> {
+        let config: Arc<LogConfig> = config.into();
         let created_dir = create_dir_if_missing(dir)?;
         let dir: Arc<Path> = Arc::from(dir);
-        let name = dir
-            .file_name()
-            .map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned());
         let marker = dir.join(CLEAN_SHUTDOWN_FILE);
         let clean_shutdown = marker.try_exists()?;
 
@@ -157,7 +165,6 @@ impl PartitionLog {
         let log_start_offset = inactive.front().unwrap_or(&active).base_offset();
         let mut log = PartitionLog {
             dir: dir.clone(),
-            name,
             config,
             file_cache: file_cache.clone(),
             inactive,
@@ -272,7 +279,7 @@ impl PartitionLog {
         }
         if deleted > 0 {
             tracing::info!(
-                partition = %self.name,
+                partition = %self.name(),
                 deleted_segments = deleted,
                 log_start_offset = self.log_start_offset,
                 "deleted segments past retention"
@@ -320,7 +327,7 @@ impl PartitionLog {
         let cleanable_end = segments.last().map_or(first_dirty, |s| s.next_base_offset);
         let aborted = self.collect_aborted_txns(self.log_start_offset, cleanable_end);
         Ok(LogToClean::new(
-            self.name.clone(),
+            self.name().to_string(),
             self.dir.clone(),
             self.config.clone(),
             self.file_cache.clone(),
@@ -565,7 +572,7 @@ impl PartitionLog {
             self.active.on_become_active()?;
         }
         let (truncated_bytes, next_offset) = self.active.truncate_to(offset)?;
-        tracing::info!(partition = %self.name, offset, truncated_bytes, "truncated log");
+        tracing::info!(partition = %self.name(), offset, truncated_bytes, "truncated log");
         self.log_end_offset = next_offset;
         debug_assert!(self.log_end_offset <= offset && self.log_end_offset >= self.log_start_offset);
         if self.aborted.truncate_from(self.log_end_offset) {
@@ -576,8 +583,8 @@ impl PartitionLog {
     }
 
     /// New settings take effect from the next append, roll or retention pass.
-    pub fn update_config(&mut self, config: LogConfig) {
-        self.config = config;
+    pub fn update_config(&mut self, config: impl Into<Arc<LogConfig>>) {
+        self.config = config.into();
     }
 
     pub fn config(&self) -> &LogConfig {
@@ -589,7 +596,7 @@ impl PartitionLog {
     pub fn close(mut self) -> Result<(), LogError> {
         self.active.append_final_time_index_entry();
         self.flush()?; // finishes a seal in flight too: no pending name survives a clean stop
-        // The next open trusts the checkpoint without rescanning the active segment.
+                       // The next open trusts the checkpoint without rescanning the active segment.
         self.leader_epoch_cache.sync()?;
         let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);
         fs::File::create(&marker)?.sync_all()?;
@@ -686,7 +693,7 @@ impl PartitionLog {
         self.aborted.drop_below(offset);
         self.tail.trim_below(offset);
         self.leader_epoch_cache.truncate_from_start(offset)?;
-        tracing::info!(partition = %self.name, log_start_offset = offset, "log start offset moved");
+        tracing::info!(partition = %self.name(), log_start_offset = offset, "log start offset moved");
         Ok(true)
     }
 
@@ -727,7 +734,7 @@ impl PartitionLog {
         self.log_start_offset = offset;
         self.log_end_offset = offset;
         self.leader_epoch_cache.clear()?;
-        tracing::info!(partition = %self.name, offset, "truncated log fully");
+        tracing::info!(partition = %self.name(), offset, "truncated log fully");
         Ok(())
     }
 

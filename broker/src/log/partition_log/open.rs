@@ -20,11 +20,12 @@ impl PartitionLog {
     /// Rebuilds indexes of sealed segments that fail the sanity check.
     pub(super) fn check_sealed_segments(&mut self) -> Result<(), LogError> {
         let interval = self.config.index_interval_bytes;
+        let dir = self.dir.clone();
         for segment in self.inactive.iter_mut().filter(|s| !s.is_sane()) {
             let outcome = segment.recover(interval)?;
             segment.on_become_inactive()?;
             tracing::warn!(
-                partition = %self.name,
+                partition = %super::log_name(&dir),
                 segment_base_offset = segment.base_offset(),
                 truncated_bytes = outcome.truncated_bytes,
                 reason = outcome.reason.as_deref().unwrap_or("damaged index"),
@@ -41,7 +42,7 @@ impl PartitionLog {
             match self.active.load_tail() {
                 Ok(next_offset) => return Ok(next_offset),
                 Err(LogError::Corrupt(e)) => {
-                    tracing::warn!(partition = %self.name, error = %e, "damaged log tail despite clean shutdown")
+                    tracing::warn!(partition = %self.name(), error = %e, "damaged log tail despite clean shutdown")
                 }
                 Err(e) => return Err(e),
             }
@@ -49,7 +50,7 @@ impl PartitionLog {
         let outcome = self.active.recover(self.config.index_interval_bytes)?;
         if outcome.truncated_bytes > 0 {
             tracing::warn!(
-                partition = %self.name,
+                partition = %self.name(),
                 offset = outcome.next_offset,
                 truncated_bytes = outcome.truncated_bytes,
                 segment_base_offset = self.active.base_offset(),
@@ -78,7 +79,7 @@ impl PartitionLog {
                     let added = cache.extend(scan)?;
                     if added > 0 {
                         tracing::info!(
-                            partition = %self.name,
+                            partition = %self.name(),
                             added,
                             "restored leader epochs the checkpoint lost in a crash from the active segment's batch headers"
                         );
@@ -91,7 +92,7 @@ impl PartitionLog {
             }
             Ok(None) => {}
             Err(LogError::Corrupt(e)) => tracing::warn!(
-                partition = %self.name,
+                partition = %self.name(),
                 error = %e,
                 "corrupt leader-epoch-checkpoint; rebuilding it from the log's batch headers"
             ),
@@ -105,7 +106,7 @@ impl PartitionLog {
         }
         let cache = LeaderEpochCache::rebuild(&self.dir, scan)?;
         tracing::info!(
-            partition = %self.name,
+            partition = %self.name(),
             epochs = cache.entries().len(),
             "rebuilt the leader epoch cache from batch headers"
         );

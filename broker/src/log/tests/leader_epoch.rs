@@ -264,7 +264,7 @@ fn epochs_an_unsynced_checkpoint_write_lost_come_back_from_the_active_segment_af
     assert_eq!(log.epoch_entries(), expected);
     assert_eq!(log.end_offset_for_epoch(5), (5, expected[3].start_offset));
     assert_eq!(
-        LeaderEpochCache::read(&partition_dir(root.path()))
+        LeaderEpochCache::read(&std::sync::Arc::from(partition_dir(root.path())))
             .unwrap()
             .unwrap()
             .entries(),
