@@ -214,6 +214,20 @@ impl Cluster {
         for node in &mut nodes {
             node.wait_ready()?;
         }
+        // A node is ready once it lists itself, but may not yet have applied the others'
+        // registrations: a client whose first Metadata comes from it is told a controller it
+        // cannot find (librdkafka's admin requests then time out). The cluster is handed over
+        // once every node lists every broker.
+        let all: Vec<i32> = (1..=size as i32).collect();
+        for node in &nodes {
+            crate::clients::wait_until(spec.cluster.ready_timeout(), "every node to list every broker", || {
+                let m = kafka_client::metadata_secured(node.addr(), node.client_security()).ok()?;
+                let mut ids: Vec<i32> = m.brokers.iter().map(|b| b.node_id.0).collect();
+                ids.sort();
+                (ids == all).then_some(())
+            })
+            .with_context(|| format!("node {} of a fresh cluster", node.node_id()))?;
+        }
         Ok(Cluster {
             nodes,
             controllers: endpoints
