@@ -81,7 +81,25 @@ TARGET_DIR=$(cargo metadata --no-deps --format-version 1 2>/dev/null \
 export RUST_LIB_BACKTRACE=${RUST_LIB_BACKTRACE:-0}
 export SLUICE_BIN="$TARGET_DIR/release/sluice"
 
+# docker-compose.yml publishes fixed ports inside the kernel's ephemeral range, and
+# test_compose_topology.py forwards them from loopback. A long-lived outgoing connection of
+# another test (a node's quorum or replication link lives as long as its cluster) can hold one
+# for longer than that test waits. Reserved, the kernel never picks them as a local port.
+reserve_compose_ports() {
+    local file=/proc/sys/net/ipv4/ip_local_reserved_ports ports current
+    ports=$(grep -ohE '"[0-9]+:[0-9]+"' docker-compose.yml docker-compose.secure.yml \
+        | tr -d '"' | cut -d: -f1 | sort -un | paste -sd, -)
+    if ! [ -w "$file" ]; then
+        echo "cannot write $file (not root?): ports $ports stay in the ephemeral range"
+        return 0
+    fi
+    current=$(cat "$file")
+    echo "${current:+$current,}$ports" > "$file"
+    echo "reserved from the ephemeral range: $(cat "$file")"
+}
+
 step "module layers (no import circles)" python3 scripts/check-module-cycles.py broker/src raft-meta/src protocol/src || true
+step "docker-compose ports kept out of the ephemeral range" reserve_compose_ports || true
 step "integration-tests index up to date" python3 scripts/gen-test-index.py --check || true
 step "system packages" ensure_system_packages test || true
 step "python venv (.venv) + pinned deps" bash scripts/python-venv.sh || true

@@ -419,6 +419,25 @@ class SluiceNode:
         return "\n".join(text.splitlines()[-lines:])
 
 
+def wait_lists_every_broker(node: "SluiceNode", size: int) -> None:
+    """A node is ready once it lists itself, but may not yet have applied the others'
+    registrations: a client whose first Metadata comes from it is told a controller it cannot
+    find. A fresh cluster is handed over once every node lists brokers 1..`size`."""
+    wanted = set(range(1, size + 1))
+    deadline = time.monotonic() + node.ready_timeout
+    last = "not probed"
+    while time.monotonic() < deadline:
+        try:
+            listed = {b[0] for b in probe(HOST, node.port, node.client_security)}
+            if listed == wanted:
+                return
+            last = f"lists brokers {sorted(listed)}"
+        except Exception as e:  # noqa: BLE001 - a moment between registrations; keep polling
+            last = repr(e)
+        time.sleep(SPEC["ready"]["poll_interval_ms"] / 1000)
+    raise TimeoutError(f"node {node.node_id} did not list all {size} brokers in {node.ready_timeout}s: {last}")
+
+
 def start_cluster(size: int, settings: dict[str, str] | None = None,
                   metrics: bool = False, ready_timeout: float | None = None,
                   listeners: dict[str, str] | None = None, client_security: dict[str, str] | None = None,
@@ -457,6 +476,8 @@ def start_cluster(size: int, settings: dict[str, str] | None = None,
             node.spawn()
         for node in nodes:
             node.wait_ready()
+        for node in nodes:
+            wait_lists_every_broker(node, size)
     except Exception as e:
         for node in nodes:
             node.kill()
