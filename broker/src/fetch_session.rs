@@ -68,43 +68,44 @@ const NOTHING_SENT: Sent = Sent {
     log_start_offset: i64::MIN,
 };
 
-/// What a session keeps of a partition's latest fetch request: the fields a fetch reads, not
-/// the protocol's struct with its tagged fields (a leader keeps one per follower per partition).
+/// What a fetch asks of one partition: the request fields a fetch reads, not the protocol's
+/// struct with its tagged fields. A leader's session keeps one per partition (one per follower
+/// per partition it leads); a follower's session sends one again only when it changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct SessionRequest {
-    fetch_offset: i64,
-    log_start_offset: i64,
-    partition_max_bytes: i32,
-    current_leader_epoch: i32,
-    last_fetched_epoch: i32,
+pub struct PartitionFetch {
+    pub fetch_offset: i64,
+    pub current_leader_epoch: i32,
+    pub last_fetched_epoch: i32,
+    pub log_start_offset: i64,
+    pub partition_max_bytes: i32,
 }
 
-impl SessionRequest {
-    fn of(p: &FetchPartition) -> SessionRequest {
-        SessionRequest {
+impl PartitionFetch {
+    fn of(p: &FetchPartition) -> PartitionFetch {
+        PartitionFetch {
             fetch_offset: p.fetch_offset,
-            log_start_offset: p.log_start_offset,
-            partition_max_bytes: p.partition_max_bytes,
             current_leader_epoch: p.current_leader_epoch,
             last_fetched_epoch: p.last_fetched_epoch,
+            log_start_offset: p.log_start_offset,
+            partition_max_bytes: p.partition_max_bytes,
         }
     }
 
-    /// The request as a fetch of partition `index` reads it.
-    fn to_fetch_partition(self, index: i32) -> FetchPartition {
+    /// The request for partition `index`.
+    pub fn to_request(self, index: i32) -> FetchPartition {
         FetchPartition::default()
             .with_partition(index)
+            .with_current_leader_epoch(self.current_leader_epoch)
             .with_fetch_offset(self.fetch_offset)
+            .with_last_fetched_epoch(self.last_fetched_epoch)
             .with_log_start_offset(self.log_start_offset)
             .with_partition_max_bytes(self.partition_max_bytes)
-            .with_current_leader_epoch(self.current_leader_epoch)
-            .with_last_fetched_epoch(self.last_fetched_epoch)
     }
 }
 
 struct SessionPartition {
     /// The client's latest fetch position and limits for the partition.
-    request: SessionRequest,
+    request: PartitionFetch,
     sent: Sent,
     /// A follower's session: the replica whose watch it is subscribed to.
     watched: Option<Arc<Partition>>,
@@ -123,7 +124,7 @@ impl std::fmt::Debug for SessionPartition {
 }
 
 impl SessionPartition {
-    fn new(request: SessionRequest, order: u64) -> SessionPartition {
+    fn new(request: PartitionFetch, order: u64) -> SessionPartition {
         SessionPartition {
             request,
             sent: NOTHING_SENT,
@@ -251,7 +252,7 @@ impl FetchSession {
                 &mut topics,
                 topic,
                 self.by_topic_id,
-                p.request.to_fetch_partition(*index),
+                p.request.to_request(*index),
             );
         }
         topics
@@ -300,7 +301,7 @@ impl FetchSession {
                 &mut topics,
                 topic,
                 self.by_topic_id,
-                p.request.to_fetch_partition(*index),
+                p.request.to_request(*index),
             );
         }
         topics
@@ -353,7 +354,7 @@ impl FetchSession {
     }
 
     /// Adds a partition at the end of the fetch order.
-    fn add(&mut self, key: SessionKey, request: SessionRequest) {
+    fn add(&mut self, key: SessionKey, request: PartitionFetch) {
         self.partitions
             .insert(key, SessionPartition::new(request, self.next_order));
         self.next_order += 1;
@@ -470,8 +471,8 @@ impl FetchSessionCache {
             for p in &topic.partitions {
                 let key = (name.clone(), p.partition);
                 match s.partitions.get_mut(&key) {
-                    Some(existing) => existing.request = SessionRequest::of(p),
-                    None => s.add(key.clone(), SessionRequest::of(p)),
+                    Some(existing) => existing.request = PartitionFetch::of(p),
+                    None => s.add(key.clone(), PartitionFetch::of(p)),
                 }
                 if s.tracked.is_some() {
                     named.push(key);
@@ -509,7 +510,7 @@ impl FetchSessionCache {
                 let order = partitions.len() as u64;
                 partitions.insert(
                     (name.clone(), p.partition),
-                    SessionPartition::new(SessionRequest::of(p), order),
+                    SessionPartition::new(PartitionFetch::of(p), order),
                 );
             }
         }

@@ -17,31 +17,10 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
 use uuid::Uuid;
 
+pub use crate::fetch_session::PartitionFetch;
 use crate::fetch_session::{INITIAL_EPOCH, INVALID_SESSION_ID};
 
 pub type PartitionKey = (Uuid, i32);
-
-/// What a fetch asks of one partition; a session sends it again only when it changes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PartitionFetch {
-    pub fetch_offset: i64,
-    pub current_leader_epoch: i32,
-    pub last_fetched_epoch: i32,
-    pub log_start_offset: i64,
-    pub partition_max_bytes: i32,
-}
-
-impl PartitionFetch {
-    fn to_request(self, partition: i32) -> FetchPartition {
-        FetchPartition::default()
-            .with_partition(partition)
-            .with_current_leader_epoch(self.current_leader_epoch)
-            .with_fetch_offset(self.fetch_offset)
-            .with_last_fetched_epoch(self.last_fetched_epoch)
-            .with_log_start_offset(self.log_start_offset)
-            .with_partition_max_bytes(self.partition_max_bytes)
-    }
-}
 
 /// A partition of the session, as the leader holds it.
 #[derive(Debug, Clone, Copy)]
