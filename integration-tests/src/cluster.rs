@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use kafka_protocol::messages::MetadataResponse;
-use kafka_protocol::protocol::Request;
+use kafka_protocol::messages::{describe_quorum_request, DescribeQuorumRequest, MetadataResponse, TopicName};
+use kafka_protocol::protocol::{Request, StrBytes};
 use tempfile::TempDir;
 
 use crate::faults::{Net, KAFKA_PORT, QUORUM_PORT};
@@ -298,13 +298,18 @@ impl Cluster {
         kafka_client::metadata_secured(node.addr(), node.client_security())
     }
 
-    /// The active controller as node `asking` reports it, waiting until one is known.
+    /// The active controller (the metadata quorum's leader) as node `asking` reports it in
+    /// DescribeQuorum, waiting until one is known. Metadata's controller id is not it: that
+    /// names any broker the client can reach while the leader is not listed.
     pub fn controller(&self, asking: i32, timeout: Duration) -> Result<i32> {
+        let topic = describe_quorum_request::TopicData::default()
+            .with_topic_name(TopicName(StrBytes::from_static_str("__cluster_metadata")))
+            .with_partitions(vec![describe_quorum_request::PartitionData::default()]);
+        let request = DescribeQuorumRequest::default().with_topics(vec![topic]);
         crate::clients::wait_until(timeout, "a known controller", || {
-            self.metadata(asking)
-                .ok()
-                .map(|m| m.controller_id.0)
-                .filter(|id| *id > 0)
+            let response = self.call(asking, &request, 2, Duration::from_secs(5)).ok()?;
+            let partition = response.topics.first()?.partitions.first()?;
+            Some(partition.leader_id.0).filter(|id| *id > 0)
         })
     }
 

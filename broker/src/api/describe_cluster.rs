@@ -6,6 +6,7 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::{DescribeClusterRequest, DescribeClusterResponse};
 
+use super::metadata::controller_for_clients;
 use super::{str_bytes, RequestContext};
 
 /// Kafka's endpoint types: 1 = brokers, 2 = controllers.
@@ -19,7 +20,9 @@ pub fn handle(ctx: &RequestContext, request: DescribeClusterRequest) -> Describe
     let response = DescribeClusterResponse::default()
         .with_endpoint_type(request.endpoint_type)
         .with_cluster_id(str_bytes(image.cluster_id.clone()))
-        .with_controller_id(broker.metadata.controller_id().into());
+        .with_controller_id(
+            controller_for_clients(broker.metadata.controller_id(), broker.config.node_id, &image, listener).into(),
+        );
     if request.endpoint_type != ENDPOINT_TYPE_BROKERS {
         return response
             .with_error_code(ResponseError::UnsupportedEndpointType.code())

@@ -136,7 +136,12 @@ fn respond(
     let response = MetadataResponse::default()
         .with_brokers(brokers(&image, listener))
         .with_cluster_id(Some(str_bytes(image.cluster_id.clone())))
-        .with_controller_id(BrokerId(broker.metadata.controller_id()))
+        .with_controller_id(BrokerId(controller_for_clients(
+            broker.metadata.controller_id(),
+            broker.config.node_id,
+            &image,
+            listener,
+        )))
         .with_topics(topics);
     if request.include_cluster_authorized_operations && (8..=10).contains(&version) {
         response.with_cluster_authorized_operations(access.cluster_operations())
@@ -246,6 +251,30 @@ async fn auto_create(broker: &Broker, name: &str) -> Result<(), ResponseError> {
             Err(ResponseError::LeaderNotAvailable)
         }
     }
+}
+
+/// The controller id a client is told: one of the brokers it is told of, or it cannot send
+/// admin requests there (librdkafka's CreateTopics waits for the controller's connection
+/// until it times out). Any broker here takes admin requests, as Kafka's KRaft brokers
+/// forward them, so the quorum leader is named while it is listed (operators read it as the
+/// active controller), else this node, else the lowest listed id; -1 when none is listed.
+pub(super) fn controller_for_clients(quorum_leader: i32, this_node: i32, image: &MetadataImage, listener: &str) -> i32 {
+    let listed = |id: i32| {
+        image
+            .brokers
+            .get(&id)
+            .is_some_and(|b| b.is_live() && b.endpoint(listener).is_some())
+    };
+    if listed(quorum_leader) {
+        return quorum_leader;
+    }
+    if listed(this_node) {
+        return this_node;
+    }
+    image
+        .live_brokers()
+        .find(|b| b.endpoint(listener).is_some())
+        .map_or(-1, |b| b.broker_id)
 }
 
 fn brokers(image: &MetadataImage, listener: &str) -> Vec<MetadataResponseBroker> {
@@ -383,6 +412,22 @@ mod tests {
             });
         }
         image
+    }
+
+    #[test]
+    fn the_controller_a_client_is_told_of_is_always_a_broker_it_is_told_of() {
+        let image = image();
+        // The quorum leader, when listed on the client's listener.
+        assert_eq!(controller_for_clients(2, 1, &image, "INTERNAL"), 2);
+        // Broker 2 has no EXTERNAL listener: this node instead.
+        assert_eq!(controller_for_clients(2, 1, &image, "EXTERNAL"), 1);
+        // A leader that is no broker (not registered yet, or controller-only), asked on a node
+        // that is not listed either: the lowest listed broker.
+        assert_eq!(controller_for_clients(3, 3, &image, "INTERNAL"), 1);
+        // No quorum leader known.
+        assert_eq!(controller_for_clients(-1, 2, &image, "INTERNAL"), 2);
+        // Nobody listed on that listener.
+        assert_eq!(controller_for_clients(1, 1, &image, "OTHER"), -1);
     }
 
     #[test]

@@ -111,9 +111,9 @@ fn killing_the_controller_elects_another_and_topic_creation_resumes_then_the_nod
     let survivors: Vec<i32> = cluster.ids().into_iter().filter(|id| *id != controller).collect();
     let killed_at = Instant::now();
     let new_controller = wait_until(Duration::from_secs(15), "a new controller", || {
-        kafka_client::metadata(cluster.addr(survivors[0]))
+        cluster
+            .controller(survivors[0], Duration::from_secs(1))
             .ok()
-            .map(|m| m.controller_id.0)
             .filter(|id| survivors.contains(id))
     })?;
     // Topic creation works again through either survivor.

@@ -286,9 +286,9 @@ fn isolating_the_controller_then_a_leader_loses_no_acked_record_and_the_cut_off_
     net(&cluster).isolate(controller)?;
     let fault_at = Instant::now();
     let new_controller = wait_until(FAILOVER_TIMEOUT, "a new controller on the majority side", || {
-        kafka_client::metadata(cluster.addr(survivors[0]))
+        cluster
+            .controller(survivors[0], Duration::from_secs(1))
             .ok()
-            .map(|m| m.controller_id.0)
             .filter(|id| survivors.contains(id))
     })?;
     wait_until(FAILOVER_TIMEOUT, "the majority fencing the isolated controller", || {

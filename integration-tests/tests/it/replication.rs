@@ -22,7 +22,7 @@ use anyhow::{bail, ensure, Context, Result};
 use rdkafka::config::ClientConfig;
 use sluice_integration_tests::clients::wait_until;
 use sluice_integration_tests::faults::{self, Acks, Settled, Workload, FAST_FAILOVER};
-use sluice_integration_tests::{kafka_client, retry_port_races, Cluster};
+use sluice_integration_tests::{retry_port_races, Cluster};
 
 const TOPIC: &str = "replicated";
 const PARTITIONS: i32 = 3;
@@ -190,9 +190,9 @@ fn acked_records_survive_killing_the_active_controller() -> Result<()> {
     cluster.node(controller).kill()?;
     let fault_at = Instant::now();
     let new_controller = wait_until(FAILOVER_TIMEOUT, "a new controller", || {
-        kafka_client::metadata(cluster.addr(survivors[0]))
+        cluster
+            .controller(survivors[0], Duration::from_secs(1))
             .ok()
-            .map(|m| m.controller_id.0)
             .filter(|id| survivors.contains(id))
     })?;
     let failover = workload.await_progress_since(fault_at, PROGRESS, FAILOVER_TIMEOUT)?;
