@@ -221,13 +221,11 @@ async fn run_writeback(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>)
             })
             .await;
         }
-        let partitions = broker.replicas.all();
+        // Only partitions appended to, rolled or truncated since the last look.
+        let partitions = broker.replicas.picked(crate::partition::Partition::take_writeback_due);
         let mut due = Vec::new();
         let mut seals = Vec::new();
         for partition in &partitions {
-            if !partition.take_writeback_due() {
-                continue; // nothing appended, rolled or truncated since the last look
-            }
             let key = (partition.topic_id, partition.index);
             let active = partition.active_segment();
             if active.seal_pending {
@@ -248,8 +246,7 @@ async fn run_writeback(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>)
             }
         }
         if passes % IDLE_PASSES == 0 {
-            let hosted: HashSet<(uuid::Uuid, i32)> = partitions.iter().map(|p| (p.topic_id, p.index)).collect();
-            written.retain(|key, _| hosted.contains(key));
+            written.retain(|key, _| broker.replicas.hosts(key));
             written.shrink_to_fit();
         }
         if due.is_empty() && seals.is_empty() {

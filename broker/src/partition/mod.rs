@@ -440,7 +440,8 @@ impl Partition {
     /// Whether the log changed since the last call (true at first): the writeback pass looks
     /// only at those, so idle partitions cost it nothing.
     pub fn take_writeback_due(&self) -> bool {
-        self.writeback_due.swap(false, Ordering::AcqRel)
+        // Read first: an idle partition's cache line is then only read, never written.
+        self.writeback_due.load(Ordering::Acquire) && self.writeback_due.swap(false, Ordering::AcqRel)
     }
 
     /// The writeback pass could not finish this log's work (a failed seal): look again next pass.

@@ -262,7 +262,11 @@ impl ReplicaManager {
                         }
                     }
                 }
-                _ = checkpoint_ticker.tick() => self.checkpoint_high_watermarks(),
+                _ = checkpoint_ticker.tick() => {
+                    // The write ends in an fsync: on the blocking pool, not a runtime worker.
+                    let this = self.clone();
+                    let _ = tokio::task::spawn_blocking(move || this.checkpoint_high_watermarks()).await;
+                }
             }
         }
     }

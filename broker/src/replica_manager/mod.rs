@@ -75,6 +75,9 @@ pub struct ReplicaManager {
     leader_quota: Arc<ReplicationQuota>,
     /// High watermarks from the checkpoint read at start, for partitions not opened yet.
     checkpointed: parking_lot::Mutex<HashMap<(String, i32), i64>>,
+    /// What the last high-watermark checkpoint written held, as (partitions, fingerprint):
+    /// a checkpoint that would hold the same is not written again.
+    hw_checkpoint_written: parking_lot::Mutex<Option<(usize, u64)>>,
     /// Turns for fetch disk reads on the blocking pool, `num.io.threads` at once: bounds the
     /// blocking threads and the read buffers being filled at any moment.
     fetch_reads: Arc<Semaphore>,
@@ -144,6 +147,7 @@ impl ReplicaManager {
             applied_topics: parking_lot::Mutex::default(),
             applied_defaults: parking_lot::Mutex::new(config.overrides.clone()),
             checkpointed: parking_lot::Mutex::new(checkpointed),
+            hw_checkpoint_written: parking_lot::Mutex::default(),
             fetch_reads: Arc::new(Semaphore::new(config.num_io_threads.max(1))),
             tail_cache: TailCacheBudget::new(config.log_tail_cache_bytes, config.log_tail_cache_total_bytes),
             file_cache: match OpenFilesBudget::of(&config).segment_files() {
@@ -237,6 +241,17 @@ impl ReplicaManager {
         self.partitions.read().values().cloned().collect()
     }
 
+    /// The hosted partitions `pick` takes, without touching the others' reference counts
+    /// (a pass over 10,000 idle partitions a second should cost reads only).
+    pub fn picked(&self, mut pick: impl FnMut(&Partition) -> bool) -> Vec<Arc<Partition>> {
+        self.partitions.read().values().filter(|p| pick(p)).cloned().collect()
+    }
+
+    /// Whether this broker hosts the partition.
+    pub fn hosts(&self, key: &PartitionKey) -> bool {
+        self.partitions.read().contains_key(key)
+    }
+
     fn partition_dir(&self, topic: &str, index: i32) -> PathBuf {
         partition_dir(&self.config.data_dir, topic, index)
     }
@@ -246,17 +261,33 @@ impl ReplicaManager {
         self.file_cache.stats()
     }
 
-    /// Records every hosted partition's high watermark in the data dir's checkpoint.
+    /// Records every hosted partition's high watermark in the data dir's checkpoint, unless it
+    /// would hold what the last one written this run holds.
     pub fn checkpoint_high_watermarks(&self) {
-        let mut entries: Vec<(String, i32, i64)> = self
+        // Held throughout, so two writers never race and the fingerprint is the file's.
+        let mut written = self.hw_checkpoint_written.lock();
+        let (count, fingerprint) = {
+            let partitions = self.partitions.read();
+            let fingerprint = partitions.values().fold(0u64, |sum, p| {
+                sum.wrapping_add(hw_fingerprint(p.topic_id, p.index, p.high_watermark()))
+            });
+            (partitions.len(), fingerprint)
+        };
+        if *written == Some((count, fingerprint)) {
+            return; // nothing moved since the last write: idle partitions cost no disk write
+        }
+        let mut entries: Vec<(Arc<str>, i32, i64)> = self
             .all()
             .iter()
-            .map(|p| (p.topic.to_string(), p.index, p.high_watermark()))
+            .map(|p| (p.topic.clone(), p.index, p.high_watermark()))
             .collect();
-        entries.sort();
-        if let Err(e) = checkpoint::write(&self.config.data_dir, &entries) {
-            tracing::warn!(error = %e, dir = %self.config.data_dir.display(),
-                "could not write the high-watermark checkpoint; check the data dir's disk");
+        entries.sort_unstable();
+        match checkpoint::write(&self.config.data_dir, &entries) {
+            // What was written may be newer than the fingerprint (a high watermark moved in
+            // between): then the next call writes again, which is only a spare write.
+            Ok(()) => *written = Some((count, fingerprint)),
+            Err(e) => tracing::warn!(error = %e, dir = %self.config.data_dir.display(),
+                "could not write the high-watermark checkpoint; check the data dir's disk"),
         }
     }
 
@@ -281,6 +312,15 @@ impl ReplicaManager {
             }
         }
     }
+}
+
+/// One partition's term in the high-watermark checkpoint's fingerprint (a wrapping sum over
+/// the hosted partitions, so their order does not matter).
+fn hw_fingerprint(topic_id: Uuid, index: i32, high_watermark: i64) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (topic_id, index, high_watermark).hash(&mut hasher);
+    hasher.finish()
 }
 
 /// Splits `<topic>-<partition>` at the last dash.

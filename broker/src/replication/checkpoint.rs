@@ -19,7 +19,7 @@ pub fn read(data_dir: &Path) -> HashMap<(String, i32), i64> {
 }
 
 /// Replaces the checkpoint with `entries` (through the one checkpoint-file helper).
-pub fn write(data_dir: &Path, entries: &[(String, i32, i64)]) -> std::io::Result<()> {
+pub fn write(data_dir: &Path, entries: &[(impl AsRef<str>, i32, i64)]) -> std::io::Result<()> {
     OffsetCheckpoint::write(&data_dir.join(FILE_NAME), entries)
 }
 
@@ -32,7 +32,7 @@ mod tests {
     fn a_written_checkpoint_reads_back_and_bad_lines_are_skipped() {
         let dir = tempfile::tempdir().unwrap();
         assert!(read(dir.path()).is_empty());
-        write(dir.path(), &[("orders".into(), 0, 42), ("my-topic".into(), 3, 7)]).unwrap();
+        write(dir.path(), &[("orders", 0, 42), ("my-topic", 3, 7)]).unwrap();
         let read_back = read(dir.path());
         assert_eq!(read_back.get(&("orders".into(), 0)), Some(&42));
         assert_eq!(read_back.get(&("my-topic".into(), 3)), Some(&7));

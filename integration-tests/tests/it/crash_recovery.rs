@@ -347,3 +347,39 @@ async fn acked_records_survive_sigterm_and_restart() -> Result<()> {
     verify_acked(&acked, &read)?;
     assert_topics_and_configs_intact(&node).await
 }
+
+/// The high-watermark checkpoint (`replication-offset-checkpoint`) follows the high watermark,
+/// and a broker whose high watermarks stand still does not write it again: at 10,000
+/// partitions each write was a file of them all, fsynced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_high_watermark_checkpoint_is_written_when_a_high_watermark_moves_and_only_then() -> Result<()> {
+    const INTERVAL_MS: u64 = 50;
+    let node =
+        SluiceNode::start(NodeOptions::default().set("replica.high.watermark.checkpoint.interval.ms", INTERVAL_MS))?;
+    let admin = clients::admin_client(&node.bootstrap())?;
+    clients::create_topic(&admin, "hw-checkpoint", 1, &[]).await?;
+    let path = node.data_dir().join("replication-offset-checkpoint");
+    let holds = |line: &str| std::fs::read_to_string(&path).is_ok_and(|text| text.lines().any(|l| l == line));
+
+    clients::produce_numbered(&node.bootstrap(), "hw-checkpoint", 5).await?;
+    clients::wait_until(
+        Duration::from_secs(10),
+        "the checkpoint holding high watermark 5",
+        || holds("hw-checkpoint 0 5").then_some(()),
+    )?;
+    let written = std::fs::metadata(&path)?.modified()?;
+    // Twenty checkpoint intervals with nothing produced: the file is the same one.
+    std::thread::sleep(Duration::from_millis(20 * INTERVAL_MS));
+    ensure!(
+        std::fs::metadata(&path)?.modified()? == written && holds("hw-checkpoint 0 5"),
+        "the checkpoint was written again while no high watermark moved"
+    );
+
+    clients::produce_numbered(&node.bootstrap(), "hw-checkpoint", 3).await?;
+    clients::wait_until(
+        Duration::from_secs(10),
+        "the checkpoint holding high watermark 8",
+        || holds("hw-checkpoint 0 8").then_some(()),
+    )?;
+    Ok(())
+}
