@@ -723,6 +723,8 @@ class Run:
         self.result["spread"]["broker_cpu_s"] = cpu_delta(cpu0, nodes_figures(self.nodes))
 
     def create_seed_topic(self) -> None:
+        if self.seed_created:
+            return
         admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 3})
         f = admin.create_topics([NewTopic(SEED_TOPIC, num_partitions=SEED_PARTITIONS,
                                           replication_factor=REPLICATION_FACTOR)])[SEED_TOPIC]
@@ -760,6 +762,12 @@ class Run:
                     break
         return {"requested": count, "opened": opened, "open_s": round(time.perf_counter() - t0, 3),
                 "failures": failed}
+
+    def phase_seed_alone(self) -> None:
+        """The seed load before the many partitions exist: what the phases beside them are
+        compared with (issue 33: within 1.5x), on the same cluster and in the same run."""
+        self.create_seed_topic()
+        self.result["seed_alone"] = self.seed_load("before the other partitions exist")
 
     def phase_idle_connections(self) -> None:
         a = self.args
@@ -839,7 +847,7 @@ class Run:
 
     def run(self) -> dict:
         a = self.args
-        phases = [("create", self.phase_create), ("metadata", self.phase_metadata),
+        phases = [("seed-alone", self.phase_seed_alone), ("create", self.phase_create), ("metadata", self.phase_metadata),
                   ("memory", self.phase_memory), ("spread", self.phase_spread),
                   ("idle-connections", self.phase_idle_connections), ("restart", self.phase_restart)]
         self.result["open_files"] = self.fd_budget()
@@ -945,12 +953,20 @@ def table(r: dict) -> str:
     if s:
         rows.append((f"spread produce p50/p99/p99.9 ({s['rate_per_s']:,}/s x {s['record_bytes']} B, "
                      f"{s['partitions_acked']:,} partitions)", lat(s) + f", {s['acked']:,}/{s['sent']:,} acked"))
+    alone = r.get("seed_alone")
+    if alone:
+        rows.append(("seed load p50/p99/p99.9, before the partitions", lat(alone)))
     ic = r.get("idle_connections")
     if ic:
         for key, label in (("without", "without idle conns"), ("with", f"with {ic.get('opened', 0):,} idle conns"),
                            ("after", "without, again")):
             if key in ic:
                 rows.append((f"seed load p50/p99/p99.9, {label}", lat(ic[key])))
+        base = (alone or {}).get("latency_ms", {}).get("p99")
+        beside = [ic[k]["latency_ms"]["p99"] for k in ("without", "with", "after") if k in ic]
+        if base and beside:
+            rows.append(("seed p99 beside the partitions / before them",
+                         " / ".join(f"{b / base:.2f}x" for b in beside)))
         if "nodes_with" in ic:
             rows.append(("RSS per node with idle conns",
                          ", ".join(f"{n['rss_kb'] / 1024:.1f} MB" for n in ic["nodes_with"])
@@ -1020,6 +1036,8 @@ def compared_figures() -> list[tuple[str, str, object]]:
         ("ack p99, ms", "lower", g("spread", "latency_ms", "p99")),
         ("ack p99.9, ms", "lower", g("spread", "latency_ms", "p99.9")),
         ("records acknowledged", "higher", g("spread", "acked")),
+        ("seed load before the other partitions exist: ack p99, ms", "lower",
+         lambda r: against._get(r, "seed_alone", "latency_ms", "p99")),
         ("seed load beside the idle partitions", "", None),
         ("without idle connections: ack p99, ms", "lower", seed("without", "p99")),
         ("with idle connections: ack p99, ms", "lower", seed("with", "p99")),
@@ -1115,7 +1133,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--restart-timeout-s", type=float, default=180)
     p.add_argument("--poll-interval-s", type=float, default=0.25)
     p.add_argument("--skip", action="append", default=[],
-                   choices=["create", "metadata", "memory", "spread", "idle-connections", "restart"])
+                   choices=["seed-alone", "create", "metadata", "memory", "spread", "idle-connections", "restart"])
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="broker setting, repeatable")
     p.add_argument("--output", help="JSON result path (default bench-results/scale-<UTC>.json)")
     p.add_argument("--keep-dirs", action="store_true", help="keep the nodes' data and logs")
