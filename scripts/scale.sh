@@ -10,6 +10,8 @@
 #   scripts/scale.sh --partitions 5000 --per-topic 1000 --idle-connections 2000
 #   scripts/scale.sh --against-kafka                  # the same phases against Apache Kafka too,
 #                                                     # side by side (--runs N, --kafka-heap OPTS)
+#   scripts/scale.sh --seed-alone --skip memory       # the seed load before the partitions exist
+#                                                     # too: its p99 beside them over before them
 # Measured runs on a shared machine: flock /work/bench.lock scripts/scale.sh
 # The broker binary is $SLUICE_BIN if set, else target/release/sluice built here first.
 # scale_bench.py's own options: .venv/bin/python integration-tests/python/scale_bench.py --help

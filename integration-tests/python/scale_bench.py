@@ -615,6 +615,7 @@ class Run:
         full, full_timeline = self.wait_cluster(self.all_full, t0, a.create_timeout_s, a.poll_interval_s)
         final = [metadata_of(n) for n in self.nodes]
         worst = min((s for s in final if s is not None), key=lambda s: s.full_isr, default=None)
+        seed = SEED_PARTITIONS if self.seed_created else 0
         self.result["create"] = {
             "partitions": a.partitions,
             "topics": len(new),
@@ -628,9 +629,10 @@ class Run:
             "retry_count": len(retried),
             "failures": failures[:20],
             "failure_count": len(failures),
-            "partitions_listed": worst.partitions if worst else 0,
-            "partitions_led": worst.led if worst else 0,
-            "partitions_full_isr": worst.full_isr if worst else 0,
+            # The N created, without the seed topic's when seed-alone made it first.
+            "partitions_listed": worst.partitions - seed if worst else 0,
+            "partitions_led": worst.led - seed if worst else 0,
+            "partitions_full_isr": worst.full_isr - seed if worst else 0,
             "timeline": (led_timeline + full_timeline)[-60:],
         }
         if failures:
@@ -847,7 +849,9 @@ class Run:
 
     def run(self) -> dict:
         a = self.args
-        phases = [("seed-alone", self.phase_seed_alone), ("create", self.phase_create), ("metadata", self.phase_metadata),
+        # seed-alone only when asked for: its load would be in the memory phase's baseline.
+        seed_alone = [("seed-alone", self.phase_seed_alone)] if a.seed_alone else []
+        phases = seed_alone + [("create", self.phase_create), ("metadata", self.phase_metadata),
                   ("memory", self.phase_memory), ("spread", self.phase_spread),
                   ("idle-connections", self.phase_idle_connections), ("restart", self.phase_restart)]
         self.result["open_files"] = self.fd_budget()
@@ -1133,7 +1137,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--restart-timeout-s", type=float, default=180)
     p.add_argument("--poll-interval-s", type=float, default=0.25)
     p.add_argument("--skip", action="append", default=[],
-                   choices=["seed-alone", "create", "metadata", "memory", "spread", "idle-connections", "restart"])
+                   choices=["create", "metadata", "memory", "spread", "idle-connections", "restart"])
+    p.add_argument("--seed-alone", action="store_true",
+                   help="first run the seed load before the partitions exist, to compare the seed loads beside "
+                        "them with (use with --skip memory: that load would be in the memory baseline)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="broker setting, repeatable")
     p.add_argument("--output", help="JSON result path (default bench-results/scale-<UTC>.json)")
     p.add_argument("--keep-dirs", action="store_true", help="keep the nodes' data and logs")
