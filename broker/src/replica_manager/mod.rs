@@ -277,8 +277,9 @@ impl ReplicaManager {
             return; // nothing moved since the last write: idle partitions cost no disk write
         }
         let mut entries: Vec<(Arc<str>, i32, i64)> = self
-            .all()
-            .iter()
+            .partitions
+            .read()
+            .values()
             .map(|p| (p.topic.clone(), p.index, p.high_watermark()))
             .collect();
         entries.sort_unstable();

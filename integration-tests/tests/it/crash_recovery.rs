@@ -357,29 +357,37 @@ async fn the_high_watermark_checkpoint_is_written_when_a_high_watermark_moves_an
     let node =
         SluiceNode::start(NodeOptions::default().set("replica.high.watermark.checkpoint.interval.ms", INTERVAL_MS))?;
     let admin = clients::admin_client(&node.bootstrap())?;
-    clients::create_topic(&admin, "hw-checkpoint", 1, &[]).await?;
-    let path = node.data_dir().join("replication-offset-checkpoint");
-    let holds = |line: &str| std::fs::read_to_string(&path).is_ok_and(|text| text.lines().any(|l| l == line));
+    clients::create_topic(&admin, HW_TOPIC, 1, &[]).await?;
 
-    clients::produce_numbered(&node.bootstrap(), "hw-checkpoint", 5).await?;
-    clients::wait_until(
-        Duration::from_secs(10),
-        "the checkpoint holding high watermark 5",
-        || holds("hw-checkpoint 0 5").then_some(()),
-    )?;
+    produce_until_checkpointed(&node, 5, 5).await?;
+    let path = node.data_dir().join("replication-offset-checkpoint");
     let written = std::fs::metadata(&path)?.modified()?;
     // Twenty checkpoint intervals with nothing produced: the file is the same one.
     std::thread::sleep(Duration::from_millis(20 * INTERVAL_MS));
     ensure!(
-        std::fs::metadata(&path)?.modified()? == written && holds("hw-checkpoint 0 5"),
+        std::fs::metadata(&path)?.modified()? == written && checkpoint_holds(&node, 5),
         "the checkpoint was written again while no high watermark moved"
     );
 
-    clients::produce_numbered(&node.bootstrap(), "hw-checkpoint", 3).await?;
+    produce_until_checkpointed(&node, 3, 8).await
+}
+
+const HW_TOPIC: &str = "hw-checkpoint";
+
+/// Whether the node's high-watermark checkpoint holds `high_watermark` for partition 0 of
+/// [`HW_TOPIC`].
+fn checkpoint_holds(node: &SluiceNode, high_watermark: i64) -> bool {
+    let line = format!("{HW_TOPIC} 0 {high_watermark}");
+    std::fs::read_to_string(node.data_dir().join("replication-offset-checkpoint"))
+        .is_ok_and(|text| text.lines().any(|l| l == line))
+}
+
+/// Produces `records` to [`HW_TOPIC`], then waits for the checkpoint to hold `high_watermark`.
+async fn produce_until_checkpointed(node: &SluiceNode, records: usize, high_watermark: i64) -> Result<()> {
+    clients::produce_numbered(&node.bootstrap(), HW_TOPIC, records).await?;
     clients::wait_until(
         Duration::from_secs(10),
-        "the checkpoint holding high watermark 8",
-        || holds("hw-checkpoint 0 8").then_some(()),
-    )?;
-    Ok(())
+        &format!("the checkpoint holding high watermark {high_watermark}"),
+        || checkpoint_holds(node, high_watermark).then_some(()),
+    )
 }
