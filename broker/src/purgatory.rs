@@ -255,8 +255,8 @@ mod tests {
     fn leader_with_one_follower_behind(dir: &std::path::Path) -> Arc<Partition> {
         let p = crate::partition::tests::open(dir, 1);
         let registration = PartitionRegistration {
-            replicas: vec![1, 2, 3],
-            isr: vec![1, 2, 3],
+            replicas: vec![1, 2, 3].into(),
+            isr: vec![1, 2, 3].into(),
             leader: 1,
             ..Default::default()
         };

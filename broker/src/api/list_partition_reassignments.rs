@@ -96,8 +96,8 @@ fn ongoing(index: i32, p: &PartitionRegistration) -> OngoingPartitionReassignmen
     OngoingPartitionReassignment::default()
         .with_partition_index(index)
         .with_replicas(ids(&p.replicas))
-        .with_adding_replicas(ids(&p.adding_replicas))
-        .with_removing_replicas(ids(&p.removing_replicas))
+        .with_adding_replicas(ids(p.adding_replicas()))
+        .with_removing_replicas(ids(p.removing_replicas()))
 }
 
 #[cfg(test)]

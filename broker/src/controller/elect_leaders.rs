@@ -217,7 +217,7 @@ mod tests {
 
     fn registration(image: &MetadataImage) -> (i32, i32, Vec<i32>) {
         let p = &image.topic("t").unwrap().partitions[0];
-        (p.leader, p.leader_epoch, p.isr.clone())
+        (p.leader, p.leader_epoch, p.isr.to_vec())
     }
 
     fn fence(image: &mut MetadataImage, broker_id: i32) {
@@ -242,7 +242,7 @@ mod tests {
         image.apply(&MetadataRecord::Partition {
             topic_id: Uuid::from_u128(1),
             partition: 0,
-            replicas: p.replicas,
+            replicas: p.replicas.to_vec(),
             isr: isr.to_vec(),
             leader: -1,
             leader_epoch: p.leader_epoch + 1,

@@ -156,17 +156,17 @@ fn change_isr(
                 ..
             } = record
             {
-                (after.isr, after.leader_epoch, after.partition_epoch) = (isr.clone(), *leader_epoch, *partition_epoch);
+                (after.isr, after.leader_epoch, after.partition_epoch) = (isr.as_slice().into(), *leader_epoch, *partition_epoch);
             }
         }
         let state = PartitionState {
             leader_epoch: after.leader_epoch,
             partition_epoch: after.partition_epoch,
-            isr: after.isr,
+            isr: after.isr.to_vec(),
         };
         return Ok((records, state));
     }
-    let changed = isr != p.isr;
+    let changed = isr[..] != p.isr[..];
     let records = if changed {
         let election = LeaderElection {
             reason: Reason::Unchanged,
@@ -207,11 +207,11 @@ pub(super) fn take_out_of_service(image: &MetadataImage, broker_id: i32) -> Vec<
                 continue;
             }
             let remaining: Vec<i32> = p.isr.iter().copied().filter(|id| *id != broker_id).collect();
-            let isr = if remaining.is_empty() { p.isr.clone() } else { remaining };
+            let isr = if remaining.is_empty() { p.isr.to_vec() } else { remaining };
             let Some(elected) = election::elect_for(topic, p, &isr, Kind::IsrChange, &candidates) else {
                 continue;
             };
-            if elected.leader == p.leader && elected.isr == p.isr {
+            if elected.leader == p.leader && elected.isr[..] == p.isr[..] {
                 continue;
             }
             records.push(changed_by(topic.topic_id, index, p, elected, ElectionTrigger::BrokerLeft));
@@ -325,7 +325,7 @@ pub(super) fn finish_reassignment(
     let isr = in_order(target, &isr);
     let elected = election::elect_on_isr_change(target, p.leader, &isr, false, &Candidates::new(image));
     let mut records = Vec::new();
-    if target != p.replicas || elected.isr != p.isr || elected.leader != p.leader {
+    if target != &p.replicas[..] || elected.isr[..] != p.isr[..] || elected.leader != p.leader {
         let election = LeaderElection {
             reason: elected.reason,
             trigger: ElectionTrigger::ReassignmentFinished,
@@ -368,7 +368,7 @@ mod tests {
         let p = &image.topic("t").unwrap().partitions[0];
         assert_eq!(
             (p.leader, p.leader_epoch, p.partition_epoch, &p.isr),
-            (1, 0, 1, &vec![1, 3])
+            (1, 0, 1, &vec![1, 3].into())
         );
         // A request built on the old registration loses the race.
         let err = decide(&image, &alter_isr(1, 0, 0, &[1, 2, 3])).unwrap_err();
@@ -441,7 +441,7 @@ mod tests {
         assert_eq!(records.len(), 1, "{records:?}");
         apply_all(&mut image, &records);
         let partitions = &image.topic("t").unwrap().partitions;
-        let isrs: Vec<(i32, Vec<i32>)> = partitions.iter().map(|p| (p.partition_epoch, p.isr.clone())).collect();
+        let isrs: Vec<(i32, Vec<i32>)> = partitions.iter().map(|p| (p.partition_epoch, p.isr.to_vec())).collect();
         assert_eq!(isrs, vec![(1, vec![1, 2]), (0, vec![1, 2, 3]), (0, vec![2, 1, 3])]);
 
         // The next request built on the old registration of 0 loses the race; 1 goes through,
@@ -453,7 +453,7 @@ mod tests {
         assert_eq!(results[0].as_ref().unwrap_err().error, ResponseError::InvalidUpdateVersion);
         assert_eq!(results[1].as_ref().map(|s| s.isr.clone()), Ok(vec![1]));
         apply_all(&mut image, &records);
-        assert_eq!(image.topic("t").unwrap().partitions[1].isr, vec![1]);
+        assert_eq!(image.topic("t").unwrap().partitions[1].isr[..], [1]);
         let command = MetadataCommand::AlterPartitions {
             leader_id: 1,
             changes: vec![isr_change(1, 1, 1, &[1])],
@@ -515,7 +515,7 @@ mod tests {
             assert_eq!(err.error, ResponseError::IneligibleReplica, "ISR {isr:?}");
         }
         decide_and_apply(&mut image, alter_isr(1, 0, 1, &[1, 4]));
-        assert_eq!(image.topic("t").unwrap().partitions[0].isr, vec![1, 4]);
+        assert_eq!(image.topic("t").unwrap().partitions[0].isr[..], [1, 4]);
     }
 
     #[test]
@@ -597,9 +597,9 @@ mod tests {
             apply_all(&mut image, &records);
             let p = &image.topic("t").unwrap().partitions[0];
             if unclean {
-                assert_eq!((p.leader, p.leader_epoch, &p.isr), (2, 1, &vec![2]));
+                assert_eq!((p.leader, p.leader_epoch, &p.isr[..]), (2, 1, &[2][..]));
             } else {
-                assert_eq!((p.leader, p.leader_epoch, &p.isr), (-1, 1, &vec![1]));
+                assert_eq!((p.leader, p.leader_epoch, &p.isr[..]), (-1, 1, &[1][..]));
             }
         }
     }
@@ -618,12 +618,12 @@ mod tests {
             unfence(&mut image, 2);
             let p = &image.topic("t").unwrap().partitions[0];
             if unclean {
-                assert_eq!((p.leader, &p.isr), (2, &vec![2]));
+                assert_eq!((p.leader, &p.isr[..]), (2, &[2][..]));
             } else {
-                assert_eq!((p.leader, &p.isr), (-1, &vec![1]));
+                assert_eq!((p.leader, &p.isr[..]), (-1, &[1][..]));
                 register(&mut image, 1, 2);
                 let p = &image.topic("t").unwrap().partitions[0];
-                assert_eq!((p.leader, &p.isr), (1, &vec![1]));
+                assert_eq!((p.leader, &p.isr[..]), (1, &[1][..]));
             }
         }
     }
@@ -638,6 +638,6 @@ mod tests {
         let records = fence_broker(&image, 1);
         apply_all(&mut image, &records);
         let p = &image.topic("t").unwrap().partitions[0];
-        assert_eq!((p.leader, &p.isr), (3, &vec![3]));
+        assert_eq!((p.leader, &p.isr[..]), (3, &[3][..]));
     }
 }

@@ -232,13 +232,13 @@ mod tests {
                 .unwrap()
                 .partitions
                 .iter()
-                .map(|p| p.replicas.clone())
+                .map(|p| p.replicas.to_vec())
                 .collect();
             assert_eq!(replicas, vec![vec![1, 2], vec![2, 3]]);
         }
         let records = create_partitions(&image, "t0", 3, None).unwrap();
         apply_all(&mut image, &records);
-        assert_eq!(image.topic("t0").unwrap().partitions[2].replicas, vec![3, 1]);
+        assert_eq!(image.topic("t0").unwrap().partitions[2].replicas[..], [3, 1]);
         // Nothing is proposed for a topic that cannot be placed: applying it says why.
         assert_eq!(propose_placement(&image, new_topic("wide", 1, 4)).assignments, None);
         assert_eq!(propose_placement(&image, new_topic("none", 0, 1)).assignments, None);
@@ -289,7 +289,7 @@ mod tests {
         for p in &image.topic("t").unwrap().partitions {
             let mut replicas = p.replicas.clone();
             replicas.sort();
-            assert_eq!(replicas, vec![1, 4]);
+            assert_eq!(replicas[..], [1, 4]);
         }
     }
 
@@ -307,7 +307,12 @@ mod tests {
             topic_id: Uuid::from_u128(1),
         };
         decide_and_apply(&mut image, command);
-        assert!(image.topic("t").unwrap().partitions.iter().all(|p| p.replicas == [1]));
+        assert!(image
+            .topic("t")
+            .unwrap()
+            .partitions
+            .iter()
+            .all(|p| p.replicas[..] == [1]));
         // An explicit factor is never lowered.
         let command = MetadataCommand::CreateTopic {
             topic: new_topic("u", 1, 2),

@@ -72,7 +72,7 @@ pub fn reassign_partition(
     }
     let elected = election::elect_on_isr_change(&replicas, p.leader, &isr, false, &Candidates::new(image));
     let mut records = Vec::new();
-    if replicas != p.replicas || elected.isr != p.isr || elected.leader != p.leader {
+    if replicas[..] != p.replicas[..] || elected.isr[..] != p.isr[..] || elected.leader != p.leader {
         let election = LeaderElection {
             reason: elected.reason,
             trigger: ElectionTrigger::ReassignmentStarted,
@@ -166,7 +166,7 @@ mod tests {
                 leader_id: p.leader,
                 leader_epoch: p.leader_epoch,
                 partition_epoch: p.partition_epoch,
-                new_isr,
+                new_isr: new_isr.to_vec(),
             },
         );
     }
@@ -177,21 +177,21 @@ mod tests {
         reassign(&mut image, Some(vec![2, 3, 4])).unwrap();
         let moving = partition(&image);
         assert_eq!(
-            moving.replicas,
-            vec![2, 3, 4, 1],
+            moving.replicas[..],
+            [2, 3, 4, 1],
             "target first, then the leaving replica"
         );
         assert_eq!(
-            (moving.adding_replicas.clone(), moving.removing_replicas.clone()),
+            (moving.adding_replicas().to_vec(), moving.removing_replicas().to_vec()),
             (vec![4], vec![1])
         );
-        assert_eq!(moving.isr, vec![2, 3, 1]);
+        assert_eq!(moving.isr[..], [2, 3, 1]);
         assert_eq!(moving.leader, 1, "the leader stays while the new replica catches up");
 
         join_isr(&mut image, 4);
         let done = partition(&image);
-        assert_eq!(done.replicas, vec![2, 3, 4]);
-        assert_eq!(done.isr, vec![2, 3, 4]);
+        assert_eq!(done.replicas[..], [2, 3, 4]);
+        assert_eq!(done.isr[..], [2, 3, 4]);
         assert_eq!(
             done.leader, 2,
             "the leaving leader hands over to the first in-sync target replica"
@@ -207,7 +207,7 @@ mod tests {
         reassign(&mut image, Some(vec![3, 2])).unwrap();
         let p = partition(&image);
         assert_eq!(
-            (p.replicas.clone(), p.isr.clone(), p.leader),
+            (p.replicas.to_vec(), p.isr.to_vec(), p.leader),
             (vec![3, 2], vec![3, 2], 3)
         );
         assert!(p.partition_epoch > before.partition_epoch && p.leader_epoch > before.leader_epoch);
@@ -224,7 +224,7 @@ mod tests {
         let p = partition(&image);
         // As in Kafka, the original replicas keep the order of the merged set (target first).
         assert_eq!(
-            (p.replicas.clone(), p.isr.clone(), p.leader),
+            (p.replicas.to_vec(), p.isr.to_vec(), p.leader),
             (vec![2, 3, 1], vec![2, 3, 1], 1)
         );
         assert!(!p.is_reassigning());
@@ -236,9 +236,9 @@ mod tests {
         reassign(&mut image, Some(vec![2, 3, 4])).unwrap();
         reassign(&mut image, Some(vec![1, 2, 4])).unwrap();
         let p = partition(&image);
-        assert_eq!(p.replicas, vec![1, 2, 4, 3]);
+        assert_eq!(p.replicas[..], [1, 2, 4, 3]);
         assert_eq!(
-            (p.adding_replicas.clone(), p.removing_replicas.clone()),
+            (p.adding_replicas().to_vec(), p.removing_replicas().to_vec()),
             (vec![4], vec![3])
         );
     }

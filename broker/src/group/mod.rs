@@ -986,8 +986,8 @@ mod tests {
         )
         .unwrap();
         let alone = PartitionRegistration {
-            replicas: vec![1],
-            isr: vec![1],
+            replicas: vec![1].into(),
+            isr: vec![1].into(),
             leader: 1,
             leader_epoch: 0,
             partition_epoch: 0,

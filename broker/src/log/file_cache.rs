@@ -141,24 +141,38 @@ struct Shared {
 
 #[derive(Debug)]
 struct FileState {
-    /// The file's current name: reopens use it. Boxed to its length: every segment of every
-    /// hosted replica keeps one.
-    path: Box<Path>,
+    /// The file's directory (the partition's, shared with its log and segments) and current
+    /// name: reopens use them. The name is boxed to its length and the directory not copied:
+    /// every segment of every hosted replica keeps one.
+    dir: Arc<Path>,
+    name: Box<str>,
     /// `None` while the cache has it closed.
     file: Option<Arc<File>>,
     /// The segment left its log: a closed file is not reopened (see [`CachedFile::retire`]).
     retired: bool,
 }
 
+impl FileState {
+    fn path(&self) -> PathBuf {
+        self.dir.join(&*self.name)
+    }
+}
+
 impl CachedFile {
-    /// Opens `path` with `options` and admits it to `cache`.
-    pub fn open(cache: &Arc<FileCache>, path: PathBuf, options: &OpenOptions) -> io::Result<CachedFile> {
-        let file = Arc::new(options.open(&path)?);
+    /// Opens `dir`/`name` with `options` and admits it to `cache`.
+    pub fn open(
+        cache: &Arc<FileCache>,
+        dir: &Arc<Path>,
+        name: String,
+        options: &OpenOptions,
+    ) -> io::Result<CachedFile> {
+        let file = Arc::new(options.open(dir.join(&name))?);
         let shared = Arc::new(Shared {
             cache: cache.clone(),
             referenced: AtomicBool::new(true),
             state: Mutex::new(FileState {
-                path: path.into_boxed_path(),
+                dir: dir.clone(),
+                name: name.into_boxed_str(),
                 file: Some(file),
                 retired: false,
             }),
@@ -178,10 +192,10 @@ impl CachedFile {
         if state.retired {
             return Err(io::Error::new(
                 io::ErrorKind::NotFound,
-                format!("{} was removed from its log", state.path.display()),
+                format!("{} was removed from its log", state.path().display()),
             ));
         }
-        let file = Arc::new(OpenOptions::new().read(true).write(true).open(&state.path)?);
+        let file = Arc::new(OpenOptions::new().read(true).write(true).open(state.path())?);
         state.file = Some(file.clone());
         drop(state);
         self.shared.cache.reopened.fetch_add(1, Ordering::Relaxed);
@@ -195,21 +209,21 @@ impl CachedFile {
         let state = self.shared.state.lock();
         match &state.file {
             Some(file) => file.metadata(),
-            None => std::fs::metadata(&state.path),
+            None => std::fs::metadata(state.path()),
         }
     }
 
-    /// Renames the file to `to`; a later reopen uses the new name.
-    pub fn rename(&self, to: PathBuf) -> io::Result<()> {
+    /// Renames the file to `to` in its directory; a later reopen uses the new name.
+    pub fn rename(&self, to: String) -> io::Result<()> {
         let mut state = self.shared.state.lock();
-        std::fs::rename(&state.path, &to)?;
-        state.path = to.into_boxed_path();
+        std::fs::rename(state.path(), state.dir.join(&to))?;
+        state.name = to.into_boxed_str();
         Ok(())
     }
 
-    /// The file's current name.
+    /// The file's current path.
     pub fn path(&self) -> PathBuf {
-        self.shared.state.lock().path.to_path_buf()
+        self.shared.state.lock().path()
     }
 
     /// The segment left its log (deleted, replaced, or the log closed): from now on a closed
@@ -234,7 +248,7 @@ mod tests {
     fn create(cache: &Arc<FileCache>, dir: &Path, name: &str) -> CachedFile {
         let mut options = OpenOptions::new();
         options.read(true).write(true).create(true).truncate(true);
-        CachedFile::open(cache, dir.join(name), &options).unwrap()
+        CachedFile::open(cache, &Arc::from(dir), name.to_string(), &options).unwrap()
     }
 
     #[test]
@@ -287,7 +301,7 @@ mod tests {
         a.get().unwrap().write_all_at(b"kept", 0).unwrap();
         let b = create(&cache, dir.path(), "b.log");
         assert!(!a.is_open());
-        a.rename(dir.path().join("a.log")).unwrap();
+        a.rename("a.log".to_string()).unwrap();
         assert_eq!(a.metadata().unwrap().len(), 4, "metadata of a closed file by its name");
         let mut buf = [0; 4];
         a.get().unwrap().read_exact_at(&mut buf, 0).unwrap();

@@ -22,6 +22,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::num::NonZeroU64;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 
@@ -114,8 +115,10 @@ impl IndexEntry for RawTimeEntry {
 #[derive(Debug)]
 struct IndexFile<E> {
     /// Entries in the index: the first `written` are in the file, the rest only in `cached`.
-    len: usize,
-    written: usize,
+    /// 32 bits each, as every segment of every replica keeps two indexes: an entry takes at least
+    /// one batch, so a segment (positions are 32-bit) holds fewer than 2^32 of them.
+    len: u32,
+    written: u32,
     /// The file changed since its last fsync.
     unsynced: bool,
     /// False when the file length is not a whole number of entries (torn write): rebuild it.
@@ -124,7 +127,7 @@ struct IndexFile<E> {
     was_missing: bool,
     /// The file's inode, once known: a lookup by path outside the log's lock checks that it
     /// still reads the file this index describes (see [`OffsetIndexView::lookup`]).
-    file_id: Option<u64>,
+    file_id: Option<NonZeroU64>,
     last: Option<E>,
     /// All entries, kept while the segment is active; the only place unwritten ones live.
     cached: Option<Vec<E>>,
@@ -134,7 +137,7 @@ impl<E: IndexEntry> IndexFile<E> {
     /// An empty index whose file is created (or emptied) now; it starts in memory.
     fn create(path: &Path) -> io::Result<Self> {
         let file = File::create(path)?;
-        let file_id = Some(file.metadata()?.ino());
+        let file_id = NonZeroU64::new(file.metadata()?.ino());
         Ok(IndexFile {
             len: 0,
             written: 0,
@@ -158,11 +161,11 @@ impl<E: IndexEntry> IndexFile<E> {
         let (file_len, file_id) = match &file {
             Some(file) => {
                 let meta = file.metadata()?;
-                (meta.len(), Some(meta.ino()))
+                (meta.len(), NonZeroU64::new(meta.ino()))
             }
             None => (0, None),
         };
-        let len = usize::try_from(file_len / E::SIZE as u64)
+        let len = u32::try_from(file_len / E::SIZE as u64)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "index file too large"))?;
         let mut index = IndexFile {
             len,
@@ -176,11 +179,11 @@ impl<E: IndexEntry> IndexFile<E> {
         };
         if let Some(file) = &file {
             if cache {
-                index.cached = Some(read_all(file, len)?);
+                index.cached = Some(read_all(file, len as usize)?);
             }
             index.last = match len {
                 0 => None,
-                n => Some(index.entry_in(file, n - 1)?),
+                n => Some(index.entry_in(file, n as usize - 1)?),
             };
         } else if cache {
             index.cached = Some(Vec::new());
@@ -192,7 +195,7 @@ impl<E: IndexEntry> IndexFile<E> {
     fn entry_in(&self, file: &File, i: usize) -> io::Result<E> {
         match &self.cached {
             Some(cached) => cached.get(i).copied().ok_or_else(|| out_of_bounds(i)),
-            None => read_entry(file, self.len, i),
+            None => read_entry(file, self.count(), i),
         }
     }
 
@@ -203,7 +206,7 @@ impl<E: IndexEntry> IndexFile<E> {
             None if self.len == 0 => Ok(0),
             None => {
                 let file = File::open(path)?;
-                partition_point(self.len, |i| read_entry(&file, self.len, i), pred)
+                partition_point(self.count(), |i| read_entry(&file, self.count(), i), pred)
             }
         }
     }
@@ -219,7 +222,7 @@ impl<E: IndexEntry> IndexFile<E> {
             None if self.len == 0 => Ok(None),
             None => {
                 let file = File::open(path)?;
-                floor(self.len, |i| read_entry(&file, self.len, i), pred)
+                floor(self.count(), |i| read_entry(&file, self.count(), i), pred)
             }
         }
     }
@@ -237,8 +240,13 @@ impl<E: IndexEntry> IndexFile<E> {
         self.last = Some(entry);
     }
 
+    /// Entries in the index.
+    fn count(&self) -> usize {
+        self.len as usize
+    }
+
     fn unwritten(&self) -> usize {
-        self.len - self.written
+        (self.len - self.written) as usize
     }
 
     /// Writes the entries not yet in the file, in bulk, and with `sync` fsyncs the file if it
@@ -250,16 +258,16 @@ impl<E: IndexEntry> IndexFile<E> {
         }
         let file = OpenOptions::new().write(true).create(true).truncate(false).open(path)?;
         if self.file_id.is_none() {
-            self.file_id = Some(file.metadata()?.ino());
+            self.file_id = NonZeroU64::new(file.metadata()?.ino());
         }
         if pending > 0 {
             let entries = self
                 .cached
                 .as_deref()
-                .and_then(|cached| cached.get(self.written..self.len))
-                .ok_or_else(|| out_of_bounds(self.len))?;
+                .and_then(|cached| cached.get(self.written as usize..self.count()))
+                .ok_or_else(|| out_of_bounds(self.count()))?;
             let mut buf = [0u8; WRITE_BUFFER_BYTES];
-            let mut position = (self.written * E::SIZE) as u64;
+            let mut position = self.written as u64 * E::SIZE as u64;
             for chunk in entries.chunks(WRITE_BUFFER_BYTES / E::SIZE) {
                 let bytes = chunk.len() * E::SIZE;
                 for (slot, entry) in buf[..bytes].chunks_exact_mut(E::SIZE).zip(chunk) {
@@ -288,12 +296,12 @@ impl<E: IndexEntry> IndexFile<E> {
     /// entries go or it is not a whole, present index of what is written; truncating to 0 leaves
     /// the index in memory, ready to be rebuilt.
     fn truncate_to_len(&mut self, path: &Path, n: usize) -> io::Result<()> {
-        let n = n.min(self.len);
-        if n < self.written || !self.whole || self.was_missing {
+        let n = n.min(self.count());
+        if n < self.written as usize || !self.whole || self.was_missing {
             let file = OpenOptions::new().write(true).create(true).truncate(false).open(path)?;
             file.set_len((n * E::SIZE) as u64)?;
-            self.file_id = Some(file.metadata()?.ino());
-            self.written = self.written.min(n);
+            self.file_id = NonZeroU64::new(file.metadata()?.ino());
+            self.written = self.written.min(n as u32); // n <= len, a u32
             self.unsynced = true;
         }
         if n == 0 && self.cached.is_none() {
@@ -302,7 +310,7 @@ impl<E: IndexEntry> IndexFile<E> {
         if let Some(cached) = &mut self.cached {
             cached.truncate(n);
         }
-        self.len = n;
+        self.len = n as u32; // n <= len, a u32
         self.whole = true;
         self.was_missing = false;
         self.last = match (n, &self.cached) {
@@ -323,7 +331,7 @@ impl<E: IndexEntry> IndexFile<E> {
         }
         self.cached = Some(match self.len {
             0 => Vec::new(),
-            len => read_all(&File::open(path)?, len)?,
+            len => read_all(&File::open(path)?, len as usize)?,
         });
         Ok(())
     }
@@ -339,8 +347,8 @@ impl<E: IndexEntry> IndexFile<E> {
     fn view(&self, base_offset: i64) -> OffsetIndexView {
         OffsetIndexView {
             base_offset,
-            len: self.written,
-            file_id: self.file_id,
+            len: self.written as usize,
+            file_id: self.file_id.map(NonZeroU64::get),
         }
     }
 }

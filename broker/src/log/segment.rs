@@ -69,21 +69,17 @@ impl SegmentFiles {
         }
     }
 
-    fn path(&self, kind: &str) -> PathBuf {
-        self.dir.join(segment_file_name(self.base_offset, kind) + self.suffix)
+    fn name(&self, kind: &str) -> String {
+        segment_file_name(self.base_offset, kind) + self.suffix
     }
 
-    pub fn log_path(&self) -> PathBuf {
-        self.path(LOG_FILE_SUFFIX)
+    fn path(&self, kind: &str) -> PathBuf {
+        self.dir.join(self.name(kind))
     }
 
     /// The `.log` file's name while the previous segment's seal is in flight.
-    fn pending_log_path(&self, predecessor_bytes: u64) -> PathBuf {
-        self.dir.join(format!(
-            "{}{}{PENDING_LOG_INFIX}{predecessor_bytes}",
-            segment_file_name(self.base_offset, LOG_FILE_SUFFIX),
-            self.suffix
-        ))
+    fn pending_log_name(&self, predecessor_bytes: u64) -> String {
+        format!("{}{PENDING_LOG_INFIX}{predecessor_bytes}", self.name(LOG_FILE_SUFFIX))
     }
 
     pub fn index_path(&self) -> PathBuf {
@@ -253,7 +249,12 @@ impl LogSegment {
         now_ms: i64,
     ) -> Result<LogSegment, LogError> {
         let files = SegmentFiles::new(dir, base_offset, "");
-        let log = CachedFile::open(cache, files.log_path(), OpenOptions::new().read(true).write(true))?;
+        let log = CachedFile::open(
+            cache,
+            dir,
+            files.name(LOG_FILE_SUFFIX),
+            OpenOptions::new().read(true).write(true),
+        )?;
         let size_bytes = log.metadata()?.len();
         let indexes = SegmentIndexes {
             offset_index: OffsetIndex::open(&files.index_path(), base_offset, active)?,
@@ -279,8 +280,8 @@ impl LogSegment {
         now_ms: i64,
     ) -> Result<LogSegment, LogError> {
         let files = SegmentFiles::new(dir, base_offset, suffix);
-        let log_path = files.log_path();
-        LogSegment::create_files(files, log_path, cache, now_ms)
+        let log_name = files.name(LOG_FILE_SUFFIX);
+        LogSegment::create_files(files, log_name, cache, now_ms)
     }
 
     /// Creates the segment that follows one sealed at `predecessor_bytes` bytes whose fsync has
@@ -295,22 +296,23 @@ impl LogSegment {
         now_ms: i64,
     ) -> Result<LogSegment, LogError> {
         let files = SegmentFiles::new(dir, base_offset, "");
-        let log_path = files.pending_log_path(predecessor_bytes);
-        let mut segment = LogSegment::create_files(files, log_path, cache, now_ms)?;
+        let log_name = files.pending_log_name(predecessor_bytes);
+        let mut segment = LogSegment::create_files(files, log_name, cache, now_ms)?;
         segment.unsynced_predecessor_bytes = Some(predecessor_bytes);
         Ok(segment)
     }
 
     fn create_files(
         files: SegmentFiles,
-        log_path: PathBuf,
+        log_name: String,
         cache: &Arc<FileCache>,
         now_ms: i64,
     ) -> Result<LogSegment, LogError> {
         let base_offset = files.base_offset;
         let log = CachedFile::open(
             cache,
-            log_path,
+            &files.dir,
+            log_name,
             OpenOptions::new().read(true).write(true).create(true).truncate(true),
         )?;
         let indexes = SegmentIndexes {
@@ -330,7 +332,7 @@ impl LogSegment {
     /// The previous segment is durable: the `.log` takes its final name.
     pub fn mark_predecessor_synced(&mut self) -> Result<(), LogError> {
         if self.unsynced_predecessor_bytes.is_some() {
-            self.log.rename(self.files.log_path())?;
+            self.log.rename(self.files.name(LOG_FILE_SUFFIX))?;
             self.unsynced_predecessor_bytes = None;
         }
         Ok(())

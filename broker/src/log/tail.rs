@@ -180,10 +180,12 @@ impl TailCache {
         }
     }
 
-    /// Housekeeping: gives the memory back if nothing was appended since the last call.
+    /// Housekeeping: gives the memory back if nothing was appended since the last call, the
+    /// chunk list's own buffer included (an idle replica keeps no allocation here).
     pub fn release_if_idle(&mut self) {
         if !self.touched {
             self.clear();
+            self.chunks = VecDeque::new();
         }
         self.touched = false;
     }
@@ -298,4 +300,29 @@ fn prefix_len(chunk: &[u8], budget: usize, max_offset: i64) -> (usize, bool) {
         end = range.end;
     }
     (end, end == chunk.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 33: an idle replica's tail keeps no allocation, not even the emptied chunk list's
+    /// buffer (every replica that was ever written to would keep one otherwise).
+    #[test]
+    fn an_idle_tail_gives_back_its_chunk_list_too() {
+        let budget = TailCacheBudget::new(1 << 20, 1 << 20);
+        let mut tail = TailCache::new(budget.clone());
+        let mut position = 0;
+        for offset in 0..8 {
+            tail.push(&[0u8; 100], position, offset, offset + 1);
+            position += 100;
+        }
+        assert_eq!(tail.bytes(), 800);
+        tail.release_if_idle(); // appended to since the last pass: kept
+        assert_eq!(tail.bytes(), 800);
+        assert!(tail.chunks.capacity() >= 8);
+        tail.release_if_idle();
+        assert_eq!((tail.bytes(), budget.used_bytes()), (0, 0));
+        assert_eq!(tail.chunks.capacity(), 0, "the idle tail kept its chunk list's buffer");
+    }
 }

@@ -21,7 +21,7 @@ use uuid::Uuid;
 use super::acls::{
     AclBinding, AclFilter, AclOperation, AclPermission, AclTable, PatternFilter, PatternType, ResourceType,
 };
-use super::image::{BrokerRegistration, MetadataImage, PartitionRegistration, TopicImage};
+use super::image::{BrokerRegistration, MetadataImage, PartitionRegistration, Reassignment, TopicImage};
 use super::records::{
     AlterOp, ConfigResource, ElectionReason, ElectionTrigger, ElectionType, Endpoint, IsrChangeRequest, LeaderElection,
     MetadataCommand, MetadataRecord, NewTopic, Proposal, QuotaEntity, QuotaName, QuotaValue, ScramCredential,
@@ -790,26 +790,25 @@ fn quota_entity_from_pb(entity: pb::QuotaEntity) -> QuotaEntity {
 
 fn partition_to_pb(p: &PartitionRegistration) -> pb::PartitionRegistration {
     pb::PartitionRegistration {
-        replicas: p.replicas.clone(),
-        isr: p.isr.clone(),
+        replicas: p.replicas.to_vec(),
+        isr: p.isr.to_vec(),
         leader: p.leader,
         leader_epoch: p.leader_epoch,
         partition_epoch: p.partition_epoch,
-        adding_replicas: p.adding_replicas.clone(),
-        removing_replicas: p.removing_replicas.clone(),
+        adding_replicas: p.adding_replicas().to_vec(),
+        removing_replicas: p.removing_replicas().to_vec(),
         election: p.election.map(election_to_pb),
     }
 }
 
 fn partition_from_pb(p: pb::PartitionRegistration) -> PartitionRegistration {
     PartitionRegistration {
-        replicas: p.replicas,
-        isr: p.isr,
+        replicas: p.replicas.into(),
+        isr: p.isr.into(),
         leader: p.leader,
         leader_epoch: p.leader_epoch,
         partition_epoch: p.partition_epoch,
-        adding_replicas: p.adding_replicas,
-        removing_replicas: p.removing_replicas,
+        reassignment: Reassignment::of(p.adding_replicas.into(), p.removing_replicas.into()),
         election: p.election.and_then(election_from_pb),
     }
 }
@@ -991,8 +990,8 @@ fn record_from_pb(record: pb::MetadataRecord) -> Decoded<MetadataRecord> {
                 MetadataRecord::Partition {
                     topic_id: uuid("partition record topic_id", &p.topic_id)?,
                     partition: p.partition,
-                    replicas: registration.replicas,
-                    isr: registration.isr,
+                    replicas: registration.replicas.to_vec(),
+                    isr: registration.isr.to_vec(),
                     leader: registration.leader,
                     leader_epoch: registration.leader_epoch,
                     partition_epoch: registration.partition_epoch,

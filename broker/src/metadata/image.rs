@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use smallvec::SmallVec;
 use uuid::Uuid;
 
 use super::acls::AclTable;
@@ -49,20 +50,39 @@ impl BrokerRegistration {
     }
 }
 
+/// Broker ids: a replica set, an ISR, a reassignment's joining or leaving replicas. Every node
+/// holds several per partition (its image's registration, and its own replicas' state), so up
+/// to four are kept inline, without an allocation of their own.
+pub type ReplicaIds = SmallVec<[i32; 4]>;
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PartitionRegistration {
     /// During a reassignment: the target replicas, then the ones being removed.
-    pub replicas: Vec<i32>,
-    pub isr: Vec<i32>,
+    pub replicas: ReplicaIds,
+    pub isr: ReplicaIds,
     pub leader: i32,
     pub leader_epoch: i32,
     pub partition_epoch: i32,
-    /// An ongoing reassignment (Kafka's KIP-455): replicas joining and leaving; both empty when
-    /// there is none. The target is `replicas` without `removing_replicas`.
-    pub adding_replicas: Vec<i32>,
-    pub removing_replicas: Vec<i32>,
+    /// An ongoing reassignment (Kafka's KIP-455), `None` when there is none. Boxed: every node
+    /// holds every partition's registration, and few are ever reassigned.
+    pub reassignment: Option<Box<Reassignment>>,
     /// Why `leader` leads, as the last Partition record said (`None` before Sluice kept it).
     pub election: Option<LeaderElection>,
+}
+
+/// The replicas a reassignment adds and removes. The target is the partition's `replicas`
+/// without `removing`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reassignment {
+    pub adding: ReplicaIds,
+    pub removing: ReplicaIds,
+}
+
+impl Reassignment {
+    /// `None` when neither list names a replica: no reassignment is under way.
+    pub fn of(adding: ReplicaIds, removing: ReplicaIds) -> Option<Box<Reassignment>> {
+        (!adding.is_empty() || !removing.is_empty()).then(|| Box::new(Reassignment { adding, removing }))
+    }
 }
 
 /// No partition has a leader (`-1`), as Kafka writes it.
@@ -70,7 +90,17 @@ pub const NO_LEADER: i32 = -1;
 
 impl PartitionRegistration {
     pub fn is_reassigning(&self) -> bool {
-        !self.adding_replicas.is_empty() || !self.removing_replicas.is_empty()
+        self.reassignment.is_some()
+    }
+
+    /// The replicas an ongoing reassignment adds (none when there is none).
+    pub fn adding_replicas(&self) -> &[i32] {
+        self.reassignment.as_ref().map_or(&[], |r| &r.adding)
+    }
+
+    /// The replicas an ongoing reassignment removes (none when there is none).
+    pub fn removing_replicas(&self) -> &[i32] {
+        self.reassignment.as_ref().map_or(&[], |r| &r.removing)
     }
 
     /// The replicas a reassignment moves to (all replicas when none is under way).
@@ -78,7 +108,7 @@ impl PartitionRegistration {
         self.replicas
             .iter()
             .copied()
-            .filter(|id| !self.removing_replicas.contains(id))
+            .filter(|id| !self.removing_replicas().contains(id))
             .collect()
     }
 
@@ -87,7 +117,7 @@ impl PartitionRegistration {
         self.replicas
             .iter()
             .copied()
-            .filter(|id| !self.adding_replicas.contains(id))
+            .filter(|id| !self.adding_replicas().contains(id))
             .collect()
     }
 
@@ -115,7 +145,7 @@ impl PartitionRegistration {
             if offline != (self.leader == NO_LEADER) {
                 return Some(format!("leader {} does not match the election's outcome: {election}", self.leader));
             }
-            if election.reason == ElectionReason::Unclean && self.isr != [self.leader] {
+            if election.reason == ElectionReason::Unclean && self.isr[..] != [self.leader] {
                 return Some(format!(
                     "an unclean election leaves the leader {} alone in the ISR, not {:?}",
                     self.leader, self.isr
@@ -433,8 +463,7 @@ impl MetadataImage {
                         topic.name, p.replicas
                     ));
                 }
-                p.adding_replicas.clone_from(adding);
-                p.removing_replicas.clone_from(removing);
+                p.reassignment = Reassignment::of(adding.as_slice().into(), removing.as_slice().into());
             }
             MetadataRecord::BrokerShutdown { broker_id } => {
                 if let Some(broker) = self.brokers.get_mut(broker_id) {
@@ -504,17 +533,17 @@ fn registration_from(record: &MetadataRecord, previous: Option<&PartitionRegistr
     else {
         return None;
     };
-    let listed = |ids: &Vec<i32>| ids.iter().copied().filter(|id| replicas.contains(id)).collect();
-    let (adding_replicas, removing_replicas) =
-        previous.map_or_else(Default::default, |p| (listed(&p.adding_replicas), listed(&p.removing_replicas)));
+    let listed = |ids: &[i32]| ids.iter().copied().filter(|id| replicas.contains(id)).collect();
+    let reassignment = previous
+        .and_then(|p| p.reassignment.as_ref())
+        .and_then(|r| Reassignment::of(listed(&r.adding), listed(&r.removing)));
     Some(PartitionRegistration {
-        replicas: replicas.clone(),
-        isr: isr.clone(),
+        replicas: replicas.as_slice().into(),
+        isr: isr.as_slice().into(),
         leader: *leader,
         leader_epoch: *leader_epoch,
         partition_epoch: *partition_epoch,
-        adding_replicas,
-        removing_replicas,
+        reassignment,
         election: *election,
     })
 }
@@ -633,8 +662,8 @@ mod tests {
         };
         let broken = [
             change(&|p| p.leader = 9),
-            change(&|p| p.isr = vec![p.leader, 42]),
-            change(&|p| p.replicas = vec![p.leader, p.leader]),
+            change(&|p| p.isr = vec![p.leader, 42].into()),
+            change(&|p| p.replicas = vec![p.leader, p.leader].into()),
             change(&|p| p.leader_epoch -= 1),
             change(&|p| p.partition_epoch -= 1),
         ];
@@ -660,8 +689,8 @@ mod tests {
         }
         let good = image.topic("t").unwrap().partitions[0].clone();
         let elected = |reason, leader, isr: &[i32]| PartitionRegistration {
-            replicas: vec![1, 2],
-            isr: isr.to_vec(),
+            replicas: vec![1, 2].into(),
+            isr: isr.into(),
             leader,
             leader_epoch: good.leader_epoch + 1,
             partition_epoch: good.partition_epoch + 1,

@@ -401,8 +401,8 @@ mod tests {
         let record = MetadataRecord::Partition {
             topic_id: topic.topic_id,
             partition: 0,
-            replicas: p.replicas.clone(),
-            isr: p.isr.clone(),
+            replicas: p.replicas.to_vec(),
+            isr: p.isr.to_vec(),
             leader,
             leader_epoch: p.leader_epoch,
             partition_epoch: p.partition_epoch + 1,

@@ -17,6 +17,7 @@ use super::{
     log_error, record_appended, snapshot_if_rolled, AppendError, AppendOutcome, Partition, ReplicaState, Role,
 };
 use crate::log::{AppendInfo, PartitionLog};
+use crate::metadata::image::ReplicaIds;
 use crate::metadata::records::IsrChangeRequest;
 use crate::producer_state::{ProducerStateManager, SequenceCheck, TxnVerification, VerificationGuard};
 
@@ -472,7 +473,7 @@ impl Partition {
         if !state.isr.iter().any(lagging) {
             return None;
         }
-        let new_isr: Vec<i32> = state.isr.iter().copied().filter(|id| !lagging(id)).collect();
+        let new_isr: ReplicaIds = state.isr.iter().copied().filter(|id| !lagging(id)).collect();
         tracing::info!(
             topic = %self.topic, partition = self.index, old_isr = ?state.isr, ?new_isr,
             "shrinking the ISR: followers have not caught up within replica.lag.time.max.ms"
@@ -492,16 +493,16 @@ impl Partition {
 
     /// Marks `new_isr` pending (see `LeaderState::pending_isr`) and returns the AlterPartition
     /// change that asks the controller for it, at this leader's epochs (this broker leads).
-    fn propose_isr(&self, state: &mut ReplicaState, new_isr: Vec<i32>) -> IsrChangeRequest {
+    fn propose_isr(&self, state: &mut ReplicaState, new_isr: ReplicaIds) -> IsrChangeRequest {
         if let Role::Leader(leader) = &mut state.role {
-            leader.pending_isr = Some(new_isr.clone());
+            leader.pending_isr = Some(new_isr.to_vec());
         }
         IsrChangeRequest {
             topic_id: self.topic_id,
             partition: self.index,
             leader_epoch: state.leader_epoch,
             partition_epoch: state.partition_epoch,
-            new_isr,
+            new_isr: new_isr.to_vec(),
         }
     }
 

@@ -33,7 +33,7 @@ use crate::log::{
     AbortedTxn, AppendInfo, CleanStats, FileCache, LogCleaner, LogConfig, LogError, LogToClean, PartitionLog,
     PlannedRead, TailCacheBudget,
 };
-use crate::metadata::image::PartitionRegistration;
+use crate::metadata::image::{PartitionRegistration, ReplicaIds};
 use crate::producer_state::{snapshot, ActiveProducer, ProducerStateManager};
 pub use leader::ReadCandidate;
 use leader::{FollowerProgress, LeaderState};
@@ -71,8 +71,8 @@ struct ReplicaState {
     role: Role,
     leader_epoch: i32,
     partition_epoch: i32,
-    replicas: Vec<i32>,
-    isr: Vec<i32>,
+    replicas: ReplicaIds,
+    isr: ReplicaIds,
 }
 
 enum Role {
@@ -207,8 +207,8 @@ impl Partition {
                 role: Role::Follower { leader: -1 },
                 leader_epoch: -1,
                 partition_epoch: -1,
-                replicas: Vec::new(),
-                isr: Vec::new(),
+                replicas: ReplicaIds::new(),
+                isr: ReplicaIds::new(),
             }),
             log_start_offset: AtomicI64::new(log.log_start_offset()),
             writeback_due: AtomicBool::new(true),

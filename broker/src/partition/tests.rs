@@ -9,8 +9,8 @@ const LAG_MS: i64 = 30_000;
 
 pub(super) fn registration(leader: i32, leader_epoch: i32, partition_epoch: i32, isr: &[i32]) -> PartitionRegistration {
     PartitionRegistration {
-        replicas: vec![1, 2, 3],
-        isr: isr.to_vec(),
+        replicas: vec![1, 2, 3].into(),
+        isr: isr.into(),
         leader,
         leader_epoch,
         partition_epoch,
@@ -38,8 +38,8 @@ pub(crate) fn open(dir: &Path, node_id: i32) -> Partition {
 /// Makes broker 1 the only replica, leader at epoch 0.
 pub(super) fn lead_alone(p: &Partition) {
     let single = PartitionRegistration {
-        replicas: vec![1],
-        isr: vec![1],
+        replicas: vec![1].into(),
+        isr: vec![1].into(),
         leader: 1,
         leader_epoch: 0,
         partition_epoch: 0,
@@ -223,8 +223,8 @@ fn a_fetch_from_outside_the_replica_set_is_refused_and_moves_nothing() {
     assert_eq!(p.high_watermark(), 3);
     // Broker 3 is reassigned away; broker 2 drops out of the ISR meanwhile.
     let moved = PartitionRegistration {
-        replicas: vec![1, 2],
-        isr: vec![1, 2],
+        replicas: vec![1, 2].into(),
+        isr: vec![1, 2].into(),
         leader: 1,
         leader_epoch: 0,
         partition_epoch: 1,
@@ -376,8 +376,8 @@ fn an_append_ends_what_a_sessions_fetches_say_for_a_follower_that_does_not_catch
     let p = open(dir.path(), 1);
     p.apply_registration(
         &PartitionRegistration {
-            replicas: vec![1, 2],
-            isr: vec![1, 2],
+            replicas: vec![1, 2].into(),
+            isr: vec![1, 2].into(),
             leader: 1,
             leader_epoch: 0,
             partition_epoch: 0,
@@ -428,8 +428,8 @@ fn a_partition_replica_stays_small() {
     use std::mem::size_of;
     let size = size_of::<Partition>();
     assert!(
-        size <= 880,
-        "Partition is {size} bytes, more than the 880 it was held to"
+        size <= 848,
+        "Partition is {size} bytes, more than the 848 it was held to"
     );
     assert!(size_of::<Mutex<crate::producer_state::ProducerStateManager>>() <= 32);
     assert!(size_of::<crate::log::PartitionLog>() <= 560);

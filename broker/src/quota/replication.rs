@@ -114,8 +114,8 @@ mod tests {
     /// A topic of 8 partitions whose ISR is broker 1 alone, with `configs`.
     fn topic(configs: BTreeMap<String, String>) -> TopicImage {
         let registration = PartitionRegistration {
-            replicas: vec![1, 2, 3],
-            isr: vec![1],
+            replicas: vec![1, 2, 3].into(),
+            isr: vec![1].into(),
             leader: 1,
             ..Default::default()
         };
