@@ -186,8 +186,9 @@ fn expire_producers(broker: &Broker) {
 /// segment worth it.
 const WRITEBACK_INTERVAL: Duration = Duration::from_secs(1);
 const WRITEBACK_MIN_BYTES: u64 = 1 << 20;
-/// Every this many writeback passes (seconds) the tail caches of partitions not appended to
-/// since the last such pass are dropped, and then the allocator's free pages go back to the
+/// Every this many writeback passes (seconds) partitions not appended to since the last such
+/// pass drop their tail caches and their active segments' index copies
+/// (`PartitionLog::release_idle_memory`), and then the allocator's free pages go back to the
 /// kernel (`heap::release_free_memory`).
 const IDLE_PASSES: u64 = 10;
 
@@ -215,7 +216,7 @@ async fn run_writeback(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>)
             let partitions = broker.replicas.all();
             let _ = tokio::task::spawn_blocking(move || {
                 for partition in &partitions {
-                    partition.release_idle_tail_cache();
+                    partition.release_idle_memory();
                 }
                 crate::heap::release_free_memory();
             })

@@ -5,7 +5,9 @@
 //! lookup lands within a few KiB of its target and a short scan of batch headers finishes the job.
 //!
 //! Only the active segment keeps its entries in memory (the hot tail that consumers read), and
-//! they are added there only: they reach the file in bulk, one positional write for all entries
+//! only while it is written to: a replica with no append for one of the writeback task's idle
+//! passes writes them out and drops the copy, and its next append reads them back. Entries
+//! are added in memory only: they reach the file in bulk, one positional write for all entries
 //! not yet written, when the segment is sealed, when the log is flushed or written back
 //! (background writeback, each second, for a segment that grew by a MiB), and at a clean close;
 //! never from an append, so the produce path writes no index file. Recovery, which rebuilds a
@@ -15,7 +17,7 @@
 //! indexes are rebuilt from the log anyway.
 //!
 //! No index keeps its file open: the file is opened for a write, a truncation, or a lookup of a
-//! sealed segment (a binary search of positional reads, which the page cache serves), and closed
+//! segment whose entries are not in memory (a binary search of positional reads, which the page cache serves), and closed
 //! after it, so an idle partition holds no descriptor for its indexes. The paths are the
 //! segment's to give ([`crate::log::segment`] builds them from the partition directory); nothing
 //! here stores one.
@@ -129,7 +131,8 @@ struct IndexFile<E> {
     /// still reads the file this index describes (see [`OffsetIndexView::lookup`]).
     file_id: Option<NonZeroU64>,
     last: Option<E>,
-    /// All entries, kept while the segment is active; the only place unwritten ones live.
+    /// All entries, kept while the segment is active and written to; the only place unwritten
+    /// ones live.
     cached: Option<Vec<E>>,
 }
 
@@ -506,6 +509,12 @@ impl OffsetIndex {
         self.file.cache(path)
     }
 
+    /// Whether the entries are held in memory: an active segment's are, unless an idle pass
+    /// released them.
+    pub fn is_cached(&self) -> bool {
+        self.file.cached.is_some()
+    }
+
     pub fn uncache(&mut self) {
         self.file.uncache()
     }
@@ -670,6 +679,12 @@ impl TimeIndex {
 
     pub fn cache(&mut self, path: &Path) -> io::Result<()> {
         self.file.cache(path)
+    }
+
+    /// Whether the entries are held in memory: an active segment's are, unless an idle pass
+    /// released them.
+    pub fn is_cached(&self) -> bool {
+        self.file.cached.is_some()
     }
 
     pub fn uncache(&mut self) {

@@ -464,6 +464,7 @@ impl LogSegment {
     /// The index files get the entries in bulk from background writeback, a flush, the seal or a
     /// clean close (see [`crate::log::index`]), never from here: an append writes only the log.
     pub fn append(&mut self, records: &[u8], index_interval_bytes: u32) -> Result<(), LogError> {
+        self.cache_indexes()?; // before the write: a failure leaves nothing unindexed
         let start = self.size_bytes;
         self.log.get()?.write_all_at(records, start)?;
         self.size_bytes += records.len() as u64;
@@ -598,7 +599,7 @@ impl LogSegment {
     /// time index (so it survives a restart), writes every index entry and fsyncs (so a sealed
     /// segment's indexes are trusted after any stop), and frees the in-memory index copies.
     pub fn on_become_inactive(&mut self) -> Result<(), LogError> {
-        self.append_final_time_index_entry();
+        self.append_final_time_index_entry()?;
         self.flush()?;
         self.indexes.offset_index.uncache();
         self.indexes.time_index.uncache();
@@ -607,15 +608,42 @@ impl LogSegment {
 
     /// Makes a sealed segment the active one again (after truncation removed its successors).
     pub fn on_become_active(&mut self) -> Result<(), LogError> {
-        self.indexes.offset_index.cache(&self.files.index_path())?;
-        self.indexes.time_index.cache(&self.files.time_index_path())?;
+        self.cache_indexes()
+    }
+
+    /// Reads the index entries into memory unless they are there (an active segment's are,
+    /// unless an idle pass released them); builds no path when they are.
+    fn cache_indexes(&mut self) -> Result<(), LogError> {
+        if !self.indexes.offset_index.is_cached() {
+            self.indexes.offset_index.cache(&self.files.index_path())?;
+        }
+        if !self.indexes.time_index.is_cached() {
+            self.indexes.time_index.cache(&self.files.time_index_path())?;
+        }
         Ok(())
     }
 
-    pub fn append_final_time_index_entry(&mut self) {
+    /// An idle active segment: writes its index entries to their files (no fsync) and frees
+    /// the in-memory copies. Lookups then read the files, as a sealed segment's do, and the
+    /// next append or seal reads the entries back in.
+    pub fn release_index_copies(&mut self) -> Result<(), LogError> {
+        self.indexes.write(&self.files, false)?;
+        self.indexes.offset_index.uncache();
+        self.indexes.time_index.uncache();
+        Ok(())
+    }
+
+    #[cfg(test)]
+    pub fn indexes_in_memory(&self) -> bool {
+        self.indexes.offset_index.is_cached() && self.indexes.time_index.is_cached()
+    }
+
+    pub fn append_final_time_index_entry(&mut self) -> Result<(), LogError> {
         if let Some(max) = self.indexes.max_timestamp {
+            self.cache_indexes()?;
             self.indexes.time_index.maybe_append(max.timestamp, max.offset);
         }
+        Ok(())
     }
 
     /// fsyncs the log file, writes the index entries not yet in their files, and fsyncs those

@@ -90,7 +90,8 @@ pub(crate) struct TailCache {
     /// An append failed part-way: the file may hold bytes the log does not account for, so
     /// nothing is cached until a roll or truncation resets the active segment's state.
     poisoned: bool,
-    /// Appended to since the last [`TailCache::release_if_idle`].
+    /// The log was appended to (a follower's appends too) since the last
+    /// [`TailCache::release_if_idle`].
     touched: bool,
 }
 
@@ -126,6 +127,13 @@ impl TailCache {
         self.chunks.clear();
         self.release(self.bytes);
         self.bytes = 0;
+    }
+
+    /// A follower's append is about to write: the cache holds only a leader's own appends, so it
+    /// is cleared, and the log counts as used (see `touched`).
+    pub fn follower_append(&mut self) {
+        self.clear();
+        self.touched = true;
     }
 
     /// The active segment started over (roll, truncation): caching may resume.
@@ -181,13 +189,16 @@ impl TailCache {
     }
 
     /// Housekeeping: gives the memory back if nothing was appended since the last call, the
-    /// chunk list's own buffer included (an idle replica keeps no allocation here).
-    pub fn release_if_idle(&mut self) {
-        if !self.touched {
+    /// chunk list's own buffer included (an idle replica keeps no allocation here). Returns
+    /// whether the log was idle.
+    pub fn release_if_idle(&mut self) -> bool {
+        let idle = !self.touched;
+        if idle {
             self.clear();
             self.chunks = VecDeque::new();
         }
         self.touched = false;
+        idle
     }
 
     /// Plans a read from `offset` (below `log_end_offset`) of about `max_bytes` from the cache,

@@ -505,9 +505,15 @@ impl Partition {
         found.filter(|(offset, _)| *offset < last_fetchable)
     }
 
-    /// Gives back the tail cache's memory if nothing was appended since the last call.
-    pub fn release_idle_tail_cache(&self) {
-        self.log.lock().release_idle_tail_cache();
+    /// Gives back the memory an idle log holds (see [`PartitionLog::release_idle_memory`]) if
+    /// nothing was appended since the last call.
+    pub fn release_idle_memory(&self) {
+        if let Err(e) = self.log.lock().release_idle_memory() {
+            tracing::warn!(
+                topic = %self.topic, partition = self.index, error = %e,
+                "could not write an idle partition's index entries to their files; they stay in memory and the next pass tries again"
+            );
+        }
     }
 
     pub fn update_config(&self, config: impl Into<Arc<LogConfig>>) {

@@ -42,7 +42,7 @@ impl PartitionLog {
     /// leader, and the append is refused with `LeaderEpochRegression` before anything is written.
     pub fn append_as_follower(&mut self, records: &[u8], now_ms: i64) -> Result<AppendInfo, LogError> {
         self.clock_ms = now_ms;
-        self.tail.clear();
+        self.tail.follower_append();
         let info = batch::validate_stored_batches(records)?;
         let append = self.check_follower_offsets(records)?;
         let new_epochs = self.leader_epoch_cache.new_entries(stored_epochs(records))?;
@@ -246,7 +246,7 @@ impl PartitionLog {
             // An epoch whose first batch is in the segment being sealed must be durable in the
             // checkpoint: after a crash only the new active segment is rescanned for epochs.
             self.leader_epoch_cache.sync()?;
-            self.active.append_final_time_index_entry();
+            self.active.append_final_time_index_entry()?;
             let sealed_bytes = self.active.size_bytes();
             let new_segment =
                 LogSegment::create_after_unsynced(&self.dir, base_offset, sealed_bytes, &self.file_cache, now_ms)?;

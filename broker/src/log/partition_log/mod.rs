@@ -594,7 +594,7 @@ impl PartitionLog {
     /// Clean shutdown: seals the active segment's time index, fsyncs, and writes the marker that
     /// lets the next open skip recovery.
     pub fn close(mut self) -> Result<(), LogError> {
-        self.active.append_final_time_index_entry();
+        self.active.append_final_time_index_entry()?;
         self.flush()?; // finishes a seal in flight too: no pending name survives a clean stop
                        // The next open trusts the checkpoint without rescanning the active segment.
         self.leader_epoch_cache.sync()?;

@@ -256,9 +256,22 @@ impl PartitionLog {
         self.tail.bytes()
     }
 
-    /// Housekeeping: a tail cache with no append since the last pass gives its memory back.
-    pub fn release_idle_tail_cache(&mut self) {
-        self.tail.release_if_idle();
+    /// Housekeeping, every few seconds: a log not appended to since the last pass gives back
+    /// its tail cache and its active segment's in-memory index copies, which are written to
+    /// their files first (no fsync, as writeback does). The next append reads them back in.
+    /// An active segment's copies hold every entry of the segment, up to megabytes, so
+    /// without this a node's idle replicas would keep them all.
+    pub fn release_idle_memory(&mut self) -> Result<(), LogError> {
+        if self.tail.release_if_idle() {
+            self.active.release_index_copies()?;
+        }
+        Ok(())
+    }
+
+    /// Whether the active segment's index entries are held in memory.
+    #[cfg(test)]
+    pub fn active_indexes_in_memory(&self) -> bool {
+        self.active.indexes_in_memory()
     }
 }
 

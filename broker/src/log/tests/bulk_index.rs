@@ -256,3 +256,50 @@ fn a_new_partition_directory_costs_two_directory_fsyncs() {
         "an existing directory of the topic is left alone"
     );
 }
+
+/// Issue 33: an active segment's index entries are in memory only while it is written to. The
+/// idle pass after one without appends writes them to their files and frees the copies; reads
+/// and timestamp lookups then use the files, and the next append reads the entries back in,
+/// with nothing lost across a reopen.
+#[test]
+fn an_idle_active_segment_gives_back_its_index_copies_and_takes_appends_again() {
+    let root = tempfile::tempdir().unwrap();
+    let mut log = open(root.path(), dense_index());
+    append_batches(&mut log, 50); // 49 entries
+    log.release_idle_memory().unwrap(); // appended to since the last pass: kept
+    assert!(log.active_indexes_in_memory());
+    assert_eq!(file_len(root.path(), FIRST_INDEX), 0);
+    log.release_idle_memory().unwrap();
+    assert!(!log.active_indexes_in_memory(), "an idle log kept its index copies");
+    assert_eq!(
+        file_len(root.path(), FIRST_INDEX),
+        49 * 8,
+        "the entries were not written out first"
+    );
+    assert_eq!(file_len(root.path(), FIRST_TIME_INDEX), 49 * 12);
+    assert_every_offset_reads_its_batch(&log);
+    assert_eq!(
+        log.offset_for_timestamp(T0 + 40).unwrap().map(|(offset, _)| offset),
+        Some(40)
+    );
+
+    append_batches(&mut log, 10);
+    assert!(
+        log.active_indexes_in_memory(),
+        "an append did not read the entries back in"
+    );
+    assert_every_offset_reads_its_batch(&log);
+    assert_eq!(
+        log.offset_for_timestamp(T0 + 110).unwrap().map(|(offset, _)| offset),
+        Some(110)
+    );
+    log.close().unwrap();
+
+    let log = open(root.path(), dense_index());
+    assert_eq!(file_len(root.path(), FIRST_INDEX), 59 * 8);
+    assert_every_offset_reads_its_batch(&log);
+    assert_eq!(
+        log.offset_for_timestamp(T0 + 40).unwrap().map(|(offset, _)| offset),
+        Some(40)
+    );
+}

@@ -168,9 +168,9 @@ fn tail_cache_stays_within_the_partition_and_broker_bounds() {
     a.append_as_leader(&mut big, 0, T0).unwrap();
     assert_eq!(a.tail_cache_bytes(), 0);
     // Idle: a housekeeping pass after one without appends frees the memory.
-    b.release_idle_tail_cache();
+    b.release_idle_memory().unwrap();
     let held = b.tail_cache_bytes();
-    b.release_idle_tail_cache();
+    b.release_idle_memory().unwrap();
     assert!(held > 0 && b.tail_cache_bytes() == 0);
     assert_eq!(budget.used_bytes(), 0);
     let mut small = encode_simple_batch(1, 100, T0);
