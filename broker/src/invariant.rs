@@ -19,11 +19,17 @@ pub const LOG_MESSAGE: &str = "an invariant sluice relies on does not hold; this
 
 static FIRST: OnceLock<String> = OnceLock::new();
 static STOP: Notify = Notify::const_new();
+/// Every report, for unit tests: they share one process, so a test looks for its own report
+/// among the others' rather than expecting to be first.
+#[cfg(test)]
+static REPORTED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
 
 /// Reports a broken invariant (`what` names it with the values) and asks the node to stop.
 /// The caller refuses the operation that found it.
 pub fn broken(what: String) {
     tracing::error!(invariant = %what, "{LOG_MESSAGE}");
+    #[cfg(test)]
+    REPORTED.lock().unwrap_or_else(|e| e.into_inner()).push(what.clone());
     if FIRST.set(what).is_ok() {
         // A stored permit: the node's main task sees it even if it was not waiting yet.
         STOP.notify_one();
@@ -40,9 +46,10 @@ pub async fn stop_requested() -> String {
     }
 }
 
-/// The first broken invariant reported in this process, if any.
-pub fn first_broken() -> Option<&'static str> {
-    FIRST.get().map(String::as_str)
+/// Whether any test of this process reported a broken invariant containing `text`.
+#[cfg(test)]
+pub fn reported(text: &str) -> bool {
+    REPORTED.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|r| r.contains(text))
 }
 
 static FAILPOINTS: LazyLock<Vec<String>> = LazyLock::new(|| {

@@ -130,13 +130,32 @@ fn follower_append_whose_epoch_goes_backwards_is_refused_before_writing() {
     assert_eq!(follower.epoch_entries(), entries(&[(1, 0), (5, 2)]));
 }
 
-#[cfg(debug_assertions)]
+/// A leader appending at an epoch below the log's latest is a bug in leadership tracking: the
+/// append is refused in every build (the caller reports the broken invariant), and nothing is
+/// written. This test ran only in debug builds and expected a panic until the refusal replaced
+/// it; it runs everywhere now.
 #[test]
-#[should_panic(expected = "leader append with an epoch below the log's latest")]
-fn leader_append_with_a_stale_epoch_fails_loudly_in_debug_builds() {
+fn leader_append_with_a_stale_epoch_is_refused_before_writing() {
     let root = tempfile::tempdir().unwrap();
     let mut log = open(root.path(), LogConfig::default());
-    append_epochs(&mut log, &[4, 2]);
+    append_epochs(&mut log, &[4]);
+    let size = log.size_bytes();
+    let mut stale = encode_simple_batch(2, 80, T0);
+    let err = log.append_as_leader(&mut stale, 2, T0).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LogError::LeaderEpochRegression {
+                base_offset: 2,
+                epoch: 2,
+                latest_epoch: 4
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!((log.log_end_offset(), log.size_bytes()), (2, size));
+    assert_eq!(log.epoch_entries(), entries(&[(4, 0)]));
+    assert!(crate::invariant::reported("a leader append at epoch 2 was refused"));
 }
 
 #[test]
