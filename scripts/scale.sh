@@ -12,6 +12,8 @@
 #                                                     # side by side (--runs N, --kafka-heap OPTS)
 #   scripts/scale.sh --seed-alone --skip memory       # the seed load before the partitions exist
 #                                                     # too: its p99 beside them over before them
+#   scripts/scale.sh --written-idle-partitions 1000   # also: RSS per replica that was written
+#                                                     # (--written-idle-mib each), then left idle
 # Measured runs on a shared machine: flock /work/bench.lock scripts/scale.sh
 # The broker binary is $SLUICE_BIN if set, else target/release/sluice built here first.
 # scale_bench.py's own options: .venv/bin/python integration-tests/python/scale_bench.py --help

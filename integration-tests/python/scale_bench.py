@@ -716,6 +716,45 @@ class Run:
         kbs = [p["kb_per_idle_partition_replica"] for p in per if p["kb_per_idle_partition_replica"] is not None]
         mem["kb_per_idle_partition_replica_mean"] = sum(kbs) / len(kbs) if kbs else None
 
+    def phase_written_idle(self) -> None:
+        """Replicas that were written to, then left idle: `--written-idle-mib` MiB to each of the
+        first `--written-idle-partitions` partitions in batches of about 4 KB (an index entry
+        each), then RSS right after writing and after `--written-idle-s` without appends (the
+        brokers' idle passes run every 10 s; two must pass for a log to count as idle)."""
+        a = self.args
+        targets = [(t, p) for t, n in self.topic_partitions.items() for p in range(n)][: a.written_idle_partitions]
+        value = os.urandom(2000)
+        per_partition = int(a.written_idle_mib * 1024 * 1024 / len(value))
+        self.log(f"written-idle: {a.written_idle_mib} MiB to each of {len(targets)} partitions, then {a.written_idle_s}s idle")
+        before = nodes_figures(self.nodes)
+        config = {**producer_config(self.bootstrap), "linger.ms": 0, "batch.size": 4096}
+        producer = Producer(config)
+        failed = []
+        on_delivery = lambda err, _msg: failed.append(err) if err else None  # noqa: E731
+        for _ in range(per_partition):
+            for topic, partition in targets:
+                while True:
+                    try:
+                        producer.produce(topic, value, partition=partition, on_delivery=on_delivery)
+                        break
+                    except BufferError:
+                        producer.poll(0.05)
+            producer.poll(0)
+        unsent = producer.flush(120)
+        written = nodes_figures(self.nodes)
+        time.sleep(a.written_idle_s)
+        idle = nodes_figures(self.nodes)
+        replicas_per_node = len(targets) * REPLICATION_FACTOR / NODES
+        self.result["written_idle"] = {
+            "partitions": len(targets), "mib_per_partition": a.written_idle_mib,
+            "messages": per_partition * len(targets), "failed": len(failed) + unsent,
+            "idle_window_s": a.written_idle_s,
+            "per_node": [{"node_id": i["node_id"],
+                          "kb_per_written_replica_after_writing": (w["rss_kb"] - b["rss_kb"]) / replicas_per_node,
+                          "kb_per_written_replica_after_idle": (i["rss_kb"] - b["rss_kb"]) / replicas_per_node}
+                         for b, w, i in zip(before, written, idle)],
+        }
+
     def phase_spread(self) -> None:
         a = self.args
         targets = [(t, p) for t, n in self.topic_partitions.items() for p in range(n)]
@@ -851,8 +890,10 @@ class Run:
         a = self.args
         # seed-alone only when asked for: its load would be in the memory phase's baseline.
         seed_alone = [("seed-alone", self.phase_seed_alone)] if a.seed_alone else []
+        # written-idle only when asked for: it writes MiBs to many partitions.
+        written_idle = [("written-idle", self.phase_written_idle)] if a.written_idle_partitions else []
         phases = seed_alone + [("create", self.phase_create), ("metadata", self.phase_metadata),
-                  ("memory", self.phase_memory), ("spread", self.phase_spread),
+                  ("memory", self.phase_memory)] + written_idle + [("spread", self.phase_spread),
                   ("idle-connections", self.phase_idle_connections), ("restart", self.phase_restart)]
         self.result["open_files"] = self.fd_budget()
         self.start()
@@ -953,6 +994,13 @@ def table(r: dict) -> str:
                          f"{b['rss_kb'] / 1024:.1f} -> {a['rss_kb'] / 1024:.1f} MB = "
                          f"{fmt(p['kb_per_idle_partition_replica'], ' KB', 2)}/replica; "
                          f"{a['open_files']:,} files, {a['threads']} threads, idle CPU {p['idle_cpu_pct']}%"))
+    w = r.get("written_idle")
+    if w:
+        for p in w["per_node"]:
+            rows.append((f"node {p['node_id']} RSS per written replica: after writing / {w['idle_window_s']:g} s idle",
+                         f"{fmt(p['kb_per_written_replica_after_writing'], ' KB', 1)} / "
+                         f"{fmt(p['kb_per_written_replica_after_idle'], ' KB', 1)} "
+                         f"({w['partitions']:,} partitions x {w['mib_per_partition']:g} MiB, {w['failed']} failed)"))
     s = r.get("spread")
     if s:
         rows.append((f"spread produce p50/p99/p99.9 ({s['rate_per_s']:,}/s x {s['record_bytes']} B, "
@@ -1138,6 +1186,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--poll-interval-s", type=float, default=0.25)
     p.add_argument("--skip", action="append", default=[],
                    choices=["create", "metadata", "memory", "spread", "idle-connections", "restart"])
+    p.add_argument("--written-idle-partitions", type=int, default=0,
+                   help="written-idle phase (off by default): write to this many partitions, then measure RSS once idle")
+    p.add_argument("--written-idle-mib", type=float, default=5, help="written-idle: MiB written to each partition")
+    p.add_argument("--written-idle-s", type=float, default=25, help="written-idle: idle window before RSS is read")
     p.add_argument("--seed-alone", action="store_true",
                    help="first run the seed load before the partitions exist, to compare the seed loads beside "
                         "them with (use with --skip memory: that load would be in the memory baseline)")
