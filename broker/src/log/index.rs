@@ -17,10 +17,10 @@
 //! indexes are rebuilt from the log anyway.
 //!
 //! No index keeps its file open: the file is opened for a write, a truncation, or a lookup of a
-//! segment whose entries are not in memory (a binary search of positional reads, which the page cache serves), and closed
-//! after it, so an idle partition holds no descriptor for its indexes. The paths are the
-//! segment's to give ([`crate::log::segment`] builds them from the partition directory); nothing
-//! here stores one.
+//! segment whose entries are not in memory (a binary search of positional reads, which the page
+//! cache serves), and closed after it, so an idle partition holds no descriptor for its indexes.
+//! The paths are the segment's to give ([`crate::log::segment`] builds them from the partition
+//! directory); nothing here stores one.
 
 use std::fs::{File, OpenOptions};
 use std::io;
